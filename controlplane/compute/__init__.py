@@ -1,0 +1,24 @@
+"""The canonical computation: pure functions from cluster state to snapshots.
+
+`compute(state, previous_assignment)` is the whole contract: no I/O, no clock, no
+randomness. Identical inputs give identical snapshots (and content hashes) on any
+control-plane replica.
+"""
+
+from controlplane.compute.snapshots import compute
+from controlplane.compute.types import (
+    BackendSlots,
+    ComputeResult,
+    EndpointKey,
+    Rejection,
+    SlotAssignment,
+)
+
+__all__ = [
+    "BackendSlots",
+    "ComputeResult",
+    "EndpointKey",
+    "Rejection",
+    "SlotAssignment",
+    "compute",
+]

@@ -1,0 +1,277 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Snapshot(_message.Message):
+    __slots__ = ("workload", "version", "content_hash", "peers", "backends", "http_frontend", "tcp_frontends", "warnings")
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    HTTP_FRONTEND_FIELD_NUMBER: _ClassVar[int]
+    TCP_FRONTENDS_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    workload: str
+    version: int
+    content_hash: str
+    peers: PeerSection
+    backends: _containers.RepeatedCompositeFieldContainer[Backend]
+    http_frontend: HttpFrontend
+    tcp_frontends: _containers.RepeatedCompositeFieldContainer[TcpFrontend]
+    warnings: _containers.RepeatedCompositeFieldContainer[Warning]
+    def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., peers: _Optional[_Union[PeerSection, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[Backend, _Mapping]]] = ..., http_frontend: _Optional[_Union[HttpFrontend, _Mapping]] = ..., tcp_frontends: _Optional[_Iterable[_Union[TcpFrontend, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[Warning, _Mapping]]] = ...) -> None: ...
+
+class PeerSection(_message.Message):
+    __slots__ = ("name", "port", "peers")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    port: int
+    peers: _containers.RepeatedCompositeFieldContainer[Peer]
+    def __init__(self, name: _Optional[str] = ..., port: _Optional[int] = ..., peers: _Optional[_Iterable[_Union[Peer, _Mapping]]] = ...) -> None: ...
+
+class Peer(_message.Message):
+    __slots__ = ("name", "address", "port")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    address: str
+    port: int
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
+
+class Backend(_message.Message):
+    __slots__ = ("name", "service", "service_port", "mode", "balance", "balance_argument", "hash_type", "persistence", "slots", "warnings")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_PORT_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    BALANCE_FIELD_NUMBER: _ClassVar[int]
+    BALANCE_ARGUMENT_FIELD_NUMBER: _ClassVar[int]
+    HASH_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PERSISTENCE_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    service: str
+    service_port: str
+    mode: str
+    balance: str
+    balance_argument: str
+    hash_type: str
+    persistence: Persistence
+    slots: _containers.RepeatedCompositeFieldContainer[Slot]
+    warnings: _containers.RepeatedCompositeFieldContainer[Warning]
+    def __init__(self, name: _Optional[str] = ..., service: _Optional[str] = ..., service_port: _Optional[str] = ..., mode: _Optional[str] = ..., balance: _Optional[str] = ..., balance_argument: _Optional[str] = ..., hash_type: _Optional[str] = ..., persistence: _Optional[_Union[Persistence, _Mapping]] = ..., slots: _Optional[_Iterable[_Union[Slot, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[Warning, _Mapping]]] = ...) -> None: ...
+
+class Persistence(_message.Message):
+    __slots__ = ("table_size", "expire_ms")
+    TABLE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_MS_FIELD_NUMBER: _ClassVar[int]
+    table_size: int
+    expire_ms: int
+    def __init__(self, table_size: _Optional[int] = ..., expire_ms: _Optional[int] = ...) -> None: ...
+
+class Slot(_message.Message):
+    __slots__ = ("index", "server_name", "address", "port", "enabled")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    SERVER_NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    server_name: str
+    address: str
+    port: int
+    enabled: bool
+    def __init__(self, index: _Optional[int] = ..., server_name: _Optional[str] = ..., address: _Optional[str] = ..., port: _Optional[int] = ..., enabled: _Optional[bool] = ...) -> None: ...
+
+class HttpFrontend(_message.Message):
+    __slots__ = ("port", "routes")
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    ROUTES_FIELD_NUMBER: _ClassVar[int]
+    port: int
+    routes: _containers.RepeatedCompositeFieldContainer[HostRoute]
+    def __init__(self, port: _Optional[int] = ..., routes: _Optional[_Iterable[_Union[HostRoute, _Mapping]]] = ...) -> None: ...
+
+class HostRoute(_message.Message):
+    __slots__ = ("host", "backend")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    backend: str
+    def __init__(self, host: _Optional[str] = ..., backend: _Optional[str] = ...) -> None: ...
+
+class TcpFrontend(_message.Message):
+    __slots__ = ("port", "backend")
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    port: int
+    backend: str
+    def __init__(self, port: _Optional[int] = ..., backend: _Optional[str] = ...) -> None: ...
+
+class Warning(_message.Message):
+    __slots__ = ("object", "key", "value", "reason")
+    OBJECT_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    object: str
+    key: str
+    value: str
+    reason: str
+    def __init__(self, object: _Optional[str] = ..., key: _Optional[str] = ..., value: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class AgentMessage(_message.Message):
+    __slots__ = ("hello", "ack", "nack")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    NACK_FIELD_NUMBER: _ClassVar[int]
+    hello: Hello
+    ack: Ack
+    nack: Nack
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ...) -> None: ...
+
+class Hello(_message.Message):
+    __slots__ = ("pod_namespace", "pod_name", "node_name", "applied_content_hash", "applied_version", "agent_version")
+    POD_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    POD_NAME_FIELD_NUMBER: _ClassVar[int]
+    NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    pod_namespace: str
+    pod_name: str
+    node_name: str
+    applied_content_hash: str
+    applied_version: int
+    agent_version: str
+    def __init__(self, pod_namespace: _Optional[str] = ..., pod_name: _Optional[str] = ..., node_name: _Optional[str] = ..., applied_content_hash: _Optional[str] = ..., applied_version: _Optional[int] = ..., agent_version: _Optional[str] = ...) -> None: ...
+
+class Ack(_message.Message):
+    __slots__ = ("nonce", "version", "content_hash")
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
+    nonce: str
+    version: int
+    content_hash: str
+    def __init__(self, nonce: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ...) -> None: ...
+
+class Nack(_message.Message):
+    __slots__ = ("nonce", "version", "content_hash", "error")
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    nonce: str
+    version: int
+    content_hash: str
+    error: str
+    def __init__(self, nonce: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ServerMessage(_message.Message):
+    __slots__ = ("nonce", "snapshot", "in_sync", "waiting")
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    nonce: str
+    snapshot: Snapshot
+    in_sync: InSync
+    waiting: Waiting
+    def __init__(self, nonce: _Optional[str] = ..., snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., in_sync: _Optional[_Union[InSync, _Mapping]] = ..., waiting: _Optional[_Union[Waiting, _Mapping]] = ...) -> None: ...
+
+class InSync(_message.Message):
+    __slots__ = ("version", "content_hash")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    content_hash: str
+    def __init__(self, version: _Optional[int] = ..., content_hash: _Optional[str] = ...) -> None: ...
+
+class Waiting(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
+class ListWorkloadsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListWorkloadsResponse(_message.Message):
+    __slots__ = ("workloads",)
+    WORKLOADS_FIELD_NUMBER: _ClassVar[int]
+    workloads: _containers.RepeatedCompositeFieldContainer[WorkloadSummary]
+    def __init__(self, workloads: _Optional[_Iterable[_Union[WorkloadSummary, _Mapping]]] = ...) -> None: ...
+
+class WorkloadSummary(_message.Message):
+    __slots__ = ("workload", "version", "content_hash", "peers", "backends", "warnings", "agents_in_sync", "agents_connected")
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    AGENTS_IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    AGENTS_CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    workload: str
+    version: int
+    content_hash: str
+    peers: int
+    backends: int
+    warnings: int
+    agents_in_sync: int
+    agents_connected: int
+    def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., peers: _Optional[int] = ..., backends: _Optional[int] = ..., warnings: _Optional[int] = ..., agents_in_sync: _Optional[int] = ..., agents_connected: _Optional[int] = ...) -> None: ...
+
+class GetSnapshotRequest(_message.Message):
+    __slots__ = ("workload",)
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    workload: str
+    def __init__(self, workload: _Optional[str] = ...) -> None: ...
+
+class ListAgentsRequest(_message.Message):
+    __slots__ = ("workload",)
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    workload: str
+    def __init__(self, workload: _Optional[str] = ...) -> None: ...
+
+class ListAgentsResponse(_message.Message):
+    __slots__ = ("agents",)
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
+    agents: _containers.RepeatedCompositeFieldContainer[AgentStatus]
+    def __init__(self, agents: _Optional[_Iterable[_Union[AgentStatus, _Mapping]]] = ...) -> None: ...
+
+class AgentStatus(_message.Message):
+    __slots__ = ("agent", "node_name", "workload", "peer_address", "acked_version", "acked_content_hash", "pending_version", "last_nack_error", "last_nack_version", "connected_since", "agent_version")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    PEER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ACKED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ACKED_CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
+    PENDING_VERSION_FIELD_NUMBER: _ClassVar[int]
+    LAST_NACK_ERROR_FIELD_NUMBER: _ClassVar[int]
+    LAST_NACK_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_SINCE_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    node_name: str
+    workload: str
+    peer_address: str
+    acked_version: int
+    acked_content_hash: str
+    pending_version: int
+    last_nack_error: str
+    last_nack_version: int
+    connected_since: str
+    agent_version: str
+    def __init__(self, agent: _Optional[str] = ..., node_name: _Optional[str] = ..., workload: _Optional[str] = ..., peer_address: _Optional[str] = ..., acked_version: _Optional[int] = ..., acked_content_hash: _Optional[str] = ..., pending_version: _Optional[int] = ..., last_nack_error: _Optional[str] = ..., last_nack_version: _Optional[int] = ..., connected_since: _Optional[str] = ..., agent_version: _Optional[str] = ...) -> None: ...
