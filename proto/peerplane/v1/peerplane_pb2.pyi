@@ -23,8 +23,8 @@ class Snapshot(_message.Message):
     backends: _containers.RepeatedCompositeFieldContainer[Backend]
     http_frontend: HttpFrontend
     tcp_frontends: _containers.RepeatedCompositeFieldContainer[TcpFrontend]
-    warnings: _containers.RepeatedCompositeFieldContainer[Warning]
-    def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., peers: _Optional[_Union[PeerSection, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[Backend, _Mapping]]] = ..., http_frontend: _Optional[_Union[HttpFrontend, _Mapping]] = ..., tcp_frontends: _Optional[_Iterable[_Union[TcpFrontend, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[Warning, _Mapping]]] = ...) -> None: ...
+    warnings: _containers.RepeatedCompositeFieldContainer[RejectedInput]
+    def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., peers: _Optional[_Union[PeerSection, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[Backend, _Mapping]]] = ..., http_frontend: _Optional[_Union[HttpFrontend, _Mapping]] = ..., tcp_frontends: _Optional[_Iterable[_Union[TcpFrontend, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ...) -> None: ...
 
 class PeerSection(_message.Message):
     __slots__ = ("name", "port", "peers")
@@ -67,8 +67,8 @@ class Backend(_message.Message):
     hash_type: str
     persistence: Persistence
     slots: _containers.RepeatedCompositeFieldContainer[Slot]
-    warnings: _containers.RepeatedCompositeFieldContainer[Warning]
-    def __init__(self, name: _Optional[str] = ..., service: _Optional[str] = ..., service_port: _Optional[str] = ..., mode: _Optional[str] = ..., balance: _Optional[str] = ..., balance_argument: _Optional[str] = ..., hash_type: _Optional[str] = ..., persistence: _Optional[_Union[Persistence, _Mapping]] = ..., slots: _Optional[_Iterable[_Union[Slot, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[Warning, _Mapping]]] = ...) -> None: ...
+    warnings: _containers.RepeatedCompositeFieldContainer[RejectedInput]
+    def __init__(self, name: _Optional[str] = ..., service: _Optional[str] = ..., service_port: _Optional[str] = ..., mode: _Optional[str] = ..., balance: _Optional[str] = ..., balance_argument: _Optional[str] = ..., hash_type: _Optional[str] = ..., persistence: _Optional[_Union[Persistence, _Mapping]] = ..., slots: _Optional[_Iterable[_Union[Slot, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ...) -> None: ...
 
 class Persistence(_message.Message):
     __slots__ = ("table_size", "expire_ms")
@@ -116,7 +116,7 @@ class TcpFrontend(_message.Message):
     backend: str
     def __init__(self, port: _Optional[int] = ..., backend: _Optional[str] = ...) -> None: ...
 
-class Warning(_message.Message):
+class RejectedInput(_message.Message):
     __slots__ = ("object", "key", "value", "reason")
     OBJECT_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
