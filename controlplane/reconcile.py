@@ -1,0 +1,225 @@
+"""The reconcile loop: source changes -> debounced compute -> persist slots -> publish.
+
+Sources call `on_change` from their own threads, often in bursts (a rollout touches
+hundreds of objects). The loop waits for ~100 ms of quiet, but never more than ~1 s after
+the first unhandled change, then computes once (in a worker thread: compute is pure but
+may be heavy). The new slot assignment is persisted *before* the snapshots that use it
+are published, so a control plane that restarts or fails over continues exactly the
+slots agents already run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import TYPE_CHECKING, Protocol
+
+from controlplane.model import ClusterState
+from controlplane.source import Source
+from controlplane.store import SnapshotStore
+
+if TYPE_CHECKING:
+    from controlplane.compute.types import ComputeResult, Rejection, SlotAssignment
+
+log = logging.getLogger(__name__)
+
+
+class AssignmentStore(Protocol):
+    """Where the slot assignment persists (controlplane.slotstore.SlotStore fits)."""
+
+    def load(self) -> tuple[SlotAssignment, list[str]]: ...
+
+    def save(self, assignment: SlotAssignment) -> None: ...
+
+
+ComputeFn = Callable[[ClusterState, "SlotAssignment"], "ComputeResult"]
+
+
+def same_assignment(a: SlotAssignment, b: SlotAssignment) -> bool:
+    """Equal content, whatever mapping types hold it (saves are skipped when equal)."""
+    if a.keys() != b.keys():
+        return False
+    return all(a[k].count == b[k].count and dict(a[k].slots) == dict(b[k].slots) for k in a)
+
+
+def describe_rejection(rejection: Rejection) -> str:
+    return f"rejected {rejection.object} {rejection.key}={rejection.value}: {rejection.reason}"
+
+
+class Reconciler:
+    """Runs the loop on the event loop it was created on; `on_change` is thread-safe."""
+
+    def __init__(
+        self,
+        source: Source,
+        store: SnapshotStore,
+        slot_store: AssignmentStore,
+        compute: ComputeFn,
+        *,
+        quiet_s: float = 0.1,
+        max_delay_s: float = 1.0,
+        retry_s: float = 1.0,
+        executor: Executor | None = None,
+    ) -> None:
+        self._source = source
+        self._store = store
+        self._slot_store = slot_store
+        self._compute = compute
+        self._quiet_s = quiet_s
+        self._max_delay_s = max_delay_s
+        self._retry_s = retry_s
+        self._executor = executor
+        self._loop = asyncio.get_running_loop()
+        self._changed = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._done = asyncio.Condition()
+        self._first_change: float | None = None
+        self._last_change = 0.0
+        self._scheduled = False  # a _mark call is queued on the loop (coalesces bursts)
+        self._lock = threading.Lock()
+        self._assignment: SlotAssignment = {}
+        self._logged_rejections: set[Rejection] = set()
+        self._logged_source_errors: set[str] = set()
+        self.computations = 0  # computations started, for tests and metrics
+        self._finished = 0
+
+    # ------------------------------------------------------------------ inputs
+
+    def on_change(self) -> None:
+        """Called by the source, from any thread: schedule a debounced recompute."""
+        with self._lock:
+            if self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self._loop.call_soon_threadsafe(self._mark)
+        except RuntimeError:  # the loop is closed: we are shutting down
+            log.debug("change after shutdown ignored")
+
+    def _mark(self) -> None:
+        with self._lock:
+            self._scheduled = False
+        now = self._loop.time()
+        if self._first_change is None:
+            self._first_change = now
+        self._last_change = now
+        self._changed.set()
+
+    # ------------------------------------------------------------------ loop
+
+    async def run(self) -> None:
+        """Load the saved assignment, compute at once, then on every (debounced) change.
+
+        Returns after `stop()`, never in the middle of a persist-then-publish step.
+        """
+        assignment, problems = await self._loop.run_in_executor(
+            self._executor, self._slot_store.load
+        )
+        for problem in problems:
+            log.warning("slot state: %s", problem)
+        self._assignment = assignment
+        await self._reconcile()
+        while not self._stopping.is_set():
+            await self._wait(self._changed)
+            if self._stopping.is_set():
+                break
+            await self._debounce()
+            if self._stopping.is_set():
+                break
+            await self._reconcile()
+
+    def stop(self) -> None:
+        """Make `run()` return after the step in progress."""
+        self._stopping.set()
+
+    async def wait_computed(self, count: int, timeout: float) -> None:
+        """Wait until `count` computations have finished (TimeoutError otherwise)."""
+        async with asyncio.timeout(timeout), self._done:
+            await self._done.wait_for(lambda: self._finished >= count)
+
+    async def _wait(self, event: asyncio.Event, timeout: float | None = None) -> None:
+        """Wait for `event` or `stop()`, at most `timeout` seconds."""
+        waiters = [
+            asyncio.ensure_future(event.wait()),
+            asyncio.ensure_future(self._stopping.wait()),
+        ]
+        try:
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def _debounce(self) -> None:
+        while not self._stopping.is_set():
+            first = self._first_change if self._first_change is not None else self._last_change
+            deadline = min(self._last_change + self._quiet_s, first + self._max_delay_s)
+            remaining = deadline - self._loop.time()
+            if remaining <= 0:
+                return
+            await self._wait(self._stopping, remaining)
+
+    async def _reconcile(self) -> None:
+        self._first_change = None
+        self._changed.clear()
+        self.computations += 1
+        try:
+            await self._step()
+        finally:
+            async with self._done:
+                self._finished += 1
+                self._done.notify_all()
+
+    async def _step(self) -> None:
+        previous = self._assignment
+
+        def compute_now() -> ComputeResult:
+            return self._compute(self._source.state(), previous)
+
+        try:
+            result = await self._loop.run_in_executor(self._executor, compute_now)
+        except Exception:
+            log.exception("computation failed; waiting for the next change")
+            return
+        if not same_assignment(result.assignment, previous):
+            try:
+                await self._loop.run_in_executor(
+                    self._executor, self._slot_store.save, result.assignment
+                )
+            except Exception:
+                log.exception(
+                    "cannot persist the slot assignment; not publishing, retrying in %.1fs",
+                    self._retry_s,
+                )
+                self._loop.call_later(self._retry_s, self.on_change)
+                return
+            self._assignment = result.assignment
+        self._publish(result)
+        self._log_problems(result.rejections, self._source.errors())
+
+    def _publish(self, result: ComputeResult) -> None:
+        outcome = self._store.publish_result(result.snapshots, result.pod_workloads)
+        for workload in outcome.changed:
+            published = self._store.get(workload)
+            if published is not None:
+                log.info(
+                    "published %s v%d hash %s",
+                    workload,
+                    published.version,
+                    published.content_hash[:12],
+                )
+        for workload in outcome.removed:
+            log.info("removed %s (no HAProxy pod left)", workload)
+
+    def _log_problems(self, rejections: tuple[Rejection, ...], source_errors: list[str]) -> None:
+        """Log each distinct rejection or source error once while it persists."""
+        current = set(rejections)
+        for rejection in sorted(current - self._logged_rejections, key=describe_rejection):
+            log.warning("%s", describe_rejection(rejection))
+        self._logged_rejections = current
+        errors = set(source_errors)
+        for error in sorted(errors - self._logged_source_errors):
+            log.warning("source: %s", error)
+        self._logged_source_errors = errors

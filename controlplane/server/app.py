@@ -1,0 +1,170 @@
+"""The grpc.aio server: PeerPlane, grpc.health.v1 and server reflection on one port.
+
+PeerPlane is registered through a generic handler whose Stream response serializer
+passes bytes through (streams send pre-serialized snapshots); the service descriptor
+in the protobuf pool is unchanged, so reflection and grpcurl see the normal API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
+from grpc_reflection.v1alpha import reflection
+
+from controlplane.server.agents import AgentRegistry
+from controlplane.server.inspect import Inspection
+from controlplane.server.stream import StreamHandler, StreamLimits
+from controlplane.store import SnapshotStore
+from peerplane.v1 import peerplane_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+SERVICE = "peerplane.v1.PeerPlane"
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ServerOptions:
+    """Transport settings. Agents must ping no more often than `min_client_ping_interval_s`."""
+
+    keepalive_time_s: float = 60.0  # server pings idle connections this often
+    keepalive_timeout_s: float = 20.0  # and drops them when the ping is not answered
+    min_client_ping_interval_s: float = 20.0  # agents may ping every 20 s, even idle
+    max_connection_age_s: float = 30 * 60.0  # GOAWAY after this, so agents rebalance
+    max_connection_age_grace_s: float = 30.0  # then streams get this long to finish
+    max_receive_message_bytes: int = 1 * MiB  # agents only send Hello/Ack/Nack
+    max_send_message_bytes: int = 64 * MiB  # a very large fleet's snapshot
+    max_concurrent_rpcs: int = 10_000
+    stream: StreamLimits = field(default_factory=StreamLimits)
+
+    def grpc_options(self) -> list[tuple[str, int]]:
+        def ms(seconds: float) -> int:
+            return int(seconds * 1000)
+
+        return [
+            ("grpc.keepalive_time_ms", ms(self.keepalive_time_s)),
+            ("grpc.keepalive_timeout_ms", ms(self.keepalive_timeout_s)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", ms(self.min_client_ping_interval_s)),
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.max_connection_age_ms", ms(self.max_connection_age_s)),
+            ("grpc.max_connection_age_grace_ms", ms(self.max_connection_age_grace_s)),
+            ("grpc.max_receive_message_length", self.max_receive_message_bytes),
+            ("grpc.max_send_message_length", self.max_send_message_bytes),
+        ]
+
+
+def _passthrough(message: bytes) -> bytes:
+    return message
+
+
+class ControlPlaneServer:
+    """Serves one SnapshotStore. Health is SERVING once the store has published and
+    `set_serving(False)` (a lost leader election, say) has not been called."""
+
+    def __init__(self, store: SnapshotStore, options: ServerOptions | None = None) -> None:
+        self.store = store
+        self.options = options or ServerOptions()
+        self.registry = AgentRegistry()
+        self._streams = StreamHandler(store, self.registry, self.options.stream)
+        self._inspection = Inspection(store, self.registry)
+        self._health = health_aio.HealthServicer()
+        self._allowed = True
+        self._serving: bool | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._server: grpc.aio.Server | None = None
+        self._unsubscribe = store.subscribe(self._on_store_change)
+
+    async def start(self, address: str) -> int:
+        """Bind `address` (HOST:PORT, port 0 picks one) and serve; returns the bound port."""
+        server = grpc.aio.server(
+            options=self.options.grpc_options(),
+            maximum_concurrent_rpcs=self.options.max_concurrent_rpcs,
+        )
+        server.add_generic_rpc_handlers([self._peerplane_handler()])
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        names = (SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
+        reflection.enable_server_reflection((*names, reflection.SERVICE_NAME), server)
+        port = server.add_insecure_port(address)
+        if port == 0:
+            raise OSError(f"cannot listen on {address}")
+        await self._refresh_health()
+        await server.start()
+        self._server = server
+        log.info("serving peerplane.v1 on %s (port %d)", address, port)
+        return port
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Health NOT_SERVING, end every stream with OK, then stop within `grace_s`."""
+        await self._health.enter_graceful_shutdown()
+        self._streams.close_all()
+        self._unsubscribe()
+        if self._server is not None:
+            await self._server.stop(grace_s)
+            self._server = None
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def set_serving(self, serving: bool) -> None:
+        """Leader-election hook: False reports NOT_SERVING whatever the store holds."""
+        self._allowed = serving
+        await self._refresh_health()
+
+    async def wait_for_termination(self) -> None:
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+    # ------------------------------------------------------------------ internals
+
+    def _peerplane_handler(self) -> grpc.GenericRpcHandler[object, object]:
+        handlers = {
+            "Stream": grpc.stream_stream_rpc_method_handler(
+                self._streams,
+                request_deserializer=pb.AgentMessage.FromString,
+                response_serializer=_passthrough,
+            ),
+            "ListWorkloads": grpc.unary_unary_rpc_method_handler(
+                self._inspection.list_workloads,
+                request_deserializer=pb.ListWorkloadsRequest.FromString,
+                response_serializer=pb.ListWorkloadsResponse.SerializeToString,
+            ),
+            "GetSnapshot": grpc.unary_unary_rpc_method_handler(
+                self._inspection.get_snapshot,
+                request_deserializer=pb.GetSnapshotRequest.FromString,
+                response_serializer=pb.Snapshot.SerializeToString,
+            ),
+            "ListAgents": grpc.unary_unary_rpc_method_handler(
+                self._inspection.list_agents,
+                request_deserializer=pb.ListAgentsRequest.FromString,
+                response_serializer=pb.ListAgentsResponse.SerializeToString,
+            ),
+        }
+        return grpc.method_handlers_generic_handler(SERVICE, handlers)
+
+    def _on_store_change(self) -> None:
+        if self._serving != self._should_serve():
+            task = asyncio.get_running_loop().create_task(self._refresh_health())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _should_serve(self) -> bool:
+        return self._allowed and self.store.has_published
+
+    async def _refresh_health(self) -> None:
+        serving = self._should_serve()
+        if serving == self._serving:
+            return
+        self._serving = serving
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for service in ("", SERVICE):
+            await self._health.set(service, status)
+        log.info("health: %s", "SERVING" if serving else "NOT_SERVING")

@@ -1,0 +1,67 @@
+"""The unary inspection RPCs operators call with grpcurl: workloads, snapshots, agents."""
+
+from __future__ import annotations
+
+import grpc
+
+from controlplane.server.agents import AgentRegistry
+from controlplane.store import SnapshotStore
+from peerplane.v1 import peerplane_pb2 as pb
+
+Context = grpc.aio.ServicerContext[object, object]
+MAX_LISTED = 20  # workloads named in a NOT_FOUND message
+
+
+class Inspection:
+    """ListWorkloads, GetSnapshot and ListAgents over the store and the agent registry."""
+
+    def __init__(self, store: SnapshotStore, registry: AgentRegistry) -> None:
+        self._store = store
+        self._registry = registry
+
+    async def list_workloads(
+        self, request: pb.ListWorkloadsRequest, context: Context
+    ) -> pb.ListWorkloadsResponse:
+        response = pb.ListWorkloadsResponse()
+        for workload in self._store.workloads():
+            published = self._store.get(workload)
+            if published is None:
+                continue
+            snapshot = published.snapshot
+            agents = self._registry.sessions(workload)
+            warnings = len(snapshot.warnings) + sum(len(b.warnings) for b in snapshot.backends)
+            response.workloads.append(
+                pb.WorkloadSummary(
+                    workload=workload,
+                    version=published.version,
+                    content_hash=published.content_hash,
+                    peers=len(snapshot.peers.peers),
+                    backends=len(snapshot.backends),
+                    warnings=warnings,
+                    agents_in_sync=sum(a.acked_hash == published.content_hash for a in agents),
+                    agents_connected=len(agents),
+                )
+            )
+        return response
+
+    async def get_snapshot(self, request: pb.GetSnapshotRequest, context: Context) -> pb.Snapshot:
+        if not request.workload:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                'workload is required, e.g. {"workload": "namespace/Kind/name"}',
+            )
+        published = self._store.get(request.workload)
+        if published is None:
+            known = self._store.workloads()
+            listed = ", ".join(known[:MAX_LISTED]) + (" ..." if len(known) > MAX_LISTED else "")
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"workload {request.workload!r} is not known; known workloads: {listed or 'none'}",
+            )
+        return published.snapshot
+
+    async def list_agents(
+        self, request: pb.ListAgentsRequest, context: Context
+    ) -> pb.ListAgentsResponse:
+        sessions = self._registry.sessions(request.workload)
+        return pb.ListAgentsResponse(agents=[s.to_proto() for s in sessions])

@@ -1,0 +1,250 @@
+"""The agent stream: Hello first, then snapshots down and Acks/Nacks up (xDS rules).
+
+One coroutine per stream writes, one task reads. Store changes only set the stream's
+wake-up event; the writer then looks at the *latest* version, so a slow agent never
+queues more than one pending version and never holds up other streams. Writes are
+bounded in number (a semaphore shared by all streams) and in time (a slow consumer is
+disconnected and will reconnect).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import grpc
+
+from controlplane.server.agents import AgentRegistry, AgentSession, Sent
+from controlplane.store import Published, SnapshotStore
+from peerplane.v1 import peerplane_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamLimits:
+    hello_timeout_s: float = 30.0  # a stream that never says Hello is dropped
+    send_timeout_s: float = 30.0  # a write that takes longer drops the stream
+    max_concurrent_sends: int = 256  # writes in flight across all streams
+
+
+def peer_address(peer: str) -> str:
+    """'ipv4:127.0.0.1:5000' -> '127.0.0.1:5000' (gRPC's peer strings, for display)."""
+    for prefix in ("ipv4:", "ipv6:"):
+        if peer.startswith(prefix):
+            return peer[len(prefix) :]
+    return peer
+
+
+class StreamHandler:
+    """Implements PeerPlane/Stream; responses are pre-serialized bytes."""
+
+    def __init__(
+        self, store: SnapshotStore, registry: AgentRegistry, limits: StreamLimits | None = None
+    ) -> None:
+        self._store = store
+        self._registry = registry
+        self._limits = limits or StreamLimits()
+        self._send_slots = asyncio.Semaphore(self._limits.max_concurrent_sends)
+        self._closing = False
+        self._wakers: set[asyncio.Event] = set()
+
+    def close_all(self) -> None:
+        """End every stream with OK (shutdown): agents reconnect elsewhere."""
+        self._closing = True
+        for wake in list(self._wakers):
+            wake.set()
+
+    async def __call__(
+        self,
+        requests: AsyncIterator[pb.AgentMessage],
+        context: grpc.aio.ServicerContext[pb.AgentMessage, bytes],
+    ) -> None:
+        hello = await self._read_hello(requests, context)
+        session = self._registry.open(hello, peer_address(context.peer()))
+        log.info(
+            "agent %s connected from %s (node %s, applied %s)",
+            session.pod,
+            session.peer_address,
+            session.node_name or "?",
+            hello.applied_content_hash[:12] or "nothing",
+        )
+        wake = asyncio.Event()
+        self._wakers.add(wake)
+        unsubscribe = self._store.subscribe(wake.set)
+        reader = asyncio.create_task(self._read(requests, session, wake))
+        try:
+            while not self._closing and not reader.done():
+                message = self._next_message(session)
+                if message is not None:
+                    await self._send(context, session, message)
+                    await self._registry.changed()
+                await wake.wait()
+                wake.clear()
+        finally:
+            unsubscribe()
+            self._wakers.discard(wake)
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            self._registry.close(session)
+            await self._registry.changed()
+            log.info("agent %s disconnected", session.pod)
+
+    async def _read_hello(
+        self,
+        requests: AsyncIterator[pb.AgentMessage],
+        context: grpc.aio.ServicerContext[pb.AgentMessage, bytes],
+    ) -> pb.Hello:
+        try:
+            async with asyncio.timeout(self._limits.hello_timeout_s):
+                first = await anext(requests)
+        except StopAsyncIteration:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "stream closed before Hello")
+        except TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no Hello received in time")
+        if not first.HasField("hello"):
+            kind = first.WhichOneof("message") or "an empty message"
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"the first message must be a Hello, got {kind}"
+            )
+        hello = first.hello
+        if not hello.pod_namespace or not hello.pod_name:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "Hello needs pod_namespace and pod_name"
+            )
+        return hello
+
+    # ------------------------------------------------------------------ downstream
+
+    def _resolve(self, session: AgentSession) -> tuple[Published | None, str]:
+        """The version this agent should run, or the reason it cannot be served yet."""
+        workload = self._store.workload_of(session.pod)
+        if workload is None and session.workload and self._store.get(session.workload):
+            # A pod leaving the mapping (being deleted) keeps its workload while it drains.
+            workload = session.workload
+        if workload is None:
+            if not self._store.has_published:
+                return None, "no snapshot computed yet"
+            return None, f"pod {session.pod} is not a known HAProxy pod"
+        session.workload = workload
+        published = self._store.get(workload)
+        if published is None:
+            return None, f"workload {workload} has no snapshot"
+        return published, ""
+
+    def _next_message(self, session: AgentSession) -> bytes | None:
+        """The bytes to send now, or None when the agent has (or was sent) the latest."""
+        published, reason = self._resolve(session)
+        if published is None:
+            if reason == session.waiting_reason and session.answered:
+                return None
+            session.answered = True
+            session.waiting_reason = reason
+            log.info("agent %s waiting: %s", session.pod, reason)
+            return pb.ServerMessage(waiting=pb.Waiting(reason=reason)).SerializeToString()
+        session.waiting_reason = ""
+        target = published.content_hash
+        if not session.answered and target == session.acked_hash:
+            session.answered = True
+            session.sent_hash = target
+            session.acked_version = published.version
+            log.info(
+                "agent %s in sync with %s v%d", session.pod, published.workload, published.version
+            )
+            return pb.ServerMessage(
+                in_sync=pb.InSync(version=published.version, content_hash=target)
+            ).SerializeToString()
+        if session.answered:
+            if target == session.sent_hash:
+                return None  # sent already (pending, acked or nacked): never twice in a row
+            if session.pending is None and target == session.acked_hash:
+                return None  # the agent runs it (after a Nack, content went back)
+        session.answered = True
+        nonce = session.next_nonce()
+        session.sent_hash = target
+        session.pending = Sent(nonce, published.version, target)
+        log.debug("agent %s: sending %s v%d", session.pod, published.workload, published.version)
+        return pb.ServerMessage(nonce=nonce).SerializeToString() + published.message_bytes
+
+    async def _send(
+        self,
+        context: grpc.aio.ServicerContext[pb.AgentMessage, bytes],
+        session: AgentSession,
+        message: bytes,
+    ) -> None:
+        async with self._send_slots:
+            try:
+                async with asyncio.timeout(self._limits.send_timeout_s):
+                    await context.write(message)
+            except TimeoutError:
+                log.warning(
+                    "agent %s too slow to receive a snapshot; closing its stream", session.pod
+                )
+                await context.abort(
+                    grpc.StatusCode.UNAVAILABLE, "agent too slow to receive; reconnect"
+                )
+
+    # ------------------------------------------------------------------ upstream
+
+    async def _read(
+        self, requests: AsyncIterator[pb.AgentMessage], session: AgentSession, wake: asyncio.Event
+    ) -> None:
+        try:
+            async for message in requests:
+                kind = message.WhichOneof("message")
+                if kind == "ack":
+                    self._on_ack(session, message.ack)
+                elif kind == "nack":
+                    self._on_nack(session, message.nack)
+                else:
+                    session.ignored_messages += 1
+                    log.warning(
+                        "agent %s sent %s after Hello; ignored",
+                        session.pod,
+                        kind or "an empty message",
+                    )
+                await self._registry.changed()
+        finally:
+            wake.set()  # the writer notices the reader is done and ends the stream
+
+    def _take_pending(self, session: AgentSession, nonce: str, what: str) -> Sent | None:
+        pending = session.pending
+        if pending is None or nonce != session.last_nonce or nonce != pending.nonce:
+            session.ignored_messages += 1
+            log.debug(
+                "agent %s: stale %s (nonce %r, last sent %r) ignored",
+                session.pod,
+                what,
+                nonce,
+                session.last_nonce,
+            )
+            return None
+        session.pending = None
+        return pending
+
+    def _on_ack(self, session: AgentSession, ack: pb.Ack) -> None:
+        sent = self._take_pending(session, ack.nonce, "Ack")
+        if sent is None:
+            return
+        session.acked_version = sent.version
+        session.acked_hash = sent.content_hash
+        session.last_nack_error = ""
+        session.last_nack_version = 0
+        log.info("agent %s acked %s v%d", session.pod, session.workload, sent.version)
+
+    def _on_nack(self, session: AgentSession, nack: pb.Nack) -> None:
+        sent = self._take_pending(session, nack.nonce, "Nack")
+        if sent is None:
+            return
+        session.last_nack_error = nack.error
+        session.last_nack_version = sent.version
+        log.warning(
+            "agent %s rejected %s v%d (stays on v%d): %s",
+            session.pod,
+            session.workload,
+            sent.version,
+            session.acked_version,
+            nack.error.strip() or "(no error text)",
+        )
