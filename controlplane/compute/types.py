@@ -41,8 +41,10 @@ class Rejection:
     def object(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name}"
 
-    def to_proto(self) -> pb.Warning:
-        return pb.Warning(object=self.object, key=self.key, value=self.value, reason=self.reason)
+    def to_proto(self) -> pb.RejectedInput:
+        return pb.RejectedInput(
+            object=self.object, key=self.key, value=self.value, reason=self.reason
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,192 @@
+"""Strict parsers for every setting a Kubernetes object can carry.
+
+Each parser takes the raw text and returns the canonical value or raises `Invalid` with a
+reason. Nothing reaches haproxy.cfg unless it matched one of these patterns.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+class Invalid(ValueError):
+    """A value that does not match its strict pattern; the message says why."""
+
+
+MAX_TABLE_SIZE = 1 << 30  # entries: a stick table larger than this is a typo
+MAX_EXPIRE_MS = (1 << 31) - 1  # HAProxy keeps expiry in a signed 32-bit ms counter
+MAX_SERVER_SLOTS = 1000
+MAX_HOSTS = 100
+
+_SIZE = re.compile(r"^([0-9]{1,12})([kmg]?)$")
+_TIME = re.compile(r"^([0-9]{1,12})(ms|s|m|h|d)?$")
+_PARAM_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+_HOST_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_TIME_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+PLAIN_ALGORITHMS = ("roundrobin", "static-rr", "leastconn", "first", "source", "random", "uri")
+HTTP_ONLY_ALGORITHMS = ("uri", "url_param", "hdr")
+HASH_METHODS = ("map-based", "consistent")
+HASH_FUNCTIONS = ("sdbm", "djb2", "wt6", "crc32")
+
+
+@dataclass(frozen=True, slots=True)
+class Balance:
+    algorithm: str
+    argument: str = ""
+
+
+def parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "yes", "on", "1"):
+        return True
+    if lowered in ("false", "no", "off", "0"):
+        return False
+    raise Invalid("expected true or false")
+
+
+def parse_size(text: str) -> int:
+    """HAProxy size: an integer with optional k/m/g suffix, powers of 1024."""
+    match = _SIZE.match(text.strip().lower())
+    if not match:
+        raise Invalid("expected a size: an integer with an optional k, m or g suffix")
+    value = int(match[1]) * _SIZE_UNITS[match[2]]
+    if value < 1:
+        raise Invalid("size must be at least 1")
+    if value > MAX_TABLE_SIZE:
+        raise Invalid(f"size exceeds {MAX_TABLE_SIZE} entries")
+    return value
+
+
+def parse_time_ms(text: str) -> int:
+    """HAProxy time: an integer with optional ms/s/m/h/d suffix (ms when bare)."""
+    match = _TIME.match(text.strip().lower())
+    if not match:
+        raise Invalid("expected a duration: an integer with an optional ms, s, m, h or d suffix")
+    value = int(match[1]) * _TIME_UNITS_MS[match[2] or "ms"]
+    if value < 1:
+        raise Invalid("duration must be positive")
+    if value > MAX_EXPIRE_MS:
+        raise Invalid(f"duration exceeds {MAX_EXPIRE_MS} ms")
+    return value
+
+
+def parse_positive_int(text: str, maximum: int) -> int:
+    stripped = text.strip()
+    if not stripped.isascii() or not stripped.isdigit() or len(stripped) > 9:
+        raise Invalid("expected a positive integer")
+    value = int(stripped)
+    if not 1 <= value <= maximum:
+        raise Invalid(f"expected an integer from 1 to {maximum}")
+    return value
+
+
+def parse_port(text: str) -> int:
+    try:
+        return parse_positive_int(text, 65535)
+    except Invalid:
+        raise Invalid("expected a TCP port from 1 to 65535") from None
+
+
+def parse_balance(text: str, mode: str) -> Balance:
+    """roundrobin, static-rr, leastconn, first, source, random, uri, url_param NAME, hdr(NAME)."""
+    stripped = text.strip()
+    balance: Balance
+    if stripped in PLAIN_ALGORITHMS:
+        balance = Balance(stripped)
+    elif stripped.startswith("url_param"):
+        parts = stripped.split()
+        if len(parts) != 2 or parts[0] != "url_param" or not _PARAM_NAME.match(parts[1]):
+            raise Invalid("url_param needs one parameter name of letters, digits, _ . -")
+        balance = Balance("url_param", parts[1])
+    elif stripped.startswith("hdr(") and stripped.endswith(")"):
+        name = stripped[4:-1]
+        if not _HEADER_NAME.match(name):
+            raise Invalid("hdr(NAME) needs a header name of letters, digits and -")
+        balance = Balance("hdr", name)
+    else:
+        raise Invalid(
+            "unknown algorithm; expected one of roundrobin, static-rr, leastconn, first, "
+            "source, random, uri, url_param NAME, hdr(NAME)"
+        )
+    if mode != "http" and balance.algorithm in HTTP_ONLY_ALGORITHMS:
+        raise Invalid(f"{balance.algorithm} needs an HTTP backend, this one is {mode}")
+    return balance
+
+
+def parse_hash_type(text: str) -> str:
+    """map-based|consistent [function] [avalanche], returned in canonical spacing."""
+    words = text.split()
+    if not words or words[0] not in HASH_METHODS:
+        raise Invalid("expected map-based or consistent, then an optional function and avalanche")
+    rest = words[1:]
+    if rest and rest[0] in HASH_FUNCTIONS:
+        rest = rest[1:]
+    if rest == ["avalanche"]:
+        rest = []
+    if rest:
+        raise Invalid(
+            f"unexpected {rest[0]!r}; functions are {', '.join(HASH_FUNCTIONS)}, "
+            "then optionally avalanche"
+        )
+    return " ".join(words)
+
+
+def parse_hosts(text: str) -> tuple[str, ...]:
+    """Comma-separated DNS host names, lower-cased, deduplicated, sorted."""
+    hosts: set[str] = set()
+    for raw in text.split(","):
+        host = raw.strip().lower()
+        if not host:
+            continue
+        labels = host.split(".")
+        if len(host) > 253 or not all(_HOST_LABEL.match(label) for label in labels):
+            raise Invalid(f"{raw.strip()!r} is not a DNS host name")
+        hosts.add(host)
+    if not hosts:
+        raise Invalid("expected at least one host name")
+    if len(hosts) > MAX_HOSTS:
+        raise Invalid(f"more than {MAX_HOSTS} hosts")
+    return tuple(sorted(hosts))
+
+
+def parse_workload_refs(text: str) -> frozenset[str]:
+    """Comma-separated "namespace/name" workload names."""
+    refs: set[str] = set()
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        namespace, sep, name = item.partition("/")
+        if not sep or not _HOST_LABEL.match(namespace) or not _DNS_SUBDOMAIN.match(name):
+            raise Invalid(f"{item!r} is not namespace/name")
+        refs.add(item)
+    if not refs:
+        raise Invalid("expected at least one namespace/name")
+    return frozenset(refs)
+
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
+_DNS_LABEL = _HOST_LABEL
+_PORT_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$")
+
+
+def is_dns_label(text: str) -> bool:
+    return bool(_DNS_LABEL.match(text))
+
+
+def is_dns_subdomain(text: str) -> bool:
+    return bool(_DNS_SUBDOMAIN.match(text))
+
+
+def is_port_name(text: str) -> bool:
+    return bool(_PORT_NAME.match(text))
+
+
+def shown(value: str, limit: int = 120) -> str:
+    """The value as a warning shows it: printable, bounded."""
+    text = value.encode("unicode_escape", "backslashreplace").decode("ascii")
+    return text if len(text) <= limit else text[:limit] + "..."
