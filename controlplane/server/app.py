@@ -124,7 +124,7 @@ class ControlPlaneServer:
     def _peerplane_handler(self) -> grpc.GenericRpcHandler[object, object]:
         handlers = {
             "Stream": grpc.stream_stream_rpc_method_handler(
-                self._streams,
+                self._streams.handle,
                 request_deserializer=pb.AgentMessage.FromString,
                 response_serializer=_passthrough,
             ),

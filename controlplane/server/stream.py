@@ -57,7 +57,7 @@ class StreamHandler:
         for wake in list(self._wakers):
             wake.set()
 
-    async def __call__(
+    async def handle(
         self,
         requests: AsyncIterator[pb.AgentMessage],
         context: grpc.aio.ServicerContext[pb.AgentMessage, bytes],

@@ -1,0 +1,84 @@
+"""Fakes for the reconcile loop: a source the test pokes, a counting compute, slot stores."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from types import MappingProxyType
+
+from controlplane.compute.types import BackendSlots, ComputeResult, Rejection, SlotAssignment
+from controlplane.model import ClusterState
+from controlplane.store import SnapshotStore
+from tests.helpers.server_harness import NS, W1, snapshot
+
+
+class FakeSource:
+    """A Source whose changes the test triggers by calling `on_change` itself."""
+
+    def __init__(self) -> None:
+        self.on_change: Callable[[], None] | None = None
+        self.stopped = False
+        self.problems: list[str] = []
+
+    def start(self, on_change: Callable[[], None]) -> None:
+        self.on_change = on_change
+
+    def state(self) -> ClusterState:
+        return ClusterState()
+
+    def errors(self) -> list[str]:
+        return list(self.problems)
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def assignment_for(addresses: tuple[str, ...]) -> SlotAssignment:
+    slots = {(a, 8888): i for i, a in enumerate(addresses, start=1)}
+    return {"default_shop_http": BackendSlots(42, MappingProxyType(slots))}
+
+
+class FakeCompute:
+    """compute(): one workload whose slots follow `addresses`; counts and times calls."""
+
+    def __init__(self) -> None:
+        self.addresses: tuple[str, ...] = ("10.0.0.1",)
+        self.rejections: tuple[Rejection, ...] = ()
+        self.fail = False
+        self.calls: list[float] = []  # time.monotonic() of each call
+        self.previous: list[SlotAssignment] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, state: ClusterState, previous: SlotAssignment) -> ComputeResult:
+        with self._lock:
+            self.calls.append(time.monotonic())
+            self.previous.append(previous)
+        if self.fail:
+            raise RuntimeError("compute exploded")
+        return ComputeResult(
+            snapshots={W1: snapshot(W1, *self.addresses)},
+            assignment=assignment_for(self.addresses),
+            rejections=self.rejections,
+            pod_workloads={f"{NS}/haproxy-a": W1},
+        )
+
+
+class RecordingSlotStore:
+    """Records every save with the version the store had published at that moment."""
+
+    def __init__(self, store: SnapshotStore, initial: SlotAssignment | None = None) -> None:
+        self._store = store
+        self.initial: SlotAssignment = initial or {}
+        self.saves: list[tuple[SlotAssignment, int]] = []
+        self.failures_left = 0
+
+    def load(self) -> tuple[SlotAssignment, list[str]]:
+        return self.initial, ["state file had a bad line"]
+
+    def save(self, assignment: SlotAssignment) -> None:
+        if self.failures_left:
+            self.failures_left -= 1
+            raise OSError("disk full")
+        published = self._store.get(W1)
+        self.saves.append((assignment, published.version if published else 0))

@@ -1,0 +1,183 @@
+"""An in-process control-plane server on a free loopback port, and scripted agents.
+
+Agents read the raw response bytes (a pass-through deserializer) so tests can check
+that every stream of a workload receives the very same serialized snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from types import TracebackType
+from typing import Any, TypeVar
+
+import grpc
+
+from controlplane.server import ControlPlaneServer
+from controlplane.server.agents import AgentSession
+from controlplane.store import SnapshotStore, content_hash
+from peerplane.v1 import peerplane_pb2 as pb
+from peerplane.v1 import peerplane_pb2_grpc
+
+T = TypeVar("T")
+WAIT_S = 5.0
+NS = "haproxy-system"
+W1 = "haproxy-system/DaemonSet/haproxy"
+W2 = "edge/Deployment/edge-haproxy"
+
+
+def run(coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
+    """Run one async test body on a fresh event loop, bounded in time."""
+
+    async def bounded() -> T:
+        return await asyncio.wait_for(coro, timeout)
+
+    return asyncio.run(bounded())
+
+
+def snapshot(
+    workload: str, *addresses: str, peers: tuple[str, ...] = ("haproxy-a",)
+) -> pb.Snapshot:
+    """A small snapshot whose content (and hash) follows `addresses` and `peers`."""
+    snap = pb.Snapshot(workload=workload)
+    snap.peers.name = "localinstance"
+    snap.peers.port = 10000
+    for i, name in enumerate(peers, start=1):
+        snap.peers.peers.append(pb.Peer(name=name, address=f"127.0.1.{i}", port=10000))
+    backend = snap.backends.add(name="default_shop_http", service="default/shop", mode="http")
+    backend.balance = "source"
+    for index, address in enumerate(addresses, start=1):
+        backend.slots.append(
+            pb.Slot(
+                index=index,
+                server_name=f"SRV_{index}",
+                address=address,
+                port=8888,
+                enabled=True,
+            )
+        )
+    snap.content_hash = content_hash(snap)
+    return snap
+
+
+class Agent:
+    """One agent stream, driven step by step by a test."""
+
+    def __init__(self, channel: grpc.aio.Channel, pod: str, namespace: str = NS) -> None:
+        self.pod = pod
+        self.namespace = namespace
+        method = channel.stream_stream(
+            "/peerplane.v1.PeerPlane/Stream",
+            request_serializer=pb.AgentMessage.SerializeToString,
+            response_deserializer=lambda raw: raw,
+        )
+        self.call: Any = method()
+
+    async def hello(self, applied_hash: str = "", applied_version: int = 0) -> None:
+        hello = pb.Hello(
+            pod_namespace=self.namespace,
+            pod_name=self.pod,
+            node_name="node-a",
+            applied_content_hash=applied_hash,
+            applied_version=applied_version,
+            agent_version="test",
+        )
+        await self.call.write(pb.AgentMessage(hello=hello))
+
+    async def recv_raw(self, timeout: float = WAIT_S) -> bytes:
+        raw = await asyncio.wait_for(self.call.read(), timeout)
+        assert isinstance(raw, bytes), f"stream ended: {raw!r}"
+        return raw
+
+    async def recv(self, timeout: float = WAIT_S) -> pb.ServerMessage:
+        return pb.ServerMessage.FromString(await self.recv_raw(timeout))
+
+    async def recv_snapshot(self) -> pb.ServerMessage:
+        message = await self.recv()
+        assert message.WhichOneof("message") == "snapshot", message
+        assert message.nonce, "a snapshot must carry a nonce"
+        return message
+
+    async def ack(self, message: pb.ServerMessage, nonce: str | None = None) -> None:
+        snap = message.snapshot
+        ack = pb.Ack(
+            nonce=message.nonce if nonce is None else nonce,
+            version=snap.version,
+            content_hash=snap.content_hash,
+        )
+        await self.call.write(pb.AgentMessage(ack=ack))
+
+    async def nack(self, message: pb.ServerMessage, error: str) -> None:
+        snap = message.snapshot
+        nack = pb.Nack(
+            nonce=message.nonce,
+            version=snap.version,
+            content_hash=snap.content_hash,
+            error=error,
+        )
+        await self.call.write(pb.AgentMessage(nack=nack))
+
+    def close(self) -> None:
+        self.call.cancel()
+
+
+class Harness:
+    """Server + client channel; `async with Harness() as h:`."""
+
+    def __init__(self) -> None:
+        self.store = SnapshotStore()
+        self.server = ControlPlaneServer(self.store)
+        self.port = 0
+        self._agents: list[Agent] = []
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def __aenter__(self) -> Harness:
+        self.port = await self.server.start("127.0.0.1:0")
+        self.channel = grpc.aio.insecure_channel(self.address)
+        self.stub = peerplane_pb2_grpc.PeerPlaneStub(self.channel)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for agent in self._agents:
+            agent.close()
+        await self.channel.close()
+        await self.server.stop(0.5)
+
+    def agent(self, pod: str, namespace: str = NS) -> Agent:
+        agent = Agent(self.channel, pod, namespace)
+        self._agents.append(agent)
+        return agent
+
+    def publish(
+        self, snapshots: Mapping[str, pb.Snapshot], pods: Mapping[str, str] | None = None
+    ) -> list[str]:
+        return self.store.publish(snapshots, pods)
+
+    def session(self, pod: str) -> AgentSession | None:
+        for session in self.server.registry.sessions():
+            if session.pod == f"{NS}/{pod}" or session.pod == pod:
+                return session
+        return None
+
+    async def until(self, predicate: Callable[[], bool]) -> None:
+        """Wait for a server-side agent state change that makes `predicate()` true."""
+        await self.server.registry.wait_until(predicate, WAIT_S)
+
+    async def agents(self, workload: str = "") -> list[pb.AgentStatus]:
+        response = await self.stub.ListAgents(pb.ListAgentsRequest(workload=workload))
+        return list(response.agents)
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = WAIT_S) -> None:
+    """For state only observable from outside (a subprocess): poll, bounded in time."""
+    async with asyncio.timeout(timeout):
+        while not await check():
+            await asyncio.sleep(0.05)

@@ -1,0 +1,179 @@
+"""The reconcile loop: debounce, persist-before-publish, logging once, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import pytest
+
+from controlplane.compute.types import Rejection
+from controlplane.reconcile import Reconciler
+from controlplane.store import SnapshotStore
+from tests.helpers.server_fakes import FakeCompute, FakeSource, RecordingSlotStore
+from tests.helpers.server_harness import W1, run
+
+WAIT_S = 5.0
+
+
+@dataclass
+class Loop:
+    reconciler: Reconciler
+    store: SnapshotStore
+    source: FakeSource
+    compute: FakeCompute
+    slots: RecordingSlotStore
+
+
+@asynccontextmanager
+async def reconcile_loop(retry_s: float = 1.0) -> AsyncIterator[Loop]:
+    store = SnapshotStore()
+    source, compute = FakeSource(), FakeCompute()
+    slots = RecordingSlotStore(store)
+    reconciler = Reconciler(source, store, slots, compute, retry_s=retry_s)
+    source.start(reconciler.on_change)
+    task = asyncio.create_task(reconciler.run())
+    try:
+        yield Loop(reconciler, store, source, compute, slots)
+    finally:
+        reconciler.stop()
+        await asyncio.wait_for(task, WAIT_S)
+
+
+def test_a_burst_of_changes_gives_a_handful_of_computations() -> None:
+    async def body() -> None:
+        async with reconcile_loop() as loop:
+            await loop.reconciler.wait_computed(1, WAIT_S)
+            assert loop.source.on_change is not None
+            on_change = loop.source.on_change
+
+            def burst() -> None:
+                for _ in range(1000):
+                    on_change()
+
+            await asyncio.to_thread(burst)
+            await loop.reconciler.wait_computed(2, WAIT_S)
+            assert 2 <= loop.reconciler.computations <= 5
+            assert len(loop.compute.calls) == loop.reconciler.computations
+
+    run(body())
+
+
+def test_continuous_changes_still_publish_within_about_a_second() -> None:
+    async def body() -> None:
+        async with reconcile_loop() as loop:
+            await loop.reconciler.wait_computed(1, WAIT_S)
+            assert loop.source.on_change is not None
+            on_change = loop.source.on_change
+            stop = threading.Event()
+
+            def keep_changing() -> float:
+                started = time.monotonic()
+                deadline = started + 2.5
+                while time.monotonic() < deadline and not stop.wait(0.01):
+                    loop.compute.addresses = (f"10.0.0.{int(time.monotonic() * 100) % 250}",)
+                    on_change()
+                return started
+
+            try:
+                started = await asyncio.to_thread(keep_changing)
+            finally:
+                stop.set()
+            during = [t - started for t in loop.compute.calls[1:] if t - started < 2.5]
+            # Changes never pause for 100 ms, yet the 1 s ceiling forces a computation.
+            assert len(during) >= 2, during
+            assert 0.8 <= during[0] <= 1.4, during
+
+    run(body())
+
+
+def test_the_assignment_is_persisted_before_the_snapshots_using_it() -> None:
+    async def body() -> None:
+        async with reconcile_loop() as loop:
+            await loop.reconciler.wait_computed(1, WAIT_S)
+            first = loop.store.get(W1)
+            assert first is not None and first.version == 1
+            # Saved while nothing was published yet.
+            assert [version for _, version in loop.slots.saves] == [0]
+
+            loop.compute.addresses = ("10.0.0.1", "10.0.0.2")
+            loop.reconciler.on_change()
+            await loop.reconciler.wait_computed(2, WAIT_S)
+            assert [version for _, version in loop.slots.saves] == [0, 1]
+            second = loop.store.get(W1)
+            assert second is not None and second.version == 2
+            # The next computation starts from the persisted assignment.
+            assert loop.compute.previous[-1] == loop.slots.saves[0][0]
+
+            loop.reconciler.on_change()  # same content: no save, no new version
+            await loop.reconciler.wait_computed(3, WAIT_S)
+            assert len(loop.slots.saves) == 2
+            assert loop.store.get(W1) is second
+
+    run(body())
+
+
+def test_a_failed_save_publishes_nothing_and_is_retried() -> None:
+    async def body() -> None:
+        async with reconcile_loop(retry_s=0.05) as loop:
+            loop.slots.failures_left = 1
+            await loop.reconciler.wait_computed(1, WAIT_S)
+            assert not loop.store.has_published
+            await loop.reconciler.wait_computed(2, WAIT_S)
+            published = loop.store.get(W1)
+            assert published is not None and published.version == 1
+            assert len(loop.slots.saves) == 1
+
+    run(body())
+
+
+def test_rejections_are_logged_once_while_they_last(caplog: pytest.LogCaptureFixture) -> None:
+    bad = Rejection("Service", "default", "shop", "load-balance", "bogus", "unknown algorithm")
+    worse = Rejection("ConfigMap", "haproxy-system", "s", "server-slots", "-1", "not positive")
+
+    async def body() -> None:
+        async with reconcile_loop() as loop:
+            loop.compute.rejections = (bad,)
+            await loop.reconciler.wait_computed(1, WAIT_S)
+            for count in (2, 3):
+                loop.reconciler.on_change()
+                await loop.reconciler.wait_computed(count, WAIT_S)
+            loop.compute.rejections = (bad, worse)
+            loop.reconciler.on_change()
+            await loop.reconciler.wait_computed(4, WAIT_S)
+
+    with caplog.at_level(logging.INFO, logger="controlplane.reconcile"):
+        run(body())
+    rejected = [r.getMessage() for r in caplog.records if "rejected" in r.getMessage()]
+    assert rejected == [
+        "rejected Service default/shop load-balance=bogus: unknown algorithm",
+        "rejected ConfigMap haproxy-system/s server-slots=-1: not positive",
+    ]
+    published = [r.getMessage() for r in caplog.records if r.getMessage().startswith("published")]
+    assert len(published) == 1 and published[0].startswith(f"published {W1} v1 hash ")
+
+
+def test_a_failing_computation_is_logged_and_the_loop_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def body() -> None:
+        async with reconcile_loop() as loop:
+            await loop.reconciler.wait_computed(1, WAIT_S)
+            loop.compute.fail = True
+            loop.reconciler.on_change()
+            await loop.reconciler.wait_computed(2, WAIT_S)
+            loop.compute.fail = False
+            loop.compute.addresses = ("10.0.0.7",)
+            loop.reconciler.on_change()
+            await loop.reconciler.wait_computed(3, WAIT_S)
+            published = loop.store.get(W1)
+            assert published is not None and published.version == 2
+
+    with caplog.at_level(logging.ERROR, logger="controlplane.reconcile"):
+        run(body())
+    assert any("computation failed" in r.getMessage() for r in caplog.records)
