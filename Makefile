@@ -33,7 +33,7 @@ demo: $(STAMP)
 	$(PY) -m controlplane.demo
 
 bench: $(STAMP)
-	$(PY) -m bench
+	$(PY) -m tests.bench
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -7,8 +7,9 @@ IP (numeric, IPv4 before IPv6), then port.
 
 from __future__ import annotations
 
-import ipaddress
+import socket
 from collections.abc import Iterable
+from functools import lru_cache
 
 from controlplane.compute.types import EndpointKey
 from controlplane.model import EndpointSlice, ServicePort
@@ -16,9 +17,28 @@ from controlplane.model import EndpointSlice, ServicePort
 _ADDRESS_TYPES = frozenset({"IPv4", "IPv6"})
 
 
-def canonical_key(endpoint: EndpointKey) -> tuple[int, int, int]:
-    address = ipaddress.ip_address(endpoint[0])
-    return (address.version, int(address), endpoint[1])
+@lru_cache(maxsize=1 << 18)
+def parse_ip(text: str) -> tuple[int, bytes, str] | None:
+    """(family order, packed address, canonical text), or None when `text` is not an IP.
+
+    inet_pton is strict and fast; the cache matters because the same addresses are
+    parsed on every recompute.
+    """
+    for order, family in ((4, socket.AF_INET), (6, socket.AF_INET6)):
+        try:
+            packed = socket.inet_pton(family, text)
+        except (OSError, ValueError):
+            continue
+        return order, packed, socket.inet_ntop(family, packed)
+    return None
+
+
+def canonical_key(endpoint: EndpointKey) -> tuple[int, bytes, int]:
+    """IPv4 before IPv6, then numeric address (packed bytes compare numerically), then port."""
+    parsed = parse_ip(endpoint[0])
+    if parsed is None:
+        raise ValueError(f"not an IP address: {endpoint[0]!r}")
+    return parsed[0], parsed[1], endpoint[1]
 
 
 def ready_endpoints(slices: Iterable[EndpointSlice], port: ServicePort) -> list[EndpointKey]:
@@ -41,9 +61,7 @@ def ready_endpoints(slices: Iterable[EndpointSlice], port: ServicePort) -> list[
             if not endpoint.ready:
                 continue
             for raw in endpoint.addresses:
-                try:
-                    address = ipaddress.ip_address(raw)
-                except ValueError:
-                    continue  # not an IP: never rendered
-                found.add((str(address), target))
+                parsed = parse_ip(raw)
+                if parsed is not None:  # anything else is never rendered
+                    found.add((parsed[2], target))
     return sorted(found, key=canonical_key)
