@@ -1,0 +1,358 @@
+"""List-then-watch of one Kubernetes collection with the official client, kept in a cache.
+
+One thread per informer. A full list (paged with limit/continue) fills the cache and gives
+the resourceVersion to watch from; the watch asks for bookmarks, carries a server-side
+timeout and a client socket timeout (a half-open connection cannot hang it), and tracks the
+resourceVersion of every event, BOOKMARK included. 410 Gone (an ERROR event or an HTTP 410)
+triggers a relist whose diff against the cache yields the deletions missed in the gap; any
+other failure reconnects from the last resourceVersion after an exponential backoff with
+jitter. Objects are cached converted to model types, so a change the model does not see
+(a status field, a relist that finds the same objects) never calls `on_change`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from kubernetes.client.exceptions import ApiException
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    wait_exponential,
+    wait_random,
+)
+
+from controlplane.source.convert import Manifest, ManifestError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Key = tuple[str, str]  # (namespace, name)
+Lister = Callable[..., Any]  # an official client list_* method, other arguments bound
+
+
+@dataclass(frozen=True, slots=True)
+class WatchOptions:
+    """Timeouts and backoff of the list/watch loop (seconds)."""
+
+    page_size: int = 500
+    watch_timeout: float = 300.0  # server-side timeoutSeconds, jittered up to 1.5x
+    connect_timeout: float = 10.0
+    read_timeout: float = 90.0  # client socket timeout: silence longer than this reconnects
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+    backoff_jitter: float = 1.0
+
+    @property
+    def request_timeout(self) -> tuple[float, float]:
+        return (self.connect_timeout, self.read_timeout)
+
+
+class Gone(Exception):
+    """410 Gone: the resourceVersion is too old to watch from; relist."""
+
+
+class WatchError(Exception):
+    """An ERROR event other than 410 in a watch stream."""
+
+
+class _Stopped(Exception):
+    """Raised out of a backoff sleep when the informer is stopped."""
+
+
+def _key(raw: Manifest) -> Key:
+    meta = raw.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def _resource_version(raw: Manifest) -> str | None:
+    meta = raw.get("metadata") or {}
+    value = meta.get("resourceVersion")
+    return str(value) if value else None
+
+
+def _lines(response: Any) -> Iterator[bytes]:
+    """JSON lines of a chunked watch response, as chunks arrive."""
+    buffer = b""
+    for chunk in response.stream(amt=None, decode_content=False):
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if line.strip():
+                yield line
+    if buffer.strip():
+        yield buffer
+
+
+def _close(response: Any) -> None:
+    for method in ("shutdown", "close", "release_conn"):
+        with contextlib.suppress(Exception):
+            getattr(response, method)()
+
+
+class Informer(Generic[T]):
+    """Cache of one collection, converted by `convert`, kept current by list/watch."""
+
+    def __init__(
+        self,
+        name: str,
+        lister: Lister,
+        convert: Callable[[Manifest], T],
+        options: WatchOptions | None = None,
+    ) -> None:
+        self.name = name
+        self._lister = lister
+        self._convert = convert
+        self._options = options or WatchOptions()
+        self._lock = threading.Lock()
+        self._items: dict[Key, T] = {}
+        self._bad: dict[Key, str] = {}
+        self._failure = ""
+        self._rv: str | None = None
+        self._gone_in_row = 0
+        self._synced = threading.Event()
+        self._stopping = threading.Event()
+        self._response: Any = None
+        self._thread: threading.Thread | None = None
+        self._on_change: Callable[[], None] = lambda: None
+        self.relists = 0
+        self.watches = 0
+
+    # ------------------------------------------------------------------ interface
+
+    def start(self, on_change: Callable[[], None]) -> None:
+        self._on_change = on_change
+        self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}", daemon=True)
+        self._thread.start()
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self._synced.wait(timeout)
+
+    def items(self) -> dict[Key, T]:
+        with self._lock:
+            return dict(self._items)
+
+    @property
+    def resource_version(self) -> str | None:
+        with self._lock:
+            return self._rv
+
+    def errors(self) -> list[str]:
+        with self._lock:
+            found = [f"{self.name} {ns}/{name}: {why}" for (ns, name), why in self._bad.items()]
+            if self._failure:
+                found.append(f"{self.name}: {self._failure}")
+            return sorted(found)
+
+    def signal_stop(self) -> None:
+        """Ask the thread to end and abort a blocked read; does not wait."""
+        self._stopping.set()
+        response = self._response
+        if response is not None:
+            _close(response)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.signal_stop()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # ------------------------------------------------------------------ loop
+
+    def _run(self) -> None:
+        options = self._options
+        retrying = Retrying(
+            wait=wait_exponential(multiplier=options.backoff_initial, max=options.backoff_max)
+            + wait_random(0, options.backoff_jitter),
+            retry=retry_if_exception(lambda e: not isinstance(e, _Stopped)),
+            sleep=self._sleep,
+            before_sleep=self._failed,
+            reraise=True,
+        )
+        while not self._stopping.is_set():
+            try:
+                retrying(self._cycle)
+            except _Stopped:
+                return
+            except Exception:  # pragma: no cover - tenacity retries all but _Stopped
+                log.exception("informer %s: unexpected exit", self.name)
+                return
+
+    def _sleep(self, seconds: float) -> None:
+        if self._stopping.wait(seconds):
+            raise _Stopped
+
+    def _failed(self, state: RetryCallState) -> None:
+        if self._stopping.is_set():
+            return
+        error = state.outcome.exception() if state.outcome else None
+        if isinstance(error, ApiException):
+            text = f"HTTP {error.status} {error.reason}"
+        else:
+            text = f"{type(error).__name__}: {error}"
+        with self._lock:
+            self._failure = text
+        wait = state.next_action.sleep if state.next_action else 0.0
+        log.warning("informer %s: %s; retrying in %.2fs", self.name, self._failure, wait)
+
+    def _cycle(self) -> None:
+        """Relist when needed, then watch until the stream ends; raises on failure."""
+        if self._stopping.is_set():
+            raise _Stopped
+        if self._rv is None:
+            self._relist()
+        try:
+            self._watch()
+        except Gone:
+            self._rv = None
+            self._gone_in_row += 1
+            log.info("informer %s: resourceVersion expired (410), relisting", self.name)
+            if self._gone_in_row > 1:
+                raise  # 410 again right after a relist: back off before the next one
+        with self._lock:
+            self._failure = ""
+
+    # ------------------------------------------------------------------ list
+
+    def _relist(self) -> None:
+        items: dict[Key, T] = {}
+        bad: dict[Key, str] = {}
+        token: str | None = None
+        rv = ""
+        while True:
+            try:
+                body = self._list_page(token)
+            except ApiException as error:
+                if error.status == 410 and token:
+                    log.info("informer %s: continue token expired, listing again", self.name)
+                    items, bad, token = {}, {}, None
+                    continue
+                raise
+            meta = body.get("metadata") or {}
+            if token is None:
+                rv = str(meta.get("resourceVersion") or "")
+            for raw in body.get("items") or []:
+                self._convert_into(raw, items, bad)
+            token = meta.get("continue") or None
+            if not token:
+                break
+        with self._lock:
+            changed = items != self._items
+            self._items, self._bad, self._rv, self._failure = items, bad, rv, ""
+            self.relists += 1
+        first = not self._synced.is_set()
+        self._synced.set()
+        log.debug("informer %s: listed %d objects at %s", self.name, len(items), rv)
+        if changed and not first:
+            self._notify()
+
+    def _list_page(self, token: str | None) -> Mapping[str, Any]:
+        kwargs: dict[str, Any] = {"limit": self._options.page_size}
+        if token:
+            kwargs["_continue"] = token
+        response = self._lister(
+            **kwargs,
+            _preload_content=False,
+            _request_timeout=self._options.request_timeout,
+        )
+        try:
+            body = json.loads(response.data)
+        finally:
+            response.release_conn()
+        if not isinstance(body, Mapping):
+            raise ValueError("list response is not an object")
+        return body
+
+    def _convert_into(self, raw: Any, items: dict[Key, T], bad: dict[Key, str]) -> None:
+        if not isinstance(raw, Mapping):
+            return
+        key = _key(raw)
+        try:
+            items[key] = self._convert(raw)
+        except ManifestError as error:
+            bad[key] = str(error)
+
+    # ------------------------------------------------------------------ watch
+
+    def _watch(self) -> None:
+        options = self._options
+        timeout = max(1, int(random.uniform(options.watch_timeout, options.watch_timeout * 1.5)))
+        try:
+            response = self._lister(
+                watch=True,
+                resource_version=self._rv,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout,
+                _preload_content=False,
+                _request_timeout=options.request_timeout,
+            )
+        except ApiException as error:
+            if error.status == 410:
+                raise Gone(str(error.reason)) from error
+            raise
+        self._response = response
+        self.watches += 1
+        with self._lock:
+            self._failure = ""
+        try:
+            if self._stopping.is_set():
+                raise _Stopped
+            for line in _lines(response):
+                if self._stopping.is_set():
+                    raise _Stopped
+                self._handle(json.loads(line))
+        finally:
+            self._response = None
+            _close(response)
+
+    def _handle(self, event: Mapping[str, Any]) -> None:
+        kind = event.get("type")
+        raw = event.get("object")
+        if not isinstance(raw, Mapping):
+            raise WatchError(f"watch event without object: {kind}")
+        if kind == "ERROR":
+            if raw.get("code") == 410:
+                raise Gone(str(raw.get("message") or "expired"))
+            raise WatchError(f"{raw.get('code')} {raw.get('reason')}: {raw.get('message')}")
+        rv = _resource_version(raw)
+        changed = False
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            changed = self._apply(str(kind), raw)
+        elif kind != "BOOKMARK":
+            raise WatchError(f"unknown watch event type {kind!r}")
+        self._gone_in_row = 0
+        with self._lock:
+            if rv:
+                self._rv = rv
+        if changed:
+            self._notify()
+
+    def _apply(self, kind: str, raw: Mapping[str, Any]) -> bool:
+        key = _key(raw)
+        with self._lock:
+            before = self._items.get(key)
+            self._bad.pop(key, None)
+            if kind == "DELETED":
+                self._items.pop(key, None)
+                return before is not None
+            try:
+                after = self._convert(raw)
+            except ManifestError as error:
+                self._bad[key] = str(error)
+                self._items.pop(key, None)
+                return before is not None
+            self._items[key] = after
+            return before != after
+
+    def _notify(self) -> None:
+        try:
+            self._on_change()
+        except Exception:
+            log.exception("informer %s: on_change failed", self.name)

@@ -1,0 +1,92 @@
+"""Builders of the Kubernetes objects the tests feed the fake API server, and helpers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client
+
+Obj = dict[str, Any]
+
+
+def api_client(url: str) -> client.ApiClient:
+    """An official client pointed at the fake server over plain HTTP."""
+    configuration = client.Configuration()
+    configuration.host = url
+    configuration.retries = False
+    return client.ApiClient(configuration)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, step: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return predicate()
+
+
+def service(name: str, ns: str = "default", expose: bool = True, **annotations: str) -> Obj:
+    notes = {"haproxy.org/expose": "true"} if expose else {}
+    notes.update({f"haproxy.org/{k.replace('_', '-')}": v for k, v in annotations.items()})
+    return {
+        "kind": "Service",
+        "apiVersion": "v1",
+        "metadata": {"name": name, "namespace": ns, "annotations": notes},
+        "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]},
+    }
+
+
+def endpoint_slice(service_name: str, ready: dict[str, bool], ns: str = "default") -> Obj:
+    return {
+        "kind": "EndpointSlice",
+        "apiVersion": "discovery.k8s.io/v1",
+        "metadata": {
+            "name": f"{service_name}-abc",
+            "namespace": ns,
+            "labels": {"kubernetes.io/service-name": service_name},
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": [
+            {"addresses": [ip], "conditions": {"ready": ok}} for ip, ok in sorted(ready.items())
+        ],
+    }
+
+
+def pod(name: str, ip: str, owner: str = "haproxy-7d9f", ns: str = "haproxy-system") -> Obj:
+    return {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": {"app.kubernetes.io/component": "haproxy"},
+            "ownerReferences": [{"kind": "ReplicaSet", "name": owner, "controller": True}],
+        },
+        "spec": {"nodeName": "node-1"},
+        "status": {"phase": "Running", "podIP": ip},
+    }
+
+
+def replica_set(name: str = "haproxy-7d9f", ns: str = "haproxy-system") -> Obj:
+    return {
+        "kind": "ReplicaSet",
+        "apiVersion": "apps/v1",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "ownerReferences": [{"kind": "Deployment", "name": "haproxy", "controller": True}],
+        },
+    }
+
+
+def config_map(name: str, ns: str = "haproxy-system", **data: str) -> Obj:
+    return {
+        "kind": "ConfigMap",
+        "apiVersion": "v1",
+        "metadata": {"name": name, "namespace": ns},
+        "data": {k.replace("_", "-"): v for k, v in data.items()},
+    }

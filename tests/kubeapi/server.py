@@ -1,0 +1,592 @@
+"""An in-process HTTP server speaking the parts of the Kubernetes API that peerplane uses.
+
+List (resourceVersion, limit/continue, label and field selectors), watch (chunked JSON
+lines: ADDED/MODIFIED/DELETED/BOOKMARK, ERROR 410 for an expired resourceVersion), get,
+create, replace (409 on a stale resourceVersion), merge patch and delete. Test hooks
+mutate objects and misbehave on purpose: drop or stall watches, expire history, inject
+error statuses. Loopback only; every connection is closed by `stop()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import itertools
+import json
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+Obj = dict[str, Any]
+
+PLURALS = {
+    "Service": "services",
+    "Pod": "pods",
+    "ConfigMap": "configmaps",
+    "Event": "events",
+    "EndpointSlice": "endpointslices",
+    "ReplicaSet": "replicasets",
+    "Lease": "leases",
+}
+KINDS = {plural: kind for kind, plural in PLURALS.items()}
+
+_ROUTE = re.compile(
+    r"^/(?P<group>api/v1|apis/[^/]+/v1)(?:/namespaces/(?P<ns>[^/]+))?"
+    r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?$"
+)
+
+
+@dataclass
+class _Change:
+    rv: int
+    plural: str
+    type: str
+    obj: Obj
+    old: Obj | None
+
+
+@dataclass(eq=False)
+class _Watch:
+    plural: str
+    conn: socket.socket
+    stalled: bool = False
+    dropped: bool = False
+    expired: bool = False
+
+
+@dataclass
+class _Query:
+    namespace: str | None
+    labels: list[tuple[str, str, str]] = field(default_factory=list)
+    fields: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def matches(self, obj: Obj) -> bool:
+        meta = obj.get("metadata") or {}
+        if self.namespace is not None and meta.get("namespace", "") != self.namespace:
+            return False
+        labels = meta.get("labels") or {}
+        flat = {"metadata.name": meta.get("name", ""), "metadata.namespace": meta.get("namespace")}
+        return _match(self.labels, labels) and _match(self.fields, flat)
+
+
+def _match(terms: list[tuple[str, str, str]], values: dict[str, Any]) -> bool:
+    for key, op, value in terms:
+        if op == "exists" and key not in values:
+            return False
+        if op == "!exists" and key in values:
+            return False
+        if op == "=" and values.get(key) != value:
+            return False
+        if op == "!=" and values.get(key) == value:
+            return False
+    return True
+
+
+def _parse_selector(text: str) -> list[tuple[str, str, str]]:
+    terms = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if "!=" in part:
+            key, value = part.split("!=", 1)
+            terms.append((key.strip(), "!=", value.strip()))
+        elif "=" in part:
+            key, value = part.replace("==", "=").split("=", 1)
+            terms.append((key.strip(), "=", value.strip()))
+        elif part.startswith("!"):
+            terms.append((part[1:], "!exists", ""))
+        else:
+            terms.append((part, "exists", ""))
+    return terms
+
+
+def status(code: int, reason: str, message: str) -> Obj:
+    """A metav1.Status failure body."""
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+def _merge(base: Obj, patch: Obj) -> Obj:
+    out = copy.deepcopy(base)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+class FakeKubeAPI:
+    """The store, its history and the HTTP server in front of them."""
+
+    def __init__(self, bookmark_interval: float = 0.3) -> None:
+        self.bookmark_interval = bookmark_interval
+        self._cond = threading.Condition()
+        self._objects: dict[str, dict[tuple[str, str], Obj]] = {p: {} for p in KINDS}
+        self._history: list[_Change] = []
+        self._rv = 100
+        self._compacted = 0
+        self._continues: dict[str, tuple[int, list[Obj]]] = {}
+        self._faults: dict[str, list[int]] = {}
+        self._watches: set[_Watch] = set()
+        self._conns: set[socket.socket] = set()
+        self._closed = False
+        self._tokens = itertools.count(1)
+        self.requests: list[tuple[str, str]] = []
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-kubeapi")
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> FakeKubeAPI:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self._cond:
+            self._closed = True
+            conns = list(self._conns)
+            self._cond.notify_all()
+        self._httpd.shutdown()
+        for conn in conns:
+            _shutdown(conn)
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeKubeAPI:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ test hooks
+
+    def apply(self, obj: Obj) -> Obj:
+        """Create or replace `obj` (its kind names the collection); returns the stored copy."""
+        plural = PLURALS[obj["kind"]]
+        meta = obj.get("metadata") or {}
+        with self._cond:
+            old = self._objects[plural].get((meta.get("namespace", ""), meta["name"]))
+            return self._store(plural, obj, old)
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        with self._cond:
+            self._remove(PLURALS[kind], namespace, name)
+
+    def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        with self._cond:
+            obj = self._objects[PLURALS[kind]].get((namespace, name))
+            return copy.deepcopy(obj) if obj else None
+
+    def list(self, kind: str) -> list[Obj]:
+        with self._cond:
+            return [copy.deepcopy(o) for o in self._objects[PLURALS[kind]].values()]
+
+    def drop_watches(self) -> None:
+        """Close every open watch connection abruptly (no terminating chunk)."""
+        with self._cond:
+            for watch in self._watches:
+                watch.dropped = True
+                _shutdown(watch.conn)
+            self._cond.notify_all()
+
+    def stall_watches(self) -> None:
+        """Open watches stop sending anything while keeping the connection open."""
+        with self._cond:
+            for watch in self._watches:
+                watch.stalled = True
+            self._cond.notify_all()
+
+    def compact(self) -> None:
+        """Forget the history: a watch from any earlier resourceVersion gets 410 Gone."""
+        with self._cond:
+            self._compacted = self._rv
+            self._history.clear()
+            self._continues.clear()
+
+    def expire_watches(self) -> None:
+        """Compact and send ERROR 410 on every open watch, as an apiserver restart does."""
+        with self._cond:
+            self._compacted = self._rv
+            self._history.clear()
+            for watch in self._watches:
+                watch.expired = True
+            self._cond.notify_all()
+
+    def fail_next(self, kind: str, code: int, count: int = 1) -> None:
+        """The next `count` requests on `kind` answer `code` with a Status body."""
+        with self._cond:
+            self._faults.setdefault(PLURALS[kind], []).extend([code] * count)
+
+    def watch_requests(self, kind: str) -> int:
+        plural = PLURALS[kind]
+        return sum(1 for m, p in self.requests if m == "WATCH" and f"/{plural}" in p)
+
+    def open_watches(self) -> int:
+        with self._cond:
+            return len(self._watches)
+
+    # ------------------------------------------------------------------ store
+
+    def _store(self, plural: str, obj: Obj, old: Obj | None) -> Obj:
+        self._rv += 1
+        new = copy.deepcopy(obj)
+        new.setdefault("kind", KINDS[plural])
+        meta = new.setdefault("metadata", {})
+        meta["resourceVersion"] = str(self._rv)
+        old_meta = (old or {}).get("metadata") or {}
+        meta["uid"] = old_meta.get("uid") or meta.get("uid") or str(uuid.uuid4())
+        meta.setdefault(
+            "creationTimestamp",
+            old_meta.get("creationTimestamp") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        )
+        self._objects[plural][(meta.get("namespace", ""), meta["name"])] = new
+        kind = "MODIFIED" if old is not None else "ADDED"
+        self._history.append(_Change(self._rv, plural, kind, new, old))
+        self._cond.notify_all()
+        return copy.deepcopy(new)
+
+    def _remove(self, plural: str, namespace: str, name: str) -> Obj | None:
+        old = self._objects[plural].pop((namespace, name), None)
+        if old is None:
+            return None
+        self._rv += 1
+        gone = copy.deepcopy(old)
+        gone["metadata"]["resourceVersion"] = str(self._rv)
+        self._history.append(_Change(self._rv, plural, "DELETED", gone, old))
+        self._cond.notify_all()
+        return gone
+
+    # ------------------------------------------------------------------ requests
+
+    def fault(self, plural: str) -> int | None:
+        with self._cond:
+            queue = self._faults.get(plural)
+            return queue.pop(0) if queue else None
+
+    def list_objects(self, plural: str, query: _Query, limit: int, token: str) -> Obj:
+        with self._cond:
+            if token:
+                if token not in self._continues:
+                    raise _Failure(410, "Expired", "The provided continue parameter is too old")
+                rv, items = self._continues.pop(token)
+            else:
+                rv = self._rv
+                items = sorted(
+                    (copy.deepcopy(o) for o in self._objects[plural].values() if query.matches(o)),
+                    key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]),
+                )
+            page, rest = (items[:limit], items[limit:]) if limit > 0 else (items, [])
+            meta: Obj = {"resourceVersion": str(rv)}
+            if rest:
+                next_token = f"c{next(self._tokens)}"
+                self._continues[next_token] = (rv, rest)
+                meta["continue"] = next_token
+                meta["remainingItemCount"] = len(rest)
+        return {"kind": KINDS[plural] + "List", "apiVersion": "v1", "metadata": meta, "items": page}
+
+    def watch_events(
+        self, watch: _Watch, query: _Query, since: str, timeout: float, bookmarks: bool
+    ) -> Iterator[Obj]:
+        """The events of one watch request, until timeout, drop, stall or stop."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            if since in ("", "0"):
+                initial = [
+                    {"type": "ADDED", "object": copy.deepcopy(o)}
+                    for o in self._objects[watch.plural].values()
+                    if query.matches(o)
+                ]
+                pos = len(self._history)
+            elif int(since) < self._compacted:
+                initial = [_expired(since, self._compacted)]
+                pos = -1
+            else:
+                initial = []
+                pos = next(
+                    (i for i, c in enumerate(self._history) if c.rv > int(since)),
+                    len(self._history),
+                )
+        yield from initial
+        if pos < 0:
+            return
+        next_bookmark = time.monotonic() + self.bookmark_interval
+        while True:
+            with self._cond:
+                while not (
+                    pos < len(self._history)
+                    or self._closed
+                    or watch.dropped
+                    or watch.stalled
+                    or watch.expired
+                    or time.monotonic() >= min(deadline, next_bookmark)
+                ):
+                    self._cond.wait(max(0.0, min(deadline, next_bookmark) - time.monotonic()))
+                if self._closed or watch.dropped:
+                    return
+                if watch.stalled:
+                    break
+                if watch.expired:
+                    yield _expired(str(self._rv), self._compacted)
+                    return
+                changes, pos, rv = self._history[pos:], len(self._history), self._rv
+            for change in changes:
+                event = _event_for(change, watch.plural, query)
+                if event is not None:
+                    yield event
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            if now >= next_bookmark:
+                next_bookmark = now + self.bookmark_interval
+                if bookmarks:
+                    yield {
+                        "type": "BOOKMARK",
+                        "object": {
+                            "kind": KINDS[watch.plural],
+                            "metadata": {"resourceVersion": str(rv)},
+                        },
+                    }
+        # Stalled: hold the connection open, send nothing, until the deadline or stop.
+        with self._cond:
+            while not (self._closed or watch.dropped) and time.monotonic() < deadline:
+                self._cond.wait(max(0.0, deadline - time.monotonic()))
+
+    def create(self, plural: str, namespace: str, body: Obj) -> Obj:
+        meta = body.setdefault("metadata", {})
+        meta["namespace"] = namespace
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        with self._cond:
+            if (namespace, meta.get("name", "")) in self._objects[plural]:
+                raise _Failure(
+                    409, "AlreadyExists", f'{plural} "{meta.get("name")}" already exists'
+                )
+            meta.pop("resourceVersion", None)
+            return self._store(plural, body, None)
+
+    def replace(self, plural: str, namespace: str, name: str, body: Obj) -> Obj:
+        meta = body.setdefault("metadata", {})
+        meta["namespace"] = namespace
+        with self._cond:
+            old = self._objects[plural].get((namespace, name))
+            if old is None:
+                raise _Failure(404, "NotFound", f'{plural} "{name}" not found')
+            wanted = meta.get("resourceVersion")
+            if wanted and wanted != old["metadata"]["resourceVersion"]:
+                raise _Failure(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {plural} "{name}": the object has been '
+                    "modified; please apply your changes to the latest version and try again",
+                )
+            return self._store(plural, body, old)
+
+    def patch(self, plural: str, namespace: str, name: str, body: Obj) -> Obj:
+        with self._cond:
+            old = self._objects[plural].get((namespace, name))
+            if old is None:
+                raise _Failure(404, "NotFound", f'{plural} "{name}" not found')
+            return self._store(plural, _merge(old, body), old)
+
+    def read(self, plural: str, namespace: str, name: str) -> Obj:
+        with self._cond:
+            obj = self._objects[plural].get((namespace, name))
+            if obj is None:
+                raise _Failure(404, "NotFound", f'{plural} "{name}" not found')
+            return copy.deepcopy(obj)
+
+    def remove(self, plural: str, namespace: str, name: str) -> Obj:
+        with self._cond:
+            gone = self._remove(plural, namespace, name)
+        if gone is None:
+            raise _Failure(404, "NotFound", f'{plural} "{name}" not found')
+        return status(200, "", "deleted") | {"status": "Success"}
+
+    def track(self, conn: socket.socket, watch: _Watch | None, add: bool) -> None:
+        with self._cond:
+            group: set[Any] = self._watches if watch is not None else self._conns
+            item: Any = watch if watch is not None else conn
+            if add:
+                group.add(item)
+            else:
+                group.discard(item)
+
+
+class _Failure(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.body = status(code, reason, message)
+        self.code = code
+
+
+def _expired(since: str, compacted: int) -> Obj:
+    message = f"too old resource version: {since} ({compacted})"
+    return {"type": "ERROR", "object": status(410, "Expired", message)}
+
+
+def _event_for(change: _Change, plural: str, query: _Query) -> Obj | None:
+    if change.plural != plural:
+        return None
+    old_match = change.old is not None and query.matches(change.old)
+    if change.type == "DELETED":
+        return {"type": "DELETED", "object": copy.deepcopy(change.obj)} if old_match else None
+    new_match = query.matches(change.obj)
+    if new_match:
+        kind = "MODIFIED" if old_match else "ADDED"
+    elif old_match:
+        kind = "DELETED"
+    else:
+        return None
+    return {"type": kind, "object": copy.deepcopy(change.obj)}
+
+
+def _shutdown(conn: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_RDWR)
+
+
+def _handler_for(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def setup(self) -> None:
+            super().setup()
+            api.track(self.connection, None, add=True)
+
+        def finish(self) -> None:
+            api.track(self.connection, None, add=False)
+            with contextlib.suppress(OSError):
+                super().finish()
+
+        def do_GET(self) -> None:
+            self._dispatch("GET")
+
+        def do_POST(self) -> None:
+            self._dispatch("POST")
+
+        def do_PUT(self) -> None:
+            self._dispatch("PUT")
+
+        def do_PATCH(self) -> None:
+            self._dispatch("PATCH")
+
+        def do_DELETE(self) -> None:
+            self._dispatch("DELETE")
+
+        def _dispatch(self, method: str) -> None:
+            url = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            body = self._body()
+            route = _ROUTE.match(url.path)
+            watching = method == "GET" and _flag(query.get("watch"))
+            api.requests.append(("WATCH" if watching else method, self.path))
+            if route is None or route["plural"] not in KINDS:
+                self._reply(404, status(404, "NotFound", f"no route for {url.path}"))
+                return
+            plural, ns, name = route["plural"], route["ns"], route["name"]
+            code = api.fault(plural)
+            if code is not None:
+                self._reply(code, status(code, "Injected", f"injected status {code}"))
+                return
+            try:
+                if watching:
+                    self._watch(plural, _query(ns, query), query)
+                elif method == "GET" and name is None:
+                    limit = int(query.get("limit", "0"))
+                    token = query.get("continue", "")
+                    self._reply(200, api.list_objects(plural, _query(ns, query), limit, token))
+                elif method == "GET":
+                    self._reply(200, api.read(plural, ns or "", name))
+                elif method == "POST":
+                    self._reply(201, api.create(plural, ns or "", body))
+                elif method == "PUT":
+                    self._reply(200, api.replace(plural, ns or "", str(name), body))
+                elif method == "PATCH":
+                    self._reply(200, api.patch(plural, ns or "", str(name), body))
+                else:
+                    self._reply(200, api.remove(plural, ns or "", str(name)))
+            except _Failure as failure:
+                self._reply(failure.code, failure.body)
+
+        def _body(self) -> Obj:
+            length = int(self.headers.get("Content-Length") or 0)
+            if not length:
+                return {}
+            data = json.loads(self.rfile.read(length))
+            return data if isinstance(data, dict) else {}
+
+        def _reply(self, code: int, body: Obj) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _watch(self, plural: str, query: _Query, params: dict[str, str]) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            watch = _Watch(plural, self.connection)
+            api.track(self.connection, watch, add=True)
+            try:
+                events = api.watch_events(
+                    watch,
+                    query,
+                    params.get("resourceVersion", ""),
+                    float(params.get("timeoutSeconds", "1800")),
+                    _flag(params.get("allowWatchBookmarks")),
+                )
+                for event in events:
+                    line = json.dumps(event).encode() + b"\n"
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                    self.wfile.flush()
+                if not watch.dropped:
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+            except OSError:
+                self.close_connection = True
+            finally:
+                api.track(self.connection, watch, add=False)
+            if watch.dropped or watch.stalled:
+                self.close_connection = True
+
+    return Handler
+
+
+def _flag(value: str | None) -> bool:
+    """A boolean query parameter, read as Go's strconv.ParseBool reads it."""
+    return (value or "").lower() in ("1", "t", "true")
+
+
+def _query(namespace: str | None, params: dict[str, str]) -> _Query:
+    return _Query(
+        namespace=namespace,
+        labels=_parse_selector(params.get("labelSelector", "")),
+        fields=_parse_selector(params.get("fieldSelector", "")),
+    )

@@ -1,0 +1,273 @@
+"""KubernetesSource against the fake API server, through the real `kubernetes` client."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+from controlplane.compute import compute
+from controlplane.model import ClusterState, ObjectRef
+from controlplane.source.informer import WatchOptions
+from controlplane.source.kubernetes import KubernetesSource, load_api_client
+from tests.kubeapi import FakeKubeAPI
+from tests.kubeapi.objects import (
+    api_client,
+    config_map,
+    endpoint_slice,
+    pod,
+    replica_set,
+    service,
+    wait_until,
+)
+
+FAST = WatchOptions(
+    page_size=2,
+    watch_timeout=5.0,
+    connect_timeout=1.0,
+    read_timeout=1.0,
+    backoff_initial=0.05,
+    backoff_max=0.3,
+    backoff_jitter=0.05,
+)
+SETTINGS = ObjectRef("haproxy-system", "haproxy-settings")
+
+
+class Changes:
+    """Counts on_change calls (from informer threads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def __call__(self) -> None:
+        with self._lock:
+            self.count += 1
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeAPI]:
+    server = FakeKubeAPI(bookmark_interval=0.2).start()
+    for obj in (
+        service("shop"),
+        service("internal", expose=False),
+        service("blog"),
+        endpoint_slice("shop", {"127.0.1.1": True, "127.0.1.2": True}),
+        pod("haproxy-a", "127.0.0.11"),
+        pod("haproxy-b", "127.0.0.12"),
+        replica_set(),
+        replica_set("unrelated", ns="default"),
+        config_map("haproxy-settings", load_balance="leastconn"),
+        config_map("other-settings", load_balance="first"),
+    ):
+        server.apply(obj)
+    unlabelled = pod("web-1", "127.0.0.99", owner="web-1234", ns="default")
+    unlabelled["metadata"]["labels"] = {"app": "web"}
+    server.apply(unlabelled)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def changes() -> Changes:
+    return Changes()
+
+
+@pytest.fixture
+def source(api: FakeKubeAPI, changes: Changes) -> Iterator[KubernetesSource]:
+    src = KubernetesSource(api_client(api.url), settings=SETTINGS, options=FAST, sync_timeout=5)
+    src.start(changes)
+    assert wait_until(lambda: api.open_watches() == 5)  # every informer is watching
+    yield src
+    src.stop()
+
+
+def pod_names(state: ClusterState) -> list[str]:
+    return [p.name for p in state.haproxy_pods]
+
+
+def backends(state: ClusterState) -> set[str]:
+    result = compute(state, {})
+    return {b.name for snap in result.snapshots.values() for b in snap.backends}
+
+
+def test_initial_sync_builds_the_cluster_state(api: FakeKubeAPI, source: KubernetesSource) -> None:
+    state = source.state()
+    assert [s.name for s in state.services] == ["blog", "internal", "shop"]
+    assert pod_names(state) == ["haproxy-a", "haproxy-b"]  # the selector left web-1 out
+    owners = [(r.namespace, r.name) for r in state.replica_sets]
+    assert owners == [("haproxy-system", "haproxy-7d9f")]
+    assert state.settings is not None and state.settings.name == "haproxy-settings"
+    assert state.settings.data["load-balance"] == "leastconn"
+    (slice_,) = state.endpoint_slices
+    assert [e.addresses for e in slice_.endpoints] == [("127.0.1.1",), ("127.0.1.2",)]
+    assert backends(state) == {"default_shop_http", "default_blog_http"}
+    assert source.errors() == []
+    lists = [p for m, p in api.requests if m == "GET" and "/services" in p]
+    assert any("continue=" in p for p in lists), "3 services with limit=2 take two pages"
+    watches = [unquote(p) for m, p in api.requests if m == "WATCH"]
+    assert len(watches) == 5
+    assert all("allowwatchbookmarks=true" in p.lower() and "timeoutSeconds=" in p for p in watches)
+    assert any("labelSelector=app.kubernetes.io" in p for p in watches)
+    assert any("fieldSelector=metadata.name=haproxy-settings" in p for p in watches)
+
+
+def test_pod_scale_up_and_down_changes_peers(api: FakeKubeAPI, source: KubernetesSource) -> None:
+    api.apply(pod("haproxy-c", "127.0.0.13"))
+    assert wait_until(lambda: pod_names(source.state()) == ["haproxy-a", "haproxy-b", "haproxy-c"])
+    api.delete("Pod", "haproxy-system", "haproxy-a")
+    assert wait_until(lambda: pod_names(source.state()) == ["haproxy-b", "haproxy-c"])
+    relabelled = pod("haproxy-b", "127.0.0.12")
+    relabelled["metadata"]["labels"] = {"app.kubernetes.io/component": "other"}
+    api.apply(relabelled)  # leaves the selector: the watch reports a deletion
+    assert wait_until(lambda: pod_names(source.state()) == ["haproxy-c"])
+    peers = [p.name for s in compute(source.state(), {}).snapshots.values() for p in s.peers.peers]
+    assert peers == ["haproxy-c"]
+
+
+def test_endpoint_readiness_flip(api: FakeKubeAPI, source: KubernetesSource) -> None:
+    def ready() -> list[bool]:
+        return [e.ready for s in source.state().endpoint_slices for e in s.endpoints]
+
+    api.apply(endpoint_slice("shop", {"127.0.1.1": True, "127.0.1.2": False}))
+    assert wait_until(lambda: ready() == [True, False])
+    api.apply(endpoint_slice("shop", {"127.0.1.1": True, "127.0.1.2": True}))
+    assert wait_until(lambda: ready() == [True, True])
+
+
+def test_service_losing_opt_in_disappears(api: FakeKubeAPI, source: KubernetesSource) -> None:
+    api.apply(service("shop", expose=False))
+    assert wait_until(lambda: backends(source.state()) == {"default_blog_http"})
+
+
+def test_watch_dropped_mid_stream_recovers_without_relist(
+    api: FakeKubeAPI, source: KubernetesSource
+) -> None:
+    relists = source.pods.relists
+    api.drop_watches()
+    api.apply(pod("haproxy-c", "127.0.0.13"))
+    assert wait_until(lambda: "haproxy-c" in pod_names(source.state()))
+    assert source.pods.relists == relists  # resumed from its resourceVersion
+    assert wait_until(lambda: api.open_watches() == 5)
+
+
+def test_gone_during_a_gap_relists_and_derives_deletions(
+    api: FakeKubeAPI, source: KubernetesSource, changes: Changes
+) -> None:
+    api.stall_watches()
+    api.apply(service("blog", expose=False))
+    api.delete("Pod", "haproxy-system", "haproxy-a")
+    api.compact()  # the gap's events are gone: watching from the old version is 410
+    api.drop_watches()
+    assert wait_until(lambda: pod_names(source.state()) == ["haproxy-b"])
+    assert wait_until(lambda: backends(source.state()) == {"default_shop_http"})
+    assert source.pods.relists >= 2 and source.services.relists >= 2
+    assert changes.count >= 2
+
+
+def test_gone_as_http_410_on_the_watch_request(api: FakeKubeAPI, source: KubernetesSource) -> None:
+    relists = source.pods.relists
+    api.fail_next("Pod", 410)
+    api.drop_watches()
+    assert wait_until(lambda: source.pods.relists == relists + 1)
+    api.apply(pod("haproxy-c", "127.0.0.13"))
+    assert wait_until(lambda: "haproxy-c" in pod_names(source.state()))
+
+
+def test_server_errors_are_retried_with_backoff(api: FakeKubeAPI, source: KubernetesSource) -> None:
+    api.fail_next("Service", 500, count=3)
+    api.drop_watches()
+    api.apply(service("news"))
+    assert wait_until(lambda: "news" in [s.name for s in source.state().services])
+    assert wait_until(lambda: source.errors() == [])
+
+
+def test_stalled_connection_recovers_within_the_socket_timeout(
+    api: FakeKubeAPI, source: KubernetesSource
+) -> None:
+    watches = api.watch_requests("Pod")
+    api.stall_watches()
+    started = time.monotonic()
+    api.apply(pod("haproxy-c", "127.0.0.13"))
+    assert wait_until(lambda: "haproxy-c" in pod_names(source.state()), timeout=4.0)
+    assert time.monotonic() - started < FAST.read_timeout + 1.5
+    assert api.watch_requests("Pod") > watches
+
+
+def test_relist_with_nothing_changed_does_not_notify(
+    api: FakeKubeAPI, source: KubernetesSource, changes: Changes
+) -> None:
+    relists = source.services.relists
+    before = changes.count
+    api.expire_watches()  # ERROR 410 on every open watch
+    assert wait_until(lambda: source.services.relists > relists and source.pods.relists > 1)
+    time.sleep(0.3)
+    assert changes.count == before
+
+
+def test_changes_the_model_ignores_do_not_notify(
+    api: FakeKubeAPI, source: KubernetesSource, changes: Changes
+) -> None:
+    busy = pod("haproxy-a", "127.0.0.11")
+    busy["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    api.apply(busy)
+    api.apply(config_map("other-settings", load_balance="source"))
+    api.apply(pod("haproxy-c", "127.0.0.13"))  # a change that matters, after the others
+    assert wait_until(lambda: changes.count >= 1)
+    time.sleep(0.2)
+    assert changes.count == 1
+
+
+def test_unconvertible_object_is_reported_not_fatal(
+    api: FakeKubeAPI, source: KubernetesSource
+) -> None:
+    broken = service("broken")
+    broken["spec"]["ports"] = [{"name": "http", "port": "eighty"}]
+    api.apply(broken)
+    assert wait_until(lambda: any("broken" in e for e in source.errors()))
+    assert "broken" not in [s.name for s in source.state().services]
+    api.delete("Service", "default", "broken")
+    assert wait_until(lambda: source.errors() == [])
+
+
+def test_stop_ends_the_threads_promptly(api: FakeKubeAPI) -> None:
+    src = KubernetesSource(api_client(api.url), settings=SETTINGS, options=FAST, sync_timeout=5)
+    src.start(Changes())
+    before = {t.name for t in threading.enumerate() if t.name.startswith("informer-")}
+    assert len(before) == 5
+    started = time.monotonic()
+    src.stop()
+    assert time.monotonic() - started < 1.0
+    assert not [t for t in threading.enumerate() if t.name.startswith("informer-")]
+
+
+def test_start_fails_when_the_api_never_answers(api: FakeKubeAPI) -> None:
+    api.fail_next("Service", 503, count=1000)
+    src = KubernetesSource(api_client(api.url), settings=None, options=FAST, sync_timeout=0.5)
+    with pytest.raises(TimeoutError, match="services"):
+        src.start(Changes())
+
+
+def test_kubeconfig_file(api: FakeKubeAPI, tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+        f"clusters: [{{name: fake, cluster: {{server: '{api.url}'}}}}]\n"
+        "users: [{name: me, user: {token: t0ken}}]\n"
+        "contexts: [{name: fake, context: {cluster: fake, user: me}}]\n"
+    )
+    src = KubernetesSource(load_api_client(str(kubeconfig)), settings=SETTINGS, options=FAST)
+    src.start(Changes())
+    try:
+        assert pod_names(src.state()) == ["haproxy-a", "haproxy-b"]
+    finally:
+        src.stop()
+
+
+def test_bad_selector_is_refused(api: FakeKubeAPI) -> None:
+    with pytest.raises(ValueError, match="selector"):
+        KubernetesSource(api_client(api.url), haproxy_selector="tier in (a,b)")
