@@ -1,0 +1,157 @@
+"""Shared pieces of the benchmarks: results, machine facts, the synthetic cluster, stats."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controlplane.model import ClusterState
+from tests.helpers.builders import cluster, endpoint_slice, haproxy_pod, service
+
+RESULTS_PATH = Path(__file__).resolve().parent / "results.json"
+ENDPOINTS_PER_SERVICE = 20
+HAPROXY_PODS = 50
+WORKLOAD = "haproxy-system/DaemonSet/haproxy"
+
+
+def machine() -> dict[str, Any]:
+    """What every figure is qualified by: the cores this process may use and Python."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cores": cores, "python": platform.python_version()}
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """One figure: written to results.json and printed as one table row."""
+
+    name: str
+    value: float
+    unit: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "value": self.value,
+            "unit": self.unit,
+            "parameters": self.parameters,
+            "machine": machine(),
+        }
+
+
+def fmt_value(value: float) -> str:
+    if value == 0:
+        return "0"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.4g}"
+
+
+def table(results: Sequence[Result]) -> str:
+    """The results as an aligned text table, machine facts on top."""
+    facts = machine()
+    rows = [(r.name, fmt_value(r.value), r.unit, _params(r.parameters)) for r in results]
+    head = ("benchmark", "value", "unit", "parameters")
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=False)]
+    lines = [f"machine: {facts['cores']} cores, Python {facts['python']}"]
+    for row in (head, *rows):
+        lines.append(
+            "  ".join(
+                str(cell).rjust(w) if i == 1 else str(cell).ljust(w)
+                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+            ).rstrip()
+        )
+        if row is head:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _params(parameters: dict[str, Any], width: int = 60) -> str:
+    text = " ".join(f"{k}={v}" for k, v in parameters.items() if k != "what")
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def write_results(results: Sequence[Result], path: Path = RESULTS_PATH) -> None:
+    """Write (replace) results.json; entries of other benchmarks already there are kept."""
+    kept: list[dict[str, Any]] = []
+    names = {r.name for r in results}
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+            kept = [e for e in old if isinstance(e, dict) and e.get("name") not in names]
+        except (ValueError, OSError):
+            kept = []
+    path.write_text(json.dumps([*kept, *(r.to_json() for r in results)], indent=2) + "\n")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty sample."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def best_of(fn: Callable[[], object], repeat: int) -> tuple[float, list[float]]:
+    """Minimum and all wall times (seconds) of `repeat` calls: the minimum is the least
+    noisy estimate on a shared machine."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times), times
+
+
+@contextmanager
+def deadline(seconds: float, what: str) -> Iterator[Callable[[], float]]:
+    """A context giving the seconds left; raises TimeoutError when asked past the end."""
+    end = time.monotonic() + seconds
+
+    def left() -> float:
+        remaining = end - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"{what}: no result within {seconds:.0f}s")
+        return remaining
+
+    yield left
+
+
+def loopback_ip(index: int, base: int = 0x7F_10_00_00) -> str:
+    """127.16.0.0 + index: every simulated pod gets its own loopback address."""
+    value = base + index
+    return f"{value >> 24}.{(value >> 16) & 255}.{(value >> 8) & 255}.{value & 255}"
+
+
+def big_cluster(services: int, endpoints_per_service: int = ENDPOINTS_PER_SERVICE) -> ClusterState:
+    """`services` opted-in Services with `endpoints_per_service` ready endpoints each (one
+    EndpointSlice per Service) and one DaemonSet of 50 HAProxy pods."""
+    svcs = []
+    slices = []
+    for s in range(services):
+        name = f"svc-{s:06d}"
+        svcs.append(service(name, annotations={"haproxy.org/source-ip-persistence": "true"}))
+        addresses = [loopback_ip(s * endpoints_per_service + e) for e in range(endpoints_per_service)]
+        slices.append(endpoint_slice(name, addresses))
+    pods = [haproxy_pod(f"haproxy-{p:03d}", loopback_ip(p, base=0x7F_01_00_00)) for p in range(HAPROXY_PODS)]
+    return cluster(svcs, slices, pods)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
