@@ -10,6 +10,7 @@ import argparse
 import importlib
 import time
 import traceback
+from pathlib import Path
 
 from tests.bench.common import RESULTS_PATH, Result, log, table, write_results
 
@@ -29,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--agents", type=int, default=None, help="fan-out: agent streams (default 1000)"
     )
+    parser.add_argument("--results", type=Path, default=RESULTS_PATH, help="JSON output file")
     args = parser.parse_args(argv)
     names = args.names or list(BENCHMARKS)
     results: list[Result] = []
@@ -46,9 +48,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         log(f"== {name}: {time.monotonic() - start:.0f}s")
         results.extend(found)
-        write_results(results)
+        write_results(results, args.results)
     print(table(results))
-    print(f"results: {RESULTS_PATH}")
+    print(f"results: {args.results}")
     if failed:
         print(f"failed: {', '.join(failed)}")
     return 1 if failed else 0

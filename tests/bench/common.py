@@ -147,9 +147,14 @@ def big_cluster(services: int, endpoints_per_service: int = ENDPOINTS_PER_SERVIC
     for s in range(services):
         name = f"svc-{s:06d}"
         svcs.append(service(name, annotations={"haproxy.org/source-ip-persistence": "true"}))
-        addresses = [loopback_ip(s * endpoints_per_service + e) for e in range(endpoints_per_service)]
+        addresses = [
+            loopback_ip(s * endpoints_per_service + e) for e in range(endpoints_per_service)
+        ]
         slices.append(endpoint_slice(name, addresses))
-    pods = [haproxy_pod(f"haproxy-{p:03d}", loopback_ip(p, base=0x7F_01_00_00)) for p in range(HAPROXY_PODS)]
+    pods = [
+        haproxy_pod(f"haproxy-{p:03d}", loopback_ip(p, base=0x7F_01_00_00))
+        for p in range(HAPROXY_PODS)
+    ]
     return cluster(svcs, slices, pods)
 
 

@@ -20,6 +20,7 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Callable, Mapping
+from functools import partial
 
 from controlplane.compute import ComputeResult, compute
 from controlplane.compute.types import BackendSlots
@@ -68,7 +69,7 @@ def bench_full(sizes: tuple[int, ...], repeat: int) -> list[Result]:
         endpoints = services * ENDPOINTS_PER_SERVICE
         state = big_cluster(services)
         first = compute(state, {})
-        best, times = best_of(lambda s=state, a=first.assignment: compute(s, a), repeat)
+        best, times = best_of(partial(compute, state, first.assignment), repeat)
         per_endpoint[endpoints] = best / endpoints
         params = {
             "services": services,
@@ -179,7 +180,9 @@ def bench_memory(services: int) -> list[Result]:
                 Result("compute.memory_traced_peak", data["traced_peak_b"] / 2**20, "MiB", params)
             )
             results.append(
-                Result("compute.memory_traced_held", data["traced_current_b"] / 2**20, "MiB", params)
+                Result(
+                    "compute.memory_traced_held", data["traced_current_b"] / 2**20, "MiB", params
+                )
             )
         else:
             results.append(
