@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import os
 import platform
+import queue
 import statistics
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -160,3 +163,77 @@ def big_cluster(services: int, endpoints_per_service: int = ENDPOINTS_PER_SERVIC
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+class Child:
+    """A helper process spoken to in JSON lines over stdin/stdout; stderr goes to a file.
+
+    Every wait is bounded; `stop()` ends it by PID (terminate, then kill).
+    """
+
+    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            bufsize=1,
+            env=env,
+        )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def read(self, timeout: float) -> dict[str, Any]:
+        """The next JSON line; TimeoutError or RuntimeError (with the log tail) otherwise."""
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no answer within {timeout:.0f}s\n{self.tail()}") from None
+        if line is None:
+            raise RuntimeError(f"helper exited ({self.proc.poll()})\n{self.tail()}")
+        data: dict[str, Any] = json.loads(line)
+        return data
+
+    def send(self, command: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+
+    def ask(self, command: dict[str, Any], timeout: float) -> dict[str, Any]:
+        self.send(command)
+        return self.read(timeout)
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(text[-lines:])
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout)
+        self._log.close()
+
+
+def rss_kib(pid: int | str = "self") -> int:
+    """Resident set size of a process, from /proc."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
