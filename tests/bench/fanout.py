@@ -177,7 +177,7 @@ CHANNEL_OPTIONS = [
 async def run_agent(agent: SimAgent, target: str, stop: asyncio.Event) -> None:
     """One stream: Hello with what it runs, then ACK every snapshot; ends on `stop`."""
     async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
-        method = channel.stream_stream(
+        method: Any = channel.stream_stream(
             "/peerplane.v1.PeerPlane/Stream",
             request_serializer=pb.AgentMessage.SerializeToString,
             response_deserializer=lambda raw: raw,
@@ -203,7 +203,7 @@ async def run_agent(agent: SimAgent, target: str, stop: asyncio.Event) -> None:
                     reading.cancel()
                     break
                 raw = reading.result()
-                if raw is grpc.aio.EOF:
+                if not isinstance(raw, bytes):  # grpc.aio.EOF: the server ended the stream
                     break
                 message = pb.ServerMessage.FromString(raw)
                 kind = message.WhichOneof("message")
