@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from peerplane.v1 import peerplane_pb2 as pb
-from tests.helpers.server_harness import NS, W1, W2, Harness, run, snapshot
+from tests.helpers.server_harness import NS, W1, W2, Agent, Harness, run, snapshot
 
 PODS = {f"{NS}/haproxy-a": W1, f"{NS}/haproxy-b": W1, f"{NS}/edge-a": W2}
 
@@ -58,6 +58,7 @@ def test_nack_keeps_the_acked_version_and_same_content_is_not_resent(
             await agent.hello()
             first = await agent.recv_snapshot()
             await agent.ack(first)
+            await h.until(lambda: h.session("haproxy-a").acked_version == 1)  # type: ignore[union-attr]
 
             h.publish({W1: snapshot(W1, "10.0.0.1", "10.0.0.2")}, PODS)
             second = await agent.recv_snapshot()
@@ -243,5 +244,38 @@ def test_server_stop_ends_streams_cleanly() -> None:
             ending = await agent.call.read()
             assert ending is grpc.aio.EOF
             assert await agent.call.code() == grpc.StatusCode.OK
+
+    run(body())
+
+
+def test_an_agent_that_does_not_read_holds_up_nobody() -> None:
+    async def body() -> None:
+        async with Harness() as h:
+            big = [f"10.{i // 250}.{i % 250}.1" for i in range(8_000)]  # ~250 kB: > the window
+
+            def version(n: int) -> dict[str, pb.Snapshot]:
+                return {W1: snapshot(W1, f"10.255.0.{n}", *big)}
+
+            h.publish(version(1), PODS)
+            # A small receive window without auto-tuning: the server's writes to it block.
+            narrow = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 65536)]
+            slow_channel = grpc.aio.insecure_channel(h.address, options=narrow)
+            slow, fast = Agent(slow_channel, "haproxy-a"), h.agent("haproxy-b")
+            await slow.hello()  # and never reads until the end
+            await fast.hello()
+            for n in range(1, 11):
+                if n > 1:
+                    h.publish(version(n), PODS)
+                received = await fast.recv_snapshot()
+                assert received.snapshot.version == n
+                await fast.ack(received)
+
+            seen = []
+            while not seen or seen[-1] != 10:
+                seen.append((await slow.recv_snapshot()).snapshot.version)
+            # Only the latest pending version is kept per stream: intermediate ones are skipped.
+            assert len(seen) <= 3, seen  # in practice [1, 10]
+            slow.close()
+            await slow_channel.close()
 
     run(body())

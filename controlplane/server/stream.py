@@ -84,13 +84,14 @@ class StreamHandler:
                 await wake.wait()
                 wake.clear()
         finally:
+            # Synchronous cleanup first: it must happen even if this task is cancelled again.
             unsubscribe()
             self._wakers.discard(wake)
-            reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
             self._registry.close(session)
-            await self._registry.changed()
+            reader.cancel()
             log.info("agent %s disconnected", session.pod)
+            await asyncio.gather(reader, return_exceptions=True)
+            await self._registry.changed()
 
     async def _read_hello(
         self,

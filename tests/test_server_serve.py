@@ -1,0 +1,80 @@
+"""`controlplane serve` end to end: a manifest folder in, snapshots out over gRPC."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from controlplane.model import DEFAULT_HAPROXY_SELECTOR, DEFAULT_SETTINGS_CONFIGMAP
+from controlplane.serve import DEFAULT_LISTEN, add_serve_arguments
+from tests.helpers.server_process import ROOT, ServeProcess, grpcurl
+
+DEMO = ROOT / "deploy" / "examples" / "demo"
+WORKLOAD = "haproxy-system/DaemonSet/haproxy"
+
+
+def published(version: int) -> re.Pattern[str]:
+    return re.compile(rf"published {re.escape(WORKLOAD)} v{version} hash ([0-9a-f]+)")
+
+
+def get_snapshot(address: str) -> dict[str, object]:
+    output = grpcurl(
+        address, "peerplane.v1.PeerPlane/GetSnapshot", data=json.dumps({"workload": WORKLOAD})
+    )
+    snapshot: dict[str, object] = json.loads(output)
+    return snapshot
+
+
+def shop_addresses(snapshot: dict[str, object]) -> list[str]:
+    backends = snapshot["backends"]
+    assert isinstance(backends, list)
+    (shop,) = [b for b in backends if b["name"] == "default_shop_http"]
+    return [slot.get("address", "") for slot in shop["slots"] if slot.get("enabled")]
+
+
+def test_serve_a_folder_and_follow_an_edit(tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    shutil.copytree(DEMO, manifests)
+    state = tmp_path / "state.json"
+    with ServeProcess("--source", f"files:{manifests}", "--state", str(state)) as serve:
+        first_hash = serve.wait_for(published(1)).group(1)
+        assert json.loads(grpcurl(serve.address, "grpc.health.v1.Health/Check")) == {
+            "status": "SERVING"
+        }
+        snapshot = get_snapshot(serve.address)
+        assert snapshot["version"] == "1"
+        assert str(snapshot["content_hash"]).startswith(first_hash)
+        assert shop_addresses(snapshot) == ["127.0.2.1", "127.0.2.2", "127.0.2.3"]
+        assert state.exists()
+
+        shop = manifests / "shop.yaml"
+        shop.write_text(shop.read_text().replace('["127.0.2.3"]', '["127.0.2.4"]'))
+        serve.wait_for(published(2))
+        changed = get_snapshot(serve.address)
+        assert changed["version"] == "2"
+        # The new endpoint takes the free slot 3; the other two keep theirs.
+        assert shop_addresses(changed) == ["127.0.2.1", "127.0.2.2", "127.0.2.4"]
+
+        assert serve.terminate() == 0
+        serve.wait_for(re.compile(r"stopped$"))
+    saved = json.loads(state.read_text())
+    assert "127.0.2.4" in json.dumps(saved)
+
+
+def test_serve_flags_and_their_defaults() -> None:
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    args = parser.parse_args(["--source", "files:/tmp/x"])
+    assert args.listen == DEFAULT_LISTEN
+    assert str(args.configmap) == DEFAULT_SETTINGS_CONFIGMAP
+    assert args.haproxy_selector == DEFAULT_HAPROXY_SELECTOR
+    assert args.state is None
+    assert args.log_level == "info"
+    for bad in (["--source", "nowhere"], ["--source", "files:/x", "--listen", "18000"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(bad)
