@@ -149,7 +149,9 @@ class FakeKubeAPI:
         self.requests: list[tuple[str, str]] = []
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-kubeapi")
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, args=(0.05,), name="fake-kubeapi"
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
