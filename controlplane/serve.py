@@ -91,7 +91,10 @@ def open_source(args: argparse.Namespace) -> Source:
     if kind == "files":
         from controlplane.source.files import FilesSource
 
-        return FilesSource(Path(argument), args.configmap, args.haproxy_selector)
+        directory = Path(argument)
+        if not directory.is_dir():
+            raise ValueError(f"{directory} is not a directory")
+        return FilesSource(directory, args.configmap, args.haproxy_selector)
     raise ValueError(f"unknown source {args.source!r}")
 
 
@@ -105,7 +108,7 @@ def open_slot_store(args: argparse.Namespace) -> AssignmentStore:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """Run until SIGTERM/SIGINT; 0 on a clean stop, 1 when startup fails."""
+    """Run until SIGTERM/SIGINT; 0 on a clean stop, 1 when startup fails, 2 on a bad source."""
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -137,7 +140,12 @@ async def _serve(args: argparse.Namespace) -> int:
     host = str(args.listen).rpartition(":")[0]
     log.info("listening on %s:%d", host, port)
 
-    source = open_source(args)
+    try:
+        source = open_source(args)
+    except ValueError as err:
+        log.error("--source %s: %s", args.source, err)
+        await server.stop(0)
+        return 2
     reconciler = Reconciler(source, store, open_slot_store(args), compute)
     starting = loop.run_in_executor(None, source.start, reconciler.on_change)
     await _first(starting, stop_wait)

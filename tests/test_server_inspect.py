@@ -92,5 +92,9 @@ def test_health_serves_after_the_first_publish_and_can_be_withdrawn() -> None:
             assert await status() == NOT_SERVING
             await h.server.set_serving(True)
             assert await status() == SERVING
+            # From another thread, as a leader elector's callback would.
+            done = await asyncio.to_thread(lambda: h.server.set_serving_threadsafe(False))
+            await asyncio.wrap_future(done)
+            assert await status() == NOT_SERVING
 
     run(body())

@@ -6,13 +6,14 @@ import argparse
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from controlplane.model import DEFAULT_HAPROXY_SELECTOR, DEFAULT_SETTINGS_CONFIGMAP
 from controlplane.serve import DEFAULT_LISTEN, add_serve_arguments
-from tests.helpers.server_process import ROOT, ServeProcess, grpcurl
+from tests.helpers.server_process import BIN, ROOT, ServeProcess, grpcurl
 
 DEMO = ROOT / "deploy" / "examples" / "demo"
 WORKLOAD = "haproxy-system/DaemonSet/haproxy"
@@ -64,6 +65,26 @@ def test_serve_a_folder_and_follow_an_edit(tmp_path: Path) -> None:
         serve.wait_for(re.compile(r"stopped$"))
     saved = json.loads(state.read_text())
     assert "127.0.2.4" in json.dumps(saved)
+
+
+def test_serve_refuses_a_missing_folder(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    done = subprocess.run(
+        [
+            str(BIN / "controlplane"),
+            "serve",
+            "--source",
+            f"files:{missing}",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert f"{missing} is not a directory" in done.stderr
 
 
 def test_serve_flags_and_their_defaults() -> None:

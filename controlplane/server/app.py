@@ -8,6 +8,7 @@ in the protobuf pool is unchanged, so reflection and grpcurl see the normal API.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 from dataclasses import dataclass, field
 
@@ -78,6 +79,7 @@ class ControlPlaneServer:
         self._serving: bool | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: grpc.aio.Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._unsubscribe = store.subscribe(self._on_store_change)
 
     async def start(self, address: str) -> int:
@@ -93,6 +95,7 @@ class ControlPlaneServer:
         port = server.add_insecure_port(address)
         if port == 0:
             raise OSError(f"cannot listen on {address}")
+        self._loop = asyncio.get_running_loop()
         await self._refresh_health()
         await server.start()
         self._server = server
@@ -114,6 +117,12 @@ class ControlPlaneServer:
         """Leader-election hook: False reports NOT_SERVING whatever the store holds."""
         self._allowed = serving
         await self._refresh_health()
+
+    def set_serving_threadsafe(self, serving: bool) -> concurrent.futures.Future[None]:
+        """`set_serving` for callbacks on other threads (a leader elector's, say)."""
+        if self._loop is None:
+            raise RuntimeError("the server is not started")
+        return asyncio.run_coroutine_threadsafe(self.set_serving(serving), self._loop)
 
     async def wait_for_termination(self) -> None:
         if self._server is not None:
