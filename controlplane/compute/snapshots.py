@@ -91,8 +91,8 @@ class Computer:
         self._slots: dict[str, BackendSlots] = {}
         self.planned = 0  # Services planned (not reused) by the last call
 
-    def _index(self, state: ClusterState) -> set[tuple[str, str]] | None:
-        """Update the indexes; return the Service keys to plan again, None for all."""
+    def _index(self, state: ClusterState) -> set[tuple[str, str]]:
+        """Update the indexes; return the keys of Services whose objects changed."""
         services = {id(s): s for s in state.services}
         slices = {id(s): s for s in state.endpoint_slices}
         dirty: set[tuple[str, str]] = set()
