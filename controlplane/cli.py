@@ -74,9 +74,9 @@ def run_compute(args: argparse.Namespace) -> int:
             return 1
         snapshots = {args.workload: snapshots[args.workload]}
     documents = []
-    for snapshot in snapshots.values():
-        snapshot.version = 1  # a fresh computation: the first generation of every workload
-        documents.append(json_format.MessageToDict(snapshot))
+    for content in snapshots.values():
+        # A fresh computation: the first generation of every workload.
+        documents.append(json_format.MessageToDict(content.message(version=1)))
     if args.state:
         store.save(result.assignment)
     output = documents[0] if args.workload is not None else documents

@@ -52,7 +52,7 @@ def test_hostile_values_are_rejected_once_and_never_rendered(key: str, value: st
     svc = service("s", annotations={f"haproxy.org/{key}": value})
     state = cluster(services=[svc], slices=[endpoint_slice("s", ["127.0.0.1"])], pods=DEFAULT_PODS)
     result = compute(state, {})
-    snap = result.snapshots[WORKLOAD]
+    snap = result.snapshots[WORKLOAD].message()
     (b,) = snap.backends
     assert len(b.warnings) == 1, b.warnings
     warning = b.warnings[0]
@@ -70,7 +70,7 @@ def test_hostile_values_are_rejected_once_and_never_rendered(key: str, value: st
 )
 def test_hostile_hosts_are_rejected(hosts: str) -> None:
     svc = service("s", annotations={"haproxy.org/hosts": hosts})
-    snap = compute(cluster(services=[svc], pods=DEFAULT_PODS), {}).snapshots[WORKLOAD]
+    snap = compute(cluster(services=[svc], pods=DEFAULT_PODS), {}).snapshots[WORKLOAD].message()
     assert not snap.HasField("http_frontend")
     assert [w.key for w in snap.backends[0].warnings] == ["haproxy.org/hosts"]
 
@@ -78,7 +78,7 @@ def test_hostile_hosts_are_rejected(hosts: str) -> None:
 @pytest.mark.parametrize("port", ["0", "65536", "-1", "80 81", "http", "5432\n"])
 def test_hostile_tcp_ports_are_rejected(port: str) -> None:
     svc = service("s", annotations={"haproxy.org/tcp-port": port})
-    snap = compute(cluster(services=[svc], pods=DEFAULT_PODS), {}).snapshots[WORKLOAD]
+    snap = compute(cluster(services=[svc], pods=DEFAULT_PODS), {}).snapshots[WORKLOAD].message()
     if port == "5432\n":  # surrounding whitespace is tolerated, the value is a port
         assert [f.port for f in snap.tcp_frontends] == [5432]
         return
@@ -95,7 +95,7 @@ def test_hostile_names_never_become_backends_or_peers() -> None:
     ]
     pods = [*DEFAULT_PODS, haproxy_pod("evil\npeer", "127.0.1.9")]
     result = compute(cluster(services=services, pods=pods), {})
-    snap = result.snapshots[WORKLOAD]
+    snap = result.snapshots[WORKLOAD].message()
     assert [b.name for b in snap.backends] == ["default_ok_http"]
     assert [p.name for p in snap.peers.peers] == ["haproxy-a", "haproxy-b"]
     assert {(r.kind, r.key) for r in result.rejections} == {
@@ -111,5 +111,5 @@ def test_endpoint_addresses_that_are_not_ips_are_ignored() -> None:
         slices=[endpoint_slice("s", ["127.0.0.1", "evil\nhost", "999.1.1.1"])],
         pods=DEFAULT_PODS,
     )
-    (b,) = compute(state, {}).snapshots[WORKLOAD].backends
+    (b,) = compute(state, {}).snapshots[WORKLOAD].message().backends
     assert [s.address for s in b.slots if s.enabled] == ["127.0.0.1"]

@@ -58,8 +58,8 @@ def test_deterministic_and_independent_of_input_order(
         rng.shuffle(items)
     one = compute(cluster(services, slices, pod_list), {})
     two = compute(cluster(*shuffled), {})
-    assert {k: v.SerializeToString(deterministic=True) for k, v in one.snapshots.items()} == {
-        k: v.SerializeToString(deterministic=True) for k, v in two.snapshots.items()
+    assert {k: v.payload for k, v in one.snapshots.items()} == {
+        k: v.payload for k, v in two.snapshots.items()
     }
     assert one.assignment == two.assignment
 
@@ -77,12 +77,12 @@ def test_surviving_endpoint_never_changes_slot(history: list[tuple[set[str], boo
             )
             assert errors == []
         result = compute(backend_state(endpoints), assignment)
-        slots = slot_map(result.snapshots[WORKLOAD])
+        slots = slot_map(result.snapshots[WORKLOAD].message())
         assert set(slots) == endpoints
         assert len(set(slots.values())) == len(slots), "two endpoints share a slot"
         for address in endpoints & set(previous_slots):
             assert slots[address] == previous_slots[address]
-        (b,) = result.snapshots[WORKLOAD].backends
+        (b,) = result.snapshots[WORKLOAD].message().backends
         assert len(b.slots) % 5 == 0 and len(b.slots) >= len(endpoints)
         previous_slots = slots
         assignment = dict(result.assignment)
@@ -91,7 +91,7 @@ def test_surviving_endpoint_never_changes_slot(history: list[tuple[set[str], boo
 @given(endpoints=address_sets)
 def test_no_history_means_sorted_order(endpoints: set[str]) -> None:
     result = compute(backend_state(endpoints), {})
-    slots = slot_map(result.snapshots[WORKLOAD])
+    slots = slot_map(result.snapshots[WORKLOAD].message())
     ordered = sorted(endpoints, key=lambda a: int(a.rsplit(".", 1)[1]))
     assert [slots[a] for a in ordered] == list(range(1, len(ordered) + 1))
 
@@ -110,11 +110,13 @@ VALID = {
 def test_rejected_service_value_leaves_the_configmap_value_in_force(key: str, garbage: str) -> None:
     config = settings_map(**{"source-ip-persistence": "true", **VALID})
     svc = service("s", annotations={f"haproxy.org/{key}": garbage})
-    baseline = compute(
-        cluster(services=[service("s")], pods=DEFAULT_PODS, config=config), {}
-    ).snapshots[WORKLOAD]
+    baseline = (
+        compute(cluster(services=[service("s")], pods=DEFAULT_PODS, config=config), {})
+        .snapshots[WORKLOAD]
+        .message()
+    )
     result = compute(cluster(services=[svc], pods=DEFAULT_PODS, config=config), {})
-    (b,) = result.snapshots[WORKLOAD].backends
+    (b,) = result.snapshots[WORKLOAD].message().backends
     (base,) = baseline.backends
     if b.warnings:
         assert len(b.warnings) == 1
@@ -130,10 +132,10 @@ def test_rejected_configmap_value_leaves_the_default_in_force(key: str, garbage:
     config = settings_map(**{key: garbage})
     result = compute(cluster(services=[service("s")], pods=DEFAULT_PODS, config=config), {})
     default = compute(cluster(services=[service("s")], pods=DEFAULT_PODS), {})
-    snap = result.snapshots[WORKLOAD]
+    snap = result.snapshots[WORKLOAD].message()
     if snap.warnings:
         assert [w.key for w in snap.warnings] == [key]
-        assert snap.backends[0] == default.snapshots[WORKLOAD].backends[0]
+        assert snap.backends[0] == default.snapshots[WORKLOAD].message().backends[0]
 
 
 @given(st.text(max_size=30))

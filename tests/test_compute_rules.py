@@ -24,7 +24,7 @@ from tests.helpers.builders import (
 def only_snapshot(state, previous=None) -> pb.Snapshot:  # type: ignore[no-untyped-def]
     result = compute(state, previous or {})
     assert list(result.snapshots) == [WORKLOAD]
-    return result.snapshots[WORKLOAD]
+    return result.snapshots[WORKLOAD].message()
 
 
 def backend(snapshot: pb.Snapshot, name: str) -> pb.Backend:
@@ -76,7 +76,7 @@ def test_all_replicasets_of_a_deployment_are_one_workload() -> None:
         "haproxy-system/ReplicaSet/bare",
         "haproxy-system/StatefulSet/edge2",
     ]
-    lb = result.snapshots["haproxy-system/Deployment/lb"]
+    lb = result.snapshots["haproxy-system/Deployment/lb"].message()
     assert [p.name for p in lb.peers.peers] == ["lb-new-1", "lb-old-1"]
     assert result.pod_workloads["haproxy-system/lb-old-1"] == "haproxy-system/Deployment/lb"
 
@@ -134,8 +134,8 @@ def test_workloads_annotation_limits_a_service() -> None:
         service("private", annotations={"haproxy.org/workloads": "haproxy-system/internal"}),
     ]
     result = compute(cluster(services=services, pods=pods), {})
-    edge = result.snapshots["haproxy-system/DaemonSet/edge"]
-    internal = result.snapshots["haproxy-system/DaemonSet/internal"]
+    edge = result.snapshots["haproxy-system/DaemonSet/edge"].message()
+    internal = result.snapshots["haproxy-system/DaemonSet/internal"].message()
     assert [b.name for b in edge.backends] == ["default_public_http"]
     assert [b.name for b in internal.backends] == ["default_private_http", "default_public_http"]
 
@@ -143,7 +143,7 @@ def test_workloads_annotation_limits_a_service() -> None:
 def test_unreadable_workloads_limit_serves_the_service_nowhere() -> None:
     svc = service("private", annotations={"haproxy.org/workloads": "not a ref!"})
     result = compute(cluster(services=[svc], pods=DEFAULT_PODS), {})
-    assert list(result.snapshots[WORKLOAD].backends) == []
+    assert list(result.snapshots[WORKLOAD].message().backends) == []
     assert [r.key for r in result.rejections] == ["haproxy.org/workloads"]
 
 
@@ -279,7 +279,7 @@ def test_surviving_endpoints_keep_slots_and_new_ones_take_lowest_free() -> None:
     first = compute(state(["127.0.0.1", "127.0.0.2", "127.0.0.3"]), {})
     # .2 dies, .0 and .9 arrive: .0 sorts first and takes the freed slot 2, .9 takes 4.
     second = compute(state(["127.0.0.0", "127.0.0.1", "127.0.0.3", "127.0.0.9"]), first.assignment)
-    assert enabled(backend(second.snapshots[WORKLOAD], "default_s_http")) == [
+    assert enabled(backend(second.snapshots[WORKLOAD].message(), "default_s_http")) == [
         (1, "127.0.0.1", 8888),
         (2, "127.0.0.0", 8888),
         (3, "127.0.0.3", 8888),
@@ -287,7 +287,7 @@ def test_surviving_endpoints_keep_slots_and_new_ones_take_lowest_free() -> None:
     ]
     # Scale down to one endpoint: the count never shrinks.
     third = compute(state(["127.0.0.3"]), second.assignment)
-    b = backend(third.snapshots[WORKLOAD], "default_s_http")
+    b = backend(third.snapshots[WORKLOAD].message(), "default_s_http")
     assert enabled(b) == [(3, "127.0.0.3", 8888)]
     assert len(b.slots) == 4
     # The backend disappears: its assignment goes with it.
@@ -359,7 +359,7 @@ def test_the_older_service_keeps_a_contested_host_and_port() -> None:
         ),
     ]
     result = compute(cluster(services=services, pods=DEFAULT_PODS), {})
-    snap = result.snapshots[WORKLOAD]
+    snap = result.snapshots[WORKLOAD].message()
     assert [(r.host, r.backend) for r in snap.http_frontend.routes] == [
         ("a.example.com", "default_old_http")
     ]

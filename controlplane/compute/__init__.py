@@ -5,20 +5,23 @@ randomness. Identical inputs give identical snapshots (and content hashes) on an
 control-plane replica.
 """
 
-from controlplane.compute.snapshots import compute
+from controlplane.compute.snapshots import Computer, compute
 from controlplane.compute.types import (
     BackendSlots,
     ComputeResult,
     EndpointKey,
     Rejection,
     SlotAssignment,
+    SnapshotContent,
 )
 
 __all__ = [
     "BackendSlots",
     "ComputeResult",
+    "Computer",
     "EndpointKey",
     "Rejection",
     "SlotAssignment",
+    "SnapshotContent",
     "compute",
 ]

@@ -1,234 +1,24 @@
-"""Assembles one Snapshot per workload from the cluster state and the previous slots."""
+"""The computation entry points: `compute` (pure function) and `Computer` (incremental).
+
+`Computer` remembers each Service's plan with the inputs it came from; a Service whose
+object, EndpointSlices, settings ConfigMap and previous slots are unchanged reuses its plan
+(and its serialized backends), so one endpoint change costs one Service's work plus the
+assembly of the snapshots it appears in. The result is identical to a fresh computation.
+"""
 
 from __future__ import annotations
 
 import hashlib
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from controlplane.compute.endpoints import ready_endpoints
-from controlplane.compute.settings import BackendSettings, GlobalSettings, Resolver, lookup
-from controlplane.compute.slots import assign_slots
-from controlplane.compute.types import BackendSlots, ComputeResult, Rejection, SlotAssignment
-from controlplane.compute.values import (
-    Invalid,
-    is_dns_label,
-    is_port_name,
-    parse_bool,
-    parse_hosts,
-    parse_port,
-    parse_workload_refs,
-    shown,
-)
-from controlplane.compute.workloads import PeerEntry, Workload, discover
-from controlplane.model import ClusterState, EndpointSlice, Service, ServicePort
+from controlplane.compute.assemble import assemble
+from controlplane.compute.plan import Planned, ServicePlan, plan_service
+from controlplane.compute.settings import Resolver
+from controlplane.compute.types import BackendSlots, ComputeResult, Rejection, SnapshotContent
+from controlplane.compute.workloads import discover
+from controlplane.model import ClusterState, ConfigMap, EndpointSlice, Service
 from peerplane.v1 import peerplane_pb2 as pb
-
-PEER_SECTION = "localinstance"
-FREE_SLOT_ADDRESS = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ServicePlan:
-    """What one opted-in Service contributes, before it is placed in workloads."""
-
-    service: Service
-    workloads: frozenset[str] | None  # "namespace/name" refs, None = every workload
-    mode: str
-    hosts: tuple[str, ...]
-    tcp_port: int | None
-    backends: tuple[pb.Backend, ...]
-
-    @property
-    def age_key(self) -> tuple[str, str, str]:
-        """Older Services first; name breaks ties so the order is total."""
-        svc = self.service
-        return (svc.creation_timestamp or "~", svc.namespace, svc.name)
-
-
-def backend_name(service: Service, port: ServicePort) -> str:
-    return f"{service.namespace}_{service.name}_{port.name or port.port}"
-
-
-def _service_rejection(service: Service, key: str, value: str, reason: str) -> Rejection:
-    return Rejection("Service", service.namespace, service.name, key, shown(value), reason)
-
-
-def _opted_in(service: Service, rejections: list[Rejection]) -> bool:
-    found = lookup(service.annotations, "expose")
-    if found is None:
-        return False
-    try:
-        return parse_bool(found.value)
-    except Invalid as err:
-        rejections.append(_service_rejection(service, found.key, found.value, str(err)))
-        return False
-
-
-def _valid_identity(service: Service, rejections: list[Rejection]) -> bool:
-    """Names become backend names in haproxy.cfg: accept only what Kubernetes accepts."""
-    if not is_dns_label(service.namespace) or not is_dns_label(service.name):
-        rejections.append(
-            _service_rejection(service, "metadata.name", service.name, "not a DNS label")
-        )
-        return False
-    return True
-
-
-def _render_backend(
-    name: str,
-    service: Service,
-    port: ServicePort,
-    mode: str,
-    settings: BackendSettings,
-    slots: BackendSlots,
-    warnings: Iterable[Rejection],
-) -> pb.Backend:
-    by_slot = {slot: endpoint for endpoint, slot in slots.slots.items()}
-    backend = pb.Backend(
-        name=name,
-        service=f"{service.namespace}/{service.name}",
-        service_port=port.name or str(port.port),
-        mode=mode,
-        balance=settings.balance.algorithm,
-        balance_argument=settings.balance.argument,
-        hash_type=settings.hash_type,
-        warnings=[w.to_proto() for w in warnings],
-    )
-    if settings.persistence:
-        backend.persistence.table_size = settings.table_size
-        backend.persistence.expire_ms = settings.expire_ms
-    for index in range(1, slots.count + 1):
-        endpoint = by_slot.get(index)
-        slot = backend.slots.add(index=index, server_name=f"SRV_{index}")
-        if endpoint is not None:
-            slot.address, slot.port, slot.enabled = endpoint[0], endpoint[1], True
-    return backend
-
-
-class _Planner:
-    """Plans every opted-in Service; holds the inputs shared by all of them."""
-
-    def __init__(self, state: ClusterState, previous: SlotAssignment) -> None:
-        self.resolver = Resolver(state.settings)
-        self.previous = previous
-        self.slices: dict[tuple[str, str], list[EndpointSlice]] = defaultdict(list)
-        for endpoint_slice in state.endpoint_slices:
-            key = (endpoint_slice.namespace, endpoint_slice.service_name)
-            self.slices[key].append(endpoint_slice)
-        self.assignment: dict[str, BackendSlots] = {}
-        self.configmap_rejections: list[Rejection] = []
-
-    def plan(self, service: Service, rejections: list[Rejection]) -> ServicePlan | None:
-        if not _opted_in(service, rejections) or not _valid_identity(service, rejections):
-            return None
-        own: list[Rejection] = []
-        workloads: frozenset[str] | None = None
-        found = lookup(service.annotations, "workloads")
-        if found is not None:
-            try:
-                workloads = parse_workload_refs(found.value)
-            except Invalid as err:
-                # Safer to serve nowhere than everywhere when the limit is unreadable.
-                rejections.append(
-                    _service_rejection(
-                        service, found.key, found.value, f"{err}; Service not served"
-                    )
-                )
-                return None
-        hosts: tuple[str, ...] = ()
-        found = lookup(service.annotations, "hosts")
-        if found is not None:
-            try:
-                hosts = parse_hosts(found.value)
-            except Invalid as err:
-                own.append(_service_rejection(service, found.key, found.value, str(err)))
-        tcp_port: int | None = None
-        found = lookup(service.annotations, "tcp-port")
-        if found is not None:
-            try:
-                tcp_port = parse_port(found.value)
-                if hosts:
-                    tcp_port = None
-                    raise Invalid("hosts and tcp-port exclude each other; hosts is used")
-            except Invalid as err:
-                own.append(_service_rejection(service, found.key, found.value, str(err)))
-        mode = "tcp" if tcp_port is not None else "http"
-        backends = []
-        for port in service.ports:
-            if port.protocol != "TCP" or (port.name and not is_port_name(port.name)):
-                own.append(
-                    _service_rejection(
-                        service,
-                        "spec.ports",
-                        port.name or str(port.port),
-                        "only TCP ports with DNS-label names are served",
-                    )
-                )
-                continue
-            backends.append(self._backend(service, port, mode, rejections))
-        if backends:
-            # Service-wide rejections show on the backend that hosts and tcp-port target.
-            backends[0].warnings.extend(r.to_proto() for r in own)
-        rejections.extend(own)
-        return ServicePlan(service, workloads, mode, hosts, tcp_port, tuple(backends))
-
-    def _backend(
-        self, service: Service, port: ServicePort, mode: str, rejections: list[Rejection]
-    ) -> pb.Backend:
-        name = backend_name(service, port)
-        warnings: list[Rejection] = []
-        settings = self.resolver.backend(service, mode, warnings)
-        endpoints = ready_endpoints(self.slices.get((service.namespace, service.name), ()), port)
-        slots = assign_slots(endpoints, self.previous.get(name), settings.server_slots)
-        self.assignment[name] = slots
-        backend_warnings = [w for w in warnings if w.kind == "Service"]
-        rejections.extend(backend_warnings)
-        # ConfigMap rejections are listed once per snapshot, not on every backend.
-        self.configmap_rejections.extend(w for w in warnings if w.kind != "Service")
-        return _render_backend(name, service, port, mode, settings, slots, backend_warnings)
-
-
-def _frontends(
-    plans: list[ServicePlan], settings: GlobalSettings, snapshot: pb.Snapshot
-) -> list[Rejection]:
-    """Host routes and TCP ports; on a conflict the older Service keeps the claim, and
-    the younger one's backend carries the rejection."""
-    backends = {b.name: b for b in snapshot.backends}
-    lost: list[Rejection] = []
-
-    def reject(plan: ServicePlan, key: str, value: str, reason: str) -> None:
-        rejection = _service_rejection(plan.service, key, value, reason)
-        backends[plan.backends[0].name].warnings.append(rejection.to_proto())
-        lost.append(rejection)
-
-    routes: dict[str, str] = {}
-    tcp: dict[int, str] = {}
-    for plan in sorted(plans, key=lambda p: p.age_key):
-        if not plan.backends:
-            continue
-        target = plan.backends[0].name
-        for host in plan.hosts:
-            if host in routes:
-                reject(plan, "haproxy.org/hosts", host, f"host already routed to {routes[host]}")
-            else:
-                routes[host] = target
-        if plan.tcp_port is not None:
-            port = plan.tcp_port
-            reserved = {settings.http_port: "the HTTP frontend", settings.peer_port: "peers"}
-            owner = tcp.get(port) or reserved.get(port)
-            if owner is not None:
-                reject(plan, "haproxy.org/tcp-port", str(port), f"port already used by {owner}")
-            else:
-                tcp[port] = target
-    if routes:
-        snapshot.http_frontend.port = settings.http_port
-        for host in sorted(routes):
-            snapshot.http_frontend.routes.add(host=host, backend=routes[host])
-    for port in sorted(tcp):
-        snapshot.tcp_frontends.add(port=port, backend=tcp[port])
-    return lost
 
 
 def content_hash(snapshot: pb.Snapshot) -> str:
@@ -240,54 +30,158 @@ def content_hash(snapshot: pb.Snapshot) -> str:
     return hashlib.sha256(content.SerializeToString(deterministic=True)).hexdigest()
 
 
-def _snapshot(
-    workload: Workload,
-    peers: tuple[PeerEntry, ...],
-    plans: list[ServicePlan],
-    settings: GlobalSettings,
-    global_warnings: list[pb.RejectedInput],
-    rejections: list[Rejection],
-) -> pb.Snapshot:
-    mine = [p for p in plans if p.workloads is None or workload.short_ref in p.workloads]
-    snapshot = pb.Snapshot(workload=workload.key)
-    snapshot.peers.name = PEER_SECTION
-    snapshot.peers.port = settings.peer_port
-    for peer in peers:
-        snapshot.peers.peers.add(name=peer.name, address=peer.address, port=settings.peer_port)
-    for backend in sorted((b for p in mine for b in p.backends), key=lambda b: b.name):
-        snapshot.backends.add().CopyFrom(backend)
-    rejections.extend(_frontends(mine, settings, snapshot))
-    snapshot.warnings.extend(global_warnings)
-    snapshot.content_hash = content_hash(snapshot)
-    return snapshot
+@dataclass(frozen=True, slots=True)
+class _Cached:
+    service: Service
+    slices: tuple[EndpointSlice, ...]
+    settings: ConfigMap | None
+    planned: Planned
+
+    def reusable(
+        self,
+        service: Service,
+        slices: tuple[EndpointSlice, ...],
+        settings: ConfigMap | None,
+        previous: Mapping[str, BackendSlots],
+    ) -> bool:
+        if not (
+            (self.service is service or self.service == service)
+            and self.slices == slices
+            and (self.settings is settings or self.settings == settings)
+        ):
+            return False
+        plan = self.planned.plan
+        # Unchanged endpoints and the slots this plan produced give the same slots again.
+        return plan is None or all(
+            (previous.get(part.name) is part.slots or previous.get(part.name) == part.slots)
+            for part in plan.backends
+        )
 
 
-def _dedupe(rejections: Iterable[Rejection]) -> list[Rejection]:
-    return sorted(set(rejections), key=lambda r: (r.object, r.key, r.value, r.reason))
+def _slice_name(endpoint_slice: EndpointSlice) -> str:
+    return endpoint_slice.name
+
+
+def _dedupe(rejections: Iterable[Rejection]) -> tuple[Rejection, ...]:
+    return tuple(sorted(set(rejections), key=lambda r: (r.object, r.key, r.value, r.reason)))
+
+
+class Computer:
+    """Incremental computation: same results as `compute`, less work between calls.
+
+    Sources keep unchanged objects identical from one ClusterState to the next, so the
+    objects that changed are found by identity with set operations (C speed), and only
+    their Services are planned again. When the previous assignment is not the one this
+    Computer returned last, or the settings changed, every Service is checked (and still
+    reused when its inputs are equal).
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, str], _Cached] = {}
+        self._services: dict[int, Service] = {}
+        self._slices: dict[int, EndpointSlice] = {}
+        self._by_key: dict[tuple[str, str], Service] = {}
+        self._slices_by_key: dict[tuple[str, str], dict[int, EndpointSlice]] = {}
+        self._settings: ConfigMap | None = None
+        self._assignment: Mapping[str, BackendSlots] | None = None
+        # Derived from _cache, maintained per re-planned Service so a small change
+        # costs little: plans by key, keys with rejections, the slot assignment.
+        self._plans: dict[tuple[str, str], ServicePlan] = {}
+        self._rejecting: set[tuple[str, str]] = set()
+        self._slots: dict[str, BackendSlots] = {}
+        self.planned = 0  # Services planned (not reused) by the last call
+
+    def _index(self, state: ClusterState) -> set[tuple[str, str]]:
+        """Update the indexes; return the keys of Services whose objects changed."""
+        services = {id(s): s for s in state.services}
+        slices = {id(s): s for s in state.endpoint_slices}
+        dirty: set[tuple[str, str]] = set()
+        for gone in self._services.keys() - services.keys():
+            service = self._services[gone]
+            key = (service.namespace, service.name)
+            if self._by_key.get(key) is service:
+                del self._by_key[key]
+            dirty.add(key)
+        for new in services.keys() - self._services.keys():
+            service = services[new]
+            key = (service.namespace, service.name)
+            self._by_key[key] = service
+            dirty.add(key)
+        for gone in self._slices.keys() - slices.keys():
+            endpoint_slice = self._slices[gone]
+            key = (endpoint_slice.namespace, endpoint_slice.service_name)
+            self._slices_by_key[key].pop(gone, None)
+            dirty.add(key)
+        for new in slices.keys() - self._slices.keys():
+            endpoint_slice = slices[new]
+            key = (endpoint_slice.namespace, endpoint_slice.service_name)
+            self._slices_by_key.setdefault(key, {})[new] = endpoint_slice
+            dirty.add(key)
+        self._services, self._slices = services, slices
+        return dirty
+
+    def _replace(self, key: tuple[str, str], cached: _Cached | None) -> None:
+        """Swap the cached plan of one Service and keep the derived indexes in step."""
+        old = self._cache.pop(key, None)
+        if old is not None and old.planned.plan is not None:
+            for part in old.planned.plan.backends:
+                self._slots.pop(part.name, None)
+        self._plans.pop(key, None)
+        self._rejecting.discard(key)
+        if cached is None:
+            return
+        self._cache[key] = cached
+        if cached.planned.rejections:
+            self._rejecting.add(key)
+        plan = cached.planned.plan
+        if plan is not None:
+            self._plans[key] = plan
+            for part in plan.backends:
+                self._slots[part.name] = part.slots
+
+    def compute(self, state: ClusterState, previous: Mapping[str, BackendSlots]) -> ComputeResult:
+        """Snapshots of every workload and the new slot assignment."""
+        dirty = self._index(state)
+        settings_same = self._settings is state.settings or self._settings == state.settings
+        if previous is not self._assignment or not settings_same:
+            dirty = set(self._by_key) | set(self._cache)
+        self._settings = state.settings
+        resolver = Resolver(state.settings)
+        self.planned = 0
+        for key in dirty:
+            service = self._by_key.get(key)
+            if service is None:
+                self._replace(key, None)
+                continue
+            # Slices sorted by name: input order never matters.
+            mine = tuple(sorted(self._slices_by_key.get(key, {}).values(), key=_slice_name))
+            cached = self._cache.get(key)
+            if cached is None or not cached.reusable(service, mine, state.settings, previous):
+                self.planned += 1
+                planned = plan_service(service, mine, resolver, previous)
+                self._replace(key, _Cached(service, mine, state.settings, planned))
+
+        rejections = [r for k in self._rejecting for r in self._cache[k].planned.rejections]
+        plans = list(self._plans.values())
+        configmap_rejections = [r for p in plans for r in p.configmap_rejections]
+        global_settings = resolver.global_settings(configmap_rejections)
+        workloads = discover(state.haproxy_pods, state.replica_sets, rejections)
+        global_warnings = _dedupe(configmap_rejections)
+        snapshots: dict[str, SnapshotContent] = {}
+        for workload, peers in sorted(workloads.peers.items(), key=lambda item: item[0].key):
+            content, lost = assemble(workload, peers, plans, global_settings, global_warnings)
+            snapshots[workload.key] = content
+            rejections.extend(lost)
+        assignment = dict(self._slots)
+        self._assignment = assignment
+        return ComputeResult(
+            snapshots=snapshots,
+            assignment=assignment,
+            rejections=_dedupe([*rejections, *global_warnings]),
+            pod_workloads=workloads.pod_workloads,
+        )
 
 
 def compute(state: ClusterState, previous: Mapping[str, BackendSlots]) -> ComputeResult:
-    """Snapshots of every workload (version 0, content hash set) and the new slots."""
-    rejections: list[Rejection] = []
-    planner = _Planner(state, previous)
-    global_settings = planner.resolver.global_settings(planner.configmap_rejections)
-    plans = [
-        plan
-        for service in sorted(state.services, key=lambda s: (s.namespace, s.name))
-        if (plan := planner.plan(service, rejections)) is not None
-    ]
-    workloads = discover(state.haproxy_pods, state.replica_sets, rejections)
-    configmap_rejections = _dedupe(planner.configmap_rejections)
-    global_warnings = [r.to_proto() for r in configmap_rejections]
-    snapshots = {
-        workload.key: _snapshot(
-            workload, peers, plans, global_settings, global_warnings, rejections
-        )
-        for workload, peers in sorted(workloads.peers.items(), key=lambda item: item[0].key)
-    }
-    return ComputeResult(
-        snapshots=snapshots,
-        assignment=planner.assignment,
-        rejections=tuple(_dedupe([*rejections, *configmap_rejections])),
-        pod_workloads=workloads.pod_workloads,
-    )
+    """Snapshots of every workload (unversioned) and the new slot assignment."""
+    return Computer().compute(state, previous)

@@ -47,16 +47,64 @@ class Rejection:
         )
 
 
+class SnapshotContent:
+    """One workload's computed snapshot, unversioned.
+
+    `payload` is the deterministic serialization with version and content_hash unset;
+    `content_hash` is its SHA-256. The message is parsed only when someone asks for it
+    (inspection, the CLI): streaming sends the bytes.
+    """
+
+    __slots__ = ("_message", "backends", "content_hash", "payload", "peers", "warnings", "workload")
+
+    def __init__(
+        self,
+        workload: str,
+        content_hash: str,
+        payload: bytes,
+        peers: int,
+        backends: int,
+        warnings: int,
+    ) -> None:
+        self.workload = workload
+        self.content_hash = content_hash
+        self.payload = payload
+        self.peers = peers
+        self.backends = backends
+        self.warnings = warnings
+        self._message: pb.Snapshot | None = None
+
+    def message(self, version: int = 0) -> pb.Snapshot:
+        """A fresh Snapshot message (content hash and `version` set); callers may mutate it."""
+        if self._message is None:
+            parsed = pb.Snapshot.FromString(self.payload)
+            parsed.content_hash = self.content_hash
+            self._message = parsed
+        copy = pb.Snapshot()
+        copy.CopyFrom(self._message)
+        copy.version = version
+        return copy
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SnapshotContent) and other.payload == self.payload
+
+    def __hash__(self) -> int:
+        return hash(self.content_hash)
+
+    def __repr__(self) -> str:
+        return f"SnapshotContent({self.workload!r}, {self.content_hash[:12]})"
+
+
 @dataclass(frozen=True, slots=True)
 class ComputeResult:
     """Output of one computation.
 
-    `snapshots` maps workload key -> Snapshot with version 0 and content_hash set; the
-    snapshot store numbers versions. `pod_workloads` maps "namespace/pod" of every
+    `snapshots` maps workload key -> its unversioned content; the snapshot store numbers
+    versions. `pod_workloads` maps "namespace/pod" of every
     HAProxy pod to its workload key, so the server can place an agent from its Hello.
     """
 
-    snapshots: Mapping[str, pb.Snapshot]
+    snapshots: Mapping[str, SnapshotContent]
     assignment: SlotAssignment
     rejections: tuple[Rejection, ...]
     pod_workloads: Mapping[str, str]

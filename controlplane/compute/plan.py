@@ -1,0 +1,219 @@
+"""Per-Service planning: opt-in, routing annotations, settings, endpoints, slots.
+
+A `ServicePlan` depends only on the Service, its EndpointSlices, the settings ConfigMap
+and the previous slots of its backends, so an unchanged Service's plan is reused as is
+between computations. Backends are serialized here, once per plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from controlplane.compute import wire
+from controlplane.compute.endpoints import ready_endpoints
+from controlplane.compute.settings import BackendSettings, Resolver, lookup
+from controlplane.compute.slots import assign_slots
+from controlplane.compute.types import BackendSlots, Rejection, SlotAssignment
+from controlplane.compute.values import (
+    Invalid,
+    is_dns_label,
+    is_port_name,
+    parse_bool,
+    parse_hosts,
+    parse_port,
+    parse_workload_refs,
+    shown,
+)
+from controlplane.model import EndpointSlice, Service, ServicePort
+from peerplane.v1 import peerplane_pb2 as pb
+
+
+@dataclass(frozen=True, slots=True)
+class BackendPart:
+    """One backend, serialized without its warnings (those are appended per snapshot)."""
+
+    name: str
+    body: bytes  # Backend fields 1..9
+    warnings: tuple[Rejection, ...]  # rejections of this backend's own settings
+    slots: BackendSlots
+    # The Snapshot.backends entry (field 5 framing) of `body` plus `warnings`, ready to
+    # concatenate when the snapshot adds no warnings of its own to this backend.
+    framed: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePlan:
+    """What one opted-in Service contributes, before it is placed in workloads."""
+
+    service: Service
+    workloads: frozenset[str] | None  # "namespace/name" refs, None = every workload
+    hosts: tuple[str, ...]
+    tcp_port: int | None
+    backends: tuple[BackendPart, ...]
+    # Service-wide rejections (hosts, tcp-port, ports), shown on the first backend.
+    service_warnings: tuple[Rejection, ...]
+    configmap_rejections: tuple[Rejection, ...]
+
+    @property
+    def age_key(self) -> tuple[str, str, str]:
+        """Older Services first; name breaks ties so the order is total."""
+        svc = self.service
+        return (svc.creation_timestamp or "~", svc.namespace, svc.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A Service's plan (None when it is not served) and every rejection found."""
+
+    plan: ServicePlan | None
+    rejections: tuple[Rejection, ...]
+
+
+def backend_name(service: Service, port: ServicePort) -> str:
+    return f"{service.namespace}_{service.name}_{port.name or port.port}"
+
+
+def service_rejection(service: Service, key: str, value: str, reason: str) -> Rejection:
+    return Rejection("Service", service.namespace, service.name, key, shown(value), reason)
+
+
+def opted_in(service: Service, rejections: list[Rejection]) -> bool:
+    found = lookup(service.annotations, "expose")
+    if found is None:
+        return False
+    try:
+        return parse_bool(found.value)
+    except Invalid as err:
+        rejections.append(service_rejection(service, found.key, found.value, str(err)))
+        return False
+
+
+def _valid_identity(service: Service, rejections: list[Rejection]) -> bool:
+    """Names become backend names in haproxy.cfg: accept only what Kubernetes accepts."""
+    if not is_dns_label(service.namespace) or not is_dns_label(service.name):
+        rejections.append(
+            service_rejection(service, "metadata.name", service.name, "not a DNS label")
+        )
+        return False
+    return True
+
+
+def warnings_bytes(rejections: Sequence[Rejection]) -> bytes:
+    """Backend field 10 entries (they follow the slots, in field-number order)."""
+    if not rejections:
+        return b""
+    return pb.Backend(warnings=[r.to_proto() for r in rejections]).SerializeToString()
+
+
+def encode_backend(
+    name: str,
+    service: Service,
+    port: ServicePort,
+    mode: str,
+    settings: BackendSettings,
+    slots: BackendSlots,
+) -> bytes:
+    """Serialized Backend (fields 1..9), slots encoded directly."""
+    head = pb.Backend(
+        name=name,
+        service=f"{service.namespace}/{service.name}",
+        service_port=port.name or str(port.port),
+        mode=mode,
+        balance=settings.balance.algorithm,
+        balance_argument=settings.balance.argument,
+        hash_type=settings.hash_type,
+    )
+    if settings.persistence:
+        head.persistence.table_size = settings.table_size
+        head.persistence.expire_ms = settings.expire_ms
+    by_slot = {slot: endpoint for endpoint, slot in slots.slots.items()}
+    parts = [head.SerializeToString(deterministic=True)]
+    for index in range(1, slots.count + 1):
+        endpoint = by_slot.get(index)
+        if endpoint is None:
+            parts.append(wire.free_slot(index))
+        else:
+            parts.append(wire.used_slot(index, endpoint[0], endpoint[1]))
+    return b"".join(parts)
+
+
+def _parse_routing(service: Service, own: list[Rejection]) -> tuple[tuple[str, ...], int | None]:
+    hosts: tuple[str, ...] = ()
+    found = lookup(service.annotations, "hosts")
+    if found is not None:
+        try:
+            hosts = parse_hosts(found.value)
+        except Invalid as err:
+            own.append(service_rejection(service, found.key, found.value, str(err)))
+    tcp_port: int | None = None
+    found = lookup(service.annotations, "tcp-port")
+    if found is not None:
+        try:
+            tcp_port = parse_port(found.value)
+            if hosts:
+                tcp_port = None
+                raise Invalid("hosts and tcp-port exclude each other; hosts is used")
+        except Invalid as err:
+            own.append(service_rejection(service, found.key, found.value, str(err)))
+    return hosts, tcp_port
+
+
+def plan_service(
+    service: Service,
+    slices: Sequence[EndpointSlice],
+    resolver: Resolver,
+    previous: SlotAssignment,
+) -> Planned:
+    rejections: list[Rejection] = []
+    if not opted_in(service, rejections) or not _valid_identity(service, rejections):
+        return Planned(None, tuple(rejections))
+    workloads: frozenset[str] | None = None
+    found = lookup(service.annotations, "workloads")
+    if found is not None:
+        try:
+            workloads = parse_workload_refs(found.value)
+        except Invalid as err:
+            # Safer to serve nowhere than everywhere when the limit is unreadable.
+            reason = f"{err}; Service not served"
+            rejections.append(service_rejection(service, found.key, found.value, reason))
+            return Planned(None, tuple(rejections))
+    own: list[Rejection] = []
+    hosts, tcp_port = _parse_routing(service, own)
+    mode = "tcp" if tcp_port is not None else "http"
+    backends: list[BackendPart] = []
+    configmap: list[Rejection] = []
+    for port in service.ports:
+        if port.protocol != "TCP" or (port.name and not is_port_name(port.name)):
+            own.append(
+                service_rejection(
+                    service,
+                    "spec.ports",
+                    port.name or str(port.port),
+                    "only TCP ports with DNS-label names are served",
+                )
+            )
+            continue
+        name = backend_name(service, port)
+        found_warnings: list[Rejection] = []
+        settings = resolver.backend(service, mode, found_warnings)
+        endpoints = ready_endpoints(slices, port)
+        slots = assign_slots(endpoints, previous.get(name), settings.server_slots)
+        mine = tuple(w for w in found_warnings if w.kind == "Service")
+        # ConfigMap rejections are listed once per snapshot, not on every backend.
+        configmap.extend(w for w in found_warnings if w.kind != "Service")
+        body = encode_backend(name, service, port, mode, settings, slots)
+        framed = wire.length_delimited(wire.SNAPSHOT_BACKENDS, body + warnings_bytes(mine))
+        backends.append(BackendPart(name, body, mine, slots, framed))
+        rejections.extend(mine)
+    rejections.extend(own)
+    plan = ServicePlan(
+        service=service,
+        workloads=workloads,
+        hosts=hosts,
+        tcp_port=tcp_port,
+        backends=tuple(backends),
+        service_warnings=tuple(own),
+        configmap_rejections=tuple(configmap),
+    )
+    return Planned(plan, tuple(rejections))

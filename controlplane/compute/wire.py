@@ -1,0 +1,92 @@
+"""Protobuf wire encoding for the parts of a snapshot that are built most often.
+
+A snapshot of 2,000 backends holds ~84,000 slots. Building a message object per slot and
+serializing the whole snapshot on every recompute costs more than the rest of the
+computation; instead, each backend is serialized once (slots encoded here directly) and a
+snapshot is the concatenation of its parts. The result is byte-identical to
+`SerializeToString(deterministic=True)` of the equivalent message, because parts are
+emitted in field-number order; `tests/test_compute_wire.py` checks that.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+_VARINT = 0
+_LEN = 2
+
+# Field numbers, from peerplane.proto.
+SNAPSHOT_VERSION = 2
+SNAPSHOT_CONTENT_HASH = 3
+SNAPSHOT_BACKENDS = 5
+BACKEND_SLOTS = 9
+SLOT_INDEX, SLOT_SERVER_NAME, SLOT_ADDRESS, SLOT_PORT, SLOT_ENABLED = 1, 2, 3, 4, 5
+SERVER_MESSAGE_SNAPSHOT = 2
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def tag(field: int, wire_type: int) -> bytes:
+    return varint((field << 3) | wire_type)
+
+
+def length_delimited(field: int, payload: bytes) -> bytes:
+    return tag(field, _LEN) + varint(len(payload)) + payload
+
+
+def varint_field(field: int, value: int) -> bytes:
+    return tag(field, _VARINT) + varint(value) if value else b""
+
+
+def string_field(field: int, value: str) -> bytes:
+    return length_delimited(field, value.encode()) if value else b""
+
+
+@lru_cache(maxsize=4096)
+def _slot_head(index: int) -> bytes:
+    return varint_field(SLOT_INDEX, index) + string_field(SLOT_SERVER_NAME, f"SRV_{index}")
+
+
+@lru_cache(maxsize=4096)
+def free_slot(index: int) -> bytes:
+    """`slots` entry of a free (disabled) slot: only index and name are set."""
+    return length_delimited(BACKEND_SLOTS, _slot_head(index))
+
+
+_ENABLED = tag(SLOT_ENABLED, _VARINT) + b"\x01"
+
+
+def used_slot(index: int, address: str, port: int) -> bytes:
+    """`slots` entry of a slot holding a ready endpoint."""
+    body = (
+        _slot_head(index)
+        + string_field(SLOT_ADDRESS, address)
+        + varint_field(SLOT_PORT, port)
+        + _ENABLED
+    )
+    return length_delimited(BACKEND_SLOTS, body)
+
+
+def versioned(payload: bytes, version: int, content_hash: str) -> bytes:
+    """A snapshot payload with version and content hash appended.
+
+    Protobuf merges fields that appear later, so this parses as the snapshot with both
+    fields set; the payload itself is never re-serialized.
+    """
+    return (
+        payload
+        + varint_field(SNAPSHOT_VERSION, version)
+        + string_field(SNAPSHOT_CONTENT_HASH, content_hash)
+    )
+
+
+def server_message_with_snapshot(snapshot_bytes: bytes) -> bytes:
+    """`ServerMessage(snapshot=...)` around already serialized snapshot bytes."""
+    return length_delimited(SERVER_MESSAGE_SNAPSHOT, snapshot_bytes)
