@@ -92,7 +92,7 @@ def pod_names(state: ClusterState) -> list[str]:
 
 def backends(state: ClusterState) -> set[str]:
     result = compute(state, {})
-    return {b.name for snap in result.snapshots.values() for b in snap.backends}
+    return {b.name for snap in result.snapshots.values() for b in snap.message().backends}
 
 
 def test_initial_sync_builds_the_cluster_state(api: FakeKubeAPI, source: KubernetesSource) -> None:
@@ -125,7 +125,8 @@ def test_pod_scale_up_and_down_changes_peers(api: FakeKubeAPI, source: Kubernete
     relabelled["metadata"]["labels"] = {"app.kubernetes.io/component": "other"}
     api.apply(relabelled)  # leaves the selector: the watch reports a deletion
     assert wait_until(lambda: pod_names(source.state()) == ["haproxy-c"])
-    peers = [p.name for s in compute(source.state(), {}).snapshots.values() for p in s.peers.peers]
+    snapshots = compute(source.state(), {}).snapshots.values()
+    peers = [p.name for s in snapshots for p in s.message().peers.peers]
     assert peers == ["haproxy-c"]
 
 
