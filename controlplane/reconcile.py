@@ -40,9 +40,15 @@ ComputeFn = Callable[[ClusterState, "SlotAssignment"], "ComputeResult"]
 
 def same_assignment(a: SlotAssignment, b: SlotAssignment) -> bool:
     """Equal content, whatever mapping types hold it (saves are skipped when equal)."""
+    if a is b:
+        return True
     if a.keys() != b.keys():
         return False
-    return all(a[k].count == b[k].count and dict(a[k].slots) == dict(b[k].slots) for k in a)
+    # Unchanged backends keep their BackendSlots object: identity settles most of them.
+    return all(
+        a[k] is b[k] or (a[k].count == b[k].count and dict(a[k].slots) == dict(b[k].slots))
+        for k in a
+    )
 
 
 def describe_rejection(rejection: Rejection) -> str:
@@ -195,7 +201,8 @@ class Reconciler:
                 )
                 self._loop.call_later(self._retry_s, self.on_change)
                 return
-            self._assignment = result.assignment
+        # Keep the very object compute returned: the incremental Computer recognises it.
+        self._assignment = result.assignment
         self._publish(result)
         self._log_problems(result.rejections, self._source.errors())
 

@@ -122,7 +122,7 @@ async def _first(*aws: asyncio.Future[Any]) -> None:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from controlplane.compute import compute
+    from controlplane.compute import Computer
 
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
@@ -146,7 +146,7 @@ async def _serve(args: argparse.Namespace) -> int:
         log.error("--source %s: %s", args.source, err)
         await server.stop(0)
         return 2
-    reconciler = Reconciler(source, store, open_slot_store(args), compute)
+    reconciler = Reconciler(source, store, open_slot_store(args), Computer().compute)
     starting = loop.run_in_executor(None, source.start, reconciler.on_change)
     await _first(starting, stop_wait)
     if not starting.done():  # stopped while the source was still loading

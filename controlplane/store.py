@@ -12,35 +12,35 @@ The store does no I/O and is used from the event-loop thread only.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from controlplane.compute import wire
+from controlplane.compute.types import SnapshotContent
 from peerplane.v1 import peerplane_pb2 as pb
 
 Subscriber = Callable[[], None]
 
 
-def content_hash(snapshot: pb.Snapshot) -> str:
-    """SHA-256 (hex) of the deterministic serialization with version and hash cleared."""
-    bare = pb.Snapshot()
-    bare.CopyFrom(snapshot)
-    bare.version = 0
-    bare.content_hash = ""
-    return hashlib.sha256(bare.SerializeToString(deterministic=True)).hexdigest()
-
-
 @dataclass(frozen=True, slots=True)
 class Published:
-    """One published version of a workload's snapshot. Treat `snapshot` as read-only."""
+    """One published version of a workload's snapshot."""
 
     workload: str
     version: int
-    content_hash: str
-    snapshot: pb.Snapshot
-    # ServerMessage(snapshot=snapshot), serialized once for every stream.
+    content: SnapshotContent
+    # ServerMessage(snapshot=...), built once per version for every stream by appending
+    # the version to the computed bytes: the snapshot is never serialized again.
     message_bytes: bytes
+
+    @property
+    def content_hash(self) -> str:
+        return self.content.content_hash
+
+    def snapshot(self) -> pb.Snapshot:
+        """The versioned message (parsed on demand: inspection only)."""
+        return self.content.message(version=self.version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +69,7 @@ class SnapshotStore:
 
     def publish(
         self,
-        snapshots: Mapping[str, pb.Snapshot],
+        snapshots: Mapping[str, SnapshotContent],
         pod_workloads: Mapping[str, str] | None = None,
     ) -> list[str]:
         """Publish one computation's snapshots; return the workloads with a new version.
@@ -82,7 +82,7 @@ class SnapshotStore:
 
     def publish_result(
         self,
-        snapshots: Mapping[str, pb.Snapshot],
+        snapshots: Mapping[str, SnapshotContent],
         pod_workloads: Mapping[str, str] | None = None,
     ) -> PublishResult:
         """Like `publish`, also reporting removed workloads and mapping changes."""
@@ -103,20 +103,16 @@ class SnapshotStore:
             self._notify()
         return PublishResult(tuple(changed), tuple(removed), pods_changed)
 
-    def _publish_one(self, workload: str, computed: pb.Snapshot) -> bool:
-        digest = computed.content_hash or content_hash(computed)
+    def _publish_one(self, workload: str, content: SnapshotContent) -> bool:
         current = self._current.get(workload)
-        if current is not None and current.content_hash == digest:
+        if current is not None and current.content_hash == content.content_hash:
             return False
         version = self._generations.get(workload, 0) + 1
         self._generations[workload] = version
-        snapshot = pb.Snapshot()
-        snapshot.CopyFrom(computed)
-        snapshot.workload = workload
-        snapshot.version = version
-        snapshot.content_hash = digest
-        message = pb.ServerMessage(snapshot=snapshot).SerializeToString(deterministic=True)
-        self._current[workload] = Published(workload, version, digest, snapshot, message)
+        message = wire.server_message_with_snapshot(
+            wire.versioned(content.payload, version, content.content_hash)
+        )
+        self._current[workload] = Published(workload, version, content, message)
         return True
 
     # ------------------------------------------------------------------ reads

@@ -8,6 +8,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from controlplane.compute.types import SnapshotContent
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.server_harness import NS, W1, W2, WAIT_S, Harness, run, snapshot
 
@@ -36,10 +37,10 @@ def test_get_snapshot_of_an_unknown_workload_is_not_found_with_the_known_ones() 
 def test_list_workloads_summarises_each_workload() -> None:
     async def body() -> None:
         async with Harness() as h:
-            w1 = snapshot(W1, "10.0.0.1", peers=("haproxy-a", "haproxy-b"))
-            w1.warnings.add(object="ConfigMap x/y", key="k", value="v", reason="bad")
-            w1.backends[0].warnings.add(object="Service default/shop", key="k", value="v")
-            w1.content_hash = ""
+            message = snapshot(W1, "10.0.0.1", peers=("haproxy-a", "haproxy-b")).message()
+            message.warnings.add(object="ConfigMap x/y", key="k", value="v", reason="bad")
+            message.backends[0].warnings.add(object="Service default/shop", key="k", value="v")
+            w1 = SnapshotContent.from_message(message)
             h.publish({W1: w1, W2: snapshot(W2, "10.0.9.1")}, {f"{NS}/haproxy-a": W1})
             agent = h.agent("haproxy-a")
             await agent.hello()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from controlplane.store import SnapshotStore, content_hash
+from controlplane.compute.snapshots import content_hash
+from controlplane.store import SnapshotStore
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.server_harness import W1, W2, snapshot
 
@@ -28,7 +29,7 @@ def test_changed_content_increments_the_version() -> None:
     w1, w2 = store.get(W1), store.get(W2)
     assert w1 is not None and w2 is not None
     assert (w1.version, w2.version) == (2, 1)
-    assert w1.snapshot.version == 2
+    assert w1.snapshot().version == 2
     assert w1.content_hash == snapshot(W1, "10.0.0.2").content_hash
 
 
@@ -40,7 +41,7 @@ def test_message_bytes_are_a_server_message_that_takes_a_nonce_prefix() -> None:
     wire = pb.ServerMessage(nonce="42").SerializeToString() + published.message_bytes
     message = pb.ServerMessage.FromString(wire)
     assert message.nonce == "42"
-    assert message.snapshot == published.snapshot
+    assert message.snapshot == published.snapshot()
     assert message.snapshot.version == 1
 
 
@@ -74,15 +75,15 @@ def test_pod_mapping_is_kept_and_its_changes_notify() -> None:
     assert store.workload_of("ns/b") == W1  # no mapping given: the last one is kept
 
 
-def test_a_missing_content_hash_is_computed() -> None:
+def test_the_hash_is_the_sha256_of_the_content_message() -> None:
     store = SnapshotStore()
-    bare = snapshot(W1, "10.0.0.1")
-    expected = bare.content_hash
-    bare.content_hash = ""
-    assert content_hash(bare) == expected
-    store.publish({W1: bare})
+    content = snapshot(W1, "10.0.0.1")
+    message = content.message(version=9)
+    assert content_hash(message) == content.content_hash
+    store.publish({W1: content})
     published = store.get(W1)
-    assert published is not None and published.content_hash == expected
+    assert published is not None and published.content_hash == content.content_hash
+    assert published.snapshot().content_hash == content.content_hash
 
 
 def test_the_first_publish_counts_even_when_empty() -> None:

@@ -8,7 +8,6 @@ assembly of the snapshots it appears in. The result is identical to a fresh comp
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -23,11 +22,7 @@ from peerplane.v1 import peerplane_pb2 as pb
 
 def content_hash(snapshot: pb.Snapshot) -> str:
     """SHA-256 of the deterministic serialization, version and hash cleared."""
-    content = pb.Snapshot()
-    content.CopyFrom(snapshot)
-    content.version = 0
-    content.content_hash = ""
-    return hashlib.sha256(content.SerializeToString(deterministic=True)).hexdigest()
+    return SnapshotContent.from_message(snapshot).content_hash
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -73,6 +74,24 @@ class SnapshotContent:
         self.backends = backends
         self.warnings = warnings
         self._message: pb.Snapshot | None = None
+
+    @classmethod
+    def from_message(cls, snapshot: pb.Snapshot) -> SnapshotContent:
+        """Content of a ready-made message (tests, tools); version and hash are ignored."""
+        bare = pb.Snapshot()
+        bare.CopyFrom(snapshot)
+        bare.version = 0
+        bare.content_hash = ""
+        payload = bare.SerializeToString(deterministic=True)
+        warnings = len(bare.warnings) + sum(len(b.warnings) for b in bare.backends)
+        return cls(
+            workload=bare.workload,
+            content_hash=hashlib.sha256(payload).hexdigest(),
+            payload=payload,
+            peers=len(bare.peers.peers),
+            backends=len(bare.backends),
+            warnings=warnings,
+        )
 
     def message(self, version: int = 0) -> pb.Snapshot:
         """A fresh Snapshot message (content hash and `version` set); callers may mutate it."""

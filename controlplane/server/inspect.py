@@ -27,17 +27,16 @@ class Inspection:
             published = self._store.get(workload)
             if published is None:
                 continue
-            snapshot = published.snapshot
+            content = published.content
             agents = self._registry.sessions(workload)
-            warnings = len(snapshot.warnings) + sum(len(b.warnings) for b in snapshot.backends)
             response.workloads.append(
                 pb.WorkloadSummary(
                     workload=workload,
                     version=published.version,
                     content_hash=published.content_hash,
-                    peers=len(snapshot.peers.peers),
-                    backends=len(snapshot.backends),
-                    warnings=warnings,
+                    peers=content.peers,
+                    backends=content.backends,
+                    warnings=content.warnings,
                     agents_in_sync=sum(a.acked_hash == published.content_hash for a in agents),
                     agents_connected=len(agents),
                 )
@@ -58,7 +57,7 @@ class Inspection:
                 grpc.StatusCode.NOT_FOUND,
                 f"workload {request.workload!r} is not known; known workloads: {listed or 'none'}",
             )
-        return published.snapshot
+        return published.snapshot()
 
     async def list_agents(
         self, request: pb.ListAgentsRequest, context: Context

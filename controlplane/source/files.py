@@ -7,7 +7,6 @@ polling file metadata: small, dependency-free, and good enough for a folder of m
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -36,8 +35,6 @@ from controlplane.source.convert import (
     selector_matches,
     service_from,
 )
-
-log = logging.getLogger(__name__)
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -166,9 +163,8 @@ class FilesSource:
         self._thread: threading.Thread | None = None
 
     def _reload(self) -> bool:
+        # Errors are reported through errors(); the reconcile loop logs each one once.
         result = load_manifests(self._directory, self._settings_ref, self._selector)
-        for error in result.errors:
-            log.warning("manifest skipped: %s", error)
         with self._lock:
             changed = result.state != self._result.state or result.errors != self._result.errors
             self._result = result

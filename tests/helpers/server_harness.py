@@ -13,9 +13,10 @@ from typing import Any, TypeVar
 
 import grpc
 
+from controlplane.compute.types import SnapshotContent
 from controlplane.server import ControlPlaneServer
 from controlplane.server.agents import AgentSession
-from controlplane.store import SnapshotStore, content_hash
+from controlplane.store import SnapshotStore
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 
@@ -37,7 +38,7 @@ def run(coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
 
 def snapshot(
     workload: str, *addresses: str, peers: tuple[str, ...] = ("haproxy-a",)
-) -> pb.Snapshot:
+) -> SnapshotContent:
     """A small snapshot whose content (and hash) follows `addresses` and `peers`."""
     snap = pb.Snapshot(workload=workload)
     snap.peers.name = "localinstance"
@@ -56,8 +57,7 @@ def snapshot(
                 enabled=True,
             )
         )
-    snap.content_hash = content_hash(snap)
-    return snap
+    return SnapshotContent.from_message(snap)
 
 
 class Agent:
