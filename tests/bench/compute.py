@@ -1,12 +1,14 @@
 """Compute benchmarks: full recompute at 10k/40k/160k endpoints, one-endpoint change
 (recompute + publish into the snapshot store), and peak memory holding the 160k cluster.
 
-Full recompute is `compute(state, previous)` with the previous assignment of the same
-state (the reconcile loop's steady state), best of several runs (least noisy on a shared
-machine). The incremental figure alternates one endpoint address of one Service between
-two values, so every call publishes a new version. Memory is measured in fresh
-subprocesses: ru_maxrss (whole process, baseline after imports subtracted) and
-tracemalloc's peak (Python allocations only).
+Full recompute is `compute(state, previous)` (stateless: plans every Service) with the
+previous assignment of the same state (the reconcile loop's steady state), best of runs
+(least noisy on a shared machine). The incremental figure uses `Computer().compute`
+(reuses unchanged per-Service work) and alternates one endpoint address of one Service
+between two values, so every call publishes a new version; the same change through the
+stateless `compute()` is reported next to it. Memory is measured in fresh subprocesses:
+ru_maxrss (whole process, baseline after imports subtracted) and tracemalloc's peak
+(Python allocations only).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import tracemalloc
 from collections.abc import Callable, Mapping
 from functools import partial
 
-from controlplane.compute import ComputeResult, compute
+from controlplane.compute import Computer, ComputeResult, compute
 from controlplane.compute.types import BackendSlots
 from controlplane.model import ClusterState
 from controlplane.store import SnapshotStore
@@ -43,12 +45,9 @@ QUICK_SIZES = (25, 100, 400)
 
 
 def make_computer() -> ComputeFn:
-    """The function the incremental benchmark calls for each change.
-
-    Today: plain `compute` (a full recompute: the honest current figure). When the
-    incremental API lands, this is the one line to change (e.g. `return Computer().compute`).
-    """
-    return compute
+    """The function the incremental benchmark calls for each change: the incremental
+    `Computer` (one line: `return compute` measures a full recompute instead)."""
+    return Computer().compute
 
 
 def with_one_endpoint_changed(state: ClusterState, service_index: int, flip: bool) -> ClusterState:
@@ -95,9 +94,15 @@ def bench_full(sizes: tuple[int, ...], repeat: int) -> list[Result]:
     return results
 
 
-def bench_incremental(services: int, changes: int, full_ms: float | None) -> list[Result]:
+def bench_incremental(
+    services: int,
+    changes: int,
+    full_ms: float | None,
+    computer: ComputeFn | None = None,
+    prefix: str = "compute.one_change",
+) -> list[Result]:
     """One endpoint change in the cluster: recompute + publish into the store."""
-    computer = make_computer()
+    computer = computer or make_computer()
     base = big_cluster(services)
     variants = [with_one_endpoint_changed(base, services // 2, flip) for flip in (True, False)]
     store = SnapshotStore()
@@ -127,10 +132,10 @@ def bench_incremental(services: int, changes: int, full_ms: float | None) -> lis
     }
     best_total = min(totals)
     results = [
-        Result("compute.one_change_total", best_total * 1000, "ms", params),
-        Result("compute.one_change_total_median", median(totals) * 1000, "ms", params),
-        Result("compute.one_change_compute", min(compute_times) * 1000, "ms", params),
-        Result("compute.one_change_publish", min(publish_times) * 1000, "ms", params),
+        Result(f"{prefix}_total", best_total * 1000, "ms", params),
+        Result(f"{prefix}_total_median", median(totals) * 1000, "ms", params),
+        Result(f"{prefix}_compute", min(compute_times) * 1000, "ms", params),
+        Result(f"{prefix}_publish", min(publish_times) * 1000, "ms", params),
     ]
     if full_ms is not None:
         results.append(
@@ -206,7 +211,12 @@ def run(quick: bool = False) -> list[Result]:
     full_ms = next(
         r.value for r in results if r.name == "compute.full" and r.parameters["services"] == middle
     )
-    results += bench_incremental(middle, changes=5 if quick else 20, full_ms=full_ms)
+    changes = 5 if quick else 20
+    results += bench_incremental(middle, changes, full_ms=full_ms)
+    # The same change through the stateless `compute()`: what the work was before.
+    results += bench_incremental(
+        middle, changes, None, computer=compute, prefix="compute.one_change_stateless"
+    )
     results += bench_memory(sizes[-1])
     return results
 

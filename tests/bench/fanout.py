@@ -15,6 +15,9 @@ The cost of serializing per stream instead of once per version is the measured
 serialization time of one snapshot message, times the streams (a microbenchmark: the
 server has no switch for it).
 
+Set BENCH_PROFILE=FILE to write a cProfile of the server's publish phase (event-loop
+thread) to FILE.
+
 Reconnect storm: every agent drops its channel and reconnects at once, its Hello carrying
 the content hash it runs; counted: snapshot bytes received (expected 0, all InSync) and
 the time until every stream has its answer.
@@ -24,8 +27,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import dataclasses
 import json
+import os
+import pstats
 import sys
 import tempfile
 import time
@@ -118,12 +124,16 @@ async def server_main(agents: int, services: int, versions: int) -> None:
                 raise TimeoutError(f"{acked}/{len(sessions)} acked v{version}")
             await asyncio.sleep(POLL_S)
 
+    profile_to = os.environ.get("BENCH_PROFILE")  # a file: cProfile of the publish phase
+    profiler = cProfile.Profile() if profile_to else None
     while True:
         line = await loop.run_in_executor(None, sys.stdin.readline)
         if not line:
             break
         command = json.loads(line)
         op = command["op"]
+        if profiler is not None and op == "publish" and command["index"] == 1:
+            profiler.enable()
         try:
             if op == "rss":
                 reply({"rss_kib": rss_kib(), "streams": len(server.registry.sessions())})
@@ -151,6 +161,10 @@ async def server_main(agents: int, services: int, versions: int) -> None:
                 break
         except TimeoutError as err:
             reply({"error": str(err)})
+    if profiler is not None and profile_to:
+        profiler.disable()
+        with open(profile_to, "w") as out:
+            pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(30)
     await server.stop(1.0)
 
 
@@ -274,7 +288,8 @@ async def agents_main(target: str, first: int, count: int) -> None:
 def serialization_cost(agents: int, services: int) -> tuple[float, int]:
     """Seconds to build ServerMessage(snapshot) bytes once (best of 20), and their size."""
     result = compute(fanout_states(agents, services, 0)[0], {})
-    snapshot = next(iter(result.snapshots.values()))
+    content: Any = next(iter(result.snapshots.values()))
+    snapshot = content.message(version=1) if hasattr(content, "message") else content
     times = []
     for _ in range(20):
         start = time.perf_counter()
