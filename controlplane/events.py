@@ -24,7 +24,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from controlplane.compute.types import Rejection
+from controlplane.compute.types import ComputeResult, Rejection, SlotAssignment
+from controlplane.model import ClusterState
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,7 @@ REASONS = {"Service": "InvalidAnnotation", "ConfigMap": "InvalidSetting"}
 MESSAGE_LIMIT = 1024
 
 RejectionKey = tuple[str, str, str, str, str, str]
+ComputeFn = Callable[[ClusterState, SlotAssignment], ComputeResult]
 
 
 @dataclass
@@ -218,3 +220,14 @@ class EventRecorder:
 
 def _describe(rejection: Rejection | None) -> str:
     return rejection.object if rejection is not None else "-"
+
+
+def recording(compute: ComputeFn, recorder: EventRecorder) -> ComputeFn:
+    """`compute` that also hands each result's rejections to `recorder`."""
+
+    def compute_and_record(state: ClusterState, previous: SlotAssignment) -> ComputeResult:
+        result = compute(state, previous)
+        recorder.record(result.rejections)
+        return result
+
+    return compute_and_record

@@ -10,6 +10,8 @@ before anyone else may take over, so two leaders never overlap.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -242,3 +244,38 @@ class LeaderElector:
         }
         if not self._write(spec, create=False):
             log.warning("leader election: could not release %s", self._lease)
+
+
+class AsyncLeadership:
+    """A LeaderElector bridged to the running asyncio loop: `elected` and `lost` events."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        namespace: str,
+        name: str,
+        timings: LeaseTimings | None = None,
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.elected = asyncio.Event()
+        self.lost = asyncio.Event()
+        self.elector = LeaderElector(
+            api,
+            namespace=namespace,
+            name=name,
+            timings=timings,
+            on_started_leading=lambda: self._set(self.elected),
+            on_stopped_leading=lambda: self._set(self.lost),
+        )
+
+    def _set(self, event: asyncio.Event) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: shutting down
+            self._loop.call_soon_threadsafe(event.set)
+
+    def start(self) -> None:
+        self.elector.start()
+
+    async def stop(self) -> None:
+        """Stop campaigning and release the Lease if held."""
+        await self._loop.run_in_executor(None, self.elector.stop)

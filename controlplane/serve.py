@@ -5,6 +5,10 @@ NOT_SERVING), then the source loads, then the reconcile loop publishes. SIGTERM 
 ends every stream with OK, finishes the computation in progress (the slot assignment is
 always persisted before the snapshots using it are published, so nothing is left to
 flush), stops the source and returns 0.
+
+With `--leader-elect` (Kubernetes mode) the source loads on every replica, but only the
+holder of the Lease runs the reconcile loop; a replica that loses the Lease reports
+NOT_SERVING, closes its streams and exits 1 at once (Kubernetes restarts it as a follower).
 """
 
 from __future__ import annotations
@@ -13,28 +17,36 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controlplane.model import DEFAULT_HAPROXY_SELECTOR, DEFAULT_SETTINGS_CONFIGMAP, ObjectRef
-from controlplane.reconcile import AssignmentStore, Reconciler
+from controlplane.reconcile import AssignmentStore, ComputeFn, Reconciler
 from controlplane.server import ControlPlaneServer
 from controlplane.source import Source
 from controlplane.store import SnapshotStore
+
+if TYPE_CHECKING:
+    from controlplane.events import EventRecorder
+    from controlplane.leader import AsyncLeadership
 
 log = logging.getLogger("controlplane.serve")
 
 DEFAULT_LISTEN = "127.0.0.1:18000"
 STOP_GRACE_S = 5.0
+DEFAULT_LEASE = "peerplane-controlplane"
+DEFAULT_NAMESPACE = "haproxy-system"
+DEFAULT_SLOTS = "peerplane-slots"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def _source_spec(text: str) -> str:
     kind, sep, argument = text.partition(":")
-    if kind == "files" and sep and argument:
+    if (kind == "files" and sep and argument) or text == "kubernetes":
         return text
-    raise argparse.ArgumentTypeError(f"expected files:DIR, got {text!r}")
+    raise argparse.ArgumentTypeError(f"expected files:DIR or kubernetes, got {text!r}")
 
 
 def _listen_address(text: str) -> str:
@@ -57,7 +69,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--source",
         type=_source_spec,
         required=True,
-        help="where the cluster state comes from: files:DIR (a folder of manifests)",
+        help="where the cluster state comes from: files:DIR (a folder of manifests) or "
+        "kubernetes (the API server)",
     )
     parser.add_argument(
         "--listen",
@@ -82,12 +95,48 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="slot assignment state file; without it slots are kept in memory only",
     )
+    kube = parser.add_argument_group("kubernetes source")
+    kube.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
+    kube.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="only the holder of a coordination.k8s.io Lease computes and serves",
+    )
+    kube.add_argument("--lease-name", default=DEFAULT_LEASE, help=f"default {DEFAULT_LEASE}")
+    kube.add_argument(
+        "--lease-duration",
+        type=float,
+        default=15.0,
+        help="seconds a follower waits before taking an unrenewed lease (default 15; "
+        "the leader renews every duration/7.5 and gives up after 2/3 of it)",
+    )
+    kube.add_argument(
+        "--lease-namespace",
+        default=os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE,
+        help=f"default $POD_NAMESPACE, else {DEFAULT_NAMESPACE}",
+    )
+    kube.add_argument(
+        "--slots-configmap",
+        type=_object_ref,
+        help=f"ConfigMap NAMESPACE/NAME holding the slot assignment (default with "
+        f"--source kubernetes and no --state: LEASE_NAMESPACE/{DEFAULT_SLOTS})",
+    )
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default info")
 
 
 def open_source(args: argparse.Namespace) -> Source:
     """Build the source named by --source (the one place new source kinds plug in)."""
     kind, _, argument = str(args.source).partition(":")
+    if args.leader_elect and kind != "kubernetes":
+        raise ValueError("--leader-elect needs --source kubernetes")
+    if kind == "kubernetes":
+        from controlplane.source.kubernetes import KubernetesSource, load_api_client
+
+        return KubernetesSource(
+            load_api_client(args.kubeconfig),
+            settings=args.configmap,
+            haproxy_selector=args.haproxy_selector,
+        )
     if kind == "files":
         from controlplane.source.files import FilesSource
 
@@ -101,6 +150,14 @@ def open_source(args: argparse.Namespace) -> Source:
 def open_slot_store(args: argparse.Namespace) -> AssignmentStore:
     from controlplane.slotstore import FileSlotStore, MemorySlotStore
 
+    slots_configmap = args.slots_configmap
+    if slots_configmap is None and args.state is None and args.source == "kubernetes":
+        slots_configmap = ObjectRef(args.lease_namespace, DEFAULT_SLOTS)
+    if slots_configmap is not None:
+        from controlplane.kubeslots import ConfigMapSlotStore
+        from controlplane.source.kubernetes import load_api_client
+
+        return ConfigMapSlotStore(load_api_client(args.kubeconfig), slots_configmap)
     if args.state is None:
         log.warning("no --state: the slot assignment is not persisted across restarts")
         return MemorySlotStore()
@@ -146,7 +203,8 @@ async def _serve(args: argparse.Namespace) -> int:
         log.error("--source %s: %s", args.source, err)
         await server.stop(0)
         return 2
-    reconciler = Reconciler(source, store, open_slot_store(args), Computer().compute)
+    compute, recorder = _with_events(args, Computer().compute)
+    reconciler = Reconciler(source, store, open_slot_store(args), compute)
     starting = loop.run_in_executor(None, source.start, reconciler.on_change)
     await _first(starting, stop_wait)
     if not starting.done():  # stopped while the source was still loading
@@ -157,15 +215,61 @@ async def _serve(args: argparse.Namespace) -> int:
         await _shutdown(server, source, None)
         return 1
 
+    leadership = _leadership(args)
+    if leadership is not None:
+        log.info("waiting for lease %s/%s", args.lease_namespace, args.lease_name)
+        leadership.start()
+        await _first(asyncio.ensure_future(leadership.elected.wait()), stop_wait)
+        if not leadership.elected.is_set():  # stopped while a follower
+            await leadership.stop()
+            await _shutdown(server, source, None)
+            return 0
     running = asyncio.ensure_future(reconciler.run())
-    await _first(running, stop_wait)
+    lost = asyncio.ensure_future(leadership.lost.wait() if leadership else stopping.wait())
+    await _first(running, stop_wait, lost)
     code = 0
+    if leadership is not None and leadership.lost.is_set() and not stopping.is_set():
+        log.error("lost the lease: stopping at once")
+        await server.set_serving(False)
+        code = 1
+    lost.cancel()
     if running.done() and (error := running.exception()) is not None:
         log.error("reconcile loop failed: %s", error, exc_info=error)
         code = 1
     reconciler.stop()
     await _shutdown(server, source, running)
+    if leadership is not None:
+        await leadership.stop()  # releases the Lease after the last slot write
+    if recorder is not None:
+        recorder.close()
     return code
+
+
+def _with_events(
+    args: argparse.Namespace, compute: ComputeFn
+) -> tuple[ComputeFn, EventRecorder | None]:
+    """With --source kubernetes, rejections also become Events on their objects."""
+    if args.source != "kubernetes":
+        return compute, None
+    from controlplane.events import EventRecorder, recording
+    from controlplane.source.kubernetes import load_api_client
+
+    recorder = EventRecorder(load_api_client(args.kubeconfig), host=os.environ.get("POD_NAME", ""))
+    return recording(compute, recorder), recorder
+
+
+def _leadership(args: argparse.Namespace) -> AsyncLeadership | None:
+    if not args.leader_elect:
+        return None
+    from controlplane.leader import AsyncLeadership, LeaseTimings
+    from controlplane.source.kubernetes import load_api_client
+
+    api = load_api_client(args.kubeconfig)
+    duration = float(args.lease_duration)
+    timings = LeaseTimings(duration, duration * 2 / 3, duration * 2 / 15)
+    return AsyncLeadership(
+        api, namespace=args.lease_namespace, name=args.lease_name, timings=timings
+    )
 
 
 async def _shutdown(

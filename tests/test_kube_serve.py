@@ -1,0 +1,137 @@
+"""Two `controlplane serve --source kubernetes --leader-elect` processes on one Lease.
+
+The fake API server stands in for the cluster; each control plane talks to it with the
+real client through a kubeconfig. One serves, the other reports NOT_SERVING; when the
+leader is killed the other takes over within the lease duration and serves the same
+slots (read back from the slot ConfigMap), so the content hash does not change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.helpers.server_process import ServeProcess, grpcurl
+from tests.kubeapi import FakeKubeAPI
+from tests.kubeapi.objects import config_map, endpoint_slice, pod, service, wait_until
+
+LEASE_S = 2.0
+WORKLOAD = "haproxy-system/DaemonSet/haproxy"
+NS = "haproxy-system"
+
+
+def health(address: str) -> str:
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=1.0
+            )
+        except grpc.RpcError as error:
+            return str(error.code().name)
+    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+
+
+def shop_slots(address: str) -> tuple[str, dict[int, str]]:
+    """The content hash and slot -> address of the shop backend, from GetSnapshot."""
+    data = json.dumps({"workload": WORKLOAD})
+    snapshot: dict[str, Any] = json.loads(
+        grpcurl(address, "peerplane.v1.PeerPlane/GetSnapshot", data=data)
+    )
+    (shop,) = [b for b in snapshot["backends"] if b["name"] == "default_shop_http"]
+    slots = {int(s["index"]): s["address"] for s in shop["slots"] if s.get("enabled")}
+    return str(snapshot["content_hash"]), slots
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeAPI]:
+    server = FakeKubeAPI().start()
+    server.apply(service("shop"))
+    server.apply(endpoint_slice("shop", {"127.0.2.1": True, "127.0.2.2": True}))
+    for name, ip in (("haproxy-a", "127.0.0.11"), ("haproxy-b", "127.0.0.12")):
+        member = pod(name, ip)
+        member["metadata"]["ownerReferences"] = [
+            {"kind": "DaemonSet", "name": "haproxy", "controller": True}
+        ]
+        server.apply(member)
+    server.apply(config_map("haproxy-settings", server_slots="4"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def kubeconfig(api: FakeKubeAPI, tmp_path: Path) -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+        f"clusters: [{{name: fake, cluster: {{server: '{api.url}'}}}}]\n"
+        "users: [{name: cp, user: {token: t}}]\n"
+        "contexts: [{name: fake, context: {cluster: fake, user: cp}}]\n"
+    )
+    return path
+
+
+def serve_args(kubeconfig: Path) -> tuple[str, ...]:
+    return (
+        "--source=kubernetes",
+        f"--kubeconfig={kubeconfig}",
+        "--leader-elect",
+        f"--lease-duration={LEASE_S}",
+        f"--lease-namespace={NS}",
+        f"--configmap={NS}/haproxy-settings",
+    )
+
+
+def test_one_serves_the_other_takes_over_with_the_same_slots(
+    api: FakeKubeAPI, kubeconfig: Path
+) -> None:
+    with ServeProcess(*serve_args(kubeconfig)) as a, ServeProcess(*serve_args(kubeconfig)) as b:
+        assert wait_until(lambda: "SERVING" in (health(a.address), health(b.address)), 10)
+        leader, follower = (a, b) if health(a.address) == "SERVING" else (b, a)
+        assert health(follower.address) == "NOT_SERVING"
+
+        # History the sorted order cannot rebuild: 127.0.2.9 takes the slot 127.0.2.1 left.
+        api.apply(endpoint_slice("shop", {"127.0.2.2": True, "127.0.2.9": True}))
+        assert wait_until(lambda: shop_slots(leader.address)[1] == {1: "127.0.2.9", 2: "127.0.2.2"})
+        saved = api.get("ConfigMap", NS, "peerplane-slots")
+        assert saved is not None and "127.0.2.9" in saved["data"]["slots.json"]
+        before = shop_slots(leader.address)
+
+        assert leader.process is not None
+        os.kill(leader.process.pid, signal.SIGKILL)  # dies without releasing the Lease
+        died = time.monotonic()
+        assert wait_until(lambda: health(follower.address) == "SERVING", LEASE_S + 4)
+        assert time.monotonic() - died < LEASE_S + 3
+        assert shop_slots(follower.address) == before  # same slots, same content hash
+        lease = api.get("Lease", NS, "peerplane-controlplane") or {}
+        assert lease["spec"]["leaseTransitions"] >= 1
+
+        # A leader that finds the Lease taken stops serving at once and exits.
+        lease["spec"]["holderIdentity"] = "someone-else"
+        api.apply(lease)
+        assert follower.process is not None
+        assert follower.process.wait(timeout=LEASE_S + 5) == 1
+        follower.wait_for(re.compile("lost the lease: stopping at once"))
+
+
+def test_rejected_annotation_becomes_an_event(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    api.apply(service("shop", load_balance="bogus"))
+    with ServeProcess(*serve_args(kubeconfig)) as serve:
+        assert wait_until(lambda: health(serve.address) == "SERVING", 10)
+        assert wait_until(lambda: len(api.list("Event")) == 1, 5)
+        (event,) = api.list("Event")
+        assert event["reason"] == "InvalidAnnotation"
+        assert event["involvedObject"]["name"] == "shop"
+        assert "load-balance" in event["message"]
+        assert serve.terminate() == 0
+        lease = api.get("Lease", NS, "peerplane-controlplane") or {}
+        assert not lease["spec"].get("holderIdentity")  # released on a clean stop
