@@ -1,0 +1,174 @@
+"""Apply a snapshot to HAProxy in the cheapest correct way, and only then say so.
+
+Order matters: render and `haproxy -c` before anything is touched (a NACK must leave the
+running config and the file as they were), then runtime API or atomic write + reload, and
+the snapshot is recorded as applied only once HAProxy confirmed it runs it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+
+from nodeagent import changes, state
+from nodeagent.haproxy import HAProxy, HAProxyError, validate
+from nodeagent.render import RenderError, RenderOptions, render
+from nodeagent.supervisor import Supervisor
+from peerplane.v1 import peerplane_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Result:
+    """Outcome of one apply: `error` is empty on success and is the NACK text otherwise."""
+
+    ok: bool
+    kind: changes.Kind | None = None
+    error: str = ""
+    worker_pid: int | None = None
+
+
+class Applier:
+    """Owns haproxy.cfg and the applied snapshot of one HAProxy instance."""
+
+    def __init__(
+        self,
+        options: RenderOptions,
+        config_path: str,
+        store: state.StateStore,
+        haproxy: HAProxy,
+        supervisor: Supervisor | None = None,
+        start_timeout: float = 15.0,
+    ) -> None:
+        self.options = options
+        self.config_path = config_path
+        self.store = store
+        self.haproxy = haproxy
+        self.supervisor = supervisor
+        self.start_timeout = start_timeout
+        self.applied: pb.Snapshot | None = None
+        self._applied_cfg: str | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def applied_hash(self) -> str:
+        return self.applied.content_hash if self.applied is not None else ""
+
+    @property
+    def applied_version(self) -> int:
+        return self.applied.version if self.applied is not None else 0
+
+    def _write_config(self, cfg: str) -> None:
+        state.atomic_write(self.config_path, cfg.encode())
+
+    def _read_config(self) -> str | None:
+        try:
+            with open(self.config_path, encoding="utf-8") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def _activate(self, cfg: str) -> int | None:
+        """Write the file and make HAProxy run it: first start or hitless reload."""
+        previous = self._read_config()
+        self._write_config(cfg)
+        try:
+            if self.supervisor is not None and not self.supervisor.started:
+                self.supervisor.start()
+                return self.haproxy.wait_running(self.start_timeout).current_worker
+            return self.haproxy.reload().current_worker
+        except (OSError, HAProxyError):
+            if previous is not None:
+                self._write_config(previous)  # the next start must use the running config
+            raise
+
+    def restore(self) -> bool:
+        """On agent start: run the saved snapshot at once, before the control plane answers."""
+        with self._lock:
+            snapshot = self.store.load()
+            if snapshot is None:
+                log.info(
+                    "no saved snapshot in %s; waiting for the control plane", self.store.state_dir
+                )
+                return False
+            try:
+                cfg = render(snapshot, self.options)
+            except RenderError as e:
+                log.error("saved snapshot does not render: %s", e)
+                return False
+            error = validate(cfg, self.haproxy.haproxy_bin)
+            if error:
+                log.error("saved snapshot rejected by haproxy -c: %s", error)
+                return False
+            try:
+                if self.supervisor is not None or self.haproxy.is_running():
+                    pid = self._activate(cfg)
+                else:
+                    self._write_config(cfg)
+                    pid = None
+            except (OSError, HAProxyError) as e:
+                log.error("cannot start HAProxy from the saved snapshot: %s", e)
+                return False
+            self.applied, self._applied_cfg = snapshot, cfg
+            log.info(
+                "restored saved snapshot workload=%s version=%d hash=%.12s worker=%s",
+                snapshot.workload,
+                snapshot.version,
+                snapshot.content_hash,
+                pid,
+            )
+            return True
+
+    def apply(self, snapshot: pb.Snapshot) -> Result:
+        with self._lock:
+            return self._apply(snapshot)
+
+    def _apply(self, snapshot: pb.Snapshot) -> Result:
+        ident = f"workload={snapshot.workload} version={snapshot.version}"
+        try:
+            cfg = render(snapshot, self.options)
+        except RenderError as e:
+            return Result(False, error=f"render: {e}")
+        decision = changes.classify(self.applied, self._applied_cfg, snapshot, cfg)
+        running = self.supervisor is None or self.supervisor.started
+        if decision.kind is changes.Kind.NOTHING and running:
+            log.info("%s: no change to HAProxy (%s)", ident, decision.reason)
+            if self._read_config() != cfg:
+                self._write_config(cfg)
+            self._record(snapshot, cfg)
+            return Result(True, decision.kind)
+        error = validate(cfg, self.haproxy.haproxy_bin)
+        if error:
+            log.warning("%s: haproxy -c rejected the config: %s", ident, error)
+            return Result(False, decision.kind, error=error)
+        kind = decision.kind if running else changes.Kind.RELOAD
+        if kind is changes.Kind.RUNTIME:
+            try:
+                log.info("%s: runtime update of %d server(s)", ident, len(decision.updates))
+                self.haproxy.set_servers(decision.updates)
+                self._write_config(cfg)
+                self._record(snapshot, cfg)
+                return Result(True, kind, worker_pid=self.haproxy.show_proc().current_worker)
+            except (OSError, HAProxyError) as e:
+                log.warning("%s: runtime update failed (%s); reloading instead", ident, e)
+                kind = changes.Kind.RELOAD
+        log.info("%s: reload (%s)", ident, decision.reason)
+        try:
+            pid = self._activate(cfg)
+        except (OSError, HAProxyError) as e:
+            log.error("%s: reload failed: %s", ident, e)
+            return Result(False, kind, error=f"reload failed: {e}")
+        self._record(snapshot, cfg)
+        return Result(True, kind, worker_pid=pid)
+
+    def _record(self, snapshot: pb.Snapshot, cfg: str) -> None:
+        self.store.save(snapshot)
+        self.applied, self._applied_cfg = snapshot, cfg
+
+
+def socket_path_ok(path: str) -> bool:
+    """UNIX socket paths are limited to 107 bytes; fail early with a clear message."""
+    return len(os.fsencode(os.path.abspath(path))) <= 107

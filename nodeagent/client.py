@@ -1,0 +1,195 @@
+"""The stream to the control plane: Hello, then snapshots down and ACK/NACK up.
+
+Applying can take seconds (haproxy -c, reload, peer resync), so receiving and applying are
+separate tasks: while one snapshot is applied, newer ones replace each other in a single
+slot and only the latest is applied (reload coalescing; an answer to a superseded nonce
+would be stale anyway). The stream reconnects forever; HAProxy keeps serving meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import grpc
+import grpc.aio
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    wait_random_exponential,
+)
+
+from nodeagent import __version__
+from nodeagent.applier import Applier
+from peerplane.v1 import peerplane_pb2 as pb
+from peerplane.v1 import peerplane_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+KEEPALIVE_MS = 30_000  # the server permits pings every >= 20 s
+
+
+@dataclass(frozen=True)
+class Identity:
+    pod_namespace: str
+    pod_name: str
+    node_name: str = ""
+
+
+class StreamBroken(Exception):
+    """The stream failed before the server answered anything: back off and retry."""
+
+
+class Client:
+    """One agent's connection to the control plane."""
+
+    def __init__(
+        self,
+        target: str,
+        identity: Identity,
+        applier: Applier,
+        backoff_max: float = 30.0,
+        backoff_multiplier: float = 0.5,
+    ) -> None:
+        self.target = target
+        self.identity = identity
+        self.applier = applier
+        self.backoff_max = backoff_max
+        self.backoff_multiplier = backoff_multiplier
+        self.connected = asyncio.Event()
+
+    def hello(self) -> pb.AgentMessage:
+        return pb.AgentMessage(
+            hello=pb.Hello(
+                pod_namespace=self.identity.pod_namespace,
+                pod_name=self.identity.pod_name,
+                node_name=self.identity.node_name,
+                applied_content_hash=self.applier.applied_hash,
+                applied_version=self.applier.applied_version,
+                agent_version=__version__,
+            )
+        )
+
+    async def run(self) -> None:
+        """Keep a stream open until cancelled."""
+        while True:
+            retrying = AsyncRetrying(
+                wait=wait_random_exponential(
+                    multiplier=self.backoff_multiplier, max=self.backoff_max
+                ),
+                retry=retry_if_exception_type((StreamBroken, grpc.aio.AioRpcError, OSError)),
+                before_sleep=lambda rs: log.warning(
+                    "control plane %s unreachable (attempt %d): %s",
+                    self.target,
+                    rs.attempt_number,
+                    rs.outcome.exception() if rs.outcome else "",
+                ),
+                reraise=True,
+            )
+            async for attempt in retrying:
+                with attempt:
+                    await self._session()
+            # The session was up and ended: start over with a fresh, short backoff.
+            await asyncio.sleep(self.backoff_multiplier)
+
+    async def _session(self) -> None:
+        options = [
+            ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+            ("grpc.keepalive_timeout_ms", 10_000),
+            ("grpc.keepalive_permit_without_calls", 0),
+            ("grpc.http2.max_pings_without_data", 0),
+        ]
+        async with grpc.aio.insecure_channel(self.target, options=options) as channel:
+            stub = peerplane_pb2_grpc.PeerPlaneStub(channel)
+            call = stub.Stream()
+            answered = False
+            try:
+                await call.write(self.hello())
+                log.info(
+                    "connected to %s as %s/%s (applied version=%d hash=%.12s)",
+                    self.target,
+                    self.identity.pod_namespace,
+                    self.identity.pod_name,
+                    self.applier.applied_version,
+                    self.applier.applied_hash,
+                )
+                latest: asyncio.Queue[tuple[str, pb.Snapshot]] = asyncio.Queue(maxsize=1)
+                applier_task = asyncio.create_task(self._apply_loop(call, latest))
+                try:
+                    while True:
+                        msg = await call.read()
+                        if msg is grpc.aio.EOF:  # type: ignore[attr-defined]
+                            log.warning("control plane closed the stream")
+                            break
+                        if not answered:
+                            answered = True
+                            self.connected.set()
+                        self._handle(msg, latest)
+                        if applier_task.done():
+                            applier_task.result()
+                finally:
+                    applier_task.cancel()
+                    await asyncio.gather(applier_task, return_exceptions=True)
+            except grpc.aio.AioRpcError as e:
+                if not answered:
+                    raise StreamBroken(f"{e.code().name}: {e.details()}") from e
+                log.warning("stream lost: %s %s", e.code().name, e.details())
+            finally:
+                self.connected.clear()
+                call.cancel()
+            if not answered:
+                raise StreamBroken("stream ended before any answer")
+
+    def _handle(
+        self, msg: pb.ServerMessage, latest: asyncio.Queue[tuple[str, pb.Snapshot]]
+    ) -> None:
+        which = msg.WhichOneof("message")
+        if which == "snapshot":
+            snap = msg.snapshot
+            log.info(
+                "snapshot received workload=%s version=%d hash=%.12s nonce=%s",
+                snap.workload,
+                snap.version,
+                snap.content_hash,
+                msg.nonce,
+            )
+            if latest.full():
+                _, dropped = latest.get_nowait()
+                log.info("coalesced: version %d superseded by %d", dropped.version, snap.version)
+            latest.put_nowait((msg.nonce, snap))
+        elif which == "in_sync":
+            log.info(
+                "in sync at version=%d hash=%.12s", msg.in_sync.version, msg.in_sync.content_hash
+            )
+        elif which == "waiting":
+            log.info("control plane says wait: %s", msg.waiting.reason)
+        else:
+            log.warning("ignoring unknown server message %s", which)
+
+    async def _apply_loop(
+        self,
+        call: grpc.aio.StreamStreamCall[pb.AgentMessage, pb.ServerMessage],
+        latest: asyncio.Queue[tuple[str, pb.Snapshot]],
+    ) -> None:
+        while True:
+            nonce, snap = await latest.get()
+            result = await asyncio.to_thread(self.applier.apply, snap)
+            ident = f"workload={snap.workload} version={snap.version} nonce={nonce}"
+            if result.ok:
+                kind = result.kind.value if result.kind else "?"
+                log.info("ACK %s (%s)", ident, kind)
+                answer = pb.AgentMessage(
+                    ack=pb.Ack(nonce=nonce, version=snap.version, content_hash=snap.content_hash)
+                )
+            else:
+                log.warning("NACK %s: %s", ident, result.error)
+                answer = pb.AgentMessage(
+                    nack=pb.Nack(
+                        nonce=nonce,
+                        version=snap.version,
+                        content_hash=snap.content_hash,
+                        error=result.error,
+                    )
+                )
+            await call.write(answer)

@@ -1,0 +1,250 @@
+"""The HAProxy edge: validation, master CLI, runtime API.
+
+HAProxy 2.6 answers some commands with nothing (`reload`) or with a sentence even on
+failure (`set server ... addr`), so every action here is confirmed by reading state back
+(`show proc`, `show servers state`, `show peers`) instead of trusting the reply.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import re
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from nodeagent.changes import ServerUpdate
+
+log = logging.getLogger(__name__)
+
+# 2.6 drops a peers section without the local peer with only this warning.
+_DROPPED_PEERS = re.compile(r"Removing incomplete section 'peers [^']*'")
+_PROC_LINE = re.compile(r"^(\d+)\s+(master|worker|program)\s+(\d+)(?:\s+\[failed:\s*(\d+)\])?")
+_PEERS_SECTION = re.compile(r"\bid=(\S+) disabled=\d+ flags=0x([0-9a-fA-F]+)")
+
+
+class HAProxyError(RuntimeError):
+    """HAProxy refused or did not confirm an action."""
+
+
+def command(path: str, cmd: str, timeout: float = 5.0) -> str:
+    """Send one command to a UNIX CLI socket and read the whole reply."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        sock.sendall(cmd.encode() + b"\n")
+        sock.shutdown(socket.SHUT_WR)
+        chunks: list[bytes] = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def validate(
+    cfg_text: str, haproxy_bin: str = "/usr/sbin/haproxy", timeout: float = 15.0
+) -> str | None:
+    """Run `haproxy -c` on the text; None when valid, else HAProxy's own messages."""
+    with tempfile.TemporaryDirectory(prefix="nodeagent-check-") as tmp:
+        path = os.path.join(tmp, "haproxy.cfg")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(cfg_text)
+        try:
+            proc = subprocess.run(
+                [haproxy_bin, "-c", "-f", path],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return f"haproxy -c timed out after {timeout}s"
+        except OSError as e:
+            return f"cannot run {haproxy_bin}: {e}"
+    output = (proc.stdout + proc.stderr).replace(path, "haproxy.cfg")
+    relevant = [ln.strip() for ln in output.splitlines() if "[ALERT]" in ln or "[WARNING]" in ln]
+    if proc.returncode != 0:
+        return "\n".join(relevant) or output.strip() or f"haproxy -c exited {proc.returncode}"
+    dropped = [ln for ln in relevant if _DROPPED_PEERS.search(ln)]
+    if dropped:
+        return "\n".join(dropped)
+    return None
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """`show proc` of the master: reload counters and the workers."""
+
+    master_pid: int
+    reloads: int
+    failed_reloads: int
+    workers: tuple[tuple[int, int], ...]  # (pid, reloads survived), newest has 0
+
+    @property
+    def current_worker(self) -> int | None:
+        fresh = [pid for pid, reloads in self.workers if reloads == 0]
+        return max(fresh) if fresh else None
+
+
+def parse_show_proc(text: str) -> ProcInfo:
+    master: tuple[int, int, int] | None = None
+    workers: list[tuple[int, int]] = []
+    for line in text.splitlines():
+        m = _PROC_LINE.match(line.strip())
+        if not m:
+            continue
+        pid, kind, reloads = int(m.group(1)), m.group(2), int(m.group(3))
+        if kind == "master":
+            master = (pid, reloads, int(m.group(4) or 0))
+        elif kind == "worker":
+            workers.append((pid, reloads))
+    if master is None:
+        raise HAProxyError(f"unexpected show proc reply: {text.strip()[:200]!r}")
+    return ProcInfo(master[0], master[1], master[2], tuple(workers))
+
+
+def parse_peers_flags(text: str) -> dict[str, int]:
+    """Section name -> flags from `show peers`."""
+    return {m.group(1): int(m.group(2), 16) for m in _PEERS_SECTION.finditer(text)}
+
+
+@dataclass(frozen=True)
+class ServerState:
+    address: str
+    port: int
+    enabled: bool
+
+
+def parse_servers_state(text: str) -> dict[str, ServerState]:
+    """`show servers state B` -> server name -> state (admin state without maint bits)."""
+    servers: dict[str, ServerState] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 19 or fields[0].startswith("#"):
+            continue
+        admin = int(fields[6])
+        servers[fields[3]] = ServerState(fields[4], int(fields[18]), admin & 0x3 == 0)
+    return servers
+
+
+class HAProxy:
+    """Drive one running HAProxy through its master CLI and runtime sockets."""
+
+    def __init__(
+        self,
+        master_socket: str,
+        runtime_socket: str,
+        haproxy_bin: str = "/usr/sbin/haproxy",
+        sync_wait: float = 5.0,
+        reload_timeout: float = 15.0,
+    ) -> None:
+        self.master_socket = master_socket
+        self.runtime_socket = runtime_socket
+        self.haproxy_bin = haproxy_bin
+        self.sync_wait = sync_wait
+        self.reload_timeout = reload_timeout
+        self._last_reload = 0.0
+        self._lock = threading.Lock()
+
+    def master(self, cmd: str) -> str:
+        return command(self.master_socket, cmd)
+
+    def runtime(self, cmd: str) -> str:
+        return command(self.runtime_socket, cmd)
+
+    def show_proc(self) -> ProcInfo:
+        return parse_show_proc(self.master("show proc"))
+
+    def is_running(self) -> bool:
+        try:
+            return self.show_proc().current_worker is not None
+        except (OSError, HAProxyError):
+            return False
+
+    def wait_running(self, timeout: float) -> ProcInfo:
+        """Wait until the master answers and has a current worker."""
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                info = self.show_proc()
+                if info.current_worker is not None and os.path.exists(self.runtime_socket):
+                    return info
+            except (OSError, HAProxyError) as e:
+                last = e
+            time.sleep(0.05)
+        raise HAProxyError(f"HAProxy not running after {timeout}s: {last}")
+
+    def peers_synced(self) -> bool:
+        flags = parse_peers_flags(self.runtime("show peers"))
+        return all(f & 0x3 == 0x3 for f in flags.values())
+
+    def wait_peers_synced(self) -> None:
+        """Before a reload: let the previous resync finish (bounded), or the table is lost."""
+        deadline = self._last_reload + self.sync_wait
+        while time.monotonic() < deadline:
+            try:
+                if self.peers_synced():
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+
+    def reload(self) -> ProcInfo:
+        """Hitless reload via the master CLI, confirmed by a new worker in `show proc`."""
+        with self._lock:
+            self.wait_peers_synced()
+            before = self.show_proc()
+            old_pids = {pid for pid, _ in before.workers}
+            try:
+                self.master("reload")
+            except OSError as e:
+                log.debug("master closed during reload: %s", e)
+            self._last_reload = time.monotonic()
+            deadline = time.monotonic() + self.reload_timeout
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+                try:
+                    info = self.show_proc()
+                except (OSError, HAProxyError):
+                    continue  # the master re-executes itself
+                if info.failed_reloads > before.failed_reloads:
+                    raise HAProxyError("HAProxy reload failed (failed-reload counter grew)")
+                worker = info.current_worker
+                if info.reloads > before.reloads and worker is not None and worker not in old_pids:
+                    return info
+            raise HAProxyError(f"no new HAProxy worker after {self.reload_timeout}s")
+
+    def servers_state(self, backend: str) -> dict[str, ServerState]:
+        return parse_servers_state(self.runtime(f"show servers state {backend}"))
+
+    def set_servers(self, updates: Iterable[ServerUpdate]) -> None:
+        """Apply slot changes with `set server`, then confirm with `show servers state`."""
+        updates = list(updates)
+        for u in updates:
+            target = f"{u.backend}/{u.server}"
+            if u.enabled:
+                reply = self.runtime(f"set server {target} addr {u.address} port {u.port}").strip()
+                if "changed" not in reply and "no need to change" not in reply:
+                    raise HAProxyError(f"set server {target} addr: {reply or 'no reply'}")
+            state = "ready" if u.enabled else "maint"
+            reply = self.runtime(f"set server {target} state {state}").strip()
+            if reply:
+                raise HAProxyError(f"set server {target} state {state}: {reply}")
+        for backend in sorted({u.backend for u in updates}):
+            actual = self.servers_state(backend)
+            for u in (u for u in updates if u.backend == backend):
+                got = actual.get(u.server)
+                if got is None or got.enabled != u.enabled:
+                    raise HAProxyError(f"{backend}/{u.server} not confirmed: {got}")
+                if u.enabled and (got.address, got.port) != (_norm(u.address), u.port):
+                    raise HAProxyError(f"{backend}/{u.server} not confirmed: {got}")
+
+
+def _norm(address: str) -> str:
+    return ipaddress.ip_address(address).compressed

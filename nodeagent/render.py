@@ -1,0 +1,237 @@
+"""Snapshot -> haproxy.cfg text.
+
+Pure: no I/O. Every string taken from the snapshot is re-checked against a strict pattern
+before it is written, so a bug or a compromise upstream cannot inject configuration.
+The output is deterministic: agents of one workload differ only in the `localpeer` line.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+
+from peerplane.v1 import peerplane_pb2 as pb
+
+PEERS_SECTION = "localinstance"
+HTTP_FRONTEND = "fe_http"
+
+_POD_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_PROXY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,126}$")
+_SERVER_NAME = re.compile(r"^SRV_([1-9][0-9]{0,5})$")
+_HOST = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$"
+)
+_PARAM = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_HEADER = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+_SOCKET_PATH = re.compile(r"^/[A-Za-z0-9_./-]{1,106}$")
+_PLAIN_BALANCE = {"roundrobin", "static-rr", "leastconn", "first", "source", "random", "uri"}
+_HASH_FUNCTIONS = {"sdbm", "djb2", "wt6", "crc32"}
+_MODES = {"http", "tcp"}
+_TIME = re.compile(r"^[0-9]{1,6}(ms|s|m|h)$")
+_WORKLOAD = re.compile(r"^[A-Za-z0-9/_.-]{0,300}$")
+_HASH = re.compile(r"^[0-9a-f]{0,128}$")
+
+
+class RenderError(ValueError):
+    """The snapshot holds something that must never reach haproxy.cfg."""
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """Per-instance inputs that are not part of the shared snapshot."""
+
+    pod_name: str
+    bind_address: str = "0.0.0.0"
+    runtime_socket: str = "/var/run/haproxy/runtime.sock"
+    maxconn: int = 4096
+    hard_stop_after: str = "60s"
+
+
+def _check(pattern: re.Pattern[str], value: str, what: str) -> str:
+    if not pattern.match(value):
+        raise RenderError(f"invalid {what}: {value!r}")
+    return value
+
+
+def _ip(value: str, what: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    try:
+        return ipaddress.ip_address(value)
+    except ValueError:
+        raise RenderError(f"invalid {what} address: {value!r}") from None
+
+
+def _port(value: int, what: str) -> int:
+    if not 1 <= value <= 65535:
+        raise RenderError(f"invalid {what} port: {value}")
+    return value
+
+
+def endpoint(address: str, port: int, what: str = "server") -> str:
+    """`addr:port`, IPv6 in brackets, after checking both."""
+    ip = _ip(address, what)
+    _port(port, what)
+    if ip.version == 6:
+        return f"[{ip.compressed}]:{port}"
+    return f"{ip.compressed}:{port}"
+
+
+def haproxy_size(value: int) -> str:
+    """Largest exact power-of-1024 suffix, as HAProxy reads sizes."""
+    if value <= 0:
+        raise RenderError(f"invalid stick-table size: {value}")
+    for suffix, factor in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
+        if value % factor == 0:
+            return f"{value // factor}{suffix}"
+    return str(value)
+
+
+def _balance(backend: pb.Backend) -> str:
+    algo, arg = backend.balance, backend.balance_argument
+    if algo in _PLAIN_BALANCE:
+        if arg:
+            raise RenderError(f"backend {backend.name}: balance {algo} takes no argument")
+        return algo
+    if algo == "url_param":
+        return f"url_param {_check(_PARAM, arg, 'url_param name')}"
+    if algo == "hdr":
+        return f"hdr({_check(_HEADER, arg, 'header name')})"
+    raise RenderError(f"backend {backend.name}: invalid balance {algo!r}")
+
+
+def _hash_type(value: str) -> str:
+    words = value.split()
+    if not words or words[0] not in ("map-based", "consistent") or len(words) > 3:
+        raise RenderError(f"invalid hash-type: {value!r}")
+    rest = words[1:]
+    if rest and rest[0] in _HASH_FUNCTIONS:
+        rest = rest[1:]
+    if rest not in ([], ["avalanche"]):
+        raise RenderError(f"invalid hash-type: {value!r}")
+    return " ".join(words)
+
+
+def _global(opts: RenderOptions) -> list[str]:
+    return [
+        "global",
+        f"  localpeer {_check(_POD_NAME, opts.pod_name, 'pod name')}",
+        f"  stats socket {_check(_SOCKET_PATH, opts.runtime_socket, 'socket path')}"
+        " mode 600 level admin expose-fd listeners",
+        "  stats timeout 30s",
+        f"  maxconn {int(opts.maxconn)}",
+        f"  hard-stop-after {_check(_TIME, opts.hard_stop_after, 'time')}",
+        "",
+        "defaults",
+        "  mode http",
+        "  option redispatch",
+        "  retries 3",
+        "  timeout connect 5s",
+        "  timeout client 30s",
+        "  timeout server 30s",
+        "  timeout http-request 10s",
+        "  timeout http-keep-alive 10s",
+        "  timeout queue 30s",
+        "  timeout tunnel 1h",
+        "",
+    ]
+
+
+def _peers(section: pb.PeerSection) -> list[str]:
+    if not section.peers:
+        return []
+    if section.name != PEERS_SECTION:
+        raise RenderError(f"invalid peers section name: {section.name!r}")
+    lines = [f"peers {PEERS_SECTION}"]
+    for peer in sorted(section.peers, key=lambda p: p.name):
+        name = _check(_POD_NAME, peer.name, "peer name")
+        lines.append(f"  peer {name} {endpoint(peer.address, peer.port or section.port, 'peer')}")
+    return [*lines, ""]
+
+
+def _bind(opts: RenderOptions, port: int) -> str:
+    return endpoint(opts.bind_address, port, "bind")
+
+
+def _http_frontend(snapshot: pb.Snapshot, opts: RenderOptions) -> list[str]:
+    if not snapshot.HasField("http_frontend"):
+        return []
+    fe = snapshot.http_frontend
+    lines = [f"frontend {HTTP_FRONTEND}", "  mode http", f"  bind {_bind(opts, fe.port)}"]
+    for route in sorted(fe.routes, key=lambda r: (r.host, r.backend)):
+        host = _check(_HOST, route.host, "host")
+        backend = _check(_PROXY_NAME, route.backend, "backend name")
+        lines.append(f"  use_backend {backend} if {{ hdr(host),field(1,:),lower -m str {host} }}")
+    return [*lines, ""]
+
+
+def _tcp_frontends(snapshot: pb.Snapshot, opts: RenderOptions) -> list[str]:
+    lines: list[str] = []
+    for fe in sorted(snapshot.tcp_frontends, key=lambda f: f.port):
+        backend = _check(_PROXY_NAME, fe.backend, "backend name")
+        lines += [
+            f"frontend fe_tcp_{_port(fe.port, 'frontend')}",
+            "  mode tcp",
+            f"  bind {_bind(opts, fe.port)}",
+            f"  default_backend {backend}",
+            "",
+        ]
+    return lines
+
+
+def _server(backend: str, slot: pb.Slot) -> str:
+    match = _SERVER_NAME.match(slot.server_name)
+    if not match or int(match.group(1)) != slot.index:
+        raise RenderError(f"backend {backend}: slot {slot.index} named {slot.server_name!r}")
+    if slot.enabled:
+        addr = endpoint(slot.address, slot.port)
+        return f"  server {slot.server_name} {addr} id {slot.index} enabled"
+    return f"  server {slot.server_name} 127.0.0.1:1 id {slot.index} disabled"
+
+
+def render_backend(backend: pb.Backend, peers: bool = True) -> list[str]:
+    """One `backend` section; `peers` says whether the stick table is replicated."""
+    name = _check(_PROXY_NAME, backend.name, "backend name")
+    if backend.mode not in _MODES:
+        raise RenderError(f"backend {name}: invalid mode {backend.mode!r}")
+    lines = [f"backend {name}"]
+    if backend.mode == "tcp":
+        lines.append("  mode tcp")
+    lines.append(f"  balance {_balance(backend)}")
+    if backend.hash_type:
+        lines.append(f"  hash-type {_hash_type(backend.hash_type)}")
+    if backend.HasField("persistence"):
+        p = backend.persistence
+        if p.expire_ms <= 0 or p.expire_ms >= 1 << 31:
+            raise RenderError(f"backend {name}: invalid expire {p.expire_ms}")
+        table = f"  stick-table type ip size {haproxy_size(p.table_size)} expire {p.expire_ms}"
+        if peers:
+            table += f" peers {PEERS_SECTION}"
+        lines += ["  stick on src", table]
+    seen: set[int] = set()
+    for slot in sorted(backend.slots, key=lambda s: s.index):
+        if slot.index in seen:
+            raise RenderError(f"backend {name}: duplicate slot {slot.index}")
+        seen.add(slot.index)
+        lines.append(_server(name, slot))
+    return lines
+
+
+def render(snapshot: pb.Snapshot, opts: RenderOptions) -> str:
+    """The whole haproxy.cfg for one instance."""
+    lines = [
+        "# Generated by the peerplane node agent; do not edit.",
+        f"# workload {_check(_WORKLOAD, snapshot.workload, 'workload')}"
+        f" content {_check(_HASH, snapshot.content_hash, 'hash')}",
+        "",
+    ]
+    lines += _global(opts)
+    lines += _peers(snapshot.peers)
+    lines += _http_frontend(snapshot, opts)
+    lines += _tcp_frontends(snapshot, opts)
+    names: set[str] = set()
+    for backend in sorted(snapshot.backends, key=lambda b: b.name):
+        if backend.name in names:
+            raise RenderError(f"duplicate backend {backend.name!r}")
+        names.add(backend.name)
+        lines += [*render_backend(backend, peers=bool(snapshot.peers.peers)), ""]
+    return "\n".join(lines)

@@ -1,0 +1,65 @@
+"""Durable files: the last applied snapshot and haproxy.cfg.
+
+Both are written atomically (temp file, fsync, rename, fsync of the directory) so that a
+crash leaves either the old or the new content, never a torn file HAProxy cannot start.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from peerplane.v1 import peerplane_pb2 as pb
+
+SNAPSHOT_FILE = "snapshot.binpb"
+
+
+def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class StateStore:
+    """The state dir: remembers what HAProxy runs across agent restarts."""
+
+    def __init__(self, state_dir: str) -> None:
+        self.state_dir = state_dir
+        os.makedirs(state_dir, exist_ok=True)
+
+    @property
+    def snapshot_path(self) -> str:
+        return os.path.join(self.state_dir, SNAPSHOT_FILE)
+
+    def save(self, snapshot: pb.Snapshot) -> None:
+        atomic_write(self.snapshot_path, snapshot.SerializeToString(deterministic=True), 0o600)
+
+    def load(self) -> pb.Snapshot | None:
+        """The saved snapshot, or None when there is none (a corrupt file counts as none)."""
+        try:
+            with open(self.snapshot_path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        snapshot = pb.Snapshot()
+        try:
+            snapshot.ParseFromString(data)
+        except Exception:  # DecodeError: treat as absent, the control plane resends
+            return None
+        return snapshot
