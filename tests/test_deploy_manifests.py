@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -203,6 +204,30 @@ def test_daemonset_matches_the_agent_and_the_haproxy_selector(base: list[Obj]) -
     service = find(base, "Service", "peerplane-controlplane")
     assert host.split(".")[0] == service["metadata"]["name"]
     assert int(port) == service["spec"]["ports"][0]["port"]
+
+
+def test_agent_command_line_parses_with_the_agent_itself(
+    base: list[Obj], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nodeagent.cli import _parser
+
+    daemonset = find(base, "DaemonSet", "haproxy")
+    (agent,) = [
+        c for c in daemonset["spec"]["template"]["spec"]["containers"] if c["name"] == "agent"
+    ]
+    downward = {"metadata.name": "haproxy-x1", "metadata.namespace": "haproxy-system"}
+    downward |= {"spec.nodeName": "node-1", "status.podIP": "10.0.1.1"}
+    env = {e["name"]: downward[e["valueFrom"]["fieldRef"]["fieldPath"]] for e in agent["env"]}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    args = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in agent["args"]]
+    parsed = _parser().parse_args(args)
+    assert parsed.command == "run"
+    assert (parsed.pod_namespace, parsed.pod_name) == ("haproxy-system", "haproxy-x1")
+    assert parsed.node_name == "node-1" and parsed.bind_address == "10.0.1.1"
+    assert not parsed.manage_haproxy  # HAProxy runs in its own container
+    assert parsed.haproxy_bin == "/usr/sbin/haproxy"  # Debian's, installed by the Dockerfile
+    assert "apt-get install" in (DEPLOY / "Dockerfile").read_text()
 
 
 def test_network_policies_open_the_peer_and_grpc_ports(base: list[Obj]) -> None:

@@ -1,8 +1,9 @@
 """The Kubernetes API as a Source: informers on the objects the computation reads.
 
-Watches Services and EndpointSlices in all namespaces, the HAProxy pods (a label
-selector), ReplicaSets (owner chain of those pods) and the one settings ConfigMap (a
-fieldSelector on its name). Handlers only update the informer caches and call
+Watches Services and EndpointSlices in all namespaces, the HAProxy pods and their
+ReplicaSets (owner chain; both by the HAProxy label selector, which a Deployment's
+ReplicaSets carry from its pod template) and the one settings ConfigMap (a fieldSelector
+on its name). Handlers only update the informer caches and call
 `on_change`; `state()` assembles an immutable `ClusterState` from the caches.
 """
 
@@ -84,8 +85,15 @@ class KubernetesSource:
             pod_from,
             options,
         )
+        # A Deployment's ReplicaSets carry its pod template's labels: the HAProxy selector
+        # finds the owners of the HAProxy pods without watching every ReplicaSet.
         self.replica_sets: Informer[ReplicaSet] = Informer(
-            "replicasets", apps.list_replica_set_for_all_namespaces, replica_set_from, options
+            "replicasets",
+            functools.partial(
+                apps.list_replica_set_for_all_namespaces, label_selector=haproxy_selector
+            ),
+            replica_set_from,
+            options,
         )
         self.settings: Informer[ConfigMap] | None = None
         if settings is not None:

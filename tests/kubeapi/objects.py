@@ -78,6 +78,7 @@ def replica_set(name: str = "haproxy-7d9f", ns: str = "haproxy-system") -> Obj:
         "metadata": {
             "name": name,
             "namespace": ns,
+            "labels": {"app.kubernetes.io/component": "haproxy", "pod-template-hash": "7d9f"},
             "ownerReferences": [{"kind": "Deployment", "name": "haproxy", "controller": True}],
         },
     }
