@@ -41,12 +41,17 @@ def health(address: str) -> str:
     return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
 
 
-def shop_slots(address: str) -> tuple[str, dict[int, str]]:
-    """The content hash and slot -> address of the shop backend, from GetSnapshot."""
+def get_snapshot(address: str) -> dict[str, Any]:
     data = json.dumps({"workload": WORKLOAD})
     snapshot: dict[str, Any] = json.loads(
         grpcurl(address, "peerplane.v1.PeerPlane/GetSnapshot", data=data)
     )
+    return snapshot
+
+
+def shop_slots(address: str) -> tuple[str, dict[int, str]]:
+    """The content hash and slot -> address of the shop backend, from GetSnapshot."""
+    snapshot = get_snapshot(address)
     (shop,) = [b for b in snapshot["backends"] if b["name"] == "default_shop_http"]
     slots = {int(s["index"]): s["address"] for s in shop["slots"] if s.get("enabled")}
     return str(snapshot["content_hash"]), slots
@@ -135,3 +140,18 @@ def test_rejected_annotation_becomes_an_event(api: FakeKubeAPI, kubeconfig: Path
         assert serve.terminate() == 0
         lease = api.get("Lease", NS, "peerplane-controlplane") or {}
         assert not lease["spec"].get("holderIdentity")  # released on a clean stop
+
+
+def test_a_burst_of_endpoint_changes_gives_a_handful_of_versions(
+    api: FakeKubeAPI, kubeconfig: Path
+) -> None:
+    args = [a for a in serve_args(kubeconfig) if a != "--leader-elect"]
+    with ServeProcess(*args) as serve:
+        assert wait_until(lambda: health(serve.address) == "SERVING", 10)
+        started = time.monotonic()
+        for i in range(1000):
+            api.apply(endpoint_slice("shop", {"127.0.2.1": True, f"127.0.3.{i % 250}": True}))
+        assert time.monotonic() - started < 10
+        final = {1: "127.0.2.1", 2: "127.0.3.249"}
+        assert wait_until(lambda: shop_slots(serve.address)[1] == final, 10)
+        assert 2 <= int(get_snapshot(serve.address)["version"]) <= 15  # debounced: not 1,000 versions
