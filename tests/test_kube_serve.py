@@ -154,4 +154,4 @@ def test_a_burst_of_endpoint_changes_gives_a_handful_of_versions(
         assert time.monotonic() - started < 10
         final = {1: "127.0.2.1", 2: "127.0.3.249"}
         assert wait_until(lambda: shop_slots(serve.address)[1] == final, 10)
-        assert 2 <= int(get_snapshot(serve.address)["version"]) <= 15  # debounced: not 1,000 versions
+        assert 2 <= int(get_snapshot(serve.address)["version"]) <= 15  # debounced, not 1,000
