@@ -1,0 +1,192 @@
+"""Loopback test environment for the node agent: snapshots, backends, HAProxy instances.
+
+Every simulated pod or backend gets its own 127.x.y.z address; every process started here
+is stopped by PID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import http.server
+import os
+import random
+import socket
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nodeagent.applier import Applier
+from nodeagent.haproxy import HAProxy
+from nodeagent.render import RenderOptions
+from nodeagent.state import StateStore
+from nodeagent.supervisor import Supervisor
+from peerplane.v1 import peerplane_pb2 as pb
+
+HAPROXY_BIN = "/usr/sbin/haproxy"
+HAVE_HAPROXY = os.access(HAPROXY_BIN, os.X_OK)
+needs_haproxy = pytest.mark.skipif(not HAVE_HAPROXY, reason=f"{HAPROXY_BIN} is not installed")
+
+
+def loopback_net() -> str:
+    """A random 127.a.b prefix so parallel test runs do not share addresses."""
+    return f"127.{random.randint(100, 250)}.{random.randint(1, 250)}"
+
+
+def free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = f"{self.server.identity}\n".encode()  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def identity_server(host: str, identity: str) -> Iterator[int]:
+    """A tiny HTTP backend on host answering its identity; yields its port."""
+    server = http.server.ThreadingHTTPServer((host, 0), _Handler)
+    server.daemon_threads = True
+    server.identity = identity  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def http_get(host: str, port: int, host_header: str, timeout: float = 3.0) -> str:
+    """One request on a fresh connection; returns the body."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", "/", headers={"Host": host_header, "Connection": "close"})
+        resp = conn.getresponse()
+        body = resp.read().decode()
+        if resp.status != 200:
+            raise RuntimeError(f"HTTP {resp.status}: {body.strip()}")
+        return body.strip()
+    finally:
+        conn.close()
+
+
+def slots(endpoints: list[tuple[str, int]], count: int = 4) -> list[pb.Slot]:
+    out = []
+    for i in range(1, count + 1):
+        if i <= len(endpoints):
+            addr, port = endpoints[i - 1]
+            out.append(
+                pb.Slot(index=i, server_name=f"SRV_{i}", address=addr, port=port, enabled=True)
+            )
+        else:
+            out.append(pb.Slot(index=i, server_name=f"SRV_{i}"))
+    return out
+
+
+def backend(
+    name: str,
+    endpoints: list[tuple[str, int]],
+    mode: str = "http",
+    balance: str = "source",
+    persistence: bool = True,
+    count: int = 4,
+    **extra: str,
+) -> pb.Backend:
+    b = pb.Backend(
+        name=name,
+        service=name.replace("_", "/", 1).rsplit("_", 1)[0],
+        service_port=name.rsplit("_", 1)[1],
+        mode=mode,
+        balance=balance,
+        slots=slots(endpoints, count),
+        **extra,
+    )
+    if persistence:
+        b.persistence.CopyFrom(pb.Persistence(table_size=1 << 20, expire_ms=1_800_000))
+    return b
+
+
+def snapshot(
+    peers: list[tuple[str, str, int]],
+    backends: list[pb.Backend],
+    http_port: int | None = None,
+    routes: Sequence[tuple[str, str]] = (),
+    tcp: Sequence[tuple[int, str]] = (),
+    version: int = 1,
+) -> pb.Snapshot:
+    s = pb.Snapshot(
+        workload="haproxy-system/DaemonSet/haproxy",
+        version=version,
+        content_hash=f"{version:064x}",
+        peers=pb.PeerSection(
+            name="localinstance",
+            port=peers[0][2] if peers else 10000,
+            peers=[pb.Peer(name=n, address=a, port=p) for n, a, p in peers],
+        ),
+        backends=backends,
+        tcp_frontends=[pb.TcpFrontend(port=p, backend=b) for p, b in tcp],
+    )
+    if http_port is not None:
+        s.http_frontend.CopyFrom(
+            pb.HttpFrontend(
+                port=http_port, routes=[pb.HostRoute(host=h, backend=b) for h, b in routes]
+            )
+        )
+    return s
+
+
+@dataclass
+class Instance:
+    """One managed HAProxy with its applier, as the agent runs it."""
+
+    ip: str
+    pod: str
+    dir: Path
+    applier: Applier
+    haproxy: HAProxy
+    supervisor: Supervisor
+
+    @property
+    def config_path(self) -> str:
+        return self.applier.config_path
+
+
+def make_instance(tmp: Path, ip: str, pod: str, sync_wait: float = 1.0) -> Instance:
+    tmp.mkdir(parents=True, exist_ok=True)
+    master, runtime = str(tmp / "master.sock"), str(tmp / "runtime.sock")
+    cfg = str(tmp / "haproxy.cfg")
+    hx = HAProxy(master, runtime, HAPROXY_BIN, sync_wait=sync_wait)
+    sup = Supervisor(cfg, master, str(tmp / "haproxy.pid"), HAPROXY_BIN)
+    applier = Applier(
+        RenderOptions(pod, bind_address=ip, runtime_socket=runtime),
+        cfg,
+        StateStore(str(tmp / "state")),
+        hx,
+        sup,
+    )
+    return Instance(ip, pod, tmp, applier, hx, sup)
+
+
+@contextlib.contextmanager
+def running_instance(tmp: Path, ip: str, pod: str, sync_wait: float = 1.0) -> Iterator[Instance]:
+    inst = make_instance(tmp, ip, pod, sync_wait)
+    try:
+        yield inst
+    finally:
+        inst.supervisor.stop()

@@ -1,0 +1,213 @@
+"""The agent against a real HAProxy on loopback: runtime path, hitless reload, NACK, restart."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nodeagent.changes import Kind
+from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.haproxy_env import (
+    HAPROXY_BIN,
+    Instance,
+    backend,
+    free_port,
+    http_get,
+    identity_server,
+    loopback_net,
+    needs_haproxy,
+    running_instance,
+    snapshot,
+)
+
+pytestmark = [needs_haproxy, pytest.mark.haproxy]
+
+HOST = "shop.example.com"
+
+
+class Fleet:
+    """One HAProxy pod (.1) and three backend pods (.11-.13) on a private 127.x net."""
+
+    def __init__(self, net: str, inst: Instance, backends: dict[str, tuple[str, int]]) -> None:
+        self.net = net
+        self.inst = inst
+        self.backends = backends
+        self.peer_port = free_port(inst.ip)
+        self.http_port = free_port(inst.ip)
+
+    def snap(self, names: list[str], version: int, **kw: object) -> pb.Snapshot:
+        peers = [("pod-a", self.inst.ip, self.peer_port)]
+        extra_peers = kw.pop("extra_peers", [])
+        assert isinstance(extra_peers, list)
+        b = backend("default_shop_http", [self.backends[n] for n in names], **kw)  # type: ignore[arg-type]
+        return snapshot(
+            peers + extra_peers,
+            [b],
+            http_port=self.http_port,
+            routes=[(HOST, "default_shop_http")],
+            version=version,
+        )
+
+    def get(self) -> str:
+        return http_get(self.inst.ip, self.http_port, f"{HOST}:{self.http_port}")
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    net = loopback_net()
+    with (
+        identity_server(f"{net}.11", "pod-11") as p11,
+        identity_server(f"{net}.12", "pod-12") as p12,
+        identity_server(f"{net}.13", "pod-13") as p13,
+        running_instance(tmp_path / "a", f"{net}.1", "pod-a") as inst,
+    ):
+        yield Fleet(
+            net,
+            inst,
+            {
+                "pod-11": (f"{net}.11", p11),
+                "pod-12": (f"{net}.12", p12),
+                "pod-13": (f"{net}.13", p13),
+            },
+        )
+
+
+def worker_pid(inst: Instance) -> int:
+    pid = inst.haproxy.show_proc().current_worker
+    assert pid is not None
+    return pid
+
+
+def test_endpoint_change_uses_runtime_api_without_reload(fleet: Fleet) -> None:
+    first = fleet.inst.applier.apply(fleet.snap(["pod-11"], 1))
+    assert first.ok, first.error
+    assert first.kind is Kind.RELOAD
+    assert fleet.get() == "pod-11"
+    pid = worker_pid(fleet.inst)
+    reloads = fleet.inst.haproxy.show_proc().reloads
+
+    # pod-11 leaves (slot 1 freed), pod-12 takes slot 2.
+    v2 = fleet.snap(["pod-11", "pod-12"], 2)
+    v2.backends[0].slots[0].CopyFrom(pb.Slot(index=1, server_name="SRV_1"))
+    result = fleet.inst.applier.apply(v2)
+    assert result.ok, result.error
+    assert result.kind is Kind.RUNTIME
+    assert worker_pid(fleet.inst) == pid
+    assert fleet.inst.haproxy.show_proc().reloads == reloads
+    assert {fleet.get() for _ in range(5)} == {"pod-12"}
+    with open(fleet.inst.config_path) as f:
+        cfg = f.read()
+    addr, port = fleet.backends["pod-12"]
+    assert f"server SRV_2 {addr}:{port} id 2 enabled" in cfg
+    assert "server SRV_1 127.0.0.1:1 id 1 disabled" in cfg
+
+
+def test_reload_is_hitless_for_a_looping_client(fleet: Fleet) -> None:
+    assert fleet.inst.applier.apply(fleet.snap(["pod-11"], 1)).ok
+    pid = worker_pid(fleet.inst)
+    stop = threading.Event()
+    ok, failures = [0], []
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                assert fleet.get() == "pod-11"
+                ok[0] += 1
+            except Exception as e:
+                failures.append(repr(e))
+
+    client = threading.Thread(target=loop)
+    client.start()
+    try:
+        time.sleep(0.3)
+        setting = fleet.snap(["pod-11"], 2, balance="roundrobin")
+        r2 = fleet.inst.applier.apply(setting)
+        assert r2.ok, r2.error
+        assert r2.kind is Kind.RELOAD
+        assert r2.worker_pid not in (None, pid)
+        peer_b = ("pod-b", f"{fleet.net}.2", fleet.peer_port)
+        peers = fleet.snap(["pod-11"], 3, balance="roundrobin", extra_peers=[peer_b])
+        r3 = fleet.inst.applier.apply(peers)
+        assert r3.ok, r3.error
+        assert r3.kind is Kind.RELOAD
+        assert r3.worker_pid not in (None, pid, r2.worker_pid)
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        client.join(10)
+    assert failures == []
+    assert ok[0] > 10
+    assert "id=pod-b(remote" in fleet.inst.haproxy.runtime("show peers")
+
+
+def test_rejected_snapshot_is_nacked_and_old_config_keeps_serving(fleet: Fleet) -> None:
+    assert fleet.inst.applier.apply(fleet.snap(["pod-11"], 1)).ok
+    pid = worker_pid(fleet.inst)
+    cfg_before = Path(fleet.inst.config_path).read_text()
+
+    bad = fleet.snap(["pod-11", "pod-12"], 2)
+    bad.http_frontend.routes.add(host="ghost.example.com", backend="default_ghost_80")
+    result = fleet.inst.applier.apply(bad)
+    assert not result.ok
+    assert "unable to find required use_backend" in result.error
+    assert "default_ghost_80" in result.error
+
+    # The local peer missing from peers: 2.6 only warns, the agent refuses.
+    lonely = fleet.snap(["pod-11"], 3)
+    lonely.peers.peers[0].name = "pod-z"
+    result = fleet.inst.applier.apply(lonely)
+    assert not result.ok
+    assert "Removing incomplete section 'peers localinstance'" in result.error
+
+    assert Path(fleet.inst.config_path).read_text() == cfg_before
+    assert worker_pid(fleet.inst) == pid
+    assert fleet.get() == "pod-11"
+    assert fleet.inst.applier.applied_version == 1
+
+
+def test_restart_without_control_plane_serves_saved_snapshot(fleet: Fleet, tmp_path: Path) -> None:
+    assert fleet.inst.applier.apply(fleet.snap(["pod-13"], 7)).ok
+    fleet.inst.supervisor.stop()
+    with pytest.raises(OSError):
+        fleet.get()
+
+    state_dir = fleet.inst.dir / "state"
+    unreachable = f"127.0.0.1:{free_port('127.0.0.1')}"
+    argv = [sys.executable, "-m", "nodeagent.cli", "run", "--control-plane", unreachable]
+    argv += ["--pod-namespace", "haproxy-system", "--pod-name", "pod-a"]
+    argv += ["--config", str(tmp_path / "restarted.cfg"), "--state-dir", str(state_dir)]
+    argv += ["--bind-address", fleet.inst.ip, "--haproxy-bin", HAPROXY_BIN, "--manage-haproxy"]
+    agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, answer = time.monotonic() + 15, ""
+        while time.monotonic() < deadline and answer != "pod-13":
+            try:
+                answer = fleet.get()
+            except OSError:
+                time.sleep(0.1)
+        assert answer == "pod-13"
+        time.sleep(1.0)  # let it try the control plane and fail at least once
+        assert agent.poll() is None
+        with open(state_dir / "haproxy.pid") as f:
+            master_pid = int(f.read().split()[0])
+    finally:
+        if agent.poll() is None:
+            os.kill(agent.pid, signal.SIGTERM)
+        try:
+            _, err = agent.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.kill(agent.pid, signal.SIGKILL)
+            _, err = agent.communicate(timeout=5)
+    assert agent.returncode == 0, err
+    assert "restored saved snapshot workload=haproxy-system/DaemonSet/haproxy version=7" in err
+    assert "unreachable" in err
+    with pytest.raises(ProcessLookupError):
+        os.kill(master_pid, 0)
