@@ -17,6 +17,7 @@ import json
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -301,6 +302,7 @@ class Informer(Generic[T]):
         self.watches += 1
         with self._lock:
             self._failure = ""
+        opened, events = time.monotonic(), 0
         try:
             if self._stopping.is_set():
                 raise _Stopped
@@ -308,9 +310,13 @@ class Informer(Generic[T]):
                 if self._stopping.is_set():
                     raise _Stopped
                 self._handle(json.loads(line))
+                events += 1
         finally:
             self._response = None
             _close(response)
+        if not events and time.monotonic() - opened < min(1.0, timeout / 2):
+            # A stream closed at once without a word (a proxy, say): back off, do not spin.
+            raise WatchError("watch closed immediately")
 
     def _handle(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
