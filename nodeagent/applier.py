@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from nodeagent import changes, state
 from nodeagent.haproxy import HAProxy, HAProxyError, validate
-from nodeagent.render import RenderError, RenderOptions, render
+from nodeagent.render import PEERS_SECTION, RenderError, RenderOptions, render
 from nodeagent.supervisor import Supervisor
 from peerplane.v1 import peerplane_pb2 as pb
 
@@ -162,7 +162,20 @@ class Applier:
             log.error("%s: reload failed: %s", ident, e)
             return Result(False, kind, error=f"reload failed: {e}")
         self._record(snapshot, cfg)
+        self._check_peers(snapshot, ident)
         return Result(True, kind, worker_pid=pid)
+
+    def _check_peers(self, snapshot: pb.Snapshot, ident: str) -> None:
+        """2.6 may drop a peers section silently: say so loudly if the worker lacks it."""
+        if not snapshot.peers.peers:
+            return
+        try:
+            sections = self.haproxy.peers_sections()
+        except OSError as e:
+            log.warning("%s: cannot read show peers: %s", ident, e)
+            return
+        if PEERS_SECTION not in sections:
+            log.error("%s: HAProxy runs without peers section %s", ident, PEERS_SECTION)
 
     def _record(self, snapshot: pb.Snapshot, cfg: str) -> None:
         self.store.save(snapshot)

@@ -180,6 +180,10 @@ class HAProxy:
             time.sleep(0.05)
         raise HAProxyError(f"HAProxy not running after {timeout}s: {last}")
 
+    def peers_sections(self) -> dict[str, int]:
+        """Section name -> flags of the running worker's peers sections."""
+        return parse_peers_flags(self.runtime("show peers"))
+
     def peers_synced(self) -> bool:
         flags = parse_peers_flags(self.runtime("show peers"))
         return all(f & 0x3 == 0x3 for f in flags.values())

@@ -124,6 +124,10 @@ def test_haproxy_size(value: int, text: str) -> None:
     assert haproxy_size(value) == text
 
 
+def _bad_url_param(s: pb.Snapshot) -> None:
+    s.backends[0].balance, s.backends[0].balance_argument = "url_param", "a b"
+
+
 def _mutations() -> list[tuple[str, object]]:
     return [
         ("backend name", lambda s: setattr(s.backends[0], "name", "x\n  server evil 1.2.3.4:80")),
@@ -132,13 +136,7 @@ def _mutations() -> list[tuple[str, object]]:
         ("peer address", lambda s: setattr(s.peers.peers[0], "address", "10.0.0.1 ssl")),
         ("server address", lambda s: setattr(s.backends[0].slots[0], "address", "evil.example")),
         ("balance", lambda s: setattr(s.backends[0], "balance", "source\n  option evil")),
-        (
-            "url_param",
-            lambda s: (
-                setattr(s.backends[0], "balance", "url_param"),
-                setattr(s.backends[0], "balance_argument", "a b"),
-            ),
-        ),
+        ("url_param", _bad_url_param),
         ("hash-type", lambda s: setattr(s.backends[0], "hash_type", "consistent; evil")),
         ("mode", lambda s: setattr(s.backends[0], "mode", "health")),
         ("slot name", lambda s: setattr(s.backends[0].slots[0], "server_name", "SRV_7")),

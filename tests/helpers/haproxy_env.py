@@ -106,7 +106,8 @@ def backend(
     balance: str = "source",
     persistence: bool = True,
     count: int = 4,
-    **extra: str,
+    balance_argument: str = "",
+    hash_type: str = "",
 ) -> pb.Backend:
     b = pb.Backend(
         name=name,
@@ -115,7 +116,8 @@ def backend(
         mode=mode,
         balance=balance,
         slots=slots(endpoints, count),
-        **extra,
+        balance_argument=balance_argument,
+        hash_type=hash_type,
     )
     if persistence:
         b.persistence.CopyFrom(pb.Persistence(table_size=1 << 20, expire_ms=1_800_000))
