@@ -15,6 +15,7 @@ import itertools
 import json
 import re
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -147,7 +148,7 @@ class FakeKubeAPI:
         self._closed = False
         self._tokens = itertools.count(1)
         self.requests: list[tuple[str, str]] = []
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._httpd = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, args=(0.05,), name="fake-kubeapi"
@@ -433,6 +434,15 @@ class FakeKubeAPI:
                 group.add(item)
             else:
                 group.discard(item)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """Connections the client resets or the tests drop are expected, not errors."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        if not isinstance(error, OSError):
+            super().handle_error(request, client_address)
 
 
 class _Failure(Exception):
