@@ -179,6 +179,34 @@ def test_gone_as_http_410_on_the_watch_request(api: FakeKubeAPI, source: Kuberne
     assert wait_until(lambda: "haproxy-c" in pod_names(source.state()))
 
 
+def test_expired_continue_token_restarts_the_list(
+    api: FakeKubeAPI, source: KubernetesSource
+) -> None:
+    relists = source.services.relists
+    api.fail_next("Service", 410, match="continue=")  # page 2 of the next relist
+    api.expire_watches()
+    api.apply(service("news"))
+    assert wait_until(lambda: "news" in [s.name for s in source.state().services])
+    assert source.services.relists == relists + 1
+    pages = [p for m, p in api.requests if m == "GET" and p.startswith("/api/v1/services")]
+    assert sum("continue=" not in p for p in pages) == 3  # initial, relist, restarted relist
+
+
+def test_resource_version_follows_bookmarks(api: FakeKubeAPI, source: KubernetesSource) -> None:
+    before = int(source.pods.resource_version or 0)
+    newer = int(api.apply(service("news"))["metadata"]["resourceVersion"])
+    assert newer > before
+    # No pod changed, yet the pod watch's resourceVersion moves on through BOOKMARKs, so a
+    # reconnect after a compaction does not need a relist.
+    assert wait_until(lambda: int(source.pods.resource_version or 0) >= newer)
+    relists = source.pods.relists
+    api.compact()
+    api.drop_watches()
+    api.apply(pod("haproxy-c", "127.0.0.13"))
+    assert wait_until(lambda: "haproxy-c" in pod_names(source.state()))
+    assert source.pods.relists == relists
+
+
 def test_server_errors_are_retried_with_backoff(api: FakeKubeAPI, source: KubernetesSource) -> None:
     api.fail_next("Service", 500, count=3)
     api.drop_watches()

@@ -142,7 +142,7 @@ class FakeKubeAPI:
         self._rv = 100
         self._compacted = 0
         self._continues: dict[str, tuple[int, list[Obj]]] = {}
-        self._faults: dict[str, list[int]] = {}
+        self._faults: dict[str, list[tuple[int, str]]] = {}
         self._watches: set[_Watch] = set()
         self._conns: set[socket.socket] = set()
         self._closed = False
@@ -236,10 +236,11 @@ class FakeKubeAPI:
                 watch.expired = True
             self._cond.notify_all()
 
-    def fail_next(self, kind: str, code: int, count: int = 1) -> None:
-        """The next `count` requests on `kind` answer `code` with a Status body."""
+    def fail_next(self, kind: str, code: int, count: int = 1, match: str = "") -> None:
+        """The next `count` requests on `kind` (whose path and query contain `match`)
+        answer `code` with a Status body."""
         with self._cond:
-            self._faults.setdefault(PLURALS[kind], []).extend([code] * count)
+            self._faults.setdefault(PLURALS[kind], []).extend([(code, match)] * count)
 
     def watch_requests(self, kind: str) -> int:
         plural = PLURALS[kind]
@@ -282,10 +283,14 @@ class FakeKubeAPI:
 
     # ------------------------------------------------------------------ requests
 
-    def fault(self, plural: str) -> int | None:
+    def fault(self, plural: str, path: str) -> int | None:
         with self._cond:
-            queue = self._faults.get(plural)
-            return queue.pop(0) if queue else None
+            queue = self._faults.get(plural) or []
+            for i, (code, match) in enumerate(queue):
+                if match in path:
+                    del queue[i]
+                    return code
+            return None
 
     def list_objects(self, plural: str, query: _Query, limit: int, token: str) -> Obj:
         with self._cond:
@@ -520,7 +525,7 @@ def _handler_for(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
                 self._reply(404, status(404, "NotFound", f"no route for {url.path}"))
                 return
             plural, ns, name = route["plural"], route["ns"], route["name"]
-            code = api.fault(plural)
+            code = api.fault(plural, self.path)
             if code is not None:
                 self._reply(code, status(code, "Injected", f"injected status {code}"))
                 return
