@@ -77,8 +77,9 @@ class Applier:
         self._write_config(cfg)
         try:
             if self.supervisor is not None and not self.supervisor.started:
-                self.supervisor.start()
-                return self.haproxy.wait_running(self.start_timeout).current_worker
+                if not self.supervisor.start():
+                    return self.haproxy.wait_running(self.start_timeout).current_worker
+                self.haproxy.wait_running(self.start_timeout)  # adopted: reload it
             return self.haproxy.reload().current_worker
         except (OSError, HAProxyError):
             if previous is not None:

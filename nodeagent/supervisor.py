@@ -11,12 +11,18 @@ import os
 import signal
 import subprocess
 import threading
+import time
 
 log = logging.getLogger(__name__)
 
 
 class Supervisor:
-    """Start, watch and stop one HAProxy master process."""
+    """Start, watch and stop one HAProxy master process.
+
+    A master left running by a previous agent (found through the pidfile, its command line
+    naming our master socket) is adopted instead of replaced: an agent restart must not
+    interrupt traffic.
+    """
 
     def __init__(
         self,
@@ -32,18 +38,30 @@ class Supervisor:
         self.haproxy_bin = haproxy_bin
         self.restart_delay = restart_delay
         self._proc: subprocess.Popen[bytes] | None = None
+        self._pid: int | None = None
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
 
     @property
     def pid(self) -> int | None:
-        proc = self._proc
-        return proc.pid if proc is not None and proc.poll() is None else None
+        """PID of the HAProxy master while it runs."""
+        return self._pid if self._pid is not None and self._alive() else None
 
     @property
     def started(self) -> bool:
-        return self._proc is not None
+        return self._pid is not None
+
+    def _alive(self) -> bool:
+        if self._proc is not None:
+            return self._proc.poll() is None
+        if self._pid is None:
+            return False
+        try:  # not our child: a zombie left to a non-reaping init counts as dead
+            with open(f"/proc/{self._pid}/stat", encoding="ascii") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            return False
 
     def _spawn(self) -> None:
         if os.path.exists(self.master_socket):
@@ -51,47 +69,74 @@ class Supervisor:
         argv = [self.haproxy_bin, "-W", "-S", self.master_socket]
         argv += ["-f", self.config, "-p", self.pidfile]
         self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
-        log.info("started haproxy master pid=%d config=%s", self._proc.pid, self.config)
+        self._pid = self._proc.pid
+        log.info("started haproxy master pid=%d config=%s", self._pid, self.config)
 
-    def start(self) -> None:
-        """Start HAProxy once and watch it; later calls do nothing."""
+    def _previous_master(self) -> int | None:
+        """The master a previous agent left running, if the pidfile names one of ours."""
+        try:
+            with open(self.pidfile, encoding="ascii") as f:
+                pid = int(f.read().split()[0])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            return None
+        if os.fsencode(self.master_socket) in argv and b"-W" in argv:
+            return pid
+        return None
+
+    def start(self) -> bool:
+        """Start (or adopt) HAProxy once and watch it. True when an existing one was adopted."""
         with self._lock:
-            if self._proc is not None:
-                return
+            if self._pid is not None:
+                return False
             self._stopping.clear()
-            self._spawn()
+            adopted = self._previous_master()
+            if adopted is not None:
+                self._pid = adopted
+                log.info("adopted running haproxy master pid=%d", adopted)
+            else:
+                self._spawn()
             self._watcher = threading.Thread(target=self._watch, name="haproxy-watch", daemon=True)
             self._watcher.start()
+            return adopted is not None
+
+    def _wait_exit(self) -> object:
+        if self._proc is not None:
+            return self._proc.wait()
+        while self._alive() and not self._stopping.wait(0.5):
+            pass
+        return "unknown (adopted)"
 
     def _watch(self) -> None:
         while not self._stopping.is_set():
-            proc = self._proc
-            if proc is None:
-                return
-            code = proc.wait()
+            pid = self._pid
+            code = self._wait_exit()
             if self._stopping.wait(self.restart_delay):
                 return
             with self._lock:
                 if self._stopping.is_set():
                     return
-                log.warning("haproxy master pid=%d exited with %s; restarting", proc.pid, code)
+                log.warning("haproxy master pid=%s exited with %s; restarting", pid, code)
                 self._spawn()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the master (and so its workers) by PID: SIGTERM, then SIGKILL."""
         self._stopping.set()
         with self._lock:
-            proc = self._proc
-        if proc is None:
+            pid, proc = self._pid, self._proc
+        if pid is None:
             return
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                log.warning("haproxy pid=%d ignored SIGTERM; killing", proc.pid)
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout)
+        if self._alive():
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while self._alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self._alive():
+                log.warning("haproxy pid=%d ignored SIGTERM; killing", pid)
+                os.kill(pid, signal.SIGKILL)
+        if proc is not None:
+            proc.wait(timeout)
         if self._watcher is not None:
             self._watcher.join(timeout)
-        log.info("stopped haproxy master pid=%d", proc.pid)
+        log.info("stopped haproxy master pid=%d", pid)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -211,3 +212,87 @@ def test_restart_without_control_plane_serves_saved_snapshot(fleet: Fleet, tmp_p
     assert "unreachable" in err
     with pytest.raises(ProcessLookupError):
         os.kill(master_pid, 0)
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.1)
+
+
+def serves(fleet: Fleet, body: str) -> Callable[[], bool]:
+    def check() -> bool:
+        try:
+            return fleet.get() == body
+        except OSError:
+            return False
+
+    return check
+
+
+def test_supervisor_restarts_a_dead_haproxy(fleet: Fleet) -> None:
+    assert fleet.inst.applier.apply(fleet.snap(["pod-12"], 1)).ok
+    first = fleet.inst.supervisor.pid
+    assert first is not None
+    os.kill(first, signal.SIGTERM)
+    wait_for(lambda: fleet.inst.supervisor.pid not in (None, first))
+    wait_for(serves(fleet, "pod-12"))
+
+
+def test_killed_agent_leaves_haproxy_serving_and_next_agent_adopts_it(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    assert fleet.inst.applier.apply(fleet.snap(["pod-11"], 1)).ok
+    fleet.inst.supervisor.stop()
+    state_dir = fleet.inst.dir / "state"
+    argv = [sys.executable, "-m", "nodeagent.cli", "run"]
+    argv += ["--control-plane", f"127.0.0.1:{free_port('127.0.0.1')}"]
+    argv += ["--pod-namespace", "haproxy-system", "--pod-name", "pod-a"]
+    argv += ["--config", str(tmp_path / "agent.cfg"), "--state-dir", str(state_dir)]
+    argv += ["--bind-address", fleet.inst.ip, "--manage-haproxy"]
+    logs = [tmp_path / "agent1.log", tmp_path / "agent2.log"]
+    agents: list[subprocess.Popen[bytes]] = []
+    master_pid = 0
+    try:
+        with open(logs[0], "wb") as log1:
+            agents.append(subprocess.Popen(argv, stdout=log1, stderr=log1))
+        wait_for(serves(fleet, "pod-11"))
+        master_pid = int((state_dir / "haproxy.pid").read_text().split()[0])
+        os.kill(agents[0].pid, signal.SIGKILL)
+        agents[0].wait(10)
+        assert fleet.get() == "pod-11"  # HAProxy outlives its agent
+
+        with open(logs[1], "wb") as log2:
+            agents.append(subprocess.Popen(argv, stdout=log2, stderr=log2))
+        wait_for(lambda: f"adopted running haproxy master pid={master_pid}" in logs[1].read_text())
+        wait_for(lambda: "restored saved snapshot" in logs[1].read_text())
+        assert fleet.get() == "pod-11"
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                os.kill(agent.pid, signal.SIGTERM)
+                agent.wait(15)
+        if master_pid:
+            _reap(master_pid)
+    assert agents[1].returncode == 0
+    assert not _alive(master_pid)
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie left to a non-reaping init counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def _reap(pid: int) -> None:
+    """Cleanup guard: the master should be gone already; make sure it is, by PID."""
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
