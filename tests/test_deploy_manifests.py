@@ -150,6 +150,10 @@ def test_control_plane_runs_two_leader_elected_replicas_behind_its_service(
 ) -> None:
     deployment = find(base, "Deployment", "peerplane-controlplane")
     assert deployment["spec"]["replicas"] == 2
+    # Only the leader is ever Ready: a rollout must not wait for a second Ready pod, and a
+    # PodDisruptionBudget would block every drain.
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == "100%"
+    assert not [o for o in base if o["kind"] == "PodDisruptionBudget"]
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     args = flags(container["args"])
     assert container["command"] == ["controlplane"] and container["args"][0] == "serve"
