@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 import grpc.aio
@@ -21,7 +22,7 @@ from tenacity import (
 )
 
 from nodeagent import __version__
-from nodeagent.applier import Applier
+from nodeagent.applier import Result
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 
@@ -37,6 +38,18 @@ class Identity:
     node_name: str = ""
 
 
+class SnapshotApplier(Protocol):
+    """What the client needs from the applier (nodeagent.applier.Applier in production)."""
+
+    @property
+    def applied_hash(self) -> str: ...
+
+    @property
+    def applied_version(self) -> int: ...
+
+    def apply(self, snapshot: pb.Snapshot) -> Result: ...
+
+
 class StreamBroken(Exception):
     """The stream failed before the server answered anything: back off and retry."""
 
@@ -48,7 +61,7 @@ class Client:
         self,
         target: str,
         identity: Identity,
-        applier: Applier,
+        applier: SnapshotApplier,
         backoff_max: float = 30.0,
         backoff_multiplier: float = 0.5,
     ) -> None:

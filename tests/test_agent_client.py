@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -13,6 +14,8 @@ import grpc.aio
 import pytest
 
 from nodeagent import __version__
+from nodeagent.applier import Result
+from nodeagent.changes import Kind
 from nodeagent.client import Client, Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
@@ -176,3 +179,60 @@ def test_render_error_is_nacked_with_nonce(tmp_path: Path) -> None:
 async def _until(check: Callable[[], bool], step: float = 0.05) -> None:
     while not check():
         await asyncio.sleep(step)
+
+
+class SlowApplier:
+    """Applies nothing, slowly: lets snapshots pile up behind the one being applied."""
+
+    def __init__(self) -> None:
+        self.applied: list[int] = []
+
+    @property
+    def applied_hash(self) -> str:
+        return ""
+
+    @property
+    def applied_version(self) -> int:
+        return self.applied[-1] if self.applied else 0
+
+    def apply(self, snapshot: pb.Snapshot) -> Result:
+        time.sleep(0.5)
+        self.applied.append(snapshot.version)
+        return Result(True, Kind.NOTHING)
+
+
+class BurstPlane(FakePlane):
+    """Sends the first snapshot, then the rest at once while the agent applies it."""
+
+    async def Stream(
+        self,
+        requests: AsyncIterator[pb.AgentMessage],
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> AsyncIterator[pb.ServerMessage]:
+        first = await anext(requests)
+        await self.hellos.put(first.hello)
+        for i, snap in enumerate(self.script):
+            yield pb.ServerMessage(nonce=f"nonce-{i}", snapshot=snap)
+            if i == 0:
+                await asyncio.sleep(0.2)  # the agent is busy applying the first one
+        async for msg in requests:
+            await self.answers.put(msg)
+
+
+def test_snapshots_arriving_during_an_apply_are_coalesced() -> None:
+    port = free_port("127.0.0.1")
+    applier = SlowApplier()
+    client = Client(f"127.0.0.1:{port}", Identity("ns", "pod-a"), applier)
+    script = [snapshot([], [], version=v) for v in (1, 2, 3)]
+
+    async def scenario() -> list[str]:
+        plane = BurstPlane(script)
+        async with serve(plane, port), running(client):
+            first = await within(plane.answers.get())
+            second = await within(plane.answers.get())
+            await asyncio.sleep(0.7)
+            assert plane.answers.empty()
+            return [first.ack.nonce, second.ack.nonce]
+
+    assert asyncio.run(within(scenario(), 30)) == ["nonce-0", "nonce-2"]
+    assert applier.applied == [1, 3]
