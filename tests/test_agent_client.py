@@ -103,7 +103,7 @@ def demo_snapshot(
 
 @needs_haproxy
 @pytest.mark.haproxy
-def test_hello_snapshot_ack_then_reconnect(tmp_path: Path) -> None:
+def test_hello_ack_nack_then_reconnect(tmp_path: Path) -> None:
     net = loopback_net()
     ip = f"{net}.1"
     inst = make_instance(tmp_path / "a", ip, "pod-a")
@@ -117,7 +117,11 @@ def test_hello_snapshot_ack_then_reconnect(tmp_path: Path) -> None:
         with identity_server(f"{net}.11", "pod-11") as bport:
             http_port = free_port(ip)
             snap = demo_snapshot(ip, (f"{net}.11", bport), http_port, 3)
-            plane = FakePlane([snap])
+            bad = pb.Snapshot()
+            bad.CopyFrom(snap)
+            bad.version, bad.content_hash = 4, "4" * 64
+            bad.http_frontend.routes.add(host="ghost.example.com", backend="default_ghost_80")
+            plane = FakePlane([snap, bad])
             async with running(client):
                 async with serve(plane, port):
                     hello = await within(plane.hellos.get())
@@ -135,8 +139,12 @@ def test_hello_snapshot_ack_then_reconnect(tmp_path: Path) -> None:
                     )
                     body = await asyncio.to_thread(http_get, ip, http_port, "shop.example.com")
                     assert body == "pod-11"
+                    nack = (await within(plane.answers.get())).nack
+                    assert (nack.nonce, nack.version) == ("nonce-1", 4)
+                    assert nack.content_hash == bad.content_hash
+                    assert "unable to find required use_backend" in nack.error
                 # The control plane restarts on the same port: the agent comes back and
-                # reports what it runs; HAProxy served all along.
+                # reports what it runs (the NACKed version is not it); HAProxy served all along.
                 assert (
                     await asyncio.to_thread(http_get, ip, http_port, "shop.example.com") == "pod-11"
                 )
