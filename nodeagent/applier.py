@@ -80,6 +80,9 @@ class Applier:
                 if not self.supervisor.start():
                     return self.haproxy.wait_running(self.start_timeout).current_worker
                 self.haproxy.wait_running(self.start_timeout)  # adopted: reload it
+            elif self.supervisor is None and not self.haproxy.is_running():
+                # External HAProxy not up yet (its container waits for this file).
+                return self.haproxy.wait_running(self.start_timeout).current_worker
             return self.haproxy.reload().current_worker
         except (OSError, HAProxyError):
             if previous is not None:

@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from nodeagent.applier import Applier
 from nodeagent.changes import Kind
+from nodeagent.render import render
+from nodeagent.state import StateStore
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import (
     HAPROXY_BIN,
@@ -296,3 +299,28 @@ def _reap(pid: int) -> None:
     if _alive(pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_drives_an_haproxy_started_by_someone_else(fleet: Fleet) -> None:
+    """DaemonSet mode: HAProxy runs in its own container; the agent only has its sockets."""
+    inst = fleet.inst
+    external = Applier(
+        inst.applier.options, inst.config_path, StateStore(str(inst.dir / "ext")), inst.haproxy
+    )
+    Path(inst.config_path).write_text(render(fleet.snap(["pod-11"], 1), inst.applier.options))
+    argv = [HAPROXY_BIN, "-W", "-S", inst.haproxy.master_socket, "-f", inst.config_path]
+    haproxy = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        inst.haproxy.wait_running(10)
+        wait_for(serves(fleet, "pod-11"))
+        reloaded = external.apply(fleet.snap(["pod-12"], 2, balance="roundrobin"))
+        assert reloaded.ok, reloaded.error
+        assert reloaded.kind is Kind.RELOAD
+        assert fleet.get() == "pod-12"
+        runtime = external.apply(fleet.snap(["pod-13"], 3, balance="roundrobin"))
+        assert runtime.ok, runtime.error
+        assert (runtime.kind, runtime.worker_pid) == (Kind.RUNTIME, reloaded.worker_pid)
+        assert fleet.get() == "pod-13"
+    finally:
+        haproxy.terminate()
+        haproxy.wait(10)
