@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv proto test lint unit demo bench clean
+.PHONY: venv proto test lint unit demo haproxy bench clean
 
 venv: $(STAMP)
 
@@ -29,8 +29,14 @@ unit: $(STAMP)
 
 test: lint unit
 
-demo: $(STAMP)
-	$(PY) -m controlplane.demo
+demo: $(STAMP) haproxy
+	$(PY) deploy/examples/run_demo.py
+
+# HAProxy 2.6 from Debian: installed when we are root, explained otherwise.
+haproxy:
+	@command -v haproxy >/dev/null 2>&1 || test -x /usr/sbin/haproxy || \
+	if [ "$$(id -u)" = 0 ]; then apt-get update && apt-get install -y haproxy; \
+	else echo "HAProxy is missing: run 'sudo apt-get install haproxy' (Debian/Ubuntu, 2.6)" >&2; exit 1; fi
 
 bench: $(STAMP)
 	$(PY) -m tests.bench

@@ -1,0 +1,424 @@
+"""A whole fleet on loopback: control plane, agents with their own HAProxy, backends.
+
+Used by the end-to-end tests and by `make demo`. Every simulated pod has its own
+127.x address; the cluster is the demo's manifests with the second octet of every
+address replaced, so a test fleet never collides with a running demo. Every process is
+started here and stopped here, by PID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import http.server
+import os
+import re
+import shutil
+import signal
+import socket
+import socketserver
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from peerplane.v1 import peerplane_pb2 as pb
+from peerplane.v1 import peerplane_pb2_grpc
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "deploy" / "examples" / "demo"
+NAMESPACE = "haproxy-system"
+WORKLOAD = "haproxy-system/DaemonSet/haproxy"
+HAPROXY_PODS = (("haproxy-7x2kq", "127.0.1.1"), ("haproxy-m4r9t", "127.0.1.2"))
+HTTP_PORT = 18080
+TCP_PORT = 15432
+# (pod name, address, port, kind) of every backend pod in the demo manifests.
+BACKENDS = (
+    ("shop-0", "127.0.2.1", 8888, "http"),
+    ("shop-1", "127.0.2.2", 8888, "http"),
+    ("shop-2", "127.0.2.3", 8888, "http"),
+    ("catalog-0", "127.0.3.1", 8888, "http"),
+    ("catalog-1", "127.0.3.2", 8888, "http"),
+    ("db-0", "127.0.4.1", 15433, "tcp"),
+    ("db-1", "127.0.4.2", 15433, "tcp"),
+)
+
+
+def haproxy_binary() -> str | None:
+    return shutil.which("haproxy") or (
+        "/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None
+    )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, step: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(step)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+# ---------------------------------------------------------------- backends
+
+
+class _Identity(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with the name of the backend pod it plays."""
+
+    server_version = "backend"
+
+    def do_GET(self) -> None:
+        body = f"{self.server.pod_name}\n".encode()  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class _HttpBackend(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, pod_name: str, address: tuple[str, int]) -> None:
+        self.pod_name = pod_name
+        super().__init__(address, _Identity)
+
+
+class _TcpIdentity(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        self.request.sendall(f"{self.server.pod_name}\n".encode())  # type: ignore[attr-defined]
+
+
+class _TcpBackend(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, pod_name: str, address: tuple[str, int]) -> None:
+        self.pod_name = pod_name
+        super().__init__(address, _TcpIdentity)
+
+
+@dataclass
+class Backends:
+    """Tiny servers that answer with their pod name, one per (address, port)."""
+
+    servers: dict[str, socketserver.BaseServer] = field(default_factory=dict)
+
+    def start(self, name: str, address: str, port: int, kind: str = "http") -> None:
+        server: socketserver.BaseServer
+        if kind == "http":
+            server = _HttpBackend(name, (address, port))
+        else:
+            server = _TcpBackend(name, (address, port))
+        threading.Thread(target=server.serve_forever, name=f"backend-{name}", daemon=True).start()
+        self.servers[name] = server
+
+    def stop(self, name: str) -> None:
+        server = self.servers.pop(name)
+        server.shutdown()
+        server.server_close()
+
+    def stop_all(self) -> None:
+        for name in list(self.servers):
+            self.stop(name)
+
+
+# ---------------------------------------------------------------- clients
+
+
+def http_get(
+    haproxy: str, host: str, source: str, port: int = HTTP_PORT, timeout: float = 5
+) -> str:
+    """GET / through HAProxy at `haproxy`, from source address `source`; the body."""
+    conn = http.client.HTTPConnection(haproxy, port, timeout=timeout, source_address=(source, 0))
+    try:
+        conn.request("GET", "/", headers={"Host": host, "Connection": "close"})
+        response = conn.getresponse()
+        body = response.read().decode().strip()
+        if response.status != 200:
+            raise RuntimeError(f"HTTP {response.status} from {haproxy} for {host}: {body[:200]}")
+        return body
+    finally:
+        conn.close()
+
+
+def tcp_get(haproxy: str, source: str, port: int = TCP_PORT, timeout: float = 5) -> str:
+    with socket.create_connection(
+        (haproxy, port), timeout=timeout, source_address=(source, 0)
+    ) as s:
+        return s.recv(256).decode().strip()
+
+
+def unix_command(path: Path, command: str, timeout: float = 5) -> str:
+    """One command on an HAProxy runtime socket; the whole reply."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        sock.sendall(command.encode() + b"\n")
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks).decode()
+
+
+def table_entries(text: str) -> dict[str, str]:
+    """`show table` output -> {client key: server_key (name)}."""
+    entries = {}
+    for line in text.splitlines():
+        key = re.search(r"\bkey=(\S+)", line)
+        server = re.search(r"\bserver_key=(\S+)", line) or re.search(r"\bserver_id=(\S+)", line)
+        if key and server:
+            entries[key.group(1)] = server.group(1)
+    return entries
+
+
+# ---------------------------------------------------------------- processes
+
+
+def _stop_process(process: subprocess.Popen[bytes], timeout: float = 10) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+@dataclass
+class AgentHandle:
+    pod_name: str
+    address: str
+    directory: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def config(self) -> Path:
+        return self.directory / "haproxy.cfg"
+
+    @property
+    def runtime_socket(self) -> Path:
+        return self.directory / "runtime.sock"
+
+    @property
+    def master_socket(self) -> Path:
+        return self.directory / "master.sock"
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "agent.log"
+
+    def runtime(self, command: str) -> str:
+        return unix_command(self.runtime_socket, command)
+
+
+class Fleet:
+    """The demo cluster on loopback, with its addresses moved to 127.<octet>.x.y."""
+
+    def __init__(self, workdir: Path, octet: int = 0, quiet: bool = True) -> None:
+        self.workdir = workdir
+        self.octet = octet
+        self.quiet = quiet
+        self.manifests = workdir / "manifests"
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.agents: dict[str, AgentHandle] = {}
+        self.backends = Backends()
+        self.control_plane: subprocess.Popen[bytes] | None = None
+        self.control_plane_address = f"127.0.0.1:{free_port()}"
+        self._channel: grpc.Channel | None = None
+
+    # addresses -------------------------------------------------------
+
+    def ip(self, demo_address: str) -> str:
+        """Where a demo address lives in this fleet."""
+        return re.sub(r"^127\.0\.", f"127.{self.octet}.", demo_address)
+
+    def write_manifests(self) -> None:
+        shutil.copytree(DEMO, self.manifests, dirs_exist_ok=True)
+        for path in self.manifests.glob("*.yaml"):
+            text = path.read_text()
+            path.write_text(re.sub(r"\b127\.0\.(\d+\.\d+)", rf"127.{self.octet}.\1", text))
+
+    def edit_manifest(self, name: str, edit: Callable[[str], str], timeout: float = 30) -> str:
+        """Rewrite one manifest atomically (the source never sees half a file), then wait
+        for the new snapshot version and every running agent's ACK; the new hash."""
+        before = self.snapshot().content_hash
+        path = self.manifests / name
+        text = path.read_text()
+        changed = edit(text)
+        assert changed != text, f"the edit of {name} changed nothing"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(changed)
+        os.replace(tmp, path)
+        wait_for(lambda: self.snapshot().content_hash != before, timeout, "a new version")
+        return self.wait_all_acked(timeout)
+
+    # processes -------------------------------------------------------
+
+    def _spawn(self, argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab") as out:
+            process = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True
+            )
+        self.processes.append(process)
+        return process
+
+    def start_backends(self, names: tuple[str, ...] | None = None) -> None:
+        for name, address, port, kind in BACKENDS:
+            if names is None or name in names:
+                self.backends.start(name, self.ip(address), port, kind)
+
+    def start_control_plane(self) -> None:
+        self.write_manifests() if not self.manifests.exists() else None
+        argv = [
+            sys.executable,
+            "-m",
+            "controlplane.cli",
+            "serve",
+            "--source",
+            f"files:{self.manifests}",
+            "--listen",
+            self.control_plane_address,
+            "--state",
+            str(self.workdir / "slots.json"),
+        ]
+        self.control_plane = self._spawn(argv, self.workdir / "controlplane.log")
+        wait_for(self._serving, 20, "the control plane to serve")
+
+    def stop_control_plane(self) -> None:
+        if self.control_plane is not None:
+            _stop_process(self.control_plane)
+            self.control_plane = None
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
+    def start_agent(self, pod_name: str, demo_address: str) -> AgentHandle:
+        directory = self.workdir / pod_name
+        directory.mkdir(parents=True, exist_ok=True)
+        address = self.ip(demo_address)
+        argv = [
+            sys.executable,
+            "-m",
+            "nodeagent.cli",
+            "run",
+            "--control-plane",
+            self.control_plane_address,
+            "--pod-namespace",
+            NAMESPACE,
+            "--pod-name",
+            pod_name,
+            "--node-name",
+            f"node-{pod_name[-5:]}",
+            "--config",
+            str(directory / "haproxy.cfg"),
+            "--state-dir",
+            str(directory / "state"),
+            "--master-socket",
+            str(directory / "master.sock"),
+            "--runtime-socket",
+            str(directory / "runtime.sock"),
+            "--bind-address",
+            address,
+            "--manage-haproxy",
+        ]
+        binary = haproxy_binary()
+        if binary:
+            argv += ["--haproxy-bin", binary]
+        process = self._spawn(argv, directory / "agent.log")
+        handle = AgentHandle(pod_name, address, directory, process)
+        self.agents[pod_name] = handle
+        return handle
+
+    def stop_agent(self, pod_name: str) -> None:
+        """Stops the agent, which stops the HAProxy it supervises: the instance is lost."""
+        _stop_process(self.agents[pod_name].process)
+
+    def start(self) -> None:
+        self.write_manifests()
+        self.start_backends()
+        self.start_control_plane()
+        for name, address in HAPROXY_PODS:
+            self.start_agent(name, address)
+        self.wait_all_acked()
+
+    def stop(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        for process in reversed(self.processes):
+            _stop_process(process)
+        self.processes.clear()
+        self.backends.stop_all()
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # control-plane API -----------------------------------------------
+
+    @property
+    def stub(self) -> peerplane_pb2_grpc.PeerPlaneStub:
+        if self._channel is None:
+            self._channel = grpc.insecure_channel(self.control_plane_address)
+        return peerplane_pb2_grpc.PeerPlaneStub(self._channel)
+
+    def _serving(self) -> bool:
+        try:
+            return bool(self.stub.ListWorkloads(pb.ListWorkloadsRequest(), timeout=1).workloads)
+        except grpc.RpcError:
+            return False
+
+    def snapshot(self) -> pb.Snapshot:
+        return self.stub.GetSnapshot(pb.GetSnapshotRequest(workload=WORKLOAD), timeout=5)
+
+    def agents_status(self) -> list[pb.AgentStatus]:
+        return list(self.stub.ListAgents(pb.ListAgentsRequest(), timeout=5).agents)
+
+    def wait_all_acked(self, timeout: float = 30) -> str:
+        """Until every running agent acknowledged the current content; its hash."""
+        state: dict[str, str] = {}
+
+        def acked() -> bool:
+            try:
+                current = self.snapshot().content_hash
+                status = {a.agent: a.acked_content_hash for a in self.agents_status()}
+            except grpc.RpcError:
+                return False
+            state["hash"] = current
+            running = [
+                f"{NAMESPACE}/{name}"
+                for name, agent in self.agents.items()
+                if agent.process.poll() is None
+            ]
+            return bool(running) and all(status.get(a) == current for a in running)
+
+        wait_for(acked, timeout, "every agent to acknowledge the current snapshot")
+        return state["hash"]
+
+
+@contextlib.contextmanager
+def running_fleet(workdir: Path, octet: int) -> Iterator[Fleet]:
+    fleet = Fleet(workdir, octet)
+    try:
+        fleet.start()
+        yield fleet
+    finally:
+        fleet.stop()
