@@ -148,6 +148,10 @@ class Client:
                 if not answered:
                     raise StreamBroken(f"{e.code().name}: {e.details()}") from e
                 log.warning("stream lost: %s %s", e.code().name, e.details())
+            except Exception as e:  # a write on a finished call, an applier bug: reconnect
+                if not answered:
+                    raise StreamBroken(repr(e)) from e
+                log.exception("stream aborted")
             finally:
                 self.connected.clear()
                 call.cancel()
