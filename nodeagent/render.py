@@ -49,7 +49,7 @@ class RenderOptions:
 
 
 def _check(pattern: re.Pattern[str], value: str, what: str) -> str:
-    if not pattern.match(value):
+    if not pattern.fullmatch(value):  # fullmatch: `$` would accept a trailing newline
         raise RenderError(f"invalid {what}: {value!r}")
     return value
 
@@ -179,7 +179,7 @@ def _tcp_frontends(snapshot: pb.Snapshot, opts: RenderOptions) -> list[str]:
 
 
 def _server(backend: str, slot: pb.Slot) -> str:
-    match = _SERVER_NAME.match(slot.server_name)
+    match = _SERVER_NAME.fullmatch(slot.server_name)
     if not match or int(match.group(1)) != slot.index:
         raise RenderError(f"backend {backend}: slot {slot.index} named {slot.server_name!r}")
     if slot.enabled:

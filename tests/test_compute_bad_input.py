@@ -13,6 +13,7 @@ HOSTILE = [
     "leastconn extra",
     "url_param a b",
     "hdr(Host\nX)",
+    "hdr(X\n)",
     "99999999999999999999999",
     "-5s",
     "1e9",
@@ -66,7 +67,15 @@ def test_hostile_values_are_rejected_once_and_never_rendered(key: str, value: st
 
 
 @pytest.mark.parametrize(
-    "hosts", ["a.example.com\nbackend x", "a b", "a.example.com#", "-bad.example.com", "x" * 300]
+    "hosts",
+    [
+        "a.example.com\nbackend x",
+        "a.example.com\n\n,b\n.com",
+        "a b",
+        "a.example.com#",
+        "-bad.example.com",
+        "x" * 300,
+    ],
 )
 def test_hostile_hosts_are_rejected(hosts: str) -> None:
     svc = service("s", annotations={"haproxy.org/hosts": hosts})
@@ -91,7 +100,8 @@ def test_hostile_names_never_become_backends_or_peers() -> None:
 
     services = [
         service("bad name"),
-        service("ok", ports=[("bad port\n", 80), ("http", 81)]),
+        service("trailing\n"),
+        service("ok", ports=[("bad port\n", 80), ("http\n", 82), ("http", 81)]),
     ]
     pods = [*DEFAULT_PODS, haproxy_pod("evil\npeer", "127.0.1.9")]
     result = compute(cluster(services=services, pods=pods), {})

@@ -19,8 +19,8 @@ MAX_EXPIRE_MS = (1 << 31) - 1  # HAProxy keeps expiry in a signed 32-bit ms coun
 MAX_SERVER_SLOTS = 1000
 MAX_HOSTS = 100
 
-_SIZE = re.compile(r"^([0-9]{1,12})([kmg]?)$")
-_TIME = re.compile(r"^([0-9]{1,12})(ms|s|m|h|d)?$")
+_SIZE = re.compile(r"([0-9]{1,12})([kmg]?)")
+_TIME = re.compile(r"([0-9]{1,12})(ms|s|m|h|d)?")
 _PARAM_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 _HOST_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -50,7 +50,7 @@ def parse_bool(text: str) -> bool:
 
 def parse_size(text: str) -> int:
     """HAProxy size: an integer with optional k/m/g suffix, powers of 1024."""
-    match = _SIZE.match(text.strip().lower())
+    match = _SIZE.fullmatch(text.strip().lower())
     if not match:
         raise Invalid("expected a size: an integer with an optional k, m or g suffix")
     value = int(match[1]) * _SIZE_UNITS[match[2]]
@@ -63,7 +63,7 @@ def parse_size(text: str) -> int:
 
 def parse_time_ms(text: str) -> int:
     """HAProxy time: an integer with optional ms/s/m/h/d suffix (ms when bare)."""
-    match = _TIME.match(text.strip().lower())
+    match = _TIME.fullmatch(text.strip().lower())
     if not match:
         raise Invalid("expected a duration: an integer with an optional ms, s, m, h or d suffix")
     value = int(match[1]) * _TIME_UNITS_MS[match[2] or "ms"]
@@ -99,12 +99,12 @@ def parse_balance(text: str, mode: str) -> Balance:
         balance = Balance(stripped)
     elif stripped.startswith("url_param"):
         parts = stripped.split()
-        if len(parts) != 2 or parts[0] != "url_param" or not _PARAM_NAME.match(parts[1]):
+        if len(parts) != 2 or parts[0] != "url_param" or not _PARAM_NAME.fullmatch(parts[1]):
             raise Invalid("url_param needs one parameter name of letters, digits, _ . -")
         balance = Balance("url_param", parts[1])
     elif stripped.startswith("hdr(") and stripped.endswith(")"):
         name = stripped[4:-1]
-        if not _HEADER_NAME.match(name):
+        if not _HEADER_NAME.fullmatch(name):
             raise Invalid("hdr(NAME) needs a header name of letters, digits and -")
         balance = Balance("hdr", name)
     else:
@@ -143,7 +143,7 @@ def parse_hosts(text: str) -> tuple[str, ...]:
         if not host:
             continue
         labels = host.split(".")
-        if len(host) > 253 or not all(_HOST_LABEL.match(label) for label in labels):
+        if len(host) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
             raise Invalid(f"{raw.strip()!r} is not a DNS host name")
         hosts.add(host)
     if not hosts:
@@ -161,7 +161,7 @@ def parse_workload_refs(text: str) -> frozenset[str]:
         if not item:
             continue
         namespace, sep, name = item.partition("/")
-        if not sep or not _HOST_LABEL.match(namespace) or not _DNS_SUBDOMAIN.match(name):
+        if not sep or not _HOST_LABEL.fullmatch(namespace) or not _DNS_SUBDOMAIN.fullmatch(name):
             raise Invalid(f"{item!r} is not namespace/name")
         refs.add(item)
     if not refs:
@@ -175,15 +175,15 @@ _PORT_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$")
 
 
 def is_dns_label(text: str) -> bool:
-    return bool(_DNS_LABEL.match(text))
+    return bool(_DNS_LABEL.fullmatch(text))
 
 
 def is_dns_subdomain(text: str) -> bool:
-    return bool(_DNS_SUBDOMAIN.match(text))
+    return bool(_DNS_SUBDOMAIN.fullmatch(text))
 
 
 def is_port_name(text: str) -> bool:
-    return bool(_PORT_NAME.match(text))
+    return bool(_PORT_NAME.fullmatch(text))
 
 
 def shown(value: str, limit: int = 120) -> str:

@@ -195,7 +195,7 @@ def parse_selector(text: str) -> tuple[tuple[str, str, str], ...]:
     """
     terms: list[tuple[str, str, str]] = []
     for part in text.split(",") if text.strip() else []:
-        match = _SELECTOR_TERM.match(part)
+        match = _SELECTOR_TERM.fullmatch(part)
         if not match:
             raise ValueError(f"unsupported label selector term {part.strip()!r}")
         op = match["op"] or "exists"
