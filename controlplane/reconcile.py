@@ -13,10 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Protocol
 
+from controlplane.logformat import fields
+from controlplane.metrics import Metrics
 from controlplane.model import ClusterState
 from controlplane.source import Source
 from controlplane.store import SnapshotStore
@@ -69,6 +72,7 @@ class Reconciler:
         max_delay_s: float = 1.0,
         retry_s: float = 1.0,
         executor: Executor | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._source = source
         self._store = store
@@ -78,6 +82,7 @@ class Reconciler:
         self._max_delay_s = max_delay_s
         self._retry_s = retry_s
         self._executor = executor
+        self._metrics = metrics or Metrics()
         self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -181,14 +186,18 @@ class Reconciler:
     async def _step(self) -> None:
         previous = self._assignment
 
-        def compute_now() -> ComputeResult:
-            return self._compute(self._source.state(), previous)
+        def compute_now() -> tuple[ComputeResult, float]:
+            state = self._source.state()
+            started = time.perf_counter()
+            result = self._compute(state, previous)
+            return result, time.perf_counter() - started
 
         try:
-            result = await self._loop.run_in_executor(self._executor, compute_now)
+            result, seconds = await self._loop.run_in_executor(self._executor, compute_now)
         except Exception:
             log.exception("computation failed; waiting for the next change")
             return
+        self._metrics.computed(seconds)
         if not same_assignment(result.assignment, previous):
             try:
                 await self._loop.run_in_executor(
@@ -211,20 +220,43 @@ class Reconciler:
         for workload in outcome.changed:
             published = self._store.get(workload)
             if published is not None:
+                self._metrics.published(workload, published.version)
                 log.info(
                     "published %s v%d hash %s",
                     workload,
                     published.version,
                     published.content_hash[:12],
+                    extra=fields(
+                        event="published",
+                        workload=workload,
+                        version=published.version,
+                        content_hash=published.content_hash,
+                    ),
                 )
         for workload in outcome.removed:
-            log.info("removed %s (no HAProxy pod left)", workload)
+            self._metrics.removed(workload)
+            log.info(
+                "removed %s (no HAProxy pod left)",
+                workload,
+                extra=fields(event="removed", workload=workload),
+            )
 
     def _log_problems(self, rejections: tuple[Rejection, ...], source_errors: list[str]) -> None:
         """Log each distinct rejection or source error once while it persists."""
         current = set(rejections)
         for rejection in sorted(current - self._logged_rejections, key=describe_rejection):
-            log.warning("%s", describe_rejection(rejection))
+            self._metrics.rejected(rejection.kind, rejection.key)
+            log.warning(
+                "%s",
+                describe_rejection(rejection),
+                extra=fields(
+                    event="rejected",
+                    kind=rejection.kind,
+                    object=rejection.object,
+                    key=rejection.key,
+                    reason=rejection.reason,
+                ),
+            )
         self._logged_rejections = current
         errors = set(source_errors)
         for error in sorted(errors - self._logged_source_errors):

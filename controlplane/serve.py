@@ -22,6 +22,8 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from controlplane import logformat, serveopts
+from controlplane.metrics import Metrics, MetricsServer
 from controlplane.model import DEFAULT_HAPROXY_SELECTOR, DEFAULT_SETTINGS_CONFIGMAP, ObjectRef
 from controlplane.reconcile import AssignmentStore, ComputeFn, Reconciler
 from controlplane.server import ControlPlaneServer
@@ -122,6 +124,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         f"--source kubernetes and no --state: LEASE_NAMESPACE/{DEFAULT_SLOTS})",
     )
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default info")
+    serveopts.add_arguments(parser)
 
 
 def open_source(args: argparse.Namespace) -> Source:
@@ -165,12 +168,12 @@ def open_slot_store(args: argparse.Namespace) -> AssignmentStore:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """Run until SIGTERM/SIGINT; 0 on a clean stop, 1 when startup fails, 2 on a bad source."""
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        force=True,
-    )
+    """Run until SIGTERM/SIGINT; 0 on a clean stop, 1 when startup fails, 2 on bad flags
+    or a bad source."""
+    logformat.configure(str(args.log_level), str(args.log_format))
+    if (problem := serveopts.check(args)) is not None:
+        log.error("%s", problem)
+        return 2
     return asyncio.run(_serve(args))
 
 
@@ -179,16 +182,29 @@ async def _first(*aws: asyncio.Future[Any]) -> None:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from controlplane.compute import Computer
-
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
     stop_wait = asyncio.ensure_future(stopping.wait())
 
+    try:
+        tls = serveopts.tls_files(args)
+    except OSError as err:
+        log.error("cannot read the TLS files: %s", err)
+        return 2
+    if tls is None:
+        log.warning("--insecure: the gRPC port serves PLAINTEXT (agents' tokens travel in clear)")
     store = SnapshotStore()
-    server = ControlPlaneServer(store)
+    metrics = Metrics()
+    server = ControlPlaneServer(
+        store,
+        serveopts.server_options(args, tls),
+        authenticator=serveopts.authenticator(args),
+        authenticate_agents=bool(args.authenticate_agents),
+        authenticate_inspection=bool(args.authenticate_inspection),
+        metrics=metrics,
+    )
     try:
         port = await server.start(args.listen)
     except (OSError, RuntimeError) as err:
@@ -196,6 +212,45 @@ async def _serve(args: argparse.Namespace) -> int:
         return 1
     host = str(args.listen).rpartition(":")[0]
     log.info("listening on %s:%d", host, port)
+    exporter = _metrics_server(args, metrics, server)
+    if exporter is None and args.metrics_port is not None:
+        await server.stop(0)
+        return 1
+    try:
+        return await _run(args, loop, stopping, stop_wait, store, server, metrics)
+    finally:
+        if exporter is not None:
+            exporter.stop()
+
+
+def _metrics_server(
+    args: argparse.Namespace, metrics: Metrics, server: ControlPlaneServer
+) -> MetricsServer | None:
+    if args.metrics_port is None:
+        return None
+    try:
+        exporter = MetricsServer(
+            metrics, args.metrics_address, args.metrics_port, lambda: server.serving
+        ).start()
+    except OSError as err:
+        log.error(
+            "metrics: cannot listen on %s:%s: %s", args.metrics_address, args.metrics_port, err
+        )
+        return None
+    log.info("metrics on http://%s:%d/metrics", args.metrics_address, exporter.port)
+    return exporter
+
+
+async def _run(
+    args: argparse.Namespace,
+    loop: asyncio.AbstractEventLoop,
+    stopping: asyncio.Event,
+    stop_wait: asyncio.Future[Any],
+    store: SnapshotStore,
+    server: ControlPlaneServer,
+    metrics: Metrics,
+) -> int:
+    from controlplane.compute import Computer
 
     try:
         source = open_source(args)
@@ -204,7 +259,7 @@ async def _serve(args: argparse.Namespace) -> int:
         await server.stop(0)
         return 2
     compute, recorder = _with_events(args, Computer().compute)
-    reconciler = Reconciler(source, store, open_slot_store(args), compute)
+    reconciler = Reconciler(source, store, open_slot_store(args), compute, metrics=metrics)
     starting = loop.run_in_executor(None, source.start, reconciler.on_change)
     await _first(starting, stop_wait)
     if not starting.done():  # stopped while the source was still loading
@@ -224,6 +279,7 @@ async def _serve(args: argparse.Namespace) -> int:
             await leadership.stop()
             await _shutdown(server, source, None)
             return 0
+    metrics.leader.set(1)
     running = asyncio.ensure_future(reconciler.run())
     lost = asyncio.ensure_future(leadership.lost.wait() if leadership else stopping.wait())
     await _first(running, stop_wait, lost)
@@ -232,6 +288,7 @@ async def _serve(args: argparse.Namespace) -> int:
         log.error("lost the lease: stopping at once")
         await server.set_serving(False)
         code = 1
+    metrics.leader.set(0)
     lost.cancel()
     if running.done() and (error := running.exception()) is not None:
         log.error("reconcile loop failed: %s", error, exc_info=error)

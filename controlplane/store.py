@@ -12,8 +12,9 @@ The store does no I/O and is used from the event-loop thread only.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from controlplane.compute import wire
@@ -33,6 +34,8 @@ class Published:
     # ServerMessage(snapshot=...), built once per version for every stream by appending
     # the version to the computed bytes: the snapshot is never serialized again.
     message_bytes: bytes
+    # time.monotonic() at publication (push-latency metric); not part of the content.
+    published_at: float = field(default=0.0, compare=False)
 
     @property
     def content_hash(self) -> str:
@@ -112,7 +115,9 @@ class SnapshotStore:
         message = wire.server_message_with_snapshot(
             wire.versioned(content.payload, version, content.content_hash)
         )
-        self._current[workload] = Published(workload, version, content, message)
+        self._current[workload] = Published(
+            workload, version, content, message, published_at=time.monotonic()
+        )
         return True
 
     # ------------------------------------------------------------------ reads

@@ -77,6 +77,7 @@ def test_serve_refuses_a_missing_folder(tmp_path: Path) -> None:
             f"files:{missing}",
             "--listen",
             "127.0.0.1:0",
+            "--insecure",
         ],
         capture_output=True,
         text=True,

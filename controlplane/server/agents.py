@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,6 +25,7 @@ class Sent:
     nonce: str
     version: int
     content_hash: str
+    since: float = 0.0  # monotonic: publication, or the stream's start if later
 
 
 @dataclass(slots=True)
@@ -48,6 +50,8 @@ class AgentSession:
     waiting_reason: str = ""  # last Waiting reason sent; "" when serving
     answered: bool = False  # the Hello got its answer
     ignored_messages: int = 0  # stale Acks/Nacks, extra Hellos
+    identity: str = ""  # the authenticated caller (token username), "" without auth
+    opened_at: float = field(default_factory=time.monotonic)
     _nonces: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     def next_nonce(self) -> str:

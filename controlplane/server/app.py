@@ -17,7 +17,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
 from grpc_reflection.v1alpha import reflection
 
+from controlplane.metrics import Metrics
 from controlplane.server.agents import AgentRegistry
+from controlplane.server.auth import Authenticator
 from controlplane.server.inspect import Inspection
 from controlplane.server.stream import StreamHandler, StreamLimits
 from controlplane.store import SnapshotStore
@@ -27,6 +29,23 @@ log = logging.getLogger(__name__)
 
 SERVICE = "peerplane.v1.PeerPlane"
 MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """PEM contents of the server's certificate chain and key; with `client_ca`, clients
+    must present a certificate signed by it (mTLS)."""
+
+    cert_chain: bytes
+    private_key: bytes
+    client_ca: bytes | None = None
+
+    def credentials(self) -> grpc.ServerCredentials:
+        return grpc.ssl_server_credentials(
+            [(self.private_key, self.cert_chain)],
+            root_certificates=self.client_ca,
+            require_client_auth=self.client_ca is not None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +61,7 @@ class ServerOptions:
     max_send_message_bytes: int = 64 * MiB  # a very large fleet's snapshot
     max_concurrent_rpcs: int = 10_000
     stream: StreamLimits = field(default_factory=StreamLimits)
+    tls: TlsFiles | None = None  # None: plaintext (serve demands --insecure for that)
 
     def grpc_options(self) -> list[tuple[str, int]]:
         def ms(seconds: float) -> int:
@@ -68,12 +88,38 @@ class ControlPlaneServer:
     """Serves one SnapshotStore. Health is SERVING once the store has published and
     `set_serving(False)` (a lost leader election, say) has not been called."""
 
-    def __init__(self, store: SnapshotStore, options: ServerOptions | None = None) -> None:
+    def __init__(
+        self,
+        store: SnapshotStore,
+        options: ServerOptions | None = None,
+        *,
+        authenticator: Authenticator | None = None,
+        authenticate_agents: bool = True,
+        authenticate_inspection: bool = False,
+        metrics: Metrics | None = None,
+    ) -> None:
+        """With an `authenticator`: agents (`authenticate_agents`) must present a token
+        bound to the pod their Hello names; inspection RPCs (`authenticate_inspection`)
+        need a valid token that is not an agent's."""
+        if authenticate_inspection and authenticator is None:
+            raise ValueError("authenticate_inspection needs an authenticator")
         self.store = store
         self.options = options or ServerOptions()
+        self.metrics = metrics or Metrics()
         self.registry = AgentRegistry()
-        self._streams = StreamHandler(store, self.registry, self.options.stream)
-        self._inspection = Inspection(store, self.registry)
+        self._streams = StreamHandler(
+            store,
+            self.registry,
+            self.options.stream,
+            authenticator=authenticator if authenticate_agents else None,
+            metrics=self.metrics,
+        )
+        self._inspection = Inspection(
+            store,
+            self.registry,
+            authenticator=authenticator if authenticate_inspection else None,
+            metrics=self.metrics,
+        )
         self._health = health_aio.HealthServicer()
         self._allowed = True
         self._serving: bool | None = None
@@ -92,14 +138,20 @@ class ControlPlaneServer:
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         names = (SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
         reflection.enable_server_reflection((*names, reflection.SERVICE_NAME), server)
-        port = server.add_insecure_port(address)
+        if self.options.tls is not None:
+            port = server.add_secure_port(address, self.options.tls.credentials())
+        else:
+            port = server.add_insecure_port(address)
         if port == 0:
             raise OSError(f"cannot listen on {address}")
         self._loop = asyncio.get_running_loop()
         await self._refresh_health()
         await server.start()
         self._server = server
-        log.info("serving peerplane.v1 on %s (port %d)", address, port)
+        transport = "plaintext" if self.options.tls is None else "TLS"
+        if self.options.tls is not None and self.options.tls.client_ca is not None:
+            transport = "mTLS"
+        log.info("serving peerplane.v1 on %s (port %d, %s)", address, port, transport)
         return port
 
     async def stop(self, grace_s: float = 5.0) -> None:
@@ -160,6 +212,11 @@ class ControlPlaneServer:
             task = asyncio.get_running_loop().create_task(self._refresh_health())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    @property
+    def serving(self) -> bool:
+        """What health reports: SERVING (True) or NOT_SERVING. Safe from any thread."""
+        return bool(self._serving)
 
     def _should_serve(self) -> bool:
         return self._allowed and self.store.has_published

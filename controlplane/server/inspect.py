@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+
 import grpc
 
+from controlplane.logformat import fields
+from controlplane.metrics import Metrics
 from controlplane.server.agents import AgentRegistry
+from controlplane.server.auth import Authenticator, Denied
 from controlplane.store import SnapshotStore
 from peerplane.v1 import peerplane_pb2 as pb
 
+log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[object, object]
 MAX_LISTED = 20  # workloads named in a NOT_FOUND message
 
@@ -15,13 +21,47 @@ MAX_LISTED = 20  # workloads named in a NOT_FOUND message
 class Inspection:
     """ListWorkloads, GetSnapshot and ListAgents over the store and the agent registry."""
 
-    def __init__(self, store: SnapshotStore, registry: AgentRegistry) -> None:
+    def __init__(
+        self,
+        store: SnapshotStore,
+        registry: AgentRegistry,
+        *,
+        authenticator: Authenticator | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
         self._store = store
         self._registry = registry
+        self._authenticator = authenticator
+        self._metrics = metrics
+
+    async def _check_caller(self, context: Context) -> None:
+        """With authentication on: a valid token, and not an HAProxy pod's own token (an
+        agent may read its own workload's snapshot only, through its stream)."""
+        if self._authenticator is None:
+            return
+        try:
+            identity = await self._authenticator.authenticate(context.invocation_metadata())
+        except Denied as denied:
+            code, reason = denied.code, denied.message
+        else:
+            if not identity.pod or self._store.workload_of(identity.pod) is None:
+                return
+            code = grpc.StatusCode.PERMISSION_DENIED
+            reason = f"agent token of pod {identity.pod} may not call inspection RPCs"
+        log.warning(
+            "inspection call refused (%s): %s",
+            code.name,
+            reason,
+            extra=fields(event="refused", code=code.name, reason=reason),
+        )
+        if self._metrics is not None:
+            self._metrics.refused(code.name)
+        await context.abort(code, reason)
 
     async def list_workloads(
         self, request: pb.ListWorkloadsRequest, context: Context
     ) -> pb.ListWorkloadsResponse:
+        await self._check_caller(context)
         response = pb.ListWorkloadsResponse()
         for workload in self._store.workloads():
             published = self._store.get(workload)
@@ -44,6 +84,7 @@ class Inspection:
         return response
 
     async def get_snapshot(self, request: pb.GetSnapshotRequest, context: Context) -> pb.Snapshot:
+        await self._check_caller(context)
         if not request.workload:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -62,5 +103,6 @@ class Inspection:
     async def list_agents(
         self, request: pb.ListAgentsRequest, context: Context
     ) -> pb.ListAgentsResponse:
+        await self._check_caller(context)
         sessions = self._registry.sessions(request.workload)
         return pb.ListAgentsResponse(agents=[s.to_proto() for s in sessions])

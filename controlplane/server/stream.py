@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import grpc
 
+from controlplane.logformat import fields
+from controlplane.metrics import Metrics
 from controlplane.server.agents import AgentRegistry, AgentSession, Sent
+from controlplane.server.auth import Authenticator, Denied, Identity
+from controlplane.server.peers import PeerStreams, peer_address, peer_host
 from controlplane.store import Published, SnapshotStore
 from peerplane.v1 import peerplane_pb2 as pb
 
@@ -28,25 +33,27 @@ class StreamLimits:
     hello_timeout_s: float = 30.0  # a stream that never says Hello is dropped
     send_timeout_s: float = 30.0  # a write that takes longer drops the stream
     max_concurrent_sends: int = 256  # writes in flight across all streams
-
-
-def peer_address(peer: str) -> str:
-    """'ipv4:127.0.0.1:5000' -> '127.0.0.1:5000' (gRPC's peer strings, for display)."""
-    for prefix in ("ipv4:", "ipv6:"):
-        if peer.startswith(prefix):
-            return peer[len(prefix) :]
-    return peer
+    max_streams_per_peer: int = 0  # open streams per peer host; 0 = unlimited
 
 
 class StreamHandler:
     """Implements PeerPlane/Stream; responses are pre-serialized bytes."""
 
     def __init__(
-        self, store: SnapshotStore, registry: AgentRegistry, limits: StreamLimits | None = None
+        self,
+        store: SnapshotStore,
+        registry: AgentRegistry,
+        limits: StreamLimits | None = None,
+        *,
+        authenticator: Authenticator | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._store = store
         self._registry = registry
         self._limits = limits or StreamLimits()
+        self._authenticator = authenticator
+        self._metrics = metrics or Metrics()
+        self._peers = PeerStreams(self._limits.max_streams_per_peer)
         self._send_slots = asyncio.Semaphore(self._limits.max_concurrent_sends)
         self._closing = False
         self._wakers: set[asyncio.Event] = set()
@@ -62,15 +69,91 @@ class StreamHandler:
         requests: AsyncIterator[pb.AgentMessage],
         context: grpc.aio.ServicerContext[pb.AgentMessage, bytes],
     ) -> None:
-        hello = await self._read_hello(requests, context)
+        host = peer_host(context.peer())
+        if not self._peers.acquire(host):
+            await self._refuse(
+                context,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"too many streams from {host} (limit {self._peers.limit})",
+                peer=host,
+            )
+        try:
+            identity = await self._authenticate(context, host)
+            hello = await self._read_hello(requests, context)
+            if identity is not None:
+                await self._authorize(context, identity, hello, host)
+            await self._serve(requests, context, hello, identity)
+        finally:
+            self._peers.release(host)
+
+    async def _refuse(
+        self,
+        context: grpc.aio.ServicerContext[pb.AgentMessage, bytes],
+        code: grpc.StatusCode,
+        reason: str,
+        *,
+        peer: str,
+        agent: str | None = None,
+    ) -> None:
+        """Log the refusal, count it, and end the call with `code` (raises)."""
+        log.warning(
+            "stream refused (%s): %s",
+            code.name,
+            reason,
+            extra=fields(event="refused", code=code.name, reason=reason, peer=peer, agent=agent),
+        )
+        self._metrics.refused(code.name)
+        await context.abort(code, reason)
+
+    async def _authenticate(
+        self, context: grpc.aio.ServicerContext[pb.AgentMessage, bytes], host: str
+    ) -> Identity | None:
+        if self._authenticator is None:
+            return None
+        try:
+            return await self._authenticator.authenticate(context.invocation_metadata())
+        except Denied as denied:
+            await self._refuse(context, denied.code, denied.message, peer=host)
+            raise  # not reached: abort raises
+
+    async def _authorize(
+        self,
+        context: grpc.aio.ServicerContext[pb.AgentMessage, bytes],
+        identity: Identity,
+        hello: pb.Hello,
+        host: str,
+    ) -> None:
+        """The token must be bound to the very pod the Hello names."""
+        named = f"{hello.pod_namespace}/{hello.pod_name}"
+        if not identity.pod:
+            reason = f"token of {identity.username} is not bound to a pod (Hello names {named})"
+        elif identity.pod != named:
+            reason = f"token of pod {identity.pod} cannot speak for pod {named}"
+        else:
+            return
+        await self._refuse(
+            context, grpc.StatusCode.PERMISSION_DENIED, reason, peer=host, agent=named
+        )
+
+    async def _serve(
+        self,
+        requests: AsyncIterator[pb.AgentMessage],
+        context: grpc.aio.ServicerContext[pb.AgentMessage, bytes],
+        hello: pb.Hello,
+        identity: Identity | None,
+    ) -> None:
         session = self._registry.open(hello, peer_address(context.peer()))
+        if identity is not None:
+            session.identity = identity.username
         log.info(
             "agent %s connected from %s (node %s, applied %s)",
             session.pod,
             session.peer_address,
             session.node_name or "?",
             hello.applied_content_hash[:12] or "nothing",
+            extra=fields(event="connected", agent=session.pod, peer=session.peer_address),
         )
+        self._metrics.connected_agents.inc()
         wake = asyncio.Event()
         self._wakers.add(wake)
         unsubscribe = self._store.subscribe(wake.set)
@@ -88,8 +171,13 @@ class StreamHandler:
             unsubscribe()
             self._wakers.discard(wake)
             self._registry.close(session)
+            self._metrics.connected_agents.dec()
             reader.cancel()
-            log.info("agent %s disconnected", session.pod)
+            log.info(
+                "agent %s disconnected",
+                session.pod,
+                extra=fields(event="disconnected", agent=session.pod, workload=session.workload),
+            )
             await asyncio.gather(reader, return_exceptions=True)
             await self._registry.changed()
 
@@ -165,8 +253,22 @@ class StreamHandler:
         session.answered = True
         nonce = session.next_nonce()
         session.sent_hash = target
-        session.pending = Sent(nonce, published.version, target)
-        log.debug("agent %s: sending %s v%d", session.pod, published.workload, published.version)
+        since = max(published.published_at, session.opened_at)
+        session.pending = Sent(nonce, published.version, target, since)
+        log.info(
+            "snapshot sent to %s: %s v%d",
+            session.pod,
+            published.workload,
+            published.version,
+            extra=fields(
+                event="snapshot_sent",
+                agent=session.pod,
+                workload=published.workload,
+                version=published.version,
+                nonce=nonce,
+            ),
+        )
+        self._metrics.sent(published.workload)
         return pb.ServerMessage(nonce=nonce).SerializeToString() + published.message_bytes
 
     async def _send(
@@ -233,7 +335,16 @@ class StreamHandler:
         session.acked_hash = sent.content_hash
         session.last_nack_error = ""
         session.last_nack_version = 0
-        log.info("agent %s acked %s v%d", session.pod, session.workload, sent.version)
+        log.info(
+            "agent %s acked %s v%d",
+            session.pod,
+            session.workload,
+            sent.version,
+            extra=fields(
+                event="ack", agent=session.pod, workload=session.workload, version=sent.version
+            ),
+        )
+        self._metrics.acked(session.workload, time.monotonic() - sent.since)
 
     def _on_nack(self, session: AgentSession, nack: pb.Nack) -> None:
         sent = self._take_pending(session, nack.nonce, "Nack")
@@ -248,4 +359,12 @@ class StreamHandler:
             sent.version,
             session.acked_version,
             nack.error.strip() or "(no error text)",
+            extra=fields(
+                event="nack",
+                agent=session.pod,
+                workload=session.workload,
+                version=sent.version,
+                reason=nack.error.strip()[:2000],
+            ),
         )
+        self._metrics.nacked(session.workload)

@@ -98,6 +98,7 @@ def run(quick: bool = False) -> list[Result]:
             "serve",
             f"--source=files:{manifests}",
             f"--listen={target}",
+            "--insecure",
         ],
         work / "serve.log",
     )

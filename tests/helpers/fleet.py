@@ -294,6 +294,7 @@ class Fleet:
             f"files:{self.manifests}",
             "--listen",
             self.control_plane_address,
+            "--insecure",  # plaintext on loopback
             "--state",
             str(self.workdir / "slots.json"),
         ]

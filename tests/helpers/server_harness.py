@@ -60,10 +60,17 @@ def snapshot(
     return SnapshotContent.from_message(snap)
 
 
+def bearer(token: str) -> tuple[tuple[str, str], ...] | None:
+    """Call metadata carrying `token` the way agents send it."""
+    return (("authorization", f"Bearer {token}"),) if token else None
+
+
 class Agent:
     """One agent stream, driven step by step by a test."""
 
-    def __init__(self, channel: grpc.aio.Channel, pod: str, namespace: str = NS) -> None:
+    def __init__(
+        self, channel: grpc.aio.Channel, pod: str, namespace: str = NS, token: str = ""
+    ) -> None:
         self.pod = pod
         self.namespace = namespace
         method = channel.stream_stream(
@@ -71,7 +78,7 @@ class Agent:
             request_serializer=pb.AgentMessage.SerializeToString,
             response_deserializer=lambda raw: raw,
         )
-        self.call: Any = method()
+        self.call: Any = method(metadata=bearer(token))
 
     async def hello(self, applied_hash: str = "", applied_version: int = 0) -> None:
         hello = pb.Hello(
@@ -124,9 +131,10 @@ class Agent:
 class Harness:
     """Server + client channel; `async with Harness() as h:`."""
 
-    def __init__(self) -> None:
+    def __init__(self, server: Callable[[SnapshotStore], ControlPlaneServer] | None = None) -> None:
+        """`server` builds the server (options, authentication) around the store."""
         self.store = SnapshotStore()
-        self.server = ControlPlaneServer(self.store)
+        self.server = server(self.store) if server is not None else ControlPlaneServer(self.store)
         self.port = 0
         self._agents: list[Agent] = []
 
@@ -151,8 +159,8 @@ class Harness:
         await self.channel.close()
         await self.server.stop(0.5)
 
-    def agent(self, pod: str, namespace: str = NS) -> Agent:
-        agent = Agent(self.channel, pod, namespace)
+    def agent(self, pod: str, namespace: str = NS, token: str = "") -> Agent:
+        agent = Agent(self.channel, pod, namespace, token)
         self._agents.append(agent)
         return agent
 

@@ -20,8 +20,16 @@ LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 class ServeProcess:
     """`with ServeProcess(args) as p:` runs `controlplane serve ARGS --listen 127.0.0.1:0`."""
 
-    def __init__(self, *args: str) -> None:
-        self.args = [str(BIN / "controlplane"), "serve", "--listen", "127.0.0.1:0", *args]
+    def __init__(self, *args: str, insecure: bool = True) -> None:
+        transport = ["--insecure"] if insecure else []
+        self.args = [
+            str(BIN / "controlplane"),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            *transport,
+            *args,
+        ]
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
         self.process: subprocess.Popen[str] | None = None
@@ -86,9 +94,17 @@ class ServeProcess:
         return self.process.wait(timeout=timeout)
 
 
-def grpcurl(address: str, *command: str, data: str | None = None, timeout: float = 15.0) -> str:
-    """`grpcurl -plaintext [-d DATA] ADDRESS COMMAND...`; stdout, failing on a non-zero exit."""
-    options = ["-plaintext", *(["-d", data] if data is not None else [])]
+def grpcurl(
+    address: str,
+    *command: str,
+    data: str | None = None,
+    timeout: float = 15.0,
+    tls: list[str] | None = None,
+) -> str:
+    """`grpcurl -plaintext [-d DATA] ADDRESS COMMAND...` (`tls`: TLS options instead of
+    -plaintext); stdout, failing on a non-zero exit."""
+    transport = ["-plaintext"] if tls is None else tls
+    options = [*transport, *(["-d", data] if data is not None else [])]
     done = subprocess.run(
         [str(BIN / "grpcurl"), *options, address, *command],
         capture_output=True,

@@ -35,6 +35,7 @@ PLURALS = {
     "EndpointSlice": "endpointslices",
     "ReplicaSet": "replicasets",
     "Lease": "leases",
+    "TokenReview": "tokenreviews",  # create only: answered from `add_token`, never stored
 }
 KINDS = {plural: kind for kind, plural in PLURALS.items()}
 
@@ -148,6 +149,8 @@ class FakeKubeAPI:
         self._closed = False
         self._tokens = itertools.count(1)
         self.requests: list[tuple[str, str]] = []
+        self._tokens_known: dict[str, tuple[Obj, tuple[str, ...]]] = {}
+        self.token_reviews: list[Obj] = []  # the TokenReview bodies received
         self._httpd = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
@@ -204,6 +207,52 @@ class FakeKubeAPI:
     def list(self, kind: str) -> list[Obj]:
         with self._cond:
             return [copy.deepcopy(o) for o in self._objects[PLURALS[kind]].values()]
+
+    def add_token(
+        self,
+        token: str,
+        username: str,
+        *,
+        pod: tuple[str, str] | None = None,
+        audiences: tuple[str, ...] = ("peerplane",),
+    ) -> None:
+        """Make `token` valid for `audiences`: TokenReview answers `username` and, with
+        `pod` (name, uid), the pod-bound extras a projected token carries."""
+        user: Obj = {"username": username, "uid": str(uuid.uuid4()), "groups": []}
+        if pod is not None:
+            user["extra"] = {
+                "authentication.kubernetes.io/pod-name": [pod[0]],
+                "authentication.kubernetes.io/pod-uid": [pod[1]],
+            }
+        with self._cond:
+            self._tokens_known[token] = (user, audiences)
+
+    def revoke_token(self, token: str) -> None:
+        with self._cond:
+            self._tokens_known.pop(token, None)
+
+    def review(self, body: Obj) -> Obj:
+        """A TokenReview answer, as the API server's authenticator gives it."""
+        spec = body.get("spec") or {}
+        wanted = tuple(spec.get("audiences") or ())
+        with self._cond:
+            self.token_reviews.append(copy.deepcopy(body))
+            known = self._tokens_known.get(str(spec.get("token", "")))
+        answer: Obj = {"authenticated": False}
+        if known is None:
+            answer["error"] = "invalid bearer token"
+        elif wanted and not set(wanted) & set(known[1]):
+            answer["error"] = "token audiences are invalid"
+        else:
+            granted = [a for a in wanted if a in known[1]] or list(known[1])
+            answer = {"authenticated": True, "user": known[0], "audiences": granted}
+        return {
+            "kind": "TokenReview",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"creationTimestamp": None},
+            "spec": spec,
+            "status": answer,
+        }
 
     def drop_watches(self) -> None:
         """Close every open watch connection abruptly (no terminating chunk)."""
@@ -530,7 +579,11 @@ def _handler_for(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
                 self._reply(code, status(code, "Injected", f"injected status {code}"))
                 return
             try:
-                if watching:
+                if plural == "tokenreviews":
+                    if method != "POST":
+                        raise _Failure(405, "MethodNotAllowed", "tokenreviews: create only")
+                    self._reply(201, api.review(body))
+                elif watching:
                     self._watch(plural, _query(ns, query), query)
                 elif method == "GET" and name is None:
                     limit = int(query.get("limit", "0"))
