@@ -1,0 +1,117 @@
+"""Metrics over HTTP and JSON logs from a real `controlplane serve`, after a real ACK and
+NACK on agent streams."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import grpc
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.helpers.server_harness import Agent, run
+from tests.helpers.server_process import ROOT, ServeProcess
+
+DEMO = ROOT / "deploy" / "examples" / "demo"
+WORKLOAD = "haproxy-system/DaemonSet/haproxy"
+BAD_SERVICE = """\
+apiVersion: v1
+kind: Service
+metadata:
+  name: odd
+  namespace: default
+  annotations:
+    haproxy.org/expose: "true"
+    haproxy.org/load-balance: "roundrobin\\n  server evil 1.2.3.4:80"
+spec:
+  ports: [{name: http, port: 80}]
+"""
+
+
+def scrape(port: int, path: str = "/metrics") -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, ""
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+async def ack_one_nack_one(address: str) -> None:
+    async with grpc.aio.insecure_channel(address) as channel:
+        good, bad = Agent(channel, "haproxy-7x2kq"), Agent(channel, "haproxy-m4r9t")
+        for agent in (good, bad):
+            await agent.hello()
+        await good.ack(await good.recv_snapshot())
+        await bad.nack(await bad.recv_snapshot(), "haproxy -c: [ALERT] parsing failed")
+        await asyncio.sleep(0)  # the writes are flushed when the calls end below
+        for agent in (good, bad):
+            await agent.call.done_writing()
+
+
+def test_metrics_and_json_logs_after_an_ack_and_a_nack(tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    shutil.copytree(DEMO, manifests)
+    (manifests / "odd.yaml").write_text(BAD_SERVICE)
+    args = ("--source", f"files:{manifests}", "--metrics-port", "0", "--log-format", "json")
+    with ServeProcess(*args) as serve:
+        port = int(serve.wait_for(re.compile(r"metrics on http://127\.0\.0\.1:(\d+)/")).group(1))
+        serve.wait_for(re.compile(r'"event": "published"'))
+        run(ack_one_nack_one(serve.address))
+        serve.wait_for(re.compile(r'"event": "nack"'))
+        serve.wait_for(re.compile(r'"event": "ack"'))
+        serve.wait_for(
+            re.compile(
+                r'"event": "disconnected".*haproxy-m4r9t|haproxy-m4r9t.*"event": "disconnected"'
+            )
+        )
+        assert scrape(port, "/readyz")[0] == 200
+        assert scrape(port, "/healthz")[0] == 200
+        code, text = scrape(port)
+        assert code == 200
+        found = samples(text)
+        w = (("workload", WORKLOAD),)
+        assert found[("peerplane_snapshot_version", w)] == 1
+        assert found[("peerplane_acks_total", w)] == 1
+        assert found[("peerplane_nacks_total", w)] == 1
+        assert found[("peerplane_snapshots_sent_total", w)] == 2
+        assert found[("peerplane_push_latency_seconds_count", ())] == 1
+        assert found[("peerplane_compute_duration_seconds_count", ())] >= 1
+        assert found[("peerplane_connected_agents", ())] == 0
+        assert found[("peerplane_leader", ())] == 1
+        rejected = (("key", "haproxy.org/load-balance"), ("kind", "Service"))
+        assert found[("peerplane_rejections_total", rejected)] == 1
+        assert serve.terminate() == 0
+
+    records = []
+    for line in serve.lines:
+        record = json.loads(line)  # every line is one JSON object
+        assert {"time", "level", "logger", "message"} <= set(record), line
+        records.append(record)
+    by_event: dict[str, list[dict[str, object]]] = {}
+    for record in records:
+        by_event.setdefault(str(record.get("event", "")), []).append(record)
+    (published,) = [r for r in by_event["published"] if r["workload"] == WORKLOAD]
+    assert published["version"] == 1 and len(str(published["content_hash"])) == 64
+    sent = {r["agent"] for r in by_event["snapshot_sent"]}
+    assert sent == {"haproxy-system/haproxy-7x2kq", "haproxy-system/haproxy-m4r9t"}
+    assert all(r["workload"] == WORKLOAD and r["version"] == 1 for r in by_event["snapshot_sent"])
+    (ack,) = by_event["ack"]
+    assert ack["agent"] == "haproxy-system/haproxy-7x2kq" and ack["version"] == 1
+    (nack,) = by_event["nack"]
+    assert nack["agent"] == "haproxy-system/haproxy-m4r9t" and nack["level"] == "warning"
+    assert "parsing failed" in str(nack["reason"])
+    (rejection,) = by_event["rejected"]
+    assert rejection["key"] == "haproxy.org/load-balance" and rejection["kind"] == "Service"
