@@ -117,6 +117,7 @@ def test_rbac_grants_nothing_beyond_what_the_control_plane_uses(base: list[Obj])
         ("coordination.k8s.io", "leases", "create", ()),
         ("", "events", "create", ()),
         ("", "events", "patch", ()),
+        ("authentication.k8s.io", "tokenreviews", "create", ()),
     }
     granted: set[tuple[str, str, str, tuple[str, ...], str]] = set()
     for obj in base:
@@ -160,11 +161,12 @@ def test_control_plane_runs_two_leader_elected_replicas_behind_its_service(
     assert args["--source"] == "kubernetes" and "--leader-elect" in args
     assert args["--listen"] == "0.0.0.0:18000"
     assert args["--configmap"] == "haproxy-system/haproxy-settings"
-    (port,) = container["ports"]
-    assert port["containerPort"] == 18000
-    assert container["readinessProbe"]["grpc"]["port"] == 18000
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"grpc": 18000, "metrics": int(args["--metrics-port"])}
+    # Kubelet's gRPC probe cannot speak TLS: readiness is /readyz on the metrics port.
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     service = find(base, "Service", "peerplane-controlplane")
-    assert service["spec"]["ports"][0]["targetPort"] == port["name"]
+    assert service["spec"]["ports"][0]["targetPort"] == "grpc"
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert all(labels.get(k) == v for k, v in service["spec"]["selector"].items())
 
@@ -310,3 +312,37 @@ def test_persistence_example_computes_a_sticky_backend(base: list[Obj]) -> None:
     assert backend.persistence.expire_ms == 30 * 60 * 1000
     assert list(backend.warnings) == []
     assert [s.address for s in backend.slots if s.enabled] == ["10.0.0.5"]
+
+
+def test_control_plane_serves_tls_and_authenticates_agents(base: list[Obj]) -> None:
+    from controlplane.cli import build_parser
+    from controlplane.serveopts import check
+
+    deployment = find(base, "Deployment", "peerplane-controlplane")
+    spec = deployment["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    parsed = build_parser().parse_args(container["args"])
+    assert check(parsed) is None and not parsed.insecure
+    assert parsed.authenticate_agents and parsed.authenticate_inspection
+    assert parsed.metrics_address == "0.0.0.0" and parsed.log_format == "json"
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    for path in (parsed.tls_cert, parsed.tls_key):
+        volume = volumes[mounts[str(path.parent)]]
+        assert volume["secret"]["secretName"] == "peerplane-tls"
+        assert path.name in ("tls.crt", "tls.key")
+
+    daemonset = find(base, "DaemonSet", "haproxy")
+    ds_spec = daemonset["spec"]["template"]["spec"]
+    assert ds_spec["automountServiceAccountToken"] is False
+    (agent,) = [c for c in ds_spec["containers"] if c["name"] == "agent"]
+    agent_mounts = {m["name"]: m["mountPath"] for m in agent["volumeMounts"]}
+    assert agent_mounts["peerplane-token"] == "/var/run/secrets/peerplane"
+    ds_volumes = {v["name"]: v for v in ds_spec["volumes"]}
+    (source,) = ds_volumes["peerplane-token"]["projected"]["sources"]
+    token = source["serviceAccountToken"]
+    assert token["audience"] == parsed.token_audience and token["path"] == "token"
+    ca = ds_volumes["peerplane-ca"]["secret"]
+    assert ca["secretName"] == "peerplane-tls" and ca["items"] == [
+        {"key": "ca.crt", "path": "ca.crt"}
+    ]  # the CA only, never the key
