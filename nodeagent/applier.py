@@ -10,10 +10,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 
 from nodeagent import changes, state
+from nodeagent.faults import crash_point
 from nodeagent.haproxy import HAProxy, HAProxyError, validate
+from nodeagent.logformat import fields
+from nodeagent.metrics import AgentMetrics
 from nodeagent.render import PEERS_SECTION, RenderError, RenderOptions, render
 from nodeagent.supervisor import Supervisor
 from peerplane.v1 import peerplane_pb2 as pb
@@ -31,6 +35,10 @@ class Result:
     worker_pid: int | None = None
 
 
+class StateWriteError(Exception):
+    """haproxy.cfg or the snapshot could not be written (disk full, read-only, gone)."""
+
+
 class Applier:
     """Owns haproxy.cfg and the applied snapshot of one HAProxy instance."""
 
@@ -42,6 +50,7 @@ class Applier:
         haproxy: HAProxy,
         supervisor: Supervisor | None = None,
         start_timeout: float = 15.0,
+        metrics: AgentMetrics | None = None,
     ) -> None:
         self.options = options
         self.config_path = config_path
@@ -51,18 +60,27 @@ class Applier:
         self.start_timeout = start_timeout
         self.applied: pb.Snapshot | None = None
         self._applied_cfg: str | None = None
+        self._unsaved = False  # HAProxy runs `applied` but the state dir lacks it
         self._lock = threading.Lock()
+        self.metrics = metrics if metrics is not None else AgentMetrics()
 
     @property
     def applied_hash(self) -> str:
-        return self.applied.content_hash if self.applied is not None else ""
+        """Said in Hello. Empty while the snapshot is not saved, so that the control plane
+        sends it again and the save is retried."""
+        if self.applied is None or self._unsaved:
+            return ""
+        return self.applied.content_hash
 
     @property
     def applied_version(self) -> int:
         return self.applied.version if self.applied is not None else 0
 
     def _write_config(self, cfg: str) -> None:
-        state.atomic_write(self.config_path, cfg.encode())
+        try:
+            state.atomic_write(self.config_path, cfg.encode())
+        except OSError as e:
+            raise StateWriteError(f"cannot write {self.config_path}: {e.strerror or e}") from e
 
     def _read_config(self) -> str | None:
         try:
@@ -75,6 +93,7 @@ class Applier:
         """Write the file and make HAProxy run it: first start or hitless reload."""
         previous = self._read_config()
         self._write_config(cfg)
+        crash_point("after-config-write")
         try:
             if self.supervisor is not None and not self.supervisor.started:
                 if not self.supervisor.start():
@@ -103,7 +122,7 @@ class Applier:
             except RenderError as e:
                 log.error("saved snapshot does not render: %s", e)
                 return False
-            error = validate(cfg, self.haproxy.haproxy_bin)
+            error = validate(cfg, self.haproxy.haproxy_bin, self.haproxy.check_timeout)
             if error:
                 log.error("saved snapshot rejected by haproxy -c: %s", error)
                 return False
@@ -113,10 +132,11 @@ class Applier:
                 else:
                     self._write_config(cfg)
                     pid = None
-            except (OSError, HAProxyError) as e:
+            except (OSError, HAProxyError, StateWriteError) as e:
                 log.error("cannot start HAProxy from the saved snapshot: %s", e)
                 return False
             self.applied, self._applied_cfg = snapshot, cfg
+            self.metrics.applied_version.set(snapshot.version)
             log.info(
                 "restored saved snapshot workload=%s version=%d hash=%.12s worker=%s",
                 snapshot.workload,
@@ -128,10 +148,39 @@ class Applier:
 
     def apply(self, snapshot: pb.Snapshot) -> Result:
         with self._lock:
-            return self._apply(snapshot)
+            start = time.monotonic()
+            try:
+                result = self._apply(snapshot)
+            except StateWriteError as e:  # HAProxy keeps running what it ran
+                log.error(
+                    "workload=%s version=%d: %s",
+                    snapshot.workload,
+                    snapshot.version,
+                    e,
+                    extra=fields(workload=snapshot.workload, version=snapshot.version),
+                )
+                result = Result(False, error=str(e))
+            self._count(result, time.monotonic() - start)
+            return result
+
+    def _count(self, result: Result, seconds: float) -> None:
+        m = self.metrics
+        if not result.ok or result.kind is None:
+            return
+        m.apply_seconds.labels(result.kind.value).observe(seconds)
+        if result.kind is changes.Kind.RELOAD:
+            m.reloads.inc()
+        elif result.kind is changes.Kind.RUNTIME:
+            m.runtime_updates.inc()
+        m.applied_version.set(self.applied_version)
 
     def _apply(self, snapshot: pb.Snapshot) -> Result:
         ident = f"workload={snapshot.workload} version={snapshot.version}"
+
+        def extra(path: changes.Kind | None) -> dict[str, object]:
+            name = path.value if path is not None else None
+            return fields(workload=snapshot.workload, version=snapshot.version, path=name)
+
         try:
             cfg = render(snapshot, self.options)
         except RenderError as e:
@@ -139,19 +188,29 @@ class Applier:
         decision = changes.classify(self.applied, self._applied_cfg, snapshot, cfg)
         running = self.supervisor is None or self.supervisor.started
         if decision.kind is changes.Kind.NOTHING and running:
-            log.info("%s: no change to HAProxy (%s)", ident, decision.reason)
+            log.info(
+                "%s: no change to HAProxy (%s)", ident, decision.reason, extra=extra(decision.kind)
+            )
             if self._read_config() != cfg:
                 self._write_config(cfg)
             self._record(snapshot, cfg)
             return Result(True, decision.kind)
-        error = validate(cfg, self.haproxy.haproxy_bin)
+        error = validate(cfg, self.haproxy.haproxy_bin, self.haproxy.check_timeout)
         if error:
-            log.warning("%s: haproxy -c rejected the config: %s", ident, error)
+            self.metrics.validation_failures.inc()
+            log.warning(
+                "%s: haproxy -c rejected the config: %s", ident, error, extra=extra(decision.kind)
+            )
             return Result(False, decision.kind, error=error)
         kind = decision.kind if running else changes.Kind.RELOAD
         if kind is changes.Kind.RUNTIME:
             try:
-                log.info("%s: runtime update of %d server(s)", ident, len(decision.updates))
+                log.info(
+                    "%s: runtime update of %d server(s)",
+                    ident,
+                    len(decision.updates),
+                    extra=extra(kind),
+                )
                 self.haproxy.set_servers(decision.updates)
                 self._write_config(cfg)
                 self._record(snapshot, cfg)
@@ -159,11 +218,11 @@ class Applier:
             except (OSError, HAProxyError) as e:
                 log.warning("%s: runtime update failed (%s); reloading instead", ident, e)
                 kind = changes.Kind.RELOAD
-        log.info("%s: reload (%s)", ident, decision.reason)
+        log.info("%s: reload (%s)", ident, decision.reason, extra=extra(changes.Kind.RELOAD))
         try:
             pid = self._activate(cfg)
         except (OSError, HAProxyError) as e:
-            log.error("%s: reload failed: %s", ident, e)
+            log.error("%s: reload failed: %s", ident, e, extra=extra(changes.Kind.RELOAD))
             return Result(False, kind, error=f"reload failed: {e}")
         self._record(snapshot, cfg)
         self._check_peers(snapshot, ident)
@@ -182,8 +241,17 @@ class Applier:
             log.error("%s: HAProxy runs without peers section %s", ident, PEERS_SECTION)
 
     def _record(self, snapshot: pb.Snapshot, cfg: str) -> None:
-        self.store.save(snapshot)
+        """HAProxy runs `snapshot` now: remember it, then save it (StateWriteError)."""
         self.applied, self._applied_cfg = snapshot, cfg
+        try:
+            self.store.save(snapshot)
+        except OSError as e:
+            self._unsaved = True
+            raise StateWriteError(
+                f"HAProxy runs it but the snapshot cannot be saved in {self.store.state_dir}: "
+                f"{e.strerror or e}"
+            ) from e
+        self._unsaved = False
 
 
 def socket_path_ok(path: str) -> bool:

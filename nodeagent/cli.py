@@ -12,9 +12,11 @@ import sys
 
 from google.protobuf import json_format
 
+from nodeagent import logformat, transport
 from nodeagent.applier import Applier, socket_path_ok
 from nodeagent.client import Client, Identity
 from nodeagent.haproxy import HAProxy
+from nodeagent.metrics import AgentMetrics, MetricsServer
 from nodeagent.render import RenderError, RenderOptions, render
 from nodeagent.state import StateStore
 from nodeagent.supervisor import Supervisor
@@ -26,6 +28,9 @@ log = logging.getLogger("nodeagent")
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nodeagent", description=__doc__)
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
+    parser.add_argument(
+        "--log-format", choices=logformat.LOG_FORMATS, default="text", help="text or json"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="stream snapshots from the control plane into HAProxy")
@@ -45,6 +50,14 @@ def _parser() -> argparse.ArgumentParser:
         help="start and supervise HAProxy (master-worker) instead of driving an external one",
     )
     run.add_argument("--sync-wait", type=float, default=5.0, help="max wait for peer resync")
+    run.add_argument(
+        "--check-timeout", type=float, default=15.0, help="seconds haproxy -c may take"
+    )
+    run.add_argument(
+        "--metrics-port", type=int, help="serve /metrics on this port (0 picks one; default off)"
+    )
+    run.add_argument("--metrics-address", default="127.0.0.1", help="default 127.0.0.1")
+    transport.add_arguments(run)
 
     rend = sub.add_parser("render", help="print the haproxy.cfg of a snapshot")
     rend.add_argument("--snapshot", required=True, help="protobuf JSON (grpcurl output), - = stdin")
@@ -74,6 +87,17 @@ async def _run(args: argparse.Namespace) -> int:
     if not args.pod_namespace or not args.pod_name:
         log.error("pod identity missing: --pod-namespace/--pod-name or POD_NAMESPACE/POD_NAME")
         return 2
+    problem = transport.check(args)
+    if problem:
+        log.error("%s", problem)
+        return 2
+    try:
+        security = transport.Transport.from_args(args)
+    except OSError as e:
+        log.error("cannot read TLS file: %s", e)
+        return 2
+    if not security.secure:
+        log.warning("plaintext connection to the control plane (--insecure)")
     state_dir = os.path.abspath(args.state_dir)
     master = args.master_socket or os.path.join(state_dir, "master.sock")
     runtime = args.runtime_socket or os.path.join(state_dir, "runtime.sock")
@@ -82,12 +106,37 @@ async def _run(args: argparse.Namespace) -> int:
             log.error("socket path too long for a UNIX socket: %s", path)
             return 2
     opts = RenderOptions(args.pod_name, args.bind_address, os.path.abspath(runtime))
-    haproxy = HAProxy(master, runtime, args.haproxy_bin, sync_wait=args.sync_wait)
+    haproxy = HAProxy(
+        master,
+        runtime,
+        args.haproxy_bin,
+        sync_wait=args.sync_wait,
+        check_timeout=args.check_timeout,
+    )
+    metrics = AgentMetrics()
+    metrics_server = None
+    if args.metrics_port is not None:
+        try:
+            metrics_server = MetricsServer(metrics, args.metrics_address, args.metrics_port)
+        except OSError as e:
+            log.error(
+                "cannot serve metrics on %s:%s: %s", args.metrics_address, args.metrics_port, e
+            )
+            return 2
+        metrics_server.start()
     supervisor = None
     if args.manage_haproxy:
         pidfile = os.path.join(state_dir, "haproxy.pid")
-        supervisor = Supervisor(os.path.abspath(args.config), master, pidfile, args.haproxy_bin)
-    applier = Applier(opts, args.config, StateStore(state_dir), haproxy, supervisor)
+        supervisor = Supervisor(
+            os.path.abspath(args.config),
+            master,
+            pidfile,
+            args.haproxy_bin,
+            on_restart=metrics.haproxy_restarts.inc,
+        )
+    applier = Applier(
+        opts, args.config, StateStore(state_dir), haproxy, supervisor, metrics=metrics
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -95,7 +144,8 @@ async def _run(args: argparse.Namespace) -> int:
     try:
         await asyncio.to_thread(applier.restore)
         identity = Identity(args.pod_namespace, args.pod_name, args.node_name)
-        client_task = asyncio.create_task(Client(args.control_plane, identity, applier).run())
+        client = Client(args.control_plane, identity, applier, transport=security, metrics=metrics)
+        client_task = asyncio.create_task(client.run())
         stop_task = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait({client_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
         client_task.cancel()
@@ -111,14 +161,13 @@ async def _run(args: argparse.Namespace) -> int:
     finally:
         if supervisor is not None:
             await asyncio.to_thread(supervisor.stop)
+        if metrics_server is not None:
+            metrics_server.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logformat.configure(args.log_level, args.log_format)
     if args.command == "render":
         return _render(args)
     return asyncio.run(_run(args))

@@ -23,12 +23,16 @@ from tenacity import (
 
 from nodeagent import __version__
 from nodeagent.applier import Result
+from nodeagent.logformat import fields
+from nodeagent.metrics import AgentMetrics
+from nodeagent.transport import TokenError, Transport
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 KEEPALIVE_MS = 30_000  # the server permits pings every >= 20 s
+REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,11 @@ class Client:
         applier: SnapshotApplier,
         backoff_max: float = 30.0,
         backoff_multiplier: float = 0.5,
+        transport: Transport | None = None,
+        metrics: AgentMetrics | None = None,
     ) -> None:
+        self.transport = transport if transport is not None else Transport()
+        self.metrics = metrics if metrics is not None else AgentMetrics()
         self.target = target
         self.identity = identity
         self.applier = applier
@@ -91,9 +99,11 @@ class Client:
                 wait=wait_random_exponential(
                     multiplier=self.backoff_multiplier, max=self.backoff_max
                 ),
-                retry=retry_if_exception_type((StreamBroken, grpc.aio.AioRpcError, OSError)),
+                retry=retry_if_exception_type(
+                    (StreamBroken, grpc.aio.AioRpcError, OSError, TokenError)
+                ),
                 before_sleep=lambda rs: log.warning(
-                    "control plane %s unreachable (attempt %d): %s",
+                    "no stream to control plane %s (attempt %d, backing off): %s",
                     self.target,
                     rs.attempt_number,
                     rs.outcome.exception() if rs.outcome else "",
@@ -113,9 +123,10 @@ class Client:
             ("grpc.keepalive_permit_without_calls", 0),
             ("grpc.http2.max_pings_without_data", 0),
         ]
-        async with grpc.aio.insecure_channel(self.target, options=options) as channel:
+        metadata = self.transport.metadata()  # re-read: projected tokens rotate
+        async with self.transport.channel(self.target, options) as channel:
             stub = peerplane_pb2_grpc.PeerPlaneStub(channel)
-            call = stub.Stream()
+            call = stub.Stream(metadata=metadata or None)
             answered = False
             try:
                 await call.write(self.hello())
@@ -138,6 +149,7 @@ class Client:
                         if not answered:
                             answered = True
                             self.connected.set()
+                            self.metrics.connected.set(1)
                         self._handle(msg, latest)
                         if applier_task.done():
                             applier_task.result()
@@ -145,6 +157,15 @@ class Client:
                     applier_task.cancel()
                     await asyncio.gather(applier_task, return_exceptions=True)
             except grpc.aio.AioRpcError as e:
+                if e.code() in REFUSED:
+                    log.error(
+                        "control plane %s refused this agent: %s %s (check the token file %s "
+                        "and that the Hello names this pod)",
+                        self.target,
+                        e.code().name,
+                        e.details(),
+                        self.transport.token_file or "(none sent)",
+                    )
                 if not answered:
                     raise StreamBroken(f"{e.code().name}: {e.details()}") from e
                 log.warning("stream lost: %s %s", e.code().name, e.details())
@@ -154,6 +175,7 @@ class Client:
                 log.exception("stream aborted")
             finally:
                 self.connected.clear()
+                self.metrics.connected.set(0)
                 call.cancel()
             if not answered:
                 raise StreamBroken("stream ended before any answer")
@@ -170,6 +192,9 @@ class Client:
                 snap.version,
                 snap.content_hash,
                 msg.nonce,
+                extra=fields(
+                    event="snapshot", workload=snap.workload, version=snap.version, nonce=msg.nonce
+                ),
             )
             if latest.full():
                 _, dropped = latest.get_nowait()
@@ -177,7 +202,10 @@ class Client:
             latest.put_nowait((msg.nonce, snap))
         elif which == "in_sync":
             log.info(
-                "in sync at version=%d hash=%.12s", msg.in_sync.version, msg.in_sync.content_hash
+                "in sync at version=%d hash=%.12s",
+                msg.in_sync.version,
+                msg.in_sync.content_hash,
+                extra=fields(event="in_sync", version=msg.in_sync.version),
             )
         elif which == "waiting":
             log.info("control plane says wait: %s", msg.waiting.reason)
@@ -193,14 +221,22 @@ class Client:
             nonce, snap = await latest.get()
             result = await asyncio.to_thread(self.applier.apply, snap)
             ident = f"workload={snap.workload} version={snap.version} nonce={nonce}"
+            kind = result.kind.value if result.kind else None
+            extra = fields(workload=snap.workload, version=snap.version, nonce=nonce, path=kind)
             if result.ok:
-                kind = result.kind.value if result.kind else "?"
-                log.info("ACK %s (%s)", ident, kind)
+                self.metrics.acks.inc()
+                log.info("ACK %s (%s)", ident, kind, extra={"event": "ack", **extra})
                 answer = pb.AgentMessage(
                     ack=pb.Ack(nonce=nonce, version=snap.version, content_hash=snap.content_hash)
                 )
             else:
-                log.warning("NACK %s: %s", ident, result.error)
+                self.metrics.nacks.inc()
+                log.warning(
+                    "NACK %s: %s",
+                    ident,
+                    result.error,
+                    extra={"event": "nack", "error": result.error, **extra},
+                )
                 answer = pb.AgentMessage(
                     nack=pb.Nack(
                         nonce=nonce,

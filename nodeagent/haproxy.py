@@ -7,10 +7,12 @@ failure (`set server ... addr`), so every action here is confirmed by reading st
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import os
 import re
+import signal
 import socket
 import subprocess
 import tempfile
@@ -49,24 +51,34 @@ def command(path: str, cmd: str, timeout: float = 5.0) -> str:
 def validate(
     cfg_text: str, haproxy_bin: str = "/usr/sbin/haproxy", timeout: float = 15.0
 ) -> str | None:
-    """Run `haproxy -c` on the text; None when valid, else HAProxy's own messages."""
+    """Run `haproxy -c` on the text; None when valid, else HAProxy's own messages.
+
+    The check runs in its own process group, killed as a whole on timeout (a wrapper
+    script's children must not outlive it or hold its pipes open).
+    """
     with tempfile.TemporaryDirectory(prefix="nodeagent-check-") as tmp:
         path = os.path.join(tmp, "haproxy.cfg")
         with open(path, "w", encoding="utf-8") as f:
             f.write(cfg_text)
         try:
-            proc = subprocess.run(
+            proc = subprocess.Popen(
                 [haproxy_bin, "-c", "-f", path],
-                capture_output=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
                 text=True,
-                timeout=timeout,
-                check=False,
+                start_new_session=True,
             )
-        except subprocess.TimeoutExpired:
-            return f"haproxy -c timed out after {timeout}s"
         except OSError as e:
             return f"cannot run {haproxy_bin}: {e}"
-    output = (proc.stdout + proc.stderr).replace(path, "haproxy.cfg")
+        try:
+            output, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return f"haproxy -c timed out after {timeout:g}s"
+    output = output.replace(path, "haproxy.cfg")
     relevant = [ln.strip() for ln in output.splitlines() if "[ALERT]" in ln or "[WARNING]" in ln]
     if proc.returncode != 0:
         return "\n".join(relevant) or output.strip() or f"haproxy -c exited {proc.returncode}"
@@ -142,7 +154,9 @@ class HAProxy:
         haproxy_bin: str = "/usr/sbin/haproxy",
         sync_wait: float = 5.0,
         reload_timeout: float = 15.0,
+        check_timeout: float = 15.0,
     ) -> None:
+        self.check_timeout = check_timeout
         self.master_socket = master_socket
         self.runtime_socket = runtime_socket
         self.haproxy_bin = haproxy_bin

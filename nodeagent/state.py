@@ -6,12 +6,14 @@ crash leaves either the old or the new content, never a torn file HAProxy cannot
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 
 from peerplane.v1 import peerplane_pb2 as pb
 
 SNAPSHOT_FILE = "snapshot.binpb"
+log = logging.getLogger(__name__)
 
 
 def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
@@ -41,7 +43,10 @@ class StateStore:
 
     def __init__(self, state_dir: str) -> None:
         self.state_dir = state_dir
-        os.makedirs(state_dir, exist_ok=True)
+        try:
+            os.makedirs(state_dir, exist_ok=True)
+        except OSError as e:  # serve anyway; every save says why it fails
+            log.error("state dir %s unusable: %s", state_dir, e)
 
     @property
     def snapshot_path(self) -> str:
@@ -55,7 +60,7 @@ class StateStore:
         try:
             with open(self.snapshot_path, "rb") as f:
                 data = f.read()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         snapshot = pb.Snapshot()
         try:

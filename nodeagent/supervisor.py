@@ -12,6 +12,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,9 @@ class Supervisor:
         pidfile: str,
         haproxy_bin: str = "/usr/sbin/haproxy",
         restart_delay: float = 1.0,
+        on_restart: Callable[[], None] | None = None,
     ) -> None:
+        self.on_restart = on_restart
         self.config = config
         self.master_socket = master_socket
         self.pidfile = pidfile
@@ -119,6 +122,8 @@ class Supervisor:
                     return
                 log.warning("haproxy master pid=%s exited with %s; restarting", pid, code)
                 self._spawn()
+                if self.on_restart is not None:
+                    self.on_restart()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the master (and so its workers) by PID: SIGTERM, then SIGKILL."""

@@ -185,7 +185,8 @@ def test_restart_without_control_plane_serves_saved_snapshot(fleet: Fleet, tmp_p
 
     state_dir = fleet.inst.dir / "state"
     unreachable = f"127.0.0.1:{free_port('127.0.0.1')}"
-    argv = [sys.executable, "-m", "nodeagent.cli", "run", "--control-plane", unreachable]
+    argv = [sys.executable, "-m", "nodeagent.cli", "run", "--insecure"]
+    argv += ["--control-plane", unreachable]
     argv += ["--pod-namespace", "haproxy-system", "--pod-name", "pod-a"]
     argv += ["--config", str(tmp_path / "restarted.cfg"), "--state-dir", str(state_dir)]
     argv += ["--bind-address", fleet.inst.ip, "--haproxy-bin", HAPROXY_BIN, "--manage-haproxy"]
@@ -212,7 +213,7 @@ def test_restart_without_control_plane_serves_saved_snapshot(fleet: Fleet, tmp_p
             _, err = agent.communicate(timeout=5)
     assert agent.returncode == 0, err
     assert "restored saved snapshot workload=haproxy-system/DaemonSet/haproxy version=7" in err
-    assert "unreachable" in err
+    assert "no stream to control plane" in err
     with pytest.raises(ProcessLookupError):
         os.kill(master_pid, 0)
 
@@ -249,7 +250,7 @@ def test_killed_agent_leaves_haproxy_serving_and_next_agent_adopts_it(
     assert fleet.inst.applier.apply(fleet.snap(["pod-11"], 1)).ok
     fleet.inst.supervisor.stop()
     state_dir = fleet.inst.dir / "state"
-    argv = [sys.executable, "-m", "nodeagent.cli", "run"]
+    argv = [sys.executable, "-m", "nodeagent.cli", "run", "--insecure"]
     argv += ["--control-plane", f"127.0.0.1:{free_port('127.0.0.1')}"]
     argv += ["--pod-namespace", "haproxy-system", "--pod-name", "pod-a"]
     argv += ["--config", str(tmp_path / "agent.cfg"), "--state-dir", str(state_dir)]

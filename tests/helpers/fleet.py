@@ -337,6 +337,7 @@ class Fleet:
             "--bind-address",
             address,
             "--manage-haproxy",
+            "--insecure",  # plaintext on loopback
         ]
         binary = haproxy_binary()
         if binary:
