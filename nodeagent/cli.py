@@ -28,9 +28,6 @@ log = logging.getLogger("nodeagent")
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nodeagent", description=__doc__)
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
-    parser.add_argument(
-        "--log-format", choices=logformat.LOG_FORMATS, default="text", help="text or json"
-    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="stream snapshots from the control plane into HAProxy")
@@ -57,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
         "--metrics-port", type=int, help="serve /metrics on this port (0 picks one; default off)"
     )
     run.add_argument("--metrics-address", default="127.0.0.1", help="default 127.0.0.1")
+    run.add_argument(
+        "--log-format", choices=logformat.LOG_FORMATS, default="text", help="text or json"
+    )
     transport.add_arguments(run)
 
     rend = sub.add_parser("render", help="print the haproxy.cfg of a snapshot")
@@ -167,7 +167,7 @@ async def _run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logformat.configure(args.log_level, args.log_format)
+    logformat.configure(args.log_level, getattr(args, "log_format", "text"))
     if args.command == "render":
         return _render(args)
     return asyncio.run(_run(args))

@@ -46,6 +46,11 @@ AGENT_FLAGS = {
     "--master-socket",
     "--runtime-socket",
     "--bind-address",
+    "--ca",
+    "--token-file",
+    "--metrics-port",
+    "--metrics-address",
+    "--log-format",
 }
 
 
@@ -205,7 +210,10 @@ def test_daemonset_matches_the_agent_and_the_haproxy_selector(base: list[Obj]) -
     for path in (args["--config"], args["--master-socket"], args["--runtime-socket"]):
         assert volume_at(agent, path) == volume_at(haproxy, path)
     volumes = {v["name"]: v for v in spec["volumes"]}
-    assert all("emptyDir" in volumes[volume_at(agent, p)] for p in args.values() if "/" in p)
+    files = ("--config", "--state-dir", "--master-socket", "--runtime-socket")
+    assert all("emptyDir" in volumes[volume_at(agent, args[f])] for f in files)
+    assert "secret" in volumes[volume_at(agent, args["--ca"])]
+    assert "projected" in volumes[volume_at(agent, args["--token-file"])]
     host, _, port = args["--control-plane"].rpartition(":")
     service = find(base, "Service", "peerplane-controlplane")
     assert host.split(".")[0] == service["metadata"]["name"]
@@ -232,6 +240,10 @@ def test_agent_command_line_parses_with_the_agent_itself(
     assert (parsed.pod_namespace, parsed.pod_name) == ("haproxy-system", "haproxy-x1")
     assert parsed.node_name == "node-1" and parsed.bind_address == "10.0.1.1"
     assert not parsed.manage_haproxy  # HAProxy runs in its own container
+    from nodeagent.transport import DEFAULT_TOKEN_FILE, check
+
+    assert check(parsed) is None and not parsed.insecure  # TLS, never plaintext
+    assert parsed.token_file == DEFAULT_TOKEN_FILE
     assert parsed.haproxy_bin == "/usr/sbin/haproxy"  # Debian's, installed by the Dockerfile
     assert "apt-get install" in (DEPLOY / "Dockerfile").read_text()
 
