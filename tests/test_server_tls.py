@@ -112,3 +112,34 @@ def test_bad_transport_flags_stop_with_a_clear_message(
     done = run_serve("--listen", "127.0.0.1:0", *args)
     assert done.returncode == 2, done.stderr
     assert message in done.stderr
+
+
+def test_security_and_limit_flags_have_documented_defaults() -> None:
+    import argparse
+
+    from controlplane.serve import add_serve_arguments
+    from controlplane.serveopts import server_options
+
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    args = parser.parse_args(["--source", "files:/x", "--insecure"])
+    assert (args.max_streams_per_peer, args.token_audience, args.token_cache_ttl) == (
+        8,
+        "peerplane",
+        60.0,
+    )
+    assert (args.metrics_port, args.metrics_address, args.log_format) == (None, "127.0.0.1", "text")
+    assert not (args.authenticate_agents or args.authenticate_inspection)
+    tuned = ["--max-receive-message-bytes", "4096", "--keepalive-time", "5"]
+    tuned += ["--keepalive-timeout", "2", "--max-streams-per-peer", "0"]
+    options = server_options(
+        parser.parse_args(["--source", "files:/x", "--insecure", *tuned]), None
+    )
+    grpc_options = dict(options.grpc_options())
+    assert grpc_options["grpc.max_receive_message_length"] == 4096
+    assert grpc_options["grpc.keepalive_time_ms"] == 5000
+    assert grpc_options["grpc.keepalive_timeout_ms"] == 2000
+    assert options.stream.max_streams_per_peer == 0
+    for bad in (["--max-streams-per-peer", "-1"], ["--keepalive-time", "0"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--source", "files:/x", *bad])
