@@ -89,11 +89,12 @@ class Applier:
         except FileNotFoundError:
             return None
 
-    def _activate(self, cfg: str) -> int | None:
+    def _activate(self, cfg: str, crash_at: str | None = None) -> int | None:
         """Write the file and make HAProxy run it: first start or hitless reload."""
         previous = self._read_config()
         self._write_config(cfg)
-        crash_point("after-config-write")
+        if crash_at is not None:
+            crash_point(crash_at)
         try:
             if self.supervisor is not None and not self.supervisor.started:
                 if not self.supervisor.start():
@@ -220,7 +221,7 @@ class Applier:
                 kind = changes.Kind.RELOAD
         log.info("%s: reload (%s)", ident, decision.reason, extra=extra(changes.Kind.RELOAD))
         try:
-            pid = self._activate(cfg)
+            pid = self._activate(cfg, crash_at="after-config-write")
         except (OSError, HAProxyError) as e:
             log.error("%s: reload failed: %s", ident, e, extra=extra(changes.Kind.RELOAD))
             return Result(False, kind, error=f"reload failed: {e}")

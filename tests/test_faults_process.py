@@ -1,0 +1,199 @@
+"""Fault tests on a whole loopback fleet (control plane, two agents, real HAProxy):
+the control plane SIGKILLed, an agent killed between config write and reload, an HAProxy
+killed under its agent. Every process is stopped by PID, every wait is bounded."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nodeagent.faults import CRASH_ENV
+from nodeagent.haproxy import ProcInfo, command, parse_show_proc
+from nodeagent.render import RenderOptions, render
+from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.fleet import (
+    HAPROXY_PODS,
+    AgentHandle,
+    Fleet,
+    haproxy_binary,
+    http_get,
+    table_entries,
+    wait_for,
+)
+
+pytestmark = pytest.mark.skipif(haproxy_binary() is None, reason="needs the haproxy binary")
+
+HOST = "shop.example.com"
+(POD_A, ADDR_A), (POD_B, ADDR_B) = HAPROXY_PODS
+
+
+def start_fleet(tmp_path: Path, octet: int) -> Fleet:
+    fleet = Fleet(tmp_path, octet)
+    try:
+        fleet.start()
+    except BaseException:
+        fleet.stop()
+        raise
+    return fleet
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Fleet]:
+    running = start_fleet(tmp_path, request.param)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def proc(agent: AgentHandle) -> ProcInfo:
+    return parse_show_proc(command(str(agent.master_socket), "show proc"))
+
+
+def slots(snapshot: pb.Snapshot) -> dict[str, list[tuple[str, str, int, bool]]]:
+    return {
+        b.name: [(s.server_name, s.address, s.port, s.enabled) for s in b.slots]
+        for b in snapshot.backends
+    }
+
+
+def log_count(agent: AgentHandle, text: str) -> int:
+    return agent.log.read_text(errors="replace").count(text)
+
+
+class Traffic:
+    """Requests through both HAProxy instances in a loop, counting failures."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.targets = [fleet.agents[POD_A].address, fleet.agents[POD_B].address]
+        self.client = fleet.ip("127.0.9.1")
+        self.ok = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for target in self.targets:
+                try:
+                    http_get(target, HOST, self.client, timeout=2)
+                    self.ok += 1
+                except (OSError, RuntimeError) as e:
+                    self.failures.append(f"{target}: {e}")
+            self._stop.wait(0.02)
+
+    def __enter__(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+@pytest.mark.parametrize("fleet", [71], indirect=True)
+def test_control_plane_sigkill_then_return_without_reload(fleet: Fleet) -> None:
+    before = fleet.snapshot()
+    agents = [fleet.agents[POD_A], fleet.agents[POD_B]]
+    procs = [proc(a) for a in agents]
+    in_sync = [log_count(a, "in sync at") for a in agents]
+    control_plane = fleet.control_plane
+    assert control_plane is not None
+    with Traffic(fleet) as traffic:
+        os.kill(control_plane.pid, signal.SIGKILL)
+        control_plane.wait(10)
+        fleet.stop_control_plane()  # forgets the dead process and its channel
+        for agent in agents:
+            wait_for(lambda a=agent: log_count(a, "stream lost") > 0, 15, "the agents to notice")
+        served_while_down = traffic.ok
+        fleet.start_control_plane()  # same --state file, same address
+        for agent, seen in zip(agents, in_sync, strict=True):
+            wait_for(lambda a=agent, n=seen: log_count(a, "in sync at") > n, 45, "InSync")
+        fleet.wait_all_acked(15)
+    assert traffic.failures == []
+    assert served_while_down > 0 and traffic.ok > served_while_down
+    after = fleet.snapshot()
+    assert after.content_hash == before.content_hash
+    assert slots(after) == slots(before)
+    for agent, info in zip(agents, procs, strict=True):
+        now = proc(agent)
+        assert (now.current_worker, now.reloads) == (info.current_worker, info.reloads)
+        assert log_count(agent, ": reload (") == 1  # the first start only
+
+
+def render_for(fleet: Fleet, agent: AgentHandle, snapshot: pb.Snapshot) -> str:
+    options = RenderOptions(agent.pod_name, agent.address, str(agent.runtime_socket))
+    return render(snapshot, options)
+
+
+@pytest.mark.parametrize("fleet", [72], indirect=True)
+def test_agent_killed_between_write_and_reload_converges(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = fleet.agents[POD_A]
+    old = fleet.snapshot()
+    monkeypatch.setenv(CRASH_ENV, "after-config-write")
+    fleet.stop_agent(POD_A)
+    a = fleet.start_agent(POD_A, ADDR_A)  # restores the saved snapshot: no crash there
+    wait_for(lambda: log_count(a, "in sync at") > 0, 30, "agent A back in sync")
+    monkeypatch.delenv(CRASH_ENV)
+    master = proc(a).master_pid
+
+    def balance(text: str) -> str:
+        return text.replace("haproxy.org/load-balance: source", "haproxy.org/load-balance: first")
+
+    path = fleet.manifests / "shop.yaml"
+    path.write_text(balance(path.read_text()))
+    wait_for(lambda: fleet.snapshot().content_hash != old.content_hash, 20, "a new version")
+    new = fleet.snapshot()
+    assert a.process.wait(30) == -signal.SIGKILL
+    on_disk = a.config.read_text()
+    assert on_disk in (render_for(fleet, a, old), render_for(fleet, a, new))
+    assert on_disk == render_for(fleet, a, new)  # the write completed, the reload did not
+    assert "balance first" in on_disk
+    assert proc(a).master_pid == master  # HAProxy survived the agent, still on the old config
+    assert http_get(a.address, HOST, fleet.ip("127.0.9.2")).startswith("shop-")
+
+    a = fleet.start_agent(POD_A, ADDR_A)
+    fleet.wait_all_acked(45)
+    assert a.config.read_text() == render_for(fleet, a, new)
+    assert proc(a).master_pid == master  # adopted, reloaded: never restarted
+    assert http_get(a.address, HOST, fleet.ip("127.0.9.2")).startswith("shop-")
+
+
+@pytest.mark.parametrize("fleet", [73], indirect=True)
+def test_killed_haproxy_restarts_and_refills_its_table_from_the_peer(fleet: Fleet) -> None:
+    a, b = fleet.agents[POD_A], fleet.agents[POD_B]
+    clients = [fleet.ip(f"127.0.9.{i}") for i in range(1, 9)]
+    pinned = {c: http_get(b.address, HOST, c) for c in clients}
+
+    def table(agent: AgentHandle) -> dict[str, str]:
+        return table_entries(agent.runtime("show table default_shop_http"))
+
+    wait_for(lambda: table(a) == table(b) and len(table(b)) == len(clients), 10, "replication")
+    config = a.config.read_text()
+    info = proc(a)
+    assert info.current_worker is not None
+    os.kill(info.master_pid, signal.SIGKILL)
+    os.kill(info.current_worker, signal.SIGKILL)
+
+    def restarted() -> bool:
+        try:
+            return proc(a).master_pid != info.master_pid
+        except OSError:
+            return False
+
+    wait_for(restarted, 20, "the supervisor to restart HAProxy")
+    late = [fleet.ip(f"127.0.9.{i}") for i in range(20, 24)]
+    pinned |= {c: http_get(b.address, HOST, c) for c in late}  # through the other instance
+    expected = table(b)
+    assert set(expected) == set(pinned)
+    wait_for(lambda: table(a) == expected, 15, "A's stick table refilled from B")
+    assert a.config.read_text() == config  # restarted from the last applied snapshot
+    for client, pod in pinned.items():
+        assert http_get(a.address, HOST, client) == pod
