@@ -5,8 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from tests.bench import e2e as e2e_bench
+from tests.bench import haproxy as haproxy_bench
 from tests.bench import stability
 from tests.bench.__main__ import main as bench_main
+from tests.bench.common import Result
+from tests.helpers.fleet import haproxy_binary
 
 
 def test_sticky_slots_never_move_a_surviving_pod_and_replicas_agree() -> None:
@@ -31,3 +37,37 @@ def test_quick_run_writes_results_json(tmp_path: Path) -> None:
         assert set(entry) == {"name", "value", "unit", "parameters", "machine"}
         assert isinstance(entry["value"], int | float)
         assert set(entry["machine"]) == {"cores", "python"}
+
+
+def _by_name(results: list[Result]) -> dict[str, Result]:
+    return {r.name: r for r in results}
+
+
+@pytest.mark.haproxy
+@pytest.mark.skipif(haproxy_binary() is None, reason="needs the haproxy binary")
+def test_haproxy_bench_drives_the_real_applier_without_failed_requests() -> None:
+    # Own octet (not the benchmark's) so a concurrent `make bench` never collides.
+    found = _by_name(
+        haproxy_bench.run(runtime_changes=3, reload_changes=1, octet=52, sync_wait=0.5)
+    )
+    runtime, reload = (
+        found["haproxy.runtime.failed_requests"],
+        found["haproxy.reload.failed_requests"],
+    )
+    assert runtime.value == 0 and reload.value == 0
+    assert runtime.parameters["requests_ok"] > 0 and reload.parameters["requests_ok"] > 0
+    # A slot address change never reloads; a settings change reloads once per change.
+    assert runtime.parameters["reloads"] == 0
+    assert reload.parameters["reloads"] == 1
+    assert found["haproxy.runtime.pinned_entries_kept"].value == 1.0
+    assert found["haproxy.reload.validate_p50"].value > 0
+    assert "haproxy.reload_over_runtime" in found
+
+
+@pytest.mark.haproxy
+@pytest.mark.skipif(haproxy_binary() is None, reason="needs the haproxy binary")
+def test_e2e_bench_runs_the_real_fleet_and_address_changes_never_reload() -> None:
+    found = _by_name(e2e_bench.run(samples=2, reload_samples=1, octet=53, reload_gap=0.5))
+    assert found["e2e.manifest_to_last_ack_p50"].parameters["reloads"] == 0
+    assert found["e2e.manifest_to_last_ack_p50"].parameters["agents"] == 2
+    assert "e2e.reload.manifest_to_last_ack_p50" in found

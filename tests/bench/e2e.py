@@ -1,151 +1,135 @@
 """End to end: a manifest change in the watched folder to the last of two agents ACKing.
 
-Runs the real `controlplane serve --source files:DIR` on a free loopback port. The node
-agent has not landed yet, so the two agents are the fan-out benchmark's simulated agents
-(real gRPC streams that ACK each snapshot on receipt; no HAProxy behind them). Each sample
-rewrites the EndpointSlice file (atomic rename) with one address moved, then polls
-ListAgents over gRPC every 10 ms until both agents acknowledged a newer version. The figure
-includes the folder's polling interval (0.2 s) and the debounce (0.1 s of quiet).
+Runs the real fleet through `tests.helpers.fleet.Fleet` (octet 40, so it never collides
+with the tests or the demo): `controlplane serve --source files:DIR`, two `nodeagent run
+--manage-haproxy` agents each with its own HAProxy on its own loopback address, and the
+demo's backend pods. Each runtime-path sample rewrites the shop EndpointSlice atomically
+with shop-2's address moved between two values (127.40.2.3 <-> 127.40.2.9, both served):
+the moved endpoint keeps slot SRV_3, so each agent applies it with `set server`. Then it
+polls ListAgents every 10 ms until both agents acknowledged a newer version. A few
+reload-path samples change the settings ConfigMap's stick-table expire (30m <-> 31m)
+instead. The figure includes the folder's polling interval (0.2 s) and the debounce (0.1 s
+of quiet); reloads seen by each HAProxy master are counted to check each sample's path.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-import grpc
+from nodeagent.haproxy import HAProxy
+from tests.bench.common import Result, log, median, percentile
+from tests.helpers.fleet import Fleet, haproxy_binary, wait_for
 
-from peerplane.v1 import peerplane_pb2 as pb
-from peerplane.v1 import peerplane_pb2_grpc
-from tests.bench.common import Child, Result, log, median, percentile
-from tests.bench.fanout import agent_name
-from tests.bench.haproxy import free_port
-
+OCTET = 40
 POLL_S = 0.01
-
-HAPROXY_PODS = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: haproxy-system
-  labels: {{app.kubernetes.io/component: haproxy}}
-  ownerReferences:
-    - {{apiVersion: apps/v1, kind: DaemonSet, name: haproxy, controller: true}}
-status: {{phase: Running, podIP: "{ip}"}}
-"""
-
-SERVICE = """\
-apiVersion: v1
-kind: Service
-metadata:
-  name: shop
-  namespace: default
-  annotations: {"haproxy.org/expose": "true", "haproxy.org/source-ip-persistence": "true"}
-spec:
-  ports: [{name: http, port: 80, targetPort: 8888}]
-"""
-
-SLICE = """\
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: shop-abcde
-  namespace: default
-  labels: {{kubernetes.io/service-name: shop}}
-addressType: IPv4
-ports: [{{name: http, port: 8888, protocol: TCP}}]
-endpoints:
-  - addresses: ["127.0.3.1"]
-  - addresses: ["127.0.3.{last}"]
-"""
+POLL_INTERVAL_S = 0.2  # the files source's default
+DEBOUNCE_S = 0.1
+# Reload samples wait out the agent's bounded peer-resync wait (5 s): one change after quiet.
+RELOAD_GAP_S = 5.5
+SHOP = "shop.yaml"
+SETTINGS = "settings.yaml"
 
 
-def write(path: Path, text: str) -> None:
-    tmp = path.parent / f".{path.name}.tmp"
-    tmp.write_text(text)
-    os.replace(tmp, path)
+class Bench:
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+
+    def versions(self) -> list[int]:
+        return [agent.acked_version for agent in self.fleet.agents_status()]
+
+    def reloads(self) -> int:
+        """Reloads of every agent's HAProxy master so far (`show proc`, the agent's driver)."""
+        return sum(
+            HAProxy(str(agent.master_socket), str(agent.runtime_socket)).show_proc().reloads
+            for agent in self.fleet.agents.values()
+        )
+
+    def change(self, name: str, old: str, new: str, timeout: float = 30) -> float:
+        """Rewrite one manifest (atomic rename); seconds until every agent ACKed a newer
+        version. Polls ListAgents only, so as not to load the control plane."""
+        before = min(self.versions())
+        path = self.fleet.manifests / name
+        text = path.read_text()
+        changed = text.replace(old, new)
+        if changed == text:
+            raise RuntimeError(f"{name}: {old!r} not found")
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(changed)
+        start = time.perf_counter()
+        os.replace(tmp, path)
+        wait_for(lambda: min(self.versions()) > before, timeout, "every agent's ACK", POLL_S)
+        elapsed = time.perf_counter() - start
+        self.fleet.wait_all_acked(timeout)  # and it is the current content, on both
+        return elapsed
 
 
-def acked_versions(stub: peerplane_pb2_grpc.PeerPlaneStub) -> list[int]:
-    response = stub.ListAgents(pb.ListAgentsRequest(), timeout=2)
-    return [agent.acked_version for agent in response.agents]
-
-
-def run(quick: bool = False) -> list[Result]:
-    samples = 3 if quick else 20
+def run(
+    quick: bool = False,
+    samples: int = 0,
+    reload_samples: int | None = None,
+    octet: int = OCTET,
+    reload_gap: float = RELOAD_GAP_S,
+) -> list[Result]:
+    """The figures; the keyword arguments let the smoke test run a small, separate fleet."""
+    if haproxy_binary() is None:
+        raise RuntimeError("haproxy not found")
+    samples = samples or (3 if quick else 20)
+    if reload_samples is None:
+        reload_samples = 1 if quick else 3
     work = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
-    manifests = work / "manifests"
-    manifests.mkdir()
-    pods = "---\n".join(
-        HAPROXY_PODS.format(name=agent_name(i), ip=f"127.0.1.{i + 1}") for i in range(2)
-    )
-    write(manifests / "haproxy.yaml", pods)
-    write(manifests / "shop.yaml", SERVICE)
-    write(manifests / "shop-slice.yaml", SLICE.format(last=2))
-    port = free_port()
-    target = f"127.0.0.1:{port}"
-    py = sys.executable
-    server = Child(
-        [
-            py,
-            "-m",
-            "controlplane.cli",
-            "serve",
-            f"--source=files:{manifests}",
-            f"--listen={target}",
-            "--insecure",
-        ],
-        work / "serve.log",
-    )
-    agents: Child | None = None
-    latencies: list[float] = []
+    fleet = Fleet(work, octet)
+    runtime: list[float] = []
+    reload: list[float] = []
+    agents = 0
     try:
-        with grpc.insecure_channel(target) as channel:
-            grpc.channel_ready_future(channel).result(timeout=30)
-            stub = peerplane_pb2_grpc.PeerPlaneStub(channel)
-            agents = Child(
-                [py, "-m", "tests.bench.fanout", "agents", target, "0", "2"], work / "agents.log"
-            )
-            agents.read(timeout=30)
-            end = time.monotonic() + 30
-            while len(versions := acked_versions(stub)) < 2 or min(versions) < 1:
-                if time.monotonic() > end:
-                    raise TimeoutError(f"agents not in sync: {versions}\n{server.tail()}")
-                time.sleep(POLL_S)
-            for sample in range(samples):
-                before = min(acked_versions(stub))
-                start = time.monotonic()
-                write(manifests / "shop-slice.yaml", SLICE.format(last=3 + sample % 200))
-                end = start + 10
-                while min(acked_versions(stub)) <= before:
-                    if time.monotonic() > end:
-                        raise TimeoutError(f"no ACK of a new version\n{server.tail()}")
-                    time.sleep(POLL_S)
-                latencies.append(time.monotonic() - start)
-                time.sleep(0.25)
-            agents.send({"op": "quit"})
+        fleet.start()
+        addresses = [fleet.ip("127.0.2.3"), fleet.ip("127.0.2.9")]
+        fleet.backends.start("shop-2-moved", addresses[1], 8888)
+        bench = Bench(fleet)
+        agents = len(fleet.agents)
+        reloads_before = bench.reloads()
+        for sample in range(samples):
+            old, new = addresses[sample % 2], addresses[(sample + 1) % 2]
+            runtime.append(bench.change(SHOP, f'"{old}"', f'"{new}"'))
+            time.sleep(0.25)
+        runtime_reloads = bench.reloads() - reloads_before
+        expires = ["source-ip-persistence-expire: 30m", "source-ip-persistence-expire: 31m"]
+        for sample in range(reload_samples):
+            time.sleep(reload_gap)
+            old, new = expires[sample % 2], expires[(sample + 1) % 2]
+            before = bench.reloads()
+            reload.append(bench.change(SETTINGS, old, new))
+            if bench.reloads() - before != len(fleet.agents):
+                raise RuntimeError("a settings change did not reload every HAProxy once")
+        log(f"e2e: runtime p50 {median(runtime) * 1000:.0f} ms, reload {reload}")
     finally:
-        if agents is not None:
-            agents.stop()
-        server.stop()
+        fleet.stop()
         shutil.rmtree(work, ignore_errors=True)
-    log(f"e2e: p50 {median(latencies) * 1000:.0f} ms")
     params = {
         "samples": samples,
-        "agents": 2,
-        "agent": "simulated (ACK on receipt)",
-        "poll_interval_s": 0.2,
-        "debounce_s": 0.1,
+        "agents": agents,
+        "agent": "nodeagent + HAProxy",
+        "reloads": runtime_reloads,
+        "poll_interval_s": POLL_INTERVAL_S,
+        "debounce_s": DEBOUNCE_S,
     }
-    return [
-        Result("e2e.manifest_to_last_ack_p50", median(latencies) * 1000, "ms", params),
-        Result("e2e.manifest_to_last_ack_p99", percentile(latencies, 99) * 1000, "ms", params),
+    reload_params = {**params, "samples": reload_samples, "reloads": reload_samples * agents}
+    results = [
+        Result("e2e.manifest_to_last_ack_p50", median(runtime) * 1000, "ms", params),
+        Result("e2e.manifest_to_last_ack_p99", percentile(runtime, 99) * 1000, "ms", params),
     ]
+    if reload:
+        results += [
+            Result(
+                "e2e.reload.manifest_to_last_ack_p50", median(reload) * 1000, "ms", reload_params
+            ),
+            Result("e2e.reload.manifest_to_last_ack_max", max(reload) * 1000, "ms", reload_params),
+        ]
+    return results
 
 
 if __name__ == "__main__":

@@ -1,195 +1,211 @@
 """Agent and HAProxy: an endpoint change applied through the runtime API vs by a reload.
 
-The node agent has not landed yet (nodeagent/ is empty), so this drives HAProxy 2.6 the
-way the design says the agent does, with a minimal stand-in: render haproxy.cfg from the
-slots, write it atomically (temp, fsync, rename), validate with `haproxy -c`, then either
-`set server <b>/<s> addr .. port ..` + `state ready` on the admin socket and a
-`show servers state` check (runtime path), or `reload` on the master CLI (reload path).
+Drives the real node agent's apply path in this process: `nodeagent.applier.Applier` with
+its `HAProxy` driver and `Supervisor`, wired as `nodeagent run --manage-haproxy` wires them
+(same defaults), each managing a real HAProxy 2.6 in master-worker mode. Two instances,
+haproxy-a and haproxy-b, each on its own loopback address (127.41.1.1, 127.41.1.2), peer
+with each other through `peers localinstance` and both apply every snapshot, as two pods
+of one workload do. Backend pods are `tests.helpers.fleet.Backends` (tiny HTTP servers
+answering with their pod name) on 127.41.2.1 and 127.41.2.2.
 
-HAProxy runs in master-worker mode with a peers section (itself as local peer) and a
-source-IP stick table, like a fleet member. Backend pods are a second HAProxy that answers
-on several 127.0.50.x addresses with the address it was reached on. One slot (SRV_1) moves
-between those addresses; the timer starts when the "snapshot" is in hand and stops at the
-first request answered by the new address (each probe a new connection). Meanwhile a load
-process sends requests on new connections as fast as it can and counts failures, one load
-run per path.
+One slot (SRV_1 of 42) moves between the two backend pods. Runtime path: only the slot
+address changes (the applier picks `set server`). Reload path: the slot address and the
+stick-table expire change together (the applier picks a hitless reload, and the new
+address serves only once the new worker runs). The timer starts when the snapshot is
+handed to `Applier.apply` on haproxy-a ("received") and stops at the first request through
+haproxy-a answered by the new pod (each probe a new connection, after `apply` returned:
+the agent ACKs then). haproxy-b applies the same snapshot afterwards, untimed.
+
+The time inside `apply` is split by wrapping the applier's own calls (render, `haproxy
+-c` validation, runtime `set server`, reload with its peer-resync wait, config and state
+writes); `validate` is reported on its own. A load process sends requests through
+haproxy-a on new connections as fast as it can and counts failures, one run per path.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import nodeagent.applier
+from nodeagent.applier import Applier
+from nodeagent.changes import Kind
+from nodeagent.haproxy import HAProxy
+from nodeagent.render import RenderOptions
+from nodeagent.state import StateStore
+from nodeagent.supervisor import Supervisor
+from peerplane.v1 import peerplane_pb2 as pb
 from tests.bench.common import Child, Result, log, median, percentile
+from tests.helpers.fleet import (
+    Backends,
+    free_port,
+    haproxy_binary,
+    http_get,
+    table_entries,
+    wait_for,
+)
+from tests.helpers.haproxy_env import backend, snapshot
 
-HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
-FRONT = ("127.0.0.1", 0)
-BACKEND_ADDRESSES = [f"127.0.50.{i}" for i in range(1, 5)]
+OCTET = 41  # 127.41.x.y: apart from the tests (31, 100-250), the demo (0), e2e bench (40)
 BACKEND_PORT = 8888
+HOST = "shop.example.com"
 BACKEND = "default_shop_http"
-SLOTS = 42
+SLOTS = 42  # the design's default `server-slots`
+EXPIRES_MS = (1_800_000, 1_860_000)
+# Pause after each sample. A reload sample waits out the agent's bounded peer-resync wait
+# (`HAProxy.sync_wait`, 5 s) so that it measures one change after quiet; the back-to-back
+# samples (changes 0.5 s apart) show what that wait costs when changes come faster.
+RUNTIME_GAP_S = 0.05
+BACK_TO_BACK_GAP_S = 0.5
+PHASES = ("render", "validate", "set_servers", "reload", "wait_peers_synced", "write", "save")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+@dataclass(frozen=True)
+class Net:
+    """The loopback addresses of one run: every pod and client on 127.<octet>.x.y."""
 
+    octet: int
 
-def render(work: Path, front_port: int, peer_port: int, address: str) -> str:
-    """haproxy.cfg for one live slot (SRV_1 -> address) and 41 free ones."""
-    servers = [f"  server SRV_1 {address}:{BACKEND_PORT} id 1 enabled"]
-    servers += [f"  server SRV_{n} 127.0.0.1:1 id {n} disabled" for n in range(2, SLOTS + 1)]
-    return "\n".join(
-        [
-            "global",
-            f"  stats socket {work}/admin.sock mode 600 level admin expose-fd listeners",
-            "  localpeer haproxy-a",
-            "defaults",
-            "  mode http",
-            "  timeout connect 2s",
-            "  timeout client 10s",
-            "  timeout server 10s",
-            "peers localinstance",
-            f"  peer haproxy-a 127.0.0.1:{peer_port}",
-            "frontend http",
-            f"  bind 127.0.0.1:{front_port}",
-            f"  default_backend {BACKEND}",
-            f"backend {BACKEND}",
-            "  balance source",
-            "  stick on src",
-            "  stick-table type ip size 1m expire 30m peers localinstance",
-            *servers,
-            "",
-        ]
-    )
+    def ip(self, rest: str) -> str:
+        return f"127.{self.octet}.{rest}"
 
+    @property
+    def haproxy_pods(self) -> tuple[tuple[str, str], ...]:
+        return (("haproxy-a", self.ip("1.1")), ("haproxy-b", self.ip("1.2")))
 
-def backends_config() -> str:
-    binds = [f"  bind {a}:{BACKEND_PORT}" for a in BACKEND_ADDRESSES]
-    return "\n".join(
-        [
-            "defaults",
-            "  mode http",
-            "  timeout connect 2s",
-            "  timeout client 10s",
-            "  timeout server 10s",
-            "frontend pods",
-            *binds,
-            '  http-request return status 200 content-type text/plain lf-string "%[dst]"',
-            "",
-        ]
-    )
+    @property
+    def backend_pods(self) -> tuple[tuple[str, str], ...]:
+        return (("shop-0", self.ip("2.1")), ("shop-1", self.ip("2.2")))
 
+    @property
+    def load_client(self) -> str:
+        return self.ip("9.1")
 
-def write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    @property
+    def probe_client(self) -> str:
+        return self.ip("9.2")
 
-
-def unix_command(path: Path, command: str, timeout: float = 5.0) -> str:
-    """One command on an HAProxy CLI socket; the whole answer."""
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.settimeout(timeout)
-        sock.connect(str(path))
-        sock.sendall(command.encode() + b"\n")
-        chunks = []
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    return b"".join(chunks).decode(errors="replace")
-
-
-def get(port: int, timeout: float = 2.0) -> str:
-    """One HTTP/1.0 request on a new connection; the body, or "" on any failure."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-            sock.sendall(b"GET / HTTP/1.0\r\nHost: bench\r\n\r\n")
-            data = b""
-            while chunk := sock.recv(4096):
-                data += chunk
-    except OSError:
-        return ""
-    head, _, body = data.partition(b"\r\n\r\n")
-    status = head.split(b"\r\n", 1)[0].split()
-    return body.decode() if len(status) > 1 and status[1] == b"200" else ""
-
-
-def wait_serving(port: int, address: str, timeout: float = 5.0) -> float:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if get(port) == address:
-            return time.monotonic()
-    raise TimeoutError(f"{address} not serving within {timeout}s")
+    @property
+    def pinned_clients(self) -> list[str]:
+        return [self.ip(f"8.{i}") for i in range(1, 11)]
 
 
 @dataclass
-class Haproxy:
-    """One master-worker HAProxy, started and stopped by PID."""
+class Agent:
+    """One HAProxy instance with the agent's apply path, as `nodeagent run` builds it."""
 
-    work: Path
-    config: Path
-    proc: subprocess.Popen[bytes]
+    pod: str
+    ip: str
+    applier: Applier
+    haproxy: HAProxy
+    supervisor: Supervisor
 
     @classmethod
-    def start(cls, work: Path, config_text: str, name: str, extra: list[str]) -> Haproxy:
-        config = work / f"{name}.cfg"
-        write_atomically(config, config_text)
-        log_file = open(work / f"{name}.log", "wb")  # noqa: SIM115 - child owns it
-        proc = subprocess.Popen(
-            [HAPROXY, "-W", "-f", str(config), *extra], stdout=log_file, stderr=log_file
-        )
-        log_file.close()
-        return cls(work, config, proc)
+    def create(
+        cls, work: Path, pod: str, ip: str, haproxy_bin: str, sync_wait: float | None
+    ) -> Agent:
+        directory = work / pod
+        state_dir = directory / "state"
+        master, runtime = str(directory / "master.sock"), str(directory / "runtime.sock")
+        config = str(directory / "haproxy.cfg")
+        haproxy = HAProxy(master, runtime, haproxy_bin)  # the CLI's defaults
+        if sync_wait is not None:
+            haproxy.sync_wait = sync_wait
+        supervisor = Supervisor(config, master, str(state_dir / "haproxy.pid"), haproxy_bin)
+        options = RenderOptions(pod, bind_address=ip, runtime_socket=runtime)
+        applier = Applier(options, config, StateStore(str(state_dir)), haproxy, supervisor)
+        return cls(pod, ip, applier, haproxy, supervisor)
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGUSR1)  # soft stop of master and workers
+
+class Phases:
+    """Wall time of the applier's own steps, recorded by wrapping the calls it makes."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, list[float]] = defaultdict(list)
+        self.enabled = False
+
+    def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
             try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+                return fn(*args, **kwargs)
+            finally:
+                if self.enabled:
+                    self.times[name].append(time.perf_counter() - start)
+
+        return timed
+
+    @contextmanager
+    def installed(self, agent: Agent) -> Iterator[None]:
+        """Wrap the module functions the applier calls and the timed agent's methods."""
+        module_originals: dict[str, Callable[..., Any]] = {
+            name: getattr(nodeagent.applier, name) for name in ("render", "validate")
+        }
+        try:
+            for name, fn in module_originals.items():
+                setattr(nodeagent.applier, name, self.wrap(name, fn))
+            # Instance attributes shadow the class's methods for this one agent only.
+            hx, applier = agent.haproxy, agent.applier
+            methods: list[tuple[object, str, str]] = [
+                (hx, "set_servers", "set_servers"),
+                (hx, "reload", "reload"),
+                (hx, "wait_peers_synced", "wait_peers_synced"),
+                (applier, "_write_config", "write"),
+                (applier.store, "save", "save"),
+            ]
+            for obj, attr, name in methods:
+                setattr(obj, attr, self.wrap(name, getattr(obj, attr)))
+            yield
+        finally:
+            for name, fn in module_originals.items():
+                setattr(nodeagent.applier, name, fn)
+
+    def take(self) -> dict[str, list[float]]:
+        taken, self.times = dict(self.times), defaultdict(list)
+        return taken
 
 
-def validate(config: Path) -> float:
-    start = time.perf_counter()
-    subprocess.run([HAPROXY, "-c", "-q", "-f", str(config)], check=True, timeout=10)
-    return time.perf_counter() - start
+def make_snapshot(
+    net: Net, version: int, pod: int, expire_ms: int, ports: tuple[int, int]
+) -> pb.Snapshot:
+    """The workload's snapshot: both HAProxy pods as peers, SRV_1 on backend pod `pod`."""
+    http_port, peer_port = ports
+    shop = backend(BACKEND, [(net.backend_pods[pod][1], BACKEND_PORT)], count=SLOTS)
+    shop.persistence.expire_ms = expire_ms
+    peers = [(name, ip, peer_port) for name, ip in net.haproxy_pods]
+    return snapshot(peers, [shop], http_port=http_port, routes=[(HOST, BACKEND)], version=version)
 
 
-def apply_runtime(work: Path, address: str) -> None:
-    sock = work / "admin.sock"
-    answer = unix_command(sock, f"set server {BACKEND}/SRV_1 addr {address} port {BACKEND_PORT}")
-    if "changed" not in answer and "no need to change" not in answer:
-        raise RuntimeError(f"set server addr: {answer.strip()}")
-    answer = unix_command(sock, f"set server {BACKEND}/SRV_1 state ready")
-    if answer.strip():
-        raise RuntimeError(f"set server state: {answer.strip()}")
-    state = unix_command(sock, f"show servers state {BACKEND}")
-    if f" SRV_1 {address} " not in state:
-        raise RuntimeError(f"show servers state does not show {address}")
+def answers(haproxy: str, port: int, pod: str, client: str) -> bool:
+    try:
+        return http_get(haproxy, HOST, client, port, timeout=2) == pod
+    except (OSError, RuntimeError):
+        return False
 
 
-def apply_reload(work: Path) -> None:
-    unix_command(work / "master.sock", "reload")
+def wait_serving(haproxy: str, port: int, pod: str, client: str, timeout: float = 10.0) -> float:
+    """Probe (new connection each) until `pod` answers; the time it did."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if answers(haproxy, port, pod, client):
+            return time.perf_counter()
+    raise TimeoutError(f"{pod} not serving through {haproxy}:{port} within {timeout:.0f}s")
 
 
-def load_main(port: int) -> None:
+def load_main(haproxy: str, port: int, client: str) -> None:
     """Load process: requests until SIGTERM, then print ok/failed counts as JSON."""
     stopping = False
 
@@ -199,90 +215,253 @@ def load_main(port: int) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     ok = failed = 0
-    print('{"started": true}', flush=True)
+    errors: list[str] = []
+    print(json.dumps({"started": True}), flush=True)
     while not stopping:
-        if get(port):
+        try:
+            http_get(haproxy, HOST, client, port, timeout=5)
             ok += 1
-        else:
+        except (OSError, RuntimeError) as e:
             failed += 1
-    print(f'{{"ok": {ok}, "failed": {failed}}}', flush=True)
+            if len(errors) < 5:
+                errors.append(repr(e)[:200])
+    print(json.dumps({"ok": ok, "failed": failed, "errors": errors}), flush=True)
 
 
-def measure(path: str, changes: int, work: Path, ports: tuple[int, int]) -> dict[str, Any]:
-    front_port, peer_port = ports
-    config = work / "haproxy.cfg"
-    timings: list[float] = []
-    validation: list[float] = []
-    load = Child(
-        [sys.executable, "-m", "tests.bench.haproxy", "load", str(front_port)],
-        work / f"load-{path}.log",
-    )
+class Bench:
+    def __init__(self, net: Net, work: Path, agents: list[Agent], ports: tuple[int, int]) -> None:
+        self.net = net
+        self.work = work
+        self.agents = agents
+        self.ports = ports
+        self.version = 0
+        self.pod = 0
+        self.expire = 0
+        self.phases = Phases()
+
+    def apply_all(self, expected: Kind | None = None) -> float:
+        """Apply the next snapshot to every agent; the first one timed to serving."""
+        self.version += 1
+        snap = make_snapshot(self.net, self.version, self.pod, EXPIRES_MS[self.expire], self.ports)
+        first, *others = self.agents
+        self.phases.enabled = True
+        start = time.perf_counter()
+        result = first.applier.apply(snap)
+        self.phases.enabled = False
+        self.phases.times["apply_call"].append(time.perf_counter() - start)
+        if not result.ok or (expected is not None and result.kind is not expected):
+            raise RuntimeError(f"{first.pod}: {result} (expected {expected})")
+        pod = self.net.backend_pods[self.pod][0]
+        serving = wait_serving(first.ip, self.ports[0], pod, self.net.probe_client) - start
+        for agent in others:
+            other = agent.applier.apply(snap)
+            if not other.ok:
+                raise RuntimeError(f"{agent.pod}: {other}")
+        return serving
+
+    def measure(self, path: str, changes: int, gap: float, load: bool = True) -> dict[str, Any]:
+        """`changes` samples of one path, `gap` seconds apart, under a load loop."""
+        first = self.agents[0]
+        kind = Kind.RUNTIME if path == "runtime" else Kind.RELOAD
+        reloads_before = first.haproxy.show_proc().reloads
+        timings: list[float] = []
+        kept: list[float] = []
+        loader = (
+            Child(
+                [
+                    *(sys.executable, "-m", "tests.bench.haproxy", "load"),
+                    *(first.ip, str(self.ports[0]), self.net.load_client),
+                ],
+                self.work / f"load-{path}-{gap}.log",
+            )
+            if load
+            else None
+        )
+        counts: dict[str, Any] = {"ok": 0, "failed": 0, "errors": []}
+        try:
+            if loader is not None:
+                loader.read(timeout=30)
+                time.sleep(0.2)
+            self.phases.take()
+            for _ in range(changes):
+                self.pod = 1 - self.pod
+                if path == "reload":
+                    self.expire = 1 - self.expire
+                timings.append(self.apply_all(kind))
+                kept.append(self.pinned_kept())
+                time.sleep(gap)
+            if loader is not None:
+                loader.proc.send_signal(signal.SIGTERM)
+                counts = loader.read(timeout=30)
+        finally:
+            if loader is not None:
+                loader.stop()
+        reloads = first.haproxy.show_proc().reloads - reloads_before
+        return {
+            "timings": timings,
+            "phases": self.phases.take(),
+            "reloads": reloads,
+            "pinned_kept": kept,
+            **counts,
+        }
+
+    def pin_clients(self) -> None:
+        """Stick-table entries of clients that never come back: they survive only if the
+        table does (peers local resync on reload, or no reload at all)."""
+        first = self.agents[0]
+        for client in self.net.pinned_clients:
+            http_get(first.ip, HOST, client, self.ports[0])
+        wait_for(lambda: self.pinned_kept() == 1.0, 10, "the pinned clients' entries")
+
+    def pinned_kept(self) -> float:
+        """Fraction of the pinned clients' entries in haproxy-a's stick table now."""
+        entries = table_entries(self.agents[0].haproxy.runtime(f"show table {BACKEND}"))
+        pinned = self.net.pinned_clients
+        return sum(1 for c in pinned if c in entries) / len(pinned)
+
+
+@contextmanager
+def output_to(path: Path) -> Iterator[None]:
+    """Point this process's stdout/stderr at a file while HAProxy is spawned: the
+    supervisor's HAProxy inherits them and would otherwise fill the benchmark's output."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(path, "ab") as out:
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
     try:
-        load.read(timeout=30)
-        current = 0
-        for _ in range(changes):
-            current = (current + 1) % len(BACKEND_ADDRESSES)
-            address = BACKEND_ADDRESSES[current]
-            start = time.monotonic()  # the snapshot is in hand
-            write_atomically(config, render(work, front_port, peer_port, address))
-            validation.append(validate(config))
-            if path == "runtime":
-                apply_runtime(work, address)
-            else:
-                apply_reload(work)
-            timings.append(wait_serving(front_port, address) - start)
-            time.sleep(0.3 if path == "reload" else 0.05)  # old workers drain, peers resync
-        load.proc.send_signal(signal.SIGTERM)
-        counts = load.read(timeout=30)
+        yield
     finally:
-        load.stop()
-    return {"timings": timings, "validation": validation, **counts}
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in zip((1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
 
 
-def run(quick: bool = False) -> list[Result]:
-    if not Path(HAPROXY).exists():
-        raise RuntimeError(f"haproxy not found at {HAPROXY}")
-    changes = 6 if quick else 50
+def run(
+    quick: bool = False,
+    runtime_changes: int = 0,
+    reload_changes: int = 0,
+    octet: int = OCTET,
+    sync_wait: float | None = None,
+) -> list[Result]:
+    """The figures; `sync_wait` overrides the agent's peer-resync bound (smoke tests only)."""
+    binary = haproxy_binary()
+    if binary is None:
+        raise RuntimeError("haproxy not found")
+    runtime_changes = runtime_changes or (6 if quick else 50)
+    reload_changes = reload_changes or (3 if quick else 20)
+    back_to_back = 2 if quick else 5
+    net = Net(octet)
     work = Path(tempfile.mkdtemp(prefix="bench-haproxy-"))
-    front_port, peer_port = free_port(), free_port()
-    pods = Haproxy.start(work, backends_config(), "pods", [])
-    config_text = render(work, front_port, peer_port, BACKEND_ADDRESSES[0])
-    fleet = Haproxy.start(
-        work, config_text, "haproxy", ["-S", f"{work}/master.sock", "-L", "haproxy-a"]
-    )
-    os.replace(fleet.config, work / "haproxy.cfg")  # the agent's file from now on
-    fleet.config = work / "haproxy.cfg"
     found: dict[str, dict[str, Any]] = {}
+    backends = Backends()
     try:
-        wait_serving(front_port, BACKEND_ADDRESSES[0], timeout=10)
-        for path in ("runtime", "reload"):
-            found[path] = measure(path, changes, work, (front_port, peer_port))
-            log(f"haproxy: {path} p50 {median(found[path]['timings']) * 1000:.1f} ms")
+        with ExitStack() as stack:
+            for name, address in net.backend_pods:
+                backends.start(name, address, BACKEND_PORT)
+            http_port, peer_port = free_port(net.ip("1.1")), free_port(net.ip("1.1"))
+            agents: list[Agent] = []
+            for name, address in net.haproxy_pods:
+                agents.append(Agent.create(work, name, address, binary, sync_wait))
+                stack.callback(agents[-1].supervisor.stop)
+            bench = Bench(net, work, agents, (http_port, peer_port))
+            wait = agents[0].haproxy.sync_wait
+            with output_to(work / "haproxy.log"):
+                bench.apply_all()  # first start of both HAProxy
+            for agent in agents:
+                first_pod = net.backend_pods[0][0]
+                serving = partial(answers, agent.ip, http_port, first_pod, net.probe_client)
+                wait_for(serving, 10, agent.pod)
+            bench.pin_clients()
+            stack.enter_context(bench.phases.installed(agents[0]))
+            found["runtime"] = bench.measure("runtime", runtime_changes, RUNTIME_GAP_S)
+            time.sleep(wait)  # quiet before the first reload sample
+            found["reload"] = bench.measure("reload", reload_changes, wait + 0.5)
+            found["reload_back_to_back"] = bench.measure(
+                "reload", back_to_back, BACK_TO_BACK_GAP_S, load=False
+            )
+            for path, data in found.items():
+                log(
+                    f"haproxy: {path} p50 {median(data['timings']) * 1000:.1f} ms, "
+                    f"failed {data['failed']} {data['errors']}"
+                )
     finally:
-        fleet.stop()
-        pods.stop()
+        backends.stop_all()
         shutil.rmtree(work, ignore_errors=True)
+    return results_of(found, binary, wait)
+
+
+def _median_ms(
+    prefix: str, params: dict[str, Any], name: str, values: list[float], what: str = ""
+) -> Result:
+    extra = {"what": what} if what else {}
+    return Result(f"{prefix}.{name}", median(values) * 1000, "ms", params | extra)
+
+
+def results_of(found: dict[str, dict[str, Any]], binary: str, sync_wait: float) -> list[Result]:
     results: list[Result] = []
-    for path, data in found.items():
-        params = {"changes": changes, "requests_ok": data["ok"], "load": "new conn/request"}
-        timings = data["timings"]
+    for path in ("runtime", "reload"):
+        data = found[path]
+        timings, phases = data["timings"], data["phases"]
+        params = {
+            "changes": len(timings),
+            "requests_ok": data["ok"],
+            "reloads": data["reloads"],
+            "load": "new conn/request",
+            "agent": "nodeagent Applier",
+        }
+
+        ms = partial(_median_ms, f"haproxy.{path}", params)
+        validate = phases.get("validate", [])
         results += [
-            Result(f"haproxy.{path}.received_to_serving_p50", median(timings) * 1000, "ms", params),
+            ms("received_to_serving_p50", timings),
             Result(
                 f"haproxy.{path}.received_to_serving_p99",
                 percentile(timings, 99) * 1000,
                 "ms",
                 params,
             ),
-            Result(
-                f"haproxy.{path}.apply_to_serving_p50",
-                median([t - v for t, v in zip(timings, data["validation"], strict=True)]) * 1000,
-                "ms",
-                {**params, "what": "without the haproxy -c validation"},
+            ms(
+                "apply_to_serving_p50",
+                [t - v for t, v in zip(timings, validate, strict=True)],
+                "received to serving without the haproxy -c validation",
             ),
+            ms("apply_call_p50", phases["apply_call"], "Applier.apply() (the agent ACKs after)"),
+            ms("validate_p50", validate, f"haproxy -c ({binary}) inside apply"),
             Result(f"haproxy.{path}.failed_requests", data["failed"], "requests", params),
-            Result(f"haproxy.{path}.validate_p50", median(data["validation"]) * 1000, "ms", params),
+            Result(
+                f"haproxy.{path}.pinned_entries_kept",
+                min(data["pinned_kept"]),
+                "fraction",
+                params | {"what": "worst sample: pinned clients' stick entries right after"},
+            ),
         ]
+        for phase in PHASES:
+            if phase != "validate" and phases.get(phase):
+                results.append(ms(f"phase.{phase}_p50", phases[phase], "step inside apply"))
+    burst = found["reload_back_to_back"]
+    burst_params = {
+        "changes": len(burst["timings"]),
+        "gap_s": BACK_TO_BACK_GAP_S,
+        "sync_wait_s": sync_wait,
+    }
+    results += [
+        Result(
+            "haproxy.reload.back_to_back_p50",
+            median(burst["timings"]) * 1000,
+            "ms",
+            burst_params,
+        ),
+        Result(
+            "haproxy.reload.back_to_back_wait_peers_synced_p50",
+            median(burst["phases"].get("wait_peers_synced", [0.0])) * 1000,
+            "ms",
+            burst_params,
+        ),
+    ]
     ratio = median(found["reload"]["timings"]) / median(found["runtime"]["timings"])
     results.append(
         Result("haproxy.reload_over_runtime", ratio, "ratio", {"what": "p50 reload / p50 runtime"})
@@ -293,10 +472,12 @@ def run(quick: bool = False) -> list[Result]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("command", nargs="?", choices=["load"])
+    parser.add_argument("haproxy", nargs="?")
     parser.add_argument("port", nargs="?", type=int)
+    parser.add_argument("client", nargs="?")
     args = parser.parse_args(argv)
     if args.command == "load":
-        load_main(args.port)
+        load_main(args.haproxy, args.port, args.client)
         return
     from tests.bench.__main__ import main as bench_main
 
