@@ -11,9 +11,9 @@ from pathlib import Path
 from google.protobuf import json_format
 
 from controlplane.compute import compute
-from controlplane.model import DEFAULT_HAPROXY_SELECTOR, DEFAULT_SETTINGS_CONFIGMAP, ObjectRef
 from controlplane.slotstore import FileSlotStore, MemorySlotStore, SlotStore
 from controlplane.source.files import load_manifests
+from controlplane.sourceargs import add_source_arguments
 
 
 def files_directory(spec: str) -> Path:
@@ -22,33 +22,6 @@ def files_directory(spec: str) -> Path:
     if kind != "files" or not sep or not rest:
         raise argparse.ArgumentTypeError(f"expected files:DIR, got {spec!r}")
     return Path(rest)
-
-
-def object_ref(text: str) -> ObjectRef:
-    try:
-        return ObjectRef.parse(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def add_source_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags that mean the same for `compute` and `serve`."""
-    parser.add_argument(
-        "--configmap",
-        type=object_ref,
-        default=ObjectRef.parse(DEFAULT_SETTINGS_CONFIGMAP),
-        help=f"settings ConfigMap NAMESPACE/NAME (default {DEFAULT_SETTINGS_CONFIGMAP})",
-    )
-    parser.add_argument(
-        "--haproxy-selector",
-        default=DEFAULT_HAPROXY_SELECTOR,
-        help=f"label selector of the HAProxy pods (default {DEFAULT_HAPROXY_SELECTOR})",
-    )
-    parser.add_argument(
-        "--state",
-        type=Path,
-        help="slot assignment state file: read before computing, written after",
-    )
 
 
 def run_compute(args: argparse.Namespace) -> int:

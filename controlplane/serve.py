@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from controlplane import logformat, serveopts
 from controlplane.metrics import Metrics, MetricsServer
-from controlplane.model import DEFAULT_HAPROXY_SELECTOR, DEFAULT_SETTINGS_CONFIGMAP, ObjectRef
+from controlplane.model import ObjectRef
 from controlplane.reconcile import AssignmentStore, ComputeFn, Reconciler
 from controlplane.server import ControlPlaneServer
 from controlplane.source import Source
+from controlplane.sourceargs import add_source_arguments, object_ref
 from controlplane.store import SnapshotStore
 
 if TYPE_CHECKING:
@@ -58,13 +59,6 @@ def _listen_address(text: str) -> str:
     return text
 
 
-def _object_ref(text: str) -> ObjectRef:
-    try:
-        return ObjectRef.parse(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of `controlplane serve`."""
     parser.add_argument(
@@ -81,22 +75,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"gRPC address HOST:PORT (default {DEFAULT_LISTEN}, loopback for development; "
         "use 0.0.0.0:18000 or [::]:18000 in a cluster)",
     )
-    parser.add_argument(
-        "--configmap",
-        type=_object_ref,
-        default=ObjectRef.parse(DEFAULT_SETTINGS_CONFIGMAP),
-        help=f"settings ConfigMap NAMESPACE/NAME (default {DEFAULT_SETTINGS_CONFIGMAP})",
-    )
-    parser.add_argument(
-        "--haproxy-selector",
-        default=DEFAULT_HAPROXY_SELECTOR,
-        help=f"label selector of the HAProxy pods (default {DEFAULT_HAPROXY_SELECTOR})",
-    )
-    parser.add_argument(
-        "--state",
-        type=Path,
-        help="slot assignment state file; without it slots are kept in memory only",
-    )
+    add_source_arguments(parser)
     kube = parser.add_argument_group("kubernetes source")
     kube.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
     kube.add_argument(
@@ -119,7 +98,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     kube.add_argument(
         "--slots-configmap",
-        type=_object_ref,
+        type=object_ref,
         help=f"ConfigMap NAMESPACE/NAME holding the slot assignment (default with "
         f"--source kubernetes and no --state: LEASE_NAMESPACE/{DEFAULT_SLOTS})",
     )
