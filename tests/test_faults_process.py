@@ -38,6 +38,8 @@ def start_fleet(tmp_path: Path, octet: int) -> Fleet:
         fleet.start()
     except BaseException:
         fleet.stop()
+        log = tmp_path / "controlplane.log"
+        print(log.read_text(errors="replace")[-3000:] if log.exists() else "no log")
         raise
     return fleet
 
@@ -110,6 +112,8 @@ def test_control_plane_sigkill_then_return_without_reload(fleet: Fleet) -> None:
         fleet.stop_control_plane()  # forgets the dead process and its channel
         for agent in agents:
             wait_for(lambda a=agent: log_count(a, "stream lost") > 0, 15, "the agents to notice")
+        down = traffic.ok
+        wait_for(lambda: traffic.ok > down + 20, 15, "requests served while it is down")
         served_while_down = traffic.ok
         fleet.start_control_plane()  # same --state file, same address
         for agent, seen in zip(agents, in_sync, strict=True):

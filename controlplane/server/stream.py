@@ -233,9 +233,11 @@ class StreamHandler:
             session.waiting_reason = reason
             log.info("agent %s waiting: %s", session.pod, reason)
             return pb.ServerMessage(waiting=pb.Waiting(reason=reason)).SerializeToString()
+        was_waiting = bool(session.waiting_reason)
         session.waiting_reason = ""
         target = published.content_hash
-        if not session.answered and target == session.acked_hash:
+        # After a Waiting, an agent that runs the content still needs its InSync.
+        if (not session.answered or was_waiting) and target == session.acked_hash:
             session.answered = True
             session.sent_hash = target
             session.acked_version = published.version
