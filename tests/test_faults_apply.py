@@ -1,0 +1,214 @@
+"""Apply-path faults on a real HAProxy: disk full, unwritable state dir, unreachable
+sockets, `haproxy -c` hanging. Each gives a clear error and a NACK, never a crash, leaves
+HAProxy serving what it served, and the same snapshot applies once the fault is gone."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nodeagent.applier import Applier
+from nodeagent.changes import Kind
+from nodeagent.haproxy import HAProxy
+from nodeagent.render import RenderOptions
+from nodeagent.state import StateStore
+from nodeagent.supervisor import Supervisor
+from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.haproxy_env import (
+    HAPROXY_BIN,
+    backend,
+    free_port,
+    http_get,
+    identity_server,
+    loopback_net,
+    needs_haproxy,
+    snapshot,
+)
+
+pytestmark = [needs_haproxy, pytest.mark.haproxy]
+HOST = "shop.example.com"
+
+
+@dataclass
+class Rig:
+    """One supervised HAProxy whose config and state live where the test says."""
+
+    ip: str
+    http_port: int
+    peer_port: int
+    backends: list[tuple[str, int]]
+    applier: Applier
+    supervisor: Supervisor
+    sockets: Path
+
+    def snap(self, version: int, *, slot: int = 0, balance: str = "source") -> pb.Snapshot:
+        b = backend("default_shop_http", [self.backends[slot]], balance=balance)
+        return snapshot(
+            [("pod-a", self.ip, self.peer_port)],
+            [b],
+            http_port=self.http_port,
+            routes=[(HOST, "default_shop_http")],
+            version=version,
+        )
+
+    def get(self) -> str:
+        return http_get(self.ip, self.http_port, HOST)
+
+
+@contextlib.contextmanager
+def rig(
+    tmp: Path, config: Path, state: Path, haproxy_bin: str = HAPROXY_BIN, check_timeout: float = 15
+) -> Iterator[Rig]:
+    net = loopback_net()
+    ip = f"{net}.1"
+    sockets = tmp / "run"
+    sockets.mkdir(parents=True, exist_ok=True)
+    master, runtime = str(sockets / "master.sock"), str(sockets / "runtime.sock")
+    hx = HAProxy(master, runtime, haproxy_bin, sync_wait=1.0, check_timeout=check_timeout)
+    sup = Supervisor(str(config), master, str(sockets / "haproxy.pid"), HAPROXY_BIN)
+    options = RenderOptions("pod-a", bind_address=ip, runtime_socket=runtime)
+    applier = Applier(options, str(config), StateStore(str(state)), hx, sup)
+    with (
+        identity_server(f"{net}.11", "pod-11") as p11,
+        identity_server(f"{net}.12", "pod-12") as p12,
+    ):
+        backends = [(f"{net}.11", p11), (f"{net}.12", p12)]
+        try:
+            yield Rig(ip, free_port(ip), free_port(ip), backends, applier, sup, sockets)
+        finally:
+            sup.stop()
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str) -> Iterator[Path]:
+    path.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        timeout=10,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=10, check=False)
+
+
+def fill(directory: Path) -> Path:
+    """Write zeros until the filesystem is full; the filler file."""
+    filler = directory / "filler"
+    with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * 4096)
+    return filler
+
+
+def test_disk_full_nacks_keeps_serving_and_retries(tmp_path: Path) -> None:
+    with (
+        tmpfs(tmp_path / "disk", "256k") as disk,
+        rig(tmp_path, disk / "haproxy.cfg", disk / "state") as r,
+    ):
+        assert r.applier.apply(r.snap(1)).ok
+        assert r.get() == "pod-11"
+        before = (disk / "haproxy.cfg").read_text()
+        filler = fill(disk)
+        v2 = r.snap(2, slot=1, balance="roundrobin")  # needs a reload: a new file
+        failed = r.applier.apply(v2)
+        assert not failed.ok
+        assert "cannot write" in failed.error and "No space left" in failed.error
+        assert (disk / "haproxy.cfg").read_text() == before
+        assert not [p for p in disk.iterdir() if p.name.startswith(".haproxy.cfg.")]
+        assert r.get() == "pod-11" and r.applier.applied_version == 1
+        filler.unlink()
+        retried = r.applier.apply(v2)
+        assert retried.ok, retried.error
+        assert r.get() == "pod-12" and r.applier.applied_version == 2
+
+
+def test_unwritable_state_dir_nacks_then_the_resent_snapshot_is_saved(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a regular file where the state dir's parent should be\n")
+    with rig(tmp_path, tmp_path / "haproxy.cfg", blocker / "state") as r:
+        v1 = r.snap(1)
+        first = r.applier.apply(v1)
+        assert not first.ok
+        assert "cannot be saved" in first.error and str(blocker / "state") in first.error
+        assert r.get() == "pod-11"  # HAProxy runs it; only persistence is missing
+        assert r.applier.applied_hash == ""  # the next Hello asks for it again
+        blocker.unlink()
+        again = r.applier.apply(v1)  # what the control plane resends after the reconnect
+        assert again.ok and again.kind is Kind.NOTHING, again.error
+        assert r.applier.applied_hash == v1.content_hash
+        assert StateStore(str(blocker / "state")).load() == v1
+
+
+def test_unreachable_sockets_fall_back_then_nack_then_recover(tmp_path: Path) -> None:
+    with rig(tmp_path, tmp_path / "haproxy.cfg", tmp_path / "state") as r:
+        assert r.applier.apply(r.snap(1)).ok
+        runtime = r.sockets / "runtime.sock"
+        runtime.rename(r.sockets / "runtime.moved")
+        v2 = r.snap(2, slot=1)  # only the slot's address: the runtime API path
+        fallback = r.applier.apply(v2)
+        assert fallback.ok and fallback.kind is Kind.RELOAD, fallback.error
+        assert r.get() == "pod-12"
+
+        master = r.sockets / "master.sock"  # now the master CLI is gone too
+        master.rename(r.sockets / "master.moved")
+        v3 = r.snap(3, slot=0)
+        config_v2 = Path(r.applier.config_path).read_text()
+        failed = r.applier.apply(v3)
+        assert not failed.ok and "reload failed" in failed.error
+        assert "No such file" in failed.error or "Connection refused" in failed.error
+        assert Path(r.applier.config_path).read_text() == config_v2  # the next start runs v2
+        assert r.get() == "pod-12" and r.applier.applied_version == 2
+
+        (r.sockets / "master.moved").rename(master)
+        (r.sockets / "runtime.moved").rename(runtime)
+        retried = r.applier.apply(v3)
+        assert retried.ok, retried.error
+        assert r.get() == "pod-11"
+
+
+def test_haproxy_check_timeout_nacks_and_kills_the_check(tmp_path: Path) -> None:
+    hang = tmp_path / "hang"
+    fake = tmp_path / "haproxy"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = "-c" ] && [ -e {hang} ]; then sleep 60 & wait; fi\n'
+        f'exec {HAPROXY_BIN} "$@"\n'
+    )
+    fake.chmod(0o755)
+    hang.touch()
+    with rig(tmp_path, tmp_path / "haproxy.cfg", tmp_path / "state", str(fake), 1.0) as r:
+        v1 = r.snap(1)
+        failed = r.applier.apply(v1)
+        assert not failed.ok and failed.error == "haproxy -c timed out after 1s"
+        assert r.applier.applied is None and not Path(r.applier.config_path).exists()
+        assert r.applier.metrics.validation_failures._value.get() == 1
+        stray = subprocess.run(
+            ["pgrep", "-f", "^sleep 60$"], capture_output=True, text=True, check=False
+        )
+        assert stray.stdout.strip() == "" or not _child_of_fake(stray.stdout, fake)
+        hang.unlink()
+        retried = r.applier.apply(v1)
+        assert retried.ok, retried.error
+        assert r.get() == "pod-11"
+
+
+def _child_of_fake(pids: str, fake: Path) -> bool:
+    """Whether any of these sleep processes still belongs to a check of `fake`."""
+    for pid in pids.split():
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as f:
+            ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        with contextlib.suppress(OSError), open(f"/proc/{ppid}/cmdline", "rb") as f:
+            if os.fsencode(str(fake)) in f.read():
+                return True
+    return False
