@@ -1,7 +1,7 @@
 """`python -m tests.bench [NAME ...] [--quick]`: run benchmarks, print a table, write JSON.
 
-Names: compute, fanout, haproxy, e2e, stability (default: all, in that order). Results go
-to tests/bench/results.json (entries of benchmarks not run this time are kept).
+Names: compute, fanout, haproxy, e2e, stability, churn (default: all, in that order).
+Results go to tests/bench/results.json (entries of benchmarks not run this time are kept).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ BENCHMARKS = {
     "haproxy": "tests.bench.haproxy",
     "e2e": "tests.bench.e2e",
     "stability": "tests.bench.stability",
+    "churn": "tests.bench.churn",
 }
 
 
@@ -40,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"== {name}")
         start = time.monotonic()
         try:
-            kwargs = {"agents": args.agents} if name == "fanout" and args.agents else {}
+            scalable = name in ("fanout", "churn") and args.agents
+            kwargs = {"agents": args.agents} if scalable else {}
             found: list[Result] = module.run(quick=args.quick, **kwargs)
         except Exception:
             traceback.print_exc()
