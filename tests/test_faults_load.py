@@ -26,3 +26,4 @@ def test_agents_survive_endpoint_churn_and_converge(tmp_path: Path) -> None:
     assert figures.agents_on_final == AGENTS
     assert figures.final_version > 2  # published during the churn, not only at the end
     assert figures.rss_mib_settled - figures.rss_mib_connected < LEAK_BUDGET_MIB
+    assert figures.rss_mib_after_churn - figures.rss_mib_half_churn < LEAK_BUDGET_MIB / 4

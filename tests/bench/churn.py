@@ -33,7 +33,14 @@ def run(quick: bool = False, agents: int | None = None) -> list[Result]:
         Result("churn.last_change_to_all_converged", figures.converge_s, "s", params),
         Result("churn.rss_idle", figures.rss_mib_idle, "MiB", params),
         Result("churn.rss_connected", figures.rss_mib_connected, "MiB", params),
+        Result("churn.rss_half_churn", figures.rss_mib_half_churn, "MiB", params),
         Result("churn.rss_after_churn", figures.rss_mib_after_churn, "MiB", params),
+        Result(
+            "churn.rss_growth_second_half",
+            figures.rss_mib_after_churn - figures.rss_mib_half_churn,
+            "MiB",
+            params,
+        ),
         Result("churn.rss_settled", figures.rss_mib_settled, "MiB", params),
         Result(
             "churn.rss_growth_over_run",

@@ -160,6 +160,7 @@ class LoadFigures:
     agents_on_final: int = 0
     rss_mib_idle: float = 0.0
     rss_mib_connected: float = 0.0
+    rss_mib_half_churn: float = 0.0
     rss_mib_after_churn: float = 0.0
     rss_mib_settled: float = 0.0
 
@@ -270,18 +271,22 @@ def run_load(agents: int, seconds: float, rate: float, workdir: Path | None = No
                 _wait_converged(serve, workers, agents, ready(0), 120)
                 figures.rss_mib_connected = rss_kib(pid) / 1024
 
-                start = time.monotonic()
                 step = 0
-                while time.monotonic() - start < seconds:
-                    step += 1
-                    api.apply(endpoint_slice("shop", endpoints(step)))
-                    time.sleep(max(0.0, step / rate - (time.monotonic() - start)))
+                for phase in range(2):  # RSS after each half: a leak keeps growing
+                    start, first = time.monotonic(), step
+                    while time.monotonic() - start < seconds / 2:
+                        step += 1
+                        api.apply(endpoint_slice("shop", endpoints(step)))
+                        pace = (step - first) / rate - (time.monotonic() - start)
+                        time.sleep(max(0.0, pace))
+                    churn_end = time.monotonic()
+                    snap, hashes, opened, lost = _wait_converged(
+                        serve, workers, agents, ready(step), 120
+                    )
+                    figures.converge_s = max(figures.converge_s, time.monotonic() - churn_end)
+                    if phase == 0:
+                        figures.rss_mib_half_churn = rss_kib(pid) / 1024
                 figures.changes = step
-                churn_end = time.monotonic()
-                snap, hashes, opened, lost = _wait_converged(
-                    serve, workers, agents, ready(step), 120
-                )
-                figures.converge_s = time.monotonic() - churn_end
                 figures.rss_mib_after_churn = rss_kib(pid) / 1024
                 figures.final_version = snap.version
                 figures.agents_on_final = hashes.get(snap.content_hash, 0)
