@@ -1,8 +1,9 @@
 """Apply a snapshot to HAProxy in the cheapest correct way, and only then say so.
 
-Order matters: render and `haproxy -c` before anything is touched (a NACK must leave the
-running config and the file as they were), then runtime API or atomic write + reload, and
-the snapshot is recorded as applied only once HAProxy confirmed it runs it.
+Order matters: render, then either the runtime API (slot changes only) or `haproxy -c`
+before anything is touched (a NACK must leave the running config and the file as they
+were) and an atomic write + reload; the snapshot is recorded as applied only once HAProxy
+confirmed it runs it.
 """
 
 from __future__ import annotations
@@ -196,15 +197,12 @@ class Applier:
                 self._write_config(cfg)
             self._record(snapshot, cfg)
             return Result(True, decision.kind)
-        error = validate(cfg, self.haproxy.haproxy_bin, self.haproxy.check_timeout)
-        if error:
-            self.metrics.validation_failures.inc()
-            log.warning(
-                "%s: haproxy -c rejected the config: %s", ident, error, extra=extra(decision.kind)
-            )
-            return Result(False, decision.kind, error=error)
         kind = decision.kind if running else changes.Kind.RELOAD
         if kind is changes.Kind.RUNTIME:
+            # No `haproxy -c` on this path: classify() proved the new file differs from the
+            # running, validated one only in server lines, which render() wrote from
+            # strictly checked addresses and ports, and HAProxy checks each address again.
+            # Validation would be ~90% of the path (about 100 ms of 115 ms measured).
             try:
                 log.info(
                     "%s: runtime update of %d server(s)",
@@ -219,6 +217,13 @@ class Applier:
             except (OSError, HAProxyError) as e:
                 log.warning("%s: runtime update failed (%s); reloading instead", ident, e)
                 kind = changes.Kind.RELOAD
+        error = validate(cfg, self.haproxy.haproxy_bin, self.haproxy.check_timeout)
+        if error:
+            self.metrics.validation_failures.inc()
+            log.warning(
+                "%s: haproxy -c rejected the config: %s", ident, error, extra=extra(decision.kind)
+            )
+            return Result(False, decision.kind, error=error)
         log.info("%s: reload (%s)", ident, decision.reason, extra=extra(changes.Kind.RELOAD))
         try:
             pid = self._activate(cfg, crash_at="after-config-write")

@@ -162,7 +162,6 @@ class HAProxy:
         self.haproxy_bin = haproxy_bin
         self.sync_wait = sync_wait
         self.reload_timeout = reload_timeout
-        self._last_reload = 0.0
         self._lock = threading.Lock()
 
     def master(self, cmd: str) -> str:
@@ -203,8 +202,12 @@ class HAProxy:
         return all(f & 0x3 == 0x3 for f in flags.values())
 
     def wait_peers_synced(self) -> None:
-        """Before a reload: let the previous resync finish (bounded), or the table is lost."""
-        deadline = self._last_reload + self.sync_wait
+        """Before a reload: let the running worker's resync finish (bounded), or the new
+        worker learns an incomplete table. Checked before every reload, the first one
+        after a start included: a fresh worker is as unsynced as a reloaded one. A peers
+        section whose peers are gone reports synced once HAProxy's own resync timeout
+        (5 s) passes, so the wait stays bounded by `sync_wait` either way."""
+        deadline = time.monotonic() + self.sync_wait
         while time.monotonic() < deadline:
             try:
                 if self.peers_synced():
@@ -223,7 +226,6 @@ class HAProxy:
                 self.master("reload")
             except OSError as e:
                 log.debug("master closed during reload: %s", e)
-            self._last_reload = time.monotonic()
             deadline = time.monotonic() + self.reload_timeout
             while time.monotonic() < deadline:
                 time.sleep(0.05)

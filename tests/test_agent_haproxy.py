@@ -325,3 +325,26 @@ def test_drives_an_haproxy_started_by_someone_else(fleet: Fleet) -> None:
     finally:
         haproxy.terminate()
         haproxy.wait(10)
+
+
+def test_runtime_path_needs_no_haproxy_check_but_reload_path_does(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """Slot-only changes skip `haproxy -c` (the file differs only in checked server lines);
+    anything else is validated first. Shown with a binary whose `-c` always fails."""
+    assert fleet.inst.applier.apply(fleet.snap(["pod-11"], 1)).ok
+    failing = tmp_path / "haproxy-check-fails"
+    failing.write_text("#!/bin/sh\necho '[ALERT] check refused by test' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    fleet.inst.haproxy.haproxy_bin = str(failing)
+    try:
+        runtime = fleet.inst.applier.apply(fleet.snap(["pod-12"], 2))
+        assert runtime.ok, runtime.error
+        assert runtime.kind is Kind.RUNTIME
+        assert fleet.get() == "pod-12"
+        reload = fleet.inst.applier.apply(fleet.snap(["pod-12"], 3, balance="roundrobin"))
+        assert not reload.ok
+        assert "check refused by test" in reload.error
+        assert fleet.get() == "pod-12"  # the old config keeps serving
+    finally:
+        fleet.inst.haproxy.haproxy_bin = HAPROXY_BIN
