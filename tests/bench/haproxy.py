@@ -424,13 +424,7 @@ def results_of(found: dict[str, dict[str, Any]], binary: str, sync_wait: float) 
                 "ms",
                 params,
             ),
-            ms(
-                "apply_to_serving_p50",
-                [t - v for t, v in zip(timings, validate, strict=True)],
-                "received to serving without the haproxy -c validation",
-            ),
             ms("apply_call_p50", phases["apply_call"], "Applier.apply() (the agent ACKs after)"),
-            ms("validate_p50", validate, f"haproxy -c ({binary}) inside apply"),
             Result(f"haproxy.{path}.failed_requests", data["failed"], "requests", params),
             Result(
                 f"haproxy.{path}.pinned_entries_kept",
@@ -439,6 +433,15 @@ def results_of(found: dict[str, dict[str, Any]], binary: str, sync_wait: float) 
                 params | {"what": "worst sample: pinned clients' stick entries right after"},
             ),
         ]
+        if validate:  # the runtime path does not validate (only checked server lines change)
+            results += [
+                ms(
+                    "apply_to_serving_p50",
+                    [t - v for t, v in zip(timings, validate, strict=True)],
+                    "received to serving without the haproxy -c validation",
+                ),
+                ms("validate_p50", validate, f"haproxy -c ({binary}) inside apply"),
+            ]
         for phase in PHASES:
             if phase != "validate" and phases.get(phase):
                 results.append(ms(f"phase.{phase}_p50", phases[phase], "step inside apply"))
