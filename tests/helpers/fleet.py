@@ -90,7 +90,9 @@ class _Identity(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class _HttpBackend(http.server.ThreadingHTTPServer):
+class HttpBackend(http.server.ThreadingHTTPServer):
+    """An HTTP server answering every GET with `pod_name`."""
+
     daemon_threads = True
 
     def __init__(self, pod_name: str, address: tuple[str, int]) -> None:
@@ -121,7 +123,7 @@ class Backends:
     def start(self, name: str, address: str, port: int, kind: str = "http") -> None:
         server: socketserver.BaseServer
         if kind == "http":
-            server = _HttpBackend(name, (address, port))
+            server = HttpBackend(name, (address, port))
         else:
             server = _TcpBackend(name, (address, port))
         threading.Thread(target=server.serve_forever, name=f"backend-{name}", daemon=True).start()
@@ -141,10 +143,12 @@ class Backends:
 
 
 def http_get(
-    haproxy: str, host: str, source: str, port: int = HTTP_PORT, timeout: float = 5
+    haproxy: str, host: str, source: str | None = None, port: int = HTTP_PORT, timeout: float = 5
 ) -> str:
-    """GET / through HAProxy at `haproxy`, from source address `source`; the body."""
-    conn = http.client.HTTPConnection(haproxy, port, timeout=timeout, source_address=(source, 0))
+    """GET / through HAProxy at `haproxy` on a fresh connection, from source address
+    `source` (any when None); the body."""
+    bind = (source, 0) if source is not None else None
+    conn = http.client.HTTPConnection(haproxy, port, timeout=timeout, source_address=bind)
     try:
         conn.request("GET", "/", headers={"Host": host, "Connection": "close"})
         response = conn.getresponse()

@@ -7,11 +7,8 @@ is stopped by PID.
 from __future__ import annotations
 
 import contextlib
-import http.client
-import http.server
 import os
 import random
-import socket
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -25,6 +22,9 @@ from nodeagent.render import RenderOptions
 from nodeagent.state import StateStore
 from nodeagent.supervisor import Supervisor
 from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.fleet import HttpBackend
+from tests.helpers.fleet import free_port as free_port  # re-exported for the agent tests
+from tests.helpers.fleet import http_get as fleet_http_get
 
 HAPROXY_BIN = "/usr/sbin/haproxy"
 HAVE_HAPROXY = os.access(HAPROXY_BIN, os.X_OK)
@@ -36,32 +36,10 @@ def loopback_net() -> str:
     return f"127.{random.randint(100, 250)}.{random.randint(1, 250)}"
 
 
-def free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = f"{self.server.identity}\n".encode()  # type: ignore[attr-defined]
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @contextlib.contextmanager
 def identity_server(host: str, identity: str) -> Iterator[int]:
     """A tiny HTTP backend on host answering its identity; yields its port."""
-    server = http.server.ThreadingHTTPServer((host, 0), _Handler)
-    server.daemon_threads = True
-    server.identity = identity  # type: ignore[attr-defined]
+    server = HttpBackend(identity, (host, 0))
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
@@ -74,16 +52,7 @@ def identity_server(host: str, identity: str) -> Iterator[int]:
 
 def http_get(host: str, port: int, host_header: str, timeout: float = 3.0) -> str:
     """One request on a fresh connection; returns the body."""
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        conn.request("GET", "/", headers={"Host": host_header, "Connection": "close"})
-        resp = conn.getresponse()
-        body = resp.read().decode()
-        if resp.status != 200:
-            raise RuntimeError(f"HTTP {resp.status}: {body.strip()}")
-        return body.strip()
-    finally:
-        conn.close()
+    return fleet_http_get(host, host_header, port=port, timeout=timeout)
 
 
 def slots(endpoints: list[tuple[str, int]], count: int = 4) -> list[pb.Slot]:
