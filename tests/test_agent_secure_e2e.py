@@ -21,6 +21,7 @@ from tests.helpers.certs import make_certs
 from tests.helpers.fleet import DEMO, free_port, haproxy_binary, wait_for
 from tests.helpers.server_process import ROOT, ServeProcess
 from tests.kubeapi import FakeKubeAPI
+from tests.kubeapi.objects import write_kubeconfig
 
 pytestmark = pytest.mark.skipif(haproxy_binary() is None, reason="needs the haproxy binary")
 OCTET = 74
@@ -54,13 +55,7 @@ def scrape(port: int) -> dict[str, float]:
 
 def test_tls_mtls_token_rotation_end_to_end(api: FakeKubeAPI, tmp_path: Path) -> None:
     certs = make_certs(tmp_path / "certs")
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-        f"clusters: [{{name: fake, cluster: {{server: '{api.url}'}}}}]\n"
-        "users: [{name: cp, user: {token: t}}]\n"
-        "contexts: [{name: fake, context: {cluster: fake, user: cp}}]\n"
-    )
+    kubeconfig = write_kubeconfig(api.url, tmp_path / "kubeconfig")
     token = tmp_path / "token"
     token.write_text("tok-stale\n")
     serve_args = (

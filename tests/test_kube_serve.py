@@ -23,7 +23,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.helpers.server_process import ServeProcess, grpcurl
 from tests.kubeapi import FakeKubeAPI
-from tests.kubeapi.objects import config_map, endpoint_slice, pod, service, wait_until
+from tests.kubeapi.objects import (
+    config_map,
+    endpoint_slice,
+    pod,
+    service,
+    wait_until,
+    write_kubeconfig,
+)
 
 LEASE_S = 2.0
 WORKLOAD = "haproxy-system/DaemonSet/haproxy"
@@ -75,14 +82,7 @@ def api() -> Iterator[FakeKubeAPI]:
 
 @pytest.fixture
 def kubeconfig(api: FakeKubeAPI, tmp_path: Path) -> Path:
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-        f"clusters: [{{name: fake, cluster: {{server: '{api.url}'}}}}]\n"
-        "users: [{name: cp, user: {token: t}}]\n"
-        "contexts: [{name: fake, context: {cluster: fake, user: cp}}]\n"
-    )
-    return path
+    return write_kubeconfig(api.url, tmp_path / "kubeconfig")
 
 
 def serve_args(kubeconfig: Path) -> tuple[str, ...]:

@@ -23,6 +23,7 @@ from tests.kubeapi.objects import (
     replica_set,
     service,
     wait_until,
+    write_kubeconfig,
 )
 
 FAST = WatchOptions(
@@ -282,13 +283,7 @@ def test_start_fails_when_the_api_never_answers(api: FakeKubeAPI) -> None:
 
 
 def test_kubeconfig_file(api: FakeKubeAPI, tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-        f"clusters: [{{name: fake, cluster: {{server: '{api.url}'}}}}]\n"
-        "users: [{name: me, user: {token: t0ken}}]\n"
-        "contexts: [{name: fake, context: {cluster: fake, user: me}}]\n"
-    )
+    kubeconfig = write_kubeconfig(api.url, tmp_path / "kubeconfig")
     src = KubernetesSource(load_api_client(str(kubeconfig)), settings=SETTINGS, options=FAST)
     src.start(Changes())
     try:

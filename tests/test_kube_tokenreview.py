@@ -15,7 +15,7 @@ from controlplane.server.auth import Denied, KubeTokenReviewer
 from tests.helpers.server_harness import Agent, run
 from tests.helpers.server_process import ROOT, ServeProcess
 from tests.kubeapi import FakeKubeAPI
-from tests.kubeapi.objects import api_client
+from tests.kubeapi.objects import api_client, write_kubeconfig
 
 DEMO = ROOT / "deploy" / "examples" / "demo"
 SA = "system:serviceaccount:haproxy-system:haproxy"
@@ -61,13 +61,7 @@ async def stream_status(address: str, pod: str, token: str) -> grpc.StatusCode |
 
 
 def test_serve_authenticates_agents_by_token_review(api: FakeKubeAPI, tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-        f"clusters: [{{name: fake, cluster: {{server: '{api.url}'}}}}]\n"
-        "users: [{name: cp, user: {token: t}}]\n"
-        "contexts: [{name: fake, context: {cluster: fake, user: cp}}]\n"
-    )
+    kubeconfig = write_kubeconfig(api.url, tmp_path / "kubeconfig")
     args = ("--source", f"files:{DEMO}", "--authenticate-agents", f"--kubeconfig={kubeconfig}")
     with ServeProcess(*args) as serve:
         serve.wait_for(re.compile(r"published "))

@@ -29,7 +29,7 @@ from peerplane.v1 import peerplane_pb2 as pb
 from tests.bench.common import Child, rss_kib
 from tests.helpers.server_process import ServeProcess
 from tests.kubeapi import FakeKubeAPI
-from tests.kubeapi.objects import config_map, endpoint_slice, pod, service
+from tests.kubeapi.objects import config_map, endpoint_slice, pod, service, write_kubeconfig
 
 NS = "haproxy-system"
 WORKLOAD = f"{NS}/DaemonSet/haproxy"
@@ -169,14 +169,7 @@ class LoadFigures:
 
 
 def _kubeconfig(api: FakeKubeAPI, directory: Path) -> Path:
-    path = directory / "kubeconfig"
-    path.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-        f"clusters: [{{name: fake, cluster: {{server: '{api.url}'}}}}]\n"
-        "users: [{name: cp, user: {token: t}}]\n"
-        "contexts: [{name: fake, context: {cluster: fake, user: cp}}]\n"
-    )
-    return path
+    return write_kubeconfig(api.url, directory / "kubeconfig")
 
 
 def _cluster(api: FakeKubeAPI, agents: int) -> None:

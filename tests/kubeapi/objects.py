@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -17,6 +18,17 @@ def api_client(url: str) -> client.ApiClient:
     configuration.host = url
     configuration.retries = False
     return client.ApiClient(configuration)
+
+
+def write_kubeconfig(url: str, path: Path, token: str = "t") -> Path:
+    """A kubeconfig pointing the real client at the fake API server at `url`."""
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+        f"clusters: [{{name: fake, cluster: {{server: '{url}'}}}}]\n"
+        f"users: [{{name: cp, user: {{token: {token}}}}}]\n"
+        "contexts: [{name: fake, context: {cluster: fake, user: cp}}]\n"
+    )
+    return path
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, step: float = 0.02) -> bool:
