@@ -11,16 +11,8 @@ from nodeagent import cli
 from nodeagent.haproxy import validate
 from nodeagent.render import RenderError, RenderOptions, haproxy_size, render, render_backend
 from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.builders import DESIGN_BACKEND
 from tests.helpers.haproxy_env import HAPROXY_BIN, backend, needs_haproxy, snapshot
-
-DESIGN_BACKEND = """\
-backend default_shop_http
-  balance source
-  stick on src
-  stick-table type ip size 1m expire 1800000 peers localinstance
-  server SRV_1 10.244.0.32:8888 id 1 enabled
-  server SRV_2 10.244.0.33:8888 id 2 enabled
-"""
 
 
 def realistic() -> pb.Snapshot:

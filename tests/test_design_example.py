@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from controlplane.compute import compute
 from nodeagent.render import RenderOptions, render
-from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service
-
-DESIGN_BACKEND = """\
-backend default_shop_http
-  balance source
-  stick on src
-  stick-table type ip size 1m expire 1800000 peers localinstance
-  server SRV_1 10.244.0.32:8888 id 1 enabled
-  server SRV_2 10.244.0.33:8888 id 2 enabled
-"""
+from tests.helpers.builders import (
+    DEFAULT_PODS,
+    DESIGN_BACKEND,
+    WORKLOAD,
+    cluster,
+    endpoint_slice,
+    service,
+)
 
 
 def test_design_example_backend_is_reproduced_exactly() -> None:

@@ -105,3 +105,13 @@ def cluster(
 
 DEFAULT_PODS = (haproxy_pod("haproxy-a", "127.0.1.1"), haproxy_pod("haproxy-b", "127.0.1.2"))
 WORKLOAD = "haproxy-system/DaemonSet/haproxy"
+
+# DESIGN.md's example backend, as haproxy.cfg must render it.
+DESIGN_BACKEND = """\
+backend default_shop_http
+  balance source
+  stick on src
+  stick-table type ip size 1m expire 1800000 peers localinstance
+  server SRV_1 10.244.0.32:8888 id 1 enabled
+  server SRV_2 10.244.0.33:8888 id 2 enabled
+"""
