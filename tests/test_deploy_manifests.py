@@ -267,6 +267,11 @@ def test_network_policies_open_the_peer_and_grpc_ports(base: list[Obj]) -> None:
     grpc = find(base, "NetworkPolicy", "peerplane-controlplane-grpc")
     assert grpc["spec"]["podSelector"]["matchLabels"].items() <= control_labels.items()
     assert [s.items() <= haproxy_labels.items() for s in allowed(grpc, 18000)] == [True]
+    # Prometheus can reach the agents' and the control plane's metrics ports.
+    opened = {p["port"] for rule in peers["spec"]["ingress"] for p in rule.get("ports", [])}
+    assert 9101 in opened
+    opened = {p["port"] for rule in grpc["spec"]["ingress"] for p in rule.get("ports", [])}
+    assert 9090 in opened
 
 
 def test_settings_configmap_documents_the_defaults(base: list[Obj]) -> None:
