@@ -163,6 +163,9 @@ class StreamHandler:
                 message = self._next_message(session)
                 if message is not None:
                     await self._send(context, session, message)
+                    # This stream's copy (nonce + shared snapshot bytes) is sent: do not keep
+                    # it alive while idle. Holding it cost ~60 KiB per connected agent.
+                    message = None
                     await self._registry.changed()
                 await wake.wait()
                 wake.clear()
