@@ -7,13 +7,12 @@ ConfigMap. Unreadable state is reported and rebuilt from sorted order, never a c
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Protocol
 
 from controlplane.compute.slots import assignment_from_json, assignment_to_json
 from controlplane.compute.types import SlotAssignment
+from peerplane.durable import atomic_write
 
 
 class SlotStore(Protocol):
@@ -37,26 +36,6 @@ class MemorySlotStore:
         self.assignment = assignment
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Temp file in the same directory, fsync, rename, fsync the directory."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 class FileSlotStore:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -77,4 +56,4 @@ class FileSlotStore:
 
     def save(self, assignment: SlotAssignment) -> None:
         text = json.dumps(assignment_to_json(assignment), indent=1, sort_keys=True)
-        write_atomically(self.path, text.encode() + b"\n")
+        atomic_write(self.path, text.encode() + b"\n")

@@ -8,34 +8,14 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 
+from peerplane.durable import atomic_write
 from peerplane.v1 import peerplane_pb2 as pb
+
+__all__ = ["SNAPSHOT_FILE", "StateStore", "atomic_write"]
 
 SNAPSHOT_FILE = "snapshot.binpb"
 log = logging.getLogger(__name__)
-
-
-def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class StateStore:
