@@ -1,0 +1,37 @@
+"""Suite-wide fixtures: the HAProxy versions every real-HAProxy test runs against."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.haproxy_versions import HAProxyBinary, installed
+
+_ran: set[str] = set()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize `haproxy_bin` over every installed HAProxy series (skip when none)."""
+    if "haproxy_bin" in metafunc.fixturenames:
+        binaries = list(installed())
+        if binaries:
+            metafunc.parametrize(
+                "haproxy_bin", binaries, ids=[f"haproxy{b.series}" for b in binaries]
+            )
+        else:
+            metafunc.parametrize(
+                "haproxy_bin",
+                [pytest.param(None, marks=pytest.mark.skip(reason="no haproxy installed"))],
+            )
+
+
+@pytest.fixture
+def haproxy_bin(request: pytest.FixtureRequest) -> HAProxyBinary:
+    binary: HAProxyBinary = request.param
+    _ran.add(binary.version)
+    return binary
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    found = ", ".join(f"{b.version} ({b.path})" for b in installed()) or "none"
+    ran = ", ".join(sorted(_ran)) or "none"
+    terminalreporter.write_line(f"HAProxy installed: {found}; real-HAProxy tests ran on: {ran}")
