@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 
 from google.protobuf import json_format
@@ -13,7 +14,7 @@ from google.protobuf import json_format
 from controlplane.compute import compute
 from controlplane.slotstore import FileSlotStore, MemorySlotStore, SlotStore
 from controlplane.source.files import load_manifests
-from controlplane.sourceargs import add_source_arguments
+from controlplane.sourceargs import add_source_arguments, workload_scope
 
 
 def files_directory(spec: str) -> Path:
@@ -32,7 +33,7 @@ def run_compute(args: argparse.Namespace) -> int:
     previous, problems = store.load()
     for problem in problems:
         print(f"controlplane: {problem}", file=sys.stderr)
-    result = compute(loaded.state, previous)
+    result = compute(loaded.state, previous, workload_scope(args), now=time.time())
     for rejection in result.rejections:
         print(
             f"controlplane: rejected {rejection.object} {rejection.key}={rejection.value!r}: "
@@ -51,7 +52,13 @@ def run_compute(args: argparse.Namespace) -> int:
         # A fresh computation: the first generation of every workload.
         documents.append(json_format.MessageToDict(content.message(version=1)))
     if args.state:
-        store.save(result.assignment)
+        try:
+            store.save(result.assignment)
+        except OSError as err:
+            # Snapshots whose slots are not persisted must not be used: print none.
+            reason = err.strerror or str(err)
+            print(f"controlplane: cannot save slot state {args.state}: {reason}", file=sys.stderr)
+            return 1
     output = documents[0] if args.workload is not None else documents
     json.dump(output, sys.stdout, indent=2, sort_keys=False)
     sys.stdout.write("\n")

@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 
 from controlplane.compute.types import ComputeResult, Rejection, SlotAssignment
 from controlplane.model import ClusterState
+from controlplane.reconcile import ComputeFn
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,6 @@ REASONS = {"Service": "InvalidAnnotation", "ConfigMap": "InvalidSetting"}
 MESSAGE_LIMIT = 1024
 
 RejectionKey = tuple[str, str, str, str, str, str]
-ComputeFn = Callable[[ClusterState, SlotAssignment], ComputeResult]
 
 
 @dataclass
@@ -225,8 +225,10 @@ def _describe(rejection: Rejection | None) -> str:
 def recording(compute: ComputeFn, recorder: EventRecorder) -> ComputeFn:
     """`compute` that also hands each result's rejections to `recorder`."""
 
-    def compute_and_record(state: ClusterState, previous: SlotAssignment) -> ComputeResult:
-        result = compute(state, previous)
+    def compute_and_record(
+        state: ClusterState, previous: SlotAssignment, *, now: float
+    ) -> ComputeResult:
+        result = compute(state, previous, now=now)
         recorder.record(result.rejections)
         return result
 

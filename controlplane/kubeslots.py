@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -21,6 +23,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 from controlplane.compute.slots import assignment_from_json, assignment_to_json
 from controlplane.compute.types import SlotAssignment
 from controlplane.model import ObjectRef
+from controlplane.slotstore import parse_state
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +45,10 @@ class ConfigMapSlotStore:
         *,
         request_timeout: float = 10.0,
         read_attempts: int = 5,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.ref = ref
+        self._clock = clock
         self._api = client.CoreV1Api(api)
         self._timeout = (request_timeout, request_timeout)
         self._attempts = read_attempts
@@ -67,11 +72,10 @@ class ConfigMapSlotStore:
         where = f"configmap {self.ref} key {SLOTS_KEY}"
         if not isinstance(text, str):
             return {}, [f"{where} is missing; slots rebuilt from sorted order"]
-        try:
-            data = json.loads(text)
-        except ValueError as error:
-            return {}, [f"{where} is not JSON ({error}); slots rebuilt from sorted order"]
-        assignment, problems = assignment_from_json(data)
+        data, problem = parse_state(text)
+        if problem is not None:
+            return {}, [f"{where} is {problem}; slots rebuilt from sorted order"]
+        assignment, problems = assignment_from_json(data, self._clock())
         return assignment, [f"{where}: {problem}" for problem in problems]
 
     def save(self, assignment: SlotAssignment) -> None:

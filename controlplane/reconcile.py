@@ -14,7 +14,6 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Protocol
 
@@ -38,7 +37,12 @@ class AssignmentStore(Protocol):
     def save(self, assignment: SlotAssignment) -> None: ...
 
 
-ComputeFn = Callable[[ClusterState, "SlotAssignment"], "ComputeResult"]
+class ComputeFn(Protocol):
+    """`Computer.compute`'s shape: `now` is the wall clock the loop reads for it."""
+
+    def __call__(
+        self, state: ClusterState, previous: SlotAssignment, *, now: float
+    ) -> ComputeResult: ...
 
 
 def same_assignment(a: SlotAssignment, b: SlotAssignment) -> bool:
@@ -49,7 +53,13 @@ def same_assignment(a: SlotAssignment, b: SlotAssignment) -> bool:
         return False
     # Unchanged backends keep their BackendSlots object: identity settles most of them.
     return all(
-        a[k] is b[k] or (a[k].count == b[k].count and dict(a[k].slots) == dict(b[k].slots))
+        a[k] is b[k]
+        or (
+            a[k].count == b[k].count
+            and dict(a[k].slots) == dict(b[k].slots)
+            and dict(a[k].freed) == dict(b[k].freed)
+            and dict(a[k].freed_by) == dict(b[k].freed_by)
+        )
         for k in a
     )
 
@@ -188,8 +198,9 @@ class Reconciler:
 
         def compute_now() -> tuple[ComputeResult, float]:
             state = self._source.state()
+            now = time.time()  # wall clock: freed slots' times are compared across restarts
             started = time.perf_counter()
-            result = self._compute(state, previous)
+            result = self._compute(state, previous, now=now)
             return result, time.perf_counter() - started
 
         try:

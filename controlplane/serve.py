@@ -28,7 +28,7 @@ from controlplane.model import ObjectRef
 from controlplane.reconcile import AssignmentStore, ComputeFn, Reconciler
 from controlplane.server import ControlPlaneServer
 from controlplane.source import Source
-from controlplane.sourceargs import add_source_arguments, object_ref
+from controlplane.sourceargs import add_source_arguments, object_ref, workload_scope
 from controlplane.store import SnapshotStore
 
 if TYPE_CHECKING:
@@ -174,6 +174,8 @@ async def _serve(args: argparse.Namespace) -> int:
         return 2
     if tls is None:
         log.warning("--insecure: the gRPC port serves PLAINTEXT (agents' tokens travel in clear)")
+    if (warning := serveopts.auth_warning(args)) is not None:
+        log.warning("%s", warning)
     store = SnapshotStore()
     metrics = Metrics()
     server = ControlPlaneServer(
@@ -181,7 +183,7 @@ async def _serve(args: argparse.Namespace) -> int:
         serveopts.server_options(args, tls),
         authenticator=serveopts.authenticator(args),
         authenticate_agents=bool(args.authenticate_agents),
-        authenticate_inspection=bool(args.authenticate_inspection),
+        authenticate_inspection=serveopts.inspection_authenticated(args),
         metrics=metrics,
     )
     try:
@@ -237,7 +239,7 @@ async def _run(
         log.error("--source %s: %s", args.source, err)
         await server.stop(0)
         return 2
-    compute, recorder = _with_events(args, Computer().compute)
+    compute, recorder = _with_events(args, Computer(workload_scope(args)).compute)
     reconciler = Reconciler(source, store, open_slot_store(args), compute, metrics=metrics)
     starting = loop.run_in_executor(None, source.start, reconciler.on_change)
     await _first(starting, stop_wait)

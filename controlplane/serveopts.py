@@ -74,7 +74,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     auth.add_argument(
         "--authenticate-inspection",
         action="store_true",
-        help="ListWorkloads, GetSnapshot and ListAgents need a valid token (not an agent's)",
+        help="ListWorkloads, GetSnapshot and ListAgents need a valid token (not an agent's); "
+        "on by default with --authenticate-agents",
+    )
+    auth.add_argument(
+        "--open-inspection",
+        action="store_true",
+        help="with --authenticate-agents: leave the inspection RPCs open to any caller "
+        "(every workload's snapshot and every agent); logged as a warning",
     )
     auth.add_argument(
         "--token-audience",
@@ -158,6 +165,28 @@ def check(args: argparse.Namespace) -> str | None:
         return "--insecure contradicts --tls-cert: choose one"
     if not args.insecure and not has_cert:
         return NO_TRANSPORT
+    if args.open_inspection and args.authenticate_inspection:
+        return "--open-inspection contradicts --authenticate-inspection: choose one"
+    if args.open_inspection and not args.authenticate_agents:
+        return "--open-inspection only applies with --authenticate-agents"
+    return None
+
+
+def inspection_authenticated(args: argparse.Namespace) -> bool:
+    """Inspection follows agent authentication unless explicitly opened: a cluster that
+    checks agents' tokens must not hand every snapshot to an anonymous caller."""
+    if args.authenticate_inspection:
+        return True
+    return bool(args.authenticate_agents) and not args.open_inspection
+
+
+def auth_warning(args: argparse.Namespace) -> str | None:
+    """The warning `serve` logs when inspection is open beside authenticated agents."""
+    if args.open_inspection:
+        return (
+            "--open-inspection: ListWorkloads, GetSnapshot and ListAgents answer any caller "
+            "without a token (every workload's snapshot, every agent)"
+        )
     return None
 
 
@@ -183,7 +212,7 @@ def server_options(args: argparse.Namespace, tls: TlsFiles | None) -> ServerOpti
 
 def authenticator(args: argparse.Namespace) -> Authenticator | None:
     """A TokenReview authenticator when any authentication flag is on."""
-    if not (args.authenticate_agents or args.authenticate_inspection):
+    if not (args.authenticate_agents or inspection_authenticated(args)):
         return None
     from controlplane.source.kubernetes import load_api_client
 

@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from nodeagent import changes, state
+from nodeagent import changes, sockrepair, state
 from nodeagent.faults import crash_point
 from nodeagent.haproxy import HAProxy, HAProxyError, validate
 from nodeagent.logformat import fields
@@ -34,6 +34,9 @@ class Result:
     kind: changes.Kind | None = None
     error: str = ""
     worker_pid: int | None = None
+    # The failure may pass without a new snapshot (a reload that failed on a port still
+    # held): the client re-applies the same snapshot with backoff.
+    retryable: bool = False
 
 
 class StateWriteError(Exception):
@@ -58,6 +61,8 @@ class Applier:
         self.store = store
         self.haproxy = haproxy
         self.supervisor = supervisor
+        if supervisor is not None and haproxy.master_log is None:
+            haproxy.master_log = supervisor.output  # 2.6's words for a failed reload
         self.start_timeout = start_timeout
         self.applied: pb.Snapshot | None = None
         self._applied_cfg: str | None = None
@@ -90,13 +95,34 @@ class Applier:
         except FileNotFoundError:
             return None
 
+    def _rebinding(self, cfg: str) -> str | None:
+        """The config to reload with so that a deleted runtime socket is bound again, or
+        None when the socket answers (or HAProxy is not up: a start binds it anyway)."""
+        path = self.haproxy.runtime_socket
+        if sockrepair.answers(path) or not self.haproxy.is_running():
+            return None
+        rebind = sockrepair.rebinding_config(cfg, path)
+        if rebind is None:
+            log.error("runtime socket %s is gone and cannot be rebound by a reload", path)
+        else:
+            log.warning("runtime socket %s is gone: reloading so that HAProxy binds it", path)
+        return rebind
+
     def _activate(self, cfg: str, crash_at: str | None = None) -> int | None:
         """Write the file and make HAProxy run it: first start or hitless reload."""
         previous = self._read_config()
-        self._write_config(cfg)
+        rebind = (
+            self._rebinding(cfg) if self.supervisor is None or self.supervisor.started else None
+        )
+        self._write_config(rebind or cfg)
         if crash_at is not None:
             crash_point(crash_at)
         try:
+            if rebind is not None:
+                pid = self.haproxy.reload().current_worker
+                self._write_config(cfg)  # same meaning, usual spelling
+                self.metrics.socket_repairs.inc()
+                return pid
             if self.supervisor is not None and not self.supervisor.started:
                 if not self.supervisor.start():
                     return self.haproxy.wait_running(self.start_timeout).current_worker
@@ -183,6 +209,10 @@ class Applier:
             name = path.value if path is not None else None
             return fields(workload=snapshot.workload, version=snapshot.version, path=name)
 
+        missing = missing_local_peer(snapshot, self.options.pod_name)
+        if missing is not None:
+            log.warning("%s: refused: %s", ident, missing, extra=extra(None))
+            return Result(False, error=missing)
         try:
             cfg = render(snapshot, self.options)
         except RenderError as e:
@@ -198,6 +228,14 @@ class Applier:
             self._record(snapshot, cfg)
             return Result(True, decision.kind)
         kind = decision.kind if running else changes.Kind.RELOAD
+        if kind is changes.Kind.RUNTIME and not sockrepair.answers(self.haproxy.runtime_socket):
+            log.warning(
+                "%s: runtime socket %s does not answer; reloading to repair it",
+                ident,
+                self.haproxy.runtime_socket,
+                extra=extra(changes.Kind.RELOAD),
+            )
+            kind = changes.Kind.RELOAD
         if kind is changes.Kind.RUNTIME:
             # No `haproxy -c` on this path: classify() proved the new file differs from the
             # running, validated one only in server lines, which render() wrote from
@@ -213,7 +251,7 @@ class Applier:
                 self.haproxy.set_servers(decision.updates)
                 self._write_config(cfg)
                 self._record(snapshot, cfg)
-                return Result(True, kind, worker_pid=self.haproxy.show_proc().current_worker)
+                return Result(True, kind, worker_pid=self._worker_pid())
             except (OSError, HAProxyError) as e:
                 log.warning("%s: runtime update failed (%s); reloading instead", ident, e)
                 kind = changes.Kind.RELOAD
@@ -229,10 +267,19 @@ class Applier:
             pid = self._activate(cfg, crash_at="after-config-write")
         except (OSError, HAProxyError) as e:
             log.error("%s: reload failed: %s", ident, e, extra=extra(changes.Kind.RELOAD))
-            return Result(False, kind, error=f"reload failed: {e}")
+            return Result(False, kind, error=f"reload failed: {e}", retryable=True)
         self._record(snapshot, cfg)
         self._check_peers(snapshot, ident)
         return Result(True, kind, worker_pid=pid)
+
+    def _worker_pid(self) -> int | None:
+        """For the result only: HAProxy already runs the update, so a master CLI that does
+        not answer must not turn it into a reload (and a NACK of what runs)."""
+        try:
+            return self.haproxy.show_proc().current_worker
+        except (OSError, HAProxyError) as e:
+            log.warning("cannot read show proc after a runtime update: %s", e)
+            return None
 
     def _check_peers(self, snapshot: pb.Snapshot, ident: str) -> None:
         """2.6 may drop a peers section silently: say so loudly if the worker lacks it."""
@@ -258,6 +305,21 @@ class Applier:
                 f"{e.strerror or e}"
             ) from e
         self._unsaved = False
+
+
+def missing_local_peer(snapshot: pb.Snapshot, pod_name: str) -> str | None:
+    """The NACK text when a non-empty peers list lacks this pod, else None.
+
+    HAProxy drops a peers section without its local peer (2.6 with only a warning):
+    the table would stop replicating and not be handed over at the reload.
+    """
+    peers = snapshot.peers.peers
+    if not peers or any(p.name == pod_name for p in peers):
+        return None
+    return (
+        f"peers list of {len(peers)} lacks this pod ({pod_name}): HAProxy would drop peers "
+        f"section {PEERS_SECTION} and stop replicating; keeping the running config"
+    )
 
 
 def socket_path_ok(path: str) -> bool:

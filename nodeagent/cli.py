@@ -12,7 +12,7 @@ import sys
 
 from google.protobuf import json_format
 
-from nodeagent import logformat, transport
+from nodeagent import logformat, transport, version
 from nodeagent.applier import Applier, socket_path_ok
 from nodeagent.client import Client, Identity
 from nodeagent.haproxy import HAProxy
@@ -64,7 +64,34 @@ def _parser() -> argparse.ArgumentParser:
     rend.add_argument("--pod-name", required=True)
     rend.add_argument("--bind-address", default="0.0.0.0")
     rend.add_argument("--runtime-socket", default="/var/run/haproxy/runtime.sock")
+    rend.add_argument(
+        "--haproxy-version",
+        metavar="X.Y",
+        help="render for this HAProxy version (default: ask --haproxy-bin if given, "
+        f"else {'.'.join(map(str, version.OLDEST_SUPPORTED))}, the oldest supported)",
+    )
+    rend.add_argument("--haproxy-bin", help="ask this binary its version (haproxy -v)")
     return parser
+
+
+def _render_version(args: argparse.Namespace) -> version.Version:
+    if args.haproxy_version:
+        return version.parse_argument(args.haproxy_version)
+    if args.haproxy_bin:
+        return version.probe(args.haproxy_bin)
+    return version.OLDEST_SUPPORTED
+
+
+def _serving_version(haproxy_bin: str) -> version.Version | None:
+    """The version of the binary the agent serves with; None (render only what every
+    version accepts) when it cannot be learned."""
+    try:
+        found = version.probe(haproxy_bin)
+    except version.VersionError as e:
+        log.warning("%s; rendering without version-dependent keywords", e)
+        return None
+    log.info("serving with HAProxy %d.%d (%s)", *found, haproxy_bin)
+    return found
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -74,10 +101,13 @@ def _render(args: argparse.Namespace) -> int:
         with open(args.snapshot, encoding="utf-8") as f:
             text = f.read()
     snapshot = json_format.Parse(text, pb.Snapshot(), ignore_unknown_fields=True)
-    opts = RenderOptions(args.pod_name, args.bind_address, args.runtime_socket)
     try:
+        serving = _render_version(args)
+        opts = RenderOptions(
+            args.pod_name, args.bind_address, args.runtime_socket, haproxy_version=serving
+        )
         sys.stdout.write(render(snapshot, opts))
-    except RenderError as e:
+    except (RenderError, version.VersionError) as e:
         print(f"nodeagent render: {e}", file=sys.stderr)
         return 1
     return 0
@@ -105,7 +135,12 @@ async def _run(args: argparse.Namespace) -> int:
         if not socket_path_ok(path):
             log.error("socket path too long for a UNIX socket: %s", path)
             return 2
-    opts = RenderOptions(args.pod_name, args.bind_address, os.path.abspath(runtime))
+    opts = RenderOptions(
+        args.pod_name,
+        args.bind_address,
+        os.path.abspath(runtime),
+        haproxy_version=await asyncio.to_thread(_serving_version, args.haproxy_bin),
+    )
     haproxy = HAProxy(
         master,
         runtime,

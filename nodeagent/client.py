@@ -4,6 +4,10 @@ Applying can take seconds (haproxy -c, reload, peer resync), so receiving and ap
 separate tasks: while one snapshot is applied, newer ones replace each other in a single
 slot and only the latest is applied (reload coalescing; an answer to a superseded nonce
 would be stale anyway). The stream reconnects forever; HAProxy keeps serving meanwhile.
+
+A NACK whose cause may pass (a reload that failed on a port still held by another
+process) is followed by retries of the same snapshot with exponential backoff, until it
+applies (then the same nonce is ACKed) or a newer snapshot replaces it.
 """
 
 from __future__ import annotations
@@ -70,7 +74,9 @@ class Client:
         backoff_multiplier: float = 0.5,
         transport: Transport | None = None,
         metrics: AgentMetrics | None = None,
+        retry_initial: float = 1.0,
     ) -> None:
+        self.retry_initial = retry_initial  # first wait before re-applying a retryable NACK
         self.transport = transport if transport is not None else Transport()
         self.metrics = metrics if metrics is not None else AgentMetrics()
         self.target = target
@@ -219,30 +225,55 @@ class Client:
     ) -> None:
         while True:
             nonce, snap = await latest.get()
-            result = await asyncio.to_thread(self.applier.apply, snap)
-            ident = f"workload={snap.workload} version={snap.version} nonce={nonce}"
-            kind = result.kind.value if result.kind else None
-            extra = fields(workload=snap.workload, version=snap.version, nonce=nonce, path=kind)
-            if result.ok:
-                self.metrics.acks.inc()
-                log.info("ACK %s (%s)", ident, kind, extra={"event": "ack", **extra})
-                answer = pb.AgentMessage(
-                    ack=pb.Ack(nonce=nonce, version=snap.version, content_hash=snap.content_hash)
-                )
-            else:
-                self.metrics.nacks.inc()
+            delay, attempt = self.retry_initial, 1
+            while True:
+                result = await asyncio.to_thread(self.applier.apply, snap)
+                if attempt == 1 or result.ok:  # one NACK per nonce; the ACK may follow it
+                    await call.write(self._answer(nonce, snap, result, attempt))
+                if result.ok or not result.retryable:
+                    break
                 log.warning(
-                    "NACK %s: %s",
-                    ident,
+                    "retrying workload=%s version=%d nonce=%s in %.1fs (attempt %d failed: %s)",
+                    snap.workload,
+                    snap.version,
+                    nonce,
+                    delay,
+                    attempt,
                     result.error,
-                    extra={"event": "nack", "error": result.error, **extra},
+                    extra=fields(event="apply_retry", workload=snap.workload, version=snap.version),
                 )
-                answer = pb.AgentMessage(
-                    nack=pb.Nack(
-                        nonce=nonce,
-                        version=snap.version,
-                        content_hash=snap.content_hash,
-                        error=result.error,
-                    )
-                )
-            await call.write(answer)
+                try:  # a newer snapshot replaces the one being retried
+                    nonce, snap = await asyncio.wait_for(latest.get(), delay)
+                    delay, attempt = self.retry_initial, 1
+                except TimeoutError:
+                    delay, attempt = min(delay * 2, self.backoff_max), attempt + 1
+
+    def _answer(
+        self, nonce: str, snap: pb.Snapshot, result: Result, attempt: int
+    ) -> pb.AgentMessage:
+        """The ACK or NACK for one apply, logged and counted."""
+        ident = f"workload={snap.workload} version={snap.version} nonce={nonce}"
+        kind = result.kind.value if result.kind else None
+        extra = fields(workload=snap.workload, version=snap.version, nonce=nonce, path=kind)
+        if result.ok:
+            self.metrics.acks.inc()
+            retried = f", after {attempt} attempts" if attempt > 1 else ""
+            log.info("ACK %s (%s%s)", ident, kind, retried, extra={"event": "ack", **extra})
+            return pb.AgentMessage(
+                ack=pb.Ack(nonce=nonce, version=snap.version, content_hash=snap.content_hash)
+            )
+        self.metrics.nacks.inc()
+        log.warning(
+            "NACK %s: %s",
+            ident,
+            result.error,
+            extra={"event": "nack", "error": result.error, **extra},
+        )
+        return pb.AgentMessage(
+            nack=pb.Nack(
+                nonce=nonce,
+                version=snap.version,
+                content_hash=snap.content_hash,
+                error=result.error,
+            )
+        )

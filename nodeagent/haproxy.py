@@ -2,13 +2,14 @@
 
 HAProxy 2.6 answers some commands with nothing (`reload`) or with a sentence even on
 failure (`set server ... addr`), so every action here is confirmed by reading state back
-(`show proc`, `show servers state`, `show peers`) instead of trusting the reply.
+(`show proc`, `show servers state`, `show peers`) instead of trusting the reply. From 2.7
+`reload` answers `Success=1|0` and the startup log: a failure is reported in those words.
+What differs between 2.6, 3.0 and 3.2 is in docs/design.md.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import logging
 import os
 import re
@@ -22,6 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from nodeagent.changes import ServerUpdate
+from nodeagent.masterlog import MasterLog, failure_reason
+from peerplane.addresses import AddressError, canonical_address
 
 log = logging.getLogger(__name__)
 
@@ -95,12 +98,16 @@ class ProcInfo:
     master_pid: int
     reloads: int
     failed_reloads: int
-    workers: tuple[tuple[int, int], ...]  # (pid, reloads survived), newest has 0
+    workers: tuple[tuple[int, int], ...]  # (pid, reloads survived)
 
     @property
     def current_worker(self) -> int | None:
-        fresh = [pid for pid, reloads in self.workers if reloads == 0]
-        return max(fresh) if fresh else None
+        """The serving worker: the one that survived the fewest reloads. Usually 0, but a
+        failed reload counts too: the worker that keeps serving then shows 1 (3.2 even
+        lists it under `# old workers`)."""
+        if not self.workers:
+            return None
+        return min(self.workers, key=lambda w: (w[1], -w[0]))[0]
 
 
 def parse_show_proc(text: str) -> ProcInfo:
@@ -120,6 +127,24 @@ def parse_show_proc(text: str) -> ProcInfo:
     return ProcInfo(master[0], master[1], master[2], tuple(workers))
 
 
+@dataclass(frozen=True)
+class ReloadReply:
+    """The master CLI's answer to `reload` (HAProxy 2.7+): outcome and the startup log."""
+
+    ok: bool
+    log: tuple[str, ...]
+
+
+def parse_reload_reply(text: str) -> ReloadReply | None:
+    """`Success=1|0`, `--`, then the new process's startup log; None for 2.6's silence
+    (or anything else that is not such a reply)."""
+    lines = text.strip().splitlines()
+    if not lines or lines[0].strip() not in ("Success=1", "Success=0"):
+        return None
+    body = lines[2:] if len(lines) > 1 and lines[1].strip() == "--" else lines[1:]
+    return ReloadReply(lines[0].strip() == "Success=1", tuple(body))
+
+
 def parse_peers_flags(text: str) -> dict[str, int]:
     """Section name -> flags from `show peers`."""
     return {m.group(1): int(m.group(2), 16) for m in _PEERS_SECTION.finditer(text)}
@@ -130,6 +155,7 @@ class ServerState:
     address: str
     port: int
     enabled: bool
+    down: bool = False  # operationally stopped (failed health checks, or in maintenance)
 
 
 def parse_servers_state(text: str) -> dict[str, ServerState]:
@@ -140,7 +166,8 @@ def parse_servers_state(text: str) -> dict[str, ServerState]:
         if len(fields) < 19 or fields[0].startswith("#"):
             continue
         admin = int(fields[6])
-        servers[fields[3]] = ServerState(fields[4], int(fields[18]), admin & 0x3 == 0)
+        down = int(fields[5]) == 0  # srv_op_state 0: SRV_ST_STOPPED
+        servers[fields[3]] = ServerState(fields[4], int(fields[18]), admin & 0x3 == 0, down)
     return servers
 
 
@@ -155,8 +182,12 @@ class HAProxy:
         sync_wait: float = 5.0,
         reload_timeout: float = 15.0,
         check_timeout: float = 15.0,
+        master_log: MasterLog | None = None,
     ) -> None:
         self.check_timeout = check_timeout
+        # The master's output when the agent started it: 2.6's only account of a failed
+        # reload. None for an HAProxy started by someone else (or adopted).
+        self.master_log = master_log
         self.master_socket = master_socket
         self.runtime_socket = runtime_socket
         self.haproxy_bin = haproxy_bin
@@ -217,15 +248,25 @@ class HAProxy:
             time.sleep(0.1)
 
     def reload(self) -> ProcInfo:
-        """Hitless reload via the master CLI, confirmed by a new worker in `show proc`."""
+        """Hitless reload via the master CLI, confirmed by a new worker in `show proc`.
+
+        A failed reload raises HAProxyError in HAProxy's own words: the `reload` reply's
+        startup log (2.7+), or on 2.6, whose master answers nothing and re-executes, the
+        ALERTs it wrote to its output (`master_log`)."""
         with self._lock:
             self.wait_peers_synced()
             before = self.show_proc()
             old_pids = {pid for pid, _ in before.workers}
-            try:
-                self.master("reload")
+            mark = self.master_log.mark() if self.master_log is not None else 0
+            reply = ""
+            try:  # 2.7+ answers once the new worker is up or has failed
+                reply = command(self.master_socket, "reload", self.reload_timeout)
             except OSError as e:
                 log.debug("master closed during reload: %s", e)
+            answer = parse_reload_reply(reply)
+            if answer is not None and not answer.ok:
+                reason = failure_reason(list(answer.log)) or " ".join(answer.log).strip()
+                raise HAProxyError(f"HAProxy says: {reason or 'Success=0'}")
             deadline = time.monotonic() + self.reload_timeout
             while time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -234,22 +275,54 @@ class HAProxy:
                 except (OSError, HAProxyError):
                     continue  # the master re-executes itself
                 if info.failed_reloads > before.failed_reloads:
-                    raise HAProxyError("HAProxy reload failed (failed-reload counter grew)")
+                    raise HAProxyError(self._failure_words(mark))
                 worker = info.current_worker
                 if info.reloads > before.reloads and worker is not None and worker not in old_pids:
                     return info
             raise HAProxyError(f"no new HAProxy worker after {self.reload_timeout}s")
 
+    def _failure_words(self, mark: int) -> str:
+        """Why the 2.6 master says its reload failed, from its output since `mark`."""
+        if self.master_log is None:
+            return "HAProxy's failed-reload counter grew (its words are in its own log)"
+        # The ALERTs precede the master's re-exec; give the output pipe a moment to catch up.
+        lines = self.master_log.wait_for(mark, "Loading failure", 2.0)
+        reason = failure_reason(lines)
+        return f"HAProxy says: {reason}" if reason else "HAProxy's failed-reload counter grew"
+
     def servers_state(self, backend: str) -> dict[str, ServerState]:
         return parse_servers_state(self.runtime(f"show servers state {backend}"))
+
+    def _failed_checks(self, updates: list[ServerUpdate]) -> set[tuple[str, str]]:
+        """(backend, server) of the enabled slots to update that checks marked DOWN."""
+        failed: set[tuple[str, str]] = set()
+        for backend in sorted({u.backend for u in updates if u.enabled}):
+            for name, state in self.servers_state(backend).items():
+                if state.enabled and state.down:
+                    failed.add((backend, name))
+        return failed
 
     def set_servers(self, updates: Iterable[ServerUpdate]) -> None:
         """Apply slot changes with `set server`, then confirm with `show servers state`."""
         updates = list(updates)
+        # Every address checked before the first command: a refused one changes nothing.
+        # Only the canonicaliser's output reaches the socket: a command is a line of text,
+        # and HAProxy runs whatever follows a `;` or a newline as further commands.
+        addresses = {(u.backend, u.server): _canonical(u.address) for u in updates if u.enabled}
+        failed = self._failed_checks(updates)
         for u in updates:
             target = f"{u.backend}/{u.server}"
             if u.enabled:
-                reply = self.runtime(f"set server {target} addr {u.address} port {u.port}").strip()
+                if (u.backend, u.server) in failed:
+                    # Its old pod failed its checks: with `addr` alone the slot would stay
+                    # DOWN until `rise` checks pass; leaving maintenance starts it UP and
+                    # checks it at once. A slot that is UP moves without this (no moment
+                    # without a server), a free one is in maintenance already.
+                    reply = self.runtime(f"set server {target} state maint").strip()
+                    if reply:
+                        raise HAProxyError(f"set server {target} state maint: {reply}")
+                addr = addresses[(u.backend, u.server)]
+                reply = self.runtime(f"set server {target} addr {addr} port {u.port}").strip()
                 if "changed" not in reply and "no need to change" not in reply:
                     raise HAProxyError(f"set server {target} addr: {reply or 'no reply'}")
             state = "ready" if u.enabled else "maint"
@@ -262,9 +335,22 @@ class HAProxy:
                 got = actual.get(u.server)
                 if got is None or got.enabled != u.enabled:
                     raise HAProxyError(f"{backend}/{u.server} not confirmed: {got}")
-                if u.enabled and (got.address, got.port) != (_norm(u.address), u.port):
+                want = (addresses[(backend, u.server)], u.port) if u.enabled else None
+                if want is not None and (_readback(got.address), got.port) != want:
                     raise HAProxyError(f"{backend}/{u.server} not confirmed: {got}")
 
 
-def _norm(address: str) -> str:
-    return ipaddress.ip_address(address).compressed
+def _canonical(address: str) -> str:
+    try:
+        return canonical_address(address)
+    except AddressError as e:
+        raise HAProxyError(f"refusing server address: {e}") from None
+
+
+def _readback(address: str) -> str | None:
+    """HAProxy's own text for an address (inet_ntop: `::10.0.0.1` for `::a00:1`), made
+    comparable; None when it is not an address at all."""
+    try:
+        return canonical_address(address)
+    except AddressError:
+        return None

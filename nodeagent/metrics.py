@@ -56,6 +56,11 @@ class AgentMetrics:
         self.haproxy_restarts = Counter(
             "nodeagent_haproxy_restarts", "HAProxy masters restarted after dying", registry=r
         )
+        self.socket_repairs = Counter(
+            "nodeagent_runtime_socket_repairs",
+            "Reloads that bound a deleted runtime socket again",
+            registry=r,
+        )
         for path in PATHS:
             self.apply_seconds.labels(path)  # export every path from the start
 

@@ -7,17 +7,19 @@ The output is deterministic: agents of one workload differ only in the `localpee
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass
 
+from nodeagent import version
+from peerplane import healthcheck, limits
+from peerplane.addresses import Address, AddressError, parse_address
 from peerplane.v1 import peerplane_pb2 as pb
 
 PEERS_SECTION = "localinstance"
 HTTP_FRONTEND = "fe_http"
 
 _POD_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_PROXY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,126}$")
+_PROXY_NAME = limits.PROXY_NAME  # shared with compute: it never emits what we refuse
 _SERVER_NAME = re.compile(r"^SRV_([1-9][0-9]{0,5})$")
 _HOST = re.compile(
     r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$"
@@ -29,7 +31,7 @@ _PLAIN_BALANCE = {"roundrobin", "static-rr", "leastconn", "first", "source", "ra
 _HASH_FUNCTIONS = {"sdbm", "djb2", "wt6", "crc32"}
 _MODES = {"http", "tcp"}
 _TIME = re.compile(r"^[0-9]{1,6}(ms|s|m|h)$")
-_WORKLOAD = re.compile(r"^[A-Za-z0-9/_.-]{0,300}$")
+_WORKLOAD = limits.WORKLOAD_KEY
 _HASH = re.compile(r"^[0-9a-f]{0,128}$")
 
 
@@ -46,6 +48,9 @@ class RenderOptions:
     runtime_socket: str = "/var/run/haproxy/runtime.sock"
     maxconn: int = 4096
     hard_stop_after: str = "60s"
+    # (major, minor) of the HAProxy that serves: it decides `srvkey addr` and `hash-key
+    # addr-port`. None renders only what every version accepts (neither of them).
+    haproxy_version: version.Version | None = None
 
 
 def _check(pattern: re.Pattern[str], value: str, what: str) -> str:
@@ -54,11 +59,11 @@ def _check(pattern: re.Pattern[str], value: str, what: str) -> str:
     return value
 
 
-def _ip(value: str, what: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+def _ip(value: str, what: str) -> Address:
     try:
-        return ipaddress.ip_address(value)
-    except ValueError:
-        raise RenderError(f"invalid {what} address: {value!r}") from None
+        return parse_address(value)
+    except AddressError as e:
+        raise RenderError(f"invalid {what} address: {e}") from None
 
 
 def _port(value: int, what: str) -> int:
@@ -68,12 +73,13 @@ def _port(value: int, what: str) -> int:
 
 
 def endpoint(address: str, port: int, what: str = "server") -> str:
-    """`addr:port`, IPv6 in brackets, after checking both."""
+    """`addr:port`, IPv6 in brackets, after checking both; the address in canonical text
+    (the canonicaliser's output, never the input string)."""
     ip = _ip(address, what)
     _port(port, what)
     if ip.version == 6:
-        return f"[{ip.compressed}]:{port}"
-    return f"{ip.compressed}:{port}"
+        return f"[{ip.text}]:{port}"
+    return f"{ip.text}:{port}"
 
 
 def haproxy_size(value: int) -> str:
@@ -178,18 +184,45 @@ def _tcp_frontends(snapshot: pb.Snapshot, opts: RenderOptions) -> list[str]:
     return lines
 
 
-def _server(backend: str, slot: pb.Slot) -> str:
+def _server(backend: str, slot: pb.Slot, options: str = "") -> str:
     match = _SERVER_NAME.fullmatch(slot.server_name)
     if not match or int(match.group(1)) != slot.index:
         raise RenderError(f"backend {backend}: slot {slot.index} named {slot.server_name!r}")
+    if slot.index > limits.MAX_SLOTS:  # the bound compute and the slot loaders hold too
+        raise RenderError(f"backend {backend}: slot {slot.index} above {limits.MAX_SLOTS}")
     if slot.enabled:
         addr = endpoint(slot.address, slot.port)
-        return f"  server {slot.server_name} {addr} id {slot.index} enabled"
-    return f"  server {slot.server_name} 127.0.0.1:1 id {slot.index} disabled"
+        return f"  server {slot.server_name} {addr} id {slot.index} enabled{options}"
+    return f"  server {slot.server_name} 127.0.0.1:1 id {slot.index} disabled{options}"
 
 
-def render_backend(backend: pb.Backend, peers: bool = True) -> list[str]:
-    """One `backend` section; `peers` says whether the stick table is replicated."""
+def _health_check(backend: pb.Backend, name: str) -> tuple[list[str], str]:
+    """Backend lines and the server-line suffix of the backend's health checks.
+
+    Free slots get the suffix too: HAProxy never checks a server in maintenance, and one
+    that leaves it through the runtime API (`set server ... state ready`) is checked from
+    then on only if it was declared with `check`.
+    """
+    if not backend.HasField("check"):
+        return [], ""
+    c = backend.check
+    if not healthcheck.is_interval_ms(c.interval_ms):
+        raise RenderError(f"backend {name}: invalid check interval {c.interval_ms}")
+    if not healthcheck.is_count(c.rise) or not healthcheck.is_count(c.fall):
+        raise RenderError(f"backend {name}: invalid check rise {c.rise} / fall {c.fall}")
+    lines: list[str] = []
+    if c.http_path:
+        if backend.mode != "http" or not healthcheck.is_path(c.http_path):
+            raise RenderError(f"backend {name}: invalid check-http {c.http_path!r}")
+        lines = [f"  option httpchk GET {c.http_path}", "  http-check expect status 200-399"]
+    return lines, f" check inter {c.interval_ms} rise {c.rise} fall {c.fall}"
+
+
+def render_backend(
+    backend: pb.Backend, peers: bool = True, haproxy_version: version.Version | None = None
+) -> list[str]:
+    """One `backend` section; `peers` says whether the stick table is replicated,
+    `haproxy_version` which version-dependent keywords may be written."""
     name = _check(_PROXY_NAME, backend.name, "backend name")
     if backend.mode not in _MODES:
         raise RenderError(f"backend {name}: invalid mode {backend.mode!r}")
@@ -204,15 +237,21 @@ def render_backend(backend: pb.Backend, peers: bool = True) -> list[str]:
         if p.expire_ms <= 0 or p.expire_ms >= 1 << 31:
             raise RenderError(f"backend {name}: invalid expire {p.expire_ms}")
         table = f"  stick-table type ip size {haproxy_size(p.table_size)} expire {p.expire_ms}"
+        if version.srvkey_addr(haproxy_version):
+            table += " srvkey addr"
         if peers:
             table += f" peers {PEERS_SECTION}"
         lines += ["  stick on src", table]
+    check_lines, options = _health_check(backend, name)
+    lines += check_lines
+    if backend.hash_type.startswith("consistent") and version.hash_key_addr_port(haproxy_version):
+        options = " hash-key addr-port" + options
     seen: set[int] = set()
     for slot in sorted(backend.slots, key=lambda s: s.index):
         if slot.index in seen:
             raise RenderError(f"backend {name}: duplicate slot {slot.index}")
         seen.add(slot.index)
-        lines.append(_server(name, slot))
+        lines.append(_server(name, slot, options))
     return lines
 
 
@@ -233,5 +272,6 @@ def render(snapshot: pb.Snapshot, opts: RenderOptions) -> str:
         if backend.name in names:
             raise RenderError(f"duplicate backend {backend.name!r}")
         names.add(backend.name)
-        lines += [*render_backend(backend, peers=bool(snapshot.peers.peers)), ""]
+        peers = bool(snapshot.peers.peers)
+        lines += [*render_backend(backend, peers, opts.haproxy_version), ""]
     return "\n".join(lines)

@@ -1,7 +1,9 @@
 """Run HAProxy in master-worker mode as a child process (`--manage-haproxy`).
 
 The master stays the same process across reloads, so the child's PID is what we watch,
-restart when it dies, and signal on shutdown (never by name).
+restart when it dies, and signal on shutdown (never by name). Its output is copied to the
+agent's stderr and kept in `output` (bounded): on 2.6 that is the only place where HAProxy
+says why a reload failed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+
+from nodeagent.masterlog import MasterLog, pump
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +49,7 @@ class Supervisor:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
+        self.output = MasterLog()  # what the masters we started wrote (not an adopted one's)
 
     @property
     def pid(self) -> int | None:
@@ -71,8 +76,22 @@ class Supervisor:
             os.unlink(self.master_socket)
         argv = [self.haproxy_bin, "-W", "-S", self.master_socket]
         argv += ["-f", self.config, "-p", self.pidfile]
-        self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
+        self._proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self._pid = self._proc.pid
+        assert self._proc.stdout is not None
+        # HAProxy ignores SIGPIPE: if this agent dies, the master outlives the closed pipe.
+        threading.Thread(
+            target=pump,
+            args=(self._proc.stdout, self.output),
+            name=f"haproxy-output-{self._pid}",
+            daemon=True,
+        ).start()
         log.info("started haproxy master pid=%d config=%s", self._pid, self.config)
 
     def _previous_master(self) -> int | None:

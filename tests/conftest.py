@@ -14,13 +14,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "haproxy_bin" in metafunc.fixturenames:
         binaries = list(installed())
         if binaries:
-            metafunc.parametrize(
-                "haproxy_bin", binaries, ids=[f"haproxy{b.series}" for b in binaries]
+            metafunc.parametrize(  # indirect: through the fixture, which records the run
+                "haproxy_bin",
+                binaries,
+                ids=[f"haproxy{b.series}" for b in binaries],
+                indirect=True,
             )
         else:
             metafunc.parametrize(
                 "haproxy_bin",
                 [pytest.param(None, marks=pytest.mark.skip(reason="no haproxy installed"))],
+                indirect=True,
             )
 
 

@@ -26,9 +26,9 @@ from tests.helpers.haproxy_env import (
     identity_server,
     loopback_net,
     make_instance,
-    needs_haproxy,
     snapshot,
 )
+from tests.helpers.haproxy_versions import HAProxyBinary
 
 T = TypeVar("T")
 
@@ -101,12 +101,11 @@ def demo_snapshot(
     )
 
 
-@needs_haproxy
 @pytest.mark.haproxy
-def test_hello_ack_nack_then_reconnect(tmp_path: Path) -> None:
+def test_hello_ack_nack_then_reconnect(tmp_path: Path, haproxy_bin: HAProxyBinary) -> None:
     net = loopback_net()
     ip = f"{net}.1"
-    inst = make_instance(tmp_path / "a", ip, "pod-a")
+    inst = make_instance(tmp_path / "a", ip, "pod-a", binary=haproxy_bin.path)
     port = free_port("127.0.0.1")
     identity = Identity("haproxy-system", "pod-a", "node-1")
     client = Client(

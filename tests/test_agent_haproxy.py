@@ -20,19 +20,18 @@ from nodeagent.render import render
 from nodeagent.state import StateStore
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import (
-    HAPROXY_BIN,
     Instance,
     backend,
     free_port,
     http_get,
     identity_server,
     loopback_net,
-    needs_haproxy,
     running_instance,
     snapshot,
 )
+from tests.helpers.haproxy_versions import HAProxyBinary
 
-pytestmark = [needs_haproxy, pytest.mark.haproxy]
+pytestmark = pytest.mark.haproxy
 
 HOST = "shop.example.com"
 
@@ -41,6 +40,7 @@ class Fleet:
     """One HAProxy pod (.1) and three backend pods (.11-.13) on a private 127.x net."""
 
     def __init__(self, net: str, inst: Instance, backends: dict[str, tuple[str, int]]) -> None:
+        self.binary = inst.haproxy.haproxy_bin  # the HAProxy under test
         self.net = net
         self.inst = inst
         self.backends = backends
@@ -65,13 +65,13 @@ class Fleet:
 
 
 @pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Fleet]:
+def fleet(tmp_path: Path, haproxy_bin: HAProxyBinary) -> Iterator[Fleet]:
     net = loopback_net()
     with (
         identity_server(f"{net}.11", "pod-11") as p11,
         identity_server(f"{net}.12", "pod-12") as p12,
         identity_server(f"{net}.13", "pod-13") as p13,
-        running_instance(tmp_path / "a", f"{net}.1", "pod-a") as inst,
+        running_instance(tmp_path / "a", f"{net}.1", "pod-a", binary=haproxy_bin.path) as inst,
     ):
         yield Fleet(
             net,
@@ -164,12 +164,12 @@ def test_rejected_snapshot_is_nacked_and_old_config_keeps_serving(fleet: Fleet) 
     assert "unable to find required use_backend" in result.error
     assert "default_ghost_80" in result.error
 
-    # The local peer missing from peers: 2.6 only warns, the agent refuses.
+    # The local peer missing from peers: 2.6 only warns, the agent refuses before that.
     lonely = fleet.snap(["pod-11"], 3)
     lonely.peers.peers[0].name = "pod-z"
     result = fleet.inst.applier.apply(lonely)
     assert not result.ok
-    assert "Removing incomplete section 'peers localinstance'" in result.error
+    assert "peers list of 1 lacks this pod (pod-a)" in result.error
 
     assert Path(fleet.inst.config_path).read_text() == cfg_before
     assert worker_pid(fleet.inst) == pid
@@ -189,7 +189,7 @@ def test_restart_without_control_plane_serves_saved_snapshot(fleet: Fleet, tmp_p
     argv += ["--control-plane", unreachable]
     argv += ["--pod-namespace", "haproxy-system", "--pod-name", "pod-a"]
     argv += ["--config", str(tmp_path / "restarted.cfg"), "--state-dir", str(state_dir)]
-    argv += ["--bind-address", fleet.inst.ip, "--haproxy-bin", HAPROXY_BIN, "--manage-haproxy"]
+    argv += ["--bind-address", fleet.inst.ip, "--haproxy-bin", fleet.binary, "--manage-haproxy"]
     agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline, answer = time.monotonic() + 15, ""
@@ -309,7 +309,7 @@ def test_drives_an_haproxy_started_by_someone_else(fleet: Fleet) -> None:
         inst.applier.options, inst.config_path, StateStore(str(inst.dir / "ext")), inst.haproxy
     )
     Path(inst.config_path).write_text(render(fleet.snap(["pod-11"], 1), inst.applier.options))
-    argv = [HAPROXY_BIN, "-W", "-S", inst.haproxy.master_socket, "-f", inst.config_path]
+    argv = [fleet.binary, "-W", "-S", inst.haproxy.master_socket, "-f", inst.config_path]
     haproxy = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         inst.haproxy.wait_running(10)
@@ -347,4 +347,4 @@ def test_runtime_path_needs_no_haproxy_check_but_reload_path_does(
         assert "check refused by test" in reload.error
         assert fleet.get() == "pod-12"  # the old config keeps serving
     finally:
-        fleet.inst.haproxy.haproxy_bin = HAPROXY_BIN
+        fleet.inst.haproxy.haproxy_bin = fleet.binary

@@ -23,11 +23,11 @@ from tests.helpers.haproxy_env import (
     identity_server,
     loopback_net,
     make_instance,
-    needs_haproxy,
 )
+from tests.helpers.haproxy_versions import HAProxyBinary
 from tests.test_agent_client import FakePlane, demo_snapshot, running, serve, within
 
-pytestmark = [needs_haproxy, pytest.mark.haproxy]
+pytestmark = pytest.mark.haproxy
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -52,10 +52,12 @@ class JsonLines(logging.Handler):
         self.lines.append(json.loads(self.format(record)))
 
 
-def test_metrics_after_reload_runtime_nack_and_haproxy_restart(tmp_path: Path) -> None:
+def test_metrics_after_reload_runtime_nack_and_haproxy_restart(
+    tmp_path: Path, haproxy_bin: HAProxyBinary
+) -> None:
     net = loopback_net()
     ip = f"{net}.1"
-    inst = make_instance(tmp_path / "a", ip, "pod-a")
+    inst = make_instance(tmp_path / "a", ip, "pod-a", binary=haproxy_bin.path)
     metrics = inst.applier.metrics
     inst.supervisor.on_restart = metrics.haproxy_restarts.inc
     server = MetricsServer(metrics, "127.0.0.1", 0)

@@ -7,12 +7,13 @@ import json
 import pytest
 from google.protobuf import json_format
 
-from nodeagent import cli
+from nodeagent import cli, version
 from nodeagent.haproxy import validate
 from nodeagent.render import RenderError, RenderOptions, haproxy_size, render, render_backend
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import DESIGN_BACKEND
-from tests.helpers.haproxy_env import HAPROXY_BIN, backend, needs_haproxy, snapshot
+from tests.helpers.haproxy_env import backend, snapshot
+from tests.helpers.haproxy_versions import HAProxyBinary
 
 
 def realistic() -> pb.Snapshot:
@@ -150,18 +151,16 @@ def test_hostile_pod_name_raises() -> None:
         render(realistic(), RenderOptions("haproxy-a\n  evil"))
 
 
-@needs_haproxy
 @pytest.mark.haproxy
-def test_haproxy_accepts_rendered_config() -> None:
+def test_haproxy_accepts_rendered_config(haproxy_bin: HAProxyBinary) -> None:
     cfg = render(realistic(), RenderOptions("haproxy-a", bind_address="127.0.10.1"))
-    assert validate(cfg, HAPROXY_BIN) is None
+    assert validate(cfg, haproxy_bin.path) is None
 
 
-@needs_haproxy
 @pytest.mark.haproxy
-def test_validate_flags_peers_without_local_peer() -> None:
+def test_validate_flags_peers_without_local_peer(haproxy_bin: HAProxyBinary) -> None:
     cfg = render(realistic(), RenderOptions("haproxy-zzz"))
-    error = validate(cfg, HAPROXY_BIN)
+    error = validate(cfg, haproxy_bin.path)
     assert error is not None
     assert "Removing incomplete section 'peers localinstance'" in error
 
@@ -174,4 +173,6 @@ def test_cli_render_from_grpcurl_json(tmp_path: object, capsys: pytest.CaptureFi
     path.write_text(json.dumps(json_format.MessageToDict(realistic())))
     assert cli.main(["render", "--snapshot", str(path), "--pod-name", "haproxy-b"]) == 0
     out = capsys.readouterr().out
-    assert out == render(realistic(), RenderOptions("haproxy-b"))
+    # Without --haproxy-version or --haproxy-bin: for the oldest supported version.
+    oldest = RenderOptions("haproxy-b", haproxy_version=version.OLDEST_SUPPORTED)
+    assert out == render(realistic(), oldest)

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
 
+from nodeagent.haproxy import command, validate
 from nodeagent.render import RenderError, RenderOptions, render
+from peerplane import limits
 from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.haproxy_env import backend, free_port, loopback_net, snapshot
+from tests.helpers.haproxy_versions import HAProxyBinary
+from tests.kubeapi.objects import wait_until
 
 
 def snapshot_with(**changes: str) -> pb.Snapshot:
@@ -44,3 +53,88 @@ def test_trailing_newline_is_refused(field: str) -> None:
 def test_pod_name_with_trailing_newline_is_refused() -> None:
     with pytest.raises(RenderError):
         render(snapshot_with(), RenderOptions(pod_name="haproxy-a\n"))
+
+
+# Issue 12 item 3: the longest backend name compute builds from valid Kubernetes names
+# (63-character namespace and Service, 15-character port name), and the agent's own bound.
+LONGEST_BUILT = f"{'n' * 63}_{'s' * 63}_{'p' * 15}"
+LONGEST_ACCEPTED = f"n_{'b' * (limits.MAX_PROXY_NAME - 4)}_p"
+
+
+@pytest.mark.parametrize("name", [LONGEST_BUILT, LONGEST_ACCEPTED])
+def test_long_backend_names_render(name: str) -> None:
+    cfg = render(snapshot_with(backend=name), RenderOptions(pod_name="haproxy-a"))
+    assert f"backend {name}\n" in cfg and f"use_backend {name} if" in cfg
+
+
+@pytest.mark.parametrize(
+    "name", [LONGEST_ACCEPTED + "b", "_leading", "with:colon", "sp ace", "nl\nx", ""]
+)
+def test_backend_names_past_the_shared_limit_are_refused(name: str) -> None:
+    with pytest.raises(RenderError, match="backend name"):
+        render(snapshot_with(backend=name), RenderOptions(pod_name="haproxy-a"))
+
+
+def long_name_snapshot(peers: list[tuple[str, str, int]], http_port: int) -> pb.Snapshot:
+    """Both long names as persistent HTTP and TCP backends, stick tables replicated."""
+    backends = [
+        backend(LONGEST_BUILT, [("127.0.0.1", 1)]),
+        backend(LONGEST_ACCEPTED, [("127.0.0.1", 1)], mode="tcp", balance="roundrobin"),
+    ]
+    return snapshot(
+        peers,
+        backends,
+        http_port=http_port,
+        routes=[("shop.example.com", LONGEST_BUILT)],
+        tcp=[(http_port + 1, LONGEST_ACCEPTED)],
+    )
+
+
+@pytest.mark.haproxy
+def test_haproxy_accepts_the_longest_backend_names(haproxy_bin: HAProxyBinary) -> None:
+    snap = long_name_snapshot([("haproxy-a", "127.0.0.1", 10000)], 8080)
+    cfg = render(snap, RenderOptions(pod_name="haproxy-a"))
+    assert validate(cfg, haproxy_bin.path) is None
+
+
+@pytest.mark.haproxy
+def test_stick_table_with_the_longest_name_replicates(
+    haproxy_bin: HAProxyBinary, tmp_path: Path
+) -> None:
+    """A name `haproxy -c` accepts must also work where it matters: peers replicate the
+    stick table by its name."""
+    net = loopback_net()
+    pods = {"pod-a": f"{net}.1", "pod-b": f"{net}.2"}
+    peer_port = {pod: free_port(ip) for pod, ip in pods.items()}
+    http_port = free_port(pods["pod-a"])
+    peers = [(pod, ip, peer_port[pod]) for pod, ip in pods.items()]
+    snap = long_name_snapshot(peers, http_port)
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        for pod, ip in pods.items():
+            # One peer port per pod on its own address: the section's port is per peer.
+            sock = str(tmp_path / f"{pod}.sock")
+            cfg = tmp_path / f"{pod}.cfg"
+            cfg.write_text(render(snap, RenderOptions(pod, bind_address=ip, runtime_socket=sock)))
+            procs[pod] = subprocess.Popen(
+                [haproxy_bin.path, "-db", "-f", str(cfg)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        sockets = {pod: str(tmp_path / f"{pod}.sock") for pod in pods}
+        assert wait_until(lambda: all(os.path.exists(s) for s in sockets.values()), 10)
+        for name in (LONGEST_BUILT, LONGEST_ACCEPTED):
+
+            def replicated(name: str = name) -> bool:
+                command(sockets["pod-a"], f"set table {name} key 10.9.8.7 data.server_id 1")
+                return "key=10.9.8.7" in command(sockets["pod-b"], f"show table {name}")
+
+            assert wait_until(replicated, 15, step=0.2), name
+    finally:
+        for proc in procs.values():
+            proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

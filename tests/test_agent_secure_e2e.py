@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.certs import make_certs
-from tests.helpers.fleet import DEMO, free_port, haproxy_binary, wait_for
+from tests.helpers.fleet import DEMO, free_port, wait_for
+from tests.helpers.haproxy_versions import HAProxyBinary
 from tests.helpers.server_process import ROOT, ServeProcess
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import write_kubeconfig
 
-pytestmark = pytest.mark.skipif(haproxy_binary() is None, reason="needs the haproxy binary")
+pytestmark = pytest.mark.haproxy
 OCTET = 74
 POD = "haproxy-7x2kq"
 SA = "system:serviceaccount:haproxy-system:haproxy"
@@ -53,7 +54,9 @@ def scrape(port: int) -> dict[str, float]:
     }
 
 
-def test_tls_mtls_token_rotation_end_to_end(api: FakeKubeAPI, tmp_path: Path) -> None:
+def test_tls_mtls_token_rotation_end_to_end(
+    api: FakeKubeAPI, tmp_path: Path, haproxy_bin: HAProxyBinary
+) -> None:
     certs = make_certs(tmp_path / "certs")
     kubeconfig = write_kubeconfig(api.url, tmp_path / "kubeconfig")
     token = tmp_path / "token"
@@ -76,7 +79,7 @@ def test_tls_mtls_token_rotation_end_to_end(api: FakeKubeAPI, tmp_path: Path) ->
         argv += ["--pod-namespace", "haproxy-system", "--pod-name", POD]
         argv += ["--config", str(work / "haproxy.cfg"), "--state-dir", str(work / "state")]
         argv += ["--bind-address", f"127.{OCTET}.1.1", "--manage-haproxy"]
-        argv += ["--haproxy-bin", str(haproxy_binary()), "--log-format", "json"]
+        argv += ["--haproxy-bin", haproxy_bin.path, "--log-format", "json"]
         argv += ["--metrics-port", str(metrics_port)]
         agent = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
         try:

@@ -66,6 +66,7 @@ def tls_harness(certs: Certs, reviewer: FakeReviewer, mtls: bool) -> Harness:
             ServerOptions(tls=tls),
             authenticator=Authenticator(reviewer, "peerplane"),
             authenticate_agents=True,
+            authenticate_inspection=False,  # opened explicitly: ListWorkloads probes TLS here
         )
 
     return Harness(build)

@@ -9,10 +9,11 @@ import pytest
 
 from tests.bench import e2e as e2e_bench
 from tests.bench import haproxy as haproxy_bench
+from tests.bench import persistence as persistence_bench
 from tests.bench import stability
 from tests.bench.__main__ import main as bench_main
 from tests.bench.common import Result
-from tests.helpers.fleet import haproxy_binary
+from tests.helpers.haproxy_versions import HAProxyBinary
 
 
 def test_sticky_slots_never_move_a_surviving_pod_and_replicas_agree() -> None:
@@ -44,11 +45,18 @@ def _by_name(results: list[Result]) -> dict[str, Result]:
 
 
 @pytest.mark.haproxy
-@pytest.mark.skipif(haproxy_binary() is None, reason="needs the haproxy binary")
-def test_haproxy_bench_drives_the_real_applier_without_failed_requests() -> None:
+def test_haproxy_bench_drives_the_real_applier_without_failed_requests(
+    haproxy_bin: HAProxyBinary,
+) -> None:
     # Own octet (not the benchmark's) so a concurrent `make bench` never collides.
     found = _by_name(
-        haproxy_bench.run(runtime_changes=3, reload_changes=1, octet=52, sync_wait=0.5)
+        haproxy_bench.run(
+            runtime_changes=3,
+            reload_changes=1,
+            octet=52,
+            sync_wait=0.5,
+            binary=haproxy_bin.path,
+        )
     )
     runtime, reload = (
         found["haproxy.runtime.failed_requests"],
@@ -65,9 +73,33 @@ def test_haproxy_bench_drives_the_real_applier_without_failed_requests() -> None
 
 
 @pytest.mark.haproxy
-@pytest.mark.skipif(haproxy_binary() is None, reason="needs the haproxy binary")
-def test_e2e_bench_runs_the_real_fleet_and_address_changes_never_reload() -> None:
-    found = _by_name(e2e_bench.run(samples=2, reload_samples=1, octet=53, reload_gap=0.5))
+def test_e2e_bench_runs_the_real_fleet_and_address_changes_never_reload(
+    haproxy_bin: HAProxyBinary,
+) -> None:
+    found = _by_name(
+        e2e_bench.run(
+            samples=2, reload_samples=1, octet=53, reload_gap=0.5, binary=haproxy_bin.path
+        )
+    )
     assert found["e2e.manifest_to_last_ack_p50"].parameters["reloads"] == 0
     assert found["e2e.manifest_to_last_ack_p50"].parameters["agents"] == 2
     assert "e2e.reload.manifest_to_last_ack_p50" in found
+
+
+@pytest.mark.haproxy
+def test_persistence_bench_design_moves_no_client_and_resort_does(
+    haproxy_bin: HAProxyBinary,
+) -> None:
+    found = persistence_bench.run_version(
+        haproxy_bin.path, haproxy_bin.version, clients=60, events=12, seed=3, octet=54
+    )
+    design, resort = (
+        f"persistence.haproxy{haproxy_bin.version}.{a}.moved_clients"
+        for a in persistence_bench.APPROACHES
+    )
+    by_name = _by_name(found)
+    assert by_name[design].value == 0
+    assert by_name[resort].value > 0
+    for result in found:
+        assert result.parameters["model_errors"] == 0
+        assert result.parameters["requests"] >= 60

@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 
 from controlplane.compute import compute
+from controlplane.compute.values import MAX_HOSTS
+from nodeagent.render import RenderOptions, render
+from peerplane import limits
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service
 
 HOSTILE = [
@@ -34,6 +37,11 @@ KEYS = [
     "source-ip-persistence-size",
     "source-ip-persistence-expire",
     "server-slots",
+    "check",
+    "check-interval",
+    "check-rise",
+    "check-fall",
+    "check-http",
 ]
 
 
@@ -123,3 +131,52 @@ def test_endpoint_addresses_that_are_not_ips_are_ignored() -> None:
     )
     (b,) = compute(state, {}).snapshots[WORKLOAD].message().backends
     assert [s.address for s in b.slots if s.enabled] == ["127.0.0.1"]
+
+
+def test_hosts_past_the_limit_lose_the_tail_not_every_host() -> None:
+    """Issue 12 item 14: 101 hosts used to reject the annotation and route no host at all."""
+    listed = [f"h{i:03d}.example.com" for i in range(150, 0, -1)]  # written in reverse order
+    svc = service("s", annotations={"haproxy.org/hosts": ",".join([*listed, listed[0]])})
+    result = compute(cluster(services=[svc], pods=DEFAULT_PODS), {})
+    snap = result.snapshots[WORKLOAD].message()
+    assert [r.host for r in snap.http_frontend.routes] == sorted(listed[:MAX_HOSTS])
+    (warning,) = snap.backends[0].warnings
+    assert warning.key == "haproxy.org/hosts"
+    assert warning.reason == (
+        f"more than {MAX_HOSTS} hosts: the first {MAX_HOSTS} listed are served, these 50 are not"
+    )
+    assert warning.value.startswith(f"{listed[MAX_HOSTS]},{listed[MAX_HOSTS + 1]},")
+    assert [(r.kind, r.key) for r in result.rejections] == [("Service", "haproxy.org/hosts")]
+
+
+def test_exactly_the_limit_of_hosts_is_served_without_warning() -> None:
+    hosts = ",".join(f"h{i}.example.com" for i in range(MAX_HOSTS))
+    svc = service("s", annotations={"haproxy.org/hosts": hosts})
+    result = compute(cluster(services=[svc], pods=DEFAULT_PODS), {})
+    snap = result.snapshots[WORKLOAD].message()
+    assert len(snap.http_frontend.routes) == MAX_HOSTS
+    assert not result.rejections
+
+
+def test_longest_kubernetes_names_make_a_backend_the_agent_renders() -> None:
+    """Issue 12 item 3: 63 + 63 + a 15-character port name give a 143-character backend
+    name; the agent refused it, and with it the whole workload's snapshot."""
+    namespace, name, port = "n" * 63, "s" * 63, "p" * 15
+    svc = service(name, namespace=namespace, ports=[(port, 80)])
+    slices = [endpoint_slice(name, ["127.0.0.1"], port_name=port, namespace=namespace)]
+    result = compute(cluster(services=[svc], slices=slices, pods=DEFAULT_PODS), {})
+    assert not result.rejections
+    snap = result.snapshots[WORKLOAD].message()
+    (b,) = snap.backends
+    assert len(b.name) == 143 and limits.is_proxy_name(b.name)
+    assert f"backend {b.name}\n" in render(snap, RenderOptions(pod_name="haproxy-a"))
+
+
+@pytest.mark.parametrize("port", [("http", 80), ("", 65535), ("p" * 15, 1)])
+def test_every_backend_name_compute_builds_fits_the_agent(port: tuple[str, int]) -> None:
+    """Names valid for Kubernetes can never exceed the shared limit, so compute's guard
+    (`plan._backend_names_fit`) refuses nothing Kubernetes accepts."""
+    svc = service("s" * 63, namespace="n" * 63, ports=[port])
+    result = compute(cluster(services=[svc], pods=DEFAULT_PODS), {})
+    (b,) = result.snapshots[WORKLOAD].message().backends
+    assert len(b.name) <= limits.MAX_PROXY_NAME and limits.is_proxy_name(b.name)

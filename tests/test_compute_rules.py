@@ -6,8 +6,11 @@ from types import MappingProxyType
 
 import pytest
 
-from controlplane.compute import BackendSlots, compute
+from controlplane.compute import BackendSlots, ComputeResult, compute
 from controlplane.compute.snapshots import content_hash
+from controlplane.compute.workloads import WorkloadScope
+from controlplane.model import Pod
+from nodeagent.render import RenderOptions, render
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import (
     DEFAULT_PODS,
@@ -48,7 +51,6 @@ def test_peers_are_every_live_pod_of_the_workload_sorted_by_name() -> None:
         haproxy_pod("haproxy-pending", ""),
         haproxy_pod("haproxy-done", "127.0.1.9", phase="Succeeded"),
         haproxy_pod("haproxy-failed", "127.0.1.8", phase="Failed"),
-        haproxy_pod("haproxy-leaving", "127.0.1.7", deleting=True),
     ]
     snap = only_snapshot(cluster(pods=pods))
     assert snap.peers.name == "localinstance"
@@ -58,6 +60,26 @@ def test_peers_are_every_live_pod_of_the_workload_sorted_by_name() -> None:
         ("haproxy-b", "127.0.1.2", 10000),
         ("haproxy-c", "127.0.1.3", 10000),
     ]
+
+
+def test_a_terminating_pod_stays_in_its_peers_list_until_it_is_gone() -> None:
+    """Regression (issue 12 item 13): a pod being deleted was dropped from its own peers
+    list while it still ran, so its HAProxy lost the peers section while draining."""
+    pods = [
+        haproxy_pod("haproxy-a", "127.0.1.1"),
+        haproxy_pod("haproxy-leaving", "127.0.1.7", deleting=True),
+        haproxy_pod("haproxy-leaving-no-ip", "", deleting=True),
+    ]
+    snap = only_snapshot(cluster(pods=pods))
+    assert [(p.name, p.address) for p in snap.peers.peers] == [
+        ("haproxy-a", "127.0.1.1"),
+        ("haproxy-leaving", "127.0.1.7"),
+    ]
+    finished = [
+        pods[0],
+        haproxy_pod("haproxy-leaving", "127.0.1.7", phase="Succeeded", deleting=True),
+    ]
+    assert [p.name for p in only_snapshot(cluster(pods=finished)).peers.peers] == ["haproxy-a"]
 
 
 def test_all_replicasets_of_a_deployment_are_one_workload() -> None:
@@ -270,20 +292,21 @@ def test_default_slot_count_is_42() -> None:
     assert len(backend(only_snapshot(state), "default_s_http").slots) == 42
 
 
-def test_surviving_endpoints_keep_slots_and_new_ones_take_lowest_free() -> None:
+def test_surviving_endpoints_keep_slots_and_new_ones_take_never_used_first() -> None:
     svc = service("s", annotations={"haproxy.org/server-slots": "4"})
 
     def state(addresses: list[str]):  # type: ignore[no-untyped-def]
         return cluster(services=[svc], slices=[endpoint_slice("s", addresses)], pods=DEFAULT_PODS)
 
     first = compute(state(["127.0.0.1", "127.0.0.2", "127.0.0.3"]), {})
-    # .2 dies, .0 and .9 arrive: .0 sorts first and takes the freed slot 2, .9 takes 4.
+    # .2 dies, .0 and .9 arrive: .0 sorts first and takes the never-used slot 4, .9 the
+    # freed slot 2 (no persistence here, so a freed slot is eligible at once).
     second = compute(state(["127.0.0.0", "127.0.0.1", "127.0.0.3", "127.0.0.9"]), first.assignment)
     assert enabled(backend(second.snapshots[WORKLOAD].message(), "default_s_http")) == [
         (1, "127.0.0.1", 8888),
-        (2, "127.0.0.0", 8888),
+        (2, "127.0.0.9", 8888),
         (3, "127.0.0.3", 8888),
-        (4, "127.0.0.9", 8888),
+        (4, "127.0.0.0", 8888),
     ]
     # Scale down to one endpoint: the count never shrinks.
     third = compute(state(["127.0.0.3"]), second.assignment)
@@ -402,3 +425,95 @@ def test_content_hash_is_sha256_of_content_without_version() -> None:
         )
     )
     assert changed.content_hash != snap.content_hash
+
+
+# ---------------------------------------------------------------- which pods are workloads
+
+
+def bare_pod(name: str, ip: str, namespace: str = "default") -> Pod:
+    """A labelled pod with no controller: anyone allowed to create a pod can make one."""
+    return Pod(namespace=namespace, name=name, ip=ip, phase="Running", owner=None)
+
+
+def refused_pods(result: ComputeResult) -> dict[str, str]:
+    """namespace/pod -> reason of every refused HAProxy pod."""
+    return {
+        f"{r.namespace}/{r.name}": r.reason
+        for r in result.rejections
+        if r.kind == "Pod" and r.key == "metadata.ownerReferences"
+    }
+
+
+def test_only_allowed_namespaces_and_owner_kinds_are_workloads() -> None:
+    pods = [
+        *DEFAULT_PODS,
+        haproxy_pod("lb-1", "127.0.1.3", owner=("ReplicaSet", "lb-7d9f")),
+        haproxy_pod("sts-0", "127.0.1.4", owner=("StatefulSet", "edge")),
+        haproxy_pod("tenant-1", "127.0.1.5", namespace="tenant"),
+        bare_pod("stray", "127.0.1.6", namespace="haproxy-system"),
+    ]
+    scope = WorkloadScope(frozenset({"haproxy-system"}), frozenset({"DaemonSet", "Deployment"}))
+    state = cluster(services=[service("s")], pods=pods, replica_sets=[replica_set("lb-7d9f", "lb")])
+    result = compute(state, {}, scope)
+    assert sorted(result.snapshots) == [WORKLOAD, "haproxy-system/Deployment/lb"]
+    refused = refused_pods(result)
+    assert sorted(refused) == ["haproxy-system/stray", "haproxy-system/sts-0", "tenant/tenant-1"]
+    assert "namespace" in refused["tenant/tenant-1"]
+    assert "kind StatefulSet" in refused["haproxy-system/sts-0"]
+    assert "kind Pod" in refused["haproxy-system/stray"]
+    assert sorted(result.pod_workloads) == [
+        "haproxy-system/haproxy-a",
+        "haproxy-system/haproxy-b",
+        "haproxy-system/lb-1",
+    ]
+
+
+def test_bare_labelled_pods_are_not_workloads_by_default() -> None:
+    """Issue 12 item 6: 400 bare labelled pods made 400 extra snapshots of every Service."""
+    pods = [*DEFAULT_PODS, *(bare_pod(f"stray-{i}", f"127.0.3.{i % 250}") for i in range(400))]
+    state = cluster(services=[service("s")], slices=[endpoint_slice("s", ["127.0.0.1"])], pods=pods)
+    result = compute(state, {})
+    assert list(result.snapshots) == [WORKLOAD]
+    assert len(refused_pods(result)) == 400
+    assert not any(r.kind == "Pod" for w in result.snapshots.values() for r in w.message().warnings)
+
+
+def test_workloads_past_the_limit_are_refused_the_same_way_whatever_the_order() -> None:
+    pods = [
+        haproxy_pod(f"{name}-1", f"127.0.1.{i}", owner=("DaemonSet", name))
+        for i, name in enumerate(["c", "a", "d", "b"], start=1)
+    ]
+    scope = WorkloadScope(max_workloads=2)
+    first = compute(cluster(pods=pods), {}, scope)
+    again = compute(cluster(pods=list(reversed(pods))), {}, scope)
+    kept = ["haproxy-system/DaemonSet/a", "haproxy-system/DaemonSet/b"]
+    assert sorted(first.snapshots) == sorted(again.snapshots) == kept
+    assert first.rejections == again.rejections
+    refused = refused_pods(first)
+    assert sorted(refused) == ["haproxy-system/c-1", "haproxy-system/d-1"]
+    assert all("more than 2 HAProxy workloads" in reason for reason in refused.values())
+
+
+@pytest.mark.parametrize(
+    ("owner", "namespace"),
+    [
+        (("DaemonSet", "bad name"), "haproxy-system"),
+        (("DaemonSet", "bad\nname"), "haproxy-system"),
+        (("Daemon Set", "haproxy2"), "haproxy-system"),
+        (("DaemonSet", "d" * 253), "n" * 63),  # valid Kubernetes names, key of 328 characters
+    ],
+)
+def test_a_workload_name_the_agent_refuses_is_skipped_and_reported(
+    owner: tuple[str, str], namespace: str
+) -> None:
+    """Issue 12 item 12: such a workload got a snapshot every agent of it refused."""
+    odd = haproxy_pod("odd-1", "127.0.1.9", owner=owner, namespace=namespace)
+    state = cluster(services=[service("s")], pods=[*DEFAULT_PODS, odd])
+    result = compute(state, {})
+    assert list(result.snapshots) == [WORKLOAD]
+    refused = refused_pods(result)
+    assert list(refused) == [f"{namespace}/odd-1"]
+    assert "workload name" in refused[f"{namespace}/odd-1"]
+    (rejection,) = [r for r in result.rejections if r.kind == "Pod"]
+    assert "\n" not in rejection.value and len(rejection.value) <= 123
+    render(result.snapshots[WORKLOAD].message(), RenderOptions(pod_name="haproxy-a"))

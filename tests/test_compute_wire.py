@@ -122,3 +122,38 @@ def test_unchanged_services_are_reused() -> None:
     )
     assert computer.compute(copied, dict(again.assignment)).snapshots == first.snapshots
     assert computer.planned == 0
+
+
+def test_health_checks_follow_the_warnings_byte_for_byte() -> None:
+    """Backend.check (field 11) comes after the warnings (10): on a plain backend, one with
+    its own warnings, one that gains warnings per snapshot (a lost host) and one without
+    checks, the hand-assembled bytes still equal protobuf's."""
+    services = [
+        service(
+            "a",
+            annotations={
+                "haproxy.org/hosts": "a.example.com",
+                "haproxy.org/check-http": "/healthz?deep=1",
+                "haproxy.org/check-interval": "750ms",
+                "haproxy.org/check-rise": "nonsense",
+            },
+        ),
+        service(
+            "b",
+            created="2026-02-01T00:00:00Z",
+            annotations={"haproxy.org/hosts": "a.example.com", "haproxy.org/check-fall": "9"},
+        ),
+        service("c", annotations={"haproxy.org/check": "false"}),
+    ]
+    slices = [endpoint_slice(name, ["127.0.0.1"]) for name in ("a", "b", "c")]
+    state = cluster(services, slices, DEFAULT_PODS, config=settings_map(**{"check-rise": "4"}))
+    content = compute(state, {}).snapshots[WORKLOAD]
+    message = content.message()
+    got = {b.name: b for b in message.backends}
+    a, b, c = got["default_a_http"], got["default_b_http"], got["default_c_http"]
+    assert (a.check.interval_ms, a.check.rise, a.check.http_path) == (750, 4, "/healthz?deep=1")
+    assert a.warnings and b.warnings  # a: its own rejection; b: the lost host
+    assert (b.check.fall, b.check.rise) == (9, 4)
+    assert not c.HasField("check")
+    message.content_hash = ""
+    assert message.SerializeToString(deterministic=True) == content.payload

@@ -13,6 +13,7 @@ from tests.helpers.fleet import haproxy_binary
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.haproxy  # the demo's one HAProxy (on PATH): `make demo` needs only one version
 @pytest.mark.skipif(haproxy_binary() is None, reason="needs the haproxy binary")
 def test_demo_runs_the_failover_and_stops_everything(tmp_path: Path) -> None:
     done = subprocess.run(

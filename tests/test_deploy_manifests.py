@@ -282,6 +282,10 @@ def test_settings_configmap_documents_the_defaults(base: list[Obj]) -> None:
         "source-ip-persistence-size": "1m",
         "source-ip-persistence-expire": "30m",
         "server-slots": "42",
+        "check": "true",
+        "check-interval": "2s",
+        "check-rise": "2",
+        "check-fall": "3",
         "http-port": "80",
         "peer-port": "10000",
     }
@@ -363,3 +367,42 @@ def test_control_plane_serves_tls_and_authenticates_agents(base: list[Obj]) -> N
     assert ca["secretName"] == "peerplane-tls" and ca["items"] == [
         {"key": "ca.crt", "path": "ca.crt"}
     ]  # the CA only, never the key
+
+
+def test_dockerfile_build_argument_selects_a_consistent_base_and_haproxy() -> None:
+    """HAProxy 3.0 on Debian 13 by default; DEBIAN_RELEASE=bookworm gives 2.6 on Debian 12.
+    Both stages use the same base, and the build checks the installed series."""
+    text = (DEPLOY / "Dockerfile").read_text()
+    before_from = text.split("\nFROM ", 1)[0]
+    assert re.search(r"^ARG DEBIAN_RELEASE=trixie$", before_from, re.MULTILINE)
+    froms = re.findall(r"^FROM (\S+)", text, re.MULTILINE)
+    assert froms == ["python:3.11-slim-${DEBIAN_RELEASE}"] * 2
+    final_stage = text.rsplit("\nFROM ", 1)[1]
+    assert re.search(r"^ARG DEBIAN_RELEASE$", final_stage, re.MULTILINE)  # visible in RUN
+    series = dict(re.findall(r"^\s+(\w+)\) series=(\d+\.\d+) ;;", final_stage, re.MULTILINE))
+    assert series == {"trixie": "3.0", "bookworm": "2.6"}
+    assert 'haproxy -v | grep -q "version ${series}\\."' in final_stage
+    assert "apt-get install -y --no-install-recommends haproxy" in final_stage
+    # The documented build commands name the argument and its two values.
+    assert "--build-arg DEBIAN_RELEASE=bookworm" in text
+    for release, haproxy in series.items():
+        assert re.search(rf"#\s+{release} .*HAProxy {re.escape(haproxy)}$", text, re.MULTILINE)
+
+
+def test_control_plane_serves_the_shipped_haproxy_workload_and_refuses_strays(
+    base: list[Obj],
+) -> None:
+    from controlplane.cli import build_parser
+    from controlplane.compute.workloads import Workload
+    from controlplane.sourceargs import workload_scope
+
+    deployment = find(base, "Deployment", "peerplane-controlplane")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    scope = workload_scope(build_parser().parse_args(args))
+    daemonset = find(base, "DaemonSet", "haproxy")
+    namespace = daemonset["metadata"]["namespace"]
+    assert scope.refusal(Workload(namespace, "DaemonSet", daemonset["metadata"]["name"])) is None
+    assert scope.refusal(Workload(namespace, "Deployment", "haproxy-edge")) is None
+    assert scope.refusal(Workload(namespace, "Pod", "stray")) is not None
+    assert scope.refusal(Workload("default", "DaemonSet", "haproxy")) is not None
+    assert 1 <= scope.max_workloads <= 32

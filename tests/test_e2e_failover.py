@@ -14,15 +14,15 @@ import pytest
 from tests.helpers.fleet import (
     HAPROXY_PODS,
     Fleet,
-    haproxy_binary,
     http_get,
     running_fleet,
     table_entries,
     tcp_get,
     wait_for,
 )
+from tests.helpers.haproxy_versions import HAProxyBinary
 
-pytestmark = pytest.mark.skipif(haproxy_binary() is None, reason="needs the haproxy binary")
+pytestmark = pytest.mark.haproxy
 
 OCTET = 31
 HOST = "shop.example.com"
@@ -30,8 +30,8 @@ CLIENTS = [f"127.{OCTET}.9.{i}" for i in range(1, 13)]
 
 
 @pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    with running_fleet(tmp_path, OCTET) as running:
+def fleet(tmp_path: Path, haproxy_bin: HAProxyBinary) -> Iterator[Fleet]:
+    with running_fleet(tmp_path, OCTET, haproxy_bin.path) as running:
         yield running
 
 

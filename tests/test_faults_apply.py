@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from nodeagent import sockrepair
 from nodeagent.applier import Applier
 from nodeagent.changes import Kind
 from nodeagent.haproxy import HAProxy
@@ -21,17 +22,16 @@ from nodeagent.state import StateStore
 from nodeagent.supervisor import Supervisor
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import (
-    HAPROXY_BIN,
     backend,
     free_port,
     http_get,
     identity_server,
     loopback_net,
-    needs_haproxy,
     snapshot,
 )
+from tests.helpers.haproxy_versions import HAProxyBinary
 
-pytestmark = [needs_haproxy, pytest.mark.haproxy]
+pytestmark = pytest.mark.haproxy
 HOST = "shop.example.com"
 
 
@@ -63,15 +63,22 @@ class Rig:
 
 @contextlib.contextmanager
 def rig(
-    tmp: Path, config: Path, state: Path, haproxy_bin: str = HAPROXY_BIN, check_timeout: float = 15
+    tmp: Path,
+    config: Path,
+    state: Path,
+    binary: HAProxyBinary,
+    check_bin: str | None = None,
+    check_timeout: float = 15,
 ) -> Iterator[Rig]:
+    """`binary` serves; `check_bin` (default: the same) runs `haproxy -c`."""
     net = loopback_net()
     ip = f"{net}.1"
     sockets = tmp / "run"
     sockets.mkdir(parents=True, exist_ok=True)
     master, runtime = str(sockets / "master.sock"), str(sockets / "runtime.sock")
-    hx = HAProxy(master, runtime, haproxy_bin, sync_wait=1.0, check_timeout=check_timeout)
-    sup = Supervisor(str(config), master, str(sockets / "haproxy.pid"), HAPROXY_BIN)
+    check = check_bin or binary.path
+    hx = HAProxy(master, runtime, check, sync_wait=1.0, check_timeout=check_timeout)
+    sup = Supervisor(str(config), master, str(sockets / "haproxy.pid"), binary.path)
     options = RenderOptions("pod-a", bind_address=ip, runtime_socket=runtime)
     applier = Applier(options, str(config), StateStore(str(state)), hx, sup)
     with (
@@ -111,10 +118,12 @@ def fill(directory: Path) -> Path:
     return filler
 
 
-def test_disk_full_nacks_keeps_serving_and_retries(tmp_path: Path) -> None:
+def test_disk_full_nacks_keeps_serving_and_retries(
+    tmp_path: Path, haproxy_bin: HAProxyBinary
+) -> None:
     with (
         tmpfs(tmp_path / "disk", "256k") as disk,
-        rig(tmp_path, disk / "haproxy.cfg", disk / "state") as r,
+        rig(tmp_path, disk / "haproxy.cfg", disk / "state", haproxy_bin) as r,
     ):
         assert r.applier.apply(r.snap(1)).ok
         assert r.get() == "pod-11"
@@ -133,10 +142,12 @@ def test_disk_full_nacks_keeps_serving_and_retries(tmp_path: Path) -> None:
         assert r.get() == "pod-12" and r.applier.applied_version == 2
 
 
-def test_unwritable_state_dir_nacks_then_the_resent_snapshot_is_saved(tmp_path: Path) -> None:
+def test_unwritable_state_dir_nacks_then_the_resent_snapshot_is_saved(
+    tmp_path: Path, haproxy_bin: HAProxyBinary
+) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a regular file where the state dir's parent should be\n")
-    with rig(tmp_path, tmp_path / "haproxy.cfg", blocker / "state") as r:
+    with rig(tmp_path, tmp_path / "haproxy.cfg", blocker / "state", haproxy_bin) as r:
         v1 = r.snap(1)
         first = r.applier.apply(v1)
         assert not first.ok
@@ -150,8 +161,10 @@ def test_unwritable_state_dir_nacks_then_the_resent_snapshot_is_saved(tmp_path: 
         assert StateStore(str(blocker / "state")).load() == v1
 
 
-def test_unreachable_sockets_fall_back_then_nack_then_recover(tmp_path: Path) -> None:
-    with rig(tmp_path, tmp_path / "haproxy.cfg", tmp_path / "state") as r:
+def test_unreachable_sockets_fall_back_then_nack_then_recover(
+    tmp_path: Path, haproxy_bin: HAProxyBinary
+) -> None:
+    with rig(tmp_path, tmp_path / "haproxy.cfg", tmp_path / "state", haproxy_bin) as r:
         assert r.applier.apply(r.snap(1)).ok
         runtime = r.sockets / "runtime.sock"
         runtime.rename(r.sockets / "runtime.moved")
@@ -159,6 +172,8 @@ def test_unreachable_sockets_fall_back_then_nack_then_recover(tmp_path: Path) ->
         fallback = r.applier.apply(v2)
         assert fallback.ok and fallback.kind is Kind.RELOAD, fallback.error
         assert r.get() == "pod-12"
+        assert sockrepair.answers(str(runtime))  # that reload bound the socket again
+        runtime.rename(r.sockets / "runtime.repaired")
 
         master = r.sockets / "master.sock"  # now the master CLI is gone too
         master.rename(r.sockets / "master.moved")
@@ -171,23 +186,27 @@ def test_unreachable_sockets_fall_back_then_nack_then_recover(tmp_path: Path) ->
         assert r.get() == "pod-12" and r.applier.applied_version == 2
 
         (r.sockets / "master.moved").rename(master)
-        (r.sockets / "runtime.moved").rename(runtime)
+        (r.sockets / "runtime.repaired").rename(runtime)
         retried = r.applier.apply(v3)
         assert retried.ok, retried.error
         assert r.get() == "pod-11"
 
 
-def test_haproxy_check_timeout_nacks_and_kills_the_check(tmp_path: Path) -> None:
+def test_haproxy_check_timeout_nacks_and_kills_the_check(
+    tmp_path: Path, haproxy_bin: HAProxyBinary
+) -> None:
     hang = tmp_path / "hang"
     fake = tmp_path / "haproxy"
     fake.write_text(
         "#!/bin/sh\n"
         f'if [ "$1" = "-c" ] && [ -e {hang} ]; then sleep 60 & wait; fi\n'
-        f'exec {HAPROXY_BIN} "$@"\n'
+        f'exec {haproxy_bin.path} "$@"\n'
     )
     fake.chmod(0o755)
     hang.touch()
-    with rig(tmp_path, tmp_path / "haproxy.cfg", tmp_path / "state", str(fake), 1.0) as r:
+    with rig(
+        tmp_path, tmp_path / "haproxy.cfg", tmp_path / "state", haproxy_bin, str(fake), 1.0
+    ) as r:
         v1 = r.snap(1)
         failed = r.applier.apply(v1)
         assert not failed.ok and failed.error == "haproxy -c timed out after 1s"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from nodeagent import version
 from nodeagent.faults import CRASH_ENV
 from nodeagent.haproxy import ProcInfo, command, parse_show_proc
 from nodeagent.render import RenderOptions, render
@@ -20,20 +21,20 @@ from tests.helpers.fleet import (
     HAPROXY_PODS,
     AgentHandle,
     Fleet,
-    haproxy_binary,
     http_get,
     table_entries,
     wait_for,
 )
+from tests.helpers.haproxy_versions import HAProxyBinary
 
-pytestmark = pytest.mark.skipif(haproxy_binary() is None, reason="needs the haproxy binary")
+pytestmark = pytest.mark.haproxy
 
 HOST = "shop.example.com"
 (POD_A, ADDR_A), (POD_B, ADDR_B) = HAPROXY_PODS
 
 
-def start_fleet(tmp_path: Path, octet: int) -> Fleet:
-    fleet = Fleet(tmp_path, octet)
+def start_fleet(tmp_path: Path, octet: int, haproxy_bin: str) -> Fleet:
+    fleet = Fleet(tmp_path, octet, haproxy_bin=haproxy_bin)
     try:
         fleet.start()
     except BaseException:
@@ -45,8 +46,10 @@ def start_fleet(tmp_path: Path, octet: int) -> Fleet:
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Fleet]:
-    running = start_fleet(tmp_path, request.param)
+def fleet(
+    tmp_path: Path, request: pytest.FixtureRequest, haproxy_bin: HAProxyBinary
+) -> Iterator[Fleet]:
+    running = start_fleet(tmp_path, request.param, haproxy_bin.path)
     try:
         yield running
     finally:
@@ -131,7 +134,11 @@ def test_control_plane_sigkill_then_return_without_reload(fleet: Fleet) -> None:
 
 
 def render_for(fleet: Fleet, agent: AgentHandle, snapshot: pb.Snapshot) -> str:
-    options = RenderOptions(agent.pod_name, agent.address, str(agent.runtime_socket))
+    """What the agent writes: rendered for the version of the HAProxy it serves with."""
+    serving = version.probe(fleet.haproxy_bin) if fleet.haproxy_bin else None
+    options = RenderOptions(
+        agent.pod_name, agent.address, str(agent.runtime_socket), haproxy_version=serving
+    )
     return render(snapshot, options)
 
 

@@ -25,7 +25,7 @@ from nodeagent.render import RenderOptions, render
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import cluster, endpoint_slice, haproxy_pod, service
 from tests.helpers.builders import settings as configmap
-from tests.helpers.haproxy_env import HAPROXY_BIN, needs_haproxy
+from tests.helpers.haproxy_versions import HAProxyBinary
 
 SETTINGS = (
     "load-balance",
@@ -34,6 +34,11 @@ SETTINGS = (
     "source-ip-persistence-size",
     "source-ip-persistence-expire",
     "server-slots",
+    "check",
+    "check-interval",
+    "check-rise",
+    "check-fall",
+    "check-http",
 )
 SERVICE_ONLY = ("expose", "workloads", "hosts", "tcp-port")
 CONFIGMAP_ONLY = ("http-port", "peer-port")
@@ -64,6 +69,11 @@ VALID = {
     "source-ip-persistence-size": ("1m", "100k", "5000"),
     "source-ip-persistence-expire": ("30m", "1h", "90000"),
     "server-slots": ("4", "2", "10"),
+    "check": ("true", "false"),
+    "check-interval": ("500ms", "2s", "1m"),
+    "check-rise": ("1", "2", "100"),
+    "check-fall": ("3", "1"),
+    "check-http": ("/healthz", "/ready?full=1", "/"),
     "expose": ("true",),
     "workloads": ("haproxy-system/haproxy", "other/x,haproxy-system/haproxy"),
     "hosts": ("shop2.example.com", "a.example.com,b.example.com"),
@@ -120,8 +130,11 @@ ALLOWED = [
         r"|url_param [A-Za-z0-9_.-]{1,64}|hdr\([A-Za-z0-9-]{1,64}\))",
         r"  hash-type (map-based|consistent)( (sdbm|djb2|wt6|crc32))?( avalanche)?",
         r"  stick on src",
-        r"  stick-table type ip size \d+[kmg]? expire \d+( peers localinstance)?",
-        rf"  server SRV_\d+ ({ADDR} id \d+ enabled|127\.0\.0\.1:1 id \d+ disabled)",
+        r"  stick-table type ip size \d+[kmg]? expire \d+( srvkey addr)?( peers localinstance)?",
+        r"  option httpchk GET /[A-Za-z0-9._~/-]*(\?[A-Za-z0-9._~=&-]+)?",
+        r"  http-check expect status 200-399",
+        rf"  server SRV_\d+ ({ADDR} id \d+ enabled|127\.0\.0\.1:1 id \d+ disabled)"
+        r"( hash-key addr-port)?( check inter \d+ rise \d+ fall \d+)?",
     )
 ]
 
@@ -237,22 +250,27 @@ def test_hostile_input_never_shapes_the_config(state: ClusterState) -> None:
         check_shape(snapshot, text)
 
 
-@needs_haproxy
+@pytest.mark.haproxy
 @settings(
     max_examples=20,
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    # haproxy_bin is one immutable value per parametrized run: sharing it is safe
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
 )
 @given(state=hostile_cluster())
 def test_haproxy_accepts_what_hostile_input_renders(
-    state: ClusterState, tmp_path_factory: pytest.TempPathFactory
+    state: ClusterState, tmp_path_factory: pytest.TempPathFactory, haproxy_bin: HAProxyBinary
 ) -> None:
     directory: Path = tmp_path_factory.mktemp("fuzz")
     for index, (_snapshot, text) in enumerate(rendered_configs(state)):
         config = directory / f"haproxy-{index}.cfg"
         config.write_text(text + "\n")
         done = subprocess.run(
-            [HAPROXY_BIN, "-c", "-f", str(config)],
+            [haproxy_bin.path, "-c", "-f", str(config)],
             capture_output=True,
             text=True,
             timeout=20,

@@ -104,9 +104,10 @@ def test_one_serves_the_other_takes_over_with_the_same_slots(
         leader, follower = (a, b) if health(a.address) == "SERVING" else (b, a)
         assert health(follower.address) == "NOT_SERVING"
 
-        # History the sorted order cannot rebuild: 127.0.2.9 takes the slot 127.0.2.1 left.
+        # History the sorted order cannot rebuild: 127.0.2.2 keeps slot 2 and 127.0.2.9
+        # takes never-used slot 3 (a freed slot comes after never-used ones).
         api.apply(endpoint_slice("shop", {"127.0.2.2": True, "127.0.2.9": True}))
-        assert wait_until(lambda: shop_slots(leader.address)[1] == {1: "127.0.2.9", 2: "127.0.2.2"})
+        assert wait_until(lambda: shop_slots(leader.address)[1] == {2: "127.0.2.2", 3: "127.0.2.9"})
         saved = api.get("ConfigMap", NS, "peerplane-slots")
         assert saved is not None and "127.0.2.9" in saved["data"]["slots.json"]
         before = shop_slots(leader.address)
@@ -152,6 +153,13 @@ def test_a_burst_of_endpoint_changes_gives_a_handful_of_versions(
         for i in range(1000):
             api.apply(endpoint_slice("shop", {"127.0.2.1": True, f"127.0.3.{i % 250}": True}))
         assert time.monotonic() - started < 10
-        final = {1: "127.0.2.1", 2: "127.0.3.249"}
-        assert wait_until(lambda: shop_slots(serve.address)[1] == final, 10)
+        # 127.0.2.1 never moves; where the last newcomer lands depends on how many
+        # computations the burst was debounced into (each frees one slot).
+        final = {"127.0.2.1", "127.0.3.249"}
+
+        def settled() -> bool:
+            slots = shop_slots(serve.address)[1]
+            return set(slots.values()) == final and slots.get(1) == "127.0.2.1"
+
+        assert wait_until(settled, 10)
         assert 2 <= int(get_snapshot(serve.address)["version"]) <= 15  # debounced, not 1,000

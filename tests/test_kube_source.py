@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 import pytest
+from kubernetes import client
 
 from controlplane.compute import compute
 from controlplane.model import ClusterState, ObjectRef
-from controlplane.source.informer import WatchOptions
+from controlplane.source.informer import Informer, WatchOptions
 from controlplane.source.kubernetes import KubernetesSource, load_api_client
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import (
@@ -295,3 +297,86 @@ def test_kubeconfig_file(api: FakeKubeAPI, tmp_path: Path) -> None:
 def test_bad_selector_is_refused(api: FakeKubeAPI) -> None:
     with pytest.raises(ValueError, match="selector"):
         KubernetesSource(api_client(api.url), haproxy_selector="tier in (a,b)")
+
+
+def malformed_objects() -> list[dict[str, object]]:
+    """Objects the API would never store, as a buggy or hostile API might serve them."""
+    spec_list = service("spec-list")
+    spec_list["spec"] = [1]
+    ports_int = service("ports-int")
+    ports_int["spec"]["ports"] = 5
+    numeric_port = service("numeric-port")
+    numeric_port["spec"]["ports"] = [{"name": "8080", "port": 8080}]
+    status_int = pod("haproxy-status", "127.0.0.20")
+    status_int["status"] = 5
+    conditions_int = endpoint_slice("blog", {"127.0.1.9": True})
+    conditions_int["endpoints"][0]["conditions"] = 5
+    deep: object = "x"
+    for _ in range(100):  # the API server's own decoder refuses far deeper JSON
+        deep = [deep]
+    deep_annotation = service("deep")
+    deep_annotation["metadata"]["annotations"]["haproxy.org/hosts"] = deep
+    return [spec_list, ports_int, numeric_port, status_int, conditions_int, deep_annotation]
+
+
+MALFORMED_NAMES = ("spec-list", "ports-int", "numeric-port", "haproxy-status", "blog-abc", "deep")
+
+
+def test_malformed_objects_in_the_watch_are_reported_and_the_watch_goes_on(
+    api: FakeKubeAPI, source: KubernetesSource
+) -> None:
+    for obj in malformed_objects():
+        api.apply(obj)
+    api.apply(service("news"))  # after the malformed ones, in the same watch streams
+    api.apply(pod("haproxy-c", "127.0.0.13"))
+    assert wait_until(lambda: "news" in [s.name for s in source.state().services])
+    assert wait_until(lambda: "haproxy-c" in pod_names(source.state()))
+    assert wait_until(lambda: all(any(n in e for e in source.errors()) for n in MALFORMED_NAMES))
+    names = {s.name for s in source.state().services} | set(pod_names(source.state()))
+    assert not names & set(MALFORMED_NAMES)
+    assert [s.name for s in source.state().endpoint_slices] == ["shop-abc"]
+
+
+def test_malformed_objects_in_the_initial_list_are_reported_and_skipped(
+    api: FakeKubeAPI,
+) -> None:
+    for obj in malformed_objects():
+        api.apply(obj)
+    src = KubernetesSource(api_client(api.url), settings=SETTINGS, options=FAST, sync_timeout=5)
+    src.start(Changes())
+    try:
+        assert [s.name for s in src.state().services] == ["blog", "internal", "shop"]
+        assert pod_names(src.state()) == ["haproxy-a", "haproxy-b"]
+        errors = src.errors()
+        assert all(any(n in e for e in errors) for n in MALFORMED_NAMES), errors
+        api.apply(service("news"))
+        assert wait_until(lambda: "news" in [s.name for s in src.state().services])
+    finally:
+        src.stop()
+
+
+def test_a_converter_failure_is_reported_and_never_stops_the_watch(api: FakeKubeAPI) -> None:
+    def convert(raw: Mapping[str, Any]) -> str:
+        name = str(raw["metadata"]["name"])
+        if name.startswith("bug"):
+            raise TypeError("a bug in a converter")
+        return name
+
+    core = client.CoreV1Api(api_client(api.url))
+    informer: Informer[str] = Informer(
+        "services", core.list_service_for_all_namespaces, convert, FAST
+    )
+    api.apply(service("bug-listed"))
+    informer.start(lambda: None)
+    try:
+        assert informer.wait_synced(5)
+        assert sorted(informer.items().values()) == ["blog", "internal", "shop"]
+        api.apply(service("bug-watched"))
+        api.apply(service("news"))
+        assert wait_until(lambda: "news" in informer.items().values())
+        assert informer.errors() == [
+            "services default/bug-listed: unexpected TypeError converting the object",
+            "services default/bug-watched: unexpected TypeError converting the object",
+        ]
+    finally:
+        informer.stop()

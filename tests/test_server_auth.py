@@ -4,11 +4,14 @@ test_kube_tokenreview.py)."""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 
 import grpc
 import pytest
 
+from controlplane.serve import add_serve_arguments
+from controlplane.serveopts import auth_warning, check, inspection_authenticated
 from controlplane.server import ControlPlaneServer, ServerOptions, StreamLimits
 from controlplane.server.auth import Authenticator, Denied, Identity, bearer_token
 from controlplane.server.peers import PeerStreams, peer_host
@@ -40,7 +43,10 @@ class FakeReviewer:
 
 
 def authenticated(
-    reviewer: FakeReviewer, inspection: bool = False, per_peer: int = 0, agents: bool = True
+    reviewer: FakeReviewer,
+    inspection: bool | None = None,
+    per_peer: int = 0,
+    agents: bool = True,
 ) -> Harness:
     def build(store: SnapshotStore) -> ControlPlaneServer:
         options = ServerOptions(stream=StreamLimits(max_streams_per_peer=per_peer))
@@ -160,13 +166,51 @@ def test_inspection_needs_a_non_agent_token_when_enabled() -> None:
     run(body())
 
 
-def test_inspection_stays_open_without_the_flag() -> None:
+def test_inspection_follows_agent_authentication_unless_opened() -> None:
+    """Regression (issue 12 item 16): authenticated agents left every snapshot open."""
+
     async def body() -> None:
         async with authenticated(FakeReviewer()) as h:
+            publish(h)
+            for call, request in (
+                (h.stub.GetSnapshot, pb.GetSnapshotRequest(workload=W1)),
+                (h.stub.ListAgents, pb.ListAgentsRequest()),
+                (h.stub.ListWorkloads, pb.ListWorkloadsRequest()),
+            ):
+                with pytest.raises(grpc.aio.AioRpcError) as failure:
+                    await call(request)  # type: ignore[operator]
+                assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            answer = await h.stub.GetSnapshot(
+                pb.GetSnapshotRequest(workload=W1), metadata=bearer("token-ops")
+            )
+            assert answer.workload == W1
+        async with authenticated(FakeReviewer(), inspection=False) as h:  # opened explicitly
             publish(h)
             assert (await h.stub.GetSnapshot(pb.GetSnapshotRequest(workload=W1))).workload == W1
 
     run(body())
+
+
+def serve_args(*flags: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    return parser.parse_args(["--source", "files:/x", "--insecure", *flags])
+
+
+def test_serve_flags_make_inspection_follow_agent_authentication() -> None:
+    agents_only = serve_args("--authenticate-agents")
+    assert check(agents_only) is None
+    assert inspection_authenticated(agents_only) and auth_warning(agents_only) is None
+    opened = serve_args("--authenticate-agents", "--open-inspection")
+    assert check(opened) is None and not inspection_authenticated(opened)
+    assert "answer any caller without a token" in (auth_warning(opened) or "")
+    assert not inspection_authenticated(serve_args())
+    assert inspection_authenticated(serve_args("--authenticate-inspection"))
+    both = serve_args("--authenticate-agents", "--authenticate-inspection", "--open-inspection")
+    assert "contradicts" in (check(both) or "")
+    assert "only applies with --authenticate-agents" in (
+        check(serve_args("--open-inspection")) or ""
+    )
 
 
 def test_streams_beyond_the_per_peer_cap_are_refused() -> None:

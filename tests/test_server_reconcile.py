@@ -45,6 +45,20 @@ async def reconcile_loop(retry_s: float = 1.0) -> AsyncIterator[Loop]:
         await asyncio.wait_for(task, WAIT_S)
 
 
+def test_compute_is_given_the_wall_clock() -> None:
+    """Freed slots are compared against the stick-table expire in wall-clock seconds that
+    a restarted or another replica shares; without it (now=0) no slot is ever reused."""
+
+    async def body() -> None:
+        async with reconcile_loop() as loop:
+            before = time.time()
+            await loop.reconciler.wait_computed(1, WAIT_S)
+            (now,) = loop.compute.nows
+            assert before - 1 <= now <= time.time()
+
+    run(body())
+
+
 def test_a_burst_of_changes_gives_a_handful_of_computations() -> None:
     async def body() -> None:
         async with reconcile_loop() as loop:

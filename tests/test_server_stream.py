@@ -113,6 +113,42 @@ def test_stale_ack_is_ignored() -> None:
     run(body())
 
 
+def test_ack_after_nack_of_the_same_nonce_records_the_retry_success() -> None:
+    """An agent retries a snapshot whose reload failed (port held): its later Ack of the
+    same nonce counts, as long as nothing newer was sent; a second Ack does not."""
+
+    async def body() -> None:
+        async with Harness() as h:
+            h.publish({W1: snapshot(W1, "10.0.0.1")}, PODS)
+            agent = h.agent("haproxy-a")
+            await agent.hello()
+            first = await agent.recv_snapshot()
+            await agent.nack(first, "reload failed: cannot bind socket (Address already in use)")
+            await h.until(lambda: h.session("haproxy-a").last_nack_version == 1)  # type: ignore[union-attr]
+
+            await agent.ack(first)  # the retry applied it
+            await h.until(lambda: h.session("haproxy-a").acked_version == 1)  # type: ignore[union-attr]
+            (status,) = await h.agents()
+            assert status.acked_content_hash == first.snapshot.content_hash
+            assert status.last_nack_error == ""
+            await agent.ack(first)  # answered already
+            await h.until(lambda: h.session("haproxy-a").ignored_messages == 1)  # type: ignore[union-attr]
+
+            h.publish({W1: snapshot(W1, "10.0.0.2")}, PODS)
+            second = await agent.recv_snapshot()
+            await agent.nack(second, "reload failed")
+            await h.until(lambda: h.session("haproxy-a").last_nack_version == 2)  # type: ignore[union-attr]
+            h.publish({W1: snapshot(W1, "10.0.0.3")}, PODS)
+            third = await agent.recv_snapshot()
+            await agent.ack(second)  # superseded: the control plane has moved on
+            await h.until(lambda: h.session("haproxy-a").ignored_messages == 2)  # type: ignore[union-attr]
+            (status,) = await h.agents()
+            assert status.acked_version == 1
+            assert status.pending_version == third.snapshot.version
+
+    run(body())
+
+
 def test_reconnect_with_unchanged_content_gets_in_sync_and_no_snapshot() -> None:
     async def body() -> None:
         async with Harness() as h:

@@ -1,8 +1,9 @@
 """The canonical computation: pure functions from cluster state to snapshots.
 
-`compute(state, previous_assignment)` is the whole contract: no I/O, no clock, no
-randomness. Identical inputs give identical snapshots (and content hashes) on any
-control-plane replica.
+`compute(state, previous_assignment, now=...)` is the whole contract: no I/O, no clock
+(`now`, when freed slots are compared against the stick-table expire, is given by the
+caller), no randomness. Identical inputs give identical snapshots (and content hashes) on
+any control-plane replica.
 """
 
 from controlplane.compute.snapshots import Computer, compute

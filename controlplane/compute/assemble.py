@@ -59,7 +59,7 @@ def _part_name(part: BackendPart) -> str:
 
 
 def _reframed(part: BackendPart, added: tuple[Rejection, ...]) -> bytes:
-    body = part.body + warnings_bytes((*part.warnings, *added))
+    body = part.body + warnings_bytes((*part.warnings, *added)) + part.tail
     return wire.length_delimited(wire.SNAPSHOT_BACKENDS, body)
 
 

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from controlplane.compute import wire
 from controlplane.compute.endpoints import ready_endpoints
 from controlplane.compute.settings import BackendSettings, Resolver, lookup
-from controlplane.compute.slots import assign_slots
+from controlplane.compute.slots import assign_slots, quarantine_seconds
 from controlplane.compute.types import BackendSlots, Rejection, SlotAssignment
 from controlplane.compute.values import (
+    MAX_HOSTS,
     Invalid,
     is_dns_label,
     is_port_name,
@@ -26,6 +27,7 @@ from controlplane.compute.values import (
     shown,
 )
 from controlplane.model import EndpointSlice, Service, ServicePort
+from peerplane import limits
 from peerplane.v1 import peerplane_pb2 as pb
 
 
@@ -37,9 +39,10 @@ class BackendPart:
     body: bytes  # Backend fields 1..9
     warnings: tuple[Rejection, ...]  # rejections of this backend's own settings
     slots: BackendSlots
-    # The Snapshot.backends entry (field 5 framing) of `body` plus `warnings`, ready to
-    # concatenate when the snapshot adds no warnings of its own to this backend.
+    # The Snapshot.backends entry (field 5 framing) of `body`, `warnings` and `tail`, ready
+    # to concatenate when the snapshot adds no warnings of its own to this backend.
     framed: bytes
+    tail: bytes = b""  # Backend fields after the warnings (11: check)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +102,39 @@ def _valid_identity(service: Service, rejections: list[Rejection]) -> bool:
     return True
 
 
+def _servable(port: ServicePort) -> bool:
+    return port.protocol == "TCP" and (not port.name or is_port_name(port.name))
+
+
+def _backend_names_fit(service: Service, rejections: list[Rejection]) -> bool:
+    """The agent refuses a whole snapshot holding a backend name it cannot write, so such a
+    Service is refused here, alone. Kubernetes' own limits keep names within
+    `limits.MAX_PROXY_NAME`; this holds that promise if naming ever changes."""
+    for port in service.ports:
+        name = backend_name(service, port)
+        if _servable(port) and not limits.is_proxy_name(name):
+            reason = (
+                f"backend name {shown(name, 40)} is not {limits.MAX_PROXY_NAME} characters or "
+                "less of letters, digits, _ . -; Service not served"
+            )
+            rejections.append(service_rejection(service, "metadata.name", service.name, reason))
+            return False
+    return True
+
+
 def warnings_bytes(rejections: Sequence[Rejection]) -> bytes:
     """Backend field 10 entries (they follow the slots, in field-number order)."""
     if not rejections:
         return b""
     return pb.Backend(warnings=[r.to_proto() for r in rejections]).SerializeToString()
+
+
+def encode_tail(settings: BackendSettings) -> bytes:
+    """Backend fields that follow the warnings in field-number order (11: check)."""
+    check = settings.check
+    if check is None:
+        return b""
+    return wire.health_check(check.interval_ms, check.rise, check.fall, check.http_path)
 
 
 def encode_backend(
@@ -143,9 +174,18 @@ def _parse_routing(service: Service, own: list[Rejection]) -> tuple[tuple[str, .
     found = lookup(service.annotations, "hosts")
     if found is not None:
         try:
-            hosts = parse_hosts(found.value)
+            parsed = parse_hosts(found.value)
         except Invalid as err:
             own.append(service_rejection(service, found.key, found.value, str(err)))
+        else:
+            hosts = parsed.served
+            if parsed.dropped:
+                reason = (
+                    f"more than {MAX_HOSTS} hosts: the first {MAX_HOSTS} listed are served, "
+                    f"these {len(parsed.dropped)} are not"
+                )
+                dropped = ",".join(parsed.dropped)
+                own.append(service_rejection(service, found.key, dropped, reason))
     tcp_port: int | None = None
     found = lookup(service.annotations, "tcp-port")
     if found is not None:
@@ -164,9 +204,15 @@ def plan_service(
     slices: Sequence[EndpointSlice],
     resolver: Resolver,
     previous: SlotAssignment,
+    now: float,
 ) -> Planned:
+    """`now`: the computation's wall clock, when slots vacated by this plan are freed."""
     rejections: list[Rejection] = []
-    if not opted_in(service, rejections) or not _valid_identity(service, rejections):
+    if not (
+        opted_in(service, rejections)
+        and _valid_identity(service, rejections)
+        and _backend_names_fit(service, rejections)
+    ):
         return Planned(None, tuple(rejections))
     workloads: frozenset[str] | None = None
     found = lookup(service.annotations, "workloads")
@@ -184,7 +230,7 @@ def plan_service(
     backends: list[BackendPart] = []
     configmap: list[Rejection] = []
     for port in service.ports:
-        if port.protocol != "TCP" or (port.name and not is_port_name(port.name)):
+        if not _servable(port):
             own.append(
                 service_rejection(
                     service,
@@ -198,13 +244,30 @@ def plan_service(
         found_warnings: list[Rejection] = []
         settings = resolver.backend(service, mode, found_warnings)
         endpoints = ready_endpoints(slices, port)
-        slots = assign_slots(endpoints, previous.get(name), settings.server_slots)
+        slots = assign_slots(
+            endpoints,
+            previous.get(name),
+            settings.server_slots,
+            now=now,
+            quarantine_s=quarantine_seconds(settings.persistence, settings.expire_ms),
+        )
+        if len(slots.slots) < len(endpoints):
+            found_warnings.append(
+                service_rejection(
+                    service,
+                    "endpoints",
+                    port.name or str(port.port),
+                    f"{len(endpoints) - len(slots.slots)} endpoints beyond the "
+                    f"{limits.MAX_SLOTS}-slot limit are not served",
+                )
+            )
         mine = tuple(w for w in found_warnings if w.kind == "Service")
         # ConfigMap rejections are listed once per snapshot, not on every backend.
         configmap.extend(w for w in found_warnings if w.kind != "Service")
         body = encode_backend(name, service, port, mode, settings, slots)
-        framed = wire.length_delimited(wire.SNAPSHOT_BACKENDS, body + warnings_bytes(mine))
-        backends.append(BackendPart(name, body, mine, slots, framed))
+        tail = encode_tail(settings)
+        framed = wire.length_delimited(wire.SNAPSHOT_BACKENDS, body + warnings_bytes(mine) + tail)
+        backends.append(BackendPart(name, body, mine, slots, framed, tail))
         rejections.extend(mine)
     rejections.extend(own)
     plan = ServicePlan(

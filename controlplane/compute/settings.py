@@ -8,7 +8,7 @@ level's value is used and a `Rejection` says what and why.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from controlplane.compute.types import Rejection
@@ -18,6 +18,9 @@ from controlplane.compute.values import (
     Invalid,
     parse_balance,
     parse_bool,
+    parse_check_count,
+    parse_check_interval,
+    parse_check_path,
     parse_hash_type,
     parse_port,
     parse_positive_int,
@@ -26,6 +29,7 @@ from controlplane.compute.values import (
     shown,
 )
 from controlplane.model import ANNOTATION_PREFIX, ConfigMap, Service
+from peerplane import healthcheck
 
 T = TypeVar("T")
 
@@ -37,6 +41,7 @@ DEFAULT_EXPIRE_MS = 30 * 60 * 1000  # "30m"
 DEFAULT_SERVER_SLOTS = 42
 DEFAULT_HTTP_PORT = 80
 DEFAULT_PEER_PORT = 10000
+DEFAULT_CHECK = True  # as in the haproxytech ingress controller: pods can die unannounced
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +65,16 @@ def rejection(kind: str, namespace: str, name: str, found: Lookup, reason: str) 
 
 
 @dataclass(frozen=True, slots=True)
+class CheckSettings:
+    """Server health checks: `inter`, `rise`, `fall`, and an HTTP path ("" = TCP connect)."""
+
+    interval_ms: int = healthcheck.DEFAULT_INTERVAL_MS
+    rise: int = healthcheck.DEFAULT_RISE
+    fall: int = healthcheck.DEFAULT_FALL
+    http_path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class BackendSettings:
     balance: Balance
     hash_type: str
@@ -67,6 +82,7 @@ class BackendSettings:
     table_size: int
     expire_ms: int
     server_slots: int
+    check: CheckSettings | None = CheckSettings()  # None: health checks off
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +163,43 @@ class Resolver:
                 DEFAULT_SERVER_SLOTS,
                 rejections,
             ),
+            check=self._check(service, mode, rejections),
         )
+
+    def _check(
+        self, service: Service, mode: str, rejections: list[Rejection]
+    ) -> CheckSettings | None:
+        """Every check key is resolved (and a bad one reported) even when checks are off.
+
+        `check-http` applies to HTTP backends: on a TCP Service's own annotation it is
+        rejected; a ConfigMap value is a fleet default and simply does not apply to TCP.
+        """
+        enabled = self._resolve(service, "check", parse_bool, DEFAULT_CHECK, rejections)
+        settings = CheckSettings(
+            interval_ms=self._resolve(
+                service,
+                "check-interval",
+                parse_check_interval,
+                healthcheck.DEFAULT_INTERVAL_MS,
+                rejections,
+            ),
+            rise=self._resolve(
+                service, "check-rise", parse_check_count, healthcheck.DEFAULT_RISE, rejections
+            ),
+            fall=self._resolve(
+                service, "check-fall", parse_check_count, healthcheck.DEFAULT_FALL, rejections
+            ),
+            http_path=self._resolve(service, "check-http", parse_check_path, "", rejections),
+        )
+        if mode != "http" and settings.http_path:
+            found = lookup(service.annotations, "check-http")
+            if found is not None and healthcheck.is_path(found.value.strip()):
+                reason = f"check-http needs an HTTP backend, this one is {mode}"
+                rejections.append(
+                    rejection("Service", service.namespace, service.name, found, reason)
+                )
+            settings = replace(settings, http_path="")
+        return settings if enabled else None
 
     def global_settings(self, rejections: list[Rejection]) -> GlobalSettings:
         """The HTTP frontend port and the peer port; they may never collide."""

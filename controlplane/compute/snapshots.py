@@ -15,7 +15,7 @@ from controlplane.compute.assemble import assemble
 from controlplane.compute.plan import Planned, ServicePlan, plan_service
 from controlplane.compute.settings import Resolver
 from controlplane.compute.types import BackendSlots, ComputeResult, Rejection, SnapshotContent
-from controlplane.compute.workloads import discover
+from controlplane.compute.workloads import DEFAULT_SCOPE, WorkloadScope, discover
 from controlplane.model import ClusterState, ConfigMap, EndpointSlice, Service
 from peerplane.v1 import peerplane_pb2 as pb
 
@@ -71,7 +71,8 @@ class Computer:
     reused when its inputs are equal).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, scope: WorkloadScope = DEFAULT_SCOPE) -> None:
+        self._scope = scope
         self._cache: dict[tuple[str, str], _Cached] = {}
         self._services: dict[int, Service] = {}
         self._slices: dict[int, EndpointSlice] = {}
@@ -134,8 +135,16 @@ class Computer:
             for part in plan.backends:
                 self._slots[part.name] = part.slots
 
-    def compute(self, state: ClusterState, previous: Mapping[str, BackendSlots]) -> ComputeResult:
-        """Snapshots of every workload and the new slot assignment."""
+    def compute(
+        self, state: ClusterState, previous: Mapping[str, BackendSlots], *, now: float = 0.0
+    ) -> ComputeResult:
+        """Snapshots of every workload and the new slot assignment.
+
+        `now` is the caller's wall clock in seconds (compute reads no clock): slots vacated
+        now are freed at `now`, and a freed slot is reused only once its quarantine has
+        passed by `now`. The default 0 suits callers without persisted history (tests);
+        with real freed times it never reuses a freed slot, which is safe but grows slots.
+        """
         dirty = self._index(state)
         settings_same = self._settings is state.settings or self._settings == state.settings
         if previous is not self._assignment or not settings_same:
@@ -153,14 +162,14 @@ class Computer:
             cached = self._cache.get(key)
             if cached is None or not cached.reusable(service, mine, state.settings, previous):
                 self.planned += 1
-                planned = plan_service(service, mine, resolver, previous)
+                planned = plan_service(service, mine, resolver, previous, now)
                 self._replace(key, _Cached(service, mine, state.settings, planned))
 
         rejections = [r for k in self._rejecting for r in self._cache[k].planned.rejections]
         plans = list(self._plans.values())
         configmap_rejections = [r for p in plans for r in p.configmap_rejections]
         global_settings = resolver.global_settings(configmap_rejections)
-        workloads = discover(state.haproxy_pods, state.replica_sets, rejections)
+        workloads = discover(state.haproxy_pods, state.replica_sets, rejections, self._scope)
         global_warnings = _dedupe(configmap_rejections)
         snapshots: dict[str, SnapshotContent] = {}
         for workload, peers in sorted(workloads.peers.items(), key=lambda item: item[0].key):
@@ -177,6 +186,13 @@ class Computer:
         )
 
 
-def compute(state: ClusterState, previous: Mapping[str, BackendSlots]) -> ComputeResult:
-    """Snapshots of every workload (unversioned) and the new slot assignment."""
-    return Computer().compute(state, previous)
+def compute(
+    state: ClusterState,
+    previous: Mapping[str, BackendSlots],
+    scope: WorkloadScope = DEFAULT_SCOPE,
+    *,
+    now: float = 0.0,
+) -> ComputeResult:
+    """Snapshots of every workload in `scope` (unversioned) and the new slot assignment;
+    `now` as for `Computer.compute`."""
+    return Computer(scope).compute(state, previous, now=now)

@@ -16,11 +16,18 @@ EndpointKey = tuple[str, int]  # (address, port)
 class BackendSlots:
     """Slot assignment of one backend: endpoint -> 1-based slot index, and the slot count.
 
-    The count only grows (in steps of `server-slots`) while the backend exists.
+    The count only grows (in steps of `server-slots`) while the backend exists. `freed`
+    maps each free slot that once held an endpoint to when it was freed (wall-clock
+    seconds): stick-table entries may still name it, so it is not reused until the
+    backend's stick-table expire has passed (docs/design.md, "Slots"). A free slot absent
+    from `freed` was never used. `freed_by` names the endpoint that left a freed slot, when
+    known: if that endpoint comes back it takes its own slot again at once.
     """
 
     count: int
     slots: Mapping[EndpointKey, int] = field(default_factory=lambda: MappingProxyType({}))
+    freed: Mapping[int, float] = field(default_factory=lambda: MappingProxyType({}))
+    freed_by: Mapping[int, EndpointKey] = field(default_factory=lambda: MappingProxyType({}))
 
 
 # backend name ("<namespace>_<service>_<port>") -> its slots

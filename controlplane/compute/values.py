@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from peerplane import healthcheck
+
 
 class Invalid(ValueError):
     """A value that does not match its strict pattern; the message says why."""
@@ -135,9 +137,47 @@ def parse_hash_type(text: str) -> str:
     return " ".join(words)
 
 
-def parse_hosts(text: str) -> tuple[str, ...]:
-    """Comma-separated DNS host names, lower-cased, deduplicated, sorted."""
-    hosts: set[str] = set()
+def parse_check_interval(text: str) -> int:
+    """A health-check interval: an HAProxy time, from 100ms to 1h."""
+    value = parse_time_ms(text)
+    if not healthcheck.is_interval_ms(value):
+        raise Invalid(
+            f"expected {healthcheck.MIN_INTERVAL_MS}ms to {healthcheck.MAX_INTERVAL_MS // 60_000}m"
+        )
+    return value
+
+
+def parse_check_count(text: str) -> int:
+    """`rise` or `fall`: consecutive check results, 1 to 100."""
+    return parse_positive_int(text, healthcheck.MAX_COUNT)
+
+
+def parse_check_path(text: str) -> str:
+    """An HTTP check path: `/`, URL-safe characters, an optional simple query."""
+    path = text.strip()
+    if not healthcheck.is_path(path):
+        raise Invalid(
+            "expected a path starting with /, of letters, digits, . _ ~ / -, and an optional "
+            "?query of the same plus = &"
+        )
+    return path
+
+
+@dataclass(frozen=True, slots=True)
+class Hosts:
+    """The hosts served (sorted) and those listed beyond `MAX_HOSTS` (as written)."""
+
+    served: tuple[str, ...]
+    dropped: tuple[str, ...] = ()
+
+
+def parse_hosts(text: str) -> Hosts:
+    """Comma-separated DNS host names, lower-cased, deduplicated.
+
+    One malformed name rejects the whole value (strict input); past `MAX_HOSTS` distinct
+    names the first ones listed are kept, so a long list loses its tail, not every host.
+    """
+    hosts: dict[str, None] = {}  # insertion-ordered set: "first listed" is well defined
     for raw in text.split(","):
         host = raw.strip().lower()
         if not host:
@@ -145,12 +185,11 @@ def parse_hosts(text: str) -> tuple[str, ...]:
         labels = host.split(".")
         if len(host) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
             raise Invalid(f"{raw.strip()!r} is not a DNS host name")
-        hosts.add(host)
+        hosts[host] = None
     if not hosts:
         raise Invalid("expected at least one host name")
-    if len(hosts) > MAX_HOSTS:
-        raise Invalid(f"more than {MAX_HOSTS} hosts")
-    return tuple(sorted(hosts))
+    listed = list(hosts)
+    return Hosts(tuple(sorted(listed[:MAX_HOSTS])), tuple(listed[MAX_HOSTS:]))
 
 
 def parse_workload_refs(text: str) -> frozenset[str]:

@@ -20,6 +20,8 @@ SNAPSHOT_VERSION = 2
 SNAPSHOT_CONTENT_HASH = 3
 SNAPSHOT_BACKENDS = 5
 BACKEND_SLOTS = 9
+BACKEND_CHECK = 11
+CHECK_INTERVAL_MS, CHECK_RISE, CHECK_FALL, CHECK_HTTP_PATH = 1, 2, 3, 4
 SLOT_INDEX, SLOT_SERVER_NAME, SLOT_ADDRESS, SLOT_PORT, SLOT_ENABLED = 1, 2, 3, 4, 5
 SERVER_MESSAGE_SNAPSHOT = 2
 
@@ -81,6 +83,19 @@ def used_slot(index: int, address: str, port: int) -> bytes:
     raw = address.encode()
     body = _slot_head(index) + _ADDRESS_TAG + _ONE_BYTE[len(raw)] + raw + _port_and_enabled(port)
     return _SLOTS_TAG + varint(len(body)) + body
+
+
+@lru_cache(maxsize=256)
+def health_check(interval_ms: int, rise: int, fall: int, http_path: str) -> bytes:
+    """Backend field 11 (`check`). It follows the warnings (field 10) in a serialized
+    Backend, so a backend's bytes are: fields 1..9, warnings, check."""
+    body = (
+        varint_field(CHECK_INTERVAL_MS, interval_ms)
+        + varint_field(CHECK_RISE, rise)
+        + varint_field(CHECK_FALL, fall)
+        + string_field(CHECK_HTTP_PATH, http_path)
+    )
+    return length_delimited(BACKEND_CHECK, body)
 
 
 def versioned(payload: bytes, version: int, content_hash: str) -> bytes:

@@ -45,6 +45,9 @@ class AgentSession:
     sent_hash: str = ""
     last_nonce: str = ""  # the only nonce an Ack or Nack may carry
     pending: Sent | None = None
+    # The last Nacked snapshot: the agent may retry it and Ack the same nonce later (a
+    # reload that failed on a port still held), as long as nothing newer was sent.
+    nacked: Sent | None = None
     last_nack_error: str = ""
     last_nack_version: int = 0
     waiting_reason: str = ""  # last Waiting reason sent; "" when serving

@@ -95,12 +95,15 @@ class ControlPlaneServer:
         *,
         authenticator: Authenticator | None = None,
         authenticate_agents: bool = True,
-        authenticate_inspection: bool = False,
+        authenticate_inspection: bool | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         """With an `authenticator`: agents (`authenticate_agents`) must present a token
         bound to the pod their Hello names; inspection RPCs (`authenticate_inspection`)
-        need a valid token that is not an agent's."""
+        need a valid token that is not an agent's. Inspection follows agent
+        authentication unless `authenticate_inspection=False` opens it explicitly."""
+        if authenticate_inspection is None:
+            authenticate_inspection = authenticator is not None and authenticate_agents
         if authenticate_inspection and authenticator is None:
             raise ValueError("authenticate_inspection needs an authenticator")
         self.store = store

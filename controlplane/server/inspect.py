@@ -11,6 +11,7 @@ from controlplane.metrics import Metrics
 from controlplane.server.agents import AgentRegistry
 from controlplane.server.auth import Authenticator, Denied
 from controlplane.store import SnapshotStore
+from peerplane.untrusted import REPLY_CHARS, clean
 from peerplane.v1 import peerplane_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,8 @@ class Inspection:
             listed = ", ".join(known[:MAX_LISTED]) + (" ..." if len(known) > MAX_LISTED else "")
             await context.abort(
                 grpc.StatusCode.NOT_FOUND,
-                f"workload {request.workload!r} is not known; known workloads: {listed or 'none'}",
+                f"workload '{clean(request.workload, REPLY_CHARS)}' is not known; "
+                f"known workloads: {listed or 'none'}",
             )
         return published.snapshot()
 

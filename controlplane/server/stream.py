@@ -23,9 +23,34 @@ from controlplane.server.agents import AgentRegistry, AgentSession, Sent
 from controlplane.server.auth import Authenticator, Denied, Identity
 from controlplane.server.peers import PeerStreams, peer_address, peer_host
 from controlplane.store import Published, SnapshotStore
+from peerplane.untrusted import clean
 from peerplane.v1 import peerplane_pb2 as pb
 
 log = logging.getLogger(__name__)
+
+# Longest value accepted per Hello field (Kubernetes: namespace 63, pod and node names
+# 253). Longer is refused with INVALID_ARGUMENT before the value is logged or stored.
+HELLO_LIMITS = {
+    "pod_namespace": 63,
+    "pod_name": 253,
+    "node_name": 253,
+    "applied_content_hash": 128,
+    "agent_version": 128,
+}
+MAX_NACK_ERROR_CHARS = 4096  # NACK text kept for ListAgents and logged
+
+
+def hello_problem(hello: pb.Hello) -> str | None:
+    """Why this Hello is refused, or None. The reason never echoes the value."""
+    if not hello.pod_namespace or not hello.pod_name:
+        return "Hello needs pod_namespace and pod_name"
+    for name, limit in HELLO_LIMITS.items():
+        value: str = getattr(hello, name)
+        if len(value) > limit:
+            return f"Hello {name} is {len(value)} characters long (at most {limit})"
+        if clean(value, limit) != value:
+            return f"Hello {name} contains control characters or backslashes"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,10 +227,14 @@ class StreamHandler:
                 grpc.StatusCode.INVALID_ARGUMENT, f"the first message must be a Hello, got {kind}"
             )
         hello = first.hello
-        if not hello.pod_namespace or not hello.pod_name:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, "Hello needs pod_namespace and pod_name"
+        problem = hello_problem(hello)
+        if problem is not None:
+            log.warning(
+                "stream refused (INVALID_ARGUMENT): %s",
+                problem,
+                extra=fields(event="refused", code="INVALID_ARGUMENT", reason=problem),
             )
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         return hello
 
     # ------------------------------------------------------------------ downstream
@@ -319,17 +348,19 @@ class StreamHandler:
 
     def _take_pending(self, session: AgentSession, nonce: str, what: str) -> Sent | None:
         pending = session.pending
+        if pending is None and what == "Ack":
+            pending = session.nacked  # an Ack after a Nack: the agent's retry succeeded
         if pending is None or nonce != session.last_nonce or nonce != pending.nonce:
             session.ignored_messages += 1
             log.debug(
-                "agent %s: stale %s (nonce %r, last sent %r) ignored",
+                "agent %s: stale %s (nonce %s, last sent %s) ignored",
                 session.pod,
                 what,
-                nonce,
+                clean(nonce, 32),
                 session.last_nonce,
             )
             return None
-        session.pending = None
+        session.pending = session.nacked = None
         return pending
 
     def _on_ack(self, session: AgentSession, ack: pb.Ack) -> None:
@@ -355,7 +386,9 @@ class StreamHandler:
         sent = self._take_pending(session, nack.nonce, "Nack")
         if sent is None:
             return
-        session.last_nack_error = nack.error
+        session.nacked = sent
+        error = nack.error.strip()[:MAX_NACK_ERROR_CHARS]
+        session.last_nack_error = error
         session.last_nack_version = sent.version
         log.warning(
             "agent %s rejected %s v%d (stays on v%d): %s",
@@ -363,13 +396,13 @@ class StreamHandler:
             session.workload,
             sent.version,
             session.acked_version,
-            nack.error.strip() or "(no error text)",
+            clean(error, MAX_NACK_ERROR_CHARS) or "(no error text)",
             extra=fields(
                 event="nack",
                 agent=session.pod,
                 workload=session.workload,
                 version=sent.version,
-                reason=nack.error.strip()[:2000],
+                reason=error,
             ),
         )
         self._metrics.nacked(session.workload)

@@ -1,12 +1,16 @@
 """Kubernetes objects (as plain JSON dicts) to model types.
 
 Both sources use these: the files source feeds parsed YAML documents, the Kubernetes
-source feeds the JSON the API server returns. A document that lacks what the model needs
-raises `ManifestError` with a reason a person can act on.
+source feeds the JSON the API server returns. A document that lacks what the model needs,
+or holds a field of the wrong type anywhere, raises `ManifestError` with a one-line reason
+a person can act on, and never any other exception (tests/test_fuzz_manifests.py). What
+the API server would refuse to store (a Service port name like "8080") is refused here
+too, since a folder of manifests has no API server in front of it.
 """
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -33,7 +37,67 @@ class ManifestError(ValueError):
     """A Kubernetes object that cannot be turned into a model object."""
 
 
+IANA_SVC_NAME = re.compile(r"(?!.*--)[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?")
+"""A Service port name, as Kubernetes validates it (with at least one letter, below)."""
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+"""An EndpointSlice port name, as Kubernetes validates it."""
+_SCALARS = (str, int, float, bool, datetime.date)
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """A value as an error message quotes it: bounded, and never a walk of a container
+    (a deep or alias-shared one would cost unbounded time or stack)."""
+    if isinstance(value, str):
+        return repr(value[:limit]) + ("..." if len(value) > limit else "")
+    if isinstance(value, (bool, float, datetime.date)) or value is None:
+        return repr(value)
+    if isinstance(value, int):
+        return repr(value) if abs(value) < 10**limit else "a huge integer"
+    return f"a {type(value).__name__}"
+
+
+def _map(value: Any, what: str) -> Mapping[str, Any]:
+    """`value` if a map, {} if absent; anything else is a ManifestError."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ManifestError(f"{what} is not a map but {shown(value)}")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ManifestError(f"{what} is not a list but {shown(value)}")
+    return value
+
+
+def _str(value: Any, what: str, default: str = "") -> str:
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise ManifestError(f"{what} is not a string but {shown(value)}")
+    return value
+
+
+def _text(value: Any, what: str) -> str:
+    """A scalar's text: YAML reads unquoted `true`, `5432` or a date as other types."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    if not isinstance(value, _SCALARS):
+        raise ManifestError(f"{what} is not a string but {shown(value)}")
+    try:
+        return str(value)
+    except ValueError:  # an integer past Python's 4,300-digit conversion limit
+        raise ManifestError(f"{what} is a huge integer") from None
+
+
 def _metadata(obj: Manifest) -> Mapping[str, Any]:
+    if not isinstance(obj, Mapping):
+        raise ManifestError(f"not a Kubernetes object (expected a map, got {shown(obj)})")
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
         raise ManifestError("metadata.name is missing")
@@ -41,32 +105,24 @@ def _metadata(obj: Manifest) -> Mapping[str, Any]:
 
 
 def _namespace(meta: Mapping[str, Any]) -> str:
-    namespace = meta.get("namespace") or "default"
-    if not isinstance(namespace, str):
-        raise ManifestError("metadata.namespace is not a string")
-    return namespace
+    namespace = meta.get("namespace")
+    if namespace is not None and not isinstance(namespace, str):
+        raise ManifestError(f"metadata.namespace is not a string but {shown(namespace)}")
+    return namespace or "default"
 
 
 def _string_map(value: Any, what: str) -> Mapping[str, str]:
-    if value is None:
-        return frozen_map()
-    if not isinstance(value, Mapping):
-        raise ManifestError(f"{what} is not a map")
     # Annotation values may be written unquoted in YAML (true, 5432): keep their text.
     out: dict[str, str] = {}
-    for key, item in value.items():
-        if isinstance(item, bool):
-            out[str(key)] = "true" if item else "false"
-        elif item is None:
-            out[str(key)] = ""
-        else:
-            out[str(key)] = str(item)
+    for key, item in _map(value, what).items():
+        name = _text(key, f"a key of {what}")
+        out[name] = _text(item, f"{what}[{shown(name)}]")
     return frozen_map(out)
 
 
 def _int(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ManifestError(f"{what} is not an integer: {value!r}")
+        raise ManifestError(f"{what} is not an integer: {shown(value)}")
     return value
 
 
@@ -85,83 +141,115 @@ def controller_owner(meta: Mapping[str, Any]) -> OwnerRef | None:
     return OwnerRef(kind, name)
 
 
+def is_service_port_name(name: str) -> bool:
+    """Kubernetes' IANA_SVC_NAME: at most 15 characters of a-z, 0-9 and '-', at least one
+    letter, no '-' at either end and no '--' (so "8080" never names a port)."""
+    return bool(IANA_SVC_NAME.fullmatch(name)) and any("a" <= c <= "z" for c in name)
+
+
+def _service_ports(spec: Mapping[str, Any]) -> tuple[ServicePort, ...]:
+    """spec.ports, validated as the API server does before it stores a Service."""
+    items = _list(spec.get("ports"), "spec.ports")
+    ports: list[ServicePort] = []
+    for index, item in enumerate(items):
+        where = f"spec.ports[{index}]"
+        if not isinstance(item, Mapping):
+            raise ManifestError(f"{where} is not a map")
+        entry: Mapping[str, Any] = item
+        name = _str(entry.get("name"), f"{where}.name")
+        if name and not is_service_port_name(name):
+            raise ManifestError(
+                f"{where}.name {shown(name)} is not a valid port name (at most 15 of a-z, "
+                "0-9 and '-', with a letter, no '-' at either end, no '--')"
+            )
+        if not name and len(items) > 1:
+            raise ManifestError(f"{where}.name is required when a Service has several ports")
+        port = _int(entry.get("port"), f"{where}.port")
+        if not 1 <= port <= 65535:
+            raise ManifestError(f"{where}.port {shown(port)} is not in 1-65535")
+        protocol = _str(entry.get("protocol"), f"{where}.protocol", "TCP")
+        for other in ports:
+            if name and other.name == name:
+                raise ManifestError(f"{where}.name {shown(name)} is used twice")
+            if (other.port, other.protocol) == (port, protocol):
+                raise ManifestError(f"{where}: port {port}/{shown(protocol)} is listed twice")
+        ports.append(ServicePort(name=name, port=port, protocol=protocol))
+    return tuple(ports)
+
+
 def service_from(obj: Manifest) -> Service:
     meta = _metadata(obj)
-    spec = obj.get("spec") or {}
-    ports: list[ServicePort] = []
-    for item in spec.get("ports") or []:
-        if not isinstance(item, Mapping):
-            raise ManifestError("spec.ports entry is not a map")
-        ports.append(
-            ServicePort(
-                name=str(item.get("name") or ""),
-                port=_int(item.get("port"), "spec.ports[].port"),
-                protocol=str(item.get("protocol") or "TCP"),
-            )
-        )
     return Service(
         namespace=_namespace(meta),
         name=meta["name"],
-        ports=tuple(ports),
+        ports=_service_ports(_map(obj.get("spec"), "spec")),
         annotations=_string_map(meta.get("annotations"), "metadata.annotations"),
-        creation_timestamp=str(meta.get("creationTimestamp") or ""),
+        creation_timestamp=_text(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
+    )
+
+
+def _endpoint_ports(obj: Manifest) -> tuple[EndpointPort, ...]:
+    ports = []
+    for index, item in enumerate(_list(obj.get("ports"), "ports")):
+        where = f"ports[{index}]"
+        if not isinstance(item, Mapping):
+            raise ManifestError(f"{where} is not a map")
+        name = _str(item.get("name"), f"{where}.name")
+        if name and not DNS_LABEL.fullmatch(name):
+            raise ManifestError(f"{where}.name {shown(name)} is not a DNS label")
+        ports.append(
+            EndpointPort(
+                name=name,
+                port=_int(item.get("port"), f"{where}.port"),
+                protocol=_str(item.get("protocol"), f"{where}.protocol", "TCP"),
+            )
+        )
+    return tuple(ports)
+
+
+def _endpoint(item: Any, where: str) -> Endpoint:
+    if not isinstance(item, Mapping):
+        raise ManifestError(f"{where} is not a map")
+    addresses = _list(item.get("addresses"), f"{where}.addresses")
+    if not all(isinstance(a, str) for a in addresses):
+        raise ManifestError(f"{where}.addresses is not a list of strings")
+    conditions = _map(item.get("conditions"), f"{where}.conditions")
+    ready = conditions.get("ready")
+    target = _map(item.get("targetRef"), f"{where}.targetRef")
+    return Endpoint(
+        addresses=tuple(addresses),
+        ready=ready is None or ready is True,
+        terminating=conditions.get("terminating") is True,
+        target_pod=_str(target.get("name"), f"{where}.targetRef.name"),
     )
 
 
 def endpoint_slice_from(obj: Manifest) -> EndpointSlice:
     meta = _metadata(obj)
     labels = _string_map(meta.get("labels"), "metadata.labels")
-    ports = []
-    for item in obj.get("ports") or []:
-        if not isinstance(item, Mapping):
-            raise ManifestError("ports entry is not a map")
-        ports.append(
-            EndpointPort(
-                name=str(item.get("name") or ""),
-                port=_int(item.get("port"), "ports[].port"),
-                protocol=str(item.get("protocol") or "TCP"),
-            )
-        )
-    endpoints = []
-    for item in obj.get("endpoints") or []:
-        if not isinstance(item, Mapping):
-            raise ManifestError("endpoints entry is not a map")
-        addresses = item.get("addresses") or []
-        if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
-            raise ManifestError("endpoints[].addresses is not a list of strings")
-        conditions = item.get("conditions") or {}
-        ready = conditions.get("ready")
-        target = item.get("targetRef") or {}
-        endpoints.append(
-            Endpoint(
-                addresses=tuple(addresses),
-                ready=ready is None or ready is True,
-                terminating=conditions.get("terminating") is True,
-                target_pod=str(target.get("name") or "") if isinstance(target, Mapping) else "",
-            )
-        )
+    endpoints = _list(obj.get("endpoints"), "endpoints")
     return EndpointSlice(
         namespace=_namespace(meta),
         name=meta["name"],
         service_name=labels.get(SERVICE_NAME_LABEL, ""),
-        address_type=str(obj.get("addressType") or "IPv4"),
-        ports=tuple(ports),
-        endpoints=tuple(endpoints),
+        address_type=_str(obj.get("addressType"), "addressType", "IPv4"),
+        ports=_endpoint_ports(obj),
+        endpoints=tuple(_endpoint(e, f"endpoints[{i}]") for i, e in enumerate(endpoints)),
     )
 
 
 def pod_from(obj: Manifest) -> Pod:
     meta = _metadata(obj)
-    status = obj.get("status") or {}
-    spec = obj.get("spec") or {}
+    status = _map(obj.get("status"), "status")
+    spec = _map(obj.get("spec"), "spec")
     return Pod(
         namespace=_namespace(meta),
         name=meta["name"],
-        ip=str(status.get("podIP") or ""),
-        phase=str(status.get("phase") or "Pending"),
+        ip=_str(status.get("podIP"), "status.podIP"),
+        phase=_str(status.get("phase"), "status.phase", "Pending") or "Pending",
         owner=controller_owner(meta),
         deleting=bool(meta.get("deletionTimestamp")),
-        node_name=str(spec.get("nodeName") or ""),
+        node_name=_str(spec.get("nodeName"), "spec.nodeName"),
         labels=_string_map(meta.get("labels"), "metadata.labels"),
     )
 

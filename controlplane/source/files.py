@@ -1,19 +1,21 @@
 """A folder of Kubernetes YAML manifests as a source of cluster state.
 
-Used by `controlplane compute`, the demo and the tests. A malformed file is reported with
-its path and skipped; the rest of the folder still counts. The folder is watched by
-polling file metadata: small, dependency-free, and good enough for a folder of manifests.
+Used by `controlplane compute`, the demo and the tests. A malformed file or object is
+reported with its path and skipped; the rest of the folder still counts. Files are read
+within the limits of `yamlload`. Two objects of the same kind, namespace and name are
+reported with both paths, and the one from the file that sorts first is kept (as the
+API server would have refused the second). The folder is watched by polling file
+metadata: small, dependency-free, and good enough for a folder of manifests.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from controlplane.model import (
     DEFAULT_HAPROXY_SELECTOR,
@@ -34,7 +36,11 @@ from controlplane.source.convert import (
     replica_set_from,
     selector_matches,
     service_from,
+    shown,
 )
+from controlplane.source.yamlload import LoadError, load_file
+
+log = logging.getLogger(__name__)
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -45,6 +51,9 @@ class LoadResult:
     errors: list[str] = field(default_factory=list)
 
 
+Converted = Service | EndpointSlice | Pod | ReplicaSet | ConfigMap
+
+
 @dataclass(slots=True)
 class _Collected:
     services: list[Service] = field(default_factory=list)
@@ -52,20 +61,25 @@ class _Collected:
     pods: list[Pod] = field(default_factory=list)
     replica_sets: list[ReplicaSet] = field(default_factory=list)
     settings: ConfigMap | None = None
+    # (kind, namespace, name) -> where the kept object was read, to report duplicates.
+    seen: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
 
 def manifest_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*") if p.is_file() and p.suffix in MANIFEST_SUFFIXES)
 
 
-def _documents(path: Path) -> Iterator[Any]:
-    """Every document of a file, expanding `kind: List` items."""
-    text = path.read_text(encoding="utf-8")
-    for document in yaml.safe_load_all(text):
+def _objects(documents: list[Any]) -> Iterator[tuple[str, Any]]:
+    """(where, object) for every document of a file, `kind: List` items expanded (a List
+    whose items are not a list is yielded whole, for `_convert` to report)."""
+    for number, document in enumerate(documents, start=1):
         if isinstance(document, dict) and document.get("kind") == "List":
-            yield from document.get("items") or []
-        elif document is not None:
-            yield document
+            items = document.get("items")
+            if items is None or isinstance(items, list):
+                for index, item in enumerate(items or []):
+                    yield f"document {number} items[{index}]", item
+                continue
+        yield f"document {number}", document
 
 
 def load_manifests(
@@ -81,15 +95,25 @@ def load_manifests(
         return LoadResult(ClusterState(), [f"{directory}: not a directory"])
     for path in manifest_files(directory):
         try:
-            documents = list(_documents(path))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-            errors.append(f"{path}: {_first_line(err)}")
+            documents = load_file(path)
+        except LoadError as err:
+            errors.append(f"{path}: {err}")
             continue
-        for number, document in enumerate(documents, start=1):
+        for where, document in _objects(documents):
             try:
-                _collect(document, collected, settings_ref, selector)
+                converted = _convert(document)
             except ManifestError as err:
-                errors.append(f"{path}: document {number}: {err}")
+                errors.append(f"{path}: {where}: {err}")
+                continue
+            except Exception as err:  # a converter bug must not cost the rest of the folder
+                log.exception("%s: %s: unexpected error converting", path, where)
+                errors.append(f"{path}: {where}: unexpected {type(err).__name__}")
+                continue
+            if converted is not None:
+                if (duplicate := _add(converted, f"{path} ({where})", collected)) is not None:
+                    errors.append(duplicate)
+                    continue
+                _keep(converted, collected, settings_ref, selector)
     state = ClusterState(
         services=tuple(collected.services),
         endpoint_slices=tuple(collected.slices),
@@ -100,36 +124,55 @@ def load_manifests(
     return LoadResult(state, errors)
 
 
-def _first_line(err: Exception) -> str:
-    return " ".join(str(err).split())[:300]
-
-
-def _collect(
-    document: Any,
-    out: _Collected,
-    settings_ref: ObjectRef,
-    selector: tuple[tuple[str, str, str], ...],
-) -> None:
+def _convert(document: Any) -> Converted | None:
+    """The model object of a document; None for kinds the model does not read."""
     if not isinstance(document, dict):
         raise ManifestError("not a Kubernetes object (expected a map)")
     kind = document.get("kind")
     if kind == "Service":
-        out.services.append(service_from(document))
-    elif kind == "EndpointSlice":
-        out.slices.append(endpoint_slice_from(document))
-    elif kind == "Pod":
-        pod = pod_from(document)
-        if selector_matches(selector, pod.labels):
-            out.pods.append(pod)
-    elif kind == "ReplicaSet":
-        out.replica_sets.append(replica_set_from(document))
-    elif kind == "ConfigMap":
-        config_map = config_map_from(document)
-        if config_map.ref == settings_ref:
-            out.settings = config_map
-    elif not isinstance(kind, str):
+        return service_from(document)
+    if kind == "EndpointSlice":
+        return endpoint_slice_from(document)
+    if kind == "Pod":
+        return pod_from(document)
+    if kind == "ReplicaSet":
+        return replica_set_from(document)
+    if kind == "ConfigMap":
+        return config_map_from(document)
+    if kind == "List":  # one whose items _objects could not expand
+        raise ManifestError(f"kind List: items is not a list but {shown(document.get('items'))}")
+    if not isinstance(kind, str):
         raise ManifestError("kind is missing")
     # Other kinds (Deployment, DaemonSet, Namespace...) carry nothing the model needs.
+    return None
+
+
+def _add(obj: Converted, where: str, out: _Collected) -> str | None:
+    """None when `obj` is the first of its kind and name; else the duplicate's report."""
+    key = (type(obj).__name__, obj.namespace, obj.name)
+    kept = out.seen.setdefault(key, where)
+    if kept == where:
+        return None
+    return f"duplicate {key[0]} {obj.namespace}/{obj.name}: {where} skipped, {kept} kept"
+
+
+def _keep(
+    obj: Converted,
+    out: _Collected,
+    settings_ref: ObjectRef,
+    selector: tuple[tuple[str, str, str], ...],
+) -> None:
+    if isinstance(obj, Service):
+        out.services.append(obj)
+    elif isinstance(obj, EndpointSlice):
+        out.slices.append(obj)
+    elif isinstance(obj, Pod):
+        if selector_matches(selector, obj.labels):
+            out.pods.append(obj)
+    elif isinstance(obj, ReplicaSet):
+        out.replica_sets.append(obj)
+    elif obj.ref == settings_ref:
+        out.settings = obj
 
 
 def _fingerprint(directory: Path) -> tuple[tuple[str, int, int], ...]:
@@ -175,14 +218,20 @@ class FilesSource:
         self._reload()
         on_change()
 
-        def watch() -> None:
+        def poll() -> None:
             nonlocal fingerprint
+            current = _fingerprint(self._directory)
+            if current != fingerprint:
+                fingerprint = current
+                if self._reload():
+                    on_change()
+
+        def watch() -> None:
             while not self._stopped.wait(self._poll_interval):
-                current = _fingerprint(self._directory)
-                if current != fingerprint:
-                    fingerprint = current
-                    if self._reload():
-                        on_change()
+                try:
+                    poll()
+                except Exception:  # the watch must outlive any one bad pass
+                    log.exception("files source %s: poll failed; still watching", self._directory)
 
         self._thread = threading.Thread(target=watch, name="files-source", daemon=True)
         self._thread.start()

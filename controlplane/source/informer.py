@@ -69,15 +69,27 @@ class _Stopped(Exception):
     """Raised out of a backoff sleep when the informer is stopped."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Rejected:
+    """An object that could not be converted, and why."""
+
+    reason: str
+
+
+def _meta_str(raw: Manifest, field: str) -> str:
+    """A string field of metadata, "" when absent or of any other type (never str() of a
+    container a hostile object put there)."""
+    meta = raw.get("metadata")
+    value = meta.get(field) if isinstance(meta, Mapping) else None
+    return value if isinstance(value, str) else ""
+
+
 def _key(raw: Manifest) -> Key:
-    meta = raw.get("metadata") or {}
-    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    return (_meta_str(raw, "namespace"), _meta_str(raw, "name"))
 
 
 def _resource_version(raw: Manifest) -> str | None:
-    meta = raw.get("metadata") or {}
-    value = meta.get("resourceVersion")
-    return str(value) if value else None
+    return _meta_str(raw, "resourceVersion") or None
 
 
 def _lines(response: Any) -> Iterator[bytes]:
@@ -271,14 +283,26 @@ class Informer(Generic[T]):
             raise ValueError("list response is not an object")
         return body
 
+    def _converted(self, raw: Mapping[str, Any]) -> T | _Rejected:
+        """The model object, or why there is none: one malformed object is reported and
+        skipped, never allowed to stop the list or the watch (and with it every change)."""
+        try:
+            return self._convert(raw)
+        except ManifestError as error:
+            return _Rejected(str(error))
+        except Exception as error:
+            log.exception("informer %s: unexpected error converting %s", self.name, _key(raw))
+            return _Rejected(f"unexpected {type(error).__name__} converting the object")
+
     def _convert_into(self, raw: Any, items: dict[Key, T], bad: dict[Key, str]) -> None:
         if not isinstance(raw, Mapping):
             return
         key = _key(raw)
-        try:
-            items[key] = self._convert(raw)
-        except ManifestError as error:
-            bad[key] = str(error)
+        converted = self._converted(raw)
+        if isinstance(converted, _Rejected):
+            bad[key] = converted.reason
+        else:
+            items[key] = converted
 
     # ------------------------------------------------------------------ watch
 
@@ -318,7 +342,9 @@ class Informer(Generic[T]):
             # A stream closed at once without a word (a proxy, say): back off, do not spin.
             raise WatchError("watch closed immediately")
 
-    def _handle(self, event: Mapping[str, Any]) -> None:
+    def _handle(self, event: Any) -> None:
+        if not isinstance(event, Mapping):
+            raise WatchError(f"watch event is not an object but {type(event).__name__}")
         kind = event.get("type")
         raw = event.get("object")
         if not isinstance(raw, Mapping):
@@ -348,10 +374,9 @@ class Informer(Generic[T]):
             if kind == "DELETED":
                 self._items.pop(key, None)
                 return before is not None
-            try:
-                after = self._convert(raw)
-            except ManifestError as error:
-                self._bad[key] = str(error)
+            after = self._converted(raw)
+            if isinstance(after, _Rejected):
+                self._bad[key] = after.reason
                 self._items.pop(key, None)
                 return before is not None
             self._items[key] = after

@@ -1,6 +1,7 @@
 """`python -m tests.bench [NAME ...] [--quick]`: run benchmarks, print a table, write JSON.
 
-Names: compute, fanout, haproxy, e2e, stability, churn (default: all, in that order).
+Names: compute, fanout, haproxy, e2e, stability, churn, persistence (default: all, in that
+order).
 Results go to tests/bench/results.json (entries of benchmarks not run this time are kept).
 """
 
@@ -21,6 +22,7 @@ BENCHMARKS = {
     "e2e": "tests.bench.e2e",
     "stability": "tests.bench.stability",
     "churn": "tests.bench.churn",
+    "persistence": "tests.bench.persistence",
 }
 
 

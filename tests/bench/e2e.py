@@ -73,15 +73,17 @@ def run(
     reload_samples: int | None = None,
     octet: int = OCTET,
     reload_gap: float = RELOAD_GAP_S,
+    binary: str | None = None,
 ) -> list[Result]:
-    """The figures; the keyword arguments let the smoke test run a small, separate fleet."""
-    if haproxy_binary() is None:
+    """The figures; the keyword arguments let the smoke test run a small, separate fleet
+    (`binary`: the HAProxy, default the one on PATH)."""
+    if binary is None and haproxy_binary() is None:
         raise RuntimeError("haproxy not found")
     samples = samples or (3 if quick else 20)
     if reload_samples is None:
         reload_samples = 1 if quick else 3
     work = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
-    fleet = Fleet(work, octet)
+    fleet = Fleet(work, octet, haproxy_bin=binary)
     runtime: list[float] = []
     reload: list[float] = []
     agents = 0

@@ -346,9 +346,11 @@ def run(
     reload_changes: int = 0,
     octet: int = OCTET,
     sync_wait: float | None = None,
+    binary: str | None = None,
 ) -> list[Result]:
-    """The figures; `sync_wait` overrides the agent's peer-resync bound (smoke tests only)."""
-    binary = haproxy_binary()
+    """The figures; `sync_wait` overrides the agent's peer-resync bound (smoke tests only),
+    `binary` the HAProxy (default: the one on PATH)."""
+    binary = binary or haproxy_binary()
     if binary is None:
         raise RuntimeError("haproxy not found")
     runtime_changes = runtime_changes or (6 if quick else 50)

@@ -75,7 +75,9 @@ class Replica:
 
     def fail_over(self) -> None:
         """A new leader: continues from the persisted assignment (JSON round trip)."""
-        restored, problems = assignment_from_json(assignment_to_json(self.assignment))
+        # Computed with the default now=0: freed slots are never reused here, and the
+        # same clock reads the ledger back.
+        restored, problems = assignment_from_json(assignment_to_json(self.assignment), 0.0)
         if problems:
             raise RuntimeError(f"persisted assignment unreadable: {problems}")
         self.assignment = restored

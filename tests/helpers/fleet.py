@@ -94,6 +94,7 @@ class HttpBackend(http.server.ThreadingHTTPServer):
     """An HTTP server answering every GET with `pod_name`."""
 
     daemon_threads = True
+    request_queue_size = 128  # the default 5 drops SYNs when many clients connect at once
 
     def __init__(self, pod_name: str, address: tuple[str, int]) -> None:
         self.pod_name = pod_name
@@ -108,6 +109,7 @@ class _TcpIdentity(socketserver.BaseRequestHandler):
 class _TcpBackend(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128
 
     def __init__(self, pod_name: str, address: tuple[str, int]) -> None:
         self.pod_name = pod_name
@@ -203,6 +205,27 @@ def _stop_process(process: subprocess.Popen[bytes], timeout: float = 10) -> None
             process.wait(5)
 
 
+def stop_orphaned_haproxy(directory: Path) -> None:
+    """SIGKILL the HAProxy master whose pidfile is in `directory`/state, if it outlived its
+    agent (an agent killed by a fault test leaves it serving, on purpose). By PID, and
+    only when that PID's command line still names this directory (never a recycled PID)."""
+    try:
+        pid = int((directory / "state" / "haproxy.pid").read_text().split()[0])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError, IndexError):
+        return
+    if str(directory).encode() not in cmdline:
+        return
+    workers = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                workers.append(int(stat.parent.name))
+    for victim in (pid, *workers):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+
+
 @dataclass
 class AgentHandle:
     pod_name: str
@@ -233,8 +256,11 @@ class AgentHandle:
 class Fleet:
     """The demo cluster on loopback, with its addresses moved to 127.<octet>.x.y."""
 
-    def __init__(self, workdir: Path, octet: int = 0, quiet: bool = True) -> None:
+    def __init__(
+        self, workdir: Path, octet: int = 0, quiet: bool = True, haproxy_bin: str | None = None
+    ) -> None:
         self.workdir = workdir
+        self.haproxy_bin = haproxy_bin  # None: the one on PATH (the demo's)
         self.octet = octet
         self.quiet = quiet
         self.manifests = workdir / "manifests"
@@ -343,7 +369,7 @@ class Fleet:
             "--manage-haproxy",
             "--insecure",  # plaintext on loopback
         ]
-        binary = haproxy_binary()
+        binary = self.haproxy_bin or haproxy_binary()
         if binary:
             argv += ["--haproxy-bin", binary]
         process = self._spawn(argv, directory / "agent.log")
@@ -370,6 +396,8 @@ class Fleet:
         for process in reversed(self.processes):
             _stop_process(process)
         self.processes.clear()
+        for agent in self.agents.values():
+            stop_orphaned_haproxy(agent.directory)
         self.backends.stop_all()
 
     def __enter__(self) -> Fleet:
@@ -421,8 +449,8 @@ class Fleet:
 
 
 @contextlib.contextmanager
-def running_fleet(workdir: Path, octet: int) -> Iterator[Fleet]:
-    fleet = Fleet(workdir, octet)
+def running_fleet(workdir: Path, octet: int, haproxy_bin: str | None = None) -> Iterator[Fleet]:
+    fleet = Fleet(workdir, octet, haproxy_bin=haproxy_bin)
     try:
         fleet.start()
         yield fleet

@@ -7,14 +7,11 @@ is stopped by PID.
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import pytest
 
 from nodeagent.applier import Applier
 from nodeagent.haproxy import HAProxy
@@ -25,10 +22,7 @@ from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.fleet import HttpBackend
 from tests.helpers.fleet import free_port as free_port  # re-exported for the agent tests
 from tests.helpers.fleet import http_get as fleet_http_get
-
-HAPROXY_BIN = "/usr/sbin/haproxy"
-HAVE_HAPROXY = os.access(HAPROXY_BIN, os.X_OK)
-needs_haproxy = pytest.mark.skipif(not HAVE_HAPROXY, reason=f"{HAPROXY_BIN} is not installed")
+from tests.helpers.haproxy_versions import SYSTEM_BINARY
 
 
 def loopback_net() -> str:
@@ -138,12 +132,17 @@ class Instance:
         return self.applier.config_path
 
 
-def make_instance(tmp: Path, ip: str, pod: str, sync_wait: float = 1.0) -> Instance:
+def make_instance(
+    tmp: Path, ip: str, pod: str, sync_wait: float = 1.0, binary: str = SYSTEM_BINARY
+) -> Instance:
+    """One agent-managed HAProxy. Tests that run it pass `binary=haproxy_bin.path` (the
+    `haproxy_bin` fixture: each installed version); the default is for tests that never
+    start it."""
     tmp.mkdir(parents=True, exist_ok=True)
     master, runtime = str(tmp / "master.sock"), str(tmp / "runtime.sock")
     cfg = str(tmp / "haproxy.cfg")
-    hx = HAProxy(master, runtime, HAPROXY_BIN, sync_wait=sync_wait)
-    sup = Supervisor(cfg, master, str(tmp / "haproxy.pid"), HAPROXY_BIN)
+    hx = HAProxy(master, runtime, binary, sync_wait=sync_wait)
+    sup = Supervisor(cfg, master, str(tmp / "haproxy.pid"), binary)
     applier = Applier(
         RenderOptions(pod, bind_address=ip, runtime_socket=runtime),
         cfg,
@@ -155,8 +154,10 @@ def make_instance(tmp: Path, ip: str, pod: str, sync_wait: float = 1.0) -> Insta
 
 
 @contextlib.contextmanager
-def running_instance(tmp: Path, ip: str, pod: str, sync_wait: float = 1.0) -> Iterator[Instance]:
-    inst = make_instance(tmp, ip, pod, sync_wait)
+def running_instance(
+    tmp: Path, ip: str, pod: str, sync_wait: float = 1.0, binary: str = SYSTEM_BINARY
+) -> Iterator[Instance]:
+    inst = make_instance(tmp, ip, pod, sync_wait, binary)
     try:
         yield inst
     finally:

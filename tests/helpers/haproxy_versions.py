@@ -1,7 +1,8 @@
 """The HAProxy binaries installed here, one per LTS series, for tests that run on each.
 
-`.ci/install-haproxy` installs Debian 12's HAProxy 2.6 as /usr/sbin/haproxy and, where it
-can, 3.0 (Debian 13) and 3.2 (Debian testing) under /opt/peerplane-haproxy/<series>/haproxy.
+`.ci/install-haproxy` installs Debian 12's HAProxy 2.6 as /usr/sbin/haproxy, and 3.0
+(Debian 13) and 3.2 (Debian testing) under /opt/peerplane-haproxy/<series>/haproxy (CI
+fails when it cannot); a developer machine may have only some of them.
 Tests take the `haproxy_bin` fixture (tests/conftest.py), parametrized over what is found
 here, and the run's summary says which versions ran.
 """

@@ -48,12 +48,16 @@ class FakeCompute:
         self.fail = False
         self.calls: list[float] = []  # time.monotonic() of each call
         self.previous: list[SlotAssignment] = []
+        self.nows: list[float] = []  # the `now` each call was given
         self._lock = threading.Lock()
 
-    def __call__(self, state: ClusterState, previous: SlotAssignment) -> ComputeResult:
+    def __call__(
+        self, state: ClusterState, previous: SlotAssignment, *, now: float = 0.0
+    ) -> ComputeResult:
         with self._lock:
             self.calls.append(time.monotonic())
             self.previous.append(previous)
+            self.nows.append(now)
         if self.fail:
             raise RuntimeError("compute exploded")
         return ComputeResult(

@@ -47,7 +47,7 @@ class Peer(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
 
 class Backend(_message.Message):
-    __slots__ = ("name", "service", "service_port", "mode", "balance", "balance_argument", "hash_type", "persistence", "slots", "warnings")
+    __slots__ = ("name", "service", "service_port", "mode", "balance", "balance_argument", "hash_type", "persistence", "slots", "warnings", "check")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SERVICE_FIELD_NUMBER: _ClassVar[int]
     SERVICE_PORT_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +58,7 @@ class Backend(_message.Message):
     PERSISTENCE_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    CHECK_FIELD_NUMBER: _ClassVar[int]
     name: str
     service: str
     service_port: str
@@ -68,7 +69,20 @@ class Backend(_message.Message):
     persistence: Persistence
     slots: _containers.RepeatedCompositeFieldContainer[Slot]
     warnings: _containers.RepeatedCompositeFieldContainer[RejectedInput]
-    def __init__(self, name: _Optional[str] = ..., service: _Optional[str] = ..., service_port: _Optional[str] = ..., mode: _Optional[str] = ..., balance: _Optional[str] = ..., balance_argument: _Optional[str] = ..., hash_type: _Optional[str] = ..., persistence: _Optional[_Union[Persistence, _Mapping]] = ..., slots: _Optional[_Iterable[_Union[Slot, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ...) -> None: ...
+    check: HealthCheck
+    def __init__(self, name: _Optional[str] = ..., service: _Optional[str] = ..., service_port: _Optional[str] = ..., mode: _Optional[str] = ..., balance: _Optional[str] = ..., balance_argument: _Optional[str] = ..., hash_type: _Optional[str] = ..., persistence: _Optional[_Union[Persistence, _Mapping]] = ..., slots: _Optional[_Iterable[_Union[Slot, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ..., check: _Optional[_Union[HealthCheck, _Mapping]] = ...) -> None: ...
+
+class HealthCheck(_message.Message):
+    __slots__ = ("interval_ms", "rise", "fall", "http_path")
+    INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    RISE_FIELD_NUMBER: _ClassVar[int]
+    FALL_FIELD_NUMBER: _ClassVar[int]
+    HTTP_PATH_FIELD_NUMBER: _ClassVar[int]
+    interval_ms: int
+    rise: int
+    fall: int
+    http_path: str
+    def __init__(self, interval_ms: _Optional[int] = ..., rise: _Optional[int] = ..., fall: _Optional[int] = ..., http_path: _Optional[str] = ...) -> None: ...
 
 class Persistence(_message.Message):
     __slots__ = ("table_size", "expire_ms")

@@ -1,0 +1,46 @@
+"""Repair a deleted runtime socket (the admin `stats socket` file).
+
+A reload never recreates the file: the new worker inherits the listening descriptor of
+the old one, matched by the configured path, so a deleted file stays deleted and every
+slot change would fall back to a reload with the peers sync check skipped. A reload whose
+config spells the same path differently (`dir/./name`) matches no inherited descriptor,
+so the new worker binds a fresh socket at the path; the next reload, with the usual
+spelling, inherits that one. Verified on HAProxy 2.6, 3.0 and 3.2
+(tests/test_agent_socket_repair.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+
+MAX_SOCKET_PATH = 107  # bytes in sockaddr_un.sun_path, without the NUL
+
+
+def answers(path: str, timeout: float = 1.0) -> bool:
+    """True when something accepts connections on the UNIX socket `path`."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(path)
+        except OSError:
+            return False
+    return True
+
+
+def rebind_spelling(path: str) -> str | None:
+    """`path` spelled so that no inherited descriptor matches it; None if too long."""
+    head, name = os.path.split(path)
+    spelled = os.path.join(head, ".", name)
+    return spelled if len(os.fsencode(spelled)) <= MAX_SOCKET_PATH else None
+
+
+def rebinding_config(cfg: str, path: str) -> str | None:
+    """`cfg` with its `stats socket <path>` line re-spelled; None when it cannot be."""
+    spelled = rebind_spelling(path)
+    if spelled is None:
+        return None
+    line = re.compile(rf"^(\s*stats socket ){re.escape(path)}(\s)", re.MULTILINE)
+    new, count = line.subn(lambda m: f"{m.group(1)}{spelled}{m.group(2)}", cfg)
+    return new if count == 1 else None

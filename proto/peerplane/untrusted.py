@@ -1,0 +1,48 @@
+"""Bound and escape strings that came from outside before they reach a log or a reply.
+
+A client (an agent's Hello or NACK, an inspection request, a token) or a manifest can put
+any text in a field. Written raw, a newline forges a log line in the text format, an ANSI
+escape rewrites the operator's terminal, and a 900 KB name writes megabytes per line or
+overflows a gRPC status. Every sink on both sides uses `clean` (or the log formatter,
+which applies it to every message and field), so the rule lives in one place.
+"""
+
+from __future__ import annotations
+
+import re
+
+LOG_FIELD_CHARS = 256  # a client-supplied name, hash or reason embedded in a message
+LOG_MESSAGE_CHARS = 4096  # one whole log message (haproxy -c output fits)
+REPLY_CHARS = 256  # a request field echoed in a gRPC status message
+
+# C0 and C1 controls, DEL, and the Unicode line/paragraph separators and bidi overrides a
+# terminal or a log viewer would act on. Backslash is escaped too, so the escaping is
+# unambiguous (a literal "\n" in the input shows as "\\n").
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\\]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    ch = match.group(0)
+    named = _NAMED.get(ch)
+    if named is not None:
+        return named
+    code = ord(ch)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def escape(text: str) -> str:
+    """`text` on one line with every control character visible (`\\n`, `\\x1b`, ...)."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def clean(value: object, limit: int = LOG_FIELD_CHARS) -> str:
+    """`str(value)` cut to `limit` characters (saying how much was cut), then escaped.
+
+    The cut happens before escaping so a huge input costs O(limit); the result is at most
+    6 x `limit` characters plus the marker, whatever the input.
+    """
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > limit:
+        return f"{escape(text[:limit])}...[{len(text) - limit} more chars]"
+    return escape(text)
