@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv proto test lint unit demo haproxy bench clean
+.PHONY: venv proto test lint unit fast demo haproxy bench clean
 
 venv: $(STAMP)
 
@@ -26,6 +26,10 @@ lint: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest -q
+
+# The fast loop: no real HAProxy, no whole-system test (tests/README.md).
+fast: $(STAMP)
+	$(BIN)/pytest -q -m "not system and not haproxy"
 
 test: lint unit
 

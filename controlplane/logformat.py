@@ -23,14 +23,7 @@ FIELDS = (
     "code",
 )
 
-fields = logjson.field_builder(FIELDS)
-
-
-class JsonFormatter(logjson.JsonFormatter):
-    def __init__(self) -> None:
-        super().__init__(FIELDS)
-
-
-def configure(level: str, log_format: str = "text") -> None:
-    """Root logging to stderr at `level` in `log_format` (text or json)."""
-    logjson.configure(level, log_format, FIELDS)
+_FIELDS = logjson.LogFields(FIELDS)
+fields = _FIELDS.fields
+JsonFormatter = _FIELDS.json_formatter  # `JsonFormatter()`: the shared format, our fields
+configure = _FIELDS.configure

@@ -1,10 +1,10 @@
-"""Prometheus metrics of the control plane, and the small HTTP server that exposes them.
+"""Prometheus metrics of the control plane, served by the shared HTTP server.
 
 Each `Metrics` has its own registry (several servers in one test process do not clash).
-The HTTP server answers `/metrics` (Prometheus text format), `/healthz` (the process is
-alive) and `/readyz` (200 when the gRPC server reports SERVING, i.e. the leader has
-published; 503 otherwise). Kubelet's gRPC probe cannot speak TLS, so with TLS on the
-gRPC port the readiness probe uses `/readyz`.
+The server (`peerplane.httpserve`) answers `/metrics`, `/healthz` and `/readyz` (200 when
+the gRPC server reports SERVING, i.e. the leader has published; 503 otherwise). Kubelet's
+gRPC probe cannot speak TLS, so with TLS on the gRPC port the readiness probe uses
+`/readyz`.
 """
 
 from __future__ import annotations
@@ -12,19 +12,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
-    generate_latest,
 )
+
+from peerplane.httpserve import MetricsHttpServer
 
 log = logging.getLogger(__name__)
 
@@ -113,57 +110,9 @@ class Metrics:
     def refused(self, code: str) -> None:
         self.refused_streams.labels(code=code).inc()
 
-    def expose(self) -> bytes:
-        return generate_latest(self.registry)
 
-
-class MetricsServer:
-    """`/metrics`, `/healthz`, `/readyz` on HOST:PORT in a daemon thread."""
+class MetricsServer(MetricsHttpServer):
+    """`/metrics`, `/healthz`, `/readyz` of `metrics` on HOST:PORT in a daemon thread."""
 
     def __init__(self, metrics: Metrics, host: str, port: int, ready: Callable[[], bool]) -> None:
-        handler = _handler(metrics, ready)
-        self._httpd = ThreadingHTTPServer((host, port), handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, args=(0.2,), name="metrics", daemon=True
-        )
-
-    @property
-    def port(self) -> int:
-        return int(self._httpd.server_address[1])
-
-    def start(self) -> MetricsServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
-
-
-def _handler(metrics: Metrics, ready: Callable[[], bool]) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._reply(200, metrics.expose(), CONTENT_TYPE_LATEST)
-            elif path == "/healthz":
-                self._reply(200, b"ok\n")
-            elif path == "/readyz":
-                serving = ready()
-                self._reply(200 if serving else 503, b"ok\n" if serving else b"not serving\n")
-            else:
-                self._reply(404, b"not found\n")
-
-        def _reply(self, code: int, body: bytes, kind: str = "text/plain") -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    return Handler
+        super().__init__(metrics.registry, host, port, ready)

@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 ANNOTATION_PREFIX = "haproxy.org/"
-DEFAULT_SETTINGS_CONFIGMAP = "haproxy-system/haproxy-settings"
-DEFAULT_HAPROXY_SELECTOR = "app.kubernetes.io/component=haproxy"
 
 
 def frozen_map(data: Mapping[str, str] | None = None) -> Mapping[str, str]:

@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING, Protocol
 from controlplane.logformat import fields
 from controlplane.metrics import Metrics
 from controlplane.model import ClusterState
+from controlplane.publish.encode import Encoder
 from controlplane.source import Source
 from controlplane.store import SnapshotStore
 
 if TYPE_CHECKING:
     from controlplane.compute.types import ComputeResult, Rejection, SlotAssignment
+    from controlplane.publish.content import SnapshotContent
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,8 @@ class Reconciler:
         self._store = store
         self._slot_store = slot_store
         self._compute = compute
+        # Used by one step at a time (in the executor): keeps unchanged backends' bytes.
+        self._encoder = Encoder()
         self._quiet_s = quiet_s
         self._max_delay_s = max_delay_s
         self._retry_s = retry_s
@@ -196,15 +200,18 @@ class Reconciler:
     async def _step(self) -> None:
         previous = self._assignment
 
-        def compute_now() -> tuple[ComputeResult, float]:
+        def compute_now() -> tuple[ComputeResult, dict[str, SnapshotContent], float]:
             state = self._source.state()
             now = time.time()  # wall clock: freed slots' times are compared across restarts
             started = time.perf_counter()
             result = self._compute(state, previous, now=now)
-            return result, time.perf_counter() - started
+            contents = self._encoder.encode(result.workloads)
+            return result, contents, time.perf_counter() - started
 
         try:
-            result, seconds = await self._loop.run_in_executor(self._executor, compute_now)
+            result, contents, seconds = await self._loop.run_in_executor(
+                self._executor, compute_now
+            )
         except Exception:
             log.exception("computation failed; waiting for the next change")
             return
@@ -223,11 +230,11 @@ class Reconciler:
                 return
         # Keep the very object compute returned: the incremental Computer recognises it.
         self._assignment = result.assignment
-        self._publish(result)
+        self._publish(result, contents)
         self._log_problems(result.rejections, self._source.errors())
 
-    def _publish(self, result: ComputeResult) -> None:
-        outcome = self._store.publish_result(result.snapshots, result.pod_workloads)
+    def _publish(self, result: ComputeResult, contents: dict[str, SnapshotContent]) -> None:
+        outcome = self._store.publish_result(contents, result.pod_workloads)
         for workload in outcome.changed:
             published = self._store.get(workload)
             if published is not None:

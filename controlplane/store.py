@@ -1,6 +1,7 @@
 """The snapshot store: versions computed snapshots and serializes each version once.
 
-Compute returns unversioned snapshots on every run; the store turns them into published
+Compute returns unversioned snapshots on every run and the encoder
+(`controlplane/publish/encode.py`) makes their bytes; the store turns them into published
 versions. A workload's generation increases only when its content hash changes, so an
 unchanged recompute publishes nothing and wakes no stream. The bytes of
 `ServerMessage(snapshot=...)` are built once per version and shared by every stream of
@@ -17,8 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from controlplane.compute import wire
-from controlplane.compute.types import SnapshotContent
+from controlplane.publish import wire
+from controlplane.publish.content import SnapshotContent
 from peerplane.v1 import peerplane_pb2 as pb
 
 Subscriber = Callable[[], None]

@@ -1,24 +1,26 @@
 """Apply a snapshot to HAProxy in the cheapest correct way, and only then say so.
 
-Order matters: render, then either the runtime API (slot changes only) or `haproxy -c`
-before anything is touched (a NACK must leave the running config and the file as they
-were) and an atomic write + reload; the snapshot is recorded as applied only once HAProxy
-confirmed it runs it.
+One pipeline, for a snapshot from the control plane (`apply`) and for the saved one on
+agent start (`restore`): check the local peer, render, classify, then either the runtime
+API (slot changes only) or `haproxy -c` before anything is touched (a NACK must leave the
+running config and the file as they were) and an atomic write + activation (start or
+hitless reload, by the strategy of `nodeagent/activation.py`); the snapshot is recorded
+as applied only once HAProxy confirmed it runs it. Every failure is one `ApplyError`
+carrying the NACK text (docs/design.md, "Architecture": NACK keeps the old config serving).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from dataclasses import dataclass
 
-from nodeagent import changes, sockrepair, state
+from nodeagent import activation, changes, sockrepair, state
 from nodeagent.faults import crash_point
 from nodeagent.haproxy import HAProxy, HAProxyError, validate
 from nodeagent.logformat import fields
 from nodeagent.metrics import AgentMetrics
+from nodeagent.outcome import ApplyError, Result
 from nodeagent.render import PEERS_SECTION, RenderError, RenderOptions, render
 from nodeagent.supervisor import Supervisor
 from peerplane.v1 import peerplane_pb2 as pb
@@ -26,25 +28,12 @@ from peerplane.v1 import peerplane_pb2 as pb
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Result:
-    """Outcome of one apply: `error` is empty on success and is the NACK text otherwise."""
-
-    ok: bool
-    kind: changes.Kind | None = None
-    error: str = ""
-    worker_pid: int | None = None
-    # The failure may pass without a new snapshot (a reload that failed on a port still
-    # held): the client re-applies the same snapshot with backoff.
-    retryable: bool = False
-
-
-class StateWriteError(Exception):
-    """haproxy.cfg or the snapshot could not be written (disk full, read-only, gone)."""
-
-
 class Applier:
-    """Owns haproxy.cfg and the applied snapshot of one HAProxy instance."""
+    """Owns haproxy.cfg and the applied snapshot of one HAProxy instance.
+
+    `supervisor` given: the agent runs HAProxy (`activation.Managed`); else HAProxy is
+    started by someone else and reached through its sockets (`activation.External`).
+    """
 
     def __init__(
         self,
@@ -60,9 +49,7 @@ class Applier:
         self.config_path = config_path
         self.store = store
         self.haproxy = haproxy
-        self.supervisor = supervisor
-        if supervisor is not None and haproxy.master_log is None:
-            haproxy.master_log = supervisor.output  # 2.6's words for a failed reload
+        self.activation = activation.for_mode(haproxy, supervisor)
         self.start_timeout = start_timeout
         self.applied: pb.Snapshot | None = None
         self._applied_cfg: str | None = None
@@ -82,62 +69,13 @@ class Applier:
     def applied_version(self) -> int:
         return self.applied.version if self.applied is not None else 0
 
-    def _write_config(self, cfg: str) -> None:
-        try:
-            state.atomic_write(self.config_path, cfg.encode())
-        except OSError as e:
-            raise StateWriteError(f"cannot write {self.config_path}: {e.strerror or e}") from e
-
-    def _read_config(self) -> str | None:
-        try:
-            with open(self.config_path, encoding="utf-8") as f:
-                return f.read()
-        except FileNotFoundError:
-            return None
-
-    def _rebinding(self, cfg: str) -> str | None:
-        """The config to reload with so that a deleted runtime socket is bound again, or
-        None when the socket answers (or HAProxy is not up: a start binds it anyway)."""
-        path = self.haproxy.runtime_socket
-        if sockrepair.answers(path) or not self.haproxy.is_running():
-            return None
-        rebind = sockrepair.rebinding_config(cfg, path)
-        if rebind is None:
-            log.error("runtime socket %s is gone and cannot be rebound by a reload", path)
-        else:
-            log.warning("runtime socket %s is gone: reloading so that HAProxy binds it", path)
-        return rebind
-
-    def _activate(self, cfg: str, crash_at: str | None = None) -> int | None:
-        """Write the file and make HAProxy run it: first start or hitless reload."""
-        previous = self._read_config()
-        rebind = (
-            self._rebinding(cfg) if self.supervisor is None or self.supervisor.started else None
-        )
-        self._write_config(rebind or cfg)
-        if crash_at is not None:
-            crash_point(crash_at)
-        try:
-            if rebind is not None:
-                pid = self.haproxy.reload().current_worker
-                self._write_config(cfg)  # same meaning, usual spelling
-                self.metrics.socket_repairs.inc()
-                return pid
-            if self.supervisor is not None and not self.supervisor.started:
-                if not self.supervisor.start():
-                    return self.haproxy.wait_running(self.start_timeout).current_worker
-                self.haproxy.wait_running(self.start_timeout)  # adopted: reload it
-            elif self.supervisor is None and not self.haproxy.is_running():
-                # External HAProxy not up yet (its container waits for this file).
-                return self.haproxy.wait_running(self.start_timeout).current_worker
-            return self.haproxy.reload().current_worker
-        except (OSError, HAProxyError):
-            if previous is not None:
-                self._write_config(previous)  # the next start must use the running config
-            raise
-
     def restore(self) -> bool:
-        """On agent start: run the saved snapshot at once, before the control plane answers."""
+        """On agent start: run the saved snapshot at once, before the control plane answers.
+
+        The apply pipeline, with three differences: the snapshot is not saved again, no
+        crash point fires (a restarted agent must get past it), and an external HAProxy
+        that is not up yet is only given the file (it starts on it; the agent does not wait).
+        """
         with self._lock:
             snapshot = self.store.load()
             if snapshot is None:
@@ -146,48 +84,36 @@ class Applier:
                 )
                 return False
             try:
-                cfg = render(snapshot, self.options)
-            except RenderError as e:
-                log.error("saved snapshot does not render: %s", e)
+                result = self._run(snapshot, restoring=True)
+            except ApplyError as e:
+                log.error("saved snapshot not restored: %s", e.reason)
                 return False
-            error = validate(cfg, self.haproxy.haproxy_bin, self.haproxy.check_timeout)
-            if error:
-                log.error("saved snapshot rejected by haproxy -c: %s", error)
-                return False
-            try:
-                if self.supervisor is not None or self.haproxy.is_running():
-                    pid = self._activate(cfg)
-                else:
-                    self._write_config(cfg)
-                    pid = None
-            except (OSError, HAProxyError, StateWriteError) as e:
-                log.error("cannot start HAProxy from the saved snapshot: %s", e)
-                return False
-            self.applied, self._applied_cfg = snapshot, cfg
             self.metrics.applied_version.set(snapshot.version)
             log.info(
                 "restored saved snapshot workload=%s version=%d hash=%.12s worker=%s",
                 snapshot.workload,
                 snapshot.version,
                 snapshot.content_hash,
-                pid,
+                result.worker_pid,
             )
             return True
 
     def apply(self, snapshot: pb.Snapshot) -> Result:
+        """Apply a snapshot from the control plane: the ACK or the NACK to send."""
         with self._lock:
             start = time.monotonic()
             try:
-                result = self._apply(snapshot)
-            except StateWriteError as e:  # HAProxy keeps running what it ran
-                log.error(
-                    "workload=%s version=%d: %s",
+                result = self._run(snapshot)
+            except ApplyError as e:  # HAProxy keeps running what it ran
+                path = e.kind.value if e.kind is not None else None
+                log.warning(
+                    "workload=%s version=%d: not applied: %s",
                     snapshot.workload,
                     snapshot.version,
-                    e,
-                    extra=fields(workload=snapshot.workload, version=snapshot.version),
+                    e.reason,
+                    extra=fields(workload=snapshot.workload, version=snapshot.version, path=path),
                 )
-                result = Result(False, error=str(e))
+                result = e.result()
             self._count(result, time.monotonic() - start)
             return result
 
@@ -202,7 +128,8 @@ class Applier:
             m.runtime_updates.inc()
         m.applied_version.set(self.applied_version)
 
-    def _apply(self, snapshot: pb.Snapshot) -> Result:
+    def _run(self, snapshot: pb.Snapshot, restoring: bool = False) -> Result:
+        """The pipeline; raises ApplyError, after which HAProxy and the file are as they were."""
         ident = f"workload={snapshot.workload} version={snapshot.version}"
 
         def extra(path: changes.Kind | None) -> dict[str, object]:
@@ -211,15 +138,14 @@ class Applier:
 
         missing = missing_local_peer(snapshot, self.options.pod_name)
         if missing is not None:
-            log.warning("%s: refused: %s", ident, missing, extra=extra(None))
-            return Result(False, error=missing)
+            raise ApplyError(missing)
         try:
             cfg = render(snapshot, self.options)
         except RenderError as e:
-            return Result(False, error=f"render: {e}")
+            raise ApplyError(f"render: {e}") from None
         decision = changes.classify(self.applied, self._applied_cfg, snapshot, cfg)
-        running = self.supervisor is None or self.supervisor.started
-        if decision.kind is changes.Kind.NOTHING and running:
+        started = self.activation.started
+        if decision.kind is changes.Kind.NOTHING and started:
             log.info(
                 "%s: no change to HAProxy (%s)", ident, decision.reason, extra=extra(decision.kind)
             )
@@ -227,7 +153,7 @@ class Applier:
                 self._write_config(cfg)
             self._record(snapshot, cfg)
             return Result(True, decision.kind)
-        kind = decision.kind if running else changes.Kind.RELOAD
+        kind = decision.kind if started else changes.Kind.RELOAD
         if kind is changes.Kind.RUNTIME and not sockrepair.answers(self.haproxy.runtime_socket):
             log.warning(
                 "%s: runtime socket %s does not answer; reloading to repair it",
@@ -237,40 +163,97 @@ class Applier:
             )
             kind = changes.Kind.RELOAD
         if kind is changes.Kind.RUNTIME:
-            # No `haproxy -c` on this path: classify() proved the new file differs from the
-            # running, validated one only in server lines, which render() wrote from
-            # strictly checked addresses and ports, and HAProxy checks each address again.
-            # Validation would be ~90% of the path (about 100 ms of 115 ms measured).
-            try:
-                log.info(
-                    "%s: runtime update of %d server(s)",
-                    ident,
-                    len(decision.updates),
-                    extra=extra(kind),
-                )
-                self.haproxy.set_servers(decision.updates)
-                self._write_config(cfg)
-                self._record(snapshot, cfg)
-                return Result(True, kind, worker_pid=self._worker_pid())
-            except (OSError, HAProxyError) as e:
-                log.warning("%s: runtime update failed (%s); reloading instead", ident, e)
-                kind = changes.Kind.RELOAD
+            done = self._runtime(snapshot, cfg, decision, ident, extra(kind))
+            if done is not None:
+                return done
+            kind = changes.Kind.RELOAD
         error = validate(cfg, self.haproxy.haproxy_bin, self.haproxy.check_timeout)
         if error:
             self.metrics.validation_failures.inc()
-            log.warning(
-                "%s: haproxy -c rejected the config: %s", ident, error, extra=extra(decision.kind)
-            )
-            return Result(False, decision.kind, error=error)
-        log.info("%s: reload (%s)", ident, decision.reason, extra=extra(changes.Kind.RELOAD))
-        try:
-            pid = self._activate(cfg, crash_at="after-config-write")
-        except (OSError, HAProxyError) as e:
-            log.error("%s: reload failed: %s", ident, e, extra=extra(changes.Kind.RELOAD))
-            return Result(False, kind, error=f"reload failed: {e}", retryable=True)
-        self._record(snapshot, cfg)
+            raise ApplyError(error, decision.kind)
+        if restoring and not self.activation.present():
+            self._write_config(cfg)  # an external HAProxy not up yet starts on this file
+            pid = None
+        else:
+            log.info("%s: reload (%s)", ident, decision.reason, extra=extra(changes.Kind.RELOAD))
+            pid = self._activate(cfg, crash_at=None if restoring else "after-config-write")
+        self._record(snapshot, cfg, save=not restoring)
         self._check_peers(snapshot, ident)
         return Result(True, kind, worker_pid=pid)
+
+    def _runtime(
+        self,
+        snapshot: pb.Snapshot,
+        cfg: str,
+        decision: changes.Decision,
+        ident: str,
+        extra: dict[str, object],
+    ) -> Result | None:
+        """Slot changes through the runtime API; None when HAProxy refused them (reload).
+
+        No `haproxy -c` on this path: classify() proved the new file differs from the
+        running, validated one only in server lines, which render() wrote from strictly
+        checked addresses and ports, and HAProxy checks each address again. Validation
+        would be ~90% of the path (about 100 ms of 115 ms measured)."""
+        try:
+            log.info(
+                "%s: runtime update of %d server(s)", ident, len(decision.updates), extra=extra
+            )
+            self.haproxy.set_servers(decision.updates)
+            self._write_config(cfg)
+            self._record(snapshot, cfg)
+            return Result(True, changes.Kind.RUNTIME, worker_pid=self._worker_pid())
+        except (OSError, HAProxyError) as e:
+            log.warning("%s: runtime update failed (%s); reloading instead", ident, e)
+            return None
+
+    def _activate(self, cfg: str, crash_at: str | None = None) -> int | None:
+        """Write the file and make HAProxy run it: first start or hitless reload. A failure
+        puts the previous file back (the next start must use the running config) and is a
+        retryable ApplyError."""
+        previous = self._read_config()
+        rebind = self._rebinding(cfg) if self.activation.started else None
+        self._write_config(rebind or cfg)
+        if crash_at is not None:
+            crash_point(crash_at)
+        try:
+            if rebind is not None:
+                pid = self.haproxy.reload().current_worker
+                self._write_config(cfg)  # same meaning, usual spelling
+                self.metrics.socket_repairs.inc()
+                return pid
+            info = self.activation.bring_up(self.start_timeout)
+            return (info if info is not None else self.haproxy.reload()).current_worker
+        except (OSError, HAProxyError) as e:
+            if previous is not None:
+                self._write_config(previous)
+            raise ApplyError(f"reload failed: {e}", changes.Kind.RELOAD, retryable=True) from e
+
+    def _rebinding(self, cfg: str) -> str | None:
+        """The config to reload with so that a deleted runtime socket is bound again, or
+        None when the socket answers (or HAProxy is not up: a start binds it anyway)."""
+        path = self.haproxy.runtime_socket
+        if sockrepair.answers(path) or not self.haproxy.is_running():
+            return None
+        rebind = sockrepair.rebinding_config(cfg, path)
+        if rebind is None:
+            log.error("runtime socket %s is gone and cannot be rebound by a reload", path)
+        else:
+            log.warning("runtime socket %s is gone: reloading so that HAProxy binds it", path)
+        return rebind
+
+    def _write_config(self, cfg: str) -> None:
+        try:
+            state.atomic_write(self.config_path, cfg.encode())
+        except OSError as e:
+            raise ApplyError(f"cannot write {self.config_path}: {e.strerror or e}") from e
+
+    def _read_config(self) -> str | None:
+        try:
+            with open(self.config_path, encoding="utf-8") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
 
     def _worker_pid(self) -> int | None:
         """For the result only: HAProxy already runs the update, so a master CLI that does
@@ -293,14 +276,18 @@ class Applier:
         if PEERS_SECTION not in sections:
             log.error("%s: HAProxy runs without peers section %s", ident, PEERS_SECTION)
 
-    def _record(self, snapshot: pb.Snapshot, cfg: str) -> None:
-        """HAProxy runs `snapshot` now: remember it, then save it (StateWriteError)."""
+    def _record(self, snapshot: pb.Snapshot, cfg: str, save: bool = True) -> None:
+        """HAProxy runs `snapshot` now: remember it, then save it (unless it is the saved
+        one). A failed save is an ApplyError: the Hello then names no hash, so the control
+        plane sends the snapshot again and the save is retried."""
         self.applied, self._applied_cfg = snapshot, cfg
+        if not save:
+            return
         try:
             self.store.save(snapshot)
         except OSError as e:
             self._unsaved = True
-            raise StateWriteError(
+            raise ApplyError(
                 f"HAProxy runs it but the snapshot cannot be saved in {self.store.state_dir}: "
                 f"{e.strerror or e}"
             ) from e
@@ -320,8 +307,3 @@ def missing_local_peer(snapshot: pb.Snapshot, pod_name: str) -> str | None:
         f"peers list of {len(peers)} lacks this pod ({pod_name}): HAProxy would drop peers "
         f"section {PEERS_SECTION} and stop replicating; keeping the running config"
     )
-
-
-def socket_path_ok(path: str) -> bool:
-    """UNIX socket paths are limited to 107 bytes; fail early with a clear message."""
-    return len(os.fsencode(os.path.abspath(path))) <= 107

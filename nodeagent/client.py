@@ -26,9 +26,9 @@ from tenacity import (
 )
 
 from nodeagent import __version__
-from nodeagent.applier import Result
 from nodeagent.logformat import fields
 from nodeagent.metrics import AgentMetrics
+from nodeagent.outcome import Result
 from nodeagent.transport import TokenError, Transport
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc

@@ -145,6 +145,21 @@ def parse_reload_reply(text: str) -> ReloadReply | None:
     return ReloadReply(lines[0].strip() == "Success=1", tuple(body))
 
 
+_TABLE_HEADER = re.compile(r"^# table: ([^,\s]+), type: \S+, size:\d+, used:(\d+)", re.M)
+_INFO_PID = re.compile(r"^Pid: (\d+)$", re.M)
+
+
+def parse_table_usage(text: str) -> dict[str, int]:
+    """`show table` (no argument) -> table name -> entries in use."""
+    return {m.group(1): int(m.group(2)) for m in _TABLE_HEADER.finditer(text)}
+
+
+def parse_info_pid(text: str) -> int | None:
+    """The `Pid:` line of `show info`: which worker answered."""
+    match = _INFO_PID.search(text)
+    return int(match.group(1)) if match else None
+
+
 def parse_peers_flags(text: str) -> dict[str, int]:
     """Section name -> flags from `show peers`."""
     return {m.group(1): int(m.group(2), 16) for m in _PEERS_SECTION.finditer(text)}
@@ -179,7 +194,7 @@ class HAProxy:
         master_socket: str,
         runtime_socket: str,
         haproxy_bin: str = "/usr/sbin/haproxy",
-        sync_wait: float = 5.0,
+        sync_wait: float = 15.0,
         reload_timeout: float = 15.0,
         check_timeout: float = 15.0,
         master_log: MasterLog | None = None,
@@ -236,8 +251,11 @@ class HAProxy:
         """Before a reload: let the running worker's resync finish (bounded), or the new
         worker learns an incomplete table. Checked before every reload, the first one
         after a start included: a fresh worker is as unsynced as a reloaded one. A peers
-        section whose peers are gone reports synced once HAProxy's own resync timeout
-        (5 s) passes, so the wait stays bounded by `sync_wait` either way."""
+        section whose peers are gone reports synced once HAProxy's own resync timeouts
+        pass (about 5 s local, then 5 s remote, from the worker's start), so the wait stays
+        bounded by `sync_wait` either way. Measured on 3.0 and 3.2: a worker reloaded
+        before its own resync finished never hands its tables to the new worker (2.6 does,
+        5 s later); see docs/design.md, "HAProxy facts the agent relies on, by version"."""
         deadline = time.monotonic() + self.sync_wait
         while time.monotonic() < deadline:
             try:
@@ -246,6 +264,11 @@ class HAProxy:
             except OSError:
                 pass
             time.sleep(0.1)
+        log.warning(
+            "peers resync unfinished after %.1fs; reloading anyway: the new worker may start "
+            "without the stick tables",
+            self.sync_wait,
+        )
 
     def reload(self) -> ProcInfo:
         """Hitless reload via the master CLI, confirmed by a new worker in `show proc`.
@@ -255,6 +278,7 @@ class HAProxy:
         ALERTs it wrote to its output (`master_log`)."""
         with self._lock:
             self.wait_peers_synced()
+            tables = self._table_usage()
             before = self.show_proc()
             old_pids = {pid for pid, _ in before.workers}
             mark = self.master_log.mark() if self.master_log is not None else 0
@@ -278,8 +302,46 @@ class HAProxy:
                     raise HAProxyError(self._failure_words(mark))
                 worker = info.current_worker
                 if info.reloads > before.reloads and worker is not None and worker not in old_pids:
+                    self.wait_table_handover(worker, tables)
                     return info
             raise HAProxyError(f"no new HAProxy worker after {self.reload_timeout}s")
+
+    def _table_usage(self) -> dict[str, int]:
+        try:
+            return parse_table_usage(self.runtime("show table"))
+        except OSError:
+            return {}
+
+    def wait_table_handover(self, worker: int, before: dict[str, int]) -> None:
+        """After a reload: the old worker pushes its stick tables to the new one over the
+        local peer connection while the new one already serves; a client arriving before
+        its entry would be balanced afresh. Wait (bounded by `sync_wait`) until the new
+        worker holds at least as many entries as the old one had in every table both
+        configs keep, so the reload counts as applied only once the tables came along.
+        `show info` in the same connection says which worker answered (both listen on the
+        runtime socket for a moment), and the wait also makes sure that runtime commands
+        after this reload reach the new worker, not the leaving one."""
+        if not os.path.exists(self.runtime_socket):
+            return  # nothing to ask (socket repair handles a lost socket)
+        deadline = time.monotonic() + self.sync_wait
+        usage: dict[str, int] = {}
+        while time.monotonic() < deadline:
+            try:
+                reply = self.runtime("show info;show table")
+            except OSError:
+                reply = ""
+            if parse_info_pid(reply) == worker:
+                usage = parse_table_usage(reply)
+                if all(usage.get(name, count) >= count for name, count in before.items()):
+                    return
+            time.sleep(0.05)
+        log.warning(
+            "new worker %d lacks stick-table entries %.1fs after the reload: %s of %s",
+            worker,
+            self.sync_wait,
+            usage,
+            before,
+        )
 
     def _failure_words(self, mark: int) -> str:
         """Why the 2.6 master says its reload failed, from its output since `mark`."""

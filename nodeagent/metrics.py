@@ -1,23 +1,21 @@
-"""Prometheus metrics of one agent, and the HTTP server exposing them (`--metrics-port`).
+"""Prometheus metrics of one agent, served by the shared HTTP server (`--metrics-port`).
 
 Each `AgentMetrics` has its own registry, so several agents in one test process do not
-clash. The server answers `/metrics` and `/healthz`.
+clash. The server (`peerplane.httpserve`) answers `/metrics` and `/healthz`.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
-    generate_latest,
 )
+
+from peerplane.httpserve import MetricsHttpServer
 
 log = logging.getLogger(__name__)
 
@@ -64,47 +62,14 @@ class AgentMetrics:
         for path in PATHS:
             self.apply_seconds.labels(path)  # export every path from the start
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
 
-
-class _Handler(BaseHTTPRequestHandler):
-    server: MetricsServer
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            body, ctype, code = self.server.metrics.render(), CONTENT_TYPE_LATEST, 200
-        elif path == "/healthz":
-            body, ctype, code = b"ok\n", "text/plain", 200
-        else:
-            body, ctype, code = b"not found\n", "text/plain", 404
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-class MetricsServer(ThreadingHTTPServer):
-    """`/metrics` over HTTP in a daemon thread; `port` is the bound port (0 picks one)."""
-
-    daemon_threads = True
+class MetricsServer(MetricsHttpServer):
+    """`/metrics` and `/healthz` of `metrics` in a daemon thread (port 0 picks one)."""
 
     def __init__(self, metrics: AgentMetrics, address: str, port: int) -> None:
-        self.metrics = metrics
-        super().__init__((address, port), _Handler)
-        self.port: int = self.server_address[1]
-        self._thread = threading.Thread(target=self.serve_forever, name="metrics", daemon=True)
+        super().__init__(metrics.registry, address, port)
 
-    def start(self) -> None:
-        self._thread.start()
-        log.info("metrics on http://%s:%d/metrics", self.server_address[0], self.port)
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
-        self._thread.join(5)
+    def start(self) -> MetricsServer:
+        super().start()
+        log.info("metrics on http://%s:%d/metrics", self.host, self.port)
+        return self

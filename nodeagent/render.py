@@ -11,25 +11,21 @@ import re
 from dataclasses import dataclass
 
 from nodeagent import version
-from peerplane import healthcheck, limits
+from peerplane import balance as words
+from peerplane import healthcheck, limits, names
 from peerplane.addresses import Address, AddressError, parse_address
 from peerplane.v1 import peerplane_pb2 as pb
 
-PEERS_SECTION = "localinstance"
+PEERS_SECTION = names.PEERS_SECTION  # re-exported: the applier checks HAProxy runs it
 HTTP_FRONTEND = "fe_http"
 
-_POD_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_PROXY_NAME = limits.PROXY_NAME  # shared with compute: it never emits what we refuse
-_SERVER_NAME = re.compile(r"^SRV_([1-9][0-9]{0,5})$")
-_HOST = re.compile(
-    r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$"
-)
-_PARAM = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_HEADER = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+# The names and words compute emits, from the shared vocabulary: it never emits what we
+# refuse, and we refuse what it would never emit.
+_POD_NAME = names.DNS_SUBDOMAIN
+_PROXY_NAME = limits.PROXY_NAME
+_PARAM = words.PARAM_NAME
+_HEADER = words.HEADER_NAME
 _SOCKET_PATH = re.compile(r"^/[A-Za-z0-9_./-]{1,106}$")
-_PLAIN_BALANCE = {"roundrobin", "static-rr", "leastconn", "first", "source", "random", "uri"}
-_HASH_FUNCTIONS = {"sdbm", "djb2", "wt6", "crc32"}
-_MODES = {"http", "tcp"}
 _TIME = re.compile(r"^[0-9]{1,6}(ms|s|m|h)$")
 _WORKLOAD = limits.WORKLOAD_KEY
 _HASH = re.compile(r"^[0-9a-f]{0,128}$")
@@ -56,6 +52,12 @@ class RenderOptions:
 def _check(pattern: re.Pattern[str], value: str, what: str) -> str:
     if not pattern.fullmatch(value):  # fullmatch: `$` would accept a trailing newline
         raise RenderError(f"invalid {what}: {value!r}")
+    return value
+
+
+def _host(value: str) -> str:
+    if not names.is_host_name(value):
+        raise RenderError(f"invalid host: {value!r}")
     return value
 
 
@@ -94,7 +96,7 @@ def haproxy_size(value: int) -> str:
 
 def _balance(backend: pb.Backend) -> str:
     algo, arg = backend.balance, backend.balance_argument
-    if algo in _PLAIN_BALANCE:
+    if algo in words.PLAIN_ALGORITHMS:
         if arg:
             raise RenderError(f"backend {backend.name}: balance {algo} takes no argument")
         return algo
@@ -106,15 +108,10 @@ def _balance(backend: pb.Backend) -> str:
 
 
 def _hash_type(value: str) -> str:
-    words = value.split()
-    if not words or words[0] not in ("map-based", "consistent") or len(words) > 3:
-        raise RenderError(f"invalid hash-type: {value!r}")
-    rest = words[1:]
-    if rest and rest[0] in _HASH_FUNCTIONS:
-        rest = rest[1:]
-    if rest not in ([], ["avalanche"]):
-        raise RenderError(f"invalid hash-type: {value!r}")
-    return " ".join(words)
+    try:
+        return words.canonical_hash_type(value)
+    except ValueError:
+        raise RenderError(f"invalid hash-type: {value!r}") from None
 
 
 def _global(opts: RenderOptions) -> list[str]:
@@ -164,7 +161,7 @@ def _http_frontend(snapshot: pb.Snapshot, opts: RenderOptions) -> list[str]:
     fe = snapshot.http_frontend
     lines = [f"frontend {HTTP_FRONTEND}", "  mode http", f"  bind {_bind(opts, fe.port)}"]
     for route in sorted(fe.routes, key=lambda r: (r.host, r.backend)):
-        host = _check(_HOST, route.host, "host")
+        host = _host(route.host)
         backend = _check(_PROXY_NAME, route.backend, "backend name")
         lines.append(f"  use_backend {backend} if {{ hdr(host),field(1,:),lower -m str {host} }}")
     return [*lines, ""]
@@ -185,8 +182,7 @@ def _tcp_frontends(snapshot: pb.Snapshot, opts: RenderOptions) -> list[str]:
 
 
 def _server(backend: str, slot: pb.Slot, options: str = "") -> str:
-    match = _SERVER_NAME.fullmatch(slot.server_name)
-    if not match or int(match.group(1)) != slot.index:
+    if names.server_index(slot.server_name) != slot.index:
         raise RenderError(f"backend {backend}: slot {slot.index} named {slot.server_name!r}")
     if slot.index > limits.MAX_SLOTS:  # the bound compute and the slot loaders hold too
         raise RenderError(f"backend {backend}: slot {slot.index} above {limits.MAX_SLOTS}")
@@ -224,7 +220,7 @@ def render_backend(
     """One `backend` section; `peers` says whether the stick table is replicated,
     `haproxy_version` which version-dependent keywords may be written."""
     name = _check(_PROXY_NAME, backend.name, "backend name")
-    if backend.mode not in _MODES:
+    if backend.mode not in names.MODES:
         raise RenderError(f"backend {name}: invalid mode {backend.mode!r}")
     lines = [f"backend {name}"]
     if backend.mode == "tcp":
@@ -234,8 +230,10 @@ def render_backend(
         lines.append(f"  hash-type {_hash_type(backend.hash_type)}")
     if backend.HasField("persistence"):
         p = backend.persistence
-        if p.expire_ms <= 0 or p.expire_ms >= 1 << 31:
+        if not 0 < p.expire_ms <= limits.MAX_EXPIRE_MS:
             raise RenderError(f"backend {name}: invalid expire {p.expire_ms}")
+        if p.table_size > limits.MAX_TABLE_SIZE:
+            raise RenderError(f"backend {name}: stick-table size above {limits.MAX_TABLE_SIZE}")
         table = f"  stick-table type ip size {haproxy_size(p.table_size)} expire {p.expire_ms}"
         if version.srvkey_addr(haproxy_version):
             table += " srvkey addr"

@@ -6,7 +6,7 @@ slot change would fall back to a reload with the peers sync check skipped. A rel
 config spells the same path differently (`dir/./name`) matches no inherited descriptor,
 so the new worker binds a fresh socket at the path; the next reload, with the usual
 spelling, inherits that one. Verified on HAProxy 2.6, 3.0 and 3.2
-(tests/test_agent_socket_repair.py).
+(tests/agent/test_socket_repair.py).
 """
 
 from __future__ import annotations
@@ -27,6 +27,11 @@ def answers(path: str, timeout: float = 1.0) -> bool:
         except OSError:
             return False
     return True
+
+
+def socket_path_ok(path: str) -> bool:
+    """Whether `path` fits a UNIX socket address; checked at start for a clear message."""
+    return len(os.fsencode(os.path.abspath(path))) <= MAX_SOCKET_PATH
 
 
 def rebind_spelling(path: str) -> str | None:

@@ -29,24 +29,9 @@ class TokenError(Exception):
     """The token file named on the command line cannot be read."""
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    tls = parser.add_argument_group("transport security (one of --ca or --insecure)")
-    tls.add_argument("--ca", help="PEM CA bundle that signed the control plane's certificate")
-    tls.add_argument("--client-cert", help="PEM client certificate (mTLS)")
-    tls.add_argument("--client-key", help="PEM private key of --client-cert")
-    tls.add_argument("--server-name", help="TLS name to expect instead of the target's host")
-    tls.add_argument(
-        "--insecure", action="store_true", help="plaintext gRPC (development, loopback)"
-    )
-    tls.add_argument(
-        "--token-file",
-        help=f"bearer token sent on every connection, re-read each time (default "
-        f"{DEFAULT_TOKEN_FILE} when it exists; '' for none)",
-    )
-
-
 def check(args: argparse.Namespace) -> str | None:
-    """The reason the transport flags cannot work together, or None."""
+    """The reason the transport flags (`cli/flags.py`) cannot work
+    together, or None."""
     if args.insecure and args.ca:
         return "--insecure contradicts --ca: choose one"
     if not args.insecure and not args.ca:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.haproxy_versions import HAProxyBinary, installed
+from tests.helpers.levels import mark_haproxy
 
 _ran: set[str] = set()
 
@@ -33,6 +34,12 @@ def haproxy_bin(request: pytest.FixtureRequest) -> HAProxyBinary:
     binary: HAProxyBinary = request.param
     _ran.add(binary.version)
     return binary
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that takes `haproxy_bin` is a real-HAProxy test whether or not it says so."""
+    mark_haproxy(items)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -2,27 +2,30 @@
 
 `compute(state, previous_assignment, now=...)` is the whole contract: no I/O, no clock
 (`now`, when freed slots are compared against the stick-table expire, is given by the
-caller), no randomness. Identical inputs give identical snapshots (and content hashes) on
-any control-plane replica.
+caller), no randomness, no protobuf. It returns typed snapshots (`WorkloadSnapshot`);
+`controlplane/publish/` encodes them. Identical inputs give identical snapshots (and
+content hashes) on any control-plane replica.
 """
 
 from controlplane.compute.snapshots import Computer, compute
 from controlplane.compute.types import (
     BackendSlots,
+    BackendSpec,
     ComputeResult,
     EndpointKey,
     Rejection,
     SlotAssignment,
-    SnapshotContent,
+    WorkloadSnapshot,
 )
 
 __all__ = [
     "BackendSlots",
+    "BackendSpec",
     "ComputeResult",
     "Computer",
     "EndpointKey",
     "Rejection",
     "SlotAssignment",
-    "SnapshotContent",
+    "WorkloadSnapshot",
     "compute",
 ]

@@ -1,26 +1,31 @@
-"""Places Service plans in a workload: frontends, then the snapshot's bytes and hash."""
+"""Places Service plans in a workload: its peers, backends, frontends and warnings."""
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 from collections.abc import Sequence
 
-from controlplane.compute import wire
-from controlplane.compute.plan import BackendPart, ServicePlan, service_rejection, warnings_bytes
+from controlplane.compute.plan import ServicePlan, service_rejection
 from controlplane.compute.settings import GlobalSettings
-from controlplane.compute.types import Rejection, SnapshotContent
+from controlplane.compute.types import (
+    BackendSpec,
+    HostRoute,
+    HttpFrontend,
+    Peer,
+    PeerSection,
+    Rejection,
+    TcpFrontend,
+    WorkloadSnapshot,
+)
 from controlplane.compute.workloads import PeerEntry, Workload
-from peerplane.v1 import peerplane_pb2 as pb
-
-PEER_SECTION = "localinstance"
+from peerplane.names import PEERS_SECTION as PEER_SECTION
 
 
 def frontends(
     plans: Sequence[ServicePlan], settings: GlobalSettings
-) -> tuple[pb.Snapshot, dict[str, list[Rejection]]]:
-    """Host routes and TCP ports in a Snapshot holding only fields 6 and 7, and the
-    rejections of lost claims by backend name: the older Service keeps a contested host
-    or port."""
+) -> tuple[HttpFrontend | None, tuple[TcpFrontend, ...], dict[str, list[Rejection]]]:
+    """The HTTP frontend (None without routes), the TCP frontends, and the rejections of
+    lost claims by backend name: the older Service keeps a contested host or port."""
     routes: dict[str, str] = {}
     tcp: dict[int, str] = {}
     lost: dict[str, list[Rejection]] = {}
@@ -44,23 +49,16 @@ def frontends(
                 reject("haproxy.org/tcp-port", str(plan.tcp_port), f"port already used by {owner}")
             else:
                 tcp[plan.tcp_port] = target
-    out = pb.Snapshot()
+    http = None
     if routes:
-        out.http_frontend.port = settings.http_port
-        for host in sorted(routes):
-            out.http_frontend.routes.add(host=host, backend=routes[host])
-    for port in sorted(tcp):
-        out.tcp_frontends.add(port=port, backend=tcp[port])
-    return out, lost
+        http = HttpFrontend(
+            settings.http_port, tuple(HostRoute(host, routes[host]) for host in sorted(routes))
+        )
+    return http, tuple(TcpFrontend(port, tcp[port]) for port in sorted(tcp)), lost
 
 
-def _part_name(part: BackendPart) -> str:
-    return part.name
-
-
-def _reframed(part: BackendPart, added: tuple[Rejection, ...]) -> bytes:
-    body = part.body + warnings_bytes((*part.warnings, *added)) + part.tail
-    return wire.length_delimited(wire.SNAPSHOT_BACKENDS, body)
+def _spec_name(spec: BackendSpec) -> str:
+    return spec.name
 
 
 def assemble(
@@ -69,16 +67,14 @@ def assemble(
     plans: Sequence[ServicePlan],
     settings: GlobalSettings,
     global_warnings: Sequence[Rejection],
-) -> tuple[SnapshotContent, list[Rejection]]:
-    """The workload's snapshot, serialized in field order, and the lost-claim rejections."""
+) -> tuple[WorkloadSnapshot, list[Rejection]]:
+    """The workload's snapshot and the lost-claim rejections.
+
+    Backends nobody adds warnings to are the planned specs themselves (the encoder reuses
+    their bytes); the others are copies with the added warnings after their own.
+    """
     mine = [p for p in plans if p.workloads is None or workload.short_ref in p.workloads]
-    head = pb.Snapshot(workload=workload.key)
-    head.peers.name = PEER_SECTION
-    head.peers.port = settings.peer_port
-    for peer in peers:
-        head.peers.peers.add(name=peer.name, address=peer.address, port=settings.peer_port)
-    tail, lost = frontends(mine, settings)
-    tail.warnings.extend(r.to_proto() for r in global_warnings)
+    http, tcp, lost = frontends(mine, settings)
 
     # Warnings this snapshot adds to a backend: Service-wide ones go on the Service's
     # first backend, lost claims on the claiming backend.
@@ -88,22 +84,23 @@ def assemble(
             added[plan.backends[0].name] = plan.service_warnings
     for name, rejections in lost.items():
         added[name] = (*added.get(name, ()), *rejections)
-    backends = sorted((part for plan in mine for part in plan.backends), key=_part_name)
-    parts = [head.SerializeToString(deterministic=True)]
-    parts.extend(
-        part.framed if part.name not in added else _reframed(part, added[part.name])
-        for part in backends
-    )
-    warning_count = len(global_warnings) + sum(len(part.warnings) for part in backends)
-    warning_count += sum(len(rejections) for rejections in added.values())
-    parts.append(tail.SerializeToString(deterministic=True))
-    payload = b"".join(parts)
-    content = SnapshotContent(
+    backends = sorted((spec for plan in mine for spec in plan.backends), key=_spec_name)
+    if added:
+        backends = [
+            spec
+            if spec.name not in added
+            else dataclasses.replace(spec, warnings=(*spec.warnings, *added[spec.name]))
+            for spec in backends
+        ]
+    port = settings.peer_port
+    snapshot = WorkloadSnapshot(
         workload=workload.key,
-        content_hash=hashlib.sha256(payload).hexdigest(),
-        payload=payload,
-        peers=len(peers),
-        backends=len(backends),
-        warnings=warning_count,
+        peers=PeerSection(
+            PEER_SECTION, port, tuple(Peer(peer.name, peer.address, port) for peer in peers)
+        ),
+        backends=tuple(backends),
+        http_frontend=http,
+        tcp_frontends=tcp,
+        warnings=tuple(global_warnings),
     )
-    return content, [r for rs in lost.values() for r in rs]
+    return snapshot, [r for rs in lost.values() for r in rs]

@@ -2,7 +2,8 @@
 
 A `ServicePlan` depends only on the Service, its EndpointSlices, the settings ConfigMap
 and the previous slots of its backends, so an unchanged Service's plan is reused as is
-between computations. Backends are serialized here, once per plan.
+between computations, and so are its `BackendSpec` objects (the encoder caches their bytes
+by identity).
 """
 
 from __future__ import annotations
@@ -10,11 +11,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from controlplane.compute import wire
 from controlplane.compute.endpoints import ready_endpoints
 from controlplane.compute.settings import BackendSettings, Resolver, lookup
 from controlplane.compute.slots import assign_slots, quarantine_seconds
-from controlplane.compute.types import BackendSlots, Rejection, SlotAssignment
+from controlplane.compute.types import (
+    BackendSlots,
+    BackendSpec,
+    HealthCheck,
+    Persistence,
+    Rejection,
+    SlotAssignment,
+)
 from controlplane.compute.values import (
     MAX_HOSTS,
     Invalid,
@@ -28,21 +35,6 @@ from controlplane.compute.values import (
 )
 from controlplane.model import EndpointSlice, Service, ServicePort
 from peerplane import limits
-from peerplane.v1 import peerplane_pb2 as pb
-
-
-@dataclass(frozen=True, slots=True)
-class BackendPart:
-    """One backend, serialized without its warnings (those are appended per snapshot)."""
-
-    name: str
-    body: bytes  # Backend fields 1..9
-    warnings: tuple[Rejection, ...]  # rejections of this backend's own settings
-    slots: BackendSlots
-    # The Snapshot.backends entry (field 5 framing) of `body`, `warnings` and `tail`, ready
-    # to concatenate when the snapshot adds no warnings of its own to this backend.
-    framed: bytes
-    tail: bytes = b""  # Backend fields after the warnings (11: check)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +45,7 @@ class ServicePlan:
     workloads: frozenset[str] | None  # "namespace/name" refs, None = every workload
     hosts: tuple[str, ...]
     tcp_port: int | None
-    backends: tuple[BackendPart, ...]
+    backends: tuple[BackendSpec, ...]  # without the warnings a workload adds
     # Service-wide rejections (hosts, tcp-port, ports), shown on the first backend.
     service_warnings: tuple[Rejection, ...]
     configmap_rejections: tuple[Rejection, ...]
@@ -122,31 +114,18 @@ def _backend_names_fit(service: Service, rejections: list[Rejection]) -> bool:
     return True
 
 
-def warnings_bytes(rejections: Sequence[Rejection]) -> bytes:
-    """Backend field 10 entries (they follow the slots, in field-number order)."""
-    if not rejections:
-        return b""
-    return pb.Backend(warnings=[r.to_proto() for r in rejections]).SerializeToString()
-
-
-def encode_tail(settings: BackendSettings) -> bytes:
-    """Backend fields that follow the warnings in field-number order (11: check)."""
-    check = settings.check
-    if check is None:
-        return b""
-    return wire.health_check(check.interval_ms, check.rise, check.fall, check.http_path)
-
-
-def encode_backend(
+def backend_spec(
     name: str,
     service: Service,
     port: ServicePort,
     mode: str,
     settings: BackendSettings,
     slots: BackendSlots,
-) -> bytes:
-    """Serialized Backend (fields 1..9), slots encoded directly."""
-    head = pb.Backend(
+    warnings: tuple[Rejection, ...],
+) -> BackendSpec:
+    """The backend as snapshots hold it: resolved settings made plain values."""
+    check = settings.check
+    return BackendSpec(
         name=name,
         service=f"{service.namespace}/{service.name}",
         service_port=port.name or str(port.port),
@@ -154,19 +133,17 @@ def encode_backend(
         balance=settings.balance.algorithm,
         balance_argument=settings.balance.argument,
         hash_type=settings.hash_type,
+        persistence=(
+            Persistence(settings.table_size, settings.expire_ms) if settings.persistence else None
+        ),
+        slots=slots,
+        warnings=warnings,
+        check=(
+            None
+            if check is None
+            else HealthCheck(check.interval_ms, check.rise, check.fall, check.http_path)
+        ),
     )
-    if settings.persistence:
-        head.persistence.table_size = settings.table_size
-        head.persistence.expire_ms = settings.expire_ms
-    by_slot = {slot: endpoint for endpoint, slot in slots.slots.items()}
-    parts = [head.SerializeToString(deterministic=True)]
-    for index in range(1, slots.count + 1):
-        endpoint = by_slot.get(index)
-        if endpoint is None:
-            parts.append(wire.free_slot(index))
-        else:
-            parts.append(wire.used_slot(index, endpoint[0], endpoint[1]))
-    return b"".join(parts)
 
 
 def _parse_routing(service: Service, own: list[Rejection]) -> tuple[tuple[str, ...], int | None]:
@@ -227,7 +204,7 @@ def plan_service(
     own: list[Rejection] = []
     hosts, tcp_port = _parse_routing(service, own)
     mode = "tcp" if tcp_port is not None else "http"
-    backends: list[BackendPart] = []
+    backends: list[BackendSpec] = []
     configmap: list[Rejection] = []
     for port in service.ports:
         if not _servable(port):
@@ -264,10 +241,7 @@ def plan_service(
         mine = tuple(w for w in found_warnings if w.kind == "Service")
         # ConfigMap rejections are listed once per snapshot, not on every backend.
         configmap.extend(w for w in found_warnings if w.kind != "Service")
-        body = encode_backend(name, service, port, mode, settings, slots)
-        tail = encode_tail(settings)
-        framed = wire.length_delimited(wire.SNAPSHOT_BACKENDS, body + warnings_bytes(mine) + tail)
-        backends.append(BackendPart(name, body, mine, slots, framed, tail))
+        backends.append(backend_spec(name, service, port, mode, settings, slots, mine))
         rejections.extend(mine)
     rejections.extend(own)
     plan = ServicePlan(

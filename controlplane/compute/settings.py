@@ -1,4 +1,8 @@
-"""Settings resolution: Service annotation, then settings ConfigMap, then default.
+"""The settings table, and their resolution: Service annotation, then ConfigMap, then default.
+
+Every setting is one `Setting` row of `SETTINGS`: key, parser, default, scope and a
+one-line doc. The resolver reads the rows, `lookup` refuses a key that is not a row, and
+a test checks docs/annotations.md and deploy/base/settings.yaml against the table.
 
 A key is read as `haproxy.org/<name>` or bare `<name>`; when both are present the prefixed
 one wins and the bare one is ignored. A value that fails its parser is rejected: the next
@@ -9,12 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from controlplane.compute.types import Rejection
 from controlplane.compute.values import (
     MAX_SERVER_SLOTS,
     Balance,
+    Hosts,
     Invalid,
     parse_balance,
     parse_bool,
@@ -22,10 +27,12 @@ from controlplane.compute.values import (
     parse_check_interval,
     parse_check_path,
     parse_hash_type,
+    parse_hosts,
     parse_port,
     parse_positive_int,
     parse_size,
     parse_time_ms,
+    parse_workload_refs,
     shown,
 )
 from controlplane.model import ANNOTATION_PREFIX, ConfigMap, Service
@@ -33,15 +40,135 @@ from peerplane import healthcheck
 
 T = TypeVar("T")
 
-DEFAULT_BALANCE = Balance("roundrobin")
-DEFAULT_HASH_TYPE = ""
-DEFAULT_PERSISTENCE = False
-DEFAULT_TABLE_SIZE = 1024 * 1024  # "1m"
-DEFAULT_EXPIRE_MS = 30 * 60 * 1000  # "30m"
-DEFAULT_SERVER_SLOTS = 42
-DEFAULT_HTTP_PORT = 80
-DEFAULT_PEER_PORT = 10000
-DEFAULT_CHECK = True  # as in the haproxytech ingress controller: pods can die unannounced
+# Where a key is read: a Service's annotations, the settings ConfigMap, or both (the
+# annotation overrides the ConfigMap).
+Scope = Literal["Service", "ConfigMap", "both"]
+
+
+@dataclass(frozen=True, slots=True)
+class Setting(Generic[T]):
+    """One row of the settings table."""
+
+    key: str  # without the `haproxy.org/` prefix
+    parse: Callable[[str, str], T]  # (text, backend mode "http"/"tcp") -> value, or Invalid
+    default: T  # when no level gives a valid value (None / "": unset)
+    scope: Scope
+    default_doc: str  # the default as docs/annotations.md writes it
+    doc: str  # one line; the docs' "Meaning" starts with it
+
+    @property
+    def on_service(self) -> bool:
+        return self.scope != "ConfigMap"
+
+    @property
+    def in_configmap(self) -> bool:
+        return self.scope != "Service"
+
+
+def _any_mode(parse: Callable[[str], T]) -> Callable[[str, str], T]:
+    """A parser whose answer does not depend on the backend mode."""
+    return lambda text, _mode: parse(text)
+
+
+# The table. Each row: key, parser, default, scope, the default as documented, doc.
+EXPOSE = Setting(
+    "expose", _any_mode(parse_bool), False, "Service", "`false`",
+    "Opt-in: only Services with `true` are served.",
+)  # fmt: skip
+WORKLOADS: Setting[frozenset[str] | None] = Setting(
+    "workloads", _any_mode(parse_workload_refs), None, "Service", "every workload",
+    "Limits the Service to these HAProxy workloads (the DaemonSet/Deployment/StatefulSet name).",
+)  # fmt: skip
+HOSTS: Setting[Hosts | None] = Setting(
+    "hosts", _any_mode(parse_hosts), None, "Service", "none",
+    "Routes these hosts (Host header, port stripped, case-insensitive) from the HTTP frontend "
+    "to the backend of the Service's first port.",
+)  # fmt: skip
+TCP_PORT: Setting[int | None] = Setting(
+    "tcp-port", _any_mode(parse_port), None, "Service", "none",
+    "A TCP frontend on this port for the Service's first port; the Service's backends are "
+    "`mode tcp`.",
+)  # fmt: skip
+LOAD_BALANCE = Setting(
+    "load-balance", parse_balance, Balance("roundrobin"), "both", "`roundrobin`",
+    "Balance algorithm.",
+)  # fmt: skip
+HASH_TYPE = Setting(
+    "hash-type", _any_mode(parse_hash_type), "", "both", "HAProxy's (`map-based`)",
+    "Hash type for hashing algorithms (`source`, `uri`, `url_param`, `hdr`).",
+)  # fmt: skip
+PERSISTENCE = Setting(
+    "source-ip-persistence", _any_mode(parse_bool), False, "both", "`false`",
+    "`stick on src` with a stick table replicated through the `localinstance` peers.",
+)  # fmt: skip
+TABLE_SIZE = Setting(
+    "source-ip-persistence-size", _any_mode(parse_size), 1024 * 1024, "both", "`1m`",
+    "Stick-table size, at most 1g entries.",
+)  # fmt: skip
+EXPIRE = Setting(
+    "source-ip-persistence-expire", _any_mode(parse_time_ms), 30 * 60 * 1000, "both", "`30m`",
+    "Entry expiry, rendered in ms; at most 2^31-1 ms.",
+)  # fmt: skip
+SERVER_SLOTS = Setting(
+    "server-slots", _any_mode(lambda text: parse_positive_int(text, MAX_SERVER_SLOTS)), 42,
+    "both", "`42`",
+    "Minimum slots per backend; the slot count grows in steps of this value (up to 10,000 "
+    "slots) and never shrinks while the backend exists.",
+)  # fmt: skip
+# On by default, as in the haproxytech ingress controller: pods can die unannounced.
+CHECK = Setting(
+    "check", _any_mode(parse_bool), True, "both", "`true`",
+    "Active health checks on every server of the backend (`check` on each server line), so "
+    "a pod that dies without its endpoint being removed is taken out after `check-interval` "
+    "\u00d7 `check-fall`.",
+)  # fmt: skip
+CHECK_INTERVAL = Setting(
+    "check-interval", _any_mode(parse_check_interval), healthcheck.DEFAULT_INTERVAL_MS,
+    "both", "`2s`",
+    "Time between two checks of a server (`inter`, rendered in ms).",
+)  # fmt: skip
+CHECK_RISE = Setting(
+    "check-rise", _any_mode(parse_check_count), healthcheck.DEFAULT_RISE, "both", "`2`",
+    "Consecutive successful checks that bring a down server back (`rise`).",
+)  # fmt: skip
+CHECK_FALL = Setting(
+    "check-fall", _any_mode(parse_check_count), healthcheck.DEFAULT_FALL, "both", "`3`",
+    "Consecutive failed checks that take an up server out (`fall`).",
+)  # fmt: skip
+CHECK_HTTP = Setting(
+    "check-http", _any_mode(parse_check_path), "", "both", "none (TCP connect check)",
+    "HTTP backends only: the check is `GET <path>` and passes on a 2xx or 3xx status "
+    "(`option httpchk GET <path>`, `http-check expect status 200-399`).",
+)  # fmt: skip
+HTTP_PORT = Setting(
+    "http-port", _any_mode(parse_port), 80, "ConfigMap", "`80`",
+    "Port of the HTTP frontend.",
+)  # fmt: skip
+PEER_PORT = Setting(
+    "peer-port", _any_mode(parse_port), 10000, "ConfigMap", "`10000`",
+    "Port of the `peers localinstance` section on every HAProxy pod.",
+)  # fmt: skip
+
+SETTINGS: tuple[Setting[Any], ...] = (
+    EXPOSE,
+    WORKLOADS,
+    HOSTS,
+    TCP_PORT,
+    LOAD_BALANCE,
+    HASH_TYPE,
+    PERSISTENCE,
+    TABLE_SIZE,
+    EXPIRE,
+    SERVER_SLOTS,
+    CHECK,
+    CHECK_INTERVAL,
+    CHECK_RISE,
+    CHECK_FALL,
+    CHECK_HTTP,
+    HTTP_PORT,
+    PEER_PORT,
+)
+BY_KEY: Mapping[str, Setting[Any]] = {row.key: row for row in SETTINGS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +178,12 @@ class Lookup:
 
 
 def lookup(data: Mapping[str, str], name: str) -> Lookup | None:
-    """`haproxy.org/<name>` if present, else bare `<name>`, else None."""
+    """`haproxy.org/<name>` if present, else bare `<name>`, else None.
+
+    KeyError for a name that is not a row of `SETTINGS`: every key read is in the table.
+    """
+    if name not in BY_KEY:
+        raise KeyError(f"setting {name!r} is not in the settings table (SETTINGS)")
     prefixed = ANNOTATION_PREFIX + name
     if prefixed in data:
         return Lookup(prefixed, data[prefixed])
@@ -68,9 +200,9 @@ def rejection(kind: str, namespace: str, name: str, found: Lookup, reason: str) 
 class CheckSettings:
     """Server health checks: `inter`, `rise`, `fall`, and an HTTP path ("" = TCP connect)."""
 
-    interval_ms: int = healthcheck.DEFAULT_INTERVAL_MS
-    rise: int = healthcheck.DEFAULT_RISE
-    fall: int = healthcheck.DEFAULT_FALL
+    interval_ms: int = CHECK_INTERVAL.default
+    rise: int = CHECK_RISE.default
+    fall: int = CHECK_FALL.default
     http_path: str = ""
 
 
@@ -100,69 +232,50 @@ class Resolver:
         self._configmap = settings
 
     def _resolve(
-        self,
-        service: Service,
-        name: str,
-        parse: Callable[[str], T],
-        default: T,
-        rejections: list[Rejection],
+        self, service: Service, row: Setting[T], mode: str, rejections: list[Rejection]
     ) -> T:
-        found = lookup(service.annotations, name)
+        """The Service's value of `row`, else the ConfigMap's, else the default."""
+        found = lookup(service.annotations, row.key)
         if found is not None:
             try:
-                return parse(found.value)
+                return row.parse(found.value, mode)
             except Invalid as err:
                 rejections.append(
                     rejection("Service", service.namespace, service.name, found, str(err))
                 )
-        return self._configmap_value(name, parse, default, rejections)
+        return self._configmap_value(row, mode, rejections)
 
     def _configmap_value(
-        self, name: str, parse: Callable[[str], T], default: T, rejections: list[Rejection]
+        self,
+        row: Setting[T],
+        mode: str,
+        rejections: list[Rejection],
+        check: Callable[[T], None] | None = None,
     ) -> T:
+        """The ConfigMap's value of `row` (`check` may refuse a parsed value), else the
+        default."""
         cm = self._configmap
-        found = lookup(cm.data, name) if cm is not None else None
+        found = lookup(cm.data, row.key) if cm is not None else None
         if cm is None or found is None:
-            return default
+            return row.default
         try:
-            return parse(found.value)
+            value = row.parse(found.value, mode)
+            if check is not None:
+                check(value)
+            return value
         except Invalid as err:
             rejections.append(rejection("ConfigMap", cm.namespace, cm.name, found, str(err)))
-            return default
+            return row.default
 
     def backend(self, service: Service, mode: str, rejections: list[Rejection]) -> BackendSettings:
         """Backend-wide settings of `service`'s backends in `mode` ("http" or "tcp")."""
         return BackendSettings(
-            balance=self._resolve(
-                service,
-                "load-balance",
-                lambda text: parse_balance(text, mode),
-                DEFAULT_BALANCE,
-                rejections,
-            ),
-            hash_type=self._resolve(
-                service, "hash-type", parse_hash_type, DEFAULT_HASH_TYPE, rejections
-            ),
-            persistence=self._resolve(
-                service, "source-ip-persistence", parse_bool, DEFAULT_PERSISTENCE, rejections
-            ),
-            table_size=self._resolve(
-                service, "source-ip-persistence-size", parse_size, DEFAULT_TABLE_SIZE, rejections
-            ),
-            expire_ms=self._resolve(
-                service,
-                "source-ip-persistence-expire",
-                parse_time_ms,
-                DEFAULT_EXPIRE_MS,
-                rejections,
-            ),
-            server_slots=self._resolve(
-                service,
-                "server-slots",
-                lambda text: parse_positive_int(text, MAX_SERVER_SLOTS),
-                DEFAULT_SERVER_SLOTS,
-                rejections,
-            ),
+            balance=self._resolve(service, LOAD_BALANCE, mode, rejections),
+            hash_type=self._resolve(service, HASH_TYPE, mode, rejections),
+            persistence=self._resolve(service, PERSISTENCE, mode, rejections),
+            table_size=self._resolve(service, TABLE_SIZE, mode, rejections),
+            expire_ms=self._resolve(service, EXPIRE, mode, rejections),
+            server_slots=self._resolve(service, SERVER_SLOTS, mode, rejections),
             check=self._check(service, mode, rejections),
         )
 
@@ -174,25 +287,15 @@ class Resolver:
         `check-http` applies to HTTP backends: on a TCP Service's own annotation it is
         rejected; a ConfigMap value is a fleet default and simply does not apply to TCP.
         """
-        enabled = self._resolve(service, "check", parse_bool, DEFAULT_CHECK, rejections)
+        enabled = self._resolve(service, CHECK, mode, rejections)
         settings = CheckSettings(
-            interval_ms=self._resolve(
-                service,
-                "check-interval",
-                parse_check_interval,
-                healthcheck.DEFAULT_INTERVAL_MS,
-                rejections,
-            ),
-            rise=self._resolve(
-                service, "check-rise", parse_check_count, healthcheck.DEFAULT_RISE, rejections
-            ),
-            fall=self._resolve(
-                service, "check-fall", parse_check_count, healthcheck.DEFAULT_FALL, rejections
-            ),
-            http_path=self._resolve(service, "check-http", parse_check_path, "", rejections),
+            interval_ms=self._resolve(service, CHECK_INTERVAL, mode, rejections),
+            rise=self._resolve(service, CHECK_RISE, mode, rejections),
+            fall=self._resolve(service, CHECK_FALL, mode, rejections),
+            http_path=self._resolve(service, CHECK_HTTP, mode, rejections),
         )
         if mode != "http" and settings.http_path:
-            found = lookup(service.annotations, "check-http")
+            found = lookup(service.annotations, CHECK_HTTP.key)
             if found is not None and healthcheck.is_path(found.value.strip()):
                 reason = f"check-http needs an HTTP backend, this one is {mode}"
                 rejections.append(
@@ -204,19 +307,15 @@ class Resolver:
     def global_settings(self, rejections: list[Rejection]) -> GlobalSettings:
         """The HTTP frontend port and the peer port; they may never collide."""
 
-        def peer_port(text: str) -> int:
-            port = parse_port(text)
-            if port == DEFAULT_HTTP_PORT:
+        def not_http_default(port: int) -> None:
+            if port == HTTP_PORT.default:
                 raise Invalid(f"port {port} is the default HTTP port")
-            return port
 
-        peer = self._configmap_value("peer-port", peer_port, DEFAULT_PEER_PORT, rejections)
+        peer = self._configmap_value(PEER_PORT, "tcp", rejections, not_http_default)
 
-        def http_port(text: str) -> int:
-            port = parse_port(text)
+        def not_peer(port: int) -> None:
             if port == peer:
                 raise Invalid(f"port {port} is the peer port")
-            return port
 
-        http = self._configmap_value("http-port", http_port, DEFAULT_HTTP_PORT, rejections)
+        http = self._configmap_value(HTTP_PORT, "http", rejections, not_peer)
         return GlobalSettings(http_port=http, peer_port=peer)

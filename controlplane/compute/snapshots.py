@@ -2,8 +2,9 @@
 
 `Computer` remembers each Service's plan with the inputs it came from; a Service whose
 object, EndpointSlices, settings ConfigMap and previous slots are unchanged reuses its plan
-(and its serialized backends), so one endpoint change costs one Service's work plus the
-assembly of the snapshots it appears in. The result is identical to a fresh computation.
+(and its `BackendSpec` objects, whose bytes the encoder keeps), so one endpoint change
+costs one Service's work plus the assembly of the snapshots it appears in. The result is
+identical to a fresh computation.
 """
 
 from __future__ import annotations
@@ -14,15 +15,14 @@ from dataclasses import dataclass
 from controlplane.compute.assemble import assemble
 from controlplane.compute.plan import Planned, ServicePlan, plan_service
 from controlplane.compute.settings import Resolver
-from controlplane.compute.types import BackendSlots, ComputeResult, Rejection, SnapshotContent
+from controlplane.compute.types import (
+    BackendSlots,
+    ComputeResult,
+    Rejection,
+    WorkloadSnapshot,
+)
 from controlplane.compute.workloads import DEFAULT_SCOPE, WorkloadScope, discover
 from controlplane.model import ClusterState, ConfigMap, EndpointSlice, Service
-from peerplane.v1 import peerplane_pb2 as pb
-
-
-def content_hash(snapshot: pb.Snapshot) -> str:
-    """SHA-256 of the deterministic serialization, version and hash cleared."""
-    return SnapshotContent.from_message(snapshot).content_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,15 +171,15 @@ class Computer:
         global_settings = resolver.global_settings(configmap_rejections)
         workloads = discover(state.haproxy_pods, state.replica_sets, rejections, self._scope)
         global_warnings = _dedupe(configmap_rejections)
-        snapshots: dict[str, SnapshotContent] = {}
+        snapshots: dict[str, WorkloadSnapshot] = {}
         for workload, peers in sorted(workloads.peers.items(), key=lambda item: item[0].key):
-            content, lost = assemble(workload, peers, plans, global_settings, global_warnings)
-            snapshots[workload.key] = content
+            snapshot, lost = assemble(workload, peers, plans, global_settings, global_warnings)
+            snapshots[workload.key] = snapshot
             rejections.extend(lost)
         assignment = dict(self._slots)
         self._assignment = assignment
         return ComputeResult(
-            snapshots=snapshots,
+            workloads=snapshots,
             assignment=assignment,
             rejections=_dedupe([*rejections, *global_warnings]),
             pod_workloads=workloads.pod_workloads,
@@ -193,6 +193,6 @@ def compute(
     *,
     now: float = 0.0,
 ) -> ComputeResult:
-    """Snapshots of every workload in `scope` (unversioned) and the new slot assignment;
+    """Snapshots of every workload in `scope` (typed, unversioned) and the new slot assignment;
     `now` as for `Computer.compute`."""
     return Computer(scope).compute(state, previous, now=now)

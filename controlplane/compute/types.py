@@ -1,13 +1,14 @@
-"""Value types the computation returns besides the snapshots themselves."""
+"""Value types the computation returns: slots, rejections and each workload's snapshot.
+
+Everything here is a frozen dataclass with no protobuf in it: `controlplane/publish/`
+turns a `WorkloadSnapshot` into the wire bytes (docs/design.md, "Architecture").
+"""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-
-from peerplane.v1 import peerplane_pb2 as pb
 
 EndpointKey = tuple[str, int]  # (address, port)
 
@@ -49,88 +50,143 @@ class Rejection:
     def object(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name}"
 
-    def to_proto(self) -> pb.RejectedInput:
-        return pb.RejectedInput(
-            object=self.object, key=self.key, value=self.value, reason=self.reason
-        )
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One server line `SRV_<index>`: a ready endpoint, or free (disabled, no address)."""
+
+    index: int
+    address: str = ""
+    port: int = 0
+
+    @property
+    def server_name(self) -> str:
+        return f"SRV_{self.index}"
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.address)
 
 
-class SnapshotContent:
-    """One workload's computed snapshot, unversioned.
+@dataclass(frozen=True, slots=True)
+class Persistence:
+    """Source-IP persistence of a backend: its stick table."""
 
-    `payload` is the deterministic serialization with version and content_hash unset;
-    `content_hash` is its SHA-256. The message is parsed only when someone asks for it
-    (inspection, the CLI): streaming sends the bytes.
+    table_size: int
+    expire_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCheck:
+    """Active health checks on every server of a backend; empty `http_path`: TCP check."""
+
+    interval_ms: int
+    rise: int
+    fall: int
+    http_path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class BackendSpec:
+    """One backend as a workload's snapshot holds it: settings, slots and warnings.
+
+    The computation keeps an unchanged Service's specs (the same objects) from one run to
+    the next, so the encoder caches each spec's bytes by identity (a spec is not hashable:
+    `slots` holds mappings).
     """
 
-    __slots__ = ("_message", "backends", "content_hash", "payload", "peers", "warnings", "workload")
+    name: str  # "<namespace>_<service>_<port name or number>"
+    service: str  # "namespace/name"
+    service_port: str  # port name, else number
+    mode: str  # "http" or "tcp"
+    balance: str
+    balance_argument: str
+    hash_type: str
+    persistence: Persistence | None
+    slots: BackendSlots
+    warnings: tuple[Rejection, ...]  # the Service's rejections shown on this backend
+    check: HealthCheck | None
 
-    def __init__(
-        self,
-        workload: str,
-        content_hash: str,
-        payload: bytes,
-        peers: int,
-        backends: int,
-        warnings: int,
-    ) -> None:
-        self.workload = workload
-        self.content_hash = content_hash
-        self.payload = payload
-        self.peers = peers
-        self.backends = backends
-        self.warnings = warnings
-        self._message: pb.Snapshot | None = None
-
-    @classmethod
-    def from_message(cls, snapshot: pb.Snapshot) -> SnapshotContent:
-        """Content of a ready-made message (tests, tools); version and hash are ignored."""
-        bare = pb.Snapshot()
-        bare.CopyFrom(snapshot)
-        bare.version = 0
-        bare.content_hash = ""
-        payload = bare.SerializeToString(deterministic=True)
-        warnings = len(bare.warnings) + sum(len(b.warnings) for b in bare.backends)
-        return cls(
-            workload=bare.workload,
-            content_hash=hashlib.sha256(payload).hexdigest(),
-            payload=payload,
-            peers=len(bare.peers.peers),
-            backends=len(bare.backends),
-            warnings=warnings,
+    def slot_list(self) -> tuple[Slot, ...]:
+        """Every slot `SRV_1..SRV_count` in order, free ones without an address."""
+        by_slot = {slot: endpoint for endpoint, slot in self.slots.slots.items()}
+        return tuple(
+            Slot(index, *by_slot[index]) if index in by_slot else Slot(index)
+            for index in range(1, self.slots.count + 1)
         )
 
-    def message(self, version: int = 0) -> pb.Snapshot:
-        """A fresh Snapshot message (content hash and `version` set); callers may mutate it."""
-        if self._message is None:
-            parsed = pb.Snapshot.FromString(self.payload)
-            parsed.content_hash = self.content_hash
-            self._message = parsed
-        copy = pb.Snapshot()
-        copy.CopyFrom(self._message)
-        copy.version = version
-        return copy
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, SnapshotContent) and other.payload == self.payload
+@dataclass(frozen=True, slots=True)
+class Peer:
+    name: str  # the HAProxy pod name (peer name and `localpeer`)
+    address: str
+    port: int
 
-    def __hash__(self) -> int:
-        return hash(self.content_hash)
 
-    def __repr__(self) -> str:
-        return f"SnapshotContent({self.workload!r}, {self.content_hash[:12]})"
+@dataclass(frozen=True, slots=True)
+class PeerSection:
+    name: str
+    port: int
+    peers: tuple[Peer, ...]  # sorted by name
+
+
+@dataclass(frozen=True, slots=True)
+class HostRoute:
+    host: str
+    backend: str
+
+
+@dataclass(frozen=True, slots=True)
+class HttpFrontend:
+    port: int
+    routes: tuple[HostRoute, ...]  # sorted by host
+
+
+@dataclass(frozen=True, slots=True)
+class TcpFrontend:
+    port: int
+    backend: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSnapshot:
+    """Everything one HAProxy workload needs, unversioned and unencoded.
+
+    `backends` are sorted by name; a backend whose Service-wide or lost-claim warnings this
+    workload adds is a copy of the planned spec with them appended (docs/design.md,
+    "Architecture").
+    """
+
+    workload: str  # "namespace/Kind/name"
+    peers: PeerSection
+    backends: tuple[BackendSpec, ...]
+    http_frontend: HttpFrontend | None
+    tcp_frontends: tuple[TcpFrontend, ...]  # sorted by port
+    warnings: tuple[Rejection, ...]  # not tied to one backend (the settings ConfigMap)
+
+    def backend(self, name: str) -> BackendSpec:
+        """The backend called `name` (KeyError when absent)."""
+        for spec in self.backends:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    @property
+    def warning_count(self) -> int:
+        return len(self.warnings) + sum(len(spec.warnings) for spec in self.backends)
 
 
 @dataclass(frozen=True, slots=True)
 class ComputeResult:
     """Output of one computation.
 
-    `snapshots` maps workload key -> its unversioned content; the snapshot store numbers
-    versions. `pod_workloads` maps "namespace/pod" of every
-    HAProxy pod to its workload key, so the server can place an agent from its Hello.
+    `workloads` maps workload key -> its snapshot, typed and unversioned: the encoder
+    (`controlplane/publish/`) makes the bytes and content hash, the store numbers
+    versions. `pod_workloads` maps "namespace/pod" of every HAProxy pod to its workload
+    key, so the server can place an agent from its Hello.
     """
 
-    snapshots: Mapping[str, SnapshotContent]
+    workloads: Mapping[str, WorkloadSnapshot]
     assignment: SlotAssignment
     rejections: tuple[Rejection, ...]
     pod_workloads: Mapping[str, str]

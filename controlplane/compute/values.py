@@ -9,30 +9,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from peerplane import healthcheck
+from peerplane import balance as words
+from peerplane import healthcheck, names
+from peerplane.limits import MAX_EXPIRE_MS, MAX_TABLE_SIZE
 
 
 class Invalid(ValueError):
     """A value that does not match its strict pattern; the message says why."""
 
 
-MAX_TABLE_SIZE = 1 << 30  # entries: a stick table larger than this is a typo
-MAX_EXPIRE_MS = (1 << 31) - 1  # HAProxy keeps expiry in a signed 32-bit ms counter
 MAX_SERVER_SLOTS = 1000
 MAX_HOSTS = 100
 
 _SIZE = re.compile(r"([0-9]{1,12})([kmg]?)")
 _TIME = re.compile(r"([0-9]{1,12})(ms|s|m|h|d)?")
-_PARAM_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_HEADER_NAME = re.compile(r"^[A-Za-z0-9-]{1,64}$")
-_HOST_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _TIME_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
-
-PLAIN_ALGORITHMS = ("roundrobin", "static-rr", "leastconn", "first", "source", "random", "uri")
-HTTP_ONLY_ALGORITHMS = ("uri", "url_param", "hdr")
-HASH_METHODS = ("map-based", "consistent")
-HASH_FUNCTIONS = ("sdbm", "djb2", "wt6", "crc32")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,16 +89,16 @@ def parse_balance(text: str, mode: str) -> Balance:
     """roundrobin, static-rr, leastconn, first, source, random, uri, url_param NAME, hdr(NAME)."""
     stripped = text.strip()
     balance: Balance
-    if stripped in PLAIN_ALGORITHMS:
+    if stripped in words.PLAIN_ALGORITHMS:
         balance = Balance(stripped)
     elif stripped.startswith("url_param"):
         parts = stripped.split()
-        if len(parts) != 2 or parts[0] != "url_param" or not _PARAM_NAME.fullmatch(parts[1]):
+        if len(parts) != 2 or parts[0] != "url_param" or not words.PARAM_NAME.fullmatch(parts[1]):
             raise Invalid("url_param needs one parameter name of letters, digits, _ . -")
         balance = Balance("url_param", parts[1])
     elif stripped.startswith("hdr(") and stripped.endswith(")"):
         name = stripped[4:-1]
-        if not _HEADER_NAME.fullmatch(name):
+        if not words.HEADER_NAME.fullmatch(name):
             raise Invalid("hdr(NAME) needs a header name of letters, digits and -")
         balance = Balance("hdr", name)
     else:
@@ -114,27 +106,17 @@ def parse_balance(text: str, mode: str) -> Balance:
             "unknown algorithm; expected one of roundrobin, static-rr, leastconn, first, "
             "source, random, uri, url_param NAME, hdr(NAME)"
         )
-    if mode != "http" and balance.algorithm in HTTP_ONLY_ALGORITHMS:
+    if mode != "http" and balance.algorithm in words.HTTP_ONLY_ALGORITHMS:
         raise Invalid(f"{balance.algorithm} needs an HTTP backend, this one is {mode}")
     return balance
 
 
 def parse_hash_type(text: str) -> str:
     """map-based|consistent [function] [avalanche], returned in canonical spacing."""
-    words = text.split()
-    if not words or words[0] not in HASH_METHODS:
-        raise Invalid("expected map-based or consistent, then an optional function and avalanche")
-    rest = words[1:]
-    if rest and rest[0] in HASH_FUNCTIONS:
-        rest = rest[1:]
-    if rest == ["avalanche"]:
-        rest = []
-    if rest:
-        raise Invalid(
-            f"unexpected {rest[0]!r}; functions are {', '.join(HASH_FUNCTIONS)}, "
-            "then optionally avalanche"
-        )
-    return " ".join(words)
+    try:
+        return words.canonical_hash_type(text)
+    except ValueError as err:
+        raise Invalid(str(err)) from None
 
 
 def parse_check_interval(text: str) -> int:
@@ -182,8 +164,7 @@ def parse_hosts(text: str) -> Hosts:
         host = raw.strip().lower()
         if not host:
             continue
-        labels = host.split(".")
-        if len(host) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
+        if not names.is_host_name(host):
             raise Invalid(f"{raw.strip()!r} is not a DNS host name")
         hosts[host] = None
     if not hosts:
@@ -200,7 +181,7 @@ def parse_workload_refs(text: str) -> frozenset[str]:
         if not item:
             continue
         namespace, sep, name = item.partition("/")
-        if not sep or not _HOST_LABEL.fullmatch(namespace) or not _DNS_SUBDOMAIN.fullmatch(name):
+        if not sep or not is_dns_label(namespace) or not is_dns_subdomain(name):
             raise Invalid(f"{item!r} is not namespace/name")
         refs.add(item)
     if not refs:
@@ -208,17 +189,12 @@ def parse_workload_refs(text: str) -> frozenset[str]:
     return frozenset(refs)
 
 
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
-_DNS_LABEL = _HOST_LABEL
 _PORT_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$")
 
 
-def is_dns_label(text: str) -> bool:
-    return bool(_DNS_LABEL.fullmatch(text))
-
-
-def is_dns_subdomain(text: str) -> bool:
-    return bool(_DNS_SUBDOMAIN.fullmatch(text))
+# Kubernetes name patterns are shared with the agent (peerplane.names).
+is_dns_label = names.is_dns_label
+is_dns_subdomain = names.is_dns_subdomain
 
 
 def is_port_name(text: str) -> bool:

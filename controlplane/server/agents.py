@@ -1,9 +1,9 @@
-"""Per-stream agent state and the registry of connected agents.
+"""Connected agents: one session per stream, and the registry ListAgents reads.
 
 A session lives exactly as long as its stream: reconnecting starts from a fresh session
-(xDS rule), seeded only with what the agent reports in its Hello. The registry is what
-ListAgents and ListWorkloads read; it also lets tests await a state change instead of
-sleeping.
+(xDS rule), seeded only with what the agent reports in its Hello. Its protocol state is
+the immutable `protocol.StreamState`, which only the stream replaces; the registry lets
+inspection read it and lets tests await a change instead of sleeping.
 """
 
 from __future__ import annotations
@@ -11,21 +11,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from controlplane.server.protocol import Sent, StreamState, initial_state
 from peerplane.v1 import peerplane_pb2 as pb
-
-
-@dataclass(frozen=True, slots=True)
-class Sent:
-    """A snapshot sent on a stream and not yet answered."""
-
-    nonce: str
-    version: int
-    content_hash: str
-    since: float = 0.0  # monotonic: publication, or the stream's start if later
 
 
 @dataclass(slots=True)
@@ -38,40 +29,50 @@ class AgentSession:
     agent_version: str
     peer_address: str
     connected_at: datetime
-    workload: str = ""
-    acked_version: int = 0
-    acked_hash: str = ""
-    # Hash of the last snapshot sent (or confirmed with InSync): never sent twice in a row.
-    sent_hash: str = ""
-    last_nonce: str = ""  # the only nonce an Ack or Nack may carry
-    pending: Sent | None = None
-    # The last Nacked snapshot: the agent may retry it and Ack the same nonce later (a
-    # reload that failed on a port still held), as long as nothing newer was sent.
-    nacked: Sent | None = None
-    last_nack_error: str = ""
-    last_nack_version: int = 0
-    waiting_reason: str = ""  # last Waiting reason sent; "" when serving
-    answered: bool = False  # the Hello got its answer
-    ignored_messages: int = 0  # stale Acks/Nacks, extra Hellos
+    state: StreamState
     identity: str = ""  # the authenticated caller (token username), "" without auth
-    opened_at: float = field(default_factory=time.monotonic)
-    _nonces: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
-    def next_nonce(self) -> str:
-        self.last_nonce = str(next(self._nonces))
-        return self.last_nonce
+    # Read-only views of the protocol state, for inspection and tests.
+    @property
+    def workload(self) -> str:
+        return self.state.workload
+
+    @property
+    def acked_version(self) -> int:
+        return self.state.acked_version
+
+    @property
+    def acked_hash(self) -> str:
+        return self.state.acked_hash
+
+    @property
+    def pending(self) -> Sent | None:
+        return self.state.pending
+
+    @property
+    def last_nack_error(self) -> str:
+        return self.state.last_nack_error
+
+    @property
+    def last_nack_version(self) -> int:
+        return self.state.last_nack_version
+
+    @property
+    def ignored_messages(self) -> int:
+        return self.state.ignored_messages
 
     def to_proto(self) -> pb.AgentStatus:
+        state = self.state
         return pb.AgentStatus(
             agent=self.pod,
             node_name=self.node_name,
-            workload=self.workload,
+            workload=state.workload,
             peer_address=self.peer_address,
-            acked_version=self.acked_version,
-            acked_content_hash=self.acked_hash,
-            pending_version=self.pending.version if self.pending else 0,
-            last_nack_error=self.last_nack_error,
-            last_nack_version=self.last_nack_version,
+            acked_version=state.acked_version,
+            acked_content_hash=state.acked_hash,
+            pending_version=state.pending.version if state.pending else 0,
+            last_nack_error=state.last_nack_error,
+            last_nack_version=state.last_nack_version,
             connected_since=self.connected_at.isoformat(timespec="seconds").replace("+00:00", "Z"),
             agent_version=self.agent_version,
         )
@@ -93,8 +94,9 @@ class AgentRegistry:
             agent_version=hello.agent_version,
             peer_address=peer_address,
             connected_at=now or datetime.now(UTC),
-            acked_version=hello.applied_version if hello.applied_content_hash else 0,
-            acked_hash=hello.applied_content_hash,
+            state=initial_state(
+                hello.applied_content_hash, hello.applied_version, time.monotonic()
+            ),
         )
         self._sessions[session.stream_id] = session
         return session

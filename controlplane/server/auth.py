@@ -1,5 +1,6 @@
 """Caller authentication: a Kubernetes bearer token in the gRPC metadata, checked by a
-TokenReview (authentication.k8s.io/v1).
+TokenReview (authentication.k8s.io/v1). The reviewer that asks the API server is
+`controlplane.kube.tokenreview.KubeTokenReviewer`; this module imports no Kubernetes client.
 
 Wire contract: the caller sends `authorization: Bearer <token>` as call metadata (for
 an agent, its projected ServiceAccount token with the configured audience, on the Stream
@@ -78,33 +79,6 @@ def identity_from_user(username: str, extra: dict[str, Any] | None) -> Identity:
         return str(values[0]) if isinstance(values, list) and values else ""
 
     return Identity(username, namespace, account, first(POD_NAME_EXTRA), first(POD_UID_EXTRA))
-
-
-class KubeTokenReviewer:
-    """TokenReview through the kubernetes client (blocking: call it from a worker thread)."""
-
-    def __init__(self, api_client: Any) -> None:
-        from kubernetes import client
-
-        self._client = client
-        self._api = client.AuthenticationV1Api(api_client)
-
-    def review(self, token: str, audiences: Sequence[str]) -> Identity:
-        body = self._client.V1TokenReview(
-            spec=self._client.V1TokenReviewSpec(token=token, audiences=list(audiences))
-        )
-        status = self._api.create_token_review(body).status
-        if status is None or not status.authenticated:
-            error = (status.error if status is not None else "") or "token not authenticated"
-            raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"invalid token: {error}")
-        granted = set(status.audiences or ())
-        if audiences and not granted & set(audiences):
-            raise Denied(
-                grpc.StatusCode.PERMISSION_DENIED,
-                f"token audiences {sorted(granted)} do not include {list(audiences)}",
-            )
-        user = status.user
-        return identity_from_user(user.username or "", user.extra)
 
 
 def bearer_token(metadata: Iterable[tuple[str, str | bytes]] | None) -> str:

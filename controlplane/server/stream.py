@@ -1,10 +1,13 @@
-"""The agent stream: Hello first, then snapshots down and Acks/Nacks up (xDS rules).
+"""The agent stream's I/O: admission, then a writer loop and a reader task (xDS rules,
+docs/design.md "The agent stream").
 
-One coroutine per stream writes, one task reads. Store changes only set the stream's
-wake-up event; the writer then looks at the *latest* version, so a slow agent never
-queues more than one pending version and never holds up other streams. Writes are
-bounded in number (a semaphore shared by all streams) and in time (a slow consumer is
-disconnected and will reconnect).
+What to send and how an Ack/Nack changes the stream is decided by the pure
+`protocol`; who may open a stream by `admission`. This module only moves bytes and then
+logs and counts what was decided. One coroutine per stream writes, one task reads. Store
+changes only set the stream's wake-up event; the writer then looks at the *latest*
+version, so a slow agent never queues more than one pending version and never holds up
+other streams. Writes are bounded in number (a semaphore shared by all streams) and in
+time (a slow consumer is disconnected and will reconnect).
 """
 
 from __future__ import annotations
@@ -19,38 +22,18 @@ import grpc
 
 from controlplane.logformat import fields
 from controlplane.metrics import Metrics
-from controlplane.server.agents import AgentRegistry, AgentSession, Sent
-from controlplane.server.auth import Authenticator, Denied, Identity
-from controlplane.server.peers import PeerStreams, peer_address, peer_host
-from controlplane.store import Published, SnapshotStore
+from controlplane.server import protocol
+from controlplane.server.admission import Admission, Refused
+from controlplane.server.agents import AgentRegistry, AgentSession
+from controlplane.server.auth import Authenticator, Identity
+from controlplane.server.peers import peer_address, peer_host
+from controlplane.store import SnapshotStore
 from peerplane.untrusted import clean
 from peerplane.v1 import peerplane_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-# Longest value accepted per Hello field (Kubernetes: namespace 63, pod and node names
-# 253). Longer is refused with INVALID_ARGUMENT before the value is logged or stored.
-HELLO_LIMITS = {
-    "pod_namespace": 63,
-    "pod_name": 253,
-    "node_name": 253,
-    "applied_content_hash": 128,
-    "agent_version": 128,
-}
-MAX_NACK_ERROR_CHARS = 4096  # NACK text kept for ListAgents and logged
-
-
-def hello_problem(hello: pb.Hello) -> str | None:
-    """Why this Hello is refused, or None. The reason never echoes the value."""
-    if not hello.pod_namespace or not hello.pod_name:
-        return "Hello needs pod_namespace and pod_name"
-    for name, limit in HELLO_LIMITS.items():
-        value: str = getattr(hello, name)
-        if len(value) > limit:
-            return f"Hello {name} is {len(value)} characters long (at most {limit})"
-        if clean(value, limit) != value:
-            return f"Hello {name} contains control characters or backslashes"
-    return None
+Context = grpc.aio.ServicerContext[pb.AgentMessage, bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +59,12 @@ class StreamHandler:
         self._store = store
         self._registry = registry
         self._limits = limits or StreamLimits()
-        self._authenticator = authenticator
+        self._admission = Admission(
+            authenticator,
+            max_streams_per_peer=self._limits.max_streams_per_peer,
+            hello_timeout_s=self._limits.hello_timeout_s,
+        )
         self._metrics = metrics or Metrics()
-        self._peers = PeerStreams(self._limits.max_streams_per_peer)
         self._send_slots = asyncio.Semaphore(self._limits.max_concurrent_sends)
         self._closing = False
         self._wakers: set[asyncio.Event] = set()
@@ -89,81 +75,43 @@ class StreamHandler:
         for wake in list(self._wakers):
             wake.set()
 
-    async def handle(
-        self,
-        requests: AsyncIterator[pb.AgentMessage],
-        context: grpc.aio.ServicerContext[pb.AgentMessage, bytes],
-    ) -> None:
-        host = peer_host(context.peer())
-        if not self._peers.acquire(host):
-            await self._refuse(
-                context,
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"too many streams from {host} (limit {self._peers.limit})",
-                peer=host,
+    async def handle(self, requests: AsyncIterator[pb.AgentMessage], context: Context) -> None:
+        try:
+            admitted = await self._admission.admit(
+                peer_host(context.peer()), context.invocation_metadata(), requests
             )
-        try:
-            identity = await self._authenticate(context, host)
-            hello = await self._read_hello(requests, context)
-            if identity is not None:
-                await self._authorize(context, identity, hello, host)
-            await self._serve(requests, context, hello, identity)
-        finally:
-            self._peers.release(host)
-
-    async def _refuse(
-        self,
-        context: grpc.aio.ServicerContext[pb.AgentMessage, bytes],
-        code: grpc.StatusCode,
-        reason: str,
-        *,
-        peer: str,
-        agent: str | None = None,
-    ) -> None:
-        """Log the refusal, count it, and end the call with `code` (raises)."""
-        log.warning(
-            "stream refused (%s): %s",
-            code.name,
-            reason,
-            extra=fields(event="refused", code=code.name, reason=reason, peer=peer, agent=agent),
-        )
-        self._metrics.refused(code.name)
-        await context.abort(code, reason)
-
-    async def _authenticate(
-        self, context: grpc.aio.ServicerContext[pb.AgentMessage, bytes], host: str
-    ) -> Identity | None:
-        if self._authenticator is None:
-            return None
-        try:
-            return await self._authenticator.authenticate(context.invocation_metadata())
-        except Denied as denied:
-            await self._refuse(context, denied.code, denied.message, peer=host)
+        except Refused as refused:
+            await self._refuse(context, refused)
             raise  # not reached: abort raises
+        try:
+            await self._serve(requests, context, admitted.hello, admitted.identity)
+        finally:
+            self._admission.release(admitted)
 
-    async def _authorize(
-        self,
-        context: grpc.aio.ServicerContext[pb.AgentMessage, bytes],
-        identity: Identity,
-        hello: pb.Hello,
-        host: str,
-    ) -> None:
-        """The token must be bound to the very pod the Hello names."""
-        named = f"{hello.pod_namespace}/{hello.pod_name}"
-        if not identity.pod:
-            reason = f"token of {identity.username} is not bound to a pod (Hello names {named})"
-        elif identity.pod != named:
-            reason = f"token of pod {identity.pod} cannot speak for pod {named}"
-        else:
-            return
-        await self._refuse(
-            context, grpc.StatusCode.PERMISSION_DENIED, reason, peer=host, agent=named
-        )
+    async def _refuse(self, context: Context, refused: Refused) -> None:
+        """Log the refusal, count it, and end the call with its code (raises)."""
+        code = refused.code
+        if refused.logged:
+            log.warning(
+                "stream refused (%s): %s",
+                code.name,
+                refused.reason,
+                extra=fields(
+                    event="refused",
+                    code=code.name,
+                    reason=refused.reason,
+                    peer=refused.peer,
+                    agent=refused.agent,
+                ),
+            )
+        if refused.counted:
+            self._metrics.refused(code.name)
+        await context.abort(code, refused.reason)
 
     async def _serve(
         self,
         requests: AsyncIterator[pb.AgentMessage],
-        context: grpc.aio.ServicerContext[pb.AgentMessage, bytes],
+        context: Context,
         hello: pb.Hello,
         identity: Identity | None,
     ) -> None:
@@ -209,86 +157,25 @@ class StreamHandler:
             await asyncio.gather(reader, return_exceptions=True)
             await self._registry.changed()
 
-    async def _read_hello(
-        self,
-        requests: AsyncIterator[pb.AgentMessage],
-        context: grpc.aio.ServicerContext[pb.AgentMessage, bytes],
-    ) -> pb.Hello:
-        try:
-            async with asyncio.timeout(self._limits.hello_timeout_s):
-                first = await anext(requests)
-        except StopAsyncIteration:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "stream closed before Hello")
-        except TimeoutError:
-            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no Hello received in time")
-        if not first.HasField("hello"):
-            kind = first.WhichOneof("message") or "an empty message"
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, f"the first message must be a Hello, got {kind}"
-            )
-        hello = first.hello
-        problem = hello_problem(hello)
-        if problem is not None:
-            log.warning(
-                "stream refused (INVALID_ARGUMENT): %s",
-                problem,
-                extra=fields(event="refused", code="INVALID_ARGUMENT", reason=problem),
-            )
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
-        return hello
-
     # ------------------------------------------------------------------ downstream
 
-    def _resolve(self, session: AgentSession) -> tuple[Published | None, str]:
-        """The version this agent should run, or the reason it cannot be served yet."""
-        workload = self._store.workload_of(session.pod)
-        if workload is None and session.workload and self._store.get(session.workload):
-            # A pod leaving the mapping (being deleted) keeps its workload while it drains.
-            workload = session.workload
-        if workload is None:
-            if not self._store.has_published:
-                return None, "no snapshot computed yet"
-            return None, f"pod {session.pod} is not a known HAProxy pod"
-        session.workload = workload
-        published = self._store.get(workload)
-        if published is None:
-            return None, f"workload {workload} has no snapshot"
-        return published, ""
-
     def _next_message(self, session: AgentSession) -> bytes | None:
-        """The bytes to send now, or None when the agent has (or was sent) the latest."""
-        published, reason = self._resolve(session)
-        if published is None:
-            if reason == session.waiting_reason and session.answered:
-                return None
-            session.answered = True
-            session.waiting_reason = reason
-            log.info("agent %s waiting: %s", session.pod, reason)
-            return pb.ServerMessage(waiting=pb.Waiting(reason=reason)).SerializeToString()
-        was_waiting = bool(session.waiting_reason)
-        session.waiting_reason = ""
-        target = published.content_hash
-        # After a Waiting, an agent that runs the content still needs its InSync.
-        if (not session.answered or was_waiting) and target == session.acked_hash:
-            session.answered = True
-            session.sent_hash = target
-            session.acked_version = published.version
+        """Step the protocol; the bytes to send now, logged and counted, or None."""
+        target = protocol.resolve(self._store, session.pod, session.state.workload)
+        session.state, decision = protocol.next_message(session.state, target)
+        if decision is None:
+            return None
+        if isinstance(decision, protocol.SendWaiting):
+            log.info("agent %s waiting: %s", session.pod, decision.reason)
+            return pb.ServerMessage(waiting=pb.Waiting(reason=decision.reason)).SerializeToString()
+        published = decision.published
+        if isinstance(decision, protocol.SendInSync):
             log.info(
                 "agent %s in sync with %s v%d", session.pod, published.workload, published.version
             )
-            return pb.ServerMessage(
-                in_sync=pb.InSync(version=published.version, content_hash=target)
-            ).SerializeToString()
-        if session.answered:
-            if target == session.sent_hash:
-                return None  # sent already (pending, acked or nacked): never twice in a row
-            if session.pending is None and target == session.acked_hash:
-                return None  # the agent runs it (after a Nack, content went back)
-        session.answered = True
-        nonce = session.next_nonce()
-        session.sent_hash = target
-        since = max(published.published_at, session.opened_at)
-        session.pending = Sent(nonce, published.version, target, since)
+            in_sync = pb.InSync(version=published.version, content_hash=published.content_hash)
+            return pb.ServerMessage(in_sync=in_sync).SerializeToString()
+        nonce = decision.sent.nonce
         log.info(
             "snapshot sent to %s: %s v%d",
             session.pod,
@@ -303,14 +190,10 @@ class StreamHandler:
             ),
         )
         self._metrics.sent(published.workload)
+        # The shared bytes hold ServerMessage(snapshot=...); protobuf merges the two.
         return pb.ServerMessage(nonce=nonce).SerializeToString() + published.message_bytes
 
-    async def _send(
-        self,
-        context: grpc.aio.ServicerContext[pb.AgentMessage, bytes],
-        session: AgentSession,
-        message: bytes,
-    ) -> None:
+    async def _send(self, context: Context, session: AgentSession, message: bytes) -> None:
         async with self._send_slots:
             try:
                 async with asyncio.timeout(self._limits.send_timeout_s):
@@ -330,79 +213,60 @@ class StreamHandler:
     ) -> None:
         try:
             async for message in requests:
-                kind = message.WhichOneof("message")
-                if kind == "ack":
-                    self._on_ack(session, message.ack)
-                elif kind == "nack":
-                    self._on_nack(session, message.nack)
-                else:
-                    session.ignored_messages += 1
-                    log.warning(
-                        "agent %s sent %s after Hello; ignored",
-                        session.pod,
-                        kind or "an empty message",
-                    )
+                self._receive(session, message)
                 await self._registry.changed()
         finally:
             wake.set()  # the writer notices the reader is done and ends the stream
 
-    def _take_pending(self, session: AgentSession, nonce: str, what: str) -> Sent | None:
-        pending = session.pending
-        if pending is None and what == "Ack":
-            pending = session.nacked  # an Ack after a Nack: the agent's retry succeeded
-        if pending is None or nonce != session.last_nonce or nonce != pending.nonce:
-            session.ignored_messages += 1
+    def _receive(self, session: AgentSession, message: pb.AgentMessage) -> None:
+        """Step the protocol with one upstream message, then log and count the outcome."""
+        kind = message.WhichOneof("message")
+        before = session.state
+        outcome: protocol.Acked | protocol.Nacked | protocol.Stale | protocol.Ignored
+        if kind == "ack":
+            session.state, outcome = protocol.on_ack(before, message.ack.nonce)
+        elif kind == "nack":
+            session.state, outcome = protocol.on_nack(
+                before, message.nack.nonce, message.nack.error
+            )
+        else:
+            session.state, outcome = protocol.on_other(before, kind or "an empty message")
+        workload = session.state.workload
+        if isinstance(outcome, protocol.Acked):
+            version = outcome.sent.version
+            log.info(
+                "agent %s acked %s v%d",
+                session.pod,
+                workload,
+                version,
+                extra=fields(event="ack", agent=session.pod, workload=workload, version=version),
+            )
+            self._metrics.acked(workload, time.monotonic() - outcome.sent.since)
+        elif isinstance(outcome, protocol.Nacked):
+            version = outcome.sent.version
+            log.warning(
+                "agent %s rejected %s v%d (stays on v%d): %s",
+                session.pod,
+                workload,
+                version,
+                before.acked_version,
+                clean(outcome.error, protocol.MAX_NACK_ERROR_CHARS) or "(no error text)",
+                extra=fields(
+                    event="nack",
+                    agent=session.pod,
+                    workload=workload,
+                    version=version,
+                    reason=outcome.error,
+                ),
+            )
+            self._metrics.nacked(workload)
+        elif isinstance(outcome, protocol.Stale):
             log.debug(
                 "agent %s: stale %s (nonce %s, last sent %s) ignored",
                 session.pod,
-                what,
-                clean(nonce, 32),
-                session.last_nonce,
+                outcome.what,
+                clean(outcome.nonce, 32),
+                before.last_nonce,
             )
-            return None
-        session.pending = session.nacked = None
-        return pending
-
-    def _on_ack(self, session: AgentSession, ack: pb.Ack) -> None:
-        sent = self._take_pending(session, ack.nonce, "Ack")
-        if sent is None:
-            return
-        session.acked_version = sent.version
-        session.acked_hash = sent.content_hash
-        session.last_nack_error = ""
-        session.last_nack_version = 0
-        log.info(
-            "agent %s acked %s v%d",
-            session.pod,
-            session.workload,
-            sent.version,
-            extra=fields(
-                event="ack", agent=session.pod, workload=session.workload, version=sent.version
-            ),
-        )
-        self._metrics.acked(session.workload, time.monotonic() - sent.since)
-
-    def _on_nack(self, session: AgentSession, nack: pb.Nack) -> None:
-        sent = self._take_pending(session, nack.nonce, "Nack")
-        if sent is None:
-            return
-        session.nacked = sent
-        error = nack.error.strip()[:MAX_NACK_ERROR_CHARS]
-        session.last_nack_error = error
-        session.last_nack_version = sent.version
-        log.warning(
-            "agent %s rejected %s v%d (stays on v%d): %s",
-            session.pod,
-            session.workload,
-            sent.version,
-            session.acked_version,
-            clean(error, MAX_NACK_ERROR_CHARS) or "(no error text)",
-            extra=fields(
-                event="nack",
-                agent=session.pod,
-                workload=session.workload,
-                version=sent.version,
-                reason=error,
-            ),
-        )
-        self._metrics.nacked(session.workload)
+        else:
+            log.warning("agent %s sent %s after Hello; ignored", session.pod, outcome.kind)

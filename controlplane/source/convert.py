@@ -3,7 +3,7 @@
 Both sources use these: the files source feeds parsed YAML documents, the Kubernetes
 source feeds the JSON the API server returns. A document that lacks what the model needs,
 or holds a field of the wrong type anywhere, raises `ManifestError` with a one-line reason
-a person can act on, and never any other exception (tests/test_fuzz_manifests.py). What
+a person can act on, and never any other exception (tests/source/test_manifests_fuzz.py). What
 the API server would refuse to store (a Service port name like "8080") is refused here
 too, since a folder of manifests has no API server in front of it.
 """
@@ -29,6 +29,8 @@ from controlplane.model import (
 )
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+# The label deploy/base gives the HAProxy pods: what both sources select by default.
+DEFAULT_HAPROXY_SELECTOR = "app.kubernetes.io/component=haproxy"
 
 Manifest = Mapping[str, Any]
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from controlplane.model import (
-    DEFAULT_HAPROXY_SELECTOR,
     ClusterState,
     ConfigMap,
     EndpointSlice,
@@ -28,6 +27,7 @@ from controlplane.model import (
     Service,
 )
 from controlplane.source.convert import (
+    DEFAULT_HAPROXY_SELECTOR,
     ManifestError,
     config_map_from,
     endpoint_slice_from,

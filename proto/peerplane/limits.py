@@ -1,4 +1,4 @@
-"""Name limits the control plane and the agent share, so that compute never emits a
+"""Name and size limits the control plane and the agent share, so that compute never emits a
 name the agent would refuse (one refused name makes the agent NACK the whole snapshot).
 
 Backend names are `<namespace>_<service>_<port>`: with Kubernetes' own limits (DNS labels
@@ -36,3 +36,7 @@ def is_workload_key(text: str) -> bool:
 # stick-table expire (freed slots are not reused within it), at ~40 bytes of haproxy.cfg
 # and ~30 bytes of slot state per slot.
 MAX_SLOTS = 10_000
+
+# Stick tables. Compute rejects a larger value, the agent refuses to write one.
+MAX_TABLE_SIZE = 1 << 30  # entries: a stick table larger than this is a typo
+MAX_EXPIRE_MS = (1 << 31) - 1  # HAProxy keeps expiry in a signed 32-bit ms counter

@@ -3,7 +3,8 @@
 The control plane and the agent never import each other; both import this package (the
 API), so the one JSON log format lives here. A JSON line holds `time` (UTC, RFC 3339 with
 milliseconds), `level`, `logger`, `message` and the decision fields the call passed with
-`extra=` (each side declares its own field names).
+`extra=` (each side declares its own field names, as one `LogFields`: that is all a side's
+`logformat` module adds).
 
 Both formats pass the message and every string field through `untrusted.clean`: bounded
 and on one line whatever a client or a manifest put in them (a newline in a pod name must
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,18 +22,6 @@ from peerplane.untrusted import LOG_MESSAGE_CHARS, clean
 
 LOG_FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-
-
-def field_builder(names: tuple[str, ...]) -> Callable[..., dict[str, Any]]:
-    """A `fields(**values)` for `extra=`: only `names` allowed, None values dropped."""
-
-    def fields(**values: Any) -> dict[str, Any]:
-        unknown = set(values) - set(names)
-        if unknown:
-            raise ValueError(f"unknown log fields {sorted(unknown)}")
-        return {k: v for k, v in values.items() if v is not None}
-
-    return fields
 
 
 class JsonFormatter(logging.Formatter):
@@ -73,11 +61,27 @@ class TextFormatter(logging.Formatter):
             record.msg, record.args = msg, args
 
 
-def configure(level: str, log_format: str, names: tuple[str, ...]) -> None:
-    """Root logging to stderr at `level` in `log_format` (text or json)."""
-    handler = logging.StreamHandler()
-    if log_format == "json":
-        handler.setFormatter(JsonFormatter(names))
-    else:
-        handler.setFormatter(TextFormatter())
-    logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler], force=True)
+class LogFields:
+    """One side's structured log fields: the names a log call may pass, in output order."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+
+    def fields(self, **values: Any) -> dict[str, Any]:
+        """For `extra=`: only the declared names allowed (a typo fails), None dropped."""
+        unknown = set(values) - set(self.names)
+        if unknown:
+            raise ValueError(f"unknown log fields {sorted(unknown)}")
+        return {k: v for k, v in values.items() if v is not None}
+
+    def json_formatter(self) -> JsonFormatter:
+        return JsonFormatter(self.names)
+
+    def configure(self, level: str, log_format: str = "text") -> None:
+        """Root logging to stderr at `level` in `log_format` (text or json)."""
+        handler = logging.StreamHandler()
+        if log_format == "json":
+            handler.setFormatter(self.json_formatter())
+        else:
+            handler.setFormatter(TextFormatter())
+        logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler], force=True)

@@ -4,7 +4,7 @@ while the fake API server changes the shop EndpointSlice 50 times a second for 6
 Counted: streams lost (ended without the agent asking), agents on the final version and
 how long after the last change they all were, the control plane's RSS idle, with the
 streams connected, after the churn and 2 s later. The same harness runs scaled down in
-tests/test_faults_load.py.
+tests/system/test_faults_load.py.
 """
 
 from __future__ import annotations

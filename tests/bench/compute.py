@@ -1,7 +1,9 @@
 """Compute benchmarks: full recompute at 10k/40k/160k endpoints, one-endpoint change
 (recompute + publish into the snapshot store), and peak memory holding the 160k cluster.
 
-Full recompute is `compute(state, previous)` (stateless: plans every Service) with the
+Every figure includes encoding (`controlplane/publish/encode.py`): a computation is only
+done when its snapshot bytes and hashes are. Full recompute is `compute(state, previous)`
+then `encode` (stateless: plans and encodes every Service) with the
 previous assignment of the same state (the reconcile loop's steady state), best of runs
 (least noisy on a shared machine). The incremental figure uses `Computer().compute`
 (reuses unchanged per-Service work) and alternates one endpoint address of one Service
@@ -25,8 +27,9 @@ from collections.abc import Callable, Mapping
 from functools import partial
 
 from controlplane.compute import Computer, ComputeResult, compute
-from controlplane.compute.types import BackendSlots
+from controlplane.compute.types import BackendSlots, WorkloadSnapshot
 from controlplane.model import ClusterState
+from controlplane.publish import Encoder, SnapshotContent, encode
 from controlplane.store import SnapshotStore
 from tests.bench.common import (
     ENDPOINTS_PER_SERVICE,
@@ -40,6 +43,7 @@ from tests.bench.common import (
 )
 
 ComputeFn = Callable[[ClusterState, Mapping[str, BackendSlots]], ComputeResult]
+EncodeFn = Callable[[Mapping[str, WorkloadSnapshot]], dict[str, SnapshotContent]]
 FULL_SIZES = (500, 2000, 8000)  # Services: 10k, 40k, 160k endpoints
 QUICK_SIZES = (25, 100, 400)
 
@@ -48,6 +52,11 @@ def make_computer() -> ComputeFn:
     """The function the incremental benchmark calls for each change: the incremental
     `Computer` (one line: `return compute` measures a full recompute instead)."""
     return Computer().compute
+
+
+def full_compute(state: ClusterState, previous: Mapping[str, BackendSlots]) -> None:
+    """A stateless computation and encoding from scratch."""
+    encode(compute(state, previous).workloads)
 
 
 def with_one_endpoint_changed(state: ClusterState, service_index: int, flip: bool) -> ClusterState:
@@ -68,7 +77,7 @@ def bench_full(sizes: tuple[int, ...], repeat: int) -> list[Result]:
         endpoints = services * ENDPOINTS_PER_SERVICE
         state = big_cluster(services)
         first = compute(state, {})
-        best, times = best_of(partial(compute, state, first.assignment), repeat)
+        best, times = best_of(partial(full_compute, state, first.assignment), repeat)
         per_endpoint[endpoints] = best / endpoints
         params = {
             "services": services,
@@ -103,11 +112,15 @@ def bench_incremental(
 ) -> list[Result]:
     """One endpoint change in the cluster: recompute + publish into the store."""
     computer = computer or make_computer()
+    # The reconcile loop's pairing: the incremental Computer with one Encoder that keeps
+    # unchanged backends' bytes; a stateless compute() is encoded from scratch.
+    incremental = isinstance(getattr(computer, "__self__", None), Computer)
+    encoder: EncodeFn = Encoder().encode if incremental else encode
     base = big_cluster(services)
     variants = [with_one_endpoint_changed(base, services // 2, flip) for flip in (True, False)]
     store = SnapshotStore()
     result = computer(base, {})
-    store.publish(result.snapshots, result.pod_workloads)
+    store.publish(encoder(result.workloads), result.pod_workloads)
     assignment = result.assignment
     compute_times: list[float] = []
     publish_times: list[float] = []
@@ -115,8 +128,9 @@ def bench_incremental(
         state = variants[i % 2]
         start = time.perf_counter()
         result = computer(state, assignment)
+        contents = encoder(result.workloads)
         middle = time.perf_counter()
-        changed = store.publish(result.snapshots, result.pod_workloads)
+        changed = store.publish(contents, result.pod_workloads)
         end = time.perf_counter()
         if not changed:
             raise RuntimeError("an endpoint change published no new version")
@@ -168,7 +182,7 @@ def memory_child(services: int, traced: bool) -> dict[str, float]:
     state = big_cluster(services)
     result = compute(state, {})
     store = SnapshotStore()
-    store.publish(result.snapshots, result.pod_workloads)
+    store.publish(encode(result.workloads), result.pod_workloads)
     out: dict[str, float] = {"baseline_kib": baseline, "maxrss_kib": _rss_kib()}
     if traced:
         current, peak = tracemalloc.get_traced_memory()

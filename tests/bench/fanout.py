@@ -42,6 +42,7 @@ import grpc
 
 from controlplane.compute import compute
 from controlplane.model import ClusterState
+from controlplane.publish import encode
 from controlplane.server import ControlPlaneServer
 from controlplane.store import SnapshotStore
 from peerplane.v1 import peerplane_pb2 as pb
@@ -99,8 +100,8 @@ async def server_main(agents: int, services: int, versions: int) -> None:
         assignment = result.assignment
         results.append(result)
     store = SnapshotStore()
-    store.publish(results[0].snapshots, results[0].pod_workloads)
-    workload = next(iter(results[0].snapshots))
+    store.publish(encode(results[0].workloads), results[0].pod_workloads)
+    workload = next(iter(results[0].workloads))
     server = ControlPlaneServer(store)
     port = await server.start("127.0.0.1:0")
     loop = asyncio.get_running_loop()
@@ -146,7 +147,7 @@ async def server_main(agents: int, services: int, versions: int) -> None:
                 index = command["index"]
                 cpu0 = time.process_time()
                 start = time.monotonic()
-                store.publish(results[index].snapshots, results[index].pod_workloads)
+                store.publish(encode(results[index].workloads), results[index].pod_workloads)
                 current = store.get(workload)
                 assert current is not None
                 last = await all_acked(current.version, command["count"], command["timeout"])
@@ -288,7 +289,7 @@ async def agents_main(target: str, first: int, count: int) -> None:
 def serialization_cost(agents: int, services: int) -> tuple[float, int]:
     """Seconds to build ServerMessage(snapshot) bytes once (best of 20), and their size."""
     result = compute(fanout_states(agents, services, 0)[0], {})
-    content: Any = next(iter(result.snapshots.values()))
+    content: Any = next(iter(encode(result.workloads).values()))
     snapshot = content.message(version=1) if hasattr(content, "message") else content
     times = []
     for _ in range(20):

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from controlplane.compute import BackendSlots, compute
 from controlplane.model import ClusterState
+from controlplane.publish import encode
 from tests.bench.common import Result, log
 from tests.bench.haproxy import Agent
 from tests.bench.stability import make_events
@@ -78,7 +79,7 @@ class Run:
         state = _state(pods, (self.agent.pod, self.agent.ip))
         result = compute(state, previous, now=step * EVENT_INTERVAL_S)
         self.assignment = dict(result.assignment)
-        (content,) = result.snapshots.values()
+        (content,) = encode(result.workloads).values()
         outcome = self.agent.applier.apply(content.message(version=step + 1))
         if not outcome.ok:
             raise RuntimeError(f"{self.name}: apply failed: {outcome.error}")

@@ -106,7 +106,7 @@ def cluster(
 DEFAULT_PODS = (haproxy_pod("haproxy-a", "127.0.1.1"), haproxy_pod("haproxy-b", "127.0.1.2"))
 WORKLOAD = "haproxy-system/DaemonSet/haproxy"
 
-# DESIGN.md's example backend, as haproxy.cfg must render it.
+# docs/design.md's example backend ("Architecture"), as haproxy.cfg must render it.
 DESIGN_BACKEND = """\
 backend default_shop_http
   balance source

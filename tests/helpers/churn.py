@@ -1,6 +1,6 @@
 """Load with faults' shape: many agent streams on one `controlplane serve --source
 kubernetes` process while the fake API server churns endpoints, then convergence, lost
-streams and the control plane's RSS. Used by tests/test_faults_load.py (scaled down) and
+streams and the control plane's RSS. Used by tests/system/test_faults_load.py (scaled down) and
 `python -m tests.bench churn` (1,000 streams, 60 s).
 
 Simulated agents live in worker processes (`python -m tests.helpers.churn agents ...`,

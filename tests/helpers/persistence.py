@@ -3,7 +3,7 @@
 The pure part (`Cluster`, `plan_events`, `Pins`) says what the cluster is, what happens to
 it and whether a client moved; the I/O part (`ask_all`, `servers_by_slot`, `reloads`,
 `kill_haproxy`) talks to real HAProxy instances over loopback. Used by
-tests/test_e2e_persistence_churn.py (the whole fleet, per HAProxy version) and by
+tests/system/test_e2e_persistence_churn.py (the whole fleet, per HAProxy version) and by
 `python -m tests.bench persistence`.
 
 A client "moved" when the pod answering it changed while the pod it was pinned to still

@@ -7,10 +7,19 @@ import time
 from collections.abc import Callable
 from types import MappingProxyType
 
-from controlplane.compute.types import BackendSlots, ComputeResult, Rejection, SlotAssignment
+from controlplane.compute.types import (
+    BackendSlots,
+    BackendSpec,
+    ComputeResult,
+    Peer,
+    PeerSection,
+    Rejection,
+    SlotAssignment,
+    WorkloadSnapshot,
+)
 from controlplane.model import ClusterState
 from controlplane.store import SnapshotStore
-from tests.helpers.server_harness import NS, W1, snapshot
+from tests.helpers.server_harness import NS, W1
 
 
 class FakeSource:
@@ -39,6 +48,28 @@ def assignment_for(addresses: tuple[str, ...]) -> SlotAssignment:
     return {"default_shop_http": BackendSlots(42, MappingProxyType(slots))}
 
 
+def workload_snapshot(workload: str, *addresses: str) -> WorkloadSnapshot:
+    """The typed form of `server_harness.snapshot(workload, *addresses)`: it encodes to
+    the same bytes."""
+    backend = BackendSpec(
+        name="default_shop_http",
+        service="default/shop",
+        service_port="",
+        mode="http",
+        balance="source",
+        balance_argument="",
+        hash_type="",
+        persistence=None,
+        slots=BackendSlots(
+            len(addresses), MappingProxyType({(a, 8888): i for i, a in enumerate(addresses, 1)})
+        ),
+        warnings=(),
+        check=None,
+    )
+    peers = PeerSection("localinstance", 10000, (Peer("haproxy-a", "127.0.1.1", 10000),))
+    return WorkloadSnapshot(workload, peers, (backend,), None, (), ())
+
+
 class FakeCompute:
     """compute(): one workload whose slots follow `addresses`; counts and times calls."""
 
@@ -61,7 +92,7 @@ class FakeCompute:
         if self.fail:
             raise RuntimeError("compute exploded")
         return ComputeResult(
-            snapshots={W1: snapshot(W1, *self.addresses)},
+            workloads={W1: workload_snapshot(W1, *self.addresses)},
             assignment=assignment_for(self.addresses),
             rejections=self.rejections,
             pod_workloads={f"{NS}/haproxy-a": W1},

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from controlplane.compute.types import SnapshotContent
+from controlplane.publish.content import SnapshotContent
 from controlplane.server import ControlPlaneServer
 from controlplane.server.agents import AgentSession
 from controlplane.store import SnapshotStore

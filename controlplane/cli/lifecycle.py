@@ -1,0 +1,195 @@
+"""`controlplane serve`'s process lifecycle: source -> reconcile loop -> snapshot store ->
+gRPC server, started and stopped in order, signals, health and readiness.
+
+The server starts first (so agents connecting early get Waiting and health reports
+NOT_SERVING), then the source loads, then the reconcile loop publishes. SIGTERM or SIGINT
+ends every stream with OK, finishes the computation in progress (the slot assignment is
+always persisted before the snapshots using it are published, so nothing is left to
+flush), stops the source and returns 0.
+
+With `--leader-elect` (Kubernetes mode) the source loads on every replica, but only the
+holder of the Lease runs the reconcile loop; a replica that loses the Lease reports
+NOT_SERVING, closes its streams and exits 1 at once (Kubernetes restarts it as a follower).
+What runs is built by `wiring` from the flags; this module only orders it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+from typing import Any
+
+from controlplane import logformat
+from controlplane.cli import flags, wiring
+from controlplane.metrics import Metrics, MetricsServer
+from controlplane.reconcile import Reconciler
+from controlplane.server import ControlPlaneServer
+from controlplane.source import Source
+from controlplane.store import SnapshotStore
+
+# The log lines keep the logger name operators and tests know from `serve`.
+log = logging.getLogger("controlplane.serve")
+
+STOP_GRACE_S = 5.0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Run until SIGTERM/SIGINT; 0 on a clean stop, 1 when startup fails, 2 on bad flags
+    or a bad source."""
+    logformat.configure(str(args.log_level), str(args.log_format))
+    if (problem := flags.check(args)) is not None:
+        log.error("%s", problem)
+        return 2
+    return asyncio.run(_serve(args))
+
+
+async def _first(*aws: asyncio.Future[Any]) -> None:
+    await asyncio.wait(aws, return_when=asyncio.FIRST_COMPLETED)
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    stop_wait = asyncio.ensure_future(stopping.wait())
+
+    try:
+        tls = wiring.tls_files(args)
+    except OSError as err:
+        log.error("cannot read the TLS files: %s", err)
+        return 2
+    if tls is None:
+        log.warning("--insecure: the gRPC port serves PLAINTEXT (agents' tokens travel in clear)")
+    if (warning := flags.auth_warning(args)) is not None:
+        log.warning("%s", warning)
+    try:
+        api = wiring.kube_api(args)
+    except Exception as err:  # the kubernetes config loader's own errors
+        log.error("cannot load the Kubernetes client configuration: %s", err)
+        return 2
+    store = SnapshotStore()
+    metrics = Metrics()
+    server = ControlPlaneServer(
+        store,
+        wiring.server_options(args, tls),
+        authenticator=wiring.authenticator(args, api),
+        authenticate_agents=bool(args.authenticate_agents),
+        authenticate_inspection=flags.inspection_authenticated(args),
+        metrics=metrics,
+    )
+    try:
+        port = await server.start(args.listen)
+    except (OSError, RuntimeError) as err:
+        log.error("cannot listen on %s: %s", args.listen, err)
+        return 1
+    host = str(args.listen).rpartition(":")[0]
+    log.info("listening on %s:%d", host, port)
+    exporter = _metrics_server(args, metrics, server)
+    if exporter is None and args.metrics_port is not None:
+        await server.stop(0)
+        return 1
+    try:
+        return await _run(args, api, loop, stopping, stop_wait, store, server, metrics)
+    finally:
+        if exporter is not None:
+            exporter.stop()
+
+
+def _metrics_server(
+    args: argparse.Namespace, metrics: Metrics, server: ControlPlaneServer
+) -> MetricsServer | None:
+    if args.metrics_port is None:
+        return None
+    try:
+        exporter = MetricsServer(
+            metrics, args.metrics_address, args.metrics_port, lambda: server.serving
+        )
+        exporter.start()
+    except OSError as err:
+        log.error(
+            "metrics: cannot listen on %s:%s: %s", args.metrics_address, args.metrics_port, err
+        )
+        return None
+    log.info("metrics on http://%s:%d/metrics", args.metrics_address, exporter.port)
+    return exporter
+
+
+async def _run(
+    args: argparse.Namespace,
+    api: wiring.KubeApi | None,
+    loop: asyncio.AbstractEventLoop,
+    stopping: asyncio.Event,
+    stop_wait: asyncio.Future[Any],
+    store: SnapshotStore,
+    server: ControlPlaneServer,
+    metrics: Metrics,
+) -> int:
+    from controlplane.compute import Computer
+
+    try:
+        source = wiring.open_source(args, api)
+    except ValueError as err:
+        log.error("--source %s: %s", args.source, err)
+        await server.stop(0)
+        return 2
+    compute, recorder = wiring.event_recording(
+        args, api, Computer(wiring.workload_scope(args)).compute
+    )
+    slots = wiring.open_slot_store(args, api)
+    reconciler = Reconciler(source, store, slots, compute, metrics=metrics)
+    starting = loop.run_in_executor(None, source.start, reconciler.on_change)
+    await _first(starting, stop_wait)
+    if not starting.done():  # stopped while the source was still loading
+        await _shutdown(server, source, None)
+        return 0
+    if (error := starting.exception()) is not None:
+        log.error("source %s failed to start: %s", args.source, error)
+        await _shutdown(server, source, None)
+        return 1
+
+    leadership = wiring.leadership(args, api)
+    if leadership is not None:
+        log.info("waiting for lease %s/%s", args.lease_namespace, args.lease_name)
+        leadership.start()
+        await _first(asyncio.ensure_future(leadership.elected.wait()), stop_wait)
+        if not leadership.elected.is_set():  # stopped while a follower
+            await leadership.stop()
+            await _shutdown(server, source, None)
+            return 0
+    metrics.leader.set(1)
+    running = asyncio.ensure_future(reconciler.run())
+    lost = asyncio.ensure_future(leadership.lost.wait() if leadership else stopping.wait())
+    await _first(running, stop_wait, lost)
+    code = 0
+    if leadership is not None and leadership.lost.is_set() and not stopping.is_set():
+        log.error("lost the lease: stopping at once")
+        await server.set_serving(False)
+        code = 1
+    metrics.leader.set(0)
+    lost.cancel()
+    if running.done() and (error := running.exception()) is not None:
+        log.error("reconcile loop failed: %s", error, exc_info=error)
+        code = 1
+    reconciler.stop()
+    await _shutdown(server, source, running)
+    if leadership is not None:
+        await leadership.stop()  # releases the Lease after the last slot write
+    if recorder is not None:
+        recorder.close()
+    return code
+
+
+async def _shutdown(
+    server: ControlPlaneServer, source: Source, running: asyncio.Future[None] | None
+) -> None:
+    log.info("stopping: closing streams")
+    await server.stop(STOP_GRACE_S)
+    if running is not None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(running, STOP_GRACE_S)
+    await asyncio.get_running_loop().run_in_executor(None, source.stop)
+    log.info("stopped")

@@ -1,0 +1,163 @@
+"""Parsed flags -> the objects `serve` and `compute` run with: workload scope, source,
+slot store, authenticator, server options, Event recording, leadership.
+
+The one Kubernetes ApiClient of the process is made here (`kube_api`), only when a flag
+needs the API, and passed to every user; `controlplane.kube` is imported only then, so
+files mode without Kubernetes flags never loads the `kubernetes` package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from controlplane.cli.flags import DEFAULT_SLOTS, SourceSpec, inspection_authenticated
+from controlplane.compute.workloads import WorkloadScope
+from controlplane.model import ObjectRef
+from controlplane.reconcile import AssignmentStore, ComputeFn
+from controlplane.server import ServerOptions, StreamLimits, TlsFiles
+from controlplane.server.auth import Authenticator
+from controlplane.source import Source
+
+if TYPE_CHECKING:
+    from controlplane.kube.events import EventRecorder
+    from controlplane.kube.leader import AsyncLeadership
+
+# The log lines keep the logger name operators and tests know from `serve`.
+log = logging.getLogger("controlplane.serve")
+
+KubeApi = Any  # a kubernetes.client.ApiClient, from controlplane.kube.client
+
+
+def workload_scope(args: argparse.Namespace) -> WorkloadScope:
+    """Which HAProxy pods may form workloads (--workload-namespaces/-kinds, --max-workloads)."""
+    return WorkloadScope(args.workload_namespaces, args.workload_kinds, args.max_workloads)
+
+
+def slots_configmap(args: argparse.Namespace) -> ObjectRef | None:
+    """Where the slot ledger lives in the API, if it does: --slots-configmap, or by
+    default LEASE_NAMESPACE/peerplane-slots with --source kubernetes and no --state."""
+    if args.slots_configmap is not None:
+        ref: ObjectRef = args.slots_configmap
+        return ref
+    source: SourceSpec = args.source
+    if args.state is None and source.kubernetes:
+        return ObjectRef(args.lease_namespace, DEFAULT_SLOTS)
+    return None
+
+
+def authenticating(args: argparse.Namespace) -> bool:
+    """Whether any caller is checked by TokenReview."""
+    return bool(args.authenticate_agents) or inspection_authenticated(args)
+
+
+def needs_kubernetes(args: argparse.Namespace) -> bool:
+    """Whether any flag needs the Kubernetes API: the source, a slot ConfigMap, tokens.
+    (--leader-elect needs --source kubernetes; `open_source` says so.)"""
+    source: SourceSpec = args.source
+    return source.kubernetes or slots_configmap(args) is not None or authenticating(args)
+
+
+def kube_api(args: argparse.Namespace) -> KubeApi | None:
+    """The process's one ApiClient (--kubeconfig, else in-cluster), or None when no flag
+    needs the API. Raises what the kubernetes config loader raises on a bad config."""
+    if not needs_kubernetes(args):
+        return None
+    from controlplane.kube.client import load_api_client
+
+    return load_api_client(args.kubeconfig)
+
+
+def open_source(args: argparse.Namespace, api: KubeApi | None) -> Source:
+    """The source named by --source (the one place new source kinds plug in); ValueError
+    when it cannot be used."""
+    spec: SourceSpec = args.source
+    if args.leader_elect and not spec.kubernetes:
+        raise ValueError("--leader-elect needs --source kubernetes")
+    if spec.kubernetes:
+        from controlplane.kube.source import KubernetesSource
+
+        return KubernetesSource(
+            api, settings=args.configmap, haproxy_selector=args.haproxy_selector
+        )
+    if spec.kind == "files" and spec.directory is not None:
+        from controlplane.source.files import FilesSource
+
+        if not spec.directory.is_dir():
+            raise ValueError(f"{spec.directory} is not a directory")
+        return FilesSource(spec.directory, args.configmap, args.haproxy_selector)
+    raise ValueError(f"unknown source {spec}")
+
+
+def open_slot_store(args: argparse.Namespace, api: KubeApi | None) -> AssignmentStore:
+    """The slot ledger: a ConfigMap, a --state file, or memory (warned: not persisted)."""
+    from controlplane.slotstore import FileSlotStore, MemorySlotStore
+
+    ref = slots_configmap(args)
+    if ref is not None:
+        from controlplane.kube.slots import ConfigMapSlotStore
+
+        return ConfigMapSlotStore(api, ref)
+    if args.state is None:
+        log.warning("no --state: the slot assignment is not persisted across restarts")
+        return MemorySlotStore()
+    return FileSlotStore(Path(args.state))
+
+
+def tls_files(args: argparse.Namespace) -> TlsFiles | None:
+    """The PEM files read (OSError when unreadable); None with --insecure."""
+    if args.tls_cert is None:
+        return None
+    client_ca = Path(args.client_ca).read_bytes() if args.client_ca is not None else None
+    return TlsFiles(Path(args.tls_cert).read_bytes(), Path(args.tls_key).read_bytes(), client_ca)
+
+
+def server_options(args: argparse.Namespace, tls: TlsFiles | None) -> ServerOptions:
+    return ServerOptions(
+        keepalive_time_s=args.keepalive_time,
+        keepalive_timeout_s=args.keepalive_timeout,
+        max_connection_age_s=args.max_connection_age,
+        max_receive_message_bytes=args.max_receive_message_bytes,
+        max_send_message_bytes=args.max_send_message_bytes,
+        stream=StreamLimits(max_streams_per_peer=args.max_streams_per_peer),
+        tls=tls,
+    )
+
+
+def authenticator(args: argparse.Namespace, api: KubeApi | None) -> Authenticator | None:
+    """A TokenReview authenticator when any authentication flag is on."""
+    if not authenticating(args):
+        return None
+    from controlplane.kube.tokenreview import KubeTokenReviewer
+
+    return Authenticator(KubeTokenReviewer(api), args.token_audience, ttl_s=args.token_cache_ttl)
+
+
+def event_recording(
+    args: argparse.Namespace, api: KubeApi | None, compute: ComputeFn
+) -> tuple[ComputeFn, EventRecorder | None]:
+    """With --source kubernetes, rejections also become Events on their objects."""
+    source: SourceSpec = args.source
+    if not source.kubernetes:
+        return compute, None
+    from controlplane.kube.events import EventRecorder, recording
+
+    recorder = EventRecorder(api, host=os.environ.get("POD_NAME", ""))
+    return recording(compute, recorder), recorder
+
+
+def leadership(args: argparse.Namespace, api: KubeApi | None) -> AsyncLeadership | None:
+    """The Lease candidate with --leader-elect; renew every duration/7.5, give up after
+    2/3 of it (client-go's ratios)."""
+    if not args.leader_elect:
+        return None
+    from controlplane.kube.leader import AsyncLeadership, LeaseTimings
+
+    duration = float(args.lease_duration)
+    timings = LeaseTimings(duration, duration * 2 / 3, duration * 2 / 15)
+    return AsyncLeadership(
+        api, namespace=args.lease_namespace, name=args.lease_name, timings=timings
+    )

@@ -1,0 +1,154 @@
+"""The Kubernetes API as a Source: informers on the objects the computation reads.
+
+Watches Services and EndpointSlices in all namespaces, the HAProxy pods and their
+ReplicaSets (owner chain; both by the HAProxy label selector, which a Deployment's
+ReplicaSets carry from its pod template) and the one settings ConfigMap (a fieldSelector
+on its name). Handlers only update the informer caches and call
+`on_change`; `state()` assembles an immutable `ClusterState` from the caches.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kubernetes import client
+
+from controlplane.kube.informer import Informer, WatchOptions
+from controlplane.model import (
+    ClusterState,
+    ConfigMap,
+    EndpointSlice,
+    ObjectRef,
+    Pod,
+    ReplicaSet,
+    Service,
+)
+from controlplane.source.convert import (
+    DEFAULT_HAPROXY_SELECTOR,
+    SERVICE_NAME_LABEL,
+    config_map_from,
+    endpoint_slice_from,
+    parse_selector,
+    pod_from,
+    replica_set_from,
+    service_from,
+)
+
+T = TypeVar("T")
+
+
+class KubernetesSource:
+    """Source over the Kubernetes API (see `controlplane.source.Source`)."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        settings: ObjectRef | None,
+        haproxy_selector: str = DEFAULT_HAPROXY_SELECTOR,
+        options: WatchOptions | None = None,
+        sync_timeout: float = 60.0,
+    ) -> None:
+        """`settings` names the settings ConfigMap (None: none is watched); the CLI passes
+        its `--configmap`, so this class has no default of its own."""
+        parse_selector(haproxy_selector)  # ValueError on a selector we cannot honour
+        core = client.CoreV1Api(api)
+        discovery = client.DiscoveryV1Api(api)
+        apps = client.AppsV1Api(api)
+        self._sync_timeout = sync_timeout
+        self.services: Informer[Service] = Informer(
+            "services", core.list_service_for_all_namespaces, service_from, options
+        )
+        self.endpoint_slices: Informer[EndpointSlice] = Informer(
+            "endpointslices",
+            functools.partial(
+                discovery.list_endpoint_slice_for_all_namespaces, label_selector=SERVICE_NAME_LABEL
+            ),
+            endpoint_slice_from,
+            options,
+        )
+        self.pods: Informer[Pod] = Informer(
+            "pods",
+            functools.partial(core.list_pod_for_all_namespaces, label_selector=haproxy_selector),
+            pod_from,
+            options,
+        )
+        # A Deployment's ReplicaSets carry its pod template's labels: the HAProxy selector
+        # finds the owners of the HAProxy pods without watching every ReplicaSet.
+        self.replica_sets: Informer[ReplicaSet] = Informer(
+            "replicasets",
+            functools.partial(
+                apps.list_replica_set_for_all_namespaces, label_selector=haproxy_selector
+            ),
+            replica_set_from,
+            options,
+        )
+        self.settings: Informer[ConfigMap] | None = None
+        if settings is not None:
+            self.settings = Informer(
+                f"configmap {settings}",
+                functools.partial(
+                    core.list_namespaced_config_map,
+                    settings.namespace,
+                    field_selector=f"metadata.name={settings.name}",
+                ),
+                config_map_from,
+                options,
+            )
+
+    def _informers(self) -> list[Informer[Any]]:
+        found: list[Informer[Any]] = [
+            self.services,
+            self.endpoint_slices,
+            self.pods,
+            self.replica_sets,
+        ]
+        if self.settings is not None:
+            found.append(self.settings)
+        return found
+
+    def start(self, on_change: Callable[[], None]) -> None:
+        """Start every informer; return once all listed, or raise TimeoutError."""
+        informers = self._informers()
+        for informer in informers:
+            informer.start(on_change)
+        deadline = time.monotonic() + self._sync_timeout
+        for informer in informers:
+            if not informer.wait_synced(max(0.0, deadline - time.monotonic())):
+                problems = "; ".join(informer.errors()) or "no answer"
+                self.stop()
+                raise TimeoutError(f"initial list of {informer.name} failed: {problems}")
+
+    def state(self) -> ClusterState:
+        pods = _sorted(self.pods.items())
+        owners = {
+            (pod.namespace, pod.owner.name)
+            for pod in pods
+            if pod.owner is not None and pod.owner.kind == "ReplicaSet"
+        }
+        replica_sets = self.replica_sets.items()
+        settings = self.settings.items() if self.settings is not None else {}
+        return ClusterState(
+            services=_sorted(self.services.items()),
+            endpoint_slices=_sorted(self.endpoint_slices.items()),
+            haproxy_pods=pods,
+            replica_sets=_sorted({k: v for k, v in replica_sets.items() if k in owners}),
+            settings=next(iter(settings.values()), None),
+        )
+
+    def errors(self) -> list[str]:
+        return [error for informer in self._informers() for error in informer.errors()]
+
+    def stop(self) -> None:
+        informers = self._informers()
+        for informer in informers:
+            informer.signal_stop()
+        for informer in informers:
+            informer.stop()
+
+
+def _sorted(items: dict[tuple[str, str], T]) -> tuple[T, ...]:
+    return tuple(value for _, value in sorted(items.items()))

@@ -1,0 +1,175 @@
+"""Admission of an agent stream, before any protocol state exists (docs/design.md,
+"The agent stream").
+
+In order: the per-peer stream cap, the bearer token (when authentication is on), the
+Hello (first message, in time, every field bounded and clean), and the token's binding to
+the very pod the Hello names. Each failure is a `Refused` carrying the gRPC status and a
+reason that never echoes an untrusted value; the stream logs, counts and aborts with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+
+import grpc
+
+from controlplane.server.auth import Authenticator, Denied, Identity
+from controlplane.server.peers import PeerStreams
+from peerplane.untrusted import clean
+from peerplane.v1 import peerplane_pb2 as pb
+
+# Longest value accepted per Hello field (Kubernetes: namespace 63, pod and node names
+# 253). Longer is refused with INVALID_ARGUMENT before the value is logged or stored.
+HELLO_LIMITS = {
+    "pod_namespace": 63,
+    "pod_name": 253,
+    "node_name": 253,
+    "applied_content_hash": 128,
+    "agent_version": 128,
+}
+
+
+def hello_problem(hello: pb.Hello) -> str | None:
+    """Why this Hello is refused, or None. The reason never echoes the value."""
+    if not hello.pod_namespace or not hello.pod_name:
+        return "Hello needs pod_namespace and pod_name"
+    for name, limit in HELLO_LIMITS.items():
+        value: str = getattr(hello, name)
+        if len(value) > limit:
+            return f"Hello {name} is {len(value)} characters long (at most {limit})"
+        if clean(value, limit) != value:
+            return f"Hello {name} contains control characters or backslashes"
+    return None
+
+
+def binding_problem(identity: Identity, hello: pb.Hello) -> str | None:
+    """Why this token may not speak for the pod the (valid) Hello names, or None."""
+    named = f"{hello.pod_namespace}/{hello.pod_name}"
+    if not identity.pod:
+        return f"token of {identity.username} is not bound to a pod (Hello names {named})"
+    if identity.pod != named:
+        return f"token of pod {identity.pod} cannot speak for pod {named}"
+    return None
+
+
+class Refused(Exception):
+    """The stream is not admitted. `peer`/`agent` go to the log when set; `logged` and
+    `counted` say whether the refusal is logged and counted in the refusal metric (a
+    stream that never sent a Hello is neither; an invalid Hello is logged only)."""
+
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        reason: str,
+        *,
+        peer: str | None = None,
+        agent: str | None = None,
+        logged: bool = True,
+        counted: bool = True,
+    ) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+        self.peer = peer
+        self.agent = agent
+        self.logged = logged
+        self.counted = counted
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """An admitted stream: it holds one of its host's stream slots until released."""
+
+    host: str
+    hello: pb.Hello
+    identity: Identity | None  # None without authentication
+
+
+class Admission:
+    """Admits streams; `release` every `Admitted` when its stream ends."""
+
+    def __init__(
+        self,
+        authenticator: Authenticator | None,
+        *,
+        max_streams_per_peer: int = 0,
+        hello_timeout_s: float = 30.0,
+    ) -> None:
+        self._authenticator = authenticator
+        self._peers = PeerStreams(max_streams_per_peer)
+        self._hello_timeout_s = hello_timeout_s
+
+    async def admit(
+        self,
+        host: str,
+        metadata: Iterable[tuple[str, str | bytes]] | None,
+        requests: AsyncIterator[pb.AgentMessage],
+    ) -> Admitted:
+        """Cap, token, Hello, binding; raises Refused (holding no slot) at the first
+        failure."""
+        if not self._peers.acquire(host):
+            raise Refused(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"too many streams from {host} (limit {self._peers.limit})",
+                peer=host,
+            )
+        try:
+            identity = await self._authenticate(host, metadata)
+            hello = await self._read_hello(requests)
+            if identity is not None:
+                problem = binding_problem(identity, hello)
+                if problem is not None:
+                    agent = f"{hello.pod_namespace}/{hello.pod_name}"
+                    raise Refused(
+                        grpc.StatusCode.PERMISSION_DENIED, problem, peer=host, agent=agent
+                    )
+        except BaseException:
+            self._peers.release(host)
+            raise
+        return Admitted(host, hello, identity)
+
+    def release(self, admitted: Admitted) -> None:
+        self._peers.release(admitted.host)
+
+    async def _authenticate(
+        self, host: str, metadata: Iterable[tuple[str, str | bytes]] | None
+    ) -> Identity | None:
+        if self._authenticator is None:
+            return None
+        try:
+            return await self._authenticator.authenticate(metadata)
+        except Denied as denied:
+            raise Refused(denied.code, denied.message, peer=host) from denied
+
+    async def _read_hello(self, requests: AsyncIterator[pb.AgentMessage]) -> pb.Hello:
+        try:
+            async with asyncio.timeout(self._hello_timeout_s):
+                first = await anext(requests)
+        except StopAsyncIteration:
+            raise Refused(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "stream closed before Hello",
+                logged=False,
+                counted=False,
+            ) from None
+        except TimeoutError:
+            raise Refused(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                "no Hello received in time",
+                logged=False,
+                counted=False,
+            ) from None
+        if not first.HasField("hello"):
+            kind = first.WhichOneof("message") or "an empty message"
+            raise Refused(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the first message must be a Hello, got {kind}",
+                logged=False,
+                counted=False,
+            )
+        problem = hello_problem(first.hello)
+        if problem is not None:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, problem, counted=False)
+        return first.hello

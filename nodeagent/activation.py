@@ -1,0 +1,88 @@
+"""How HAProxy comes to run a new haproxy.cfg: one strategy per way the agent runs beside it.
+
+- `Managed` (`--manage-haproxy`): the agent's supervisor starts HAProxy (or adopts the
+  master a previous agent left running) and reloads it through the master CLI.
+- `External` (the default): HAProxy runs in its own container, started by someone else
+  from the file the agent writes; the agent reaches it only through its sockets.
+
+The applier (`nodeagent/applier.py`) writes the file and asks the strategy to bring
+HAProxy up; a `None` answer means HAProxy was already running and needs a reload. There is
+no render-only mode of `nodeagent run`: `nodeagent render` prints a config and touches no
+HAProxy.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from nodeagent.haproxy import HAProxy, ProcInfo
+from nodeagent.supervisor import Supervisor
+
+
+class Activation(Protocol):
+    """One way of making HAProxy run the file the applier wrote."""
+
+    @property
+    def started(self) -> bool:
+        """HAProxy runs a config this agent knows (so a change may be classified against
+        it and a deleted runtime socket repaired); False only before a managed start."""
+        ...
+
+    def present(self) -> bool:
+        """There is an HAProxy to activate now (on agent start: else only write the file)."""
+        ...
+
+    def bring_up(self, timeout: float) -> ProcInfo | None:
+        """Start HAProxy on the written file if it is not running, and wait for it: its
+        `show proc` once up; None when it was running already (a reload is needed)."""
+        ...
+
+
+class Managed:
+    """The agent's supervisor runs HAProxy (master-worker)."""
+
+    def __init__(self, haproxy: HAProxy, supervisor: Supervisor) -> None:
+        self.haproxy = haproxy
+        self.supervisor = supervisor
+        if haproxy.master_log is None:
+            haproxy.master_log = supervisor.output  # 2.6's words for a failed reload
+
+    @property
+    def started(self) -> bool:
+        return self.supervisor.started
+
+    def present(self) -> bool:
+        return True
+
+    def bring_up(self, timeout: float) -> ProcInfo | None:
+        if self.supervisor.started:
+            return None
+        if not self.supervisor.start():
+            return self.haproxy.wait_running(timeout)
+        self.haproxy.wait_running(timeout)  # adopted: it runs an older file, reload it
+        return None
+
+
+class External:
+    """HAProxy started by someone else (its own container) from the file the agent writes."""
+
+    def __init__(self, haproxy: HAProxy) -> None:
+        self.haproxy = haproxy
+
+    @property
+    def started(self) -> bool:
+        return True
+
+    def present(self) -> bool:
+        return self.haproxy.is_running()
+
+    def bring_up(self, timeout: float) -> ProcInfo | None:
+        if self.haproxy.is_running():
+            return None
+        # Not up yet: its container waits for this file, then starts on it.
+        return self.haproxy.wait_running(timeout)
+
+
+def for_mode(haproxy: HAProxy, supervisor: Supervisor | None) -> Activation:
+    """The strategy of an agent that supervises HAProxy (`supervisor`) or not."""
+    return External(haproxy) if supervisor is None else Managed(haproxy, supervisor)

@@ -1,0 +1,92 @@
+"""Every flag of the `nodeagent` command line, and nothing else.
+
+What the flags build is in `wiring.py`, the process that runs them in `lifecycle.py` and
+`render.py`. Pod identity defaults come from the downward API's environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from nodeagent import logformat, version
+from nodeagent.transport import DEFAULT_TOKEN_FILE
+
+DESCRIPTION = "`nodeagent run` (the agent beside one HAProxy) and `nodeagent render` (inspection)."
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nodeagent", description=DESCRIPTION)
+    parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_run_arguments(
+        sub.add_parser("run", help="stream snapshots from the control plane into HAProxy")
+    )
+    add_render_arguments(sub.add_parser("render", help="print the haproxy.cfg of a snapshot"))
+    return parser
+
+
+def add_run_arguments(run: argparse.ArgumentParser) -> None:
+    run.add_argument("--control-plane", required=True, metavar="HOST:PORT")
+    run.add_argument("--pod-namespace", default=os.environ.get("POD_NAMESPACE", ""))
+    run.add_argument("--pod-name", default=os.environ.get("POD_NAME", ""))
+    run.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""))
+    run.add_argument("--config", required=True, help="haproxy.cfg path the agent owns")
+    run.add_argument("--state-dir", required=True, help="where the applied snapshot is kept")
+    run.add_argument("--haproxy-bin", default="/usr/sbin/haproxy")
+    run.add_argument("--master-socket", help="master CLI socket (default STATE_DIR/master.sock)")
+    run.add_argument("--runtime-socket", help="runtime API socket (default STATE_DIR/runtime.sock)")
+    run.add_argument("--bind-address", default="0.0.0.0", help="address frontends bind to")
+    run.add_argument(
+        "--manage-haproxy",
+        action="store_true",
+        help="start and supervise HAProxy (master-worker) instead of driving an external one",
+    )
+    run.add_argument(
+        "--sync-wait",
+        type=float,
+        default=15.0,
+        help="max wait for the peers resync before a reload, and for the table handover after",
+    )
+    run.add_argument(
+        "--check-timeout", type=float, default=15.0, help="seconds haproxy -c may take"
+    )
+    run.add_argument(
+        "--metrics-port", type=int, help="serve /metrics on this port (0 picks one; default off)"
+    )
+    run.add_argument("--metrics-address", default="127.0.0.1", help="default 127.0.0.1")
+    run.add_argument(
+        "--log-format", choices=logformat.LOG_FORMATS, default="text", help="text or json"
+    )
+    add_transport_arguments(run)
+
+
+def add_transport_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the agent reaches the control plane; `transport.check` says which go together."""
+    tls = parser.add_argument_group("transport security (one of --ca or --insecure)")
+    tls.add_argument("--ca", help="PEM CA bundle that signed the control plane's certificate")
+    tls.add_argument("--client-cert", help="PEM client certificate (mTLS)")
+    tls.add_argument("--client-key", help="PEM private key of --client-cert")
+    tls.add_argument("--server-name", help="TLS name to expect instead of the target's host")
+    tls.add_argument(
+        "--insecure", action="store_true", help="plaintext gRPC (development, loopback)"
+    )
+    tls.add_argument(
+        "--token-file",
+        help=f"bearer token sent on every connection, re-read each time (default "
+        f"{DEFAULT_TOKEN_FILE} when it exists; '' for none)",
+    )
+
+
+def add_render_arguments(rend: argparse.ArgumentParser) -> None:
+    rend.add_argument("--snapshot", required=True, help="protobuf JSON (grpcurl output), - = stdin")
+    rend.add_argument("--pod-name", required=True)
+    rend.add_argument("--bind-address", default="0.0.0.0")
+    rend.add_argument("--runtime-socket", default="/var/run/haproxy/runtime.sock")
+    rend.add_argument(
+        "--haproxy-version",
+        metavar="X.Y",
+        help="render for this HAProxy version (default: ask --haproxy-bin if given, "
+        f"else {'.'.join(map(str, version.OLDEST_SUPPORTED))}, the oldest supported)",
+    )
+    rend.add_argument("--haproxy-bin", help="ask this binary its version (haproxy -v)")

@@ -1,0 +1,125 @@
+"""From parsed flags (`flags.py`) to the agent's objects, and nothing else.
+
+Starts nothing: `lifecycle.py` runs what is built here. Flags that cannot make an
+agent are a `WiringError` whose text is logged before exiting 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from dataclasses import dataclass
+
+from nodeagent import sockrepair, transport, version
+from nodeagent.applier import Applier
+from nodeagent.client import Client, Identity
+from nodeagent.haproxy import HAProxy
+from nodeagent.metrics import AgentMetrics, MetricsServer
+from nodeagent.render import RenderOptions
+from nodeagent.state import StateStore
+from nodeagent.supervisor import Supervisor
+
+log = logging.getLogger("nodeagent")
+
+
+class WiringError(Exception):
+    """The flags cannot make an agent (missing identity, bad TLS files, socket paths)."""
+
+
+@dataclass(frozen=True)
+class Agent:
+    """Everything `nodeagent run` starts and stops."""
+
+    applier: Applier
+    client: Client
+    supervisor: Supervisor | None  # --manage-haproxy
+    metrics_server: MetricsServer | None  # --metrics-port
+
+
+def render_version(args: argparse.Namespace) -> version.Version:
+    """`nodeagent render`: the HAProxy version to render for (VersionError when bad)."""
+    if args.haproxy_version:
+        return version.parse_argument(args.haproxy_version)
+    if args.haproxy_bin:
+        return version.probe(args.haproxy_bin)
+    return version.OLDEST_SUPPORTED
+
+
+def render_options(args: argparse.Namespace) -> RenderOptions:
+    """`nodeagent render`'s options (VersionError when the version cannot be had)."""
+    return RenderOptions(
+        args.pod_name, args.bind_address, args.runtime_socket, haproxy_version=render_version(args)
+    )
+
+
+def serving_version(haproxy_bin: str) -> version.Version | None:
+    """The version of the binary the agent serves with; None (render only what every
+    version accepts) when it cannot be learned."""
+    try:
+        found = version.probe(haproxy_bin)
+    except version.VersionError as e:
+        log.warning("%s; rendering without version-dependent keywords", e)
+        return None
+    log.info("serving with HAProxy %d.%d (%s)", *found, haproxy_bin)
+    return found
+
+
+def build_agent(args: argparse.Namespace) -> Agent:
+    """`nodeagent run`'s objects from its flags; WiringError when they cannot be built."""
+    if not args.pod_namespace or not args.pod_name:
+        raise WiringError(
+            "pod identity missing: --pod-namespace/--pod-name or POD_NAMESPACE/POD_NAME"
+        )
+    problem = transport.check(args)
+    if problem:
+        raise WiringError(problem)
+    try:
+        security = transport.Transport.from_args(args)
+    except OSError as e:
+        raise WiringError(f"cannot read TLS file: {e}") from e
+    if not security.secure:
+        log.warning("plaintext connection to the control plane (--insecure)")
+    state_dir = os.path.abspath(args.state_dir)
+    master = args.master_socket or os.path.join(state_dir, "master.sock")
+    runtime = args.runtime_socket or os.path.join(state_dir, "runtime.sock")
+    for path in (master, runtime):
+        if not sockrepair.socket_path_ok(path):
+            raise WiringError(f"socket path too long for a UNIX socket: {path}")
+    opts = RenderOptions(
+        args.pod_name,
+        args.bind_address,
+        os.path.abspath(runtime),
+        haproxy_version=serving_version(args.haproxy_bin),
+    )
+    haproxy = HAProxy(
+        master,
+        runtime,
+        args.haproxy_bin,
+        sync_wait=args.sync_wait,
+        check_timeout=args.check_timeout,
+    )
+    metrics = AgentMetrics()
+    supervisor = None
+    if args.manage_haproxy:
+        supervisor = Supervisor(
+            os.path.abspath(args.config),
+            master,
+            os.path.join(state_dir, "haproxy.pid"),
+            args.haproxy_bin,
+            on_restart=metrics.haproxy_restarts.inc,
+        )
+    applier = Applier(
+        opts, args.config, StateStore(state_dir), haproxy, supervisor, metrics=metrics
+    )
+    identity = Identity(args.pod_namespace, args.pod_name, args.node_name)
+    client = Client(args.control_plane, identity, applier, transport=security, metrics=metrics)
+    metrics_server = None
+    if args.metrics_port is not None:  # last: it binds the port
+        try:
+            metrics_server = MetricsServer(metrics, args.metrics_address, args.metrics_port)
+        except OSError as e:
+            raise WiringError(
+                f"cannot serve metrics on {args.metrics_address}:{args.metrics_port}: {e}"
+            ) from e
+    return Agent(applier, client, supervisor, metrics_server)

@@ -1,0 +1,42 @@
+"""What one apply reports: the ACK (`Result.ok`) or the NACK reason, and whether to retry.
+
+Every failure of the apply pipeline is one `ApplyError`, raised where it is found and
+turned into a `Result` in one place (`Applier.apply`), so the NACK text and the retry
+decision (docs/design.md, "Master CLI, runtime API, reload failures": a failed reload is
+retried with backoff, a render or `haproxy -c` error is not) are decided where the
+failure is understood, not re-derived from exception types elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nodeagent.changes import Kind
+
+
+@dataclass(frozen=True)
+class Result:
+    """Outcome of one apply: `error` is empty on success and is the NACK text otherwise."""
+
+    ok: bool
+    kind: Kind | None = None
+    error: str = ""
+    worker_pid: int | None = None
+    # The failure may pass without a new snapshot (a reload that failed on a port still
+    # held): the client re-applies the same snapshot with backoff.
+    retryable: bool = False
+
+
+class ApplyError(Exception):
+    """The snapshot is not applied: `reason` is the NACK text; HAProxy keeps serving what
+    it ran. `retryable` when the same snapshot may apply later without a new one."""
+
+    def __init__(self, reason: str, kind: Kind | None = None, retryable: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.kind = kind
+        self.retryable = retryable
+
+    def result(self) -> Result:
+        """The NACK this failure is reported as."""
+        return Result(False, self.kind, error=self.reason, retryable=self.retryable)

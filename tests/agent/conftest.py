@@ -1,0 +1,15 @@
+"""The node agent: render, changes, applier, HAProxy driver, checks, versions, reloads,
+client, transport, metrics; most against real HAProxy (marked `haproxy` too).
+
+Every test here is marked `integration` (tests/helpers/levels.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.levels import mark_folder
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    mark_folder(items, __file__, "integration")

@@ -1,0 +1,201 @@
+"""The applier's one pipeline, its activation strategies and its one error type, against a
+real HAProxy (each installed version); and the agent's flags -> objects wiring.
+
+docs/design.md, "Architecture" (action -> HAProxy; NACK keeps the old config serving) and
+"Master CLI, runtime API, reload failures" (which failures are retried).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nodeagent import cli
+from nodeagent.activation import External, Managed
+from nodeagent.applier import Applier
+from nodeagent.changes import Kind
+from nodeagent.cli import wiring
+from nodeagent.cli.flags import build_parser
+from nodeagent.haproxy import HAProxy
+from nodeagent.render import RenderOptions, render
+from nodeagent.state import StateStore
+from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.haproxy_env import (
+    backend,
+    free_port,
+    http_get,
+    identity_server,
+    loopback_net,
+    make_instance,
+    snapshot,
+)
+from tests.helpers.haproxy_versions import HAProxyBinary
+
+HOST = "shop.example.com"
+
+
+class Site:
+    """One pod `pod-a` on a private 127.x net, two backends, and an external-mode applier
+    (no supervisor): HAProxy is started by the test, as its own container would be."""
+
+    def __init__(self, tmp: Path, binary: str, net: str, backends: list[tuple[str, int]]):
+        self.net, self.ip, self.binary, self.backends = net, f"{net}.1", binary, backends
+        self.peer_port, self.http_port = free_port(self.ip), free_port(self.ip)
+        self.master, runtime = str(tmp / "master.sock"), str(tmp / "runtime.sock")
+        self.config = str(tmp / "haproxy.cfg")
+        self.haproxy = HAProxy(self.master, runtime, binary, sync_wait=1.0)
+        self.options = RenderOptions("pod-a", bind_address=self.ip, runtime_socket=runtime)
+        self.store = StateStore(str(tmp / "state"))
+        self.applier = Applier(
+            self.options, self.config, self.store, self.haproxy, start_timeout=1.0
+        )
+
+    def snap(self, endpoint: int, version: int, peer: str = "pod-a") -> pb.Snapshot:
+        b = backend("default_shop_http", [self.backends[endpoint]], balance="roundrobin")
+        return snapshot(
+            [(peer, self.ip, self.peer_port)],
+            [b],
+            http_port=self.http_port,
+            routes=[(HOST, "default_shop_http")],
+            version=version,
+        )
+
+    def get(self) -> str:
+        return http_get(self.ip, self.http_port, f"{HOST}:{self.http_port}")
+
+    @contextlib.contextmanager
+    def external_haproxy(self) -> Iterator[None]:
+        """HAProxy started by someone else on the file the agent wrote; stopped by PID."""
+        argv = [self.binary, "-W", "-S", self.master, "-f", self.config]
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            self.haproxy.wait_running(10)
+            yield
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+@pytest.fixture
+def site(tmp_path: Path, haproxy_bin: HAProxyBinary) -> Iterator[Site]:
+    net = loopback_net()
+    with (
+        identity_server(f"{net}.11", "pod-11") as p11,
+        identity_server(f"{net}.12", "pod-12") as p12,
+    ):
+        yield Site(tmp_path, haproxy_bin.path, net, [(f"{net}.11", p11), (f"{net}.12", p12)])
+
+
+def test_restore_gives_an_external_haproxy_not_up_yet_only_the_file(site: Site) -> None:
+    """Restore is the apply pipeline: the saved snapshot is rendered, checked and recorded
+    as applied, so the next change is classified against it (runtime API, no reload)."""
+    saved = site.snap(0, 7)
+    site.store.save(saved)
+    assert site.applier.restore()
+    assert Path(site.config).read_text() == render(saved, site.options)
+    assert site.applier.applied_version == 7
+    assert site.applier.applied_hash == saved.content_hash
+    with site.external_haproxy():
+        assert site.get() == "pod-11"
+        moved = site.applier.apply(site.snap(1, 8))
+        assert moved.ok, moved.error
+        assert moved.kind is Kind.RUNTIME
+        assert site.get() == "pod-12"
+
+
+def test_restore_refuses_a_saved_snapshot_without_this_pod_and_starts_nothing(
+    tmp_path: Path, haproxy_bin: HAProxyBinary
+) -> None:
+    """The local-peer check of the pipeline holds for the saved snapshot too."""
+    net = loopback_net()
+    inst = make_instance(tmp_path, f"{net}.1", "pod-a", binary=haproxy_bin.path)
+    other = snapshot([("pod-z", f"{net}.2", 10000)], [backend("ns_a_80", [(f"{net}.11", 80)])])
+    inst.applier.store.save(other)
+    try:
+        assert not inst.applier.restore()
+        assert not inst.supervisor.started
+        assert not Path(inst.config_path).exists()
+        assert inst.applier.applied_version == 0
+    finally:
+        inst.supervisor.stop()
+
+
+def test_a_failed_activation_is_a_retryable_nack_and_puts_the_previous_file_back(
+    site: Site,
+) -> None:
+    """External mode, HAProxy never comes up: `reload failed`, retryable (the client
+    re-applies with backoff), and the file HAProxy would start on is the previous one."""
+    previous = render(site.snap(0, 1), site.options)
+    Path(site.config).write_text(previous)
+    result = site.applier.apply(site.snap(1, 2))
+    assert (result.ok, result.kind, result.retryable) == (False, Kind.RELOAD, True)
+    assert result.error.startswith("reload failed: HAProxy not running after 1.0s")
+    assert Path(site.config).read_text() == previous
+    assert site.applier.applied_version == 0
+
+
+def test_render_check_and_peer_failures_are_final_nacks(site: Site, tmp_path: Path) -> None:
+    """Only a new snapshot can fix these: not retryable, nothing written."""
+    bad_name = site.snap(0, 1)
+    bad_name.backends[0].name = "bad name"
+    render_error = site.applier.apply(bad_name)
+    assert (render_error.ok, render_error.kind, render_error.retryable) == (False, None, False)
+    assert render_error.error.startswith("render: ")
+
+    lacking = site.applier.apply(site.snap(0, 2, peer="pod-z"))
+    assert (lacking.ok, lacking.retryable) == (False, False)
+    assert "lacks this pod (pod-a)" in lacking.error
+
+    failing = tmp_path / "haproxy-check-fails"
+    failing.write_text("#!/bin/sh\necho '[ALERT] check refused by test' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    site.haproxy.haproxy_bin = str(failing)
+    refused = site.applier.apply(site.snap(0, 3))
+    assert (refused.ok, refused.kind, refused.retryable) == (False, Kind.RELOAD, False)
+    assert "check refused by test" in refused.error
+    assert not Path(site.config).exists()
+
+
+def _run_flags(tmp_path: Path, *extra: str) -> list[str]:
+    return [
+        "run",
+        "--control-plane",
+        "127.0.0.1:9",
+        "--config",
+        str(tmp_path / "haproxy.cfg"),
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--insecure",
+        *extra,
+    ]
+
+
+def test_wiring_picks_the_activation_by_mode_and_starts_nothing(
+    tmp_path: Path, haproxy_bin: HAProxyBinary
+) -> None:
+    identity = ("--pod-namespace", "ns", "--pod-name", "pod-a", "--haproxy-bin", haproxy_bin.path)
+    flags = build_parser()
+    managed = wiring.build_agent(
+        flags.parse_args(_run_flags(tmp_path, *identity, "--manage-haproxy"))
+    )
+    assert isinstance(managed.applier.activation, Managed)
+    assert managed.supervisor is not None and not managed.supervisor.started
+    assert managed.applier.options.haproxy_version == haproxy_bin.version_tuple[:2]
+    external = wiring.build_agent(flags.parse_args(_run_flags(tmp_path, *identity)))
+    assert isinstance(external.applier.activation, External)
+    assert (external.supervisor, external.metrics_server) == (None, None)
+
+
+def test_run_flags_that_cannot_make_an_agent_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("POD_NAME", raising=False)
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    assert cli.main(_run_flags(tmp_path)) == 2
+    long_dir = tmp_path / ("d" * 120)
+    flags = _run_flags(tmp_path, "--pod-namespace", "ns", "--pod-name", "pod-a")
+    assert cli.main([*flags, "--master-socket", str(long_dir / "master.sock")]) == 2

@@ -1,0 +1,245 @@
+"""The stream client against a fake control plane (grpc.aio) and a real HAProxy."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import grpc
+import grpc.aio
+import pytest
+
+from nodeagent import __version__
+from nodeagent.changes import Kind
+from nodeagent.client import Client, Identity
+from nodeagent.outcome import Result
+from peerplane.v1 import peerplane_pb2 as pb
+from peerplane.v1 import peerplane_pb2_grpc
+from tests.helpers.haproxy_env import (
+    backend,
+    free_port,
+    http_get,
+    identity_server,
+    loopback_net,
+    make_instance,
+    snapshot,
+)
+from tests.helpers.haproxy_versions import HAProxyBinary
+
+T = TypeVar("T")
+
+
+class FakePlane(peerplane_pb2_grpc.PeerPlaneServicer):  # type: ignore[misc]
+    """Answers each Hello with the scripted snapshots, one nonce each, and records replies."""
+
+    def __init__(self, script: list[pb.Snapshot]) -> None:
+        self.script = script
+        self.hellos: asyncio.Queue[pb.Hello] = asyncio.Queue()
+        self.answers: asyncio.Queue[pb.AgentMessage] = asyncio.Queue()
+
+    async def Stream(
+        self,
+        requests: AsyncIterator[pb.AgentMessage],
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> AsyncIterator[pb.ServerMessage]:
+        first = await anext(requests)
+        await self.hellos.put(first.hello)
+        if first.hello.applied_content_hash and all(
+            s.content_hash == first.hello.applied_content_hash for s in self.script[-1:]
+        ):
+            yield pb.ServerMessage(
+                in_sync=pb.InSync(version=1, content_hash=self.script[-1].content_hash)
+            )
+        else:
+            for i, snap in enumerate(self.script):
+                yield pb.ServerMessage(nonce=f"nonce-{i}", snapshot=snap)
+                await self.answers.put(await anext(requests))
+        async for msg in requests:
+            await self.answers.put(msg)
+
+
+@contextlib.asynccontextmanager
+async def serve(plane: FakePlane, port: int) -> AsyncIterator[grpc.aio.Server]:
+    server = grpc.aio.server()
+    peerplane_pb2_grpc.add_PeerPlaneServicer_to_server(plane, server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop(0)
+
+
+async def within(aw: Awaitable[T], seconds: float = 15.0) -> T:
+    return await asyncio.wait_for(aw, seconds)
+
+
+@contextlib.asynccontextmanager
+async def running(client: Client) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(client.run())
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+
+
+def demo_snapshot(
+    ip: str, backend_addr: tuple[str, int], http_port: int, version: int
+) -> pb.Snapshot:
+    return snapshot(
+        [("pod-a", ip, free_port(ip))],
+        [backend("default_shop_http", [backend_addr])],
+        http_port=http_port,
+        routes=[("shop.example.com", "default_shop_http")],
+        version=version,
+    )
+
+
+@pytest.mark.haproxy
+def test_hello_ack_nack_then_reconnect(tmp_path: Path, haproxy_bin: HAProxyBinary) -> None:
+    net = loopback_net()
+    ip = f"{net}.1"
+    inst = make_instance(tmp_path / "a", ip, "pod-a", binary=haproxy_bin.path)
+    port = free_port("127.0.0.1")
+    identity = Identity("haproxy-system", "pod-a", "node-1")
+    client = Client(
+        f"127.0.0.1:{port}", identity, inst.applier, backoff_max=0.5, backoff_multiplier=0.1
+    )
+
+    async def scenario() -> None:
+        with identity_server(f"{net}.11", "pod-11") as bport:
+            http_port = free_port(ip)
+            snap = demo_snapshot(ip, (f"{net}.11", bport), http_port, 3)
+            bad = pb.Snapshot()
+            bad.CopyFrom(snap)
+            bad.version, bad.content_hash = 4, "4" * 64
+            bad.http_frontend.routes.add(host="ghost.example.com", backend="default_ghost_80")
+            plane = FakePlane([snap, bad])
+            async with running(client):
+                async with serve(plane, port):
+                    hello = await within(plane.hellos.get())
+                    assert (hello.pod_namespace, hello.pod_name, hello.node_name) == (
+                        "haproxy-system",
+                        "pod-a",
+                        "node-1",
+                    )
+                    assert (hello.applied_content_hash, hello.applied_version) == ("", 0)
+                    assert hello.agent_version == __version__
+                    answer = await within(plane.answers.get())
+                    assert answer.WhichOneof("message") == "ack"
+                    assert answer.ack == pb.Ack(
+                        nonce="nonce-0", version=3, content_hash=snap.content_hash
+                    )
+                    body = await asyncio.to_thread(http_get, ip, http_port, "shop.example.com")
+                    assert body == "pod-11"
+                    nack = (await within(plane.answers.get())).nack
+                    assert (nack.nonce, nack.version) == ("nonce-1", 4)
+                    assert nack.content_hash == bad.content_hash
+                    assert "unable to find required use_backend" in nack.error
+                # The control plane restarts on the same port: the agent comes back and
+                # reports what it runs (the NACKed version is not it); HAProxy served all along.
+                assert (
+                    await asyncio.to_thread(http_get, ip, http_port, "shop.example.com") == "pod-11"
+                )
+                again = FakePlane([snap])
+                async with serve(again, port):
+                    hello = await within(again.hellos.get())
+                    assert hello.applied_content_hash == snap.content_hash
+                    assert hello.applied_version == 3
+                    await within(_until(lambda: client.connected.is_set()))
+                    assert again.answers.empty()
+
+    try:
+        asyncio.run(within(scenario(), 60))
+    finally:
+        inst.supervisor.stop()
+
+
+def test_render_error_is_nacked_with_nonce(tmp_path: Path) -> None:
+    inst = make_instance(tmp_path / "a", "127.0.0.1", "pod-a")
+    port = free_port("127.0.0.1")
+    bad = demo_snapshot("127.0.0.1", ("127.0.0.2", 8080), 8080, 4)
+    bad.backends[0].name = "evil\n  server x 1.2.3.4:80"
+    client = Client(f"127.0.0.1:{port}", Identity("ns", "pod-a"), inst.applier)
+
+    async def scenario() -> None:
+        plane = FakePlane([bad])
+        async with serve(plane, port), running(client):
+            answer = await within(plane.answers.get())
+            assert answer.WhichOneof("message") == "nack"
+            assert answer.nack.nonce == "nonce-0"
+            assert answer.nack.version == 4
+            assert answer.nack.content_hash == bad.content_hash
+            assert "invalid backend name" in answer.nack.error
+
+    asyncio.run(within(scenario(), 30))
+    assert inst.applier.applied is None
+    assert not Path(inst.config_path).exists()
+
+
+async def _until(check: Callable[[], bool], step: float = 0.05) -> None:
+    while not check():
+        await asyncio.sleep(step)
+
+
+class SlowApplier:
+    """Applies nothing, slowly: lets snapshots pile up behind the one being applied."""
+
+    def __init__(self) -> None:
+        self.applied: list[int] = []
+
+    @property
+    def applied_hash(self) -> str:
+        return ""
+
+    @property
+    def applied_version(self) -> int:
+        return self.applied[-1] if self.applied else 0
+
+    def apply(self, snapshot: pb.Snapshot) -> Result:
+        time.sleep(0.5)
+        self.applied.append(snapshot.version)
+        return Result(True, Kind.NOTHING)
+
+
+class BurstPlane(FakePlane):
+    """Sends the first snapshot, then the rest at once while the agent applies it."""
+
+    async def Stream(
+        self,
+        requests: AsyncIterator[pb.AgentMessage],
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> AsyncIterator[pb.ServerMessage]:
+        first = await anext(requests)
+        await self.hellos.put(first.hello)
+        for i, snap in enumerate(self.script):
+            yield pb.ServerMessage(nonce=f"nonce-{i}", snapshot=snap)
+            if i == 0:
+                await asyncio.sleep(0.2)  # the agent is busy applying the first one
+        async for msg in requests:
+            await self.answers.put(msg)
+
+
+def test_snapshots_arriving_during_an_apply_are_coalesced() -> None:
+    port = free_port("127.0.0.1")
+    applier = SlowApplier()
+    client = Client(f"127.0.0.1:{port}", Identity("ns", "pod-a"), applier)
+    script = [snapshot([], [], version=v) for v in (1, 2, 3)]
+
+    async def scenario() -> list[str]:
+        plane = BurstPlane(script)
+        async with serve(plane, port), running(client):
+            first = await within(plane.answers.get())
+            second = await within(plane.answers.get())
+            await asyncio.sleep(0.7)
+            assert plane.answers.empty()
+            return [first.ack.nonce, second.ack.nonce]
+
+    assert asyncio.run(within(scenario(), 30)) == ["nonce-0", "nonce-2"]
+    assert applier.applied == [1, 3]

@@ -1,0 +1,170 @@
+"""A reload that `haproxy -c` cannot foresee fails: the NACK quotes HAProxy, the agent retries.
+
+Issue 12 item 15: a port taken by another process passes the check (it binds nothing) and
+fails the reload. 2.7+ say why in the master CLI's `reload` reply; 2.6 only on the master's
+output, which the supervisor keeps. Either way the NACK carries HAProxy's words, and the
+same snapshot is applied again with backoff until the port is free, then ACKed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+
+import pytest
+
+from nodeagent.client import Client, Identity
+from nodeagent.haproxy import parse_reload_reply, parse_show_proc
+from nodeagent.masterlog import MasterLog, failure_reason
+from peerplane.v1 import peerplane_pb2 as pb
+from tests.agent.test_client import FakePlane, demo_snapshot, running, serve, within
+from tests.helpers.haproxy_env import (
+    free_port,
+    http_get,
+    identity_server,
+    loopback_net,
+    make_instance,
+)
+from tests.helpers.haproxy_versions import HAProxyBinary
+
+HOST = "shop.example.com"
+
+# What the master CLI answered here to a `reload` that failed on a bind (3.0.11, 3.2.26).
+FAILED_30 = (
+    "Success=0\n--\n"
+    "[NOTICE]   (14986) : haproxy version is 3.0.11-1+deb13u4\n"
+    "[NOTICE]   (14986) : path to executable is /opt/peerplane-haproxy/3.0/haproxy\n"
+    "[ALERT]    (14986) : Binding [/tmp/h.cfg:13] for frontend f: protocol tcpv4: cannot "
+    "bind socket (Address already in use) for [127.77.1.2:20090].\n"
+    "[ALERT]    (14986) : [/opt/peerplane-haproxy/3.0/haproxy.main()] Some protocols failed "
+    "to start their listeners! Exiting.\n"
+    "[WARNING]  (14986) : Loading failure!\n\n"
+)
+FAILED_32 = (
+    "Success=0\n--\n"
+    "[NOTICE]   (15176) : Initializing new worker (15259)\n"
+    "[ALERT]    (15259) : Binding [/tmp/h.cfg:13] for frontend f: protocol tcpv4: cannot "
+    "bind socket (Address already in use) for [127.77.1.3:20090].\n"
+    "[NOTICE]   (15176) : haproxy version is 3.2.26-1\n"
+    "[WARNING]  (15176) : Failed to load worker (15259) exited with code 1 (Exit)\n\n"
+)
+SUCCEEDED_32 = (
+    "Success=1\n--\n[NOTICE]   (15176) : Initializing new worker (15212)\n"
+    "[NOTICE]   (15176) : Loading success.\n\n"
+)
+
+
+# `show proc` on 3.2.26 after that failed reload: the serving worker is an "old" one.
+SHOW_PROC_32_FAILED = (
+    "#<PID>          <type>          <reloads>       <uptime>        <version>      \n"
+    "15176           master          2 [failed: 1]   0d00h00m04s     3.2.26-1       \n"
+    "# workers\n"
+    "# old workers\n"
+    "15212           worker          1               0d00h00m04s     3.2.26-1       \n"
+    "12000           worker          3               0d00h00m09s     3.2.26-1       \n\n"
+)
+
+
+def test_after_a_failed_reload_the_serving_worker_is_still_current() -> None:
+    info = parse_show_proc(SHOW_PROC_32_FAILED)
+    assert (info.master_pid, info.reloads, info.failed_reloads) == (15176, 2, 1)
+    assert info.current_worker == 15212
+
+
+@pytest.mark.parametrize("reply", [FAILED_30, FAILED_32])
+def test_failed_reload_reply_gives_haproxys_alerts(reply: str) -> None:
+    answer = parse_reload_reply(reply)
+    assert answer is not None and not answer.ok
+    reason = failure_reason(list(answer.log))
+    assert reason.startswith("Binding [/tmp/h.cfg:13] for frontend f: protocol tcpv4: cannot")
+    assert "(Address already in use)" in reason
+    assert "NOTICE" not in reason and "(14986)" not in reason
+
+
+def test_reload_reply_success_and_26_silence() -> None:
+    answer = parse_reload_reply(SUCCEEDED_32)
+    assert answer is not None and answer.ok
+    assert answer.log[0].endswith("Initializing new worker (15212)")
+    assert parse_reload_reply("") is None  # 2.6: the master closes without a word
+    assert parse_reload_reply("Unknown command.\n") is None
+
+
+def test_failure_reason_falls_back_to_warnings_then_nothing() -> None:
+    assert failure_reason(["[WARNING]  (7) : Loading failure!"]) == "Loading failure!"
+    assert failure_reason(["[NOTICE]   (7) : Reloading HAProxy", "plain text"]) == ""
+
+
+def test_master_log_is_bounded_and_reads_from_a_mark() -> None:
+    out = MasterLog(max_lines=3)
+    out.append("[NOTICE]   (1) : New worker (2) forked")
+    mark = out.mark()
+    for n in range(4):
+        out.append(f"line {n}")
+    assert out.since(0) == ["line 1", "line 2", "line 3"]  # the oldest fell off
+    assert out.since(mark) == ["line 1", "line 2", "line 3"]
+    assert out.wait_for(out.mark(), "never written", 0.05) == []
+    assert out.wait_for(mark, "line 2", 0.05) == ["line 1", "line 2", "line 3"]
+
+
+@pytest.mark.haproxy
+def test_bind_conflict_at_reload_nacks_in_haproxys_words_then_retry_acks(
+    tmp_path: Path, haproxy_bin: HAProxyBinary
+) -> None:
+    net = loopback_net()
+    ip = f"{net}.1"
+    inst = make_instance(tmp_path / "a", ip, "pod-a", binary=haproxy_bin.path)
+    port = free_port("127.0.0.1")
+    client = Client(
+        f"127.0.0.1:{port}",
+        Identity("haproxy-system", "pod-a"),
+        inst.applier,
+        backoff_max=1.0,
+        backoff_multiplier=0.1,
+        retry_initial=0.2,
+    )
+    blocker = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # no SO_REUSEPORT
+    blocked = free_port(ip)
+    blocker.bind((ip, blocked))
+    blocker.listen()
+
+    async def scenario() -> None:
+        with identity_server(f"{net}.11", "pod-11") as bport:
+            http_port = free_port(ip)
+            v1 = demo_snapshot(ip, (f"{net}.11", bport), http_port, 1)
+            v2 = pb.Snapshot()
+            v2.CopyFrom(v1)
+            v2.version, v2.content_hash = 2, "2" * 64
+            v2.http_frontend.port = blocked  # `haproxy -c` binds nothing: it passes
+            plane = FakePlane([v1, v2])
+            async with serve(plane, port), running(client):
+                first = await within(plane.answers.get())
+                assert first.WhichOneof("message") == "ack"
+                serving = inst.haproxy.show_proc().current_worker
+                assert serving is not None
+                nack = (await within(plane.answers.get(), 30)).nack
+                assert (nack.nonce, nack.version) == ("nonce-1", 2)
+                assert "reload failed" in nack.error
+                assert "Address already in use" in nack.error, nack.error
+                assert f"{ip}:{blocked}" in nack.error
+                assert "HAProxy says: Binding" in nack.error
+                # HAProxy still serves v1; the agent retries v2 on its own
+                assert await asyncio.to_thread(http_get, ip, http_port, HOST) == "pod-11"
+                assert inst.applier.applied_version == 1
+                # The worker that keeps serving survived one (failed) reload: still current
+                assert inst.haproxy.show_proc().current_worker == serving
+                assert inst.haproxy.is_running()
+                await asyncio.sleep(0.5)  # at least one retry fails while the port is held
+                assert plane.answers.empty()  # a failed retry is not NACKed again
+
+                blocker.close()
+                ack = (await within(plane.answers.get(), 30)).ack
+                assert (ack.nonce, ack.version, ack.content_hash) == ("nonce-1", 2, "2" * 64)
+                assert inst.applier.applied_version == 2
+                assert await asyncio.to_thread(http_get, ip, blocked, HOST) == "pod-11"
+
+    try:
+        asyncio.run(within(scenario(), 90))
+    finally:
+        blocker.close()
+        inst.supervisor.stop()

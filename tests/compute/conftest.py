@@ -1,0 +1,14 @@
+"""The computation: rules, properties, settings table, addresses, slot state; in process.
+
+Every test here is marked `unit` (tests/helpers/levels.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.levels import mark_folder
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    mark_folder(items, __file__, "unit")

@@ -1,0 +1,32 @@
+"""Test levels by folder: each test folder's conftest.py marks its own tests with one level.
+
+A conftest's `pytest_collection_modifyitems` sees every collected item of the session, not
+only its folder's, so the folder is matched by path here. The markers are declared in
+pyproject.toml ([tool.pytest.ini_options] markers); `-m` selects on them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+LEVELS = ("unit", "integration", "system")
+
+
+def mark_folder(items: list[pytest.Item], conftest_file: str, level: str) -> None:
+    """Add the `level` marker to every item collected from the folder of `conftest_file`."""
+    if level not in LEVELS:
+        raise ValueError(f"unknown test level {level!r}; known: {', '.join(LEVELS)}")
+    folder = Path(conftest_file).resolve().parent
+    marker = getattr(pytest.mark, level)
+    for item in items:
+        if folder in Path(item.path).resolve().parents:
+            item.add_marker(marker)
+
+
+def mark_haproxy(items: list[pytest.Item]) -> None:
+    """Every test that takes `haproxy_bin` runs a real HAProxy: mark it `haproxy`."""
+    for item in items:
+        if "haproxy_bin" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.haproxy)

@@ -1,0 +1,155 @@
+"""`controlplane serve` end to end: a manifest folder in, snapshots out over gRPC."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from controlplane.cli.flags import (
+    DEFAULT_LISTEN,
+    DEFAULT_SETTINGS_CONFIGMAP,
+    add_serve_arguments,
+)
+from controlplane.source.convert import DEFAULT_HAPROXY_SELECTOR
+from tests.helpers.server_process import BIN, ROOT, ServeProcess, grpcurl
+
+DEMO = ROOT / "deploy" / "examples" / "demo"
+WORKLOAD = "haproxy-system/DaemonSet/haproxy"
+
+
+def published(version: int) -> re.Pattern[str]:
+    return re.compile(rf"published {re.escape(WORKLOAD)} v{version} hash ([0-9a-f]+)")
+
+
+def get_snapshot(address: str) -> dict[str, object]:
+    output = grpcurl(
+        address, "peerplane.v1.PeerPlane/GetSnapshot", data=json.dumps({"workload": WORKLOAD})
+    )
+    snapshot: dict[str, object] = json.loads(output)
+    return snapshot
+
+
+def shop_addresses(snapshot: dict[str, object]) -> list[str]:
+    backends = snapshot["backends"]
+    assert isinstance(backends, list)
+    (shop,) = [b for b in backends if b["name"] == "default_shop_http"]
+    return [slot.get("address", "") for slot in shop["slots"] if slot.get("enabled")]
+
+
+def test_serve_a_folder_and_follow_an_edit(tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    shutil.copytree(DEMO, manifests)
+    state = tmp_path / "state.json"
+    with ServeProcess("--source", f"files:{manifests}", "--state", str(state)) as serve:
+        first_hash = serve.wait_for(published(1)).group(1)
+        assert json.loads(grpcurl(serve.address, "grpc.health.v1.Health/Check")) == {
+            "status": "SERVING"
+        }
+        snapshot = get_snapshot(serve.address)
+        assert snapshot["version"] == "1"
+        assert str(snapshot["content_hash"]).startswith(first_hash)
+        assert shop_addresses(snapshot) == ["127.0.2.1", "127.0.2.2", "127.0.2.3"]
+        assert state.exists()
+
+        shop = manifests / "shop.yaml"
+        shop.write_text(shop.read_text().replace('["127.0.2.3"]', '["127.0.2.4"]'))
+        serve.wait_for(published(2))
+        changed = get_snapshot(serve.address)
+        assert changed["version"] == "2"
+        # The new endpoint takes the free slot 3; the other two keep theirs.
+        assert shop_addresses(changed) == ["127.0.2.1", "127.0.2.2", "127.0.2.4"]
+
+        assert serve.terminate() == 0
+        serve.wait_for(re.compile(r"stopped$"))
+    saved = json.loads(state.read_text())
+    assert "127.0.2.4" in json.dumps(saved)
+
+
+def imported_modules(stderr_lines: list[str]) -> set[str]:
+    """Module names from `PYTHONPROFILEIMPORTTIME=1` output (every import, also late ones)."""
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in stderr_lines
+        if line.startswith("import time:") and "|" in line
+    }
+
+
+def kubernetes_modules(modules: set[str]) -> list[str]:
+    return sorted(
+        m for m in modules if m.split(".")[0] == "kubernetes" or m.startswith("controlplane.kube")
+    )
+
+
+def test_serve_in_files_mode_never_imports_kubernetes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/design.md, Architecture: `controlplane/kube/` is the only Kubernetes edge, and
+    files mode needs none of it, through start, a published version and the stop."""
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")
+    manifests = tmp_path / "manifests"
+    shutil.copytree(DEMO, manifests)
+    with ServeProcess("--source", f"files:{manifests}", "--state", str(tmp_path / "s")) as serve:
+        serve.wait_for(published(1))
+        assert serve.terminate() == 0
+        serve.wait_for(re.compile(r"stopped$"))
+        modules = imported_modules(serve.lines)
+    # The profile saw the run: the files source and the reconcile loop were imported.
+    assert {"controlplane.source.files", "controlplane.reconcile", "grpc"} <= modules
+    assert kubernetes_modules(modules) == []
+
+
+def test_compute_never_imports_kubernetes(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(BIN / "controlplane"), "compute", "--source", f"files:{DEMO}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    modules = imported_modules(done.stderr.splitlines())
+    assert {"controlplane.source.files", "controlplane.compute"} <= modules
+    assert kubernetes_modules(modules) == []
+
+
+def test_serve_refuses_a_missing_folder(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    done = subprocess.run(
+        [
+            str(BIN / "controlplane"),
+            "serve",
+            "--source",
+            f"files:{missing}",
+            "--listen",
+            "127.0.0.1:0",
+            "--insecure",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert f"{missing} is not a directory" in done.stderr
+
+
+def test_serve_flags_and_their_defaults() -> None:
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    args = parser.parse_args(["--source", "files:/tmp/x"])
+    assert args.listen == DEFAULT_LISTEN
+    assert str(args.configmap) == DEFAULT_SETTINGS_CONFIGMAP
+    assert args.haproxy_selector == DEFAULT_HAPROXY_SELECTOR
+    assert args.state is None
+    assert args.log_level == "info"
+    for bad in (["--source", "nowhere"], ["--source", "files:/x", "--listen", "18000"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(bad)

@@ -1,0 +1,15 @@
+"""Process-level and end to end: whole fleets, faults, the demo, deploy manifests, bench
+smoke.
+
+Every test here is marked `system` (tests/helpers/levels.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.levels import mark_folder
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    mark_folder(items, __file__, "system")

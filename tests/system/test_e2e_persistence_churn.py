@@ -1,0 +1,404 @@
+"""Persistence under churn, on every installed HAProxy: the whole system, seeded events.
+
+A real control plane (`controlplane serve --source files:DIR`) and two, then three, real
+agents (`nodeagent run --manage-haproxy`, each with its own HAProxy on its own 127.x
+address) serve an HTTP Service (`balance source`) and a TCP Service (`leastconn`), both
+with source-IP persistence and `server-slots: 8`. 200 clients, each on its own source
+address, are pinned through the instances. Then 30 seeded scale events (removals,
+additions, readiness flips, growth past the slot count, and slot reuse: a pod removed,
+checked, then a new one added), with the control plane SIGKILLed and restarted on its
+state file midway and one HAProxy SIGKILLed at the end. After every step, once every agent
+ACKed, every client asks through every instance.
+
+Asserted: no client moves while its pod serves, no slot names different servers on two
+instances (runtime `show servers state` and the rendered files), no reload except for
+slot growth and peer changes, no failed request. The seed is printed; set
+PEERPLANE_CHURN_SEED to replay one.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.fleet import HAPROXY_PODS, Fleet, table_entries, wait_for
+from tests.helpers.haproxy_versions import HAProxyBinary, installed
+from tests.helpers.persistence import (
+    Event,
+    Pins,
+    Pod,
+    Service,
+    Tally,
+    ask_all,
+    config_servers,
+    haproxy_manifest,
+    kill_haproxy,
+    plan_events,
+    reloads,
+    servers_by_slot,
+    settings_manifest,
+    slot_mismatches,
+    write_atomic,
+)
+
+pytestmark = pytest.mark.haproxy
+
+OCTET = 34  # + the version's index: 127.34-36.x.y, apart from the other tests
+CLIENTS = 200
+EVENTS = 30
+REUSE_EVENTS = 15  # a 1-in-5 reuse failure passes 15 tries with probability 0.8**15 < 4%
+JOIN_AT = 8  # the third HAProxy pod joins before this event
+CONTROL_PLANE_KILL_AT = EVENTS // 2
+THIRD_POD = ("haproxy-q5n8z", "127.0.1.3")
+
+
+@dataclass
+class Report:
+    seed: int
+    steps: int = 0
+    events: int = 0
+    reuse: int = 0
+    tally: Tally = field(default_factory=Tally)
+    mismatches: list[str] = field(default_factory=list)
+    reloads: int = 0
+    expected_reload_steps: list[str] = field(default_factory=list)
+    unexpected_reloads: list[str] = field(default_factory=list)
+    restart_changed_content: bool = False
+    reused_at_once: int = 0  # reuse events whose new pod took the freed slot
+    stale_entries: int = 0  # stick entries naming the freed slot when the new pod came
+    unreplicated: int = 0  # steps whose re-pinned entries did not reach every instance
+    asking_s: float = 0.0  # time spent in client requests (the rest: waits for ACKs)
+
+
+class ChurnRun:
+    """The fleet, its two Services, the clients' pins and the report of one run."""
+
+    def __init__(self, fleet: Fleet, seed: int) -> None:
+        self.fleet = fleet
+        self.rng = random.Random(seed)
+        self.report = Report(seed)
+        self.services = {
+            "shop": Service("shop", "http", fleet.ip("127.0.2")),
+            "db": Service("db", "tcp", fleet.ip("127.0.4")),
+        }
+        self.haproxy_pods = list(HAPROXY_PODS)
+        self.clients = [fleet.ip(f"127.0.{9 + i // 250}.{i % 250 + 1}") for i in range(CLIENTS)]
+        self.pins = Pins()
+        self.dead: set[str] = set()  # instances whose HAProxy was killed
+
+    # cluster ---------------------------------------------------------
+
+    def write(self, *names: str) -> None:
+        for name in names:
+            if name == "haproxy":
+                write_atomic(self.fleet.manifests / "haproxy.yaml", haproxy_manifest(self.pods()))
+            else:
+                service = self.services[name]
+                write_atomic(self.fleet.manifests / f"{name}.yaml", service.manifest())
+
+    def pods(self) -> list[tuple[str, str]]:
+        return [(name, self.fleet.ip(address)) for name, address in self.haproxy_pods]
+
+    def add_pod(self, service: Service) -> Pod:
+        pod = service.new_pod()
+        self.fleet.backends.start(pod.name, pod.ip, service.port, service.kind)
+        return pod
+
+    def start(self) -> None:
+        fleet = self.fleet
+        fleet.manifests.mkdir(parents=True)
+        write_atomic(fleet.manifests / "settings.yaml", settings_manifest())
+        for service, count in ((self.services["shop"], 4), (self.services["db"], 3)):
+            for _ in range(count):
+                self.add_pod(service)
+        self.write("haproxy", "shop", "db")
+        fleet.start_control_plane()
+        for name, address in self.haproxy_pods:
+            fleet.start_agent(name, address)
+        fleet.wait_all_acked(60)
+
+    # observation -----------------------------------------------------
+
+    def live(self) -> list[str]:
+        return [name for name in self.fleet.agents if name not in self.dead]
+
+    def backends(self) -> dict[str, str]:
+        """Service name -> HAProxy backend name, from the published snapshot."""
+        names = {b.name for b in self.fleet.snapshot().backends}
+        return {
+            svc: next(n for n in names if n.startswith(f"default_{svc}_")) for svc in self.services
+        }
+
+    def reload_counts(self) -> dict[str, int]:
+        agents = self.fleet.agents
+        return {n: reloads(agents[n].master_socket, agents[n].runtime_socket) for n in self.live()}
+
+    def check(self, step: str) -> None:
+        """Every client through every live instance, one instance after the other; then
+        every slot on every instance."""
+        report = self.report
+        report.steps += 1
+        released = self.pins.release_gone({n: s.serving() for n, s in self.services.items()})
+        jobs = [(name, s.kind, c) for name, s in self.services.items() for c in self.clients]
+        start = time.monotonic()
+        for i, instance in enumerate(self.live()):
+            answers = ask_all(self.fleet.agents[instance].address, jobs)
+            self.pins.check(f"{step} via {instance}", answers, report.tally)
+            if i == 0 and released:
+                self.wait_replicated(step, {svc for svc, _ in released}, {c for _, c in released})
+        report.asking_s += time.monotonic() - start
+        backends = self.backends()
+        views: dict[str, dict[str, str]] = {}
+        for instance in self.live():
+            agent = self.fleet.agents[instance]
+            view = {
+                f"{backend}/{slot}": state
+                for backend in backends.values()
+                for slot, state in servers_by_slot(agent.runtime_socket, backend).items()
+            }
+            views[f"{instance} runtime"] = view
+            views[f"{instance} config"] = {
+                key: value.split(" id ")[0] if value != "disabled" else value
+                for key, value in config_servers(agent.config).items()
+            }
+        report.mismatches += [f"{step}: {line}" for line in slot_mismatches(views)]
+
+    def wait_replicated(self, step: str, services: set[str], clients: set[str]) -> None:
+        """Clients whose pod went away were just re-pinned through the first instance; the
+        peers replicate that asynchronously, so wait (bounded) until every instance's table
+        names the same server for them, as a client coming back later would find it."""
+        backends = self.backends()
+
+        def same() -> bool:
+            for svc in services:
+                command = f"show table {backends[svc]}"
+                tables = [table_entries(self.fleet.agents[n].runtime(command)) for n in self.live()]
+                if any({t.get(c) for t in tables} != {tables[0].get(c)} for c in clients):
+                    return False
+            return True
+
+        try:
+            wait_for(same, 10, "the re-pinned clients' entries on every instance")
+        except TimeoutError:
+            differing = []
+            for svc in services:
+                command = f"show table {backends[svc]}"
+                tables = {
+                    n: table_entries(self.fleet.agents[n].runtime(command)) for n in self.live()
+                }
+                for c in sorted(clients):
+                    seen = {n: t.get(c) for n, t in tables.items()}
+                    if len(set(seen.values())) > 1:
+                        differing.append(f"{svc} {c} {seen}")
+            self.report.tally.note(
+                f"{step}: re-pinned entries not replicated within 10s: " + "; ".join(differing[:8])
+            )
+            self.report.unreplicated += 1
+
+    # steps -----------------------------------------------------------
+
+    def publish(self, step: str, change: list[str], before: pb.Snapshot | None = None) -> None:
+        """Write the changed manifests, wait for every agent's ACK of the new version, count
+        reloads (expected only when a slot count or the peers changed), check."""
+        fleet = self.fleet
+        before = before or fleet.snapshot()
+        counts = self.reload_counts()
+        self.write(*change)
+        wait_for(lambda: fleet.snapshot().content_hash != before.content_hash, 30, step)
+        fleet.wait_all_acked(30)
+        after = fleet.snapshot()
+        self.account_reloads(step, counts, before, after)
+        self.check(step)
+
+    def account_reloads(
+        self, step: str, counts: dict[str, int], before: pb.Snapshot, after: pb.Snapshot
+    ) -> None:
+        now = self.reload_counts()
+        delta = {name: now[name] - counts[name] for name in counts if name in now}
+        self.report.reloads += sum(delta.values())
+        shape_before = [(b.name, len(b.slots)) for b in before.backends]
+        shape_after = [(b.name, len(b.slots)) for b in after.backends]
+        expected = shape_before != shape_after or before.peers != after.peers
+        if expected:
+            self.report.expected_reload_steps.append(step)
+        elif any(delta.values()):
+            self.report.unexpected_reloads.append(f"{step}: {delta}")
+
+    def event(self, index: int, event: Event) -> None:
+        service = self.services[event.service]
+        step = f"event {index} {event.kind} {event.service}"
+        self.report.events += 1
+        if event.kind in ("remove", "reuse"):
+            freed = self.remove(service, step)
+            if event.kind == "reuse":
+                self.report.reuse += 1
+                self.report.stale_entries += self.entries_naming(service, freed)
+                pod = self.add_pod(service)
+                self.publish(f"{step}: new pod", [service.name])
+                self.report.reused_at_once += self.slot_of(service, pod.ip) == freed
+        elif event.kind == "add":
+            self.add_pod(service)
+            self.publish(step, [service.name])
+        elif event.kind == "flip":
+            # Keep two serving: flip a not-ready pod back, or add a pod first.
+            if len(service.serving()) <= 2 and all(p.ready for p in service.pods.values()):
+                self.add_pod(service)
+            candidates = [p for p in service.pods.values() if not p.ready]
+            if len(service.serving()) > 2:
+                candidates = list(service.pods.values())
+            pod = self.rng.choice(sorted(candidates, key=lambda p: p.name))
+            pod.ready = not pod.ready
+            self.publish(f"{step} {pod.name} ready={pod.ready}", [service.name])
+        elif event.kind == "grow":
+            slots = next(
+                len(b.slots)
+                for b in self.fleet.snapshot().backends
+                if b.name.startswith(f"default_{service.name}_")
+            )
+            while len(service.serving()) <= slots:
+                self.add_pod(service)
+            self.publish(f"{step} past {slots} slots", [service.name])
+
+    def remove(self, service: Service, step: str) -> str:
+        """Remove a serving pod (keeping two serving: a new pod comes in the same change);
+        its server stops once every agent ACKed. The slot it had."""
+        candidates = [p for p in service.pods.values() if p.ready]  # published: have a slot
+        if len(service.serving()) <= 2:
+            self.add_pod(service)
+        pod = self.rng.choice(sorted(candidates, key=lambda p: p.name))
+        slot = self.slot_of(service, pod.ip)
+        del service.pods[pod.name]
+        self.publish(f"{step} {pod.name}", [service.name])
+        self.fleet.backends.stop(pod.name)
+        return slot
+
+    def slot_of(self, service: Service, ip: str) -> str:
+        """The server name (SRV_n) the published snapshot gives address `ip`."""
+        backend = self.backends()[service.name]
+        (found,) = [b for b in self.fleet.snapshot().backends if b.name == backend]
+        return next(s.server_name for s in found.slots if s.enabled and s.address == ip)
+
+    def entries_naming(self, service: Service, server: str) -> int:
+        """Stick entries on the live instances that still name `server` (a freed slot)."""
+        command = f"show table {self.backends()[service.name]}"
+        return sum(
+            list(table_entries(self.fleet.agents[name].runtime(command)).values()).count(server)
+            for name in self.live()
+        )
+
+    def join_third_agent(self) -> None:
+        """A third HAProxy pod: a peers change (a reload on the others, expected); its
+        table fills from the peers before its clients are checked."""
+        fleet = self.fleet
+        before = fleet.snapshot()
+        counts = self.reload_counts()
+        self.haproxy_pods.append(THIRD_POD)
+        self.write("haproxy")
+        wait_for(lambda: fleet.snapshot().content_hash != before.content_hash, 30, "peers")
+        fleet.start_agent(*THIRD_POD)
+        fleet.wait_all_acked(60)
+        first, new = fleet.agents[self.haproxy_pods[0][0]], fleet.agents[THIRD_POD[0]]
+        for backend in self.backends().values():
+            command = f"show table {backend}"
+
+            def synced(c: str = command) -> bool:
+                return table_entries(new.runtime(c)) == table_entries(first.runtime(c))
+
+            wait_for(
+                synced,
+                20,
+                f"{THIRD_POD[0]}'s {backend} table to match its peers'",
+            )
+        self.account_reloads("join", counts, before, fleet.snapshot())
+        self.check("join")
+
+    def kill_control_plane(self) -> None:
+        """SIGKILL, restart on the same state file and address: same content, no reload."""
+        fleet = self.fleet
+        before = fleet.snapshot()
+        counts = self.reload_counts()
+        process = fleet.control_plane
+        assert process is not None
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(10)
+        fleet.stop_control_plane()  # forgets the dead process and its channel
+        fleet.start_control_plane()
+        fleet.wait_all_acked(60)
+        after = fleet.snapshot()
+        self.report.restart_changed_content = after.content_hash != before.content_hash
+        self.account_reloads("control-plane restart", counts, before, after)
+        self.check("control-plane restart")
+
+    def kill_first_haproxy(self) -> None:
+        """SIGKILL the first instance's HAProxy; clients go through the survivors."""
+        victim = self.fleet.agents[self.haproxy_pods[0][0]]
+        kill_haproxy(victim.master_socket, victim.runtime_socket)
+        self.dead.add(victim.pod_name)
+        self.check("HAProxy SIGKILL")
+
+    def run(self) -> Report:
+        self.start()
+        self.check("initial")
+        events = plan_events(self.rng, EVENTS, REUSE_EVENTS, sorted(self.services))
+        for index, event in enumerate(events, 1):
+            if index == JOIN_AT:
+                self.join_third_agent()
+            if index == CONTROL_PLANE_KILL_AT:
+                self.kill_control_plane()
+            self.event(index, event)
+        self.kill_first_haproxy()
+        return self.report
+
+
+def _seed() -> int:
+    return int(os.environ.get("PEERPLANE_CHURN_SEED") or random.SystemRandom().randrange(10**6))
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, haproxy_bin: HAProxyBinary) -> Iterator[Fleet]:
+    octet = OCTET + [b.series for b in installed()].index(haproxy_bin.series)
+    running = Fleet(tmp_path, octet, haproxy_bin=haproxy_bin.path)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_no_client_moves_and_no_slot_differs_under_churn(
+    fleet: Fleet, haproxy_bin: HAProxyBinary, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seed = _seed()
+    start = time.monotonic()
+    with capsys.disabled():
+        print(f"\npersistence churn haproxy {haproxy_bin.version}: seed {seed}", flush=True)
+    report = ChurnRun(fleet, seed).run()
+    tally = report.tally
+    with capsys.disabled():
+        print(
+            f"persistence churn haproxy {haproxy_bin.version}: clients={CLIENTS} "
+            f"events={report.events} (reuse={report.reuse}) steps={report.steps} "
+            f"moved={tally.moved} mismatches={len(report.mismatches)} "
+            f"reloads={report.reloads} (expected at: {', '.join(report.expected_reload_steps)}) "
+            f"unexpected_reloads={len(report.unexpected_reloads)} failed={tally.failed} "
+            f"reused_at_once={report.reused_at_once} stale_entries={report.stale_entries} "
+            f"seed={seed} {time.monotonic() - start:.0f}s (requests {report.asking_s:.0f}s)",
+            flush=True,
+        )
+    replay = f"(replay: PEERPLANE_CHURN_SEED={seed})"
+    assert report.reuse >= REUSE_EVENTS
+    assert tally.moved == 0, f"{tally.moved} client moves {replay}:\n" + "\n".join(tally.details)
+    assert tally.failed == 0, f"{tally.failed} failed requests {replay}:\n" + "\n".join(
+        tally.details
+    )
+    assert report.unreplicated == 0, f"{replay}:\n" + "\n".join(tally.details)
+    assert report.mismatches == [], f"slots differ {replay}:\n" + "\n".join(report.mismatches[:20])
+    assert report.unexpected_reloads == [], f"{replay} {report.unexpected_reloads}"
+    assert not report.restart_changed_content, f"restart changed the content {replay}"
