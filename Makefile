@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv proto test lint unit fast demo haproxy bench clean
+.PHONY: venv proto test lint unit fast churn demo haproxy bench clean
 
 venv: $(STAMP)
 
@@ -30,6 +30,10 @@ unit: $(STAMP)
 # The fast loop: no real HAProxy, no whole-system test (tests/README.md).
 fast: $(STAMP)
 	$(BIN)/pytest -q -m "not system and not haproxy"
+
+# The persistence churn system test (open finding, intermittent): not in `make test`.
+churn: $(STAMP)
+	PEERPLANE_CHURN=1 $(BIN)/pytest -q -s tests/system/test_e2e_persistence_churn.py
 
 test: lint unit
 

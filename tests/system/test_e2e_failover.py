@@ -75,6 +75,10 @@ def test_scaling_the_backend_never_moves_a_surviving_client(fleet: Fleet) -> Non
     (name_a, _), (name_b, _) = HAPROXY_PODS
     b = fleet.agents[name_b]
     pinned = pin_clients(fleet, b.address)
+    # A fresh pair of instances replicates only once their peer sessions are up (HAProxy's
+    # startup resync takes a few seconds): A must hold B's entries before it is asked.
+    table_b = shop_table(fleet, name_b)
+    wait_for(lambda: shop_table(fleet, name_a) == table_b, 15, "A's stick table to match B's")
     pid_before = b.runtime("show info")
 
     # Scale up: a fourth shop pod appears; it takes a free slot, by runtime API.
