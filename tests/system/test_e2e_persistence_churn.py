@@ -164,7 +164,11 @@ class ChurnRun:
         for i, instance in enumerate(self.live()):
             answers = ask_all(self.fleet.agents[instance].address, jobs)
             self.pins.check(f"{step} via {instance}", answers, report.tally)
-            if i == 0 and released:
+            if i == 0 and step == "initial":
+                # Fresh instances replicate once their peer sessions are up (a few seconds
+                # after start): every client was just pinned through the first one.
+                self.wait_replicated(step, set(self.services), set(self.clients))
+            elif i == 0 and released:
                 self.wait_replicated(step, {svc for svc, _ in released}, {c for _, c in released})
         report.asking_s += time.monotonic() - start
         backends = self.backends()
