@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from controlplane.compute import compute
+from controlplane.compute.settings import SETTINGS
 from controlplane.compute.values import MAX_HOSTS
 from controlplane.publish import encode_one
 from nodeagent.render import RenderOptions, render
@@ -31,19 +32,8 @@ HOSTILE = [
     "tru",
     "9999999999999d",
 ]
-KEYS = [
-    "load-balance",
-    "hash-type",
-    "source-ip-persistence",
-    "source-ip-persistence-size",
-    "source-ip-persistence-expire",
-    "server-slots",
-    "check",
-    "check-interval",
-    "check-rise",
-    "check-fall",
-    "check-http",
-]
+# Every backend-wide setting (read from a Service, then the ConfigMap): the table's rows.
+KEYS = [row.key for row in SETTINGS if row.scope == "both"]
 
 
 def all_text(snapshot) -> str:  # type: ignore[no-untyped-def]

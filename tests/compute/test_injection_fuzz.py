@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controlplane.compute import compute
+from controlplane.compute.settings import SETTINGS as TABLE
 from controlplane.model import ClusterState
 from controlplane.publish import encode
 from nodeagent.render import RenderOptions, render
@@ -28,21 +29,10 @@ from tests.helpers.builders import cluster, endpoint_slice, haproxy_pod, service
 from tests.helpers.builders import settings as configmap
 from tests.helpers.haproxy_versions import HAProxyBinary
 
-SETTINGS = (
-    "load-balance",
-    "hash-type",
-    "source-ip-persistence",
-    "source-ip-persistence-size",
-    "source-ip-persistence-expire",
-    "server-slots",
-    "check",
-    "check-interval",
-    "check-rise",
-    "check-fall",
-    "check-http",
-)
-SERVICE_ONLY = ("expose", "workloads", "hosts", "tcp-port")
-CONFIGMAP_ONLY = ("http-port", "peer-port")
+# Every key of the settings table, by where it is read.
+SETTINGS = tuple(row.key for row in TABLE if row.scope == "both")
+SERVICE_ONLY = tuple(row.key for row in TABLE if row.scope == "Service")
+CONFIGMAP_ONLY = tuple(row.key for row in TABLE if row.scope == "ConfigMap")
 EVIL = (
     "\n",
     "\r\n",
