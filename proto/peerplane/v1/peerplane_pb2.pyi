@@ -153,20 +153,22 @@ class AgentMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("pod_namespace", "pod_name", "node_name", "applied_content_hash", "applied_version", "agent_version")
+    __slots__ = ("pod_namespace", "pod_name", "node_name", "applied_content_hash", "applied_version", "agent_version", "accepts_deltas")
     POD_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     POD_NAME_FIELD_NUMBER: _ClassVar[int]
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     APPLIED_CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
     APPLIED_VERSION_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTS_DELTAS_FIELD_NUMBER: _ClassVar[int]
     pod_namespace: str
     pod_name: str
     node_name: str
     applied_content_hash: str
     applied_version: int
     agent_version: str
-    def __init__(self, pod_namespace: _Optional[str] = ..., pod_name: _Optional[str] = ..., node_name: _Optional[str] = ..., applied_content_hash: _Optional[str] = ..., applied_version: _Optional[int] = ..., agent_version: _Optional[str] = ...) -> None: ...
+    accepts_deltas: bool
+    def __init__(self, pod_namespace: _Optional[str] = ..., pod_name: _Optional[str] = ..., node_name: _Optional[str] = ..., applied_content_hash: _Optional[str] = ..., applied_version: _Optional[int] = ..., agent_version: _Optional[str] = ..., accepts_deltas: _Optional[bool] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("nonce", "version", "content_hash")
@@ -179,28 +181,62 @@ class Ack(_message.Message):
     def __init__(self, nonce: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ...) -> None: ...
 
 class Nack(_message.Message):
-    __slots__ = ("nonce", "version", "content_hash", "error")
+    __slots__ = ("nonce", "version", "content_hash", "error", "resync")
     NONCE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    RESYNC_FIELD_NUMBER: _ClassVar[int]
     nonce: str
     version: int
     content_hash: str
     error: str
-    def __init__(self, nonce: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+    resync: bool
+    def __init__(self, nonce: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., error: _Optional[str] = ..., resync: _Optional[bool] = ...) -> None: ...
 
 class ServerMessage(_message.Message):
-    __slots__ = ("nonce", "snapshot", "in_sync", "waiting")
+    __slots__ = ("nonce", "snapshot", "in_sync", "waiting", "delta")
     NONCE_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     IN_SYNC_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
     nonce: str
     snapshot: Snapshot
     in_sync: InSync
     waiting: Waiting
-    def __init__(self, nonce: _Optional[str] = ..., snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., in_sync: _Optional[_Union[InSync, _Mapping]] = ..., waiting: _Optional[_Union[Waiting, _Mapping]] = ...) -> None: ...
+    delta: SnapshotDelta
+    def __init__(self, nonce: _Optional[str] = ..., snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., in_sync: _Optional[_Union[InSync, _Mapping]] = ..., waiting: _Optional[_Union[Waiting, _Mapping]] = ..., delta: _Optional[_Union[SnapshotDelta, _Mapping]] = ...) -> None: ...
+
+class SnapshotDelta(_message.Message):
+    __slots__ = ("workload", "version", "to_content_hash", "peers", "backends", "http_frontend", "tcp_frontends", "warnings", "from_content_hash", "removed_backends", "peers_changed", "frontends_changed", "warnings_changed")
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TO_CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    HTTP_FRONTEND_FIELD_NUMBER: _ClassVar[int]
+    TCP_FRONTENDS_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    FROM_CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    PEERS_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    FRONTENDS_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    workload: str
+    version: int
+    to_content_hash: str
+    peers: PeerSection
+    backends: _containers.RepeatedCompositeFieldContainer[Backend]
+    http_frontend: HttpFrontend
+    tcp_frontends: _containers.RepeatedCompositeFieldContainer[TcpFrontend]
+    warnings: _containers.RepeatedCompositeFieldContainer[RejectedInput]
+    from_content_hash: str
+    removed_backends: _containers.RepeatedScalarFieldContainer[str]
+    peers_changed: bool
+    frontends_changed: bool
+    warnings_changed: bool
+    def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ..., to_content_hash: _Optional[str] = ..., peers: _Optional[_Union[PeerSection, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[Backend, _Mapping]]] = ..., http_frontend: _Optional[_Union[HttpFrontend, _Mapping]] = ..., tcp_frontends: _Optional[_Iterable[_Union[TcpFrontend, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ..., from_content_hash: _Optional[str] = ..., removed_backends: _Optional[_Iterable[str]] = ..., peers_changed: _Optional[bool] = ..., frontends_changed: _Optional[bool] = ..., warnings_changed: _Optional[bool] = ...) -> None: ...
 
 class InSync(_message.Message):
     __slots__ = ("version", "content_hash")
@@ -221,13 +257,33 @@ class ListWorkloadsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ListWorkloadsResponse(_message.Message):
-    __slots__ = ("workloads",)
+    __slots__ = ("workloads", "replica")
     WORKLOADS_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
     workloads: _containers.RepeatedCompositeFieldContainer[WorkloadSummary]
-    def __init__(self, workloads: _Optional[_Iterable[_Union[WorkloadSummary, _Mapping]]] = ...) -> None: ...
+    replica: ReplicaStatus
+    def __init__(self, workloads: _Optional[_Iterable[_Union[WorkloadSummary, _Mapping]]] = ..., replica: _Optional[_Union[ReplicaStatus, _Mapping]] = ...) -> None: ...
+
+class ReplicaStatus(_message.Message):
+    __slots__ = ("name", "role", "leader", "ready", "not_ready_reason", "ledger_version", "endpoints_waiting")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    NOT_READY_REASON_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINTS_WAITING_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    role: str
+    leader: str
+    ready: bool
+    not_ready_reason: str
+    ledger_version: str
+    endpoints_waiting: int
+    def __init__(self, name: _Optional[str] = ..., role: _Optional[str] = ..., leader: _Optional[str] = ..., ready: _Optional[bool] = ..., not_ready_reason: _Optional[str] = ..., ledger_version: _Optional[str] = ..., endpoints_waiting: _Optional[int] = ...) -> None: ...
 
 class WorkloadSummary(_message.Message):
-    __slots__ = ("workload", "version", "content_hash", "peers", "backends", "warnings", "agents_in_sync", "agents_connected")
+    __slots__ = ("workload", "version", "content_hash", "peers", "backends", "warnings", "agents_in_sync", "agents_connected", "endpoints_waiting")
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
@@ -236,6 +292,7 @@ class WorkloadSummary(_message.Message):
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
     AGENTS_IN_SYNC_FIELD_NUMBER: _ClassVar[int]
     AGENTS_CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINTS_WAITING_FIELD_NUMBER: _ClassVar[int]
     workload: str
     version: int
     content_hash: str
@@ -244,7 +301,8 @@ class WorkloadSummary(_message.Message):
     warnings: int
     agents_in_sync: int
     agents_connected: int
-    def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., peers: _Optional[int] = ..., backends: _Optional[int] = ..., warnings: _Optional[int] = ..., agents_in_sync: _Optional[int] = ..., agents_connected: _Optional[int] = ...) -> None: ...
+    endpoints_waiting: int
+    def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., peers: _Optional[int] = ..., backends: _Optional[int] = ..., warnings: _Optional[int] = ..., agents_in_sync: _Optional[int] = ..., agents_connected: _Optional[int] = ..., endpoints_waiting: _Optional[int] = ...) -> None: ...
 
 class GetSnapshotRequest(_message.Message):
     __slots__ = ("workload",)
@@ -265,7 +323,7 @@ class ListAgentsResponse(_message.Message):
     def __init__(self, agents: _Optional[_Iterable[_Union[AgentStatus, _Mapping]]] = ...) -> None: ...
 
 class AgentStatus(_message.Message):
-    __slots__ = ("agent", "node_name", "workload", "peer_address", "acked_version", "acked_content_hash", "pending_version", "last_nack_error", "last_nack_version", "connected_since", "agent_version")
+    __slots__ = ("agent", "node_name", "workload", "peer_address", "acked_version", "acked_content_hash", "pending_version", "last_nack_error", "last_nack_version", "connected_since", "agent_version", "deltas")
     AGENT_FIELD_NUMBER: _ClassVar[int]
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -277,6 +335,7 @@ class AgentStatus(_message.Message):
     LAST_NACK_VERSION_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_SINCE_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DELTAS_FIELD_NUMBER: _ClassVar[int]
     agent: str
     node_name: str
     workload: str
@@ -288,4 +347,5 @@ class AgentStatus(_message.Message):
     last_nack_version: int
     connected_since: str
     agent_version: str
-    def __init__(self, agent: _Optional[str] = ..., node_name: _Optional[str] = ..., workload: _Optional[str] = ..., peer_address: _Optional[str] = ..., acked_version: _Optional[int] = ..., acked_content_hash: _Optional[str] = ..., pending_version: _Optional[int] = ..., last_nack_error: _Optional[str] = ..., last_nack_version: _Optional[int] = ..., connected_since: _Optional[str] = ..., agent_version: _Optional[str] = ...) -> None: ...
+    deltas: bool
+    def __init__(self, agent: _Optional[str] = ..., node_name: _Optional[str] = ..., workload: _Optional[str] = ..., peer_address: _Optional[str] = ..., acked_version: _Optional[int] = ..., acked_content_hash: _Optional[str] = ..., pending_version: _Optional[int] = ..., last_nack_error: _Optional[str] = ..., last_nack_version: _Optional[int] = ..., connected_since: _Optional[str] = ..., agent_version: _Optional[str] = ..., deltas: _Optional[bool] = ...) -> None: ...
