@@ -58,6 +58,32 @@ class Metrics:
         self.snapshots_sent = Counter(
             "peerplane_snapshots_sent", "Snapshots sent to agents", ["workload"], registry=r
         )
+        self.deltas_sent = Counter(
+            "peerplane_deltas_sent", "Snapshot deltas sent to agents", ["workload"], registry=r
+        )
+        self.sent_bytes = Counter(
+            "peerplane_sent_bytes",
+            'Bytes of snapshots and deltas written to agent streams, by kind ("snapshot", "delta")',
+            ["kind"],
+            registry=r,
+        )
+        self.delta_resyncs = Counter(
+            "peerplane_delta_resyncs",
+            "Full snapshots sent because an agent Nacked a delta with resync",
+            ["workload"],
+            registry=r,
+        )
+        self.retained_versions = Gauge(
+            "peerplane_retained_versions",
+            "Snapshot contents retained as delta bases, all workloads (current ones included)",
+            registry=r,
+        )
+        self.retained_bytes = Gauge(
+            "peerplane_retained_bytes",
+            "Bytes held only for deltas: retained contents not shared with the next version, "
+            "and cached delta messages (estimate)",
+            registry=r,
+        )
         self.acks = Counter("peerplane_acks", "ACKs received", ["workload"], registry=r)
         self.nacks = Counter("peerplane_nacks", "NACKs received", ["workload"], registry=r)
         self.push_latency = Histogram(
@@ -81,6 +107,38 @@ class Metrics:
         self.leader = Gauge(
             "peerplane_leader", "1 while this replica leads (or runs unelected)", registry=r
         )
+        self.source_files_parsed = Counter(
+            "peerplane_source_files_parsed",
+            "Manifest files read and parsed by the folder source (only changed files are)",
+            registry=r,
+        )
+        self.role = Gauge(
+            "peerplane_replica_role",
+            "1 for this replica's role: single, leader or follower",
+            ["role"],
+            registry=r,
+        )
+        self.ready = Gauge(
+            "peerplane_replica_ready",
+            "1 once informers synced, the slot ledger was read and a computation published",
+            registry=r,
+        )
+        self.not_ready = Gauge(
+            "peerplane_replica_not_ready",
+            "1 for the reason this replica is not ready: informers, ledger or unpublished",
+            ["cause"],
+            registry=r,
+        )
+        self.ledger_version = Gauge(
+            "peerplane_slot_ledger_resource_version",
+            "resourceVersion of the slot ledger ConfigMap last seen (0: none)",
+            registry=r,
+        )
+        self.endpoints_waiting = Gauge(
+            "peerplane_endpoints_waiting",
+            "Endpoints left out of this follower's snapshots until the ledger gives them a slot",
+            registry=r,
+        )
 
     # The methods the server, the stream handler and the reconcile loop call.
 
@@ -94,8 +152,20 @@ class Metrics:
     def computed(self, seconds: float) -> None:
         self.compute_seconds.observe(seconds)
 
-    def sent(self, workload: str) -> None:
+    def sent(self, workload: str, size: int = 0) -> None:
         self.snapshots_sent.labels(workload=label(workload)).inc()
+        self.sent_bytes.labels(kind="snapshot").inc(size)
+
+    def delta_sent(self, workload: str, size: int) -> None:
+        self.deltas_sent.labels(workload=label(workload)).inc()
+        self.sent_bytes.labels(kind="delta").inc(size)
+
+    def resynced(self, workload: str) -> None:
+        self.delta_resyncs.labels(workload=label(workload)).inc()
+
+    def retained(self, versions: int, size: int) -> None:
+        self.retained_versions.set(versions)
+        self.retained_bytes.set(size)
 
     def acked(self, workload: str, latency_s: float) -> None:
         self.acks.labels(workload=label(workload)).inc()
@@ -109,6 +179,16 @@ class Metrics:
 
     def refused(self, code: str) -> None:
         self.refused_streams.labels(code=code).inc()
+
+    def replica(self, role: str, cause: str, ledger_version: str, waiting: int) -> None:
+        """The replica's state (controlplane.replica.ReplicaStatus's fields)."""
+        for name in ("single", "leader", "follower"):
+            self.role.labels(role=name).set(int(name == role))
+        self.ready.set(int(not cause))
+        for name in ("informers", "ledger", "unpublished"):
+            self.not_ready.labels(cause=name).set(int(name == cause))
+        self.ledger_version.set(int(ledger_version) if ledger_version.isdigit() else 0)
+        self.endpoints_waiting.set(waiting)
 
 
 class MetricsServer(MetricsHttpServer):

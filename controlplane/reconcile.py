@@ -11,9 +11,11 @@ slots agents already run.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Protocol
 
@@ -30,6 +32,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# A step that encoded at least this many backends rebuilt enough of the heap to freeze it.
+FREEZE_MIN_ENCODED = 500
+
 
 class AssignmentStore(Protocol):
     """Where the slot assignment persists (controlplane.slotstore.SlotStore fits)."""
@@ -40,11 +45,21 @@ class AssignmentStore(Protocol):
 
 
 class ComputeFn(Protocol):
-    """`Computer.compute`'s shape: `now` is the wall clock the loop reads for it."""
+    """`Computer.compute`'s shape: `now` is the wall clock the loop reads for it;
+    `assign_new=False` (a follower's computation) is passed only with a SlotAuthority."""
 
     def __call__(
-        self, state: ClusterState, previous: SlotAssignment, *, now: float
+        self, state: ClusterState, previous: SlotAssignment, *, now: float, assign_new: bool = True
     ) -> ComputeResult: ...
+
+
+class SlotAuthority(Protocol):
+    """With several replicas: whether this one assigns slots now (holds the Lease), and
+    the ledger the leader last wrote, which a follower computes with (None until read)."""
+
+    def assigning(self) -> bool: ...
+
+    def ledger(self) -> SlotAssignment | None: ...
 
 
 def same_assignment(a: SlotAssignment, b: SlotAssignment) -> bool:
@@ -85,8 +100,14 @@ class Reconciler:
         retry_s: float = 1.0,
         executor: Executor | None = None,
         metrics: Metrics | None = None,
+        authority: SlotAuthority | None = None,
     ) -> None:
+        """Without `authority` (one process) this loop always assigns slots; with it,
+        only while `authority.assigning()`: it then continues the ledger it loads on
+        promotion, and otherwise computes as a follower, saving nothing."""
         self._source = source
+        self._authority = authority
+        self._leading = False  # the ledger was loaded since this replica took the Lease
         self._store = store
         self._slot_store = slot_store
         self._compute = compute
@@ -109,6 +130,9 @@ class Reconciler:
         self._logged_rejections: set[Rejection] = set()
         self._logged_source_errors: set[str] = set()
         self.computations = 0  # computations started, for tests and metrics
+        self._frozen = False  # gc.freeze() ran after a step (see _settle_heap)
+        # Workload -> endpoints left out for want of a slot, as last published.
+        self.waiting: Mapping[str, int] = {}
         self._finished = 0
 
     # ------------------------------------------------------------------ inputs
@@ -138,14 +162,11 @@ class Reconciler:
     async def run(self) -> None:
         """Load the saved assignment, compute at once, then on every (debounced) change.
 
-        Returns after `stop()`, never in the middle of a persist-then-publish step.
+        Returns after `stop()`, never in the middle of a persist-then-publish step. With
+        an authority the assignment is loaded when this replica starts assigning.
         """
-        assignment, problems = await self._loop.run_in_executor(
-            self._executor, self._slot_store.load
-        )
-        for problem in problems:
-            log.warning("slot state: %s", problem)
-        self._assignment = assignment
+        if self._authority is None:
+            self._assignment = await self._load()
         await self._reconcile()
         while not self._stopping.is_set():
             await self._wait(self._changed)
@@ -197,14 +218,46 @@ class Reconciler:
                 self._finished += 1
                 self._done.notify_all()
 
+    async def _load(self) -> SlotAssignment:
+        assignment, problems = await self._loop.run_in_executor(
+            self._executor, self._slot_store.load
+        )
+        for problem in problems:
+            log.warning("slot state: %s", problem)
+        return assignment
+
+    async def _previous(self) -> tuple[SlotAssignment | None, bool]:
+        """The assignment to compute from and whether this step may assign slots; None
+        when there is none yet (a follower that has not read the ledger)."""
+        if self._authority is None:
+            return self._assignment, True
+        if not self._authority.assigning():
+            self._leading = False
+            return self._authority.ledger(), False
+        if not self._leading:  # just took the Lease: continue the ledger as it is now
+            self._assignment = await self._load()
+            self._leading = True
+            log.info("leading: continuing the slot ledger")
+        return self._assignment, True
+
     async def _step(self) -> None:
-        previous = self._assignment
+        try:
+            previous, assigning = await self._previous()
+        except Exception:
+            log.exception("cannot load the slot ledger; retrying in %.1fs", self._retry_s)
+            self._loop.call_later(self._retry_s, self.on_change)
+            return
+        if previous is None:
+            return  # nothing to compute with yet; the ledger watch calls on_change
 
         def compute_now() -> tuple[ComputeResult, dict[str, SnapshotContent], float]:
             state = self._source.state()
             now = time.time()  # wall clock: freed slots' times are compared across restarts
             started = time.perf_counter()
-            result = self._compute(state, previous, now=now)
+            if assigning:
+                result = self._compute(state, previous, now=now)
+            else:
+                result = self._compute(state, previous, now=now, assign_new=False)
             contents = self._encoder.encode(result.workloads)
             return result, contents, time.perf_counter() - started
 
@@ -216,7 +269,7 @@ class Reconciler:
             log.exception("computation failed; waiting for the next change")
             return
         self._metrics.computed(seconds)
-        if not same_assignment(result.assignment, previous):
+        if assigning and not same_assignment(result.assignment, previous):
             try:
                 await self._loop.run_in_executor(
                     self._executor, self._slot_store.save, result.assignment
@@ -228,10 +281,28 @@ class Reconciler:
                 )
                 self._loop.call_later(self._retry_s, self.on_change)
                 return
-        # Keep the very object compute returned: the incremental Computer recognises it.
-        self._assignment = result.assignment
+        if assigning:  # a follower's assignment is never kept: the ledger is its truth
+            # Keep the very object compute returned: the incremental Computer recognises it.
+            self._assignment = result.assignment
+        self.waiting = result.waiting
         self._publish(result, contents)
         self._log_problems(result.rejections, self._source.errors())
+        self._settle_heap()
+
+    def _settle_heap(self) -> None:
+        """Take the cluster's objects out of the cyclic collector's reach after a step
+        that built most of them (the first one, a settings change).
+
+        A 2,000-Service cluster is millions of live objects; Python's full collection walks
+        all of them and fired every few changes, stalling a one-endpoint change for ~300 ms
+        instead of ~10 (measured, docs/design.md "The folder source"). `gc.freeze` moves
+        every live object to the permanent generation in O(1); objects are still freed by
+        reference counting when dropped, only cycles among frozen objects would stay.
+        """
+        if self._frozen and self._encoder.encoded < FREEZE_MIN_ENCODED:
+            return
+        gc.freeze()
+        self._frozen = True
 
     def _publish(self, result: ComputeResult, contents: dict[str, SnapshotContent]) -> None:
         outcome = self._store.publish_result(contents, result.pod_workloads)

@@ -8,18 +8,27 @@ unchanged recompute publishes nothing and wakes no stream. The bytes of
 that workload: a stream prepends its own `ServerMessage(nonce=...)` bytes, which protobuf
 parses as one merged message.
 
+For agents that accept deltas the store keeps, per workload, the encoded parts of the
+last `retained_versions` contents (a dict of references to backend bytes mostly shared
+with the current version) and builds the delta from one of them to the current version
+once, on first request; every stream at that base shares the bytes. The cache is
+emptied when the workload's content changes, so it never holds more than one delta per
+retained base.
+
 The store does no I/O and is used from the event-loop thread only.
 """
 
 from __future__ import annotations
 
+import sys
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from controlplane.publish import wire
-from controlplane.publish.content import SnapshotContent
+from controlplane.publish import delta, wire
+from controlplane.publish.content import ContentParts, SnapshotContent
 from peerplane.v1 import peerplane_pb2 as pb
 
 Subscriber = Callable[[], None]
@@ -37,6 +46,8 @@ class Published:
     message_bytes: bytes
     # time.monotonic() at publication (push-latency metric); not part of the content.
     published_at: float = field(default=0.0, compare=False)
+    # Content hashes a delta to this version can start from (retained, this one excluded).
+    bases: frozenset[str] = field(default=frozenset(), compare=False)
 
     @property
     def content_hash(self) -> str:
@@ -56,10 +67,39 @@ class PublishResult:
     pods_changed: bool  # the pod -> workload mapping changed
 
 
+DEFAULT_RETAINED_VERSIONS = 16
+
+
+@dataclass(slots=True)
+class _Retained:
+    """One retained content of a workload: its parts, and the bytes only it holds (not
+    shared with the version that replaced it; 0 while current)."""
+
+    parts: ContentParts
+    own_bytes: int = 0
+
+
+def _own_bytes(old: ContentParts, new: ContentParts) -> int:
+    """Bytes `old` keeps alive that `new` does not share (an estimate: the parts, the
+    changed backends' bytes, the backends dict)."""
+    after = new.backends
+    changed = sum(len(b) for name, b in old.backends.items() if after.get(name) is not b)
+    fixed = len(old.workload) + len(old.peers) + len(old.frontends) + len(old.warnings)
+    return changed + fixed + sys.getsizeof(old.backends)
+
+
 class SnapshotStore:
     """Current published version of every workload, plus the pod -> workload mapping."""
 
-    def __init__(self) -> None:
+    def __init__(self, retained_versions: int = DEFAULT_RETAINED_VERSIONS) -> None:
+        if retained_versions < 1:
+            raise ValueError(f"retained_versions must be at least 1, not {retained_versions}")
+        self.retained_versions = retained_versions
+        # Per workload: content hash -> parts of the last `retained_versions` contents,
+        # oldest first, the current one last.
+        self._retained: dict[str, OrderedDict[str, _Retained]] = {}
+        # Per workload: base content hash -> ServerMessage(delta=...) to the current version.
+        self._deltas: dict[str, dict[str, bytes]] = {}
         self._current: dict[str, Published] = {}
         # Last generation ever used per workload: a workload that vanishes and comes back
         # keeps counting upwards, so versions never repeat within one process.
@@ -97,6 +137,8 @@ class SnapshotStore:
         removed = sorted(set(self._current) - set(snapshots))
         for workload in removed:
             del self._current[workload]
+            self._retained.pop(workload, None)
+            self._deltas.pop(workload, None)
         pods_changed = False
         if pod_workloads is not None and dict(pod_workloads) != dict(self._pod_workloads):
             self._pod_workloads = MappingProxyType(dict(pod_workloads))
@@ -116,10 +158,28 @@ class SnapshotStore:
         message = wire.server_message_with_snapshot(
             wire.versioned(content.payload, version, content.content_hash)
         )
+        bases = self._retain(workload, content, current)
+        self._deltas.pop(workload, None)
         self._current[workload] = Published(
-            workload, version, content, message, published_at=time.monotonic()
+            workload, version, content, message, published_at=time.monotonic(), bases=bases
         )
         return True
+
+    def _retain(
+        self, workload: str, content: SnapshotContent, replaced: Published | None
+    ) -> frozenset[str]:
+        """Keep `content`'s parts as the newest of its workload; the bases it can be
+        reached from by a delta."""
+        retained = self._retained.setdefault(workload, OrderedDict())
+        if replaced is not None:
+            previous = retained.get(replaced.content_hash)
+            if previous is not None:
+                previous.own_bytes = _own_bytes(previous.parts, content.parts)
+        retained.pop(content.content_hash, None)
+        retained[content.content_hash] = _Retained(content.parts)
+        while len(retained) > self.retained_versions:
+            retained.popitem(last=False)
+        return frozenset(retained) - {content.content_hash}
 
     # ------------------------------------------------------------------ reads
 
@@ -138,6 +198,44 @@ class SnapshotStore:
     def workload_of(self, pod: str) -> str | None:
         """Workload of the HAProxy pod "namespace/name", None when unknown."""
         return self._pod_workloads.get(pod)
+
+    def delta_message(self, workload: str, to_hash: str, base_hash: str) -> bytes | None:
+        """`ServerMessage(delta=...)` from content `base_hash` to the current version of
+        `workload`, built on the first request and shared by every stream at that base;
+        None when `to_hash` is no longer current or the base is not retained (send the
+        full snapshot)."""
+        published = self._current.get(workload)
+        if published is None or published.content_hash != to_hash:
+            return None
+        if base_hash not in published.bases:
+            return None
+        cache = self._deltas.setdefault(workload, {})
+        message = cache.get(base_hash)
+        if message is None:
+            retained = self._retained[workload]
+            body = delta.delta_bytes(
+                retained[base_hash].parts,
+                published.content.parts,
+                base_hash,
+                published.content_hash,
+                published.version,
+            )
+            message = delta.server_message_with_delta(body)
+            cache[base_hash] = message
+        return message
+
+    @property
+    def retained_count(self) -> int:
+        """Contents retained over all workloads (the current ones included)."""
+        return sum(len(r) for r in self._retained.values())
+
+    @property
+    def retained_bytes(self) -> int:
+        """Bytes held only for deltas: retained contents' parts that the version after
+        each does not share, and the cached delta messages (an estimate)."""
+        parts = sum(r.own_bytes for kept in self._retained.values() for r in kept.values())
+        deltas = sum(len(m) for cache in self._deltas.values() for m in cache.values())
+        return parts + deltas
 
     # ------------------------------------------------------------------ subscribers
 

@@ -15,13 +15,14 @@ import logging
 import threading
 import time
 
-from nodeagent import activation, changes, sockrepair, state
+from nodeagent import activation, changes, delta, sockrepair, state
+from nodeagent.delta import ChangeSet, DeltaError, Held
 from nodeagent.faults import crash_point
 from nodeagent.haproxy import HAProxy, HAProxyError, validate
 from nodeagent.logformat import fields
 from nodeagent.metrics import AgentMetrics
 from nodeagent.outcome import ApplyError, Result
-from nodeagent.render import PEERS_SECTION, RenderError, RenderOptions, render
+from nodeagent.render import PEERS_SECTION, Rendered, RenderError, RenderOptions, render_held
 from nodeagent.supervisor import Supervisor
 from peerplane.v1 import peerplane_pb2 as pb
 
@@ -51,8 +52,8 @@ class Applier:
         self.haproxy = haproxy
         self.activation = activation.for_mode(haproxy, supervisor)
         self.start_timeout = start_timeout
-        self.applied: pb.Snapshot | None = None
-        self._applied_cfg: str | None = None
+        self.applied: Held | None = None
+        self._applied_cfg: Rendered | None = None  # the render cache: applied sections
         self._unsaved = False  # HAProxy runs `applied` but the state dir lacks it
         self._lock = threading.Lock()
         self.metrics = metrics if metrics is not None else AgentMetrics()
@@ -69,6 +70,11 @@ class Applier:
     def applied_version(self) -> int:
         return self.applied.version if self.applied is not None else 0
 
+    @property
+    def applied_held(self) -> Held | None:
+        """What the Hello reports, in parts: the base a new stream's deltas apply to."""
+        return None if self._unsaved else self.applied
+
     def restore(self) -> bool:
         """On agent start: run the saved snapshot at once, before the control plane answers.
 
@@ -77,14 +83,15 @@ class Applier:
         that is not up yet is only given the file (it starts on it; the agent does not wait).
         """
         with self._lock:
-            snapshot = self.store.load()
-            if snapshot is None:
+            saved = self.store.load()
+            if saved is None:
                 log.info(
                     "no saved snapshot in %s; waiting for the control plane", self.store.state_dir
                 )
                 return False
             try:
-                result = self._run(snapshot, restoring=True)
+                snapshot = _hold(saved)
+                result = self._run(snapshot, None, restoring=True)
             except ApplyError as e:
                 log.error("saved snapshot not restored: %s", e.reason)
                 return False
@@ -98,12 +105,16 @@ class Applier:
             )
             return True
 
-    def apply(self, snapshot: pb.Snapshot) -> Result:
-        """Apply a snapshot from the control plane: the ACK or the NACK to send."""
+    def apply(self, snapshot: Held | pb.Snapshot, change: ChangeSet | None = None) -> Result:
+        """Apply a snapshot from the control plane: the ACK or the NACK to send. `change`
+        (from a delta) says what differs from the snapshot whose hash is its base; without
+        it, or on another base, the held parts are compared (cheap: shared bytes)."""
         with self._lock:
             start = time.monotonic()
             try:
-                result = self._run(snapshot)
+                if isinstance(snapshot, pb.Snapshot):  # a private copy: callers may mutate theirs
+                    snapshot = _hold(pb.Snapshot.FromString(snapshot.SerializeToString()))
+                result = self._run(snapshot, change)
             except ApplyError as e:  # HAProxy keeps running what it ran
                 path = e.kind.value if e.kind is not None else None
                 log.warning(
@@ -128,30 +139,39 @@ class Applier:
             m.runtime_updates.inc()
         m.applied_version.set(self.applied_version)
 
-    def _run(self, snapshot: pb.Snapshot, restoring: bool = False) -> Result:
-        """The pipeline; raises ApplyError, after which HAProxy and the file are as they were."""
+    def _run(self, snapshot: Held, change: ChangeSet | None, restoring: bool = False) -> Result:
+        """The pipeline; raises ApplyError, after which HAProxy and the file are as they were.
+
+        O(changed backends) but for the joins of the file and the saved bytes: unchanged
+        backends' sections come from the render cache, and only changed parts are classified."""
         ident = f"workload={snapshot.workload} version={snapshot.version}"
 
         def extra(path: changes.Kind | None) -> dict[str, object]:
             name = path.value if path is not None else None
             return fields(workload=snapshot.workload, version=snapshot.version, path=name)
 
-        missing = missing_local_peer(snapshot, self.options.pod_name)
+        missing = missing_local_peer(snapshot.peers, self.options.pod_name)
         if missing is not None:
             raise ApplyError(missing)
         try:
-            cfg = render(snapshot, self.options)
+            rendered = render_held(snapshot, self.options, self._applied_cfg)
         except RenderError as e:
             raise ApplyError(f"render: {e}") from None
-        decision = changes.classify(self.applied, self._applied_cfg, snapshot, cfg)
+        data = rendered.data()  # the file; its text only on the reload path
+        old = self.applied
+        if old is not None and (change is None or change.base != old.content_hash):
+            change = delta.diff(old, snapshot)
+        decision = changes.Decision(changes.Kind.RELOAD, reason="nothing applied yet")
+        if old is not None and change is not None:
+            decision = changes.classify(old, self._applied_cfg, snapshot, rendered, change)
         started = self.activation.started
         if decision.kind is changes.Kind.NOTHING and started:
             log.info(
                 "%s: no change to HAProxy (%s)", ident, decision.reason, extra=extra(decision.kind)
             )
-            if self._read_config() != cfg:
-                self._write_config(cfg)
-            self._record(snapshot, cfg)
+            if self._read_config_bytes() != data:
+                self._write_config(data)
+            self._record(snapshot, rendered)
             return Result(True, decision.kind)
         kind = decision.kind if started else changes.Kind.RELOAD
         if kind is changes.Kind.RUNTIME and not sockrepair.answers(self.haproxy.runtime_socket):
@@ -163,10 +183,11 @@ class Applier:
             )
             kind = changes.Kind.RELOAD
         if kind is changes.Kind.RUNTIME:
-            done = self._runtime(snapshot, cfg, decision, ident, extra(kind))
+            done = self._runtime(snapshot, rendered, data, decision, ident, extra(kind))
             if done is not None:
                 return done
             kind = changes.Kind.RELOAD
+        cfg = data.decode()
         error = validate(cfg, self.haproxy.haproxy_bin, self.haproxy.check_timeout)
         if error:
             self.metrics.validation_failures.inc()
@@ -177,14 +198,15 @@ class Applier:
         else:
             log.info("%s: reload (%s)", ident, decision.reason, extra=extra(changes.Kind.RELOAD))
             pid = self._activate(cfg, crash_at=None if restoring else "after-config-write")
-        self._record(snapshot, cfg, save=not restoring)
+        self._record(snapshot, rendered, save=not restoring)
         self._check_peers(snapshot, ident)
         return Result(True, kind, worker_pid=pid)
 
     def _runtime(
         self,
-        snapshot: pb.Snapshot,
-        cfg: str,
+        snapshot: Held,
+        rendered: Rendered,
+        data: bytes,
         decision: changes.Decision,
         ident: str,
         extra: dict[str, object],
@@ -200,8 +222,8 @@ class Applier:
                 "%s: runtime update of %d server(s)", ident, len(decision.updates), extra=extra
             )
             self.haproxy.set_servers(decision.updates)
-            self._write_config(cfg)
-            self._record(snapshot, cfg)
+            self._write_config(data)
+            self._record(snapshot, rendered)
             return Result(True, changes.Kind.RUNTIME, worker_pid=self._worker_pid())
         except (OSError, HAProxyError) as e:
             log.warning("%s: runtime update failed (%s); reloading instead", ident, e)
@@ -242,11 +264,18 @@ class Applier:
             log.warning("runtime socket %s is gone: reloading so that HAProxy binds it", path)
         return rebind
 
-    def _write_config(self, cfg: str) -> None:
+    def _write_config(self, cfg: str | bytes) -> None:
         try:
-            state.atomic_write(self.config_path, cfg.encode())
+            state.atomic_write(self.config_path, cfg.encode() if isinstance(cfg, str) else cfg)
         except OSError as e:
             raise ApplyError(f"cannot write {self.config_path}: {e.strerror or e}") from e
+
+    def _read_config_bytes(self) -> bytes | None:
+        try:
+            with open(self.config_path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
 
     def _read_config(self) -> str | None:
         try:
@@ -264,9 +293,9 @@ class Applier:
             log.warning("cannot read show proc after a runtime update: %s", e)
             return None
 
-    def _check_peers(self, snapshot: pb.Snapshot, ident: str) -> None:
+    def _check_peers(self, snapshot: Held, ident: str) -> None:
         """2.6 may drop a peers section silently: say so loudly if the worker lacks it."""
-        if not snapshot.peers.peers:
+        if snapshot.peers is None or not snapshot.peers.peers:
             return
         try:
             sections = self.haproxy.peers_sections()
@@ -276,15 +305,16 @@ class Applier:
         if PEERS_SECTION not in sections:
             log.error("%s: HAProxy runs without peers section %s", ident, PEERS_SECTION)
 
-    def _record(self, snapshot: pb.Snapshot, cfg: str, save: bool = True) -> None:
-        """HAProxy runs `snapshot` now: remember it, then save it (unless it is the saved
-        one). A failed save is an ApplyError: the Hello then names no hash, so the control
-        plane sends the snapshot again and the save is retried."""
-        self.applied, self._applied_cfg = snapshot, cfg
+    def _record(self, snapshot: Held, rendered: Rendered, save: bool = True) -> None:
+        """HAProxy runs `snapshot` now: remember it and its sections (the render cache),
+        then save it (unless it is the saved one) from the bytes in hand. A failed save is
+        an ApplyError: the Hello then names no hash, so the control plane sends the snapshot
+        again and the save is retried."""
+        self.applied, self._applied_cfg = snapshot, rendered
         if not save:
             return
         try:
-            self.store.save(snapshot)
+            self.store.save_bytes(snapshot.serialized())
         except OSError as e:
             self._unsaved = True
             raise ApplyError(
@@ -294,13 +324,21 @@ class Applier:
         self._unsaved = False
 
 
-def missing_local_peer(snapshot: pb.Snapshot, pod_name: str) -> str | None:
+def _hold(snapshot: pb.Snapshot) -> Held:
+    """A full snapshot in parts; a duplicate backend is a render error, as before."""
+    try:
+        return Held.from_snapshot(snapshot)
+    except DeltaError as e:
+        raise ApplyError(f"render: {e}") from None
+
+
+def missing_local_peer(section: pb.PeerSection | None, pod_name: str) -> str | None:
     """The NACK text when a non-empty peers list lacks this pod, else None.
 
     HAProxy drops a peers section without its local peer (2.6 with only a warning):
     the table would stop replicating and not be handed over at the reload.
     """
-    peers = snapshot.peers.peers
+    peers = section.peers if section is not None else ()
     if not peers or any(p.name == pod_name for p in peers):
         return None
     return (

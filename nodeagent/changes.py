@@ -1,6 +1,7 @@
 """Decide the cheapest correct way to go from the applied snapshot to a new one.
 
-Pure. A reload costs a new worker and risks stick-table resync, so it is used only when
+Pure, and O(changed parts): only the backends and sections a `ChangeSet` names are
+looked at. A reload costs a new worker and risks stick-table resync, so it is used only when
 the change cannot be expressed as runtime API commands on pre-declared server slots.
 """
 
@@ -9,6 +10,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from nodeagent.delta import ChangeSet, Held
+from nodeagent.render import Rendered
 from peerplane.v1 import peerplane_pb2 as pb
 
 
@@ -36,52 +39,63 @@ class Decision:
     reason: str = ""
 
 
-def significant(cfg: str) -> str:
-    """The config without comment lines: comments never need a reload."""
-    return "\n".join(line for line in cfg.splitlines() if not line.lstrip().startswith("#"))
-
-
-def _without_slot_endpoints(snapshot: pb.Snapshot) -> pb.Snapshot:
-    shape = pb.Snapshot()
-    shape.CopyFrom(snapshot)
-    shape.ClearField("version")
-    shape.ClearField("content_hash")
+def _shape(backend: pb.Backend) -> pb.Backend:
+    """The backend without what the runtime API changes (slot address, port, enabled)
+    and what is never rendered (warnings)."""
+    shape = pb.Backend()
+    shape.CopyFrom(backend)
     shape.ClearField("warnings")
-    for backend in shape.backends:
-        backend.ClearField("warnings")
-        for slot in backend.slots:
-            slot.ClearField("address")
-            slot.ClearField("port")
-            slot.ClearField("enabled")
+    for slot in shape.slots:
+        slot.ClearField("address")
+        slot.ClearField("port")
+        slot.ClearField("enabled")
     return shape
 
 
-def _slot_updates(old: pb.Snapshot, new: pb.Snapshot) -> tuple[ServerUpdate, ...]:
+def _slot_updates(old_b: pb.Backend, new_b: pb.Backend) -> list[ServerUpdate]:
     updates: list[ServerUpdate] = []
-    for old_b, new_b in zip(old.backends, new.backends, strict=True):
-        for old_s, new_s in zip(old_b.slots, new_b.slots, strict=True):
-            before = (old_s.enabled, old_s.address, old_s.port) if old_s.enabled else (False,)
-            after = (new_s.enabled, new_s.address, new_s.port) if new_s.enabled else (False,)
-            if before != after:
-                updates.append(
-                    ServerUpdate(
-                        new_b.name, new_s.server_name, new_s.address, new_s.port, new_s.enabled
-                    )
+    for old_s, new_s in zip(old_b.slots, new_b.slots, strict=True):
+        before = (old_s.enabled, old_s.address, old_s.port) if old_s.enabled else (False,)
+        after = (new_s.enabled, new_s.address, new_s.port) if new_s.enabled else (False,)
+        if before != after:
+            updates.append(
+                ServerUpdate(
+                    new_b.name, new_s.server_name, new_s.address, new_s.port, new_s.enabled
                 )
-    return tuple(updates)
+            )
+    return updates
 
 
 def classify(
-    old: pb.Snapshot | None, old_cfg: str | None, new: pb.Snapshot, new_cfg: str
+    old: Held | None,
+    old_cfg: Rendered | None,
+    new: Held,
+    new_cfg: Rendered,
+    change: ChangeSet,
 ) -> Decision:
-    """Compare applied (snapshot, rendered config) with the new ones."""
+    """From the applied snapshot and its rendering to the new ones, looking only at the
+    parts in `change` (what differs between the two): O(changed backends)."""
     if old is None or old_cfg is None:
         return Decision(Kind.RELOAD, reason="nothing applied yet")
-    if significant(old_cfg) == significant(new_cfg):
-        return Decision(Kind.NOTHING, reason="rendered config identical")
-    if _without_slot_endpoints(old) != _without_slot_endpoints(new):
-        return Decision(Kind.RELOAD, reason="peers, settings, backends or frontends changed")
-    updates = _slot_updates(old, new)
+    if change.peers and old_cfg.peers != new_cfg.peers:
+        return Decision(Kind.RELOAD, reason="peers changed")
+    if change.frontends and old_cfg.frontends != new_cfg.frontends:
+        return Decision(Kind.RELOAD, reason="frontends changed")
+    if change.removed:
+        return Decision(Kind.RELOAD, reason=f"{len(change.removed)} backend(s) removed")
+    updates: list[ServerUpdate] = []
+    for name in sorted(change.backends):
+        if name not in old.backends:
+            return Decision(Kind.RELOAD, reason=f"backend {name} added")
+        if old_cfg.backends[name] == new_cfg.backends[name]:
+            continue  # a change nothing renders (warnings, a free slot's address)
+        old_b, new_b = old.backends[name], new.backends[name]
+        if _shape(old_b) != _shape(new_b):
+            return Decision(Kind.RELOAD, reason=f"backend {name} settings or slots changed")
+        found = _slot_updates(old_b, new_b)
+        if not found:
+            return Decision(Kind.RELOAD, reason=f"backend {name} changed outside the slots")
+        updates += found
     if not updates:
-        return Decision(Kind.RELOAD, reason="rendered config changed outside the slots")
-    return Decision(Kind.RUNTIME, updates, reason=f"{len(updates)} slot(s) changed")
+        return Decision(Kind.NOTHING, reason="rendered config identical")
+    return Decision(Kind.RUNTIME, tuple(updates), reason=f"{len(updates)} slot(s) changed")

@@ -5,6 +5,11 @@ separate tasks: while one snapshot is applied, newer ones replace each other in 
 slot and only the latest is applied (reload coalescing; an answer to a superseded nonce
 would be stale anyway). The stream reconnects forever; HAProxy keeps serving meanwhile.
 
+With `accepts_deltas` the server may send a SnapshotDelta instead: the reader turns each
+into a full, verified snapshot at once (`nodeagent/delta.py`), against the last content
+sent on this stream, so the apply loop only ever sees full snapshots; a delta that does
+not apply is NACKed at once with `resync` and the full snapshot that follows replaces it.
+
 A NACK whose cause may pass (a reload that failed on a port still held by another
 process) is followed by retries of the same snapshot with exponential backoff, until it
 applies (then the same nonce is ACKed) or a newer snapshot replaces it.
@@ -26,6 +31,7 @@ from tenacity import (
 )
 
 from nodeagent import __version__
+from nodeagent.delta import ChangeSet, DeltaError, Held, describe
 from nodeagent.logformat import fields
 from nodeagent.metrics import AgentMetrics
 from nodeagent.outcome import Result
@@ -36,6 +42,9 @@ from peerplane.v1 import peerplane_pb2_grpc
 log = logging.getLogger(__name__)
 
 KEEPALIVE_MS = 30_000  # the server permits pings every >= 20 s
+# gRPC's default 4 MiB refused the full snapshot of ~4,000 Services and more; the control
+# plane sends up to 64 MiB (`--max-send-message-bytes`).
+MAX_RECEIVE_BYTES = 64 * 1024 * 1024
 REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
@@ -55,7 +64,15 @@ class SnapshotApplier(Protocol):
     @property
     def applied_version(self) -> int: ...
 
-    def apply(self, snapshot: pb.Snapshot) -> Result: ...
+    @property
+    def applied_held(self) -> Held | None:
+        """The snapshot the Hello reports, in parts (a new stream's delta base)."""
+        ...
+
+    def apply(self, snapshot: Held, change: ChangeSet | None = None) -> Result: ...
+
+
+Pending = tuple[str, Held, ChangeSet | None]  # nonce, full snapshot, what changed (deltas)
 
 
 class StreamBroken(Exception):
@@ -75,7 +92,11 @@ class Client:
         transport: Transport | None = None,
         metrics: AgentMetrics | None = None,
         retry_initial: float = 1.0,
+        deltas: bool = True,
     ) -> None:
+        self.deltas = deltas  # announce delta support (`nodeagent run --no-deltas`: not)
+        self._base: Held | None = None  # the last content sent on this stream, in parts
+        self._write_lock = asyncio.Lock()  # the reader and the apply loop both answer
         self.retry_initial = retry_initial  # first wait before re-applying a retryable NACK
         self.transport = transport if transport is not None else Transport()
         self.metrics = metrics if metrics is not None else AgentMetrics()
@@ -95,6 +116,7 @@ class Client:
                 applied_content_hash=self.applier.applied_hash,
                 applied_version=self.applier.applied_version,
                 agent_version=__version__,
+                accepts_deltas=self.deltas,
             )
         )
 
@@ -128,14 +150,20 @@ class Client:
             ("grpc.keepalive_timeout_ms", 10_000),
             ("grpc.keepalive_permit_without_calls", 0),
             ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
         ]
         metadata = self.transport.metadata()  # re-read: projected tokens rotate
         async with self.transport.channel(self.target, options) as channel:
             stub = peerplane_pb2_grpc.PeerPlaneStub(channel)
             call = stub.Stream(metadata=metadata or None)
             answered = False
+            self._write_lock = asyncio.Lock()  # bound to this session's event loop
             try:
-                await call.write(self.hello())
+                held = self.applier.applied_held  # read first: an apply may still finish
+                hello = self.hello()
+                reported = hello.hello.applied_content_hash
+                self._base = held if held is not None and held.content_hash == reported else None
+                await call.write(hello)
                 log.info(
                     "connected to %s as %s/%s (applied version=%d hash=%.12s)",
                     self.target,
@@ -144,7 +172,7 @@ class Client:
                     self.applier.applied_version,
                     self.applier.applied_hash,
                 )
-                latest: asyncio.Queue[tuple[str, pb.Snapshot]] = asyncio.Queue(maxsize=1)
+                latest: asyncio.Queue[Pending] = asyncio.Queue(maxsize=1)
                 applier_task = asyncio.create_task(self._apply_loop(call, latest))
                 try:
                     while True:
@@ -156,7 +184,7 @@ class Client:
                             answered = True
                             self.connected.set()
                             self.metrics.connected.set(1)
-                        self._handle(msg, latest)
+                        await self._handle(call, msg, latest)
                         if applier_task.done():
                             applier_task.result()
                 finally:
@@ -186,8 +214,11 @@ class Client:
             if not answered:
                 raise StreamBroken("stream ended before any answer")
 
-    def _handle(
-        self, msg: pb.ServerMessage, latest: asyncio.Queue[tuple[str, pb.Snapshot]]
+    async def _handle(
+        self,
+        call: grpc.aio.StreamStreamCall[pb.AgentMessage, pb.ServerMessage],
+        msg: pb.ServerMessage,
+        latest: asyncio.Queue[Pending],
     ) -> None:
         which = msg.WhichOneof("message")
         if which == "snapshot":
@@ -202,10 +233,22 @@ class Client:
                     event="snapshot", workload=snap.workload, version=snap.version, nonce=msg.nonce
                 ),
             )
-            if latest.full():
-                _, dropped = latest.get_nowait()
-                log.info("coalesced: version %d superseded by %d", dropped.version, snap.version)
-            latest.put_nowait((msg.nonce, snap))
+            try:
+                held = Held.from_snapshot(snap)
+            except DeltaError as e:  # what the applier would say: a final NACK
+                self._base = None
+                _drop(latest)
+                await self._write(
+                    call,
+                    self._nack(
+                        msg.nonce, snap.version, snap.content_hash, f"render: {e}", snap.workload
+                    ),
+                )
+                return
+            self._base = held
+            _offer(latest, (msg.nonce, held, None))
+        elif which == "delta":
+            await self._materialize(call, msg.nonce, msg.delta, latest)
         elif which == "in_sync":
             log.info(
                 "in sync at version=%d hash=%.12s",
@@ -218,18 +261,73 @@ class Client:
         else:
             log.warning("ignoring unknown server message %s", which)
 
+    async def _materialize(
+        self,
+        call: grpc.aio.StreamStreamCall[pb.AgentMessage, pb.ServerMessage],
+        nonce: str,
+        delta: pb.SnapshotDelta,
+        latest: asyncio.Queue[Pending],
+    ) -> None:
+        """Turn a delta into the full snapshot it leads to, at once (the next delta applies
+        to it whatever becomes of this one), or NACK it with resync and hold nothing until
+        the full snapshot the server sends next."""
+        self.metrics.deltas.inc()
+        log.info(
+            "delta received workload=%s version=%d from=%.12s to=%.12s nonce=%s "
+            "(%d backend(s), %d removed)",
+            delta.workload,
+            delta.version,
+            delta.from_content_hash,
+            delta.to_content_hash,
+            nonce,
+            len(delta.backends),
+            len(delta.removed_backends),
+            extra=fields(
+                event="delta", workload=delta.workload, version=delta.version, nonce=nonce
+            ),
+        )
+        try:
+            if self._base is None:
+                raise DeltaError("this agent holds no snapshot on this stream")
+            held, change = self._base.apply(delta)
+        except DeltaError as e:
+            self._base = None
+            _drop(latest)  # superseded: the server sends the full snapshot next
+            self.metrics.delta_resyncs.inc()
+            error = describe(delta, str(e))
+            log.warning(
+                "delta not applied, asking for the full snapshot (resync): %s nonce=%s",
+                error,
+                nonce,
+                extra=fields(event="delta_resync", workload=delta.workload, version=delta.version),
+            )
+            nack = self._nack(nonce, delta.version, delta.to_content_hash, error, delta.workload)
+            nack.nack.resync = True
+            await self._write(call, nack)
+            return
+        self._base = held
+        _offer(latest, (nonce, held, change))
+
+    async def _write(
+        self,
+        call: grpc.aio.StreamStreamCall[pb.AgentMessage, pb.ServerMessage],
+        msg: pb.AgentMessage,
+    ) -> None:
+        async with self._write_lock:
+            await call.write(msg)
+
     async def _apply_loop(
         self,
         call: grpc.aio.StreamStreamCall[pb.AgentMessage, pb.ServerMessage],
-        latest: asyncio.Queue[tuple[str, pb.Snapshot]],
+        latest: asyncio.Queue[Pending],
     ) -> None:
         while True:
-            nonce, snap = await latest.get()
+            nonce, snap, change = await latest.get()
             delay, attempt = self.retry_initial, 1
             while True:
-                result = await asyncio.to_thread(self.applier.apply, snap)
+                result = await asyncio.to_thread(self.applier.apply, snap, change)
                 if attempt == 1 or result.ok:  # one NACK per nonce; the ACK may follow it
-                    await call.write(self._answer(nonce, snap, result, attempt))
+                    await self._write(call, self._answer(nonce, snap, result, attempt))
                 if result.ok or not result.retryable:
                     break
                 log.warning(
@@ -243,14 +341,12 @@ class Client:
                     extra=fields(event="apply_retry", workload=snap.workload, version=snap.version),
                 )
                 try:  # a newer snapshot replaces the one being retried
-                    nonce, snap = await asyncio.wait_for(latest.get(), delay)
+                    nonce, snap, change = await asyncio.wait_for(latest.get(), delay)
                     delay, attempt = self.retry_initial, 1
                 except TimeoutError:
                     delay, attempt = min(delay * 2, self.backoff_max), attempt + 1
 
-    def _answer(
-        self, nonce: str, snap: pb.Snapshot, result: Result, attempt: int
-    ) -> pb.AgentMessage:
+    def _answer(self, nonce: str, snap: Held, result: Result, attempt: int) -> pb.AgentMessage:
         """The ACK or NACK for one apply, logged and counted."""
         ident = f"workload={snap.workload} version={snap.version} nonce={nonce}"
         kind = result.kind.value if result.kind else None
@@ -262,18 +358,49 @@ class Client:
             return pb.AgentMessage(
                 ack=pb.Ack(nonce=nonce, version=snap.version, content_hash=snap.content_hash)
             )
+        return self._nack(nonce, snap.version, snap.content_hash, result.error, snap.workload, kind)
+
+    def _nack(
+        self,
+        nonce: str,
+        version: int,
+        content_hash: str,
+        error: str,
+        workload: str,
+        path: str | None = None,
+    ) -> pb.AgentMessage:
+        """A NACK, logged and counted."""
         self.metrics.nacks.inc()
         log.warning(
-            "NACK %s: %s",
-            ident,
-            result.error,
-            extra={"event": "nack", "error": result.error, **extra},
+            "NACK workload=%s version=%d nonce=%s: %s",
+            workload,
+            version,
+            nonce,
+            error,
+            extra=fields(
+                event="nack",
+                error=error,
+                workload=workload,
+                version=version,
+                nonce=nonce,
+                path=path,
+            ),
         )
         return pb.AgentMessage(
-            nack=pb.Nack(
-                nonce=nonce,
-                version=snap.version,
-                content_hash=snap.content_hash,
-                error=result.error,
-            )
+            nack=pb.Nack(nonce=nonce, version=version, content_hash=content_hash, error=error)
         )
+
+
+def _drop(latest: asyncio.Queue[Pending]) -> None:
+    """Forget the snapshot waiting to be applied: a newer message supersedes it."""
+    if latest.full():
+        nonce, dropped, _ = latest.get_nowait()
+        log.info("superseded: version %d (nonce %s) will not be applied", dropped.version, nonce)
+
+
+def _offer(latest: asyncio.Queue[Pending], item: Pending) -> None:
+    """Queue a full snapshot for the apply loop, replacing one still waiting (coalescing)."""
+    if latest.full():
+        _, dropped, _ = latest.get_nowait()
+        log.info("coalesced: version %d superseded by %d", dropped.version, item[1].version)
+    latest.put_nowait(item)

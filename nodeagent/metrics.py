@@ -1,12 +1,13 @@
 """Prometheus metrics of one agent, served by the shared HTTP server (`--metrics-port`).
 
 Each `AgentMetrics` has its own registry, so several agents in one test process do not
-clash. The server (`peerplane.httpserve`) answers `/metrics` and `/healthz`.
+clash. The server (`peerplane.httpserve`) answers `/metrics`, `/healthz` and `/readyz`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from prometheus_client import (
     CollectorRegistry,
@@ -59,15 +60,37 @@ class AgentMetrics:
             "Reloads that bound a deleted runtime socket again",
             registry=r,
         )
+        self.deltas = Counter(
+            "nodeagent_deltas_received", "SnapshotDelta messages received", registry=r
+        )
+        self.delta_resyncs = Counter(
+            "nodeagent_delta_resyncs",
+            "Deltas that did not apply (base not held, hash mismatch, malformed): NACKed "
+            "with resync, the full snapshot follows",
+            registry=r,
+        )
+        self.ready = Gauge(
+            "nodeagent_ready",
+            "1 while /readyz answers 200: an applied snapshot runs and its stick tables are "
+            "synced from the peers (or the resync bound passed)",
+            registry=r,
+        )
         for path in PATHS:
             self.apply_seconds.labels(path)  # export every path from the start
 
 
 class MetricsServer(MetricsHttpServer):
-    """`/metrics` and `/healthz` of `metrics` in a daemon thread (port 0 picks one)."""
+    """`/metrics`, `/healthz` and, given `ready` (`nodeagent.readiness`), `/readyz` of
+    `metrics` in a daemon thread (port 0 picks one)."""
 
-    def __init__(self, metrics: AgentMetrics, address: str, port: int) -> None:
-        super().__init__(metrics.registry, address, port)
+    def __init__(
+        self,
+        metrics: AgentMetrics,
+        address: str,
+        port: int,
+        ready: Callable[[], tuple[bool, str]] | None = None,
+    ) -> None:
+        super().__init__(metrics.registry, address, port, ready)
 
     def start(self) -> MetricsServer:
         super().start()

@@ -221,7 +221,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     kube.add_argument(
         "--leader-elect",
         action="store_true",
-        help="only the holder of a coordination.k8s.io Lease computes and serves",
+        help="every replica computes and serves; only the holder of a coordination.k8s.io "
+        "Lease assigns slots and writes the slot ConfigMap (the others follow it)",
     )
     kube.add_argument("--lease-name", default=DEFAULT_LEASE, help=f"default {DEFAULT_LEASE}")
     kube.add_argument(
@@ -326,6 +327,12 @@ def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default {DEFAULT_MAX_STREAMS_PER_PEER}; 0 = unlimited)",
     )
     limits.add_argument(
+        "--no-deltas",
+        action="store_true",
+        help="send every agent full snapshots only, even agents that accept deltas "
+        "(benchmarks, or an escape hatch)",
+    )
+    limits.add_argument(
         "--keepalive-time",
         type=positive_float,
         default=defaults.keepalive_time_s,
@@ -382,6 +389,10 @@ def check(args: argparse.Namespace) -> str | None:
         return "--open-inspection contradicts --authenticate-inspection: choose one"
     if args.open_inspection and not args.authenticate_agents:
         return "--open-inspection only applies with --authenticate-agents"
+    if args.leader_elect and args.state is not None and args.slots_configmap is None:
+        return (
+            "--leader-elect needs the slot ledger in a ConfigMap (followers read it): drop --state"
+        )
     return None
 
 

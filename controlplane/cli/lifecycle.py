@@ -7,9 +7,12 @@ ends every stream with OK, finishes the computation in progress (the slot assign
 always persisted before the snapshots using it are published, so nothing is left to
 flush), stops the source and returns 0.
 
-With `--leader-elect` (Kubernetes mode) the source loads on every replica, but only the
-holder of the Lease runs the reconcile loop; a replica that loses the Lease reports
-NOT_SERVING, closes its streams and exits 1 at once (Kubernetes restarts it as a follower).
+With `--leader-elect` (Kubernetes mode) every replica loads the source, watches the slot
+ledger ConfigMap, computes and serves; only the holder of the Lease assigns slots and
+writes the ledger (`controlplane.replica`). A follower is ready once it has read the
+ledger; the replica taking the Lease continues the ledger as it finds it. A leader that
+loses the Lease while alive reports NOT_SERVING, closes its streams and exits 1 at once
+(Kubernetes restarts it as a follower): it may have a slot write in flight.
 What runs is built by `wiring` from the flags; this module only orders it.
 """
 
@@ -20,15 +23,19 @@ import asyncio
 import contextlib
 import logging
 import signal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controlplane import logformat
 from controlplane.cli import flags, wiring
 from controlplane.metrics import Metrics, MetricsServer
 from controlplane.reconcile import Reconciler
+from controlplane.replica import Replica
 from controlplane.server import ControlPlaneServer
 from controlplane.source import Source
 from controlplane.store import SnapshotStore
+
+if TYPE_CHECKING:
+    from controlplane.kube.ledger import LedgerWatch
 
 # The log lines keep the logger name operators and tests know from `serve`.
 log = logging.getLogger("controlplane.serve")
@@ -73,6 +80,7 @@ async def _serve(args: argparse.Namespace) -> int:
         return 2
     store = SnapshotStore()
     metrics = Metrics()
+    replica = Replica(wiring.replica_name())
     server = ControlPlaneServer(
         store,
         wiring.server_options(args, tls),
@@ -80,6 +88,7 @@ async def _serve(args: argparse.Namespace) -> int:
         authenticate_agents=bool(args.authenticate_agents),
         authenticate_inspection=flags.inspection_authenticated(args),
         metrics=metrics,
+        replica=replica,
     )
     try:
         port = await server.start(args.listen)
@@ -93,7 +102,7 @@ async def _serve(args: argparse.Namespace) -> int:
         await server.stop(0)
         return 1
     try:
-        return await _run(args, api, loop, stopping, stop_wait, store, server, metrics)
+        return await _run(args, api, loop, stopping, stop_wait, store, server, metrics, replica)
     finally:
         if exporter is not None:
             exporter.stop()
@@ -127,11 +136,12 @@ async def _run(
     store: SnapshotStore,
     server: ControlPlaneServer,
     metrics: Metrics,
+    replica: Replica,
 ) -> int:
     from controlplane.compute import Computer
 
     try:
-        source = wiring.open_source(args, api)
+        source = wiring.open_source(args, api, metrics)
     except ValueError as err:
         log.error("--source %s: %s", args.source, err)
         await server.stop(0)
@@ -140,30 +150,47 @@ async def _run(
         args, api, Computer(wiring.workload_scope(args)).compute
     )
     slots = wiring.open_slot_store(args, api)
-    reconciler = Reconciler(source, store, slots, compute, metrics=metrics)
+    leadership = wiring.leadership(args, api)
+    ledger = wiring.ledger_watch(args, api)
+    reconciler = Reconciler(
+        source,
+        store,
+        slots,
+        compute,
+        metrics=metrics,
+        authority=replica if leadership is not None else None,
+    )
+    replica.attach(
+        published=lambda: store.has_published,
+        waiting=lambda: reconciler.waiting,
+        lease=leadership.elector if leadership is not None else None,
+        ledger=ledger,
+    )
+    reporting = asyncio.ensure_future(_report(replica, metrics))
+    if ledger is not None:
+        ledger.start(reconciler.on_change)
     starting = loop.run_in_executor(None, source.start, reconciler.on_change)
     await _first(starting, stop_wait)
-    if not starting.done():  # stopped while the source was still loading
-        await _shutdown(server, source, None)
-        return 0
-    if (error := starting.exception()) is not None:
-        log.error("source %s failed to start: %s", args.source, error)
-        await _shutdown(server, source, None)
-        return 1
+    if not starting.done() or (error := starting.exception()) is not None:
+        if starting.done():
+            log.error("source %s failed to start: %s", args.source, error)
+        reporting.cancel()
+        await _shutdown(server, source, None, ledger)
+        return 0 if not starting.done() else 1  # 0: stopped while the source loaded
+    replica.synced()
 
-    leadership = wiring.leadership(args, api)
     if leadership is not None:
-        log.info("waiting for lease %s/%s", args.lease_namespace, args.lease_name)
+        log.info("campaigning for lease %s/%s", args.lease_namespace, args.lease_name)
         leadership.start()
-        await _first(asyncio.ensure_future(leadership.elected.wait()), stop_wait)
-        if not leadership.elected.is_set():  # stopped while a follower
-            await leadership.stop()
-            await _shutdown(server, source, None)
-            return 0
-    metrics.leader.set(1)
+        promoting = asyncio.ensure_future(_promote(leadership.elected, reconciler, metrics))
+    else:
+        metrics.leader.set(1)
     running = asyncio.ensure_future(reconciler.run())
     lost = asyncio.ensure_future(leadership.lost.wait() if leadership else stopping.wait())
     await _first(running, stop_wait, lost)
+    reporting.cancel()
+    if leadership is not None:
+        promoting.cancel()
     code = 0
     if leadership is not None and leadership.lost.is_set() and not stopping.is_set():
         log.error("lost the lease: stopping at once")
@@ -175,7 +202,7 @@ async def _run(
         log.error("reconcile loop failed: %s", error, exc_info=error)
         code = 1
     reconciler.stop()
-    await _shutdown(server, source, running)
+    await _shutdown(server, source, running, ledger)
     if leadership is not None:
         await leadership.stop()  # releases the Lease after the last slot write
     if recorder is not None:
@@ -183,13 +210,42 @@ async def _run(
     return code
 
 
+async def _promote(elected: asyncio.Event, reconciler: Reconciler, metrics: Metrics) -> None:
+    """On taking the Lease: recompute at once, now assigning slots (the endpoints
+    followers kept waiting get theirs, the ledger continued as written)."""
+    await elected.wait()
+    metrics.leader.set(1)
+    reconciler.on_change()
+
+
+async def _report(replica: Replica, metrics: Metrics, every_s: float = 1.0) -> None:
+    """Keep the replica metrics current and log each change of readiness or role."""
+    said = ("", "")
+    while True:
+        status = replica.status()
+        metrics.replica(status.role, status.cause, status.ledger_version, status.endpoints_waiting)
+        if (status.role, status.not_ready_reason) != said:
+            if status.ready:
+                log.info("ready as %s (leader %s)", status.role, status.leader or "unknown")
+            else:
+                log.warning("not ready (%s): %s", status.role, status.not_ready_reason)
+            said = (status.role, status.not_ready_reason)
+        await asyncio.sleep(every_s)
+
+
 async def _shutdown(
-    server: ControlPlaneServer, source: Source, running: asyncio.Future[None] | None
+    server: ControlPlaneServer,
+    source: Source,
+    running: asyncio.Future[None] | None,
+    ledger: LedgerWatch | None = None,
 ) -> None:
     log.info("stopping: closing streams")
     await server.stop(STOP_GRACE_S)
     if running is not None:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(running, STOP_GRACE_S)
-    await asyncio.get_running_loop().run_in_executor(None, source.stop)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, source.stop)
+    if ledger is not None:
+        await loop.run_in_executor(None, ledger.stop)
     log.info("stopped")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,8 @@ from controlplane.source import Source
 if TYPE_CHECKING:
     from controlplane.kube.events import EventRecorder
     from controlplane.kube.leader import AsyncLeadership
+    from controlplane.kube.ledger import LedgerWatch
+    from controlplane.metrics import Metrics
 
 # The log lines keep the logger name operators and tests know from `serve`.
 log = logging.getLogger("controlplane.serve")
@@ -71,7 +74,9 @@ def kube_api(args: argparse.Namespace) -> KubeApi | None:
     return load_api_client(args.kubeconfig)
 
 
-def open_source(args: argparse.Namespace, api: KubeApi | None) -> Source:
+def open_source(
+    args: argparse.Namespace, api: KubeApi | None, metrics: Metrics | None = None
+) -> Source:
     """The source named by --source (the one place new source kinds plug in); ValueError
     when it cannot be used."""
     spec: SourceSpec = args.source
@@ -88,7 +93,12 @@ def open_source(args: argparse.Namespace, api: KubeApi | None) -> Source:
 
         if not spec.directory.is_dir():
             raise ValueError(f"{spec.directory} is not a directory")
-        return FilesSource(spec.directory, args.configmap, args.haproxy_selector)
+        return FilesSource(
+            spec.directory,
+            args.configmap,
+            args.haproxy_selector,
+            on_parsed=None if metrics is None else metrics.source_files_parsed.inc,
+        )
     raise ValueError(f"unknown source {spec}")
 
 
@@ -122,7 +132,9 @@ def server_options(args: argparse.Namespace, tls: TlsFiles | None) -> ServerOpti
         max_connection_age_s=args.max_connection_age,
         max_receive_message_bytes=args.max_receive_message_bytes,
         max_send_message_bytes=args.max_send_message_bytes,
-        stream=StreamLimits(max_streams_per_peer=args.max_streams_per_peer),
+        stream=StreamLimits(
+            max_streams_per_peer=args.max_streams_per_peer, deltas=not args.no_deltas
+        ),
         tls=tls,
     )
 
@@ -161,3 +173,19 @@ def leadership(args: argparse.Namespace, api: KubeApi | None) -> AsyncLeadership
     return AsyncLeadership(
         api, namespace=args.lease_namespace, name=args.lease_name, timings=timings
     )
+
+
+def ledger_watch(args: argparse.Namespace, api: KubeApi | None) -> LedgerWatch | None:
+    """With --leader-elect, the watch on the slot ConfigMap followers compute with
+    (`flags.check` makes sure the ledger is a ConfigMap then)."""
+    ref = slots_configmap(args)
+    if not args.leader_elect or ref is None:
+        return None
+    from controlplane.kube.ledger import LedgerWatch
+
+    return LedgerWatch(api, ref)
+
+
+def replica_name() -> str:
+    """This replica's name in ListWorkloads: the pod name, else the host name."""
+    return os.environ.get("POD_NAME") or socket.gethostname()

@@ -8,8 +8,8 @@ by identity).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from controlplane.compute.endpoints import ready_endpoints
 from controlplane.compute.settings import BackendSettings, Resolver, lookup
@@ -49,6 +49,9 @@ class ServicePlan:
     # Service-wide rejections (hosts, tcp-port, ports), shown on the first backend.
     service_warnings: tuple[Rejection, ...]
     configmap_rejections: tuple[Rejection, ...]
+    # Backend name -> endpoints left out for want of a slot (followers only: see
+    # `assign_slots(assign_new=False)`); absent when every endpoint has one.
+    waiting: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def age_key(self) -> tuple[str, str, str]:
@@ -182,8 +185,11 @@ def plan_service(
     resolver: Resolver,
     previous: SlotAssignment,
     now: float,
+    assign_new: bool = True,
 ) -> Planned:
-    """`now`: the computation's wall clock, when slots vacated by this plan are freed."""
+    """`now`: the computation's wall clock, when slots vacated by this plan are freed;
+    `assign_new=False`: a follower's plan, whose endpoints without a slot in `previous`
+    wait (counted in `waiting`, not warned about: the warning would change the content)."""
     rejections: list[Rejection] = []
     if not (
         opted_in(service, rejections)
@@ -206,6 +212,7 @@ def plan_service(
     mode = "tcp" if tcp_port is not None else "http"
     backends: list[BackendSpec] = []
     configmap: list[Rejection] = []
+    waiting: dict[str, int] = {}
     for port in service.ports:
         if not _servable(port):
             own.append(
@@ -227,8 +234,11 @@ def plan_service(
             settings.server_slots,
             now=now,
             quarantine_s=quarantine_seconds(settings.persistence, settings.expire_ms),
+            assign_new=assign_new,
         )
-        if len(slots.slots) < len(endpoints):
+        if not assign_new and len(slots.slots) < len(endpoints):
+            waiting[name] = len(endpoints) - len(slots.slots)
+        elif len(slots.slots) < len(endpoints):
             found_warnings.append(
                 service_rejection(
                     service,
@@ -252,5 +262,6 @@ def plan_service(
         backends=tuple(backends),
         service_warnings=tuple(own),
         configmap_rejections=tuple(configmap),
+        waiting=waiting,
     )
     return Planned(plan, tuple(rejections))

@@ -30,6 +30,7 @@ def assign_slots(
     now: float,
     quarantine_s: float,
     max_slots: int = limits.MAX_SLOTS,
+    assign_new: bool = True,
 ) -> BackendSlots:
     """New assignment for `endpoints` (canonical order) given the previous one.
 
@@ -39,20 +40,26 @@ def assign_slots(
     were written for it. Past `max_slots` the count stops growing: quarantined slots are
     then reused oldest first, and endpoints beyond every slot get none (the caller reports
     them).
+
+    `assign_new=False` is a follower's computation: `previous` is the leader's ledger, and
+    only the leader gives out slots. Endpoints the ledger has keep their slots, vacated
+    slots are freed, and every other endpoint (even one coming back to the slot it left)
+    gets none and no slot is added for it: the caller leaves it out until the ledger has
+    it. With a ledger that matches `endpoints` the result is the leader's, count included.
     """
     present = set(endpoints)
     old = previous.slots if previous is not None else {}
     kept = {ep: slot for ep, slot in old.items() if ep in present}
     freed = dict(previous.freed) if previous is not None else {}
     freed_by = dict(previous.freed_by) if previous is not None else {}
-    for slot, ep in list(freed_by.items()):
+    for slot, ep in list(freed_by.items()) if assign_new else ():
         if ep in present and ep not in kept:  # back: its own slot again
             kept[ep] = slot
             del freed[slot], freed_by[slot]
     for ep, slot in old.items():
         if ep not in present:
             freed[slot], freed_by[slot] = now, ep
-    new = [ep for ep in endpoints if ep not in kept]
+    new = [ep for ep in endpoints if ep not in kept] if assign_new else []
     count = max(previous.count if previous is not None else 0, min(step, max_slots))
     used = set(kept.values())
 

@@ -31,6 +31,7 @@ class _Cached:
     slices: tuple[EndpointSlice, ...]
     settings: ConfigMap | None
     planned: Planned
+    assign_new: bool
 
     def reusable(
         self,
@@ -38,9 +39,11 @@ class _Cached:
         slices: tuple[EndpointSlice, ...],
         settings: ConfigMap | None,
         previous: Mapping[str, BackendSlots],
+        assign_new: bool,
     ) -> bool:
         if not (
-            (self.service is service or self.service == service)
+            self.assign_new == assign_new
+            and (self.service is service or self.service == service)
             and self.slices == slices
             and (self.settings is settings or self.settings == settings)
         ):
@@ -55,6 +58,20 @@ class _Cached:
 
 def _slice_name(endpoint_slice: EndpointSlice) -> str:
     return endpoint_slice.name
+
+
+def _waiting(
+    snapshots: Mapping[str, WorkloadSnapshot], plans: Iterable[ServicePlan]
+) -> dict[str, int]:
+    """Workload key -> endpoints its backends leave out for want of a slot."""
+    by_backend = {name: n for plan in plans for name, n in plan.waiting.items()}
+    if not by_backend:
+        return {}
+    found = {
+        key: sum(by_backend.get(spec.name, 0) for spec in snapshot.backends)
+        for key, snapshot in snapshots.items()
+    }
+    return {key: n for key, n in found.items() if n}
 
 
 def _dedupe(rejections: Iterable[Rejection]) -> tuple[Rejection, ...]:
@@ -80,6 +97,7 @@ class Computer:
         self._slices_by_key: dict[tuple[str, str], dict[int, EndpointSlice]] = {}
         self._settings: ConfigMap | None = None
         self._assignment: Mapping[str, BackendSlots] | None = None
+        self._assign_new = True
         # Derived from _cache, maintained per re-planned Service so a small change
         # costs little: plans by key, keys with rejections, the slot assignment.
         self._plans: dict[tuple[str, str], ServicePlan] = {}
@@ -136,7 +154,12 @@ class Computer:
                 self._slots[part.name] = part.slots
 
     def compute(
-        self, state: ClusterState, previous: Mapping[str, BackendSlots], *, now: float = 0.0
+        self,
+        state: ClusterState,
+        previous: Mapping[str, BackendSlots],
+        *,
+        now: float = 0.0,
+        assign_new: bool = True,
     ) -> ComputeResult:
         """Snapshots of every workload and the new slot assignment.
 
@@ -144,12 +167,15 @@ class Computer:
         now are freed at `now`, and a freed slot is reused only once its quarantine has
         passed by `now`. The default 0 suits callers without persisted history (tests);
         with real freed times it never reuses a freed slot, which is safe but grows slots.
+        `assign_new=False` computes as a follower: `previous` is the leader's ledger, and
+        endpoints it has no slot for are left out and counted in `waiting`.
         """
         dirty = self._index(state)
         settings_same = self._settings is state.settings or self._settings == state.settings
-        if previous is not self._assignment or not settings_same:
+        if previous is not self._assignment or not settings_same or assign_new != self._assign_new:
             dirty = set(self._by_key) | set(self._cache)
         self._settings = state.settings
+        self._assign_new = assign_new
         resolver = Resolver(state.settings)
         self.planned = 0
         for key in dirty:
@@ -160,10 +186,12 @@ class Computer:
             # Slices sorted by name: input order never matters.
             mine = tuple(sorted(self._slices_by_key.get(key, {}).values(), key=_slice_name))
             cached = self._cache.get(key)
-            if cached is None or not cached.reusable(service, mine, state.settings, previous):
+            if cached is None or not cached.reusable(
+                service, mine, state.settings, previous, assign_new
+            ):
                 self.planned += 1
-                planned = plan_service(service, mine, resolver, previous, now)
-                self._replace(key, _Cached(service, mine, state.settings, planned))
+                planned = plan_service(service, mine, resolver, previous, now, assign_new)
+                self._replace(key, _Cached(service, mine, state.settings, planned, assign_new))
 
         rejections = [r for k in self._rejecting for r in self._cache[k].planned.rejections]
         plans = list(self._plans.values())
@@ -183,6 +211,7 @@ class Computer:
             assignment=assignment,
             rejections=_dedupe([*rejections, *global_warnings]),
             pod_workloads=workloads.pod_workloads,
+            waiting=_waiting(snapshots, plans),
         )
 
 
@@ -192,7 +221,8 @@ def compute(
     scope: WorkloadScope = DEFAULT_SCOPE,
     *,
     now: float = 0.0,
+    assign_new: bool = True,
 ) -> ComputeResult:
     """Snapshots of every workload in `scope` (typed, unversioned) and the new slot assignment;
-    `now` as for `Computer.compute`."""
-    return Computer(scope).compute(state, previous, now=now)
+    `now` and `assign_new` as for `Computer.compute`."""
+    return Computer(scope).compute(state, previous, now=now, assign_new=assign_new)

@@ -183,10 +183,13 @@ class ComputeResult:
     `workloads` maps workload key -> its snapshot, typed and unversioned: the encoder
     (`controlplane/publish/`) makes the bytes and content hash, the store numbers
     versions. `pod_workloads` maps "namespace/pod" of every HAProxy pod to its workload
-    key, so the server can place an agent from its Hello.
+    key, so the server can place an agent from its Hello. `waiting` maps workload key ->
+    endpoints left out of its snapshot until the leader's ledger gives them a slot (a
+    follower's computation only; absent when none wait).
     """
 
     workloads: Mapping[str, WorkloadSnapshot]
     assignment: SlotAssignment
     rejections: tuple[Rejection, ...]
     pod_workloads: Mapping[str, str]
+    waiting: Mapping[str, int] = field(default_factory=dict)

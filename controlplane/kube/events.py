@@ -226,9 +226,12 @@ def recording(compute: ComputeFn, recorder: EventRecorder) -> ComputeFn:
     """`compute` that also hands each result's rejections to `recorder`."""
 
     def compute_and_record(
-        state: ClusterState, previous: SlotAssignment, *, now: float
+        state: ClusterState, previous: SlotAssignment, *, now: float, assign_new: bool = True
     ) -> ComputeResult:
-        result = compute(state, previous, now=now)
+        if assign_new:
+            result = compute(state, previous, now=now)
+        else:
+            result = compute(state, previous, now=now, assign_new=False)
         recorder.record(result.rejections)
         return result
 

@@ -91,6 +91,13 @@ class LeaderElector:
     def is_leader(self) -> bool:
         return self._leading.is_set()
 
+    @property
+    def holder(self) -> str:
+        """The Lease holder as last read (this replica's identity while it leads)."""
+        if self._leading.is_set():
+            return self.identity
+        return str((self._observed or {}).get("holderIdentity") or "")
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="leader-elector", daemon=True)
         self._thread.start()

@@ -1,9 +1,9 @@
 """The encoder: a workload's typed snapshot -> snapshot bytes and content hash.
 
 The computation returns `WorkloadSnapshot`s and knows no protobuf; this is the one place
-they become the wire form (docs/design.md, "Architecture"). A snapshot is its head
-(workload, peers), each backend's framed bytes in name order, and its tail (frontends,
-warnings): the fields in number order, so the bytes equal protobuf's deterministic
+they become the wire form (docs/design.md, "Architecture"). A snapshot is its
+`ContentParts`: workload, peers, each backend's framed bytes in name order, frontends,
+warnings: the fields in number order, so the bytes equal protobuf's deterministic
 serialization. Encoding 84,000 slots is most of a full computation, so an `Encoder`
 keeps each backend's bytes by the identity of its `BackendSpec`: the incremental
 `Computer` hands back the same spec objects for unchanged Services, and only changed
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from controlplane.compute.types import BackendSpec, Rejection, WorkloadSnapshot
 from controlplane.publish import wire
-from controlplane.publish.content import SnapshotContent
+from controlplane.publish.content import ContentParts, SnapshotContent
 from peerplane.v1 import peerplane_pb2 as pb
 
 # id(spec) -> (spec, its Snapshot.backends entry); the spec is held so its id stays unique.
@@ -67,9 +67,9 @@ def backend_bytes(spec: BackendSpec) -> bytes:
     return wire.length_delimited(wire.SNAPSHOT_BACKENDS, b"".join(parts))
 
 
-def _head(snapshot: WorkloadSnapshot) -> bytes:
-    """Fields 1 and 4: workload and peers."""
-    head = pb.Snapshot(workload=snapshot.workload)
+def _peers(snapshot: WorkloadSnapshot) -> bytes:
+    """Field 4: the peers section."""
+    head = pb.Snapshot()
     section = snapshot.peers
     head.peers.name = section.name
     head.peers.port = section.port
@@ -78,8 +78,8 @@ def _head(snapshot: WorkloadSnapshot) -> bytes:
     return head.SerializeToString(deterministic=True)
 
 
-def _tail(snapshot: WorkloadSnapshot) -> bytes:
-    """Fields 6 to 8: frontends and the snapshot's own warnings."""
+def _frontends(snapshot: WorkloadSnapshot) -> bytes:
+    """Fields 6 and 7: the HTTP and TCP frontends."""
     tail = pb.Snapshot()
     http = snapshot.http_frontend
     if http is not None:
@@ -88,7 +88,12 @@ def _tail(snapshot: WorkloadSnapshot) -> bytes:
             tail.http_frontend.routes.add(host=route.host, backend=route.backend)
     for frontend in snapshot.tcp_frontends:
         tail.tcp_frontends.add(port=frontend.port, backend=frontend.backend)
-    tail.warnings.extend(rejected_input(r) for r in snapshot.warnings)
+    return tail.SerializeToString(deterministic=True)
+
+
+def _snapshot_warnings(snapshot: WorkloadSnapshot) -> bytes:
+    """Field 8: the snapshot's own warnings."""
+    tail = pb.Snapshot(warnings=[rejected_input(r) for r in snapshot.warnings])
     return tail.SerializeToString(deterministic=True)
 
 
@@ -115,7 +120,7 @@ class Encoder:
     def _content(
         self, snapshot: WorkloadSnapshot, previous: _BackendCache, current: _BackendCache
     ) -> SnapshotContent:
-        parts = [_head(snapshot)]
+        backends: dict[str, bytes] = {}
         for spec in snapshot.backends:
             key = id(spec)
             hit = current.get(key)
@@ -125,11 +130,17 @@ class Encoder:
                     hit = (spec, backend_bytes(spec))
                     self.encoded += 1
                 current[key] = hit
-            parts.append(hit[1])
-        parts.append(_tail(snapshot))
-        return SnapshotContent.of_payload(
+            backends[spec.name] = hit[1]
+        parts = ContentParts(
+            workload=pb.Snapshot(workload=snapshot.workload).SerializeToString(),
+            peers=_peers(snapshot),
+            backends=backends,
+            frontends=_frontends(snapshot),
+            warnings=_snapshot_warnings(snapshot),
+        )
+        return SnapshotContent.of_parts(
             snapshot.workload,
-            b"".join(parts),
+            parts,
             peers=len(snapshot.peers.peers),
             backends=len(snapshot.backends),
             warnings=snapshot.warning_count,

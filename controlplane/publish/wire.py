@@ -22,9 +22,12 @@ _VARINT = 0
 _LEN = 2
 
 
-def _number(message: type[Message], field: str) -> int:
+def number(message: type[Message], field: str) -> int:
     """The field's number in the generated descriptor (`pb.Backend.DESCRIPTOR`)."""
     return int(message.DESCRIPTOR.fields_by_name[field].number)
+
+
+_number = number
 
 
 SNAPSHOT_VERSION = _number(pb.Snapshot, "version")

@@ -75,6 +75,7 @@ class AgentSession:
             last_nack_version=state.last_nack_version,
             connected_since=self.connected_at.isoformat(timespec="seconds").replace("+00:00", "Z"),
             agent_version=self.agent_version,
+            deltas=state.deltas,
         )
 
 
@@ -84,9 +85,20 @@ class AgentRegistry:
     def __init__(self) -> None:
         self._sessions: dict[int, AgentSession] = {}
         self._ids = itertools.count(1)
-        self._changed = asyncio.Condition()
+        # Replaced and set on every change: waking needs no lock and no await, so a
+        # stream's cleanup wakes waiters even when its task is being cancelled.
+        self._changed = asyncio.Event()
 
-    def open(self, hello: pb.Hello, peer_address: str, now: datetime | None = None) -> AgentSession:
+    def open(
+        self,
+        hello: pb.Hello,
+        peer_address: str,
+        now: datetime | None = None,
+        *,
+        deltas: bool = False,
+    ) -> AgentSession:
+        """A session for a stream; `deltas` when the server sends deltas to agents that
+        accept them (this one still has to announce it in its Hello)."""
         session = AgentSession(
             stream_id=next(self._ids),
             pod=f"{hello.pod_namespace}/{hello.pod_name}",
@@ -95,7 +107,10 @@ class AgentRegistry:
             peer_address=peer_address,
             connected_at=now or datetime.now(UTC),
             state=initial_state(
-                hello.applied_content_hash, hello.applied_version, time.monotonic()
+                hello.applied_content_hash,
+                hello.applied_version,
+                time.monotonic(),
+                deltas=deltas and hello.accepts_deltas,
             ),
         )
         self._sessions[session.stream_id] = session
@@ -103,6 +118,7 @@ class AgentRegistry:
 
     def close(self, session: AgentSession) -> None:
         self._sessions.pop(session.stream_id, None)
+        self._wake()
 
     def sessions(self, workload: str = "") -> list[AgentSession]:
         """Sessions (of one workload when given), sorted by agent then connection time."""
@@ -111,10 +127,14 @@ class AgentRegistry:
 
     async def changed(self) -> None:
         """Wake `wait_until` callers: call after mutating a session."""
-        async with self._changed:
-            self._changed.notify_all()
+        self._wake()
+
+    def _wake(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
 
     async def wait_until(self, predicate: Callable[[], bool], timeout: float) -> None:
         """Wait until `predicate()` holds after some session change; TimeoutError if not."""
-        async with asyncio.timeout(timeout), self._changed:
-            await self._changed.wait_for(predicate)
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                await self._changed.wait()

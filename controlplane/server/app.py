@@ -18,6 +18,7 @@ from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined
 from grpc_reflection.v1alpha import reflection
 
 from controlplane.metrics import Metrics
+from controlplane.replica import Replica
 from controlplane.server.agents import AgentRegistry
 from controlplane.server.auth import Authenticator
 from controlplane.server.inspect import Inspection
@@ -97,6 +98,7 @@ class ControlPlaneServer:
         authenticate_agents: bool = True,
         authenticate_inspection: bool | None = None,
         metrics: Metrics | None = None,
+        replica: Replica | None = None,
     ) -> None:
         """With an `authenticator`: agents (`authenticate_agents`) must present a token
         bound to the pod their Hello names; inspection RPCs (`authenticate_inspection`)
@@ -122,6 +124,7 @@ class ControlPlaneServer:
             self.registry,
             authenticator=authenticator if authenticate_inspection else None,
             metrics=self.metrics,
+            replica=replica,
         )
         self._health = health_aio.HealthServicer()
         self._allowed = True
@@ -211,6 +214,7 @@ class ControlPlaneServer:
         return grpc.method_handlers_generic_handler(SERVICE, handlers)
 
     def _on_store_change(self) -> None:
+        self.metrics.retained(self.store.retained_count, self.store.retained_bytes)
         if self._serving != self._should_serve():
             task = asyncio.get_running_loop().create_task(self._refresh_health())
             self._tasks.add(task)

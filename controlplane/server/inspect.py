@@ -1,4 +1,5 @@
-"""The unary inspection RPCs operators call with grpcurl: workloads, snapshots, agents."""
+"""The unary inspection RPCs operators call with grpcurl: workloads (and the replica that
+answers: role, leader, readiness, ledger version, endpoints waiting), snapshots, agents."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import grpc
 
 from controlplane.logformat import fields
 from controlplane.metrics import Metrics
+from controlplane.replica import Replica
 from controlplane.server.agents import AgentRegistry
 from controlplane.server.auth import Authenticator, Denied
 from controlplane.store import SnapshotStore
@@ -29,8 +31,10 @@ class Inspection:
         *,
         authenticator: Authenticator | None = None,
         metrics: Metrics | None = None,
+        replica: Replica | None = None,
     ) -> None:
         self._store = store
+        self._replica = replica
         self._registry = registry
         self._authenticator = authenticator
         self._metrics = metrics
@@ -80,6 +84,20 @@ class Inspection:
                     warnings=content.warnings,
                     agents_in_sync=sum(a.acked_hash == published.content_hash for a in agents),
                     agents_connected=len(agents),
+                    endpoints_waiting=self._replica.waiting(workload) if self._replica else 0,
+                )
+            )
+        if self._replica is not None:
+            status = self._replica.status()
+            response.replica.CopyFrom(
+                pb.ReplicaStatus(
+                    name=status.name,
+                    role=status.role,
+                    leader=status.leader,
+                    ready=status.ready,
+                    not_ready_reason=status.not_ready_reason,
+                    ledger_version=status.ledger_version,
+                    endpoints_waiting=status.endpoints_waiting,
                 )
             )
         return response

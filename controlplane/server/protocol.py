@@ -6,13 +6,18 @@ and a decision. Nothing here reads a clock, logs, counts or touches gRPC: `strea
 applies the decisions (writes, logs, metrics), so every transition is tested by tables.
 
 Downstream, per wake-up: `resolve` finds the agent's target, `next_message` decides
-Snapshot | InSync | Waiting | nothing. Rules (xDS):
-- the same content is never sent twice in a row (pending, acked or nacked);
+Snapshot | Delta | InSync | Waiting | nothing. Rules (xDS):
+- the same content is never sent twice in a row (pending, acked or nacked), except the
+  full snapshot a resync Nack asks for;
+- an agent that accepts deltas gets a delta from the content it holds (the last content
+  sent on this stream, else the one its Hello reported) when the store retains that
+  base, else the full snapshot;
 - an agent that reconnects with the content it runs hears InSync, not the snapshot, also
   after a Waiting;
 - only the latest version is ever pending, each with a fresh nonce.
 Upstream: `on_ack` / `on_nack` accept only the last nonce sent; an Ack of the last
-NACKed nonce still counts while nothing newer was sent (the agent's retry succeeded).
+NACKed nonce still counts while nothing newer was sent (the agent's retry succeeded); a
+Nack with `resync` of a delta owes the agent the full snapshot.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class Sent:
     version: int
     content_hash: str
     since: float = 0.0  # monotonic: publication, or the stream's start if later
+    base: str = ""  # a delta's from_content_hash; "" for a full snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +59,14 @@ class StreamState:
     answered: bool = False  # the Hello got its answer
     ignored_messages: int = 0  # stale Acks/Nacks, extra Hellos
     opened_at: float = 0.0  # monotonic start of the stream (push-latency floor)
+    deltas: bool = False  # the agent accepts deltas and the server sends them
+    resync: bool = False  # a delta was Nacked with resync: the full snapshot is owed
+
+    @property
+    def held_hash(self) -> str:
+        """The content the agent holds, base of the next delta: the last content sent
+        (or confirmed with InSync), else what the Hello reported; "" when unknown."""
+        return self.sent_hash or self.acked_hash
 
     @property
     def last_nonce(self) -> str:
@@ -60,12 +74,16 @@ class StreamState:
         return str(self.nonces) if self.nonces else ""
 
 
-def initial_state(applied_hash: str, applied_version: int, opened_at: float) -> StreamState:
-    """A fresh stream, seeded only with what the agent's Hello reports it runs."""
+def initial_state(
+    applied_hash: str, applied_version: int, opened_at: float, deltas: bool = False
+) -> StreamState:
+    """A fresh stream, seeded only with what the agent's Hello reports it runs; `deltas`
+    when the agent accepts deltas and the server sends them."""
     return StreamState(
         acked_version=applied_version if applied_hash else 0,
         acked_hash=applied_hash,
         opened_at=opened_at,
+        deltas=deltas,
     )
 
 
@@ -89,6 +107,9 @@ class Version(Protocol):
 
     @property
     def message_bytes(self) -> bytes: ...  # ServerMessage(snapshot=...), shared
+
+    @property
+    def bases(self) -> frozenset[str]: ...  # content hashes a delta to it can start from
 
 
 class StoreView(Protocol):
@@ -141,9 +162,16 @@ class SendInSync:
 class SendSnapshot:
     sent: Sent  # what is now pending (nonce, version, hash)
     published: Version
+    resync: bool = False  # paid a resync Nack
 
 
-Down = SendWaiting | SendInSync | SendSnapshot | None
+@dataclass(frozen=True, slots=True)
+class SendDelta:
+    sent: Sent  # what is now pending; `sent.base` is the delta's from_content_hash
+    published: Version
+
+
+Down = SendWaiting | SendInSync | SendSnapshot | SendDelta | None
 
 
 def next_message(state: StreamState, target: Target) -> tuple[StreamState, Down]:
@@ -160,22 +188,31 @@ def next_message(state: StreamState, target: Target) -> tuple[StreamState, Down]
     was_waiting = bool(state.waiting_reason)
     state = replace(state, waiting_reason="")
     content_hash = published.content_hash
-    # After a Waiting, an agent that runs the content still needs its InSync.
-    if (not state.answered or was_waiting) and content_hash == state.acked_hash:
-        state = replace(
-            state, answered=True, sent_hash=content_hash, acked_version=published.version
-        )
-        return state, SendInSync(published)
-    if state.answered:
-        if content_hash == state.sent_hash:
-            return state, None  # sent already (pending, acked or nacked): never twice in a row
-        if state.pending is None and content_hash == state.acked_hash:
-            return state, None  # the agent runs it (after a Nack, content went back)
+    resync = state.resync
+    if not resync:
+        # After a Waiting, an agent that runs the content still needs its InSync.
+        if (not state.answered or was_waiting) and content_hash == state.acked_hash:
+            state = replace(
+                state, answered=True, sent_hash=content_hash, acked_version=published.version
+            )
+            return state, SendInSync(published)
+        if state.answered:
+            if content_hash == state.sent_hash:
+                return state, None  # sent already (pending, acked or nacked): never twice
+            if state.pending is None and content_hash == state.acked_hash:
+                return state, None  # the agent runs it (after a Nack, content went back)
     nonces = state.nonces + 1
     since = max(published.published_at, state.opened_at)
-    sent = Sent(str(nonces), published.version, content_hash, since)
-    state = replace(state, answered=True, nonces=nonces, sent_hash=content_hash, pending=sent)
-    return state, SendSnapshot(sent, published)
+    base = state.held_hash
+    if resync or not state.deltas or base == content_hash or base not in published.bases:
+        base = ""  # the full snapshot: owed, not wanted, or no retained base
+    sent = Sent(str(nonces), published.version, content_hash, since, base)
+    state = replace(
+        state, answered=True, nonces=nonces, sent_hash=content_hash, pending=sent, resync=False
+    )
+    if base:
+        return state, SendDelta(sent, published)
+    return state, SendSnapshot(sent, published, resync)
 
 
 # ---------------------------------------------------------------------- upstream
@@ -190,6 +227,7 @@ class Acked:
 class Nacked:
     sent: Sent
     error: str  # stripped, at most MAX_NACK_ERROR_CHARS
+    resync: bool = False  # a delta the agent could not build: the full snapshot is owed
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,15 +271,25 @@ def on_ack(state: StreamState, nonce: str) -> tuple[StreamState, Acked | Stale]:
     return state, Acked(sent)
 
 
-def on_nack(state: StreamState, nonce: str, error: str) -> tuple[StreamState, Nacked | Stale]:
+def on_nack(
+    state: StreamState, nonce: str, error: str, resync: bool = False
+) -> tuple[StreamState, Nacked | Stale]:
+    """A Nack of the last nonce sent. `resync` counts only for a delta: a full snapshot
+    Nacked with it is an ordinary Nack (resending it would loop)."""
     sent = _answered(state, nonce, "Nack")
     if sent is None:
         return replace(state, ignored_messages=state.ignored_messages + 1), Stale("Nack", nonce)
     kept = error.strip()[:MAX_NACK_ERROR_CHARS]
+    owed = resync and bool(sent.base)
     state = replace(
-        state, pending=None, nacked=sent, last_nack_error=kept, last_nack_version=sent.version
+        state,
+        pending=None,
+        nacked=sent,
+        last_nack_error=kept,
+        last_nack_version=sent.version,
+        resync=state.resync or owed,
     )
-    return state, Nacked(sent, kept)
+    return state, Nacked(sent, kept, owed)
 
 
 def on_other(state: StreamState, kind: str) -> tuple[StreamState, Ignored]:

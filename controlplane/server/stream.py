@@ -42,6 +42,7 @@ class StreamLimits:
     send_timeout_s: float = 30.0  # a write that takes longer drops the stream
     max_concurrent_sends: int = 256  # writes in flight across all streams
     max_streams_per_peer: int = 0  # open streams per peer host; 0 = unlimited
+    deltas: bool = True  # send deltas to agents that accept them (--no-deltas: never)
 
 
 class StreamHandler:
@@ -115,7 +116,9 @@ class StreamHandler:
         hello: pb.Hello,
         identity: Identity | None,
     ) -> None:
-        session = self._registry.open(hello, peer_address(context.peer()))
+        session = self._registry.open(
+            hello, peer_address(context.peer()), deltas=self._limits.deltas
+        )
         if identity is not None:
             session.identity = identity.username
         log.info(
@@ -175,23 +178,39 @@ class StreamHandler:
             )
             in_sync = pb.InSync(version=published.version, content_hash=published.content_hash)
             return pb.ServerMessage(in_sync=in_sync).SerializeToString()
-        nonce = decision.sent.nonce
+        sent = decision.sent
+        shared = published.message_bytes  # ServerMessage(snapshot=...)
+        kind = "snapshot"
+        if isinstance(decision, protocol.SendDelta):
+            delta = self._store.delta_message(published.workload, sent.content_hash, sent.base)
+            if delta is not None:  # None only if the store moved on: the snapshot will do
+                shared, kind = delta, "delta"
+                self._metrics.retained(self._store.retained_count, self._store.retained_bytes)
         log.info(
-            "snapshot sent to %s: %s v%d",
+            "%s sent to %s: %s v%d%s",
+            kind,
             session.pod,
             published.workload,
             published.version,
+            f" (from {sent.base[:12]})" if kind == "delta" else "",
             extra=fields(
-                event="snapshot_sent",
+                event=f"{kind}_sent",
                 agent=session.pod,
                 workload=published.workload,
                 version=published.version,
-                nonce=nonce,
+                nonce=sent.nonce,
             ),
         )
-        self._metrics.sent(published.workload)
-        # The shared bytes hold ServerMessage(snapshot=...); protobuf merges the two.
-        return pb.ServerMessage(nonce=nonce).SerializeToString() + published.message_bytes
+        # The shared bytes hold ServerMessage(snapshot=...) or (delta=...); protobuf
+        # merges them with the stream's nonce.
+        message = pb.ServerMessage(nonce=sent.nonce).SerializeToString() + shared
+        if kind == "delta":
+            self._metrics.delta_sent(published.workload, len(message))
+        else:
+            self._metrics.sent(published.workload, len(message))
+            if isinstance(decision, protocol.SendSnapshot) and decision.resync:
+                self._metrics.resynced(published.workload)
+        return message
 
     async def _send(self, context: Context, session: AgentSession, message: bytes) -> None:
         async with self._send_slots:
@@ -213,13 +232,15 @@ class StreamHandler:
     ) -> None:
         try:
             async for message in requests:
-                self._receive(session, message)
+                if self._receive(session, message):
+                    wake.set()  # a resync is owed: the writer sends the full snapshot
                 await self._registry.changed()
         finally:
             wake.set()  # the writer notices the reader is done and ends the stream
 
-    def _receive(self, session: AgentSession, message: pb.AgentMessage) -> None:
-        """Step the protocol with one upstream message, then log and count the outcome."""
+    def _receive(self, session: AgentSession, message: pb.AgentMessage) -> bool:
+        """Step the protocol with one upstream message, then log and count the outcome;
+        True when the writer has something to send now (a resync)."""
         kind = message.WhichOneof("message")
         before = session.state
         outcome: protocol.Acked | protocol.Nacked | protocol.Stale | protocol.Ignored
@@ -227,7 +248,7 @@ class StreamHandler:
             session.state, outcome = protocol.on_ack(before, message.ack.nonce)
         elif kind == "nack":
             session.state, outcome = protocol.on_nack(
-                before, message.nack.nonce, message.nack.error
+                before, message.nack.nonce, message.nack.error, message.nack.resync
             )
         else:
             session.state, outcome = protocol.on_other(before, kind or "an empty message")
@@ -260,6 +281,7 @@ class StreamHandler:
                 ),
             )
             self._metrics.nacked(workload)
+            return outcome.resync
         elif isinstance(outcome, protocol.Stale):
             log.debug(
                 "agent %s: stale %s (nonce %s, last sent %s) ignored",
@@ -270,3 +292,4 @@ class StreamHandler:
             )
         else:
             log.warning("agent %s sent %s after Hello; ignored", session.pod, outcome.kind)
+        return False

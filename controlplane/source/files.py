@@ -4,28 +4,28 @@ Used by `controlplane compute`, the demo and the tests. A malformed file or obje
 reported with its path and skipped; the rest of the folder still counts. Files are read
 within the limits of `yamlload`. Two objects of the same kind, namespace and name are
 reported with both paths, and the one from the file that sorts first is kept (as the
-API server would have refused the second). The folder is watched by polling file
-metadata: small, dependency-free, and good enough for a folder of manifests.
+API server would have refused the second).
+
+A change costs what changed: each file's parsed objects are kept (`ManifestIndex`), a pass
+re-reads only the files that changed (by notification, or by identity: inode, size,
+mtime), and the state is assembled from the kept objects, so objects of unchanged files
+stay the same Python objects and the incremental `Computer` re-plans only what changed.
+`FolderWatch` says what changed (watchfiles notifications, polling as fallback, a slow
+rescan as a safety net).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controlplane.model import (
-    ClusterState,
-    ConfigMap,
-    EndpointSlice,
-    ObjectRef,
-    Pod,
-    ReplicaSet,
-    Service,
-)
+from controlplane.model import ClusterState, ObjectRef
 from controlplane.source.convert import (
     DEFAULT_HAPROXY_SELECTOR,
     ManifestError,
@@ -34,10 +34,11 @@ from controlplane.source.convert import (
     parse_selector,
     pod_from,
     replica_set_from,
-    selector_matches,
     service_from,
     shown,
 )
+from controlplane.source.folder_watch import FolderWatch
+from controlplane.source.manifest_index import Converted, ManifestIndex, ParsedFile
 from controlplane.source.yamlload import LoadError, load_file
 
 log = logging.getLogger(__name__)
@@ -49,20 +50,6 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 class LoadResult:
     state: ClusterState
     errors: list[str] = field(default_factory=list)
-
-
-Converted = Service | EndpointSlice | Pod | ReplicaSet | ConfigMap
-
-
-@dataclass(slots=True)
-class _Collected:
-    services: list[Service] = field(default_factory=list)
-    slices: list[EndpointSlice] = field(default_factory=list)
-    pods: list[Pod] = field(default_factory=list)
-    replica_sets: list[ReplicaSet] = field(default_factory=list)
-    settings: ConfigMap | None = None
-    # (kind, namespace, name) -> where the kept object was read, to report duplicates.
-    seen: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
 
 def manifest_files(directory: Path) -> list[Path]:
@@ -82,46 +69,43 @@ def _objects(documents: list[Any]) -> Iterator[tuple[str, Any]]:
         yield f"document {number}", document
 
 
+def parse_file(path: Path) -> ParsedFile:
+    """Everything `path` holds, converted; a file that cannot be read as YAML holds one
+    error and no objects (a malformed file counts for nothing)."""
+    try:
+        documents = load_file(path)
+    except LoadError as err:
+        return ParsedFile(errors=((0, f"{path}: {err}"),))
+    objects: list[tuple[int, str, Converted]] = []
+    errors: list[tuple[int, str]] = []
+    for position, (where, document) in enumerate(_objects(documents)):
+        try:
+            converted = _convert(document)
+        except ManifestError as err:
+            errors.append((position, f"{path}: {where}: {err}"))
+            continue
+        except Exception as err:  # a converter bug must not cost the rest of the folder
+            log.exception("%s: %s: unexpected error converting", path, where)
+            errors.append((position, f"{path}: {where}: unexpected {type(err).__name__}"))
+            continue
+        if converted is not None:
+            objects.append((position, where, converted))
+    return ParsedFile(tuple(objects), tuple(errors))
+
+
 def load_manifests(
     directory: Path,
     settings_ref: ObjectRef,
     haproxy_selector: str = DEFAULT_HAPROXY_SELECTOR,
 ) -> LoadResult:
     """Read every manifest under `directory` into a ClusterState."""
-    selector = parse_selector(haproxy_selector)
-    collected = _Collected()
-    errors: list[str] = []
     if not directory.is_dir():
         return LoadResult(ClusterState(), [f"{directory}: not a directory"])
+    index = ManifestIndex(settings_ref, parse_selector(haproxy_selector))
     for path in manifest_files(directory):
-        try:
-            documents = load_file(path)
-        except LoadError as err:
-            errors.append(f"{path}: {err}")
-            continue
-        for where, document in _objects(documents):
-            try:
-                converted = _convert(document)
-            except ManifestError as err:
-                errors.append(f"{path}: {where}: {err}")
-                continue
-            except Exception as err:  # a converter bug must not cost the rest of the folder
-                log.exception("%s: %s: unexpected error converting", path, where)
-                errors.append(f"{path}: {where}: unexpected {type(err).__name__}")
-                continue
-            if converted is not None:
-                if (duplicate := _add(converted, f"{path} ({where})", collected)) is not None:
-                    errors.append(duplicate)
-                    continue
-                _keep(converted, collected, settings_ref, selector)
-    state = ClusterState(
-        services=tuple(collected.services),
-        endpoint_slices=tuple(collected.slices),
-        haproxy_pods=tuple(collected.pods),
-        replica_sets=tuple(collected.replica_sets),
-        settings=collected.settings,
-    )
-    return LoadResult(state, errors)
+        index.put(path, parse_file(path))
+    index.refresh()
+    return LoadResult(index.state(), index.errors())
 
 
 def _convert(document: Any) -> Converted | None:
@@ -147,47 +131,31 @@ def _convert(document: Any) -> Converted | None:
     return None
 
 
-def _add(obj: Converted, where: str, out: _Collected) -> str | None:
-    """None when `obj` is the first of its kind and name; else the duplicate's report."""
-    key = (type(obj).__name__, obj.namespace, obj.name)
-    kept = out.seen.setdefault(key, where)
-    if kept == where:
-        return None
-    return f"duplicate {key[0]} {obj.namespace}/{obj.name}: {where} skipped, {kept} kept"
+Identity = tuple[int, int, int]
+"""(inode, size, mtime_ns): a file with the same identity is not read again."""
 
 
-def _keep(
-    obj: Converted,
-    out: _Collected,
-    settings_ref: ObjectRef,
-    selector: tuple[tuple[str, str, str], ...],
-) -> None:
-    if isinstance(obj, Service):
-        out.services.append(obj)
-    elif isinstance(obj, EndpointSlice):
-        out.slices.append(obj)
-    elif isinstance(obj, Pod):
-        if selector_matches(selector, obj.labels):
-            out.pods.append(obj)
-    elif isinstance(obj, ReplicaSet):
-        out.replica_sets.append(obj)
-    elif obj.ref == settings_ref:
-        out.settings = obj
-
-
-def _fingerprint(directory: Path) -> tuple[tuple[str, int, int], ...]:
-    result = []
-    for path in manifest_files(directory):
+def _scan(directory: Path) -> tuple[dict[Path, Identity], set[Path]]:
+    """The manifest files under `directory` (as `manifest_files` finds them) with their
+    identity, and the directories (a notification about one means: scan again)."""
+    files: dict[Path, Identity] = {}
+    directories = {directory}
+    for path in directory.rglob("*"):
         try:
-            stat = path.stat()
+            found = path.stat()
         except OSError:
             continue
-        result.append((str(path), stat.st_mtime_ns, stat.st_size))
-    return tuple(result)
+        if stat.S_ISDIR(found.st_mode):
+            directories.add(path)
+        elif stat.S_ISREG(found.st_mode) and path.suffix in MANIFEST_SUFFIXES:
+            files[path] = (found.st_ino, found.st_size, found.st_mtime_ns)
+    return files, directories
 
 
 class FilesSource:
-    """Source over a folder: loads it, then polls it for changes."""
+    """Source over a folder: loads it, then follows changes, re-reading only changed files.
+
+    `parsed_files` counts the files read and parsed since creation (what a change cost)."""
 
     def __init__(
         self,
@@ -195,46 +163,117 @@ class FilesSource:
         settings_ref: ObjectRef,
         haproxy_selector: str = DEFAULT_HAPROXY_SELECTOR,
         poll_interval: float = 0.2,
+        *,
+        force_polling: bool | None = None,
+        rescan_interval: float = 10.0,
+        on_parsed: Callable[[int], None] | None = None,
     ) -> None:
         self._directory = directory
-        self._settings_ref = settings_ref
-        self._selector = haproxy_selector
         self._poll_interval = poll_interval
-        self._lock = threading.Lock()
+        self._force_polling = force_polling
+        self._rescan_interval = rescan_interval
+        self._on_parsed = on_parsed
+        self._index = ManifestIndex(settings_ref, parse_selector(haproxy_selector))
+        self._identities: dict[Path, Identity] = {}
+        self._directories: set[Path] = {directory}
+        self._roots = (Path(os.path.abspath(directory)), directory.resolve())
+        self._pass_lock = threading.Lock()  # one pass at a time
+        self._lock = threading.Lock()  # guards _result, read from other threads
         self._result = LoadResult(ClusterState())
-        self._stopped = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._watch: FolderWatch | None = None
+        self.parsed_files = 0
 
-    def _reload(self) -> bool:
-        # Errors are reported through errors(); the reconcile loop logs each one once.
-        result = load_manifests(self._directory, self._settings_ref, self._selector)
-        with self._lock:
-            changed = result.state != self._result.state or result.errors != self._result.errors
-            self._result = result
-        return changed
+    def refresh(self, paths: set[Path] | None = None) -> bool:
+        """One pass: re-read the files among `paths` (every changed file when None, found
+        by identity); True when the state or the errors changed."""
+        with self._pass_lock:
+            local = None if paths is None else self._local(paths)
+            if local is None or self._needs_scan(local):
+                self._rescan()
+            else:
+                for path in sorted(local):
+                    if path.suffix in MANIFEST_SUFFIXES:
+                        self._reread(path)
+            if not self._index.refresh():
+                return False
+            result = LoadResult(self._index.state(), self._index.errors())
+            with self._lock:
+                changed = result.state != self._result.state or result.errors != self._result.errors
+                self._result = result
+            return changed
+
+    def _local(self, paths: set[Path]) -> set[Path] | None:
+        """`paths` (absolute, as notifications name them) as `manifest_files` names them,
+        under the folder as it was given; None when one is not under it."""
+        local = set()
+        for path in paths:
+            for root in self._roots:
+                if path.is_relative_to(root):
+                    local.add(self._directory / path.relative_to(root))
+                    break
+            else:
+                return None
+        return local
+
+    def _needs_scan(self, paths: set[Path]) -> bool:
+        """Whether a notification names a directory (new, moved or removed): the files
+        under it are only known by scanning again."""
+        return any(path in self._directories or path.is_dir() for path in paths)
+
+    def _rescan(self) -> None:
+        if not self._directory.is_dir():
+            self._identities.clear()
+            for path in self._index.paths():
+                self._index.remove(path)
+            self._index.put(
+                self._directory, ParsedFile(errors=((0, f"{self._directory}: not a directory"),))
+            )
+            return
+        self._index.remove(self._directory)
+        files, self._directories = _scan(self._directory)
+        for path in [p for p in self._identities if p not in files]:
+            del self._identities[path]
+            self._index.remove(path)
+        for path, identity in files.items():
+            if self._identities.get(path) != identity:
+                self._read(path, identity)
+
+    def _reread(self, path: Path) -> None:
+        """Read `path` again whatever its identity (a notification said it changed)."""
+        try:
+            found = path.stat()
+        except OSError:
+            found = None
+        if found is None or not stat.S_ISREG(found.st_mode):
+            self._identities.pop(path, None)
+            self._index.remove(path)
+            return
+        self._read(path, (found.st_ino, found.st_size, found.st_mtime_ns))
+
+    def _read(self, path: Path, identity: Identity) -> None:
+        # The identity is taken before reading: a write racing the read is seen next pass.
+        self._index.put(path, parse_file(path))
+        self._identities[path] = identity
+        self.parsed_files += 1
+        if self._on_parsed is not None:
+            self._on_parsed(1)
 
     def start(self, on_change: Callable[[], None]) -> None:
-        fingerprint = _fingerprint(self._directory)
-        self._reload()
+        self.refresh()
         on_change()
 
-        def poll() -> None:
-            nonlocal fingerprint
-            current = _fingerprint(self._directory)
-            if current != fingerprint:
-                fingerprint = current
-                if self._reload():
-                    on_change()
+        def on_changes(paths: set[Path] | None) -> None:
+            if self.refresh(paths):
+                on_change()
 
-        def watch() -> None:
-            while not self._stopped.wait(self._poll_interval):
-                try:
-                    poll()
-                except Exception:  # the watch must outlive any one bad pass
-                    log.exception("files source %s: poll failed; still watching", self._directory)
-
-        self._thread = threading.Thread(target=watch, name="files-source", daemon=True)
-        self._thread.start()
+        self._watch = FolderWatch(
+            self._directory,
+            on_changes,
+            force_polling=self._force_polling,
+            poll_interval=self._poll_interval,
+            rescan_interval=self._rescan_interval,
+        )
+        self._watch.start()
 
     def state(self) -> ClusterState:
         with self._lock:
@@ -245,6 +284,5 @@ class FilesSource:
             return list(self._result.errors)
 
     def stop(self) -> None:
-        self._stopped.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        if self._watch is not None:
+            self._watch.stop()

@@ -3,8 +3,15 @@
 A manifests folder is input like any other: a file that is too big, nested too deep or an
 alias bomb ("billion laughs") is refused with a reason before it costs unbounded memory,
 time or stack, instead of being found out by the process running out of one of them.
-libyaml parses when installed (5x faster than PyYAML's Python parser); composing stays in
-Python, where the limits are counted. Every failure, whatever the parser raised, is a `LoadError`.
+With libyaml 0.2.6 or later (the one PyYAML's wheels carry; it refuses flow and block
+nesting past 1,000 levels in its scanner, so composing in C cannot overflow the C stack;
+0.2.5, Debian 12's, bounds neither) a file is parsed and composed in C, and the limits are
+then checked on the composed node graph, where an alias is a shared node, so checking costs
+one visit per distinct node, before anything is constructed. A file that breaks a limit is
+composed again by the Python composer below, which counts as it goes and names the
+offending alias or level. With an older libyaml, libyaml parses and that composer composes
+every file; without libyaml everything runs in Python. Every failure, whatever the parser
+raised, is a `LoadError`.
 """
 
 from __future__ import annotations
@@ -20,8 +27,14 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.resolver import Resolver
 
 try:
+    from yaml import CSafeLoader as _CSafeLoader
     from yaml._yaml import CParser as _EventSource
+    from yaml._yaml import get_version as _libyaml_version
+
+    C_COMPOSE = _libyaml_version() >= (0, 2, 6)
+    """Compose in C: libyaml is there and bounds nesting itself."""
 except ImportError:  # pragma: no cover - PyYAML without libyaml
+    C_COMPOSE = False
     from yaml.parser import Parser
     from yaml.reader import Reader
     from yaml.scanner import Scanner
@@ -115,8 +128,70 @@ class _BoundedLoader(_BoundedComposer, _EventSource, SafeConstructor, Resolver):
         Resolver.__init__(self)
 
 
-def load_text(text: str) -> list[Any]:
-    """Every document of a YAML (or JSON) text, empty documents left out."""
+class _OverLimit(Exception):
+    """The C-composed graph breaks a limit; the Python composer will say exactly where."""
+
+
+def _check_graph(root: Node, alias_nodes: int) -> int:
+    """`alias_nodes` plus what the aliases of the document `root` expand to, counted as
+    `_BoundedComposer` counts them; raises _OverLimit past a limit or on a cycle.
+
+    A node reached again is an alias of it (the first visit, in document order, is where it
+    was written): it adds its expanded size and is not descended into again."""
+    sizes: dict[int, int] = {}  # id(node) -> expanded size, once complete
+    open_: set[int] = set()  # nodes being visited: meeting one again is a cycle
+    total = alias_nodes
+
+    def visit(node: Node, depth: int) -> int:
+        nonlocal total
+        known = sizes.get(id(node))
+        if known is not None:  # an alias: counted at its expanded size
+            total += known
+            if total > MAX_ALIAS_NODES:
+                raise _OverLimit(f"aliases expand to more than {MAX_ALIAS_NODES} nodes")
+            return known
+        if id(node) in open_:
+            raise _OverLimit("an alias is used inside its own anchor")
+        if depth > MAX_DEPTH:
+            raise _OverLimit(f"nested deeper than {MAX_DEPTH} levels")
+        size = 1
+        if isinstance(node, SequenceNode | MappingNode):
+            open_.add(id(node))
+            if isinstance(node, SequenceNode):
+                for child in node.value:
+                    size += visit(child, depth + 1)
+            else:
+                for key, value in node.value:
+                    size += visit(key, depth + 1) + visit(value, depth + 1)
+            open_.discard(id(node))
+        sizes[id(node)] = size
+        return size
+
+    visit(root, 1)
+    return total
+
+
+def _load_c(text: str) -> list[Any]:
+    """Documents parsed and composed by libyaml, each graph checked before construction."""
+    loader = _CSafeLoader(text)
+    try:
+        documents = []
+        alias_nodes = 0
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                continue
+            alias_nodes = _check_graph(node, alias_nodes)
+            document = loader.construct_document(node)
+            if document is not None:
+                documents.append(document)
+        return documents
+    finally:
+        loader.dispose()
+
+
+def _load_python(text: str) -> list[Any]:
+    """Documents composed in Python by `_BoundedComposer`, counting as it goes."""
     loader = _BoundedLoader(text)
     try:
         documents = []
@@ -125,6 +200,20 @@ def load_text(text: str) -> list[Any]:
             if document is not None:
                 documents.append(document)
         return documents
+    finally:
+        loader.dispose()
+
+
+def load_text(text: str) -> list[Any]:
+    """Every document of a YAML (or JSON) text, empty documents left out."""
+    try:
+        if C_COMPOSE:
+            try:
+                return _load_c(text)
+            except _OverLimit as over:
+                _load_python(text)  # raises the LoadError that names the alias or level
+                raise LoadError(str(over)) from None
+        return _load_python(text)
     except LoadError:
         raise
     except yaml.YAMLError as err:
@@ -132,8 +221,6 @@ def load_text(text: str) -> list[Any]:
     except (ValueError, OverflowError, RecursionError, MemoryError) as err:
         # Scalars PyYAML fails to build (an integer of 5,000 digits, a 13th month).
         raise LoadError(_one_line(f"{type(err).__name__}: {err}")) from None
-    finally:
-        loader.dispose()
 
 
 def load_file(path: Path) -> list[Any]:

@@ -46,15 +46,25 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         "--sync-wait",
         type=float,
         default=15.0,
-        help="max wait for the peers resync before a reload, and for the table handover after",
+        help="max wait for the peers resync before a reload, and for the table handover "
+        "after; /readyz gives readiness this long after a worker started even if its peers "
+        "resync never finished",
     )
     run.add_argument(
         "--check-timeout", type=float, default=15.0, help="seconds haproxy -c may take"
     )
     run.add_argument(
-        "--metrics-port", type=int, help="serve /metrics on this port (0 picks one; default off)"
+        "--metrics-port",
+        type=int,
+        help="serve /metrics, /healthz and /readyz on this port (0 picks one; default off)",
     )
     run.add_argument("--metrics-address", default="127.0.0.1", help="default 127.0.0.1")
+    run.add_argument(
+        "--no-deltas",
+        dest="deltas",
+        action="store_false",
+        help="ask for full snapshots only (mixed fleets, or if deltas misbehave)",
+    )
     run.add_argument(
         "--log-format", choices=logformat.LOG_FORMATS, default="text", help="text or json"
     )

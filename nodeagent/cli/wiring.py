@@ -16,6 +16,7 @@ from nodeagent.applier import Applier
 from nodeagent.client import Client, Identity
 from nodeagent.haproxy import HAProxy
 from nodeagent.metrics import AgentMetrics, MetricsServer
+from nodeagent.readiness import Readiness, held_state
 from nodeagent.render import RenderOptions
 from nodeagent.state import StateStore
 from nodeagent.supervisor import Supervisor
@@ -113,11 +114,27 @@ def build_agent(args: argparse.Namespace) -> Agent:
         opts, args.config, StateStore(state_dir), haproxy, supervisor, metrics=metrics
     )
     identity = Identity(args.pod_namespace, args.pod_name, args.node_name)
-    client = Client(args.control_plane, identity, applier, transport=security, metrics=metrics)
+    client = Client(
+        args.control_plane,
+        identity,
+        applier,
+        transport=security,
+        metrics=metrics,
+        deltas=args.deltas,
+    )
     metrics_server = None
     if args.metrics_port is not None:  # last: it binds the port
+        readiness = Readiness(
+            lambda: held_state(applier.applied, opts.pod_name),
+            master,
+            runtime,
+            bound=args.sync_wait,
+            metrics=metrics,
+        )
         try:
-            metrics_server = MetricsServer(metrics, args.metrics_address, args.metrics_port)
+            metrics_server = MetricsServer(
+                metrics, args.metrics_address, args.metrics_port, readiness.probe
+            )
         except OSError as e:
             raise WiringError(
                 f"cannot serve metrics on {args.metrics_address}:{args.metrics_port}: {e}"

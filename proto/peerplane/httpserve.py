@@ -3,8 +3,9 @@
 Each side keeps its own metric definitions in its own registry and hands this server the
 registry. Paths: `/metrics` (Prometheus text format), `/healthz` (the process is alive) and,
 when the side gives a readiness function, `/readyz` (200 when ready, 503 otherwise: the
-control plane's kubelet probe, since kubelet's gRPC probe cannot speak TLS). Anything else
-is 404. Request logging is off: scrapes every few seconds would drown the decision lines.
+control plane's kubelet probe, since kubelet's gRPC probe cannot speak TLS; the agent's,
+which also gives the reason, sent as the body). Anything else is 404. Request logging is
+off: scrapes every few seconds would drown the decision lines.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+# Ready or not, optionally with the reason (the body of the answer).
+Readiness = Callable[[], bool | tuple[bool, str]]
+
 
 class MetricsHttpServer:
     """`/metrics`, `/healthz` (and `/readyz`) on HOST:PORT in a daemon thread; port 0
@@ -26,7 +30,7 @@ class MetricsHttpServer:
         registry: CollectorRegistry,
         host: str,
         port: int,
-        ready: Callable[[], bool] | None = None,
+        ready: Readiness | None = None,
     ) -> None:
         self._httpd = ThreadingHTTPServer((host, port), _handler(registry, ready))
         self._httpd.daemon_threads = True
@@ -52,9 +56,7 @@ class MetricsHttpServer:
         self._thread.join(timeout=5)
 
 
-def _handler(
-    registry: CollectorRegistry, ready: Callable[[], bool] | None
-) -> type[BaseHTTPRequestHandler]:
+def _handler(registry: CollectorRegistry, ready: Readiness | None) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -66,8 +68,10 @@ def _handler(
             elif path == "/healthz":
                 self._reply(200, b"ok\n")
             elif path == "/readyz" and ready is not None:
-                serving = ready()
-                self._reply(200 if serving else 503, b"ok\n" if serving else b"not serving\n")
+                answer = ready()
+                serving, why = answer if isinstance(answer, tuple) else (answer, "")
+                body = f"{why}\n".encode() if why else b"ok\n" if serving else b"not serving\n"
+                self._reply(200 if serving else 503, body)
             else:
                 self._reply(404, b"not found\n")
 

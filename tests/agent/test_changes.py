@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from nodeagent.changes import Kind, ServerUpdate, classify
-from nodeagent.render import RenderOptions, render
+from nodeagent.delta import Held, diff
+from nodeagent.render import RenderOptions, render_held
 from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.deltas import classify_snapshots
 from tests.helpers.haproxy_env import backend, snapshot
 
 OPTS = RenderOptions("haproxy-a")
@@ -20,7 +22,7 @@ def base() -> pb.Snapshot:
 
 
 def decide(old: pb.Snapshot, new: pb.Snapshot) -> tuple[Kind, tuple[ServerUpdate, ...]]:
-    d = classify(old, render(old, OPTS), new, render(new, OPTS))
+    d = classify_snapshots(old, new, OPTS)
     return d.kind, d.updates
 
 
@@ -33,7 +35,9 @@ def changed(fn: object) -> pb.Snapshot:
 
 
 def test_first_apply_reloads() -> None:
-    assert classify(None, None, base(), render(base(), OPTS)).kind is Kind.RELOAD
+    new = Held.from_snapshot(base())
+    decision = classify(None, None, new, render_held(new, OPTS), diff(new, new))
+    assert decision.kind is Kind.RELOAD
 
 
 def test_same_content_new_version_is_nothing() -> None:

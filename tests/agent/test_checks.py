@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.changes import Kind, classify
-from nodeagent.render import RenderOptions, render
+from nodeagent.changes import Kind
+from nodeagent.render import RenderOptions
 from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.deltas import classify_snapshots
 from tests.helpers.fleet import REPO, http_get, wait_for
 from tests.helpers.haproxy_env import (
     Instance,
@@ -181,19 +182,19 @@ def test_check_settings_change_needs_a_reload() -> None:
         new = pb.Snapshot()
         new.CopyFrom(old)
         setattr(new.backends[0].check, field, value)
-        decision = classify(old, render(old, opts), new, render(new, opts))
+        decision = classify_snapshots(old, new, opts)
         assert decision.kind is Kind.RELOAD, field
     off = pb.Snapshot()
     off.CopyFrom(old)
     off.backends[0].ClearField("check")
-    assert classify(old, render(old, opts), off, render(off, opts)).kind is Kind.RELOAD
+    assert classify_snapshots(old, off, opts).kind is Kind.RELOAD
     # A slot change with checks on stays on the runtime path.
     moved = pb.Snapshot()
     moved.CopyFrom(old)
     moved.backends[0].slots[1].CopyFrom(
         pb.Slot(index=2, server_name="SRV_2", address="10.0.0.12", port=80, enabled=True)
     )
-    assert classify(old, render(old, opts), moved, render(moved, opts)).kind is Kind.RUNTIME
+    assert classify_snapshots(old, moved, opts).kind is Kind.RUNTIME
 
 
 @dataclass

@@ -16,6 +16,7 @@ import pytest
 from nodeagent import __version__
 from nodeagent.changes import Kind
 from nodeagent.client import Client, Identity
+from nodeagent.delta import ChangeSet, Held
 from nodeagent.outcome import Result
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
@@ -202,7 +203,11 @@ class SlowApplier:
     def applied_version(self) -> int:
         return self.applied[-1] if self.applied else 0
 
-    def apply(self, snapshot: pb.Snapshot) -> Result:
+    @property
+    def applied_held(self) -> Held | None:
+        return None
+
+    def apply(self, snapshot: Held, change: ChangeSet | None = None) -> Result:
         time.sleep(0.5)
         self.applied.append(snapshot.version)
         return Result(True, Kind.NOTHING)
@@ -243,3 +248,30 @@ def test_snapshots_arriving_during_an_apply_are_coalesced() -> None:
 
     assert asyncio.run(within(scenario(), 30)) == ["nonce-0", "nonce-2"]
     assert applier.applied == [1, 3]
+
+
+def test_a_snapshot_above_grpcs_default_4_mib_is_received() -> None:
+    """Regression (found by the scale benchmark, docs/design.md "Measuring what a change
+    costs"): the agent's channel kept gRPC's 4 MiB receive limit, so the full snapshot of
+    an 8,000-Service workload (~8.3 MB) was refused with RESOURCE_EXHAUSTED, every time."""
+    port = free_port("127.0.0.1")
+    applier = SlowApplier()
+    client = Client(f"127.0.0.1:{port}", Identity("ns", "pod-a"), applier)
+    big = snapshot([], [], version=7)
+    big.warnings.add(object="ConfigMap x", key="k", value="v" * (5 * 1024 * 1024), reason="r")
+
+    async def scenario() -> pb.AgentMessage:
+        plane = FakePlane([big])
+        server = grpc.aio.server(options=[("grpc.max_send_message_length", 64 * 1024 * 1024)])
+        peerplane_pb2_grpc.add_PeerPlaneServicer_to_server(plane, server)
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        try:
+            async with running(client):
+                return await within(plane.answers.get(), 10)
+        finally:
+            await server.stop(0)
+
+    answer = asyncio.run(within(scenario(), 30))
+    assert answer.ack.version == 7
+    assert applier.applied == [7]

@@ -22,6 +22,7 @@ from nodeagent import transport
 from nodeagent.changes import Kind
 from nodeagent.cli import flags as agent_flags
 from nodeagent.client import Client, Identity
+from nodeagent.delta import ChangeSet, Held
 from nodeagent.outcome import Result
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
@@ -49,7 +50,11 @@ class RecordingApplier:
     def applied_version(self) -> int:
         return self.versions[-1] if self.versions else 0
 
-    def apply(self, snapshot: pb.Snapshot) -> Result:
+    @property
+    def applied_held(self) -> Held | None:
+        return None
+
+    def apply(self, snapshot: Held, change: ChangeSet | None = None) -> Result:
         self.versions.append(snapshot.version)
         return Result(True, Kind.NOTHING)
 

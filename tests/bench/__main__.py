@@ -1,7 +1,7 @@
 """`python -m tests.bench [NAME ...] [--quick]`: run benchmarks, print a table, write JSON.
 
-Names: compute, fanout, haproxy, e2e, stability, churn, persistence (default: all, in that
-order).
+Names: compute, fanout, haproxy, e2e, stability, churn, persistence, scale, agent_apply,
+failover (default: all, in that order).
 Results go to tests/bench/results.json (entries of benchmarks not run this time are kept).
 """
 
@@ -23,6 +23,9 @@ BENCHMARKS = {
     "stability": "tests.bench.stability",
     "churn": "tests.bench.churn",
     "persistence": "tests.bench.persistence",
+    "scale": "tests.bench.scale",
+    "agent_apply": "tests.bench.agent_apply",
+    "failover": "tests.bench.failover",
 }
 
 

@@ -8,7 +8,8 @@ with shop-2's address moved between two values (127.40.2.3 <-> 127.40.2.9, both 
 the moved endpoint keeps slot SRV_3, so each agent applies it with `set server`. Then it
 polls ListAgents every 10 ms until both agents acknowledged a newer version. A few
 reload-path samples change the settings ConfigMap's stick-table expire (30m <-> 31m)
-instead. The figure includes the folder's polling interval (0.2 s) and the debounce (0.1 s
+instead. The figure includes noticing the change (a file-system notification, grouped for
+50 ms; until the folder was watched by notification, a 0.2 s poll) and the debounce (0.1 s
 of quiet); reloads seen by each HAProxy master are counted to check each sample's path.
 """
 
@@ -26,7 +27,7 @@ from tests.helpers.fleet import Fleet, haproxy_binary, wait_for
 
 OCTET = 40
 POLL_S = 0.01
-POLL_INTERVAL_S = 0.2  # the files source's default
+POLL_INTERVAL_S = 0.2  # the files source's default, used only when polling is forced
 DEBOUNCE_S = 0.1
 # Reload samples wait out the agent's bounded peer-resync wait (5 s): one change after quiet.
 RELOAD_GAP_S = 5.5

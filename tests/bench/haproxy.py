@@ -152,11 +152,12 @@ class Phases:
     def installed(self, agent: Agent) -> Iterator[None]:
         """Wrap the module functions the applier calls and the timed agent's methods."""
         module_originals: dict[str, Callable[..., Any]] = {
-            name: getattr(nodeagent.applier, name) for name in ("render", "validate")
+            name: getattr(nodeagent.applier, name) for name in ("render_held", "validate")
         }
+        phase = {"render_held": "render", "validate": "validate"}
         try:
             for name, fn in module_originals.items():
-                setattr(nodeagent.applier, name, self.wrap(name, fn))
+                setattr(nodeagent.applier, name, self.wrap(phase[name], fn))
             # Instance attributes shadow the class's methods for this one agent only.
             hx, applier = agent.haproxy, agent.applier
             methods: list[tuple[object, str, str]] = [
@@ -164,7 +165,7 @@ class Phases:
                 (hx, "reload", "reload"),
                 (hx, "wait_peers_synced", "wait_peers_synced"),
                 (applier, "_write_config", "write"),
-                (applier.store, "save", "save"),
+                (applier.store, "save_bytes", "save"),
             ]
             for obj, attr, name in methods:
                 setattr(obj, attr, self.wrap(name, getattr(obj, attr)))

@@ -137,7 +137,7 @@ def run_version(
     history = make_events(20, events, rng)
     client_ips = [f"127.{octet}.{8 + i // 250}.{i % 250 + 1}" for i in range(clients)]
     work = Path(tempfile.mkdtemp(prefix="bench-persistence-"))
-    backends = Backends()
+    backends = Backends(poll_interval=0.05)
     runs: list[Run] = []
     try:
         with ExitStack() as stack:

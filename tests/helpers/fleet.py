@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -121,6 +121,9 @@ class Backends:
     """Tiny servers that answer with their pod name, one per (address, port)."""
 
     servers: dict[str, socketserver.BaseServer] = field(default_factory=dict)
+    # How long `stop` may wait for a server's loop to notice (socketserver's default, 0.5 s,
+    # made the persistence benchmark spend most of its time stopping removed pods).
+    poll_interval: float = 0.5
 
     def start(self, name: str, address: str, port: int, kind: str = "http") -> None:
         server: socketserver.BaseServer
@@ -128,7 +131,12 @@ class Backends:
             server = HttpBackend(name, (address, port))
         else:
             server = _TcpBackend(name, (address, port))
-        threading.Thread(target=server.serve_forever, name=f"backend-{name}", daemon=True).start()
+        threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": self.poll_interval},
+            name=f"backend-{name}",
+            daemon=True,
+        ).start()
         self.servers[name] = server
 
     def stop(self, name: str) -> None:
@@ -257,10 +265,26 @@ class Fleet:
     """The demo cluster on loopback, with its addresses moved to 127.<octet>.x.y."""
 
     def __init__(
-        self, workdir: Path, octet: int = 0, quiet: bool = True, haproxy_bin: str | None = None
+        self,
+        workdir: Path,
+        octet: int = 0,
+        quiet: bool = True,
+        haproxy_bin: str | None = None,
+        *,
+        server_args: Sequence[str] = (),
+        agent_args: Sequence[str] = (),
+        state_file: bool = True,
+        serve_timeout: float = 20,
     ) -> None:
+        """`server_args`/`agent_args` are appended to every `controlplane serve` /
+        `nodeagent run` command line (the benchmarks' switches); `state_file=False` runs
+        the control plane without `--state`, as a first-time user would."""
         self.workdir = workdir
         self.haproxy_bin = haproxy_bin  # None: the one on PATH (the demo's)
+        self.server_args = list(server_args)
+        self.agent_args = list(agent_args)
+        self.state_file = state_file
+        self.serve_timeout = serve_timeout
         self.octet = octet
         self.quiet = quiet
         self.manifests = workdir / "manifests"
@@ -325,11 +349,12 @@ class Fleet:
             "--listen",
             self.control_plane_address,
             "--insecure",  # plaintext on loopback
-            "--state",
-            str(self.workdir / "slots.json"),
         ]
+        if self.state_file:
+            argv += ["--state", str(self.workdir / "slots.json")]
+        argv += self.server_args
         self.control_plane = self._spawn(argv, self.workdir / "controlplane.log")
-        wait_for(self._serving, 20, "the control plane to serve")
+        wait_for(self._serving, self.serve_timeout, "the control plane to serve")
 
     def stop_control_plane(self) -> None:
         if self.control_plane is not None:
@@ -339,7 +364,9 @@ class Fleet:
             self._channel.close()
             self._channel = None
 
-    def start_agent(self, pod_name: str, demo_address: str) -> AgentHandle:
+    def start_agent(
+        self, pod_name: str, demo_address: str, extra_args: Sequence[str] = ()
+    ) -> AgentHandle:
         directory = self.workdir / pod_name
         directory.mkdir(parents=True, exist_ok=True)
         address = self.ip(demo_address)
@@ -372,6 +399,7 @@ class Fleet:
         binary = self.haproxy_bin or haproxy_binary()
         if binary:
             argv += ["--haproxy-bin", binary]
+        argv += [*self.agent_args, *extra_args]
         process = self._spawn(argv, directory / "agent.log")
         handle = AgentHandle(pod_name, address, directory, process)
         self.agents[pod_name] = handle

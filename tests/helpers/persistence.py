@@ -194,9 +194,13 @@ class Pins:
             del self.pod[key]
         return gone
 
-    def check(self, step: str, answers: Mapping[tuple[str, str], str], tally: Tally) -> None:
+    def check(
+        self, step: str, answers: Mapping[tuple[str, str], str], tally: Tally
+    ) -> list[tuple[str, str]]:
         """One instance's answers; a pinned client answered by another pod moved; an
-        unpinned one is pinned by this answer (instances are checked one after another)."""
+        unpinned one is pinned by this answer (instances are checked one after another).
+        The (service, client) keys that moved."""
+        moved: list[tuple[str, str]] = []
         for key, answer in answers.items():
             if answer.startswith("!"):
                 tally.failed += 1
@@ -209,6 +213,8 @@ class Pins:
                 tally.moved += 1
                 tally.note(f"{step}: {key[0]} client {key[1]} moved {pinned} -> {answer}")
                 self.pod[key] = answer
+                moved.append(key)
+        return moved
 
 
 # ---------------------------------------------------------------- clients (I/O)

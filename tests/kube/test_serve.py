@@ -1,9 +1,10 @@
 """Two `controlplane serve --source kubernetes --leader-elect` processes on one Lease.
 
 The fake API server stands in for the cluster; each control plane talks to it with the
-real client through a kubeconfig. One serves, the other reports NOT_SERVING; when the
-leader is killed the other takes over within the lease duration and serves the same
-slots (read back from the slot ConfigMap), so the content hash does not change.
+real client through a kubeconfig. Both serve; only the Lease holder assigns slots. When
+the leader is killed the other takes the Lease within the lease duration and continues
+the same slots (read back from the slot ConfigMap), so the content hash does not change.
+More replicas and failover under scale events: test_replicas.py.
 """
 
 from __future__ import annotations
@@ -17,16 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tests.helpers.replicas import health, shop_cluster
 from tests.helpers.server_process import ServeProcess, grpcurl
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import (
-    config_map,
     endpoint_slice,
-    pod,
     service,
     wait_until,
     write_kubeconfig,
@@ -37,15 +35,10 @@ WORKLOAD = "haproxy-system/DaemonSet/haproxy"
 NS = "haproxy-system"
 
 
-def health(address: str) -> str:
-    with grpc.insecure_channel(address) as channel:
-        try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=""), timeout=1.0
-            )
-        except grpc.RpcError as error:
-            return str(error.code().name)
-    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+def role(address: str) -> str:
+    """single, leader or follower, from ListWorkloads.replica."""
+    reply = json.loads(grpcurl(address, "peerplane.v1.PeerPlane/ListWorkloads", data="{}"))
+    return str(reply.get("replica", {}).get("role", ""))
 
 
 def get_snapshot(address: str) -> dict[str, Any]:
@@ -66,16 +59,7 @@ def shop_slots(address: str) -> tuple[str, dict[int, str]]:
 
 @pytest.fixture
 def api() -> Iterator[FakeKubeAPI]:
-    server = FakeKubeAPI().start()
-    server.apply(service("shop"))
-    server.apply(endpoint_slice("shop", {"127.0.2.1": True, "127.0.2.2": True}))
-    for name, ip in (("haproxy-a", "127.0.0.11"), ("haproxy-b", "127.0.0.12")):
-        member = pod(name, ip)
-        member["metadata"]["ownerReferences"] = [
-            {"kind": "DaemonSet", "name": "haproxy", "controller": True}
-        ]
-        server.apply(member)
-    server.apply(config_map("haproxy-settings", server_slots="4"))
+    server = shop_cluster()
     yield server
     server.stop()
 
@@ -100,9 +84,10 @@ def test_one_serves_the_other_takes_over_with_the_same_slots(
     api: FakeKubeAPI, kubeconfig: Path
 ) -> None:
     with ServeProcess(*serve_args(kubeconfig)) as a, ServeProcess(*serve_args(kubeconfig)) as b:
-        assert wait_until(lambda: "SERVING" in (health(a.address), health(b.address)), 10)
-        leader, follower = (a, b) if health(a.address) == "SERVING" else (b, a)
-        assert health(follower.address) == "NOT_SERVING"
+        assert wait_until(lambda: health(a.address) == health(b.address) == "SERVING", 10)
+        assert wait_until(lambda: "leader" in (role(a.address), role(b.address)), 10)
+        leader, follower = (a, b) if role(a.address) == "leader" else (b, a)
+        assert role(follower.address) == "follower"
 
         # History the sorted order cannot rebuild: 127.0.2.2 keeps slot 2 and 127.0.2.9
         # takes never-used slot 3 (a freed slot comes after never-used ones).
@@ -115,7 +100,7 @@ def test_one_serves_the_other_takes_over_with_the_same_slots(
         assert leader.process is not None
         os.kill(leader.process.pid, signal.SIGKILL)  # dies without releasing the Lease
         died = time.monotonic()
-        assert wait_until(lambda: health(follower.address) == "SERVING", LEASE_S + 4)
+        assert wait_until(lambda: role(follower.address) == "leader", LEASE_S + 4)
         assert time.monotonic() - died < LEASE_S + 3
         assert shop_slots(follower.address) == before  # same slots, same content hash
         lease = api.get("Lease", NS, "peerplane-controlplane") or {}

@@ -56,9 +56,12 @@ async def ack_one_nack_one(address: str) -> None:
             await agent.hello()
         await good.ack(await good.recv_snapshot())
         await bad.nack(await bad.recv_snapshot(), "haproxy -c: [ALERT] parsing failed")
-        await asyncio.sleep(0)  # the writes are flushed when the calls end below
         for agent in (good, bad):
             await agent.call.done_writing()
+        for agent in (good, bad):
+            # The server ends the call once it has read everything: closing the channel
+            # before that would cancel the call and could drop the unread Nack.
+            await asyncio.wait_for(agent.call.code(), 10)
 
 
 def test_metrics_and_json_logs_after_an_ack_and_a_nack(tmp_path: Path) -> None:

@@ -41,12 +41,14 @@ class V:
     content_hash: str
     published_at: float = 0.0
     message_bytes: bytes = b""
+    bases: frozenset[str] = frozenset()  # retained contents a delta can start from
 
 
 A1 = V(W, 1, "hash-a", published_at=10.0)
-B2 = V(W, 2, "hash-b", published_at=20.0)
-C3 = V(W, 3, "hash-c", published_at=30.0)
-A4 = V(W, 4, "hash-a", published_at=40.0)  # content A published again as a new version
+B2 = V(W, 2, "hash-b", published_at=20.0, bases=frozenset({"hash-a"}))
+C3 = V(W, 3, "hash-c", published_at=30.0, bases=frozenset({"hash-a", "hash-b"}))
+# Content A published again as a new version.
+A4 = V(W, 4, "hash-a", published_at=40.0, bases=frozenset({"hash-b", "hash-c"}))
 
 
 def serve(version: V) -> Target:

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
+from controlplane.compute import compute
+from controlplane.model import ClusterState
+from controlplane.publish import encode
+from peerplane.v1 import peerplane_pb2 as pb
+from tests.bench import deltas as bench_deltas
 from tests.bench import e2e as e2e_bench
+from tests.bench import failover as failover_bench
+from tests.bench import fanout as fanout_bench
 from tests.bench import haproxy as haproxy_bench
 from tests.bench import persistence as persistence_bench
+from tests.bench import scale as scale_bench
 from tests.bench import stability
 from tests.bench.__main__ import main as bench_main
-from tests.bench.common import Result
+from tests.bench.common import Result, big_cluster
 from tests.helpers.haproxy_versions import HAProxyBinary
 
 
@@ -103,3 +112,133 @@ def test_persistence_bench_design_moves_no_client_and_resort_does(
     for result in found:
         assert result.parameters["model_errors"] == 0
         assert result.parameters["requests"] >= 60
+
+
+# ------------------------------------------------ scale and fan-out: full vs delta
+
+
+def _snapshot_of(state: ClusterState, version: int) -> pb.Snapshot:
+    result = compute(state, {})
+    return next(iter(encode(result.workloads).values())).message(version=version)
+
+
+def _delta_between(old: pb.Snapshot, new: pb.Snapshot) -> pb.SnapshotDelta:
+    """A delta built by hand from the proto's rules (independent of the server's code)."""
+    before = {b.name: b.SerializeToString(deterministic=True) for b in old.backends}
+    delta = pb.SnapshotDelta(
+        workload=new.workload,
+        version=new.version,
+        to_content_hash=new.content_hash,
+        from_content_hash=old.content_hash,
+        removed_backends=sorted(set(before) - {b.name for b in new.backends}),
+        backends=[
+            b for b in new.backends if before.get(b.name) != b.SerializeToString(deterministic=True)
+        ],
+        peers_changed=True,
+        frontends_changed=True,
+    )
+    delta.peers.CopyFrom(new.peers)
+    if new.HasField("http_frontend"):
+        delta.http_frontend.CopyFrom(new.http_frontend)
+    return delta
+
+
+def test_bench_agents_materialize_a_delta_to_its_content_hash_and_catch_a_bad_one() -> None:
+    old_state = big_cluster(4)
+    # One endpoint moved in the first Service, the last Service removed: a changed and a
+    # removed backend, a changed HTTP frontend (one host fewer).
+    first = old_state.endpoint_slices[0]
+    moved = dataclasses.replace(first.endpoints[0], addresses=("127.99.0.1",))
+    new_state = dataclasses.replace(
+        old_state,
+        services=old_state.services[:-1],
+        endpoint_slices=(
+            dataclasses.replace(first, endpoints=(moved, *first.endpoints[1:])),
+            *old_state.endpoint_slices[1:-1],
+        ),
+    )
+    old, new = _snapshot_of(old_state, 1), _snapshot_of(new_state, 2)
+    delta = _delta_between(old, new)
+    assert len(delta.backends) == 1 and len(delta.removed_backends) == 1
+
+    result = bench_deltas.apply_delta(old, delta)
+    assert bench_deltas.verify(result)
+    assert result.SerializeToString(deterministic=True) == new.SerializeToString(deterministic=True)
+
+    corrupted = pb.SnapshotDelta()
+    corrupted.CopyFrom(delta)
+    corrupted.backends[0].slots[0].address = "127.99.0.2"
+    assert not bench_deltas.verify(bench_deltas.apply_delta(old, corrupted))
+    with pytest.raises(bench_deltas.DeltaError):
+        bench_deltas.apply_delta(new, delta)  # not the base it was built from
+
+
+def test_bench_agents_read_a_snapshot_envelope_as_protobuf_parses_it() -> None:
+    snapshot = _snapshot_of(big_cluster(2), 7)
+    raw = pb.ServerMessage(nonce="n-1", snapshot=snapshot).SerializeToString()
+    envelope = bench_deltas.snapshot_envelope(raw)
+    assert envelope is not None
+    assert (envelope.nonce, envelope.version, envelope.content_hash) == (
+        "n-1",
+        7,
+        snapshot.content_hash,
+    )
+    assert pb.Snapshot.FromString(envelope.snapshot) == snapshot
+    assert (
+        bench_deltas.snapshot_envelope(pb.ServerMessage(in_sync=pb.InSync()).SerializeToString())
+        is None
+    )
+
+
+def test_fanout_compare_streams_deltas_that_every_worker_verifies() -> None:
+    found = _by_name(fanout_bench.compare(agents=6, services=5, versions={"full": 2, "delta": 2}))
+    full = found["fanout.s5.full.bytes_per_stream_per_version"]
+    delta = found["fanout.s5.delta.bytes_per_stream_per_version"]
+    assert full.parameters["snapshots_received"] == 12
+    assert full.parameters["deltas_received"] == 0
+    assert delta.parameters["deltas_received"] == 12
+    assert delta.parameters["snapshots_received"] == 0
+    # Each version's delta materialized from the held base and its hash checked.
+    assert delta.parameters["verified_per_worker"] >= 2
+    assert delta.value < full.value
+
+
+@pytest.mark.haproxy
+def test_scale_bench_measures_full_and_delta_side_by_side(haproxy_bin: HAProxyBinary) -> None:
+    found = _by_name(scale_bench.run(sizes=(3,), samples=2, octet=55, binary=haproxy_bin.path))
+    assert "scale.n3.full.failed" not in found and "scale.n3.delta.failed" not in found
+    full = found["scale.n3.full.change_to_ack_p50"].parameters
+    delta = found["scale.n3.delta.change_to_ack_p50"].parameters
+    # The endpoint move stays a runtime-API change in both modes.
+    assert full["reloads"] == 0 and delta["reloads"] == 0
+    assert full["agents_on_deltas"] == 0 and delta["agents_on_deltas"] == 2
+    sent_full = found["scale.n3.full.bytes_per_agent_per_change"]
+    sent_delta = found["scale.n3.delta.bytes_per_agent_per_change"]
+    assert not sent_full.parameters["sent_by_kind_total"].get("delta")
+    assert sent_delta.parameters["sent_by_kind_total"]["delta"] > 0
+    assert sent_delta.value < sent_full.value
+    assert found["scale.n3.delta.startup_first_ack"].value > 0
+
+
+def test_failover_bench_check_fails_loudly_on_a_lost_follower_stream_or_a_moved_slot() -> None:
+    failover_bench.check([[], []], {"127.0.3.1": {1}}, {"127.0.3.1": 1}, {"127.0.3.1": 1})
+    with pytest.raises(failover_bench.FailoverError, match="lost their stream"):
+        failover_bench.check([[], [(1.0, "UNAVAILABLE")]], {}, {}, {})
+    with pytest.raises(failover_bench.FailoverError, match="slots moved"):
+        failover_bench.check([[]], {"127.0.3.1": {1, 2}}, {}, {})
+    with pytest.raises(failover_bench.FailoverError, match="slots moved"):
+        failover_bench.check([[]], {}, {"127.0.3.1": 1}, {"127.0.3.1": 2})
+
+
+def test_failover_bench_keeps_follower_streams_while_leader_agents_reconnect() -> None:
+    # A short Lease (the bench itself uses the default 15 s); one SIGKILLed leader.
+    figures = failover_bench.measure(rounds=1, lease_s=2.0)
+    assert figures.losses["followers"] == 0
+    assert figures.agents["followers"] == 2 * figures.agents["leader"] > 0
+    assert figures.losses["leader"] == figures.agents["leader"]
+    assert figures.losses["single"] == figures.agents["single"]
+    for group in failover_bench.GROUPS:
+        assert len(figures.removal[group]) == len(figures.addition[group]) == figures.agents[group]
+    assert len(figures.reconnect["leader"]) == figures.agents["leader"]
+    assert figures.reconnect["followers"] == []
+    assert len(figures.takeover) == 1 and figures.takeover[0] > 0

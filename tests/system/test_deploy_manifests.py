@@ -158,10 +158,13 @@ def test_control_plane_runs_two_leader_elected_replicas_behind_its_service(
 ) -> None:
     deployment = find(base, "Deployment", "peerplane-controlplane")
     assert deployment["spec"]["replicas"] == 2
-    # Only the leader is ever Ready: a rollout must not wait for a second Ready pod, and a
-    # PodDisruptionBudget would block every drain.
-    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == "100%"
-    assert not [o for o in base if o["kind"] == "PodDisruptionBudget"]
+    # Every replica serves and is Ready once synced: roll one at a time, and a PDB keeps
+    # one serving through drains.
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 1
+    pdb = find(base, "PodDisruptionBudget", "peerplane-controlplane")
+    assert pdb["spec"]["minAvailable"] == 1
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     args = flags(container["args"])
     assert container["command"] == ["controlplane"] and container["args"][0] == "serve"
@@ -216,6 +219,11 @@ def test_daemonset_matches_the_agent_and_the_haproxy_selector(base: list[Obj]) -
     assert all("emptyDir" in volumes[volume_at(agent, args[f])] for f in files)
     assert "secret" in volumes[volume_at(agent, args["--ca"])]
     assert "projected" in volumes[volume_at(agent, args["--token-file"])]
+    # Ready only once the stick tables are synced: the agent's /readyz on its metrics port.
+    assert agent["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "agent-metrics"}
+    agent_ports = {p["name"]: p["containerPort"] for p in agent["ports"]}
+    assert agent_ports["agent-metrics"] == int(args["--metrics-port"])
+    assert args["--metrics-address"] == "$(POD_IP)"  # where the kubelet probes
     host, _, port = args["--control-plane"].rpartition(":")
     service = find(base, "Service", "peerplane-controlplane")
     assert host.split(".")[0] == service["metadata"]["name"]

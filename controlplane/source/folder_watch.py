@@ -1,0 +1,119 @@
+"""Learning that files under a folder changed: notifications, with polling as fallback.
+
+`watchfiles` (Rust `notify`: inotify on Linux) reports which paths changed, typically
+within its 50 ms grouping step; with `force_polling` (or WATCHFILES_FORCE_POLLING set, or
+where notifications do not work) it polls file metadata itself. Events can still be lost
+(an inotify queue overflow, a watch limit reached, a change made while the watch was being
+set up), so a rescan runs once the watch is set up and then every `rescan_interval`. When
+the folder itself is removed or replaced (checked every second: a watch follows the old
+inode) the watch is started again on the new one; when the watcher fails the loop logs it
+once, rescans, and retries, backing off up to `rescan_interval` while it keeps failing. The
+thread never dies of one bad pass: `on_changes` raising is logged and the watch goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import watchfiles
+
+log = logging.getLogger(__name__)
+
+OnChanges = Callable[[set[Path] | None], None]
+"""Called with the paths that changed, or None for "rescan everything"."""
+
+
+class FolderWatch:
+    """A thread calling `on_changes` when something under `directory` changed."""
+
+    def __init__(
+        self,
+        directory: Path,
+        on_changes: OnChanges,
+        *,
+        force_polling: bool | None = None,
+        poll_interval: float = 0.2,
+        rescan_interval: float = 10.0,
+    ) -> None:
+        self._directory = directory
+        self._on_changes = on_changes
+        self._force_polling = force_polling
+        self._poll_interval = poll_interval
+        self._rescan_interval = rescan_interval
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failures = 0  # watcher failures in a row
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="files-source", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread; returns within about one 50 ms watcher step."""
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                self._watch()
+                if self._stopped.wait(self._poll_interval):  # the watcher ended by itself
+                    return
+            except Exception:  # the watcher failed (folder gone, watch limit): retry
+                self._failures += 1
+                if self._failures == 1:  # once per streak, not every retry
+                    log.exception("files source %s: watcher failed; retrying", self._directory)
+                # Back off to the rescan interval while it keeps failing.
+                wait = min(
+                    self._poll_interval * 2 ** min(self._failures, 16), self._rescan_interval
+                )
+                if self._stopped.wait(wait):
+                    return
+                self._pass(None)
+
+    def _watch(self) -> None:
+        # The first yield comes once the watch is set up (at most a second later): rescan
+        # then for what changed before it, as after every `rescan_interval`.
+        last_rescan: float | None = None
+        watched = self._folder_identity()
+        for changes in watchfiles.watch(
+            self._directory,
+            watch_filter=None,
+            stop_event=self._stopped,
+            force_polling=self._force_polling,
+            poll_delay_ms=max(1, int(self._poll_interval * 1000)),
+            rust_timeout=max(1, int(min(self._rescan_interval, 1.0) * 1000)),
+            yield_on_timeout=True,
+            raise_interrupt=False,
+            ignore_permission_denied=True,
+        ):
+            if self._stopped.is_set():
+                return
+            self._failures = 0
+            if changes:
+                self._pass({Path(path) for _, path in changes})
+            now = time.monotonic()
+            if last_rescan is None or now - last_rescan >= self._rescan_interval:
+                last_rescan = now
+                self._pass(None)
+            if self._folder_identity() != watched:  # removed or replaced: watch the new one
+                self._pass(None)
+                return
+
+    def _folder_identity(self) -> tuple[int, int] | None:
+        try:
+            found = self._directory.stat()
+        except OSError:
+            return None
+        return (found.st_dev, found.st_ino)
+
+    def _pass(self, paths: set[Path] | None) -> None:
+        try:
+            self._on_changes(paths)
+        except Exception:  # the watch must outlive any one bad pass
+            log.exception("files source %s: pass failed; still watching", self._directory)

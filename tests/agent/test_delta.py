@@ -1,0 +1,153 @@
+"""nodeagent/delta.py: a delta applied to the held snapshot equals the full snapshot (hash,
+saved bytes, rendered config), over random sequences of versions computed and encoded by
+the control plane; malformed deltas are refused with a reason and change nothing.
+
+docs/design.md, "The agent stream" (deltas on the agent side)."""
+
+from __future__ import annotations
+
+import pytest
+
+from controlplane.publish import content_hash
+from nodeagent.changes import Kind, classify
+from nodeagent.delta import DeltaError, Held, diff
+from nodeagent.render import RenderOptions, render, render_held
+from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.deltas import delta_between, hashed, random_versions
+from tests.helpers.haproxy_env import backend, snapshot
+
+OPTS = RenderOptions("haproxy-a")
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_deltas_over_random_versions_equal_the_full_snapshots(seed: int) -> None:
+    """Every step, also skipping versions (a delta spans what the agent last got)."""
+    versions = list(random_versions(seed, 25))
+    assert len(versions) == 25
+    held = Held.from_snapshot(versions[0])
+    rendered = render_held(held, OPTS)
+    steps = 0
+    i = 0
+    while i + 1 < len(versions):
+        j = min(len(versions) - 1, i + 1 + (i % 3 == 2))  # sometimes skip one
+        old, new = versions[i], versions[j]
+        held_next, change = held.apply(delta_between(old, new))
+        assert held_next.computed_hash() == new.content_hash == content_hash(new)
+        assert held_next.serialized() == new.SerializeToString(deterministic=True)
+        assert held_next.message() == new
+        full = Held.from_snapshot(new)
+        assert diff(held, full) == change
+        cached = render_held(held_next, OPTS, rendered)
+        assert cached.text() == render(new, OPTS)
+        assert cached.data() == cached.text().encode()
+        # The change set's decision is the one a whole comparison gives.
+        by_delta = classify(held, rendered, held_next, cached, change)
+        by_full = classify(held, rendered, full, render_held(full, OPTS), diff(held, full))
+        assert by_delta == by_full
+        held, rendered, i = held_next, cached, j
+        steps += 1
+    assert steps >= 15
+
+
+def _pair() -> tuple[pb.Snapshot, pb.Snapshot]:
+    peers = [("haproxy-a", "10.0.0.1", 10000)]
+    old = hashed(
+        snapshot(
+            peers,
+            [backend("ns_a_80", [("10.1.0.1", 80)]), backend("ns_b_80", [("10.1.0.2", 80)])],
+            http_port=80,
+            routes=[("a.example.com", "ns_a_80")],
+        ),
+        version=1,
+    )
+    new = pb.Snapshot()
+    new.CopyFrom(old)
+    new.backends[0].slots[1].CopyFrom(
+        pb.Slot(index=2, server_name="SRV_2", address="10.1.0.9", port=80, enabled=True)
+    )
+    return old, hashed(new, version=2)
+
+
+def test_a_one_slot_delta_is_a_runtime_change_of_that_slot_only() -> None:
+    old, new = _pair()
+    held = Held.from_snapshot(old)
+    held_next, change = held.apply(delta_between(old, new))
+    assert change.backends == {"ns_a_80"} and not (change.removed or change.peers)
+    assert held_next.framed["ns_b_80"] is held.framed["ns_b_80"]  # shared, not copied
+    r0 = render_held(held, OPTS)
+    decision = classify(held, r0, held_next, render_held(held_next, OPTS, r0), change)
+    assert decision.kind is Kind.RUNTIME
+    assert [(u.backend, u.server) for u in decision.updates] == [("ns_a_80", "SRV_2")]
+
+
+def _corrupt(d: pb.SnapshotDelta, how: str) -> None:
+    if how == "wrong to_content_hash":
+        d.to_content_hash = "f" * 64
+    elif how == "unknown from hash":
+        d.from_content_hash = "e" * 64
+    elif how == "backend changed behind the hash":
+        d.backends[0].slots[0].port = 81
+    elif how == "duplicate backend":
+        d.backends.append(d.backends[0])
+    elif how == "removed backend not held":
+        d.removed_backends.append("ns_zz_80")
+    elif how == "changed and removed":
+        d.removed_backends.append(d.backends[0].name)
+    elif how == "nameless backend":
+        d.backends.add()
+    elif how == "other workload":
+        d.workload = "other/DaemonSet/x"
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "wrong to_content_hash",
+        "unknown from hash",
+        "backend changed behind the hash",
+        "duplicate backend",
+        "removed backend not held",
+        "changed and removed",
+        "nameless backend",
+        "other workload",
+    ],
+)
+def test_a_bad_delta_is_refused_and_changes_nothing(how: str) -> None:
+    old, new = _pair()
+    held = Held.from_snapshot(old)
+    before = held.serialized()
+    d = delta_between(old, new)
+    _corrupt(d, how)
+    with pytest.raises(DeltaError) as refused:
+        held.apply(d)
+    assert str(refused.value)
+    assert held.serialized() == before and held.computed_hash() == old.content_hash
+
+
+def test_a_duplicate_backend_in_a_full_snapshot_is_refused() -> None:
+    old, _ = _pair()
+    old.backends.append(old.backends[0])
+    with pytest.raises(DeltaError, match="duplicate backend 'ns_a_80'"):
+        Held.from_snapshot(old)
+
+
+def test_peers_frontends_and_warnings_are_replaced_only_when_flagged() -> None:
+    old, _ = _pair()
+    new = pb.Snapshot()
+    new.CopyFrom(old)
+    new.peers.peers.add(name="haproxy-b", address="10.0.0.2", port=10000)
+    new.ClearField("http_frontend")
+    new.warnings.add(object="ConfigMap x", key="k", value="v", reason="r")
+    new.ClearField("backends")
+    hashed(new, version=3)
+    d = delta_between(old, new)
+    assert (d.peers_changed, d.frontends_changed, d.warnings_changed) == (True, True, True)
+    assert list(d.removed_backends) == ["ns_a_80", "ns_b_80"]
+    held_next, change = Held.from_snapshot(old).apply(d)
+    assert held_next.message() == new
+    assert held_next.http_frontend is None
+    assert (change.peers, change.frontends, change.warnings) == (True, True, True)
+    # The same delta without its flags leaves those parts as held: the hash says no.
+    d.peers_changed = False
+    with pytest.raises(DeltaError, match="content hash"):
+        Held.from_snapshot(old).apply(d)

@@ -1,0 +1,98 @@
+"""The scale benchmark's cluster as a folder of manifests: pure text, one file per Service.
+
+N Services, each exposed with its own host, `load-balance: source` and source-IP
+persistence, each with one EndpointSlice of 20 ready endpoints in the same file; one
+DaemonSet of two HAProxy pods; the settings ConfigMap. Health checks are off in the
+ConfigMap: with them HAProxy would probe up to 160,000 addresses that nothing serves,
+loading the shared machine the figures are measured on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.bench.common import loopback_ip
+
+ENDPOINTS = 20
+ENDPOINT_BASE = 0x7F_50_00_00  # 127.80.0.0 + index: up to 8,000 x 20 endpoints
+MOVED_ADDRESS = "127.90.0.1"  # where the changed endpoint moves (and back)
+
+
+def service_name(index: int) -> str:
+    return f"svc-{index:05d}"
+
+
+def endpoint_address(service: int, endpoint: int) -> str:
+    return loopback_ip(service * ENDPOINTS + endpoint, base=ENDPOINT_BASE)
+
+
+def service_file(index: int) -> str:
+    """One Service and its EndpointSlice."""
+    name = service_name(index)
+    endpoints = "".join(
+        f'  - addresses: ["{endpoint_address(index, e)}"]\n'
+        "    conditions: {ready: true}\n"
+        f"    targetRef: {{kind: Pod, name: {name}-{e}}}\n"
+        for e in range(ENDPOINTS)
+    )
+    return (
+        "apiVersion: v1\nkind: Service\nmetadata:\n"
+        f"  name: {name}\n  namespace: default\n"
+        '  creationTimestamp: "2026-01-01T00:00:00Z"\n'
+        "  annotations:\n"
+        '    haproxy.org/expose: "true"\n'
+        f"    haproxy.org/hosts: {name}.example.com\n"
+        "    haproxy.org/load-balance: source\n"
+        '    haproxy.org/source-ip-persistence: "true"\n'
+        "spec:\n  ports:\n    - name: http\n      port: 80\n      targetPort: 8888\n"
+        "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n"
+        f"  name: {name}-abc12\n  namespace: default\n"
+        f"  labels:\n    kubernetes.io/service-name: {name}\n"
+        "addressType: IPv4\nports:\n  - name: http\n    port: 8888\n    protocol: TCP\n"
+        f"endpoints:\n{endpoints}"
+    )
+
+
+def haproxy_file(pods: tuple[tuple[str, str], ...]) -> str:
+    """The DaemonSet and its pods, each on its own loopback address."""
+    text = (
+        "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: haproxy\n"
+        "  namespace: haproxy-system\nspec:\n  selector:\n    matchLabels:\n"
+        "      app.kubernetes.io/component: haproxy\n  template:\n    metadata:\n"
+        "      labels:\n        app.kubernetes.io/component: haproxy\n"
+        "    spec:\n      containers:\n        - name: haproxy\n          image: haproxy:2.6\n"
+    )
+    for i, (name, address) in enumerate(pods):
+        text += (
+            "---\napiVersion: v1\nkind: Pod\nmetadata:\n"
+            f"  name: {name}\n  namespace: haproxy-system\n"
+            "  labels:\n    app.kubernetes.io/component: haproxy\n"
+            "  ownerReferences:\n    - apiVersion: apps/v1\n      kind: DaemonSet\n"
+            "      name: haproxy\n      controller: true\n"
+            f"spec:\n  nodeName: node-{i}\nstatus:\n  phase: Running\n  podIP: {address}\n"
+        )
+    return text
+
+
+def settings_file(http_port: int, peer_port: int) -> str:
+    return (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: haproxy-settings\n"
+        "  namespace: haproxy-system\ndata:\n"
+        f'  http-port: "{http_port}"\n  peer-port: "{peer_port}"\n'
+        '  check: "false"\n'
+        "  source-ip-persistence-size: 1m\n  source-ip-persistence-expire: 30m\n"
+    )
+
+
+def write_folder(
+    directory: Path,
+    services: int,
+    pods: tuple[tuple[str, str], ...],
+    http_port: int,
+    peer_port: int,
+) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "settings.yaml").write_text(settings_file(http_port, peer_port))
+    (directory / "haproxy.yaml").write_text(haproxy_file(pods))
+    for index in range(services):
+        (directory / f"{service_name(index)}.yaml").write_text(service_file(index))

@@ -1,0 +1,119 @@
+"""A minimal agent that materializes `SnapshotDelta`s itself, for the server's delta tests.
+
+It follows the contract in proto/peerplane/v1/peerplane.proto (and docs/design.md, "The
+agent stream") without the real agent (`nodeagent/`): apply a delta to the snapshot it
+holds, re-serialize deterministically, and compare the SHA-256 with `to_content_hash`.
+The content hash is computed here from protobuf itself, not with the control plane's
+code, so the test checks the server against the rule rather than against itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import grpc
+
+from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.server_harness import NS, Agent
+
+
+class Unusable(Exception):
+    """The delta cannot be applied: the agent Nacks it with resync."""
+
+
+def digest(snapshot: pb.Snapshot) -> str:
+    """SHA-256 of the deterministic serialization with version and content hash unset."""
+    bare = pb.Snapshot()
+    bare.CopyFrom(snapshot)
+    bare.version = 0
+    bare.content_hash = ""
+    return hashlib.sha256(bare.SerializeToString(deterministic=True)).hexdigest()
+
+
+def apply_delta(held: pb.Snapshot | None, delta: pb.SnapshotDelta) -> pb.Snapshot:
+    """The snapshot `delta` makes of `held` (version and hash set); Unusable when `held`
+    is not its base or the result's hash is not `to_content_hash`."""
+    if held is None or held.content_hash != delta.from_content_hash:
+        raise Unusable(f"do not hold {delta.from_content_hash[:12]}")
+    result = pb.Snapshot()
+    result.CopyFrom(held)
+    backends = {b.name: b for b in held.backends}
+    for name in delta.removed_backends:
+        backends.pop(name, None)
+    for backend in delta.backends:
+        backends[backend.name] = backend
+    del result.backends[:]
+    result.backends.extend(backends[name] for name in sorted(backends))
+    if delta.peers_changed:
+        result.ClearField("peers")
+        if delta.HasField("peers"):
+            result.peers.CopyFrom(delta.peers)
+    if delta.frontends_changed:
+        result.ClearField("http_frontend")
+        del result.tcp_frontends[:]
+        if delta.HasField("http_frontend"):
+            result.http_frontend.CopyFrom(delta.http_frontend)
+        result.tcp_frontends.extend(delta.tcp_frontends)
+    if delta.warnings_changed:
+        del result.warnings[:]
+        result.warnings.extend(delta.warnings)
+    result.workload = delta.workload
+    result.version = delta.version
+    result.content_hash = delta.to_content_hash
+    if digest(result) != delta.to_content_hash:
+        raise Unusable(f"result hash {digest(result)[:12]} is not {delta.to_content_hash[:12]}")
+    return result
+
+
+class DeltaAgent(Agent):
+    """An agent stream that announces deltas and keeps what it was last sent, as the
+    contract says: every snapshot or delta received is materialized at once."""
+
+    def __init__(self, channel: grpc.aio.Channel, pod: str, *, accepts_deltas: bool = True) -> None:
+        super().__init__(channel, pod, NS)
+        self.accepts_deltas = accepts_deltas
+        self.held: pb.Snapshot | None = None
+        self.received: list[str] = []  # "snapshot" / "delta" / "in_sync" / "waiting"
+
+    async def hello(self, applied_hash: str = "", applied_version: int = 0) -> None:
+        hello = pb.Hello(
+            pod_namespace=self.namespace,
+            pod_name=self.pod,
+            node_name="node-a",
+            applied_content_hash=applied_hash,
+            applied_version=applied_version,
+            agent_version="test",
+            accepts_deltas=self.accepts_deltas,
+        )
+        await self.call.write(pb.AgentMessage(hello=hello))
+
+    async def step(self) -> tuple[pb.ServerMessage, str]:
+        """Read one message and materialize it; the message and "" or why it is unusable
+        (a held snapshot that is not the delta's base keeps being held)."""
+        return self.take(await self.recv_raw())
+
+    def take(self, raw: bytes) -> tuple[pb.ServerMessage, str]:
+        """Materialize one message read raw (see `step`)."""
+        message = pb.ServerMessage.FromString(raw)
+        kind = message.WhichOneof("message") or ""
+        self.received.append(kind)
+        if kind == "snapshot":
+            assert digest(message.snapshot) == message.snapshot.content_hash
+            self.held = message.snapshot
+        elif kind == "delta":
+            try:
+                self.held = apply_delta(self.held, message.delta)
+            except Unusable as error:
+                return message, str(error)
+        return message, ""
+
+    async def answer(self, message: pb.ServerMessage, problem: str) -> None:
+        """Ack, or Nack with resync when the delta was unusable."""
+        if problem:
+            nack = pb.Nack(nonce=message.nonce, error=problem, resync=True)
+            await self.call.write(pb.AgentMessage(nack=nack))
+            return
+        held = self.held
+        assert held is not None
+        ack = pb.Ack(nonce=message.nonce, version=held.version, content_hash=held.content_hash)
+        await self.call.write(pb.AgentMessage(ack=ack))

@@ -1,0 +1,157 @@
+"""Test deltas, built independently of the server's builder: from two full snapshots, by
+the proto's rules (SnapshotDelta), with real content hashes; and sequences of versions
+made by the control plane's own computation and encoder."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Iterator
+
+from controlplane.compute import Computer
+from controlplane.model import ClusterState
+from controlplane.publish import Encoder, content_hash
+from nodeagent.changes import Decision, classify
+from nodeagent.delta import Held, diff
+from nodeagent.render import RenderOptions, render_held
+from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.builders import cluster, endpoint_slice, haproxy_pod, service, settings
+
+WORKLOAD = "haproxy-system/DaemonSet/haproxy"
+
+
+def hashed(snapshot: pb.Snapshot, version: int | None = None) -> pb.Snapshot:
+    """`snapshot` with its real content hash (and `version` if given), as the server sends."""
+    if version is not None:
+        snapshot.version = version
+    snapshot.content_hash = content_hash(snapshot)
+    return snapshot
+
+
+def _part(snapshot: pb.Snapshot, *names: str) -> bytes:
+    only = pb.Snapshot()
+    for name in names:
+        field = getattr(snapshot, name)
+        if name in ("peers", "http_frontend"):
+            if snapshot.HasField(name):
+                getattr(only, name).CopyFrom(field)
+        else:
+            getattr(only, name).extend(field)
+    return only.SerializeToString(deterministic=True)
+
+
+def delta_between(old: pb.Snapshot, new: pb.Snapshot) -> pb.SnapshotDelta:
+    """The SnapshotDelta from `old` to `new` (both hashed)."""
+    before = {b.name: b.SerializeToString(deterministic=True) for b in old.backends}
+    d = pb.SnapshotDelta(
+        workload=new.workload,
+        version=new.version,
+        to_content_hash=new.content_hash,
+        from_content_hash=old.content_hash,
+    )
+    after = set()
+    for b in sorted(new.backends, key=lambda b: b.name):
+        after.add(b.name)
+        if before.get(b.name) != b.SerializeToString(deterministic=True):
+            d.backends.append(b)
+    d.removed_backends.extend(sorted(set(before) - after))
+    if _part(old, "peers") != _part(new, "peers"):
+        d.peers_changed = True
+        if new.HasField("peers"):
+            d.peers.CopyFrom(new.peers)
+    if _part(old, "http_frontend", "tcp_frontends") != _part(new, "http_frontend", "tcp_frontends"):
+        d.frontends_changed = True
+        if new.HasField("http_frontend"):
+            d.http_frontend.CopyFrom(new.http_frontend)
+        d.tcp_frontends.extend(new.tcp_frontends)
+    if _part(old, "warnings") != _part(new, "warnings"):
+        d.warnings_changed = True
+        d.warnings.extend(new.warnings)
+    return d
+
+
+def classify_snapshots(old: pb.Snapshot, new: pb.Snapshot, opts: RenderOptions) -> Decision:
+    """changes.classify() as the applier calls it: held parts, sections, the change set."""
+    old_h, new_h = Held.from_snapshot(old), Held.from_snapshot(new)
+    old_r = render_held(old_h, opts)
+    return classify(old_h, old_r, new_h, render_held(new_h, opts, old_r), diff(old_h, new_h))
+
+
+def ip(index: int, base: int) -> str:
+    value = base + index
+    return f"{value >> 24}.{(value >> 16) & 255}.{(value >> 8) & 255}.{value & 255}"
+
+
+@dataclasses.dataclass
+class Cluster:
+    """A mutable little cluster: Services with endpoints, annotations, HAProxy pods."""
+
+    endpoints: dict[str, list[str]]
+    annotations: dict[str, dict[str, str]]
+    pods: list[str]
+    config: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def state(self) -> ClusterState:
+        svcs = [service(n, annotations=self.annotations.get(n)) for n in sorted(self.endpoints)]
+        slices = [endpoint_slice(n, a) for n, a in sorted(self.endpoints.items())]
+        pods = [haproxy_pod(p, ip(i, 0x7F_01_00_00)) for i, p in enumerate(self.pods)]
+        return cluster(svcs, slices, pods, config=settings(**self.config))
+
+
+def random_versions(seed: int, steps: int, services: int = 12) -> Iterator[pb.Snapshot]:
+    """Hashed, versioned snapshots of one workload through random changes (endpoints
+    moved, added, removed; Services added and removed; settings; peers), as the control
+    plane computes and encodes them."""
+    rng = random.Random(seed)
+    c = Cluster(
+        endpoints={
+            f"svc-{s:03d}": [ip(s * 8 + e, 0x7F_10_00_00) for e in range(rng.randint(1, 5))]
+            for s in range(services)
+        },
+        annotations={},
+        pods=["haproxy-a", "haproxy-b"],
+    )
+    computer, encoder = Computer(), Encoder()
+    assignment = None
+    counter = 1000
+    version = 0
+    last = ""
+    for _ in range(steps * 3):
+        result = computer.compute(c.state(), assignment if assignment is not None else {})
+        assignment = result.assignment
+        content = encoder.encode(result.workloads)[WORKLOAD]
+        if content.content_hash != last:
+            version += 1
+            last = content.content_hash
+            yield content.message(version)
+            if version >= steps:
+                return
+        counter += 1
+        name = rng.choice(sorted(c.endpoints))
+        roll = rng.random()
+        if roll < 0.45:  # move one endpoint
+            eps = c.endpoints[name]
+            if eps:
+                eps[rng.randrange(len(eps))] = ip(counter, 0x7F_20_00_00)
+        elif roll < 0.6:
+            c.endpoints[name].append(ip(counter, 0x7F_20_00_00))
+        elif roll < 0.7:
+            if c.endpoints[name]:
+                c.endpoints[name].pop()
+        elif roll < 0.78:
+            c.endpoints[f"svc-new-{counter}"] = [ip(counter, 0x7F_30_00_00)]
+        elif roll < 0.84 and len(c.endpoints) > 2:
+            del c.endpoints[name]
+            c.annotations.pop(name, None)
+        elif roll < 0.88:
+            c.annotations[name] = {
+                "haproxy.org/source-ip-persistence": rng.choice(["true", "false"]),
+                "haproxy.org/load-balance": rng.choice(["source", "roundrobin", "bogus!"]),
+                "haproxy.org/hosts": rng.choice(["", f"{name}.example.com"]),
+            }
+        elif roll < 0.92:  # a bad ConfigMap value is a snapshot warning
+            c.config = rng.choice([{}, {"check-rise": "x"}, {"check-rise": "5"}])
+        elif len(c.pods) < 4:
+            c.pods.append(f"haproxy-{counter}")
+        else:
+            c.pods.pop()

@@ -1,0 +1,167 @@
+"""Several `controlplane serve --leader-elect` replicas on one Lease: every replica serves.
+
+Real processes, real gRPC, the fake API server. Every replica becomes Ready and serves the
+same content hash; the leader assigns slots, the followers compute with its ledger. When
+the leader is SIGKILLed during scale events, agents on followers keep their streams,
+get removals at once and additions once the new leader writes the ledger, and no slot
+ever moves. A follower that cannot read the ledger stays NotReady and says why.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.replicas import (
+    NS,
+    hashes,
+    health,
+    replica_of,
+    replicas,
+    shop_cluster,
+    slot_history,
+)
+from tests.helpers.replicas import StreamAgent as Agent
+from tests.kubeapi import FakeKubeAPI
+from tests.kubeapi.objects import endpoint_slice, wait_until, write_kubeconfig
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeAPI]:
+    """Service shop (two endpoints), two HAProxy pods of one DaemonSet."""
+    server = shop_cluster()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def kubeconfig(api: FakeKubeAPI, tmp_path: Path) -> Path:
+    return write_kubeconfig(api.url, tmp_path / "kubeconfig")
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_every_replica_is_ready_and_serves_the_same_content(
+    api: FakeKubeAPI, kubeconfig: Path, count: int
+) -> None:
+    with replicas(kubeconfig, count, 2.0) as processes:
+        addresses = [p.address for p in processes]
+        assert wait_until(lambda: all(health(a) == "SERVING" for a in addresses), 20)
+        assert wait_until(
+            lambda: any(replica_of(a).replica.role == "leader" for a in addresses), 10
+        )
+        statuses = [replica_of(a).replica for a in addresses]
+        assert sorted(s.role for s in statuses) == ["follower"] * (count - 1) + ["leader"]
+        (leader,) = [s for s in statuses if s.role == "leader"]
+        assert all(s.ready and not s.not_ready_reason for s in statuses)
+        assert all(s.leader == leader.name for s in statuses if s.role == "follower")
+        assert wait_until(lambda: len({frozenset(hashes(a)) for a in addresses}) == 1, 10)
+        agents = [Agent(a) for a in addresses]
+        try:
+            assert wait_until(lambda: all(agent.snapshots for agent in agents), 10)
+            assert len({agent.last()[1] for agent in agents}) == 1
+            assert hashes(addresses[0]) == {agents[0].last()[1]}
+            assert all(agent.ended is None for agent in agents)
+        finally:
+            for agent in agents:
+                agent.close()
+
+
+def test_leader_sigkill_during_scale_events_is_invisible_to_agents_on_followers(
+    api: FakeKubeAPI, kubeconfig: Path
+) -> None:
+    lease_s = 3.0
+    with replicas(kubeconfig, 3, lease_s) as processes:
+        addresses = [p.address for p in processes]
+        assert wait_until(lambda: all(health(a) == "SERVING" for a in addresses), 20)
+        assert wait_until(
+            lambda: any(replica_of(a).replica.role == "leader" for a in addresses), 10
+        )
+        (leader,) = [p for p in processes if replica_of(p.address).replica.role == "leader"]
+        followers = [p for p in processes if p is not leader]
+        agents = [Agent(p.address) for p in followers]
+        try:
+            # Scale up through the leader's ledger; followers serve what it assigned.
+            current = {"127.0.2.1": True, "127.0.2.2": True}
+            for address in ("127.0.2.3", "127.0.2.4", "127.0.2.5"):
+                current[address] = True
+                api.apply(endpoint_slice("shop", current))
+                time.sleep(0.2)
+            assert wait_until(lambda: all(len(agent.last()[2]) == 5 for agent in agents), 10), [
+                a.last() for a in agents
+            ]
+
+            assert leader.process is not None
+            os.kill(leader.process.pid, signal.SIGKILL)  # dies holding the Lease
+            holder = (api.get("Lease", NS, "peerplane-controlplane") or {})["spec"]
+            # While nobody leads: a removal and an addition.
+            del current["127.0.2.1"]
+            current["127.0.2.6"] = True
+            api.apply(endpoint_slice("shop", current))
+
+            def removed(slots: dict[int, str]) -> bool:
+                return "127.0.2.1" not in slots.values()
+
+            assert wait_until(lambda: all(agent.first_with(removed) for agent in agents), 10)
+            lease_now = (api.get("Lease", NS, "peerplane-controlplane") or {})["spec"]
+            # The removal came before anyone took the Lease over; the addition waits.
+            assert lease_now["holderIdentity"] == holder["holderIdentity"]
+            assert all("127.0.2.6" not in agent.last()[2].values() for agent in agents)
+            waiting = [replica_of(p.address) for p in followers]
+            assert [w.replica.endpoints_waiting for w in waiting] == [1, 1]
+            assert all(w.workloads[0].endpoints_waiting == 1 for w in waiting)
+
+            def added(slots: dict[int, str]) -> bool:
+                return "127.0.2.6" in slots.values()
+
+            assert wait_until(
+                lambda: all(agent.first_with(added) for agent in agents), lease_s + 10
+            )
+            lease_after = (api.get("Lease", NS, "peerplane-controlplane") or {})["spec"]
+            assert lease_after["holderIdentity"] != holder["holderIdentity"]
+            assert lease_after["leaseTransitions"] >= 1
+
+            # More scale events under the new leader.
+            del current["127.0.2.2"]
+            current["127.0.2.7"] = True
+            api.apply(endpoint_slice("shop", current))
+            assert wait_until(
+                lambda: all(set(agent.last()[2].values()) == set(current) for agent in agents), 10
+            )
+            assert wait_until(lambda: len({agent.last()[1] for agent in agents}) == 1, 10)
+            assert wait_until(
+                lambda: len({frozenset(hashes(p.address)) for p in followers}) == 1, 10
+            )
+            assert hashes(followers[0].address) == {agents[0].last()[1]}
+            assert all(agent.ended is None for agent in agents), [a.ended for a in agents]
+            moved = {a: s for a, s in slot_history(agents).items() if len(s) > 1}
+            assert moved == {}
+            statuses = [replica_of(p.address).replica for p in followers]
+            assert sorted(s.role for s in statuses) == ["follower", "leader"]
+            assert all(s.endpoints_waiting == 0 and s.ready for s in statuses)
+        finally:
+            for agent in agents:
+                agent.close()
+
+
+def test_a_follower_that_cannot_read_the_ledger_stays_not_ready_and_says_why(
+    api: FakeKubeAPI, kubeconfig: Path
+) -> None:
+    with replicas(kubeconfig, 1, 2.0) as (leader,):
+        assert wait_until(lambda: health(leader.address) == "SERVING", 20)
+        assert wait_until(lambda: replica_of(leader.address).replica.role == "leader", 10)
+        api.fail_next("ConfigMap", 403, count=100_000, match="peerplane-slots")
+        with replicas(kubeconfig, 1, 2.0) as (follower,):
+            found = follower.wait_for(re.compile(r"not ready \(follower\): slot ledger not read"))
+            assert "403" in follower.wait_for(re.compile(r"not ready.*403.*")).group(0), found
+            status = replica_of(follower.address).replica
+            assert (status.role, status.ready) == ("follower", False)
+            assert "slot ledger not read" in status.not_ready_reason
+            assert "403" in status.not_ready_reason
+            assert health(follower.address) == "NOT_SERVING"
+            assert replica_of(follower.address).workloads == []

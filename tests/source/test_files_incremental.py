@@ -1,0 +1,259 @@
+"""The folder source in O(changed files): only changed files are re-read, objects of
+unchanged files stay the same Python objects, and changes arrive by notification (or
+polling, forced)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from controlplane.model import ObjectRef
+from controlplane.source.files import FilesSource, manifest_files
+from tests.bench.scalefolder import MOVED_ADDRESS, endpoint_address, service_name, write_folder
+from tests.helpers.server_process import ServeProcess
+from tests.server.test_observability import samples, scrape
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "deploy" / "examples" / "demo"
+SETTINGS = ObjectRef("haproxy-system", "haproxy-settings")
+PODS = (("haproxy-0", "127.0.1.1"), ("haproxy-1", "127.0.1.2"))
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def demo_copy(tmp_path: Path) -> Path:
+    folder = tmp_path / "m"
+    shutil.copytree(DEMO, folder)
+    return folder
+
+
+def service_names(source: FilesSource) -> set[str]:
+    return {s.name for s in source.state().services}
+
+
+def test_editing_one_of_2000_files_reparses_only_it_and_keeps_every_other_object(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "m"
+    write_folder(folder, 2000, PODS, 18080, 10000)
+    source = FilesSource(folder, SETTINGS)
+    assert source.refresh()
+    assert source.parsed_files == 2002  # 2,000 Services, the pods, the settings
+    before = source.state()
+    assert len(before.services) == 2000 and len(before.endpoint_slices) == 2000
+
+    edited = folder / f"{service_name(1234)}.yaml"
+    edited.write_text(edited.read_text().replace(endpoint_address(1234, 0), MOVED_ADDRESS))
+    assert source.refresh()
+    assert source.parsed_files == 2003
+    after = source.state()
+    assert all(a is b for a, b in zip(after.services, before.services, strict=True))
+    changed = [
+        i
+        for i, (a, b) in enumerate(zip(after.endpoint_slices, before.endpoint_slices, strict=True))
+        if a is not b
+    ]
+    assert changed == [1234]
+    assert after.endpoint_slices[1234].endpoints[0].addresses == (MOVED_ADDRESS,)
+    assert all(a is b for a, b in zip(after.haproxy_pods, before.haproxy_pods, strict=True))
+    assert after.settings is before.settings
+
+    # A notification names the file: it alone is read, whatever its identity says.
+    edited.write_text(edited.read_text().replace(MOVED_ADDRESS, endpoint_address(1234, 0)))
+    assert source.refresh({edited.resolve()})
+    assert source.parsed_files == 2004
+    assert source.state().endpoint_slices[1234] == before.endpoint_slices[1234]
+    # A pass over an unchanged folder reads nothing and reports no change.
+    assert not source.refresh()
+    assert source.parsed_files == 2004
+
+
+def test_a_removed_file_removes_its_objects(tmp_path: Path) -> None:
+    folder = demo_copy(tmp_path)
+    source = FilesSource(folder, SETTINGS)
+    source.refresh()
+    before = source.state()
+    (folder / "db.yaml").unlink()
+    assert source.refresh()
+    after = source.state()
+    assert {s.name for s in after.services} == {"shop", "catalog"}
+    assert {s.service_name for s in after.endpoint_slices} == {"shop", "catalog"}
+    kept = {s.name: s for s in before.services}
+    assert all(s is kept[s.name] for s in after.services)
+    assert source.errors() == []
+
+
+def test_a_malformed_edit_is_reported_drops_that_file_and_comes_back_when_fixed(
+    tmp_path: Path,
+) -> None:
+    folder = demo_copy(tmp_path)
+    source = FilesSource(folder, SETTINGS)
+    source.refresh()
+    before = {s.name: s for s in source.state().services}
+    shop = folder / "shop.yaml"
+    good = shop.read_text()
+    shop.write_text(good + "\n---\nkind: Service\nmetadata: [unclosed\n")
+    assert source.refresh()
+    (error,) = source.errors()
+    assert error.startswith(f"{shop}: ")
+    state = source.state()
+    assert {s.name for s in state.services} == {"catalog", "db"}
+    assert all(s is before[s.name] for s in state.services)
+    assert {s.service_name for s in state.endpoint_slices} == {"catalog", "db"}
+    assert len(state.haproxy_pods) == 2 and state.settings is not None
+
+    shop.write_text(good)
+    assert source.refresh()
+    assert source.errors() == []
+    assert service_names(source) == {"shop", "catalog", "db"}
+
+
+SHOP = (
+    "kind: Service\nmetadata:\n  name: shop\n  namespace: default\n"
+    "  annotations: {{haproxy.org/expose: 'true', haproxy.org/load-balance: {balance}}}\n"
+    "spec:\n  ports: [{{name: http, port: 80}}]\n"
+)
+
+
+def test_duplicates_stay_resolved_when_only_the_first_file_is_read_again(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text(SHOP.format(balance="source"))
+    second.write_text(SHOP.format(balance="roundrobin"))
+    source = FilesSource(tmp_path, SETTINGS)
+    source.refresh()
+    duplicate = (
+        f"duplicate Service default/shop: {second} (document 1) skipped, {first} (document 1) kept"
+    )
+    assert source.errors() == [duplicate]
+
+    first.write_text(SHOP.format(balance="leastconn"))
+    parsed = source.parsed_files
+    assert source.refresh()
+    assert source.parsed_files == parsed + 1
+    (shop,) = source.state().services
+    assert shop.annotations["haproxy.org/load-balance"] == "leastconn"
+    assert source.errors() == [duplicate]
+
+    # The first file lets go of the name: the second file's Service, not re-read, is kept.
+    first.write_text(SHOP.format(balance="leastconn").replace("name: shop", "name: other"))
+    assert source.refresh()
+    assert source.parsed_files == parsed + 2
+    assert source.errors() == []
+    kept = {s.name: s.annotations["haproxy.org/load-balance"] for s in source.state().services}
+    assert kept == {"other": "leastconn", "shop": "roundrobin"}
+
+    first.write_text(SHOP.format(balance="source"))
+    assert source.refresh()
+    assert source.errors() == [duplicate]
+    (shop,) = source.state().services
+    assert shop.annotations["haproxy.org/load-balance"] == "source"
+
+
+def replace_atomically(path: Path, text: str) -> None:
+    """As editors and `kubectl`-style tools write: a temporary file renamed over."""
+    temporary = path.parent / f".{path.name}.tmp"
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def follow_edits(folder: Path, source: FilesSource) -> None:
+    """Atomic replace, in-place edit, editors' temp files, a new subdirectory, removal."""
+    calls: list[int] = []
+    source.start(lambda: calls.append(1))
+    try:
+        shop = folder / "shop.yaml"
+        replace_atomically(shop, shop.read_text().replace('["127.0.2.1"]', '["127.0.2.9"]'))
+        assert wait_until(
+            lambda: any(
+                e.addresses == ("127.0.2.9",)
+                for s in source.state().endpoint_slices
+                for e in s.endpoints
+            )
+        )
+        (folder / "shop.yaml~").write_text("backup: [unclosed\n")
+        (folder / ".shop.yaml.swp").write_bytes(b"\x00\x01swap")
+        (folder / "4913").write_text("")
+        catalog = folder / "catalog.yaml"
+        with catalog.open("a") as stream:
+            stream.write(SHOP.format(balance="source").replace("shop", "late").join(["---\n", ""]))
+        assert wait_until(lambda: "late" in service_names(source))
+        nested = folder / "team" / "deeper"
+        nested.mkdir(parents=True)
+        replace_atomically(
+            nested / "new.yaml", SHOP.format(balance="source").replace("shop", "new")
+        )
+        assert wait_until(lambda: "new" in service_names(source))
+        shutil.rmtree(folder / "team")
+        (folder / "db.yaml").unlink()
+        assert wait_until(lambda: service_names(source) == {"shop", "catalog", "late"})
+        assert source.errors() == []
+        assert len(calls) >= 5
+    finally:
+        source.stop()
+    assert not [t for t in threading.enumerate() if t.name == "files-source"]
+
+
+def test_notifications_follow_every_kind_of_edit(tmp_path: Path) -> None:
+    folder = demo_copy(tmp_path)
+    # The rescan is too slow to be what finds these changes within the timeouts.
+    follow_edits(folder, FilesSource(folder, SETTINGS, rescan_interval=60.0))
+
+
+def test_forced_polling_follows_every_kind_of_edit(tmp_path: Path) -> None:
+    folder = demo_copy(tmp_path)
+    source = FilesSource(folder, SETTINGS, poll_interval=0.05, force_polling=True)
+    follow_edits(folder, source)
+
+
+def test_an_atomic_rename_is_noticed_and_read_alone(tmp_path: Path) -> None:
+    folder = demo_copy(tmp_path)
+    changed = threading.Event()
+    source = FilesSource(folder, SETTINGS, rescan_interval=60.0)
+    source.start(changed.set)
+    try:
+        changed.clear()
+        parsed = source.parsed_files
+        db = folder / "db.yaml"
+        replace_atomically(db, db.read_text().replace("name: db\n", "name: db2\n", 1))
+        assert changed.wait(10)
+        assert wait_until(lambda: "db2" in service_names(source))
+        assert source.parsed_files == parsed + 1
+    finally:
+        source.stop()
+
+
+@pytest.mark.parametrize("force_polling", [False, True])
+def test_stop_ends_the_watch_thread(tmp_path: Path, force_polling: bool) -> None:
+    source = FilesSource(demo_copy(tmp_path), SETTINGS, force_polling=force_polling)
+    source.start(lambda: None)
+    source.stop()
+    assert not [t for t in threading.enumerate() if t.name == "files-source"]
+
+
+def test_serve_counts_parsed_files_in_its_metrics(tmp_path: Path) -> None:
+    folder = demo_copy(tmp_path)
+    files = len(manifest_files(folder))
+    args = ("--source", f"files:{folder}", "--metrics-port", "0")
+    with ServeProcess(*args) as serve:
+        port = int(serve.wait_for(re.compile(r"metrics on http://127\.0\.0\.1:(\d+)/")).group(1))
+        serve.wait_for(re.compile(r"published haproxy-system/DaemonSet/haproxy v1 "))
+        assert samples(scrape(port)[1])[("peerplane_source_files_parsed_total", ())] == files
+        shop = folder / "shop.yaml"
+        replace_atomically(shop, shop.read_text().replace('["127.0.2.3"]', '["127.0.2.4"]'))
+        serve.wait_for(re.compile(r"published haproxy-system/DaemonSet/haproxy v2 "))
+        assert samples(scrape(port)[1])[("peerplane_source_files_parsed_total", ())] == files + 1
+        assert serve.terminate() == 0

@@ -1,0 +1,67 @@
+"""Composing in C (libyaml) gives what the bounded Python composer gives, limits included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from controlplane.source import yamlload
+from controlplane.source.yamlload import LoadError, load_text
+from tests.bench.scalefolder import service_file
+from tests.source.test_files import HOSTILE_FILES
+
+DEMO = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "demo"
+
+pytestmark = pytest.mark.skipif(not yamlload.C_COMPOSE, reason="needs libyaml >= 0.2.6")
+
+TEXTS = {
+    **{path.name: path.read_text() for path in sorted(DEMO.glob("*.yaml"))},
+    **HOSTILE_FILES,
+    "service.yaml": service_file(7),
+    "merge.yaml": "a: &a {x: 1}\nb: {<<: *a, y: [*a, *a]}\n---\n---\nc: 2\n",
+    "shared-scalar.yaml": "a: &s text\nb: *s\nc: [*s, *s]\n",
+}
+
+
+def outcome(text: str) -> object:
+    try:
+        return load_text(text)
+    except LoadError as err:
+        return f"LoadError: {err}"
+
+
+@pytest.mark.parametrize("name", sorted(TEXTS))
+def test_c_and_python_composing_agree(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    composed_in_c = outcome(TEXTS[name])
+    monkeypatch.setattr(yamlload, "C_COMPOSE", False)
+    assert composed_in_c == outcome(TEXTS[name])
+
+
+def test_an_undefined_alias_is_a_load_error_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(LoadError, match="found undefined alias"):
+        load_text("a: *nowhere\n")
+    monkeypatch.setattr(yamlload, "C_COMPOSE", False)
+    with pytest.raises(LoadError, match="found undefined alias 'nowhere'"):
+        load_text("a: *nowhere\n")
+
+
+ANCHORED = "a: &a [" + ", ".join(["x"] * 999) + "]\nb: [" + ", ".join(["*a"] * 60) + "]\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("a: " + "[" * 101 + "]" * 101 + "\n", "nested deeper than 100 levels"),
+        ("a: &a {b: [*a]}\n", "alias \\*a is used inside its own anchor"),
+        (HOSTILE_FILES["alias-bomb.yaml"], "aliases expand to more than 100000 nodes"),
+        # 60,000 nodes per document, under the bound; the file's 120,000 are not.
+        (ANCHORED + "---\n" + ANCHORED, "aliases expand to more than 100000 nodes"),
+    ],
+)
+def test_the_c_composed_graph_is_checked_before_construction(text: str, reason: str) -> None:
+    with pytest.raises(yamlload._OverLimit):
+        yamlload._load_c(text)
+    with pytest.raises(LoadError, match=reason):
+        load_text(text)
+    assert load_text(ANCHORED)[0]["b"][59] == ["x"] * 999
