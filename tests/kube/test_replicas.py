@@ -13,7 +13,6 @@ import os
 import re
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,25 +23,11 @@ from tests.helpers.replicas import (
     health,
     replica_of,
     replicas,
-    shop_cluster,
     slot_history,
 )
 from tests.helpers.replicas import StreamAgent as Agent
 from tests.kubeapi import FakeKubeAPI
-from tests.kubeapi.objects import endpoint_slice, wait_until, write_kubeconfig
-
-
-@pytest.fixture
-def api() -> Iterator[FakeKubeAPI]:
-    """Service shop (two endpoints), two HAProxy pods of one DaemonSet."""
-    server = shop_cluster()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def kubeconfig(api: FakeKubeAPI, tmp_path: Path) -> Path:
-    return write_kubeconfig(api.url, tmp_path / "kubeconfig")
+from tests.kubeapi.objects import endpoint_slice, wait_until
 
 
 @pytest.mark.parametrize("count", [2, 3])

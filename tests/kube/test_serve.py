@@ -14,20 +14,16 @@ import os
 import re
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.helpers.replicas import health, shop_cluster
+from tests.helpers.replicas import health
 from tests.helpers.server_process import ServeProcess, grpcurl
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import (
     endpoint_slice,
     service,
     wait_until,
-    write_kubeconfig,
 )
 
 LEASE_S = 2.0
@@ -55,18 +51,6 @@ def shop_slots(address: str) -> tuple[str, dict[int, str]]:
     (shop,) = [b for b in snapshot["backends"] if b["name"] == "default_shop_http"]
     slots = {int(s["index"]): s["address"] for s in shop["slots"] if s.get("enabled")}
     return str(snapshot["content_hash"]), slots
-
-
-@pytest.fixture
-def api() -> Iterator[FakeKubeAPI]:
-    server = shop_cluster()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def kubeconfig(api: FakeKubeAPI, tmp_path: Path) -> Path:
-    return write_kubeconfig(api.url, tmp_path / "kubeconfig")
 
 
 def serve_args(kubeconfig: Path) -> tuple[str, ...]:
