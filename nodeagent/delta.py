@@ -13,9 +13,8 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from peerplane.protowire import framed_backend as framed
 from peerplane.v1 import peerplane_pb2 as pb
-
-_BACKENDS_TAG = b"\x2a"  # Snapshot.backends: field 5, length-delimited
 
 
 class DeltaError(ValueError):
@@ -32,24 +31,6 @@ class ChangeSet:
     peers: bool
     frontends: bool
     warnings: bool
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        bits = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(bits | 0x80)
-        else:
-            out.append(bits)
-            return bytes(out)
-
-
-def framed(backend: pb.Backend) -> bytes:
-    """The backend's entry in a serialized Snapshot: tag 5, length, deterministic bytes."""
-    body = backend.SerializeToString(deterministic=True)
-    return _BACKENDS_TAG + _varint(len(body)) + body
 
 
 def _part(**fields: object) -> bytes:

@@ -11,7 +11,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from controlplane.publish import wire
+from peerplane.protowire import framed_backend
 from peerplane.v1 import peerplane_pb2 as pb
 
 
@@ -46,9 +46,7 @@ class ContentParts:
         for backend in snapshot.backends:  # in the message's order: the hash follows it
             if backend.name in backends:
                 raise ValueError(f"snapshot lists backend {backend.name!r} twice")
-            backends[backend.name] = wire.length_delimited(
-                wire.SNAPSHOT_BACKENDS, backend.SerializeToString(deterministic=True)
-            )
+            backends[backend.name] = framed_backend(backend)
         return cls(
             workload=pb.Snapshot(workload=snapshot.workload).SerializeToString(),
             peers=peers.SerializeToString(deterministic=True),

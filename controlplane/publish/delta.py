@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from controlplane.publish import wire
 from controlplane.publish.content import ContentParts
+from peerplane import protowire
 from peerplane.v1 import peerplane_pb2 as pb
 
 DELTA_VERSION = wire.number(pb.SnapshotDelta, "version")
@@ -61,7 +62,7 @@ def delta_bytes(
         new.frontends if frontends else b"",
         new.warnings if warnings else b"",
         wire.string_field(DELTA_FROM_HASH, from_hash),
-        *(wire.length_delimited(DELTA_REMOVED, name.encode()) for name in removed),
+        *(protowire.length_delimited(DELTA_REMOVED, name.encode()) for name in removed),
         wire.varint_field(DELTA_PEERS_CHANGED, int(peers)),
         wire.varint_field(DELTA_FRONTENDS_CHANGED, int(frontends)),
         wire.varint_field(DELTA_WARNINGS_CHANGED, int(warnings)),
@@ -72,4 +73,4 @@ def delta_bytes(
 def server_message_with_delta(delta: bytes) -> bytes:
     """`ServerMessage(delta=...)` around serialized delta bytes (a stream prepends its
     nonce, as for a snapshot)."""
-    return wire.length_delimited(SERVER_MESSAGE_DELTA, delta)
+    return protowire.length_delimited(SERVER_MESSAGE_DELTA, delta)

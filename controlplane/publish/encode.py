@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from controlplane.compute.types import BackendSpec, Rejection, WorkloadSnapshot
 from controlplane.publish import wire
 from controlplane.publish.content import ContentParts, SnapshotContent
+from peerplane import protowire
 from peerplane.v1 import peerplane_pb2 as pb
 
 # id(spec) -> (spec, its Snapshot.backends entry); the spec is held so its id stays unique.
@@ -64,7 +65,7 @@ def backend_bytes(spec: BackendSpec) -> bytes:
     check = spec.check
     if check is not None:
         parts.append(wire.health_check(check.interval_ms, check.rise, check.fall, check.http_path))
-    return wire.length_delimited(wire.SNAPSHOT_BACKENDS, b"".join(parts))
+    return protowire.length_delimited(wire.SNAPSHOT_BACKENDS, b"".join(parts))
 
 
 def _peers(snapshot: WorkloadSnapshot) -> bytes:

@@ -16,10 +16,11 @@ from functools import lru_cache
 from google.protobuf.message import Message
 
 from peerplane.names import server_name
+from peerplane.protowire import LEN as _LEN
+from peerplane.protowire import ONE_BYTE as _ONE_BYTE
+from peerplane.protowire import VARINT as _VARINT
+from peerplane.protowire import length_delimited, tag, varint
 from peerplane.v1 import peerplane_pb2 as pb
-
-_VARINT = 0
-_LEN = 2
 
 
 def number(message: type[Message], field: str) -> int:
@@ -42,28 +43,6 @@ SLOT_INDEX, SLOT_SERVER_NAME, SLOT_ADDRESS, SLOT_PORT, SLOT_ENABLED = (
     _number(pb.Slot, name) for name in ("index", "server_name", "address", "port", "enabled")
 )
 SERVER_MESSAGE_SNAPSHOT = _number(pb.ServerMessage, "snapshot")
-
-
-_ONE_BYTE = tuple(bytes((value,)) for value in range(0x80))
-
-
-def varint(value: int) -> bytes:
-    if value < 0x80:
-        return _ONE_BYTE[value]
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def tag(field: int, wire_type: int) -> bytes:
-    return varint((field << 3) | wire_type)
-
-
-def length_delimited(field: int, payload: bytes) -> bytes:
-    return tag(field, _LEN) + varint(len(payload)) + payload
 
 
 def varint_field(field: int, value: int) -> bytes:
