@@ -155,9 +155,7 @@ class SnapshotStore:
             return False
         version = self._generations.get(workload, 0) + 1
         self._generations[workload] = version
-        message = wire.server_message_with_snapshot(
-            wire.versioned(content.payload, version, content.content_hash)
-        )
+        message = wire.snapshot_message(content.payload, version, content.content_hash)
         bases = self._retain(workload, content, current)
         self._deltas.pop(workload, None)
         self._current[workload] = Published(

@@ -20,6 +20,7 @@ from controlplane.model import ObjectRef
 from controlplane.server import ServerOptions
 from controlplane.server.auth import DEFAULT_AUDIENCE
 from controlplane.source.convert import DEFAULT_HAPROXY_SELECTOR
+from controlplane.store import DEFAULT_RETAINED_VERSIONS
 
 DEFAULT_SETTINGS_CONFIGMAP = "haproxy-system/haproxy-settings"
 DEFAULT_LISTEN = "127.0.0.1:18000"
@@ -331,6 +332,13 @@ def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="send every agent full snapshots only, even agents that accept deltas "
         "(benchmarks, or an escape hatch)",
+    )
+    limits.add_argument(
+        "--retained-versions",
+        type=positive_int,
+        default=DEFAULT_RETAINED_VERSIONS,
+        help="contents kept per workload as delta bases: an agent further behind gets the "
+        f"full snapshot (default {DEFAULT_RETAINED_VERSIONS}; 1 = no deltas)",
     )
     limits.add_argument(
         "--keepalive-time",

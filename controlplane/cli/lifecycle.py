@@ -78,7 +78,7 @@ async def _serve(args: argparse.Namespace) -> int:
     except Exception as err:  # the kubernetes config loader's own errors
         log.error("cannot load the Kubernetes client configuration: %s", err)
         return 2
-    store = SnapshotStore()
+    store = wiring.snapshot_store(args)
     metrics = Metrics()
     replica = Replica(wiring.replica_name())
     server = ControlPlaneServer(

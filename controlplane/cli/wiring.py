@@ -22,6 +22,7 @@ from controlplane.reconcile import AssignmentStore, ComputeFn
 from controlplane.server import ServerOptions, StreamLimits, TlsFiles
 from controlplane.server.auth import Authenticator
 from controlplane.source import Source
+from controlplane.store import SnapshotStore
 
 if TYPE_CHECKING:
     from controlplane.kube.events import EventRecorder
@@ -123,6 +124,11 @@ def tls_files(args: argparse.Namespace) -> TlsFiles | None:
         return None
     client_ca = Path(args.client_ca).read_bytes() if args.client_ca is not None else None
     return TlsFiles(Path(args.tls_cert).read_bytes(), Path(args.tls_key).read_bytes(), client_ca)
+
+
+def snapshot_store(args: argparse.Namespace) -> SnapshotStore:
+    """The store, keeping `--retained-versions` contents per workload as delta bases."""
+    return SnapshotStore(retained_versions=args.retained_versions)
 
 
 def server_options(args: argparse.Namespace, tls: TlsFiles | None) -> ServerOptions:

@@ -73,6 +73,18 @@ def assemble(
     Backends nobody adds warnings to are the planned specs themselves (the encoder reuses
     their bytes); the others are copies with the added warnings after their own.
     """
+    snapshot, lost = assemble_with_claims(workload, peers, plans, settings, global_warnings)
+    return snapshot, [r for rs in lost.values() for r in rs]
+
+
+def assemble_with_claims(
+    workload: Workload,
+    peers: Sequence[PeerEntry],
+    plans: Sequence[ServicePlan],
+    settings: GlobalSettings,
+    global_warnings: Sequence[Rejection],
+) -> tuple[WorkloadSnapshot, dict[str, list[Rejection]]]:
+    """`assemble`, the lost-claim rejections by the claiming backend's name."""
     mine = [p for p in plans if p.workloads is None or workload.short_ref in p.workloads]
     http, tcp, lost = frontends(mine, settings)
 
@@ -103,4 +115,4 @@ def assemble(
         tcp_frontends=tcp,
         warnings=tuple(global_warnings),
     )
-    return snapshot, [r for rs in lost.values() for r in rs]
+    return snapshot, lost

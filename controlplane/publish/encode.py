@@ -13,6 +13,9 @@ backends are encoded again.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import compress, count
+from operator import is_not
 
 from controlplane.compute.types import BackendSpec, Rejection, WorkloadSnapshot
 from controlplane.publish import wire
@@ -98,54 +101,112 @@ def _snapshot_warnings(snapshot: WorkloadSnapshot) -> bytes:
     return tail.SerializeToString(deterministic=True)
 
 
+@dataclass(frozen=True, slots=True)
+class _Encoded:
+    """One workload's last encoding: what the next one can reuse without a pass over
+    every backend."""
+
+    snapshot: WorkloadSnapshot
+    parts: ContentParts
+    backend_warnings: int  # sum of the backends' warnings
+
+
 class Encoder:
     """Encodes computations one after the other, reusing unchanged backends' bytes.
 
-    The cache holds exactly the specs of the last `encode` call, so it is bounded by the
-    current cluster and a spec no computation returns any more is released.
+    Backend bytes are kept by the identity of their spec; a workload whose backends are
+    the last call's in the same names and order but for a few replaced specs is encoded
+    from its last parts in O(replaced) (the specs compared by identity in C), and its
+    peers, frontends and warnings bytes are reused when their objects are the same (the
+    incremental assembly keeps them). The cache holds the specs of the last call plus
+    those replaced since its last sweep, at most twice the current backends.
     """
 
     def __init__(self) -> None:
         self._backends: _BackendCache = {}
+        self._workloads: dict[str, _Encoded] = {}
         self.encoded = 0  # backends encoded (not reused) by the last call
 
     def encode(self, snapshots: Mapping[str, WorkloadSnapshot]) -> dict[str, SnapshotContent]:
         """Every workload's content, in the order given."""
-        previous: _BackendCache = self._backends
-        current: _BackendCache = {}
         self.encoded = 0
-        encoded = {key: self._content(s, previous, current) for key, s in snapshots.items()}
-        self._backends = current
-        return encoded
+        cache = self._backends
+        current = {
+            key: self._content(s, self._workloads.get(key), cache) for key, s in snapshots.items()
+        }
+        self._workloads = {key: encoded for key, (_, encoded) in current.items()}
+        live = sum(len(s.backends) for s in snapshots.values())
+        if len(cache) > 2 * live + 64:  # sweep: keep the specs in use
+            self._backends = {
+                id(spec): hit
+                for s in snapshots.values()
+                for spec in s.backends
+                if (hit := cache.get(id(spec))) is not None
+            }
+        return {key: content for key, (content, _) in current.items()}
+
+    def _bytes(self, spec: BackendSpec, cache: _BackendCache) -> bytes:
+        hit = cache.get(id(spec))
+        if hit is None or hit[0] is not spec:
+            hit = (spec, backend_bytes(spec))
+            cache[id(spec)] = hit
+            self.encoded += 1
+        return hit[1]
 
     def _content(
-        self, snapshot: WorkloadSnapshot, previous: _BackendCache, current: _BackendCache
-    ) -> SnapshotContent:
-        backends: dict[str, bytes] = {}
-        for spec in snapshot.backends:
-            key = id(spec)
-            hit = current.get(key)
-            if hit is None:
-                hit = previous.get(key)
-                if hit is None or hit[0] is not spec:
-                    hit = (spec, backend_bytes(spec))
-                    self.encoded += 1
-                current[key] = hit
-            backends[spec.name] = hit[1]
+        self, snapshot: WorkloadSnapshot, last: _Encoded | None, cache: _BackendCache
+    ) -> tuple[SnapshotContent, _Encoded]:
+        found = self._replaced(snapshot, last, cache) if last is not None else None
+        if found is None:
+            backends = {spec.name: self._bytes(spec, cache) for spec in snapshot.backends}
+            backend_warnings = sum(len(spec.warnings) for spec in snapshot.backends)
+        else:
+            backends, backend_warnings = found
+        peers = frontends = warnings = None
+        if last is not None:
+            before = last.snapshot
+            if snapshot.peers is before.peers or snapshot.peers == before.peers:
+                peers = last.parts.peers
+            if (
+                snapshot.http_frontend is before.http_frontend
+                and snapshot.tcp_frontends is before.tcp_frontends
+            ):
+                frontends = last.parts.frontends
+            if snapshot.warnings == before.warnings:
+                warnings = last.parts.warnings
         parts = ContentParts(
             workload=pb.Snapshot(workload=snapshot.workload).SerializeToString(),
-            peers=_peers(snapshot),
+            peers=_peers(snapshot) if peers is None else peers,
             backends=backends,
-            frontends=_frontends(snapshot),
-            warnings=_snapshot_warnings(snapshot),
+            frontends=_frontends(snapshot) if frontends is None else frontends,
+            warnings=_snapshot_warnings(snapshot) if warnings is None else warnings,
         )
-        return SnapshotContent.of_parts(
+        content = SnapshotContent.of_parts(
             snapshot.workload,
             parts,
             peers=len(snapshot.peers.peers),
             backends=len(snapshot.backends),
-            warnings=snapshot.warning_count,
+            warnings=len(snapshot.warnings) + backend_warnings,
         )
+        return content, _Encoded(snapshot, parts, backend_warnings)
+
+    def _replaced(
+        self, snapshot: WorkloadSnapshot, last: _Encoded, cache: _BackendCache
+    ) -> tuple[dict[str, bytes], int] | None:
+        """The backends' bytes and warnings from `last`'s when only some specs were
+        replaced in place (same count, same names in the same order); else None."""
+        old, new = last.snapshot.backends, snapshot.backends
+        if len(old) != len(new):
+            return None
+        backends = dict(last.parts.backends)
+        warnings = last.backend_warnings
+        for index in compress(count(), map(is_not, old, new)):
+            before, spec = old[index], new[index]
+            if before.name != spec.name:
+                return None
+            backends[spec.name] = self._bytes(spec, cache)
+            warnings += len(spec.warnings) - len(before.warnings)
+        return backends, warnings
 
 
 def encode(snapshots: Mapping[str, WorkloadSnapshot]) -> dict[str, SnapshotContent]:

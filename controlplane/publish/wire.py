@@ -108,6 +108,17 @@ def versioned(payload: bytes, version: int, content_hash: str) -> bytes:
     )
 
 
+def snapshot_message(payload: bytes, version: int, content_hash: str) -> bytes:
+    """`ServerMessage(snapshot=versioned(payload, ...))` with the payload copied once
+    (an 8 MB snapshot is not copied three times per version)."""
+    trailer = varint_field(SNAPSHOT_VERSION, version) + string_field(
+        SNAPSHOT_CONTENT_HASH, content_hash
+    )
+    size = len(payload) + len(trailer)
+    head = tag(SERVER_MESSAGE_SNAPSHOT, _LEN) + varint(size)
+    return b"".join((head, payload, trailer))
+
+
 def server_message_with_snapshot(snapshot_bytes: bytes) -> bytes:
     """`ServerMessage(snapshot=...)` around already serialized snapshot bytes."""
     return length_delimited(SERVER_MESSAGE_SNAPSHOT, snapshot_bytes)

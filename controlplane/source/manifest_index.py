@@ -15,6 +15,7 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import chain
+from operator import attrgetter
 from pathlib import Path
 from typing import TypeVar
 
@@ -181,16 +182,18 @@ class ManifestIndex:
         self._stale.clear()
         if self._order is None:
             self._order = sorted(self._files)
-        views = [self._views[path] for path in self._order]
-        settings = tuple(chain.from_iterable(view.settings for view in views))
+        # map() with attrgetter keeps these joins in C: at 8,000 files a generator
+        # expression per kind cost more than the changed file's parse.
+        views = list(map(self._views.__getitem__, self._order))
+        settings = _joined(map(attrgetter("settings"), views))
         self._state = ClusterState(
-            services=_joined(view.services for view in views),
-            endpoint_slices=_joined(view.slices for view in views),
-            haproxy_pods=_joined(view.pods for view in views),
-            replica_sets=_joined(view.replica_sets for view in views),
+            services=_joined(map(attrgetter("services"), views)),
+            endpoint_slices=_joined(map(attrgetter("slices"), views)),
+            haproxy_pods=_joined(map(attrgetter("pods"), views)),
+            replica_sets=_joined(map(attrgetter("replica_sets"), views)),
             settings=settings[0] if settings else None,
         )
-        self._errors = _joined(view.errors for view in views)
+        self._errors = _joined(map(attrgetter("errors"), views))
         return True
 
     def state(self) -> ClusterState:

@@ -68,6 +68,7 @@ def test_versioned_bytes_parse_as_the_versioned_snapshot() -> None:
     parsed = pb.ServerMessage.FromString(nonce + raw)
     assert parsed.nonce == "n-1"
     assert parsed.snapshot == content.message(version=7)
+    assert wire.snapshot_message(content.payload, 7, content.content_hash) == raw  # one copy
 
 
 def test_message_returns_independent_copies() -> None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from controlplane.cli.flags import add_serve_arguments
-from controlplane.cli.wiring import server_options
+from controlplane.cli.wiring import server_options, snapshot_store
 from controlplane.server import ControlPlaneServer, ServerOptions, StreamLimits
 from controlplane.store import SnapshotStore
 from peerplane.v1 import peerplane_pb2 as pb
@@ -173,6 +175,24 @@ def test_the_no_deltas_flag_reaches_the_stream_limits() -> None:
     base = ["--source", "files:/x", "--insecure"]
     assert server_options(parser.parse_args(base), None).stream.deltas
     assert not server_options(parser.parse_args([*base, "--no-deltas"]), None).stream.deltas
+
+
+def test_the_retained_versions_flag_sizes_the_window() -> None:
+    """`--retained-versions N` keeps N contents per workload; 1 keeps no base (full
+    snapshots only); 0 is refused by the parser."""
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    base = ["--source", "files:/x", "--insecure"]
+    assert snapshot_store(parser.parse_args(base)).retained_versions == 16
+    store = snapshot_store(parser.parse_args([*base, "--retained-versions", "1"]))
+    first, second = (snapshot(W1, "10.0.0.1"), snapshot(W1, "10.0.0.2"))
+    store.publish({W1: first})
+    store.publish({W1: second})
+    current = store.get(W1)
+    assert current is not None and current.bases == frozenset()
+    assert store.delta_message(W1, second.content_hash, first.content_hash) is None
+    with pytest.raises(SystemExit):
+        parser.parse_args([*base, "--retained-versions", "0"])
 
 
 def test_reconnect_with_the_current_hash_gets_in_sync() -> None:

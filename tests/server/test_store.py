@@ -177,9 +177,10 @@ def test_the_window_size_is_checked() -> None:
         SnapshotStore(retained_versions=0)
 
 
-def _retention_cost(retained: int, services: int, versions: int) -> tuple[int, int]:
+def _retention_cost(retained: int, services: int, versions: int) -> tuple[int, int, int]:
     """Traced bytes the store holds after `versions` one-endpoint changes of a cluster of
-    `services` Services x 20 endpoints, and the snapshot's payload size."""
+    `services` Services x 20 endpoints, the contents it retains, and the snapshot's
+    payload size."""
     computer, encoder, store = Computer(), Encoder(), SnapshotStore(retained)
     names = [f"s{i}" for i in range(services)]
     addresses = [f"127.0.{i // 200}.{i % 200 + 1}" for i in range(20)]
@@ -190,9 +191,9 @@ def _retention_cost(retained: int, services: int, versions: int) -> tuple[int, i
     try:
         base = 0
         for version in range(versions):
-            # One Service loses an endpoint and another gains it back: one change each.
+            # Service i loses an endpoint: one change per version, each a new content.
             name = names[version % services]
-            slices[name] = endpoint_slice(name, addresses[: 19 + version % 2])
+            slices[name] = endpoint_slice(name, addresses[:19])
             state = cluster([service(n) for n in names], list(slices.values()), DEFAULT_PODS)
             result = computer.compute(state, assignment)
             assignment = dict(result.assignment)
@@ -207,7 +208,7 @@ def _retention_cost(retained: int, services: int, versions: int) -> tuple[int, i
         tracemalloc.stop()
     current = store.get(WORKLOAD)
     assert current is not None
-    return held, len(current.content.payload)
+    return held, store.retained_count, len(current.content.payload)
 
 
 def test_a_retained_version_costs_a_small_part_of_a_snapshot(
@@ -216,8 +217,9 @@ def test_a_retained_version_costs_a_small_part_of_a_snapshot(
     """Retaining 16 versions rather than 1 costs, per extra version, the backends dict
     and the bytes of what changed, not a copy of the snapshot (measured with
     tracemalloc: everything else is equal between the two runs)."""
-    one, payload = _retention_cost(1, services=200, versions=17)
-    sixteen, _ = _retention_cost(16, services=200, versions=17)
+    one, kept_one, payload = _retention_cost(1, services=200, versions=17)
+    sixteen, kept_sixteen, _ = _retention_cost(16, services=200, versions=17)
+    assert (kept_one, kept_sixteen) == (1, 16)
     per_version = (sixteen - one) / 15
     with capsys.disabled():
         print(
