@@ -87,12 +87,11 @@ class Held:
 
     def payload(self) -> bytes:
         """The deterministic serialization with version and content_hash unset."""
-        framed = self.framed
         return b"".join(
             (
                 self.workload_part,
                 self.peers_part,
-                *(framed[n] for n in self.names),
+                *map(self.framed.__getitem__, self.names),  # no Python frame per backend
                 self.frontends_part,
                 self.warnings_part,
             )
@@ -104,13 +103,12 @@ class Held:
 
     def serialized(self) -> bytes:
         """The deterministic serialization with version and content_hash (the saved file)."""
-        framed = self.framed
         return b"".join(
             (
                 self.workload_part,
                 _part(version=self.version, content_hash=self.content_hash),
                 self.peers_part,
-                *(framed[n] for n in self.names),
+                *map(self.framed.__getitem__, self.names),
                 self.frontends_part,
                 self.warnings_part,
             )

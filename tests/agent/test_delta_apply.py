@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import grpc.aio
 import pytest
 
 from nodeagent import activation
+from nodeagent import render as render_module
 from nodeagent.applier import Applier
 from nodeagent.changes import Kind, ServerUpdate
 from nodeagent.cli.flags import build_parser
@@ -90,8 +92,19 @@ class Shop:
 
 @pytest.mark.haproxy
 def test_runtime_only_delta_sets_only_the_changed_slot_and_a_settings_delta_reloads(
-    tmp_path: Path, haproxy_bin: HAProxyBinary
+    tmp_path: Path, haproxy_bin: HAProxyBinary, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Once a snapshot is applied, every render comes from a change set (no loop over all
+    # backends) and reuses the frontends section while the frontends do not change.
+    compared: list[str] = []  # renders that compared each backend with a previous one
+    compare = render_module._compared_backends
+
+    def spy(held: Held, opts: Any, previous: Any) -> Any:
+        if previous is not None:
+            compared.append(held.content_hash)
+        return compare(held, opts, previous)
+
+    monkeypatch.setattr(render_module, "_compared_backends", spy)
     net = loopback_net()
     inst = _instance(tmp_path, f"{net}.1", haproxy_bin.path)
     spy = inst.haproxy
@@ -112,6 +125,9 @@ def test_runtime_only_delta_sets_only_the_changed_slot_and_a_settings_delta_relo
             base = applier.applied_held
             assert base is not None
 
+            cfg1 = applier._applied_cfg
+            assert cfg1 is not None
+
             held2, change = base.apply(delta_between(v1, v2))
             assert change.backends == {"default_shop_http"}
             runtime = applier.apply(held2, change)
@@ -124,6 +140,9 @@ def test_runtime_only_delta_sets_only_the_changed_slot_and_a_settings_delta_relo
             assert applier.metrics.reloads._value.get() == 1
             assert Path(inst.config_path).read_text() == render(v2, applier.options)
             assert inst.applier.store.load() == v2  # saved from the held bytes
+            cfg2 = applier._applied_cfg
+            assert cfg2 is not None and cfg2.frontends_section is cfg1.frontends_section
+            assert cfg2.backends["default_other_http"] is cfg1.backends["default_other_http"]
 
             held3, change3 = held2.apply(delta_between(v2, v3))
             reload = applier.apply(held3, change3)
@@ -133,6 +152,56 @@ def test_runtime_only_delta_sets_only_the_changed_slot_and_a_settings_delta_relo
             assert Path(inst.config_path).read_text() == render(v3, applier.options)
             assert "balance roundrobin" in Path(inst.config_path).read_text()
             assert shop.get() == "pod-12"
+            assert compared == []
+    finally:
+        inst.supervisor.stop()
+
+
+@pytest.mark.haproxy
+def test_a_change_haproxy_does_not_see_writes_the_file_without_reading_it_first(
+    tmp_path: Path, haproxy_bin: HAProxyBinary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warnings-only delta is no change to HAProxy, but the file's header names the new
+    content hash: it is written at once (reading 27 MB at 8,000 Services to see that it
+    differs would be O(all)). The same content again is read and compared, and the file
+    rewritten only if it differs."""
+    net = loopback_net()
+    inst = _instance(tmp_path, f"{net}.1", haproxy_bin.path)
+    applier = inst.applier
+    reads: list[int] = []
+    read = applier._read_config_bytes
+
+    def counted() -> bytes | None:
+        reads.append(1)
+        return read()
+
+    monkeypatch.setattr(applier, "_read_config_bytes", counted)
+    try:
+        with identity_server(f"{net}.11", "pod-11") as p11:
+            shop = Shop(inst.ip, {"pod-11": (f"{net}.11", p11)})
+            v1 = shop.snap("pod-11", 1)
+            v2 = pb.Snapshot()
+            v2.CopyFrom(v1)
+            v2.warnings.add(object="ConfigMap x", key="k", value="v", reason="r")
+            v2 = hashed(v2, version=2)
+            first = applier.apply(v1)
+            assert first.ok, first.error
+            base = applier.applied_held
+            assert base is not None
+            held2, change = base.apply(delta_between(v1, v2))
+            assert change.warnings and not (change.backends or change.frontends)
+            quiet = applier.apply(held2, change)
+            assert (quiet.ok, quiet.kind) == (True, Kind.NOTHING), quiet.error
+            assert Path(inst.config_path).read_text() == render(v2, applier.options)
+            assert reads == []
+            assert applier.store.load() == v2
+            Path(inst.config_path).write_text("damaged")
+            again = applier.apply(v2)  # the same content, as a full snapshot
+            assert (again.ok, again.kind) == (True, Kind.NOTHING), again.error
+            assert reads == [1]
+            assert Path(inst.config_path).read_text() == render(v2, applier.options)
+            assert shop.get() == "pod-11"
+            assert applier.metrics.reloads._value.get() == 1
     finally:
         inst.supervisor.stop()
 

@@ -1,12 +1,13 @@
-"""Agent CPU per one-endpoint change, full snapshot vs delta, at 2,000 Services x 20
-endpoints, with a real HAProxy on the runtime path.
+"""Agent CPU per one-endpoint change, full snapshot vs delta, at 2,000 and 8,000 Services
+x 20 endpoints, each Service exposed with its own host (2,000 / 8,000 HTTP routes), in one
+run.
 
-`python -m tests.bench.agent_apply [--quick]`. Measured with `time.process_time` (this
-process's CPU, every thread) around what the agent does per change: parse the
-ServerMessage bytes, materialize (a full snapshot into held parts, or a delta applied to
-the held snapshot and its hash verified), then `Applier.apply` (render cache, classify,
-runtime API `set server`, the config file and the saved snapshot written). HAProxy's own
-CPU is not counted (another process).
+`python -m tests.bench.agent_apply [--quick] [--no-hosts]`. Measured with
+`time.process_time` (this process's CPU, every thread) around what the agent does per
+change: parse the ServerMessage bytes, materialize (a full snapshot into held parts, or a
+delta applied to the held snapshot and its hash verified), then `Applier.apply` (render
+cache, classify, runtime API `set server`, the config file and the saved snapshot written).
+HAProxy's own CPU is not counted (another process).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 
 from controlplane.compute import Computer
+from controlplane.model import ClusterState, frozen_map
 from controlplane.publish import Encoder
 from nodeagent.changes import Kind, classify
 from nodeagent.delta import Held, diff
@@ -35,11 +37,25 @@ from tests.helpers.haproxy_versions import SYSTEM_BINARY
 POD = "haproxy-000"
 
 
+def with_hosts(state: ClusterState) -> ClusterState:
+    """Each Service exposed with its own host, as the scale bench's folder does."""
+    svcs = tuple(
+        dataclasses.replace(
+            s,
+            annotations=frozen_map({**s.annotations, "haproxy.org/hosts": f"{s.name}.example.com"}),
+        )
+        for s in state.services
+    )
+    return dataclasses.replace(state, services=svcs)
+
+
 def versions(
-    services: int, config: dict[str, str] | None = None
+    services: int, config: dict[str, str] | None = None, hosts: bool = True
 ) -> tuple[pb.Snapshot, pb.Snapshot]:
     """Two versions of the big cluster's snapshot that differ in one endpoint."""
     base = big_cluster(services)
+    if hosts:
+        base = with_hosts(base)
     if config:
         base = dataclasses.replace(base, settings=settings(**config))
     computer, encoder = Computer(), Encoder()
@@ -48,6 +64,8 @@ def versions(
     changed = with_one_endpoint_changed(base, services // 2, True)
     second = computer.compute(changed, first.assignment)
     v2 = encoder.encode(second.workloads)[WORKLOAD].message(2)
+    if hosts and len(v1.http_frontend.routes) != services:
+        raise RuntimeError(f"{len(v1.http_frontend.routes)} routes for {services} Services")
     return v1, v2
 
 
@@ -59,9 +77,15 @@ def _local_peers(snap: pb.Snapshot, ip: str, port: int) -> pb.Snapshot:
     return hashed(snap)
 
 
-def measure(services: int, changes: int, config: dict[str, str] | None = None) -> list[Result]:
+def _ms(values: list[float]) -> str:
+    return f"median {statistics.median(values) * 1000:.1f} ms (min {min(values) * 1000:.1f})"
+
+
+def measure(
+    services: int, changes: int, config: dict[str, str] | None = None, hosts: bool = True
+) -> list[Result]:
     """Through `Applier.apply` and a real HAProxy (runtime path)."""
-    v1, v2 = versions(services, config)
+    v1, v2 = versions(services, config, hosts)
     net = loopback_net()
     ip = f"{net}.1"
     peer_port = free_port(ip)
@@ -75,64 +99,75 @@ def measure(services: int, changes: int, config: dict[str, str] | None = None) -
         pb.ServerMessage(nonce="d1", delta=delta_between(v1, v2)).SerializeToString(),
         pb.ServerMessage(nonce="d2", delta=delta_between(v2, v1)).SerializeToString(),
     ]
+    times: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         inst = make_instance(Path(tmp), ip, POD, binary=SYSTEM_BINARY)
         inst.applier.options = type(inst.applier.options)(
             POD, bind_address=ip, runtime_socket=inst.haproxy.runtime_socket
         )
         inst.applier.start_timeout = 300.0  # 84,000 servers: HAProxy starts slowly
+        applier = inst.applier
         try:
-            first = inst.applier.apply(Held.from_snapshot(v1))
+            first = applier.apply(Held.from_snapshot(v1))
             if not first.ok:
                 raise RuntimeError(first.error)
-            full: list[float] = []
-            delta: list[float] = []
-            for i in range(changes):
+            full = times.setdefault("full", [])
+            for _ in range(changes):
+                applied = applier.applied_held
+                assert applied is not None
                 start = time.process_time()
-                msg = pb.ServerMessage.FromString(full_msgs[(i + 1) % 2])
-                result = inst.applier.apply(Held.from_snapshot(msg.snapshot))
+                msg = pb.ServerMessage.FromString(
+                    full_msgs[applied.content_hash == v1.content_hash]
+                )
+                result = applier.apply(Held.from_snapshot(msg.snapshot))
                 full.append(time.process_time() - start)
                 if result.kind is not Kind.RUNTIME:
                     raise RuntimeError(f"full: {result}")
+            delta = times.setdefault("delta", [])
             for _ in range(changes):
                 start = time.process_time()
-                base = inst.applier.applied_held
+                base = applier.applied_held
                 assert base is not None
                 msg = pb.ServerMessage.FromString(deltas[base.content_hash != v1.content_hash])
                 held, change = base.apply(msg.delta)
-                result = inst.applier.apply(held, change)
+                result = applier.apply(held, change)
                 delta.append(time.process_time() - start)
                 if result.kind is not Kind.RUNTIME:
                     raise RuntimeError(f"delta: {result}")
         finally:
             inst.supervisor.stop()
-    params = {
-        "services": services,
-        "endpoints": 20,
-        "snapshot_bytes": size,
-        "changes": changes,
-        "settings": config or {},
-        "haproxy": "real, runtime path",
-    }
-    full_ms, delta_ms = statistics.median(full) * 1000, statistics.median(delta) * 1000
-    log(
-        f"agent CPU per one-endpoint change at {services} Services x 20 endpoints "
-        f"({size} snapshot bytes, {len(deltas[0])} delta bytes): full snapshot median "
-        f"{full_ms:.1f} ms (min {min(full) * 1000:.1f}), delta median {delta_ms:.1f} ms "
-        f"(min {min(delta) * 1000:.1f}), x{full_ms / delta_ms:.1f}"
-    )
-    return [
-        Result("agent.cpu_per_change.full", full_ms, "ms", params),
-        Result("agent.cpu_per_change.delta", delta_ms, "ms", params),
-    ]
+    results = []
+    for kind, values in times.items():
+        log(
+            f"{kind} {_ms(values)} agent CPU per one-endpoint change through "
+            f"Applier.apply, real HAProxy runtime path, {services} Services x 20 endpoints, "
+            f"{services if hosts else 0} host routes, {size} snapshot bytes, "
+            f"{len(deltas[0])} delta bytes"
+        )
+        params = {
+            "services": services,
+            "endpoints": 20,
+            "hosts": hosts,
+            "snapshot_bytes": size,
+            "changes": changes,
+            "settings": config or {},
+            "haproxy": "real, runtime path",
+        }
+        name = f"agent.cpu_per_change.{kind}"
+        results.append(Result(name, statistics.median(values) * 1000, "ms", params))
+    return results
 
 
-def measure_without_haproxy(services: int, changes: int) -> list[Result]:
-    """Default settings (2 MB snapshots, 84,000 slots with checks: a real HAProxy needs
-    ~92,000 file descriptors, above this machine's limit of 20,000): everything the applier
-    does on the runtime path but the socket I/O, by the same functions: parse, materialize,
-    render cache, classify, the config file and the saved snapshot written atomically."""
-    v1, v2 = versions(services)
+STEPS = ("parse", "materialize", "render", "classify", "data", "write_cfg", "save")
+
+
+def measure_without_haproxy(services: int, changes: int, hosts: bool = True) -> list[Result]:
+    """Default settings (2 MB snapshots at 2,000 Services, 84,000 slots with checks: a real
+    HAProxy needs ~92,000 file descriptors, above this machine's limit of 20,000):
+    everything the applier does on the runtime path but the socket I/O, by the same
+    functions: parse, materialize, render cache, classify, the config file and the saved
+    snapshot written atomically. Timed step by step."""
+    v1, v2 = versions(services, hosts=hosts)
     size = len(v1.SerializeToString())
     opts = RenderOptions(POD, bind_address="127.0.0.1")
     msgs = {
@@ -143,34 +178,62 @@ def measure_without_haproxy(services: int, changes: int) -> list[Result]:
         ],
     }
     results = []
+    cfg_bytes = 0
     with tempfile.TemporaryDirectory() as tmp:
         for kind, pair in msgs.items():
             held = Held.from_snapshot(v1)
             rendered = render_held(held, opts)
-            times = []
+            steps: dict[str, list[float]] = {s: [] for s in STEPS}
+            totals: list[float] = []
             for i in range(changes):
-                start = time.process_time()
+                t0 = time.process_time()
                 msg = pb.ServerMessage.FromString(pair[i % 2])
+                t1 = time.process_time()
                 if kind == "full":
                     new = Held.from_snapshot(msg.snapshot)
                     change = diff(held, new)
                 else:
                     new, change = held.apply(msg.delta)
-                new_r = render_held(new, opts, rendered)
+                t2 = time.process_time()
+                new_r = render_held(new, opts, rendered, change)
+                t3 = time.process_time()
                 decision = classify(held, rendered, new, new_r, change)
-                atomic_write(f"{tmp}/haproxy.cfg", new_r.data())
+                t4 = time.process_time()
+                data = new_r.data()
+                t5 = time.process_time()
+                atomic_write(f"{tmp}/haproxy.cfg", data)
+                t6 = time.process_time()
                 atomic_write(f"{tmp}/snapshot.binpb", new.serialized())
-                times.append(time.process_time() - start)
+                t7 = time.process_time()
+                marks = (t0, t1, t2, t3, t4, t5, t6, t7)
+                for name, a, b in zip(STEPS, marks, marks[1:], strict=False):
+                    steps[name].append(b - a)
+                totals.append(t7 - t0)
+                cfg_bytes = len(data)
                 if decision.kind is not Kind.RUNTIME:
                     raise RuntimeError(f"{kind}: {decision}")
                 held, rendered = new, new_r
-            ms = statistics.median(times) * 1000
-            log(
-                f"{kind}: {ms:.1f} ms median (min {min(times) * 1000:.1f}) agent CPU per "
-                f"one-endpoint change, {services} Services x 20 endpoints, {size} snapshot "
-                f"bytes, {len(pair[0])} message bytes, no socket I/O"
+            if rendered.data() != render_held(held, opts).data():
+                raise RuntimeError("the cached rendering differs from a fresh one")
+            by_step = ", ".join(
+                f"{name} {statistics.median(steps[name]) * 1000:.1f}" for name in STEPS
             )
-            params = {"services": services, "snapshot_bytes": size, "haproxy": "none"}
+            log(
+                f"{kind} {_ms(totals)} agent CPU per one-endpoint change, "
+                f"{services} Services x 20 endpoints, {services if hosts else 0} host "
+                f"routes, {size} snapshot bytes, {cfg_bytes} config bytes, "
+                f"{len(pair[0])} message bytes, no socket I/O; by step (ms, medians): "
+                f"{by_step}"
+            )
+            params = {
+                "services": services,
+                "hosts": hosts,
+                "snapshot_bytes": size,
+                "config_bytes": cfg_bytes,
+                "haproxy": "none",
+                "steps_ms": {n: round(statistics.median(v) * 1000, 2) for n, v in steps.items()},
+            }
+            ms = statistics.median(totals) * 1000
             results.append(Result(f"agent.cpu_per_change_no_io.{kind}", ms, "ms", params))
     return results
 
@@ -180,18 +243,24 @@ def measure_without_haproxy(services: int, changes: int) -> list[Result]:
 SMALL_SLOTS = {"server-slots": "21", "check": "false"}
 
 
-def run(quick: bool = False) -> list[Result]:
-    services, changes = (200, 5) if quick else (2000, 20)
-    return [
-        *measure_without_haproxy(services, changes),
-        *measure(services, changes, SMALL_SLOTS),
-    ]
+def run(quick: bool = False, hosts: bool = True) -> list[Result]:
+    sizes, changes = ((200,), 5) if quick else ((2000, 8000), 20)
+    results: list[Result] = []
+    for services in sizes:
+        results += measure_without_haproxy(services, changes, hosts)
+    for services in sizes:
+        results += measure(services, changes, SMALL_SLOTS, hosts)
+    return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
-    for r in run(parser.parse_args().quick):
+    parser.add_argument(
+        "--no-hosts", dest="hosts", action="store_false", help="Services without hosts"
+    )
+    args = parser.parse_args()
+    for r in run(args.quick, args.hosts):
         print(f"{r.name} {r.value:.1f} {r.unit} {r.parameters}")
 
 
