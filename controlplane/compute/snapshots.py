@@ -106,7 +106,7 @@ class Computer:
         self._waiting_keys: set[PlanKey] = set()  # plans leaving endpoints out
         self._slots: dict[str, BackendSlots] = {}
         # Keys whose plan changed since the assemblies last saw them; one assembly per
-        # workload key (docs/design.md, "Cost follows the change").
+        # workload key (docs/design.md, "The computation and the encoder").
         self._changed: set[PlanKey] = set()
         self._assemblies: dict[str, WorkloadAssembly] = {}
         self.planned = 0  # Services planned (not reused) by the last call

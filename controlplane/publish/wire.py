@@ -95,30 +95,14 @@ def health_check(interval_ms: int, rise: int, fall: int, http_path: str) -> byte
     return length_delimited(BACKEND_CHECK, body)
 
 
-def versioned(payload: bytes, version: int, content_hash: str) -> bytes:
-    """A snapshot payload with version and content hash appended.
-
-    Protobuf merges fields that appear later, so this parses as the snapshot with both
-    fields set; the payload itself is never re-serialized.
-    """
-    return (
-        payload
-        + varint_field(SNAPSHOT_VERSION, version)
-        + string_field(SNAPSHOT_CONTENT_HASH, content_hash)
-    )
-
-
 def snapshot_message(payload: bytes, version: int, content_hash: str) -> bytes:
-    """`ServerMessage(snapshot=versioned(payload, ...))` with the payload copied once
-    (an 8 MB snapshot is not copied three times per version)."""
+    """`ServerMessage(snapshot=...)` around a snapshot payload with version and content
+    hash appended. Protobuf merges fields that appear later, so the snapshot parses with
+    both set; the payload is never re-serialized and is copied once (8 MB at 8,000
+    Services)."""
     trailer = varint_field(SNAPSHOT_VERSION, version) + string_field(
         SNAPSHOT_CONTENT_HASH, content_hash
     )
     size = len(payload) + len(trailer)
     head = tag(SERVER_MESSAGE_SNAPSHOT, _LEN) + varint(size)
     return b"".join((head, payload, trailer))
-
-
-def server_message_with_snapshot(snapshot_bytes: bytes) -> bytes:
-    """`ServerMessage(snapshot=...)` around already serialized snapshot bytes."""
-    return length_delimited(SERVER_MESSAGE_SNAPSHOT, snapshot_bytes)

@@ -75,18 +75,6 @@ class DeltaAgent(Agent):
         self.held: pb.Snapshot | None = None
         self.received: list[str] = []  # "snapshot" / "delta" / "in_sync" / "waiting"
 
-    async def hello(self, applied_hash: str = "", applied_version: int = 0) -> None:
-        hello = pb.Hello(
-            pod_namespace=self.namespace,
-            pod_name=self.pod,
-            node_name="node-a",
-            applied_content_hash=applied_hash,
-            applied_version=applied_version,
-            agent_version="test",
-            accepts_deltas=self.accepts_deltas,
-        )
-        await self.call.write(pb.AgentMessage(hello=hello))
-
     async def step(self) -> tuple[pb.ServerMessage, str]:
         """Read one message and materialize it; the message and "" or why it is unusable
         (a held snapshot that is not the delta's base keeps being held)."""

@@ -68,6 +68,8 @@ def bearer(token: str) -> tuple[tuple[str, str], ...] | None:
 class Agent:
     """One agent stream, driven step by step by a test."""
 
+    accepts_deltas = False  # said in the Hello (`DeltaAgent` sets it)
+
     def __init__(
         self, channel: grpc.aio.Channel, pod: str, namespace: str = NS, token: str = ""
     ) -> None:
@@ -88,6 +90,7 @@ class Agent:
             applied_content_hash=applied_hash,
             applied_version=applied_version,
             agent_version="test",
+            accepts_deltas=self.accepts_deltas,
         )
         await self.call.write(pb.AgentMessage(hello=hello))
 

@@ -8,8 +8,6 @@ import os
 import re
 import shutil
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,20 +17,12 @@ from controlplane.source.files import FilesSource, manifest_files
 from tests.bench.scalefolder import MOVED_ADDRESS, endpoint_address, service_name, write_folder
 from tests.helpers.server_process import ServeProcess
 from tests.server.test_observability import samples, scrape
+from tests.source.test_files import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "deploy" / "examples" / "demo"
 SETTINGS = ObjectRef("haproxy-system", "haproxy-settings")
 PODS = (("haproxy-0", "127.0.1.1"), ("haproxy-1", "127.0.1.2"))
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
 
 
 def demo_copy(tmp_path: Path) -> Path:
