@@ -334,16 +334,34 @@ class HAProxy:
                 reply = ""
             if parse_info_pid(reply) == worker:
                 usage = parse_table_usage(reply)
-                if all(usage.get(name, count) >= count for name, count in before.items()):
+                arrived = all(usage.get(name, count) >= count for name, count in before.items())
+                if arrived and self._local_teach_done(worker):
                     return
             time.sleep(0.05)
         log.warning(
-            "new worker %d lacks stick-table entries %.1fs after the reload: %s of %s",
+            "new worker %d lacks stick-table entries or the old worker's lesson %.1fs after "
+            "the reload: %s of %s",
             worker,
             self.sync_wait,
             usage,
             before,
         )
+
+    def _local_teach_done(self, worker: int) -> bool:
+        """Whether the new worker says its lesson from the old one is over (`show peers`
+        flags 0x1 in every section). The entry count alone can be reached from the remote
+        peers' pushes while the old worker is still teaching; until it finished, the old
+        worker may still send entries as they were before the reload, and overwrite a
+        client's newer pin on this instance. Asked only once the count is there (`show
+        peers` lists every table), in one connection with `show info` so that it is the
+        new worker answering."""
+        try:
+            reply = self.runtime("show info;show peers")
+        except OSError:
+            return False
+        if parse_info_pid(reply) != worker:
+            return False
+        return all(flags & 0x1 for flags in parse_peers_flags(reply).values())
 
     def _failure_words(self, mark: int) -> str:
         """Why the 2.6 master says its reload failed, from its output since `mark`."""

@@ -1,4 +1,5 @@
-"""A reload counts as applied only once the new worker holds the old one's stick tables.
+"""A reload counts as applied only once the new worker holds the old one's stick tables
+and the old worker's lesson is over.
 
 The old worker hands its tables to the new one over the local peer connection while the
 new one already serves (docs/design.md, "HAProxy facts the agent relies on, by version");
@@ -10,7 +11,13 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from nodeagent.haproxy import HAProxy, command, parse_info_pid, parse_table_usage
+from nodeagent.haproxy import (
+    HAProxy,
+    command,
+    parse_info_pid,
+    parse_peers_flags,
+    parse_table_usage,
+)
 from tests.helpers.fleet import wait_for
 from tests.helpers.haproxy_env import loopback_net
 from tests.helpers.haproxy_versions import HAProxyBinary
@@ -64,9 +71,13 @@ def test_reload_returns_once_the_new_worker_holds_every_entry(
         assert parse_table_usage(command(runtime, "show table")) == {"be": ENTRIES}
         hx = HAProxy(master, runtime, haproxy_bin.path)
         info = hx.reload()
-        reply = command(runtime, "show info;show table")
+        reply = command(runtime, "show info;show table;show peers")
         if parse_info_pid(reply) == info.current_worker:
             assert parse_table_usage(reply) == {"be": ENTRIES}
+            # and the old worker's lesson is over: it sends nothing older any more
+            assert parse_peers_flags(reply) and all(
+                f & 0x1 for f in parse_peers_flags(reply).values()
+            )
         # whichever worker answered the socket, the new one holds every entry now
         wait_for(
             lambda: (
@@ -133,9 +144,10 @@ def test_a_reload_right_after_start_waits_for_the_resync_and_keeps_the_table(
             command(runtime, ";".join(sets[start : start + 50]))
         hx = HAProxy(str(tmp_path / "a.m"), runtime, haproxy_bin.path)  # default sync wait
         info = hx.reload()
-        reply = command(runtime, "show info;show table")
+        reply = command(runtime, "show info;show table;show peers")
         assert parse_info_pid(reply) == info.current_worker
         assert parse_table_usage(reply) == {"be": 200}
+        assert parse_peers_flags(reply)["localinstance"] & 0x1  # the lesson is over
     finally:
         for proc in procs:
             proc.terminate()

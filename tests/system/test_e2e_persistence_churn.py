@@ -41,7 +41,7 @@ import pytest
 
 from nodeagent.haproxy import HAProxy
 from peerplane.v1 import peerplane_pb2 as pb
-from tests.helpers.fleet import HAPROXY_PODS, Fleet, table_entries, wait_for
+from tests.helpers.fleet import HAPROXY_PODS, Fleet, table_entries, unix_command, wait_for
 from tests.helpers.haproxy_versions import HAProxyBinary, installed
 from tests.helpers.persistence import (
     Event,
@@ -95,6 +95,8 @@ class Report:
     unreplicated: int = 0  # steps whose re-pinned entries did not reach every instance
     asking_s: float = 0.0  # time spent in client requests (the rest: waits for ACKs)
     diagnostics: list[str] = field(default_factory=list)  # state seen right after moves
+    # (service, client) -> every instance's entry when its re-pin was seen replicated
+    replicated: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     resync_wait_s: float = 0.0  # waited for fresh workers' peers resync (start, join)
 
 
@@ -244,6 +246,11 @@ class ChurnRun:
         backends = self.backends()
         lines = [f"{step}: {len(moved)} moved"]
         lines += [f"  before: {key}: {held.get(key)}" for key in moved[:3]]
+        lines += [
+            f"  when replicated: {key}: {self.report.replicated[key]}"
+            for key in moved[:3]
+            if key in self.report.replicated
+        ]
         asked = step.rsplit(" via ", 1)[1]
         for svc in sorted({svc for svc, _ in moved}):
             state = self.fleet.agents[asked].runtime(f"show servers state {backends[svc]}")
@@ -258,7 +265,15 @@ class ChurnRun:
                 table = agent.runtime(f"show table {backends[svc]} key {client}")
                 entry = [line for line in table.splitlines() if "key=" in line]
                 lines.append(f"  {instance} {svc} {client}: {entry}")
-            lines += [f"  {instance} | {line}" for line in agent.runtime("show peers").splitlines()]
+            peers = agent.runtime("show peers").splitlines()
+            # Section flags, each peer's status and counters; not the per-table dumps.
+            lines += [
+                f"  {instance} | {line.strip()}"
+                for line in peers
+                if "flags=" in line or "id=" in line or "new_conn=" in line
+            ]
+            workers = unix_command(agent.master_socket, "show proc").splitlines()
+            lines += [f"  {instance} proc | {line.strip()}" for line in workers if line.strip()]
         return "\n".join(lines)
 
     def wait_replicated(self, step: str, services: set[str], clients: set[str]) -> None:
@@ -277,6 +292,15 @@ class ChurnRun:
 
         try:
             wait_for(same, 10, "the re-pinned clients' entries on every instance")
+            for svc in services:  # what a later failure report compares against
+                command = f"show table {backends[svc]}"
+                tables = {
+                    n: table_entries(self.fleet.agents[n].runtime(command)) for n in self.live()
+                }
+                for c in clients:
+                    if c in tables[self.live()[0]]:
+                        seen = {n: t.get(c, "-") for n, t in tables.items()}
+                        self.report.replicated[(svc, c)] = seen
         except TimeoutError:
             differing = []
             for svc in services:
