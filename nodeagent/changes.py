@@ -87,7 +87,7 @@ def classify(
     for name in sorted(change.backends):
         if name not in old.backends:
             return Decision(Kind.RELOAD, reason=f"backend {name} added")
-        if old_cfg.backends[name] == new_cfg.backends[name]:
+        if old_cfg.encoded[name] == new_cfg.encoded[name]:
             continue  # a change nothing renders (warnings, a free slot's address)
         old_b, new_b = old.backends[name], new.backends[name]
         if _shape(old_b) != _shape(new_b):

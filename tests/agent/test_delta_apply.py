@@ -142,7 +142,7 @@ def test_runtime_only_delta_sets_only_the_changed_slot_and_a_settings_delta_relo
             assert inst.applier.store.load() == v2  # saved from the held bytes
             cfg2 = applier._applied_cfg
             assert cfg2 is not None and cfg2.frontends_section is cfg1.frontends_section
-            assert cfg2.backends["default_other_http"] is cfg1.backends["default_other_http"]
+            assert cfg2.encoded["default_other_http"] is cfg1.encoded["default_other_http"]
 
             held3, change3 = held2.apply(delta_between(v2, v3))
             reload = applier.apply(held3, change3)

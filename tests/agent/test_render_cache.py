@@ -25,7 +25,7 @@ def _same_as_scratch(got: Rendered, held: Held, opts: RenderOptions) -> None:
     scratch = render_held(held, opts)
     assert got.data() == scratch.data() == got.text().encode()
     assert got.text() == scratch.text()
-    assert got.backends == scratch.backends and got.encoded == scratch.encoded
+    assert got.encoded == scratch.encoded and got.names == scratch.names
     assert (got.peers, got.frontends, got.peered) == (
         scratch.peers,
         scratch.frontends,
@@ -170,8 +170,8 @@ def test_other_options_reuse_nothing() -> None:
     other = RenderOptions("haproxy-a", bind_address="127.0.0.5", haproxy_version=(3, 2))
     again = render_held(held, other, first, diff(held, held))
     assert "bind 127.0.0.5:80" in again.frontends and "bind 0.0.0.0:80" in first.frontends
-    assert "srvkey addr" in again.backends["ns_a_80"]
-    assert again.backends["ns_a_80"] is not first.backends["ns_a_80"]
+    assert "srvkey addr" in again.backend("ns_a_80")
+    assert again.encoded["ns_a_80"] is not first.encoded["ns_a_80"]
     _same_as_scratch(again, held, other)
 
 
@@ -192,9 +192,9 @@ def test_a_change_set_renders_only_the_backends_it_names(monkeypatch: pytest.Mon
     monkeypatch.setattr(render, "_compared_backends", _fail)  # no loop over every name
     again = render_held(held2, OPTS, first, change)
     assert rendered == ["ns_a_80"]
-    assert again.backends["ns_b_80"] is first.backends["ns_b_80"]
+    assert again.encoded["ns_b_80"] is first.encoded["ns_b_80"]
     assert again.encoded["ns_c_80"] is first.encoded["ns_c_80"]
-    assert "10.1.0.9:80" in again.backends["ns_a_80"]
+    assert "10.1.0.9:80" in again.backend("ns_a_80")
     monkeypatch.undo()
     _same_as_scratch(again, held2, OPTS)
 
@@ -226,6 +226,6 @@ def test_losing_all_peers_renders_every_backend_again() -> None:
     assert change.peers and not change.backends
     again = render_held(held2, OPTS, first, change)
     assert not again.peered and again.peers == ""
-    assert "peers localinstance" in first.backends["ns_a_80"]
-    assert "peers localinstance" not in again.backends["ns_a_80"]
+    assert "peers localinstance" in first.backend("ns_a_80")
+    assert "peers localinstance" not in again.backend("ns_a_80")
     _same_as_scratch(again, held2, OPTS)
