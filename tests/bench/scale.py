@@ -74,6 +74,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(after_comm[11]) + int(after_comm[12])) / _TICKS
 
 
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process (VmRSS of /proc/PID/status), MiB."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def sent_bytes(metrics_url: str) -> dict[str, float] | None:
     """`peerplane_sent_bytes_total` by kind; None when the counter does not exist."""
     with urllib.request.urlopen(metrics_url, timeout=10) as response:
@@ -115,6 +124,8 @@ class Curve:
     reloads: int = 0
     agents_on_deltas: int = 0
     idle: dict[str, float] = field(default_factory=dict)
+    cp_rss_mib: float = float("nan")  # after the samples
+    agent_rss_mib: float = float("nan")  # the larger of the two agents, after the samples
     error: str = ""
 
 
@@ -216,6 +227,11 @@ class ScaleFleet:
         assert self.fleet.control_plane is not None
         return self.fleet.control_plane.pid, [a.process.pid for a in self.fleet.agents.values()]
 
+    def rss(self) -> tuple[float, float]:
+        """Resident MiB of the control plane and of the larger agent (HAProxy not counted)."""
+        cp, agents = self.pids()
+        return rss_mib(cp), max(rss_mib(pid) for pid in agents)
+
     def cpu(self) -> tuple[float, list[float]]:
         cp, agents = self.pids()
         return cpu_seconds(cp), [cpu_seconds(pid) for pid in agents]
@@ -310,6 +326,7 @@ def measure(
                     curve.bytes_kinds[kind] = curve.bytes_kinds.get(kind, 0.0) + value
                 curve.bytes_per_agent.append(sum(diff.values()) / len(fleet.pods))
         curve.reloads = fleet.reloads() - reloads0
+        curve.cp_rss_mib, curve.agent_rss_mib = fleet.rss()
     except Exception as err:  # one size failing must not lose the others
         curve.error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
         log(f"scale N={services} {mode}: {err}")
@@ -347,9 +364,25 @@ def _bytes(values: list[float]) -> str:
     return f"{value / 1024:,.1f} KiB" if value >= 1024 else f"{value:,.0f} B"
 
 
+def _mib(value: float) -> str:
+    return f"{value:,.0f} MiB" if value == value else "n/a"
+
+
 def curve_table(curves: list[Curve]) -> str:
     """The curve side by side: one row per (N, mode)."""
-    head = ("N", "mode", "p50", "p99", "CP CPU", "agent CPU", "bytes/agent", "startup", "note")
+    head = (
+        "N",
+        "mode",
+        "p50",
+        "p99",
+        "CP CPU",
+        "agent CPU",
+        "bytes/agent",
+        "startup",
+        "CP RSS",
+        "agent RSS",
+        "note",
+    )
     rows = []
     for c in curves:
         note = c.error or (
@@ -367,6 +400,8 @@ def curve_table(curves: list[Curve]) -> str:
                 _ms(c.agent_cpu, mean=True),
                 _bytes(c.bytes_per_agent),
                 f"{c.startup_s:.1f} s" if c.startup_s == c.startup_s else "n/a",
+                _mib(c.cp_rss_mib),
+                _mib(c.agent_rss_mib),
                 note,
             )
         )
@@ -376,7 +411,10 @@ def curve_table(curves: list[Curve]) -> str:
         for row in (head, *rows)
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    lines.append(f"targets: {TARGETS}; CPU: mean per change, bytes: median per change")
+    lines.append(
+        f"targets: {TARGETS}; CPU: mean per change, bytes: median per change; "
+        "RSS after the samples (agent: the larger of the two, its HAProxy not counted)"
+    )
     return "\n".join(lines)
 
 
@@ -401,6 +439,8 @@ def results_of(curve: Curve, binary: str) -> list[Result]:
         Result(f"{base}.change_to_ack_p99", percentile(curve.latencies, 99) * 1000, "ms", params),
         Result(f"{base}.cp_cpu_per_change", cpu_mean(curve.cp_cpu) * 1000, "ms", params),
         Result(f"{base}.agent_cpu_per_change", cpu_mean(curve.agent_cpu) * 1000, "ms", params),
+        Result(f"{base}.cp_rss", curve.cp_rss_mib, "MiB", params),
+        Result(f"{base}.agent_rss", curve.agent_rss_mib, "MiB", params),
     ]
     if curve.bytes_per_agent:
         kinds = {k: round(v) for k, v in curve.bytes_kinds.items()}
