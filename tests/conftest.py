@@ -1,6 +1,10 @@
-"""Suite-wide fixtures: the HAProxy versions every real-HAProxy test runs against."""
+"""Suite-wide fixtures: the HAProxy versions every real-HAProxy test runs against, and
+the root logger put back after each test."""
 
 from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
 
 import pytest
 
@@ -34,6 +38,18 @@ def haproxy_bin(request: pytest.FixtureRequest) -> HAProxyBinary:
     binary: HAProxyBinary = request.param
     _ran.add(binary.version)
     return binary
+
+
+@pytest.fixture(autouse=True)
+def _root_logging() -> Iterator[None]:
+    """A CLI run in-process (`main([...])`) points the root logger at the stderr pytest
+    captured for that test; a thread of a later test logging there would print "Logging
+    error: I/O operation on closed file". Put the root handlers and level back."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects
