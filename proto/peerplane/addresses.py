@@ -20,7 +20,9 @@ address, and none may see anything but an address:
   backports), and glibc's `inet_ntop` (what `show servers state` prints) writes both
   dotted.
 
-Pure and cached: compute parses the same addresses on every recompute.
+Pure, with a small cache: the agent's render cache already parses each address once,
+and a cache the size of the cluster (160,000 endpoints at 8,000 Services) held 36 MiB in
+every agent for nothing. Compute keeps its own large cache (`endpoints.parse_ip`).
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def format_address(packed: bytes) -> str:
     return f"{head}::{tail}"
 
 
-@lru_cache(maxsize=1 << 18)
+@lru_cache(maxsize=1 << 12)
 def _parse(text: str) -> Address:
     if not _ADDRESS_CHARS.fullmatch(text):
         if "%" in text:

@@ -6,7 +6,9 @@ docs/design.md, "Deltas on the agent side, and the render cache"."""
 
 from __future__ import annotations
 
+import gc
 import random
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ import pytest
 from nodeagent import render
 from nodeagent.delta import ChangeSet, Held, diff
 from nodeagent.render import Rendered, RenderError, RenderOptions, render_held
+from peerplane import addresses
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.deltas import delta_between, hashed, random_versions
 from tests.helpers.haproxy_env import backend, snapshot
@@ -229,3 +232,31 @@ def test_losing_all_peers_renders_every_backend_again() -> None:
     assert "peers localinstance" in first.backend("ns_a_80")
     assert "peers localinstance" not in again.backend("ns_a_80")
     _same_as_scratch(again, held2, OPTS)
+
+
+def test_the_render_cache_holds_about_one_copy_of_the_file() -> None:
+    """What an agent keeps after rendering 2,000 backends of 20 distinct endpoints: each
+    section once, as the bytes written (not also as text), and no cache of every address
+    parsed (the render cache parses each once). Before: text and bytes both, plus an
+    address cache the size of the cluster (36 MiB per agent at 8,000 Services)."""
+    backends = [
+        backend(
+            f"ns_s{i}_80",
+            [(f"10.{i // 200}.{i % 200}.{j}", 8080) for j in range(1, 21)],
+            count=20,
+        )
+        for i in range(2000)
+    ]
+    held = Held.from_snapshot(hashed(snapshot([("haproxy-a", "10.255.0.1", 10000)], backends)))
+    addresses._parse.cache_clear()  # as in a fresh agent
+    gc.collect()
+    tracemalloc.start()
+    try:
+        rendered = render_held(held, OPTS)
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    size = len(rendered.data())
+    print(f"\nrender cache: {kept:,} B kept for a {size:,} B file ({kept / size:.2f}x)")
+    assert kept < 2.2 * size  # 1.70x measured; 2.77x before
