@@ -74,13 +74,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(after_comm[11]) + int(after_comm[12])) / _TICKS
 
 
-def rss_mib(pid: int) -> float:
-    """Resident memory of a process (VmRSS of /proc/PID/status), MiB."""
+def rss_mib(pid: int) -> tuple[float, float]:
+    """Resident memory of a process now and at its peak (VmRSS, VmHWM of
+    /proc/PID/status), MiB: a container's memory limit must hold the peak."""
+    found = {"VmRSS:": float("nan"), "VmHWM:": float("nan")}
     with open(f"/proc/{pid}/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+            key = line.split(maxsplit=1)[0] if line.strip() else ""
+            if key in found:
+                found[key] = int(line.split()[1]) / 1024
+    return found["VmRSS:"], found["VmHWM:"]
 
 
 def sent_bytes(metrics_url: str) -> dict[str, float] | None:
@@ -124,8 +127,8 @@ class Curve:
     reloads: int = 0
     agents_on_deltas: int = 0
     idle: dict[str, float] = field(default_factory=dict)
-    cp_rss_mib: float = float("nan")  # after the samples
-    agent_rss_mib: float = float("nan")  # the larger of the two agents, after the samples
+    cp_rss_mib: tuple[float, float] = (float("nan"), float("nan"))  # after the samples, peak
+    agent_rss_mib: tuple[float, float] = (float("nan"), float("nan"))  # the larger agent's
     error: str = ""
 
 
@@ -227,10 +230,11 @@ class ScaleFleet:
         assert self.fleet.control_plane is not None
         return self.fleet.control_plane.pid, [a.process.pid for a in self.fleet.agents.values()]
 
-    def rss(self) -> tuple[float, float]:
-        """Resident MiB of the control plane and of the larger agent (HAProxy not counted)."""
+    def rss(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        """Resident MiB (now, peak) of the control plane and of the agent with the larger
+        peak (HAProxy not counted)."""
         cp, agents = self.pids()
-        return rss_mib(cp), max(rss_mib(pid) for pid in agents)
+        return rss_mib(cp), max((rss_mib(pid) for pid in agents), key=lambda r: r[1])
 
     def cpu(self) -> tuple[float, list[float]]:
         cp, agents = self.pids()
@@ -364,8 +368,9 @@ def _bytes(values: list[float]) -> str:
     return f"{value / 1024:,.1f} KiB" if value >= 1024 else f"{value:,.0f} B"
 
 
-def _mib(value: float) -> str:
-    return f"{value:,.0f} MiB" if value == value else "n/a"
+def _mib(value: tuple[float, float]) -> str:
+    now, peak = value
+    return f"{now:,.0f} / {peak:,.0f} MiB" if now == now else "n/a"
 
 
 def curve_table(curves: list[Curve]) -> str:
@@ -379,8 +384,8 @@ def curve_table(curves: list[Curve]) -> str:
         "agent CPU",
         "bytes/agent",
         "startup",
-        "CP RSS",
-        "agent RSS",
+        "CP RSS / peak",
+        "agent RSS / peak",
         "note",
     )
     rows = []
@@ -413,7 +418,8 @@ def curve_table(curves: list[Curve]) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append(
         f"targets: {TARGETS}; CPU: mean per change, bytes: median per change; "
-        "RSS after the samples (agent: the larger of the two, its HAProxy not counted)"
+        "RSS after the samples / peak since start (agent: the larger peak of the two, its "
+        "HAProxy not counted)"
     )
     return "\n".join(lines)
 
@@ -439,8 +445,10 @@ def results_of(curve: Curve, binary: str) -> list[Result]:
         Result(f"{base}.change_to_ack_p99", percentile(curve.latencies, 99) * 1000, "ms", params),
         Result(f"{base}.cp_cpu_per_change", cpu_mean(curve.cp_cpu) * 1000, "ms", params),
         Result(f"{base}.agent_cpu_per_change", cpu_mean(curve.agent_cpu) * 1000, "ms", params),
-        Result(f"{base}.cp_rss", curve.cp_rss_mib, "MiB", params),
-        Result(f"{base}.agent_rss", curve.agent_rss_mib, "MiB", params),
+        Result(f"{base}.cp_rss", curve.cp_rss_mib[0], "MiB", params),
+        Result(f"{base}.cp_rss_peak", curve.cp_rss_mib[1], "MiB", params),
+        Result(f"{base}.agent_rss", curve.agent_rss_mib[0], "MiB", params),
+        Result(f"{base}.agent_rss_peak", curve.agent_rss_mib[1], "MiB", params),
     ]
     if curve.bytes_per_agent:
         kinds = {k: round(v) for k, v in curve.bytes_kinds.items()}

@@ -166,6 +166,17 @@ def plan_events(
     return planned
 
 
+def flip_candidates(service: Service, added: Pod | None) -> list[Pod]:
+    """The pods a readiness flip may pick, keeping two serving: a not-ready one while two
+    or fewer serve, else any but `added`, the pod added for this flip (added and made not
+    ready in one change it never had a slot, so the snapshot would not change at all)."""
+    if len(service.serving()) <= 2:
+        candidates = [p for p in service.pods.values() if not p.ready]
+    else:
+        candidates = [p for p in service.pods.values() if p is not added]
+    return sorted(candidates, key=lambda p: p.name)
+
+
 # ---------------------------------------------------------------- pins (pure)
 
 

@@ -51,6 +51,7 @@ from tests.helpers.persistence import (
     Tally,
     ask_all,
     config_servers,
+    flip_candidates,
     haproxy_manifest,
     kill_haproxy,
     plan_events,
@@ -369,13 +370,12 @@ class ChurnRun:
             self.add_pod(service)
             self.publish(step, [service.name])
         elif event.kind == "flip":
-            # Keep two serving: flip a not-ready pod back, or add a pod first.
+            # Keep two serving: flip a not-ready pod back, or add a pod first (never the
+            # one flipped: seed 468413 waited 30 s for a change that changed nothing).
+            added = None
             if len(service.serving()) <= 2 and all(p.ready for p in service.pods.values()):
-                self.add_pod(service)
-            candidates = [p for p in service.pods.values() if not p.ready]
-            if len(service.serving()) > 2:
-                candidates = list(service.pods.values())
-            pod = self.rng.choice(sorted(candidates, key=lambda p: p.name))
+                added = self.add_pod(service)
+            pod = self.rng.choice(flip_candidates(service, added))
             pod.ready = not pod.ready
             self.publish(f"{step} {pod.name} ready={pod.ready}", [service.name])
         elif event.kind == "grow":
@@ -478,6 +478,16 @@ class ChurnRun:
             self.event(index, event)
         self.kill_first_haproxy()
         return self.report
+
+
+def test_a_flip_never_picks_the_pod_added_for_it() -> None:
+    """Pure: the event that added a pod to keep two serving flips another one."""
+    service = Service("db", "tcp", "127.0.4")
+    first, second = service.new_pod(), service.new_pod()
+    added = service.new_pod()
+    assert flip_candidates(service, added) == [first, second]
+    first.ready = False  # two serving: only a not-ready pod may flip (back)
+    assert flip_candidates(service, None) == [first]
 
 
 def _seed() -> int:
