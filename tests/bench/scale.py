@@ -129,6 +129,8 @@ class Curve:
     idle: dict[str, float] = field(default_factory=dict)
     cp_rss_mib: tuple[float, float] = (float("nan"), float("nan"))  # after the samples, peak
     agent_rss_mib: tuple[float, float] = (float("nan"), float("nan"))  # the larger agent's
+    # HAProxy's master and serving worker (the larger of the two instances), now, MiB
+    haproxy_rss_mib: tuple[float, float] = (float("nan"), float("nan"))
     error: str = ""
 
 
@@ -236,6 +238,16 @@ class ScaleFleet:
         cp, agents = self.pids()
         return rss_mib(cp), max((rss_mib(pid) for pid in agents), key=lambda r: r[1])
 
+    def haproxy_rss(self) -> tuple[float, float]:
+        """Resident MiB of HAProxy's master and serving worker, the larger instance's."""
+        found = []
+        for agent in self.fleet.agents.values():
+            info = HAProxy(str(agent.master_socket), str(agent.runtime_socket)).show_proc()
+            worker = info.current_worker
+            master = rss_mib(info.master_pid)[0]
+            found.append((master, rss_mib(worker)[0] if worker else float("nan")))
+        return max(found, key=lambda r: r[1])
+
     def cpu(self) -> tuple[float, list[float]]:
         cp, agents = self.pids()
         return cpu_seconds(cp), [cpu_seconds(pid) for pid in agents]
@@ -331,6 +343,7 @@ def measure(
                 curve.bytes_per_agent.append(sum(diff.values()) / len(fleet.pods))
         curve.reloads = fleet.reloads() - reloads0
         curve.cp_rss_mib, curve.agent_rss_mib = fleet.rss()
+        curve.haproxy_rss_mib = fleet.haproxy_rss()
     except Exception as err:  # one size failing must not lose the others
         curve.error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
         log(f"scale N={services} {mode}: {err}")
@@ -386,6 +399,7 @@ def curve_table(curves: list[Curve]) -> str:
         "startup",
         "CP RSS / peak",
         "agent RSS / peak",
+        "HAProxy master / worker",
         "note",
     )
     rows = []
@@ -407,6 +421,7 @@ def curve_table(curves: list[Curve]) -> str:
                 f"{c.startup_s:.1f} s" if c.startup_s == c.startup_s else "n/a",
                 _mib(c.cp_rss_mib),
                 _mib(c.agent_rss_mib),
+                _mib(c.haproxy_rss_mib),
                 note,
             )
         )
@@ -419,7 +434,8 @@ def curve_table(curves: list[Curve]) -> str:
     lines.append(
         f"targets: {TARGETS}; CPU: mean per change, bytes: median per change; "
         "RSS after the samples / peak since start (agent: the larger peak of the two, its "
-        "HAProxy not counted)"
+        "HAProxy not counted, nor its `haproxy -c` children); HAProxy: RSS of the master and "
+        "the serving worker"
     )
     return "\n".join(lines)
 
@@ -449,6 +465,8 @@ def results_of(curve: Curve, binary: str) -> list[Result]:
         Result(f"{base}.cp_rss_peak", curve.cp_rss_mib[1], "MiB", params),
         Result(f"{base}.agent_rss", curve.agent_rss_mib[0], "MiB", params),
         Result(f"{base}.agent_rss_peak", curve.agent_rss_mib[1], "MiB", params),
+        Result(f"{base}.haproxy_master_rss", curve.haproxy_rss_mib[0], "MiB", params),
+        Result(f"{base}.haproxy_worker_rss", curve.haproxy_rss_mib[1], "MiB", params),
     ]
     if curve.bytes_per_agent:
         kinds = {k: round(v) for k, v in curve.bytes_kinds.items()}

@@ -222,6 +222,8 @@ def test_scale_bench_measures_full_and_delta_side_by_side(haproxy_bin: HAProxyBi
         for process in ("cp", "agent"):
             now = found[f"scale.n3.{mode}.{process}_rss"].value
             assert 10 < now <= found[f"scale.n3.{mode}.{process}_rss_peak"].value < 2048
+        for process in ("master", "worker"):
+            assert 1 < found[f"scale.n3.{mode}.haproxy_{process}_rss"].value < 2048
 
 
 def test_failover_bench_check_fails_loudly_on_a_lost_follower_stream_or_a_moved_slot() -> None:
