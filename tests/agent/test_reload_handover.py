@@ -18,7 +18,7 @@ from nodeagent.haproxy import (
     parse_peers_flags,
     parse_table_usage,
 )
-from tests.helpers.fleet import wait_for
+from tests.helpers.fleet import stop_process, wait_for
 from tests.helpers.haproxy_env import loopback_net
 from tests.helpers.haproxy_versions import HAProxyBinary
 
@@ -89,12 +89,7 @@ def test_reload_returns_once_the_new_worker_holds_every_entry(
             "the new worker answering with the whole table",
         )
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)
 
 
 def _peered_config(tmp: Path, net: str, me: str) -> str:

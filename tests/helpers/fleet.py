@@ -203,7 +203,8 @@ def table_entries(text: str) -> dict[str, str]:
 # ---------------------------------------------------------------- processes
 
 
-def _stop_process(process: subprocess.Popen[bytes], timeout: float = 10) -> None:
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 10) -> None:
+    """SIGTERM the process we started (by its PID), SIGKILL it if it outlives `timeout`."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
         try:
@@ -358,7 +359,7 @@ class Fleet:
 
     def stop_control_plane(self) -> None:
         if self.control_plane is not None:
-            _stop_process(self.control_plane)
+            stop_process(self.control_plane)
             self.control_plane = None
         if self._channel is not None:
             self._channel.close()
@@ -407,7 +408,7 @@ class Fleet:
 
     def stop_agent(self, pod_name: str) -> None:
         """Stops the agent, which stops the HAProxy it supervises: the instance is lost."""
-        _stop_process(self.agents[pod_name].process)
+        stop_process(self.agents[pod_name].process)
 
     def start(self) -> None:
         self.write_manifests()
@@ -422,7 +423,7 @@ class Fleet:
             self._channel.close()
             self._channel = None
         for process in reversed(self.processes):
-            _stop_process(process)
+            stop_process(process)
         self.processes.clear()
         for agent in self.agents.values():
             stop_orphaned_haproxy(agent.directory)

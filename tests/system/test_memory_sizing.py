@@ -23,6 +23,7 @@ import yaml
 
 from nodeagent.haproxy import HAProxy
 from nodeagent.render import RenderOptions, render
+from tests.helpers.fleet import stop_process
 from tests.helpers.haproxy_env import backend, free_port, loopback_net, snapshot
 from tests.helpers.haproxy_versions import HAProxyBinary
 
@@ -124,12 +125,7 @@ def test_shipped_limits_hold_2000_services_with_default_slots(
         time.sleep(1)  # let the worker finish its start-up allocations
         master_mib, worker_mib = rss_mib(info.master_pid), rss_mib(worker)
     finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        stop_process(process, 30)
     figures = {
         "haproxy": haproxy_bin.version,
         "haproxy -c peak MiB": round(checked),
