@@ -319,7 +319,8 @@ class HAProxy:
         local peer connection while the new one already serves; a client arriving before
         its entry would be balanced afresh. Wait (bounded by `sync_wait`) until the new
         worker holds at least as many entries as the old one had in every table both
-        configs keep, so the reload counts as applied only once the tables came along.
+        configs keep and says the old worker's lesson is over (`_local_teach_done`), so
+        the reload counts as applied only once the tables came along.
         `show info` in the same connection says which worker answered (both listen on the
         runtime socket for a moment), and the wait also makes sure that runtime commands
         after this reload reach the new worker, not the leaving one."""
