@@ -41,7 +41,7 @@ import pytest
 
 from nodeagent.haproxy import HAProxy
 from peerplane.v1 import peerplane_pb2 as pb
-from tests.helpers.fleet import HAPROXY_PODS, Fleet, table_entries, unix_command, wait_for
+from tests.helpers.fleet import HAPROXY_PODS, Fleet, table_entries, wait_for
 from tests.helpers.haproxy_versions import HAProxyBinary, installed
 from tests.helpers.persistence import (
     Event,
@@ -266,16 +266,27 @@ class ChurnRun:
                 table = agent.runtime(f"show table {backends[svc]} key {client}")
                 entry = [line for line in table.splitlines() if "key=" in line]
                 lines.append(f"  {instance} {svc} {client}: {entry}")
-            peers = agent.runtime("show peers").splitlines()
-            # Section flags, each peer's status and counters; not the per-table dumps.
+        lines += self.peer_sessions()
+        return "\n".join(lines)
+
+    def peer_sessions(self) -> list[str]:
+        """Every live instance's peers section flags, each peer's status and counters (not
+        the per-table dumps) and its master's `show proc` (old workers still alive)."""
+        lines = []
+        for instance in self.live():
+            agent = self.fleet.agents[instance]
             lines += [
                 f"  {instance} | {line.strip()}"
-                for line in peers
-                if "flags=" in line or "id=" in line or "new_conn=" in line
+                for line in agent.runtime("show peers").splitlines()
+                if "disabled=" in line
+                or "(local" in line
+                or "(remote" in line
+                or "new_conn=" in line
             ]
-            workers = unix_command(agent.master_socket, "show proc").splitlines()
+            master = HAProxy(str(agent.master_socket), str(agent.runtime_socket))
+            workers = master.master("show proc").splitlines()
             lines += [f"  {instance} proc | {line.strip()}" for line in workers if line.strip()]
-        return "\n".join(lines)
+        return lines
 
     def wait_replicated(self, step: str, services: set[str], clients: set[str]) -> None:
         """Clients whose pod went away were just re-pinned through the first instance; the
@@ -316,6 +327,10 @@ class ChurnRun:
             self.report.tally.note(
                 f"{step}: re-pinned entries not replicated within 10s: " + "; ".join(differing[:8])
             )
+            if len(self.report.diagnostics) < 3:
+                self.report.diagnostics.append(
+                    "\n".join([f"{step}: not replicated", *self.peer_sessions()])
+                )
             self.report.unreplicated += 1
 
     # steps -----------------------------------------------------------
@@ -533,7 +548,7 @@ def test_no_client_moves_and_no_slot_differs_under_churn(
     assert tally.failed == 0, f"{tally.failed} failed requests {replay}:\n" + "\n".join(
         tally.details
     )
-    assert report.unreplicated == 0, f"{replay}:\n" + "\n".join(tally.details)
+    assert report.unreplicated == 0, f"{replay}:\n" + "\n".join(tally.details + report.diagnostics)
     assert report.mismatches == [], f"slots differ {replay}:\n" + "\n".join(report.mismatches[:20])
     assert report.unexpected_reloads == [], f"{replay} {report.unexpected_reloads}"
     assert not report.restart_changed_content, f"restart changed the content {replay}"
