@@ -293,37 +293,36 @@ class ChurnRun:
         peers replicate that asynchronously, so wait (bounded) until every instance's table
         names the same server for them, as a client coming back later would find it."""
         backends = self.backends()
+        seen: dict[str, dict[str, dict[str, str]]] = {}  # svc -> instance -> its entries
 
         def same() -> bool:
             for svc in services:
                 command = f"show table {backends[svc]}"
-                tables = [table_entries(self.fleet.agents[n].runtime(command)) for n in self.live()]
-                if any({t.get(c) for t in tables} != {tables[0].get(c)} for c in clients):
-                    return False
-            return True
+                seen[svc] = {
+                    n: table_entries(self.fleet.agents[n].runtime(command)) for n in self.live()
+                }
+            return all(
+                len({t.get(c) for t in tables.values()}) == 1
+                for tables in seen.values()
+                for c in clients
+            )
 
         try:
             wait_for(same, 10, "the re-pinned clients' entries on every instance")
-            for svc in services:  # what a later failure report compares against
-                command = f"show table {backends[svc]}"
-                tables = {
-                    n: table_entries(self.fleet.agents[n].runtime(command)) for n in self.live()
-                }
+            first = self.live()[0]
+            for svc, tables in seen.items():  # what a later failure report compares against
                 for c in clients:
-                    if c in tables[self.live()[0]]:
-                        seen = {n: t.get(c, "-") for n, t in tables.items()}
-                        self.report.replicated[(svc, c)] = seen
+                    if c in tables[first]:
+                        self.report.replicated[(svc, c)] = {
+                            n: t.get(c, "-") for n, t in tables.items()
+                        }
         except TimeoutError:
             differing = []
-            for svc in services:
-                command = f"show table {backends[svc]}"
-                tables = {
-                    n: table_entries(self.fleet.agents[n].runtime(command)) for n in self.live()
-                }
+            for svc, tables in seen.items():  # as the last look found them
                 for c in sorted(clients):
-                    seen = {n: t.get(c) for n, t in tables.items()}
-                    if len(set(seen.values())) > 1:
-                        differing.append(f"{svc} {c} {seen}")
+                    found = {n: t.get(c) for n, t in tables.items()}
+                    if len(set(found.values())) > 1:
+                        differing.append(f"{svc} {c} {found}")
             self.report.tally.note(
                 f"{step}: re-pinned entries not replicated within 10s: " + "; ".join(differing[:8])
             )

@@ -23,6 +23,7 @@ import yaml
 
 from nodeagent.haproxy import HAProxy
 from nodeagent.render import RenderOptions, render
+from tests.bench.scale import rss_mib
 from tests.helpers.fleet import stop_process
 from tests.helpers.haproxy_env import backend, free_port, loopback_net, snapshot
 from tests.helpers.haproxy_versions import HAProxyBinary
@@ -96,14 +97,6 @@ def check_peak_mib(binary: str, config: Path) -> float:
     return int(kib) / 1024
 
 
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmRSS for {pid}")
-
-
 def test_shipped_limits_hold_2000_services_with_default_slots(
     tmp_path: Path, haproxy_bin: HAProxyBinary
 ) -> None:
@@ -123,7 +116,7 @@ def test_shipped_limits_hold_2000_services_with_default_slots(
         worker = info.current_worker
         assert worker is not None
         time.sleep(1)  # let the worker finish its start-up allocations
-        master_mib, worker_mib = rss_mib(info.master_pid), rss_mib(worker)
+        master_mib, worker_mib = rss_mib(info.master_pid)[0], rss_mib(worker)[0]
     finally:
         stop_process(process, 30)
     figures = {
