@@ -177,3 +177,20 @@ def test_cli_render_from_grpcurl_json(tmp_path: object, capsys: pytest.CaptureFi
     # Without --haproxy-version or --haproxy-bin: for the oldest supported version.
     oldest = RenderOptions("haproxy-b", haproxy_version=version.OLDEST_SUPPORTED)
     assert out == render(realistic(), oldest)
+
+
+def test_cli_render_refuses_a_peers_list_without_the_pod(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Incident: `nodeagent render --pod-name` of a pod not among the snapshot's peers
+    printed a peers section without its local peer, which HAProxy then drops; the running
+    agent NACKs such a snapshot, so the offline tool refuses it the same way."""
+    from pathlib import Path
+
+    assert isinstance(tmp_path, Path)
+    path = tmp_path / "snap.json"
+    path.write_text(json.dumps(json_format.MessageToDict(realistic())))
+    assert cli.main(["render", "--snapshot", str(path), "--pod-name", "haproxy-zzz"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "lacks this pod (haproxy-zzz)" in captured.err
