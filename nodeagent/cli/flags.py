@@ -7,10 +7,14 @@ What the flags build is in `wiring.py`, the process that runs them in `lifecycle
 from __future__ import annotations
 
 import argparse
+import math
 import os
+from collections.abc import Callable
 
 from nodeagent import logformat, version
 from nodeagent.transport import DEFAULT_TOKEN_FILE
+
+MAX_SECONDS = 3600.0  # an hour: longer is a typo, and `nan`/`inf` never end a wait
 
 DESCRIPTION = "`nodeagent run` (the agent beside one HAProxy) and `nodeagent render` (inspection)."
 
@@ -44,18 +48,21 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--sync-wait",
-        type=float,
+        type=seconds(minimum=0.0),
         default=15.0,
         help="max wait for the peers resync before a reload, and for the table handover "
         "after; /readyz gives readiness this long after a worker started even if its peers "
         "resync never finished",
     )
     run.add_argument(
-        "--check-timeout", type=float, default=15.0, help="seconds haproxy -c may take"
+        "--check-timeout",
+        type=seconds(minimum=0.0, inclusive=False),
+        default=15.0,
+        help="seconds haproxy -c may take",
     )
     run.add_argument(
         "--metrics-port",
-        type=int,
+        type=port,
         help="serve /metrics, /healthz and /readyz on this port (0 picks one; default off)",
     )
     run.add_argument("--metrics-address", default="127.0.0.1", help="default 127.0.0.1")
@@ -69,6 +76,38 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         "--log-format", choices=logformat.LOG_FORMATS, default="text", help="text or json"
     )
     add_transport_arguments(run)
+
+
+def seconds(minimum: float, inclusive: bool = True) -> Callable[[str], float]:
+    """An argparse type for a duration: finite, at most MAX_SECONDS, above `minimum` (or
+    equal when `inclusive`). `nan` passed every comparison and hung or NACKed later."""
+    bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        low_ok = value >= minimum if inclusive else value > minimum
+        if not math.isfinite(value) or not low_ok or value > MAX_SECONDS:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} seconds: must be finite, {bound} and <= {MAX_SECONDS:g}"
+            )
+        return value
+
+    parse.__name__ = "seconds"  # argparse names the type in its messages
+    return parse
+
+
+def port(text: str) -> int:
+    """An argparse type for a TCP port to listen on: 0 (pick one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port {value} out of range 0-65535")
+    return value
 
 
 def add_transport_arguments(parser: argparse.ArgumentParser) -> None:

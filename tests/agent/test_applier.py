@@ -199,3 +199,34 @@ def test_run_flags_that_cannot_make_an_agent_exit_2(
     long_dir = tmp_path / ("d" * 120)
     flags = _run_flags(tmp_path, "--pod-namespace", "ns", "--pod-name", "pod-a")
     assert cli.main([*flags, "--master-socket", str(long_dir / "master.sock")]) == 2
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--metrics-port", "70000"),
+        ("--metrics-port", "-1"),
+        ("--metrics-port", "x"),
+        ("--check-timeout", "-1"),
+        ("--check-timeout", "0"),
+        ("--check-timeout", "nan"),
+        ("--check-timeout", "inf"),
+        ("--sync-wait", "-1"),
+        ("--sync-wait", "nan"),
+        ("--sync-wait", "1e9"),
+    ],
+)
+def test_run_numeric_flags_out_of_range_are_argparse_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    """Incident: `--metrics-port 70000` ended in a traceback, `--check-timeout -1` NACKed
+    every reload and `--check-timeout nan` broke the apply loop. Every numeric flag of
+    `nodeagent run` is checked when parsed: usage error, exit 2, the flag named."""
+    flags = _run_flags(tmp_path, "--pod-namespace", "ns", "--pod-name", "pod-a")
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args([*flags, f"{flag}={value}"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}" in err and "Traceback" not in err
+    ok = build_parser().parse_args([*flags, "--metrics-port=0", "--check-timeout=0.5"])
+    assert (ok.metrics_port, ok.check_timeout, ok.sync_wait) == (0, 0.5, 15.0)
