@@ -8,8 +8,10 @@ the parsed flags into objects. `--source` is parsed once, into a `SourceSpec`.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,25 +103,56 @@ def kinds(text: str) -> frozenset[str]:
 
 
 def positive_int(text: str) -> int:
-    if not text.isascii() or not text.isdigit() or int(text) == 0:
+    if not text.isascii() or not text.isdigit() or len(text) > 18 or int(text) == 0:
         raise argparse.ArgumentTypeError(f"expected an integer > 0, got {text!r}")
     return int(text)
 
 
 def non_negative_int(text: str) -> int:
-    if not text.isascii() or not text.isdigit():
+    # 18 digits: int() of thousands of digits raises (a traceback, not a usage error).
+    if not text.isascii() or not text.isdigit() or len(text) > 18:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
     return int(text)
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
-    return value
+INT32_MAX = 2**31 - 1
+"""gRPC takes message sizes and milliseconds as C ints: larger values overflow."""
+MAX_SECONDS = 24 * 86400.0
+"""Longest duration flag: 24 days of milliseconds still fit an int32."""
+
+
+def int_in(low: int, high: int) -> Callable[[str], int]:
+    """argparse type: an integer in [low, high]."""
+
+    def parse(text: str) -> int:
+        value = non_negative_int(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer from {low} to {high}, got {text!r}"
+            )
+        return value
+
+    return parse
+
+
+def seconds_in(low: float, high: float) -> Callable[[str], float]:
+    """argparse type: a finite number of seconds in [low, high] (inf, nan and 1e300 are
+    refused here, not by a traceback from gRPC or the lease timer)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a number of seconds, got {text!r}"
+            ) from None
+        if not (math.isfinite(value) and low <= value <= high):
+            raise argparse.ArgumentTypeError(
+                f"expected seconds from {low:g} to {high:g}, got {text!r}"
+            )
+        return value
+
+    return parse
 
 
 def port(text: str) -> int:
@@ -228,7 +261,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     kube.add_argument("--lease-name", default=DEFAULT_LEASE, help=f"default {DEFAULT_LEASE}")
     kube.add_argument(
         "--lease-duration",
-        type=float,
+        type=seconds_in(1.0, 3600.0),
         default=DEFAULT_LEASE_DURATION_S,
         help=f"seconds a follower waits before taking an unrenewed lease (default "
         f"{DEFAULT_LEASE_DURATION_S:g}; the leader renews every duration/7.5 and gives up "
@@ -297,7 +330,7 @@ def _add_auth_arguments(parser: argparse.ArgumentParser) -> None:
     )
     auth.add_argument(
         "--token-cache-ttl",
-        type=positive_float,
+        type=seconds_in(0.001, 86400.0),
         default=DEFAULT_TOKEN_CACHE_TTL_S,
         help="seconds a verified token is trusted without a new TokenReview "
         f"(default {DEFAULT_TOKEN_CACHE_TTL_S:g})",
@@ -309,20 +342,20 @@ def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
     limits = parser.add_argument_group("limits")
     limits.add_argument(
         "--max-receive-message-bytes",
-        type=positive_int,
+        type=int_in(1024, INT32_MAX),
         default=defaults.max_receive_message_bytes,
         help="largest message accepted from a client "
         f"(default {defaults.max_receive_message_bytes})",
     )
     limits.add_argument(
         "--max-send-message-bytes",
-        type=positive_int,
+        type=int_in(1024, INT32_MAX),
         default=defaults.max_send_message_bytes,
         help=f"largest message sent, i.e. snapshot (default {defaults.max_send_message_bytes})",
     )
     limits.add_argument(
         "--max-streams-per-peer",
-        type=non_negative_int,
+        type=int_in(0, 1_000_000),
         default=DEFAULT_MAX_STREAMS_PER_PEER,
         help="concurrent agent streams from one peer address; more get RESOURCE_EXHAUSTED "
         f"(default {DEFAULT_MAX_STREAMS_PER_PEER}; 0 = unlimited)",
@@ -335,28 +368,28 @@ def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
     )
     limits.add_argument(
         "--retained-versions",
-        type=positive_int,
+        type=int_in(1, 10_000),
         default=DEFAULT_RETAINED_VERSIONS,
         help="contents kept per workload as delta bases: an agent further behind gets the "
         f"full snapshot (default {DEFAULT_RETAINED_VERSIONS}; 1 = no deltas)",
     )
     limits.add_argument(
         "--keepalive-time",
-        type=positive_float,
+        type=seconds_in(1.0, MAX_SECONDS),
         default=defaults.keepalive_time_s,
         help=f"seconds between server pings on idle connections (default "
         f"{defaults.keepalive_time_s:g})",
     )
     limits.add_argument(
         "--keepalive-timeout",
-        type=positive_float,
+        type=seconds_in(1.0, MAX_SECONDS),
         default=defaults.keepalive_timeout_s,
         help=f"seconds to wait for a ping answer before dropping the connection (default "
         f"{defaults.keepalive_timeout_s:g})",
     )
     limits.add_argument(
         "--max-connection-age",
-        type=positive_float,
+        type=seconds_in(1.0, MAX_SECONDS),
         default=defaults.max_connection_age_s,
         help=f"seconds before a connection is asked to reconnect, so agents rebalance "
         f"(default {defaults.max_connection_age_s:g})",

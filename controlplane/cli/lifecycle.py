@@ -31,6 +31,7 @@ from controlplane.metrics import Metrics, MetricsServer
 from controlplane.reconcile import Reconciler
 from controlplane.replica import Replica
 from controlplane.server import ControlPlaneServer
+from controlplane.server.tlscheck import BadTlsFiles
 from controlplane.source import Source
 from controlplane.store import SnapshotStore
 
@@ -68,6 +69,9 @@ async def _serve(args: argparse.Namespace) -> int:
         tls = wiring.tls_files(args)
     except OSError as err:
         log.error("cannot read the TLS files: %s", err)
+        return 2
+    except BadTlsFiles as err:
+        log.error("%s", err)
         return 2
     if tls is None:
         log.warning("--insecure: the gRPC port serves PLAINTEXT (agents' tokens travel in clear)")

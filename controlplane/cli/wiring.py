@@ -21,6 +21,7 @@ from controlplane.model import ObjectRef
 from controlplane.reconcile import AssignmentStore, ComputeFn
 from controlplane.server import ServerOptions, StreamLimits, TlsFiles
 from controlplane.server.auth import Authenticator
+from controlplane.server.tlscheck import check_pem
 from controlplane.source import Source
 from controlplane.store import SnapshotStore
 
@@ -119,9 +120,11 @@ def open_slot_store(args: argparse.Namespace, api: KubeApi | None) -> Assignment
 
 
 def tls_files(args: argparse.Namespace) -> TlsFiles | None:
-    """The PEM files read (OSError when unreadable); None with --insecure."""
+    """The PEM files read (OSError when unreadable, BadTlsFiles when they cannot serve);
+    None with --insecure."""
     if args.tls_cert is None:
         return None
+    check_pem(Path(args.tls_cert), Path(args.tls_key), args.client_ca and Path(args.client_ca))
     client_ca = Path(args.client_ca).read_bytes() if args.client_ca is not None else None
     return TlsFiles(Path(args.tls_cert).read_bytes(), Path(args.tls_key).read_bytes(), client_ca)
 

@@ -153,3 +153,37 @@ def test_serve_flags_and_their_defaults() -> None:
     for bad in (["--source", "nowhere"], ["--source", "files:/x", "--listen", "18000"]):
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--keepalive-time", "inf"),
+        ("--keepalive-time", "nan"),
+        ("--keepalive-timeout", "1e300"),
+        ("--max-connection-age", "1e300"),
+        ("--max-connection-age", "-5"),
+        ("--lease-duration", "0"),
+        ("--lease-duration", "nan"),
+        ("--lease-duration", "inf"),
+        ("--token-cache-ttl", "inf"),
+        ("--max-send-message-bytes", "9" * 5000),
+        ("--max-send-message-bytes", "4294967296"),
+        ("--max-receive-message-bytes", "1"),
+        ("--max-streams-per-peer", "99999999999"),
+        ("--retained-versions", "1e3"),
+        ("--retained-versions", "100000000"),
+    ],
+)
+def test_serve_refuses_numeric_flags_out_of_range_at_parse_time(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`serve --keepalive-time inf`, `--max-connection-age 1e300` and `--lease-duration 0`
+    or `nan` were accepted and ended in tracebacks from gRPC or the lease timer: every
+    numeric flag of `serve` is finite and in range, refused by argparse naming the flag."""
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    with pytest.raises(SystemExit) as stopped:
+        parser.parse_args(["--source", "files:/x", "--insecure", flag, value])
+    assert stopped.value.code == 2
+    assert f"argument {flag}:" in capsys.readouterr().err

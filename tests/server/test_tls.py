@@ -143,3 +143,32 @@ def test_security_and_limit_flags_have_documented_defaults() -> None:
     for bad in (["--max-streams-per-peer", "-1"], ["--keepalive-time", "0"]):
         with pytest.raises(SystemExit):
             parser.parse_args(["--source", "files:/x", *bad])
+
+
+def test_bad_pem_files_are_named_before_binding(certs: Certs, tmp_path: Path) -> None:
+    """A bad PEM for the TLS flags was reported as gRPC's `Failed to bind` (naming
+    neither the file nor the fault): the files are loaded and checked before binding,
+    and the message names the flag, the file and what is wrong."""
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text(
+        "-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n"
+    )
+    cert, key = str(certs.server_cert), str(certs.server_key)
+    cases = [
+        (("--tls-cert", str(garbage), "--tls-key", key), f"--tls-cert {garbage}: not a valid"),
+        (("--tls-cert", key, "--tls-key", key), f"--tls-cert {key}: no PEM certificate"),
+        (("--tls-cert", cert, "--tls-key", cert), f"--tls-key {cert}: no PEM private key"),
+        (
+            ("--tls-cert", cert, "--tls-key", str(certs.client_key)),
+            f"--tls-key {certs.client_key}: not an unencrypted PEM private key",
+        ),
+        (
+            ("--tls-cert", cert, "--tls-key", key, "--client-ca", str(garbage)),
+            f"--client-ca {garbage}: not a valid",
+        ),
+    ]
+    for args, message in cases:
+        done = run_serve("--listen", "127.0.0.1:0", *args)
+        assert done.returncode == 2, done.stderr
+        assert message in done.stderr
+        assert "Failed to bind" not in done.stderr and "Traceback" not in done.stderr
