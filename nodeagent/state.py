@@ -9,12 +9,16 @@ from __future__ import annotations
 import logging
 import os
 
+from nodeagent.safefile import read_regular
 from peerplane.durable import atomic_write
 from peerplane.v1 import peerplane_pb2 as pb
 
 __all__ = ["SNAPSHOT_FILE", "StateStore", "atomic_write"]
 
 SNAPSHOT_FILE = "snapshot.binpb"
+# The largest snapshot the stream delivers (client.MAX_RECEIVE_BYTES): a bigger file is no
+# snapshot of ours.
+MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 log = logging.getLogger(__name__)
 
 
@@ -41,15 +45,21 @@ class StateStore:
         atomic_write(self.snapshot_path, data, 0o600)
 
     def load(self) -> pb.Snapshot | None:
-        """The saved snapshot, or None when there is none (a corrupt file counts as none)."""
+        """The saved snapshot, or None when there is none. A file that cannot be one (a
+        directory, a FIFO, unreadable, too large, not a snapshot) counts as none: logged,
+        and the control plane sends the snapshot again; it must not stop the agent."""
+        path = self.snapshot_path
         try:
-            with open(self.snapshot_path, "rb") as f:
-                data = f.read()
+            data = read_regular(path, MAX_SNAPSHOT_BYTES)
         except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as e:
+            log.error("saved snapshot %s unusable, starting without it: %s", path, e.strerror or e)
             return None
         snapshot = pb.Snapshot()
         try:
             snapshot.ParseFromString(data)
-        except Exception:  # DecodeError: treat as absent, the control plane resends
+        except Exception as e:  # DecodeError: treat as absent, the control plane resends
+            log.error("saved snapshot %s is corrupt, starting without it: %s", path, e)
             return None
         return snapshot

@@ -15,9 +15,12 @@ from dataclasses import dataclass
 import grpc
 import grpc.aio
 
+from nodeagent.safefile import read_regular
+
 log = logging.getLogger(__name__)
 
 DEFAULT_TOKEN_FILE = "/var/run/secrets/peerplane/token"
+MAX_TOKEN_BYTES = 64 * 1024  # the control plane refuses tokens above 16 KiB anyway
 NO_TRANSPORT = (
     "the connection to the control plane needs TLS: pass --ca FILE (the CA that signed the "
     "server certificate; add --client-cert/--client-key for mTLS), or --insecure for "
@@ -90,14 +93,23 @@ class Transport:
         return grpc.aio.secure_channel(target, creds, options=opts)
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
-        """Call metadata for one Stream: the token as read right now (rotation)."""
+        """Call metadata for one Stream: the token as read right now (rotation). Every
+        problem with the file is a TokenError, which the client retries with backoff: a
+        FIFO must not block the event loop (signals, health), bad bytes must not end it."""
         if self.token_file is None:
             return ()
         try:
-            with open(self.token_file, encoding="utf-8") as f:
-                token = f.read().strip()
+            data = read_regular(self.token_file, MAX_TOKEN_BYTES)
         except OSError as e:
             raise TokenError(f"cannot read token file {self.token_file}: {e}") from e
+        try:
+            token = data.decode("ascii").strip()
+        except UnicodeDecodeError:
+            raise TokenError(
+                f"token file {self.token_file} is not a token (not ASCII text)"
+            ) from None
         if not token:
             raise TokenError(f"token file {self.token_file} is empty")
+        if not token.isprintable():  # gRPC metadata values are printable ASCII
+            raise TokenError(f"token file {self.token_file} holds control characters")
         return (("authorization", f"Bearer {token}"),)

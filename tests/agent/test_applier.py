@@ -8,6 +8,8 @@ docs/design.md, "Architecture" (action -> HAProxy; NACK keeps the old config ser
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -230,3 +232,31 @@ def test_run_numeric_flags_out_of_range_are_argparse_errors(
     assert f"argument {flag}" in err and "Traceback" not in err
     ok = build_parser().parse_args([*flags, "--metrics-port=0", "--check-timeout=0.5"])
     assert (ok.metrics_port, ok.check_timeout, ok.sync_wait) == (0, 0.5, 15.0)
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "corrupt"])
+def test_a_saved_snapshot_that_cannot_be_read_counts_as_none(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    """Incident: an agent whose `snapshot.binpb` was a directory (or unreadable) died at
+    start, again at every restart: a crash loop, although the operations guide says a
+    corrupt file counts as none. A FIFO would have hung it. Each is now no saved snapshot,
+    logged once with the path, and the agent waits for the control plane."""
+    store = StateStore(str(tmp_path / "state"))
+    target = Path(store.snapshot_path)
+    if kind == "directory":
+        target.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.write_bytes(b"\xff" * 64)
+    sockets = (str(tmp_path / "master.sock"), str(tmp_path / "runtime.sock"))
+    applier = Applier(
+        RenderOptions("pod-a"), str(tmp_path / "haproxy.cfg"), store, HAProxy(*sockets)
+    )
+    with caplog.at_level(logging.ERROR, logger="nodeagent.state"):
+        assert applier.restore() is False
+    assert [r.getMessage() for r in caplog.records if str(target) in r.getMessage()] == [
+        caplog.records[0].getMessage()
+    ]
+    assert "starting without it" in caplog.records[0].getMessage()

@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -190,3 +191,49 @@ def test_agent_refuses_to_start_without_tls_or_insecure(tmp_path: Path) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 2
     assert "needs TLS: pass --ca FILE" in done.stderr and "--insecure" in done.stderr
+
+
+def test_a_token_file_that_is_no_token_is_retried_and_never_blocks(
+    certs: Certs, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Incident: a token file that was not UTF-8 made the agent exit (HAProxy went down
+    with it under --manage-haproxy), and a FIFO token file hung it (open() waited for a
+    writer on the event loop: SIGTERM ignored, /healthz still 200). Both are now a failed
+    attempt, logged and retried with backoff; a fixed file is picked up without a restart."""
+    reviewer = FakeReviewer()
+    token_file = tmp_path / "token"
+    token_file.write_bytes(b"\xff\xfe not utf-8\n")
+    security = transport.Transport(
+        ca=certs.ca.read_bytes(),
+        client_cert=certs.client_cert.read_bytes(),
+        client_key=certs.client_key.read_bytes(),
+        token_file=str(token_file),
+    )
+    applier = RecordingApplier()
+
+    def logged(text: str) -> bool:
+        return any(text in r.getMessage() for r in caplog.records)
+
+    async def body() -> None:
+        async with tls_harness(certs, reviewer, mtls=True) as h:
+            h.publish({W1: snapshot(W1, "127.0.2.1")}, {f"{NS}/haproxy-a": W1})
+            client = Client(
+                h.address,
+                Identity(NS, "haproxy-a"),
+                applier,
+                backoff_max=0.3,
+                backoff_multiplier=0.05,
+                transport=security,
+            )
+            async with running(client):
+                await eventually(lambda: logged("is not a token (not ASCII text)"))
+                token_file.unlink()
+                os.mkfifo(token_file)  # opening it for reading would wait for a writer
+                await eventually(lambda: logged("not a regular file"))
+                token_file.unlink()
+                token_file.write_text("token-a\n")
+                await eventually(lambda: applier.versions == [1] and client.connected.is_set())
+
+    with caplog.at_level(logging.INFO, logger="nodeagent"):
+        run(body())
+    assert [t for t, _ in reviewer.calls] == ["token-a"]
