@@ -67,6 +67,12 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.too_large_messages = Counter(
+            "peerplane_messages_too_large",
+            "Snapshots or deltas not sent: larger than --max-send-message-bytes",
+            ["workload"],
+            registry=r,
+        )
         self.delta_resyncs = Counter(
             "peerplane_delta_resyncs",
             "Full snapshots sent because an agent Nacked a delta with resync",
@@ -159,6 +165,9 @@ class Metrics:
     def delta_sent(self, workload: str, size: int) -> None:
         self.deltas_sent.labels(workload=label(workload)).inc()
         self.sent_bytes.labels(kind="delta").inc(size)
+
+    def too_large(self, workload: str) -> None:
+        self.too_large_messages.labels(workload=label(workload)).inc()
 
     def resynced(self, workload: str) -> None:
         self.delta_resyncs.labels(workload=label(workload)).inc()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 
@@ -115,7 +116,10 @@ class ControlPlaneServer:
         self._streams = StreamHandler(
             store,
             self.registry,
-            self.options.stream,
+            # gRPC's send limit, known to the streams so they say it instead of looping.
+            dataclasses.replace(
+                self.options.stream, max_message_bytes=self.options.max_send_message_bytes
+            ),
             authenticator=authenticator if authenticate_agents else None,
             metrics=self.metrics,
         )

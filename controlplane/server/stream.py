@@ -34,6 +34,8 @@ from peerplane.v1 import peerplane_pb2 as pb
 log = logging.getLogger(__name__)
 
 Context = grpc.aio.ServicerContext[pb.AgentMessage, bytes]
+MAX_OVERSIZE_REMEMBERED = 10_000
+"""Agents whose oversize message was logged, remembered to log it once each."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,16 @@ class StreamLimits:
     max_concurrent_sends: int = 256  # writes in flight across all streams
     max_streams_per_peer: int = 0  # open streams per peer host; 0 = unlimited
     deltas: bool = True  # send deltas to agents that accept them (--no-deltas: never)
+    max_message_bytes: int = 0  # gRPC's send limit (ServerOptions sets it); 0 = none
+
+
+class _TooLarge(Exception):
+    """The message for an agent exceeds the send limit: gRPC would fail the write with
+    RESOURCE_EXHAUSTED and the agent reconnect into the same failure."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class StreamHandler:
@@ -69,6 +81,9 @@ class StreamHandler:
         self._send_slots = asyncio.Semaphore(self._limits.max_concurrent_sends)
         self._closing = False
         self._wakers: set[asyncio.Event] = set()
+        # Agent -> content hash whose oversize was logged: said once per agent and content,
+        # not on every reconnect.
+        self._oversize_said: dict[str, str] = {}
 
     def close_all(self) -> None:
         """End every stream with OK (shutdown): agents reconnect elsewhere."""
@@ -136,7 +151,10 @@ class StreamHandler:
         reader = asyncio.create_task(self._read(requests, session, wake))
         try:
             while not self._closing and not reader.done():
-                message = self._next_message(session)
+                try:
+                    message = self._next_message(session)
+                except _TooLarge as too_large:
+                    await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, too_large.reason)
                 if message is not None:
                     await self._send(context, session, message)
                     # This stream's copy (nonce + shared snapshot bytes) is sent: do not keep
@@ -186,6 +204,10 @@ class StreamHandler:
             if delta is not None:  # None only if the store moved on: the snapshot will do
                 shared, kind = delta, "delta"
                 self._metrics.retained(self._store.retained_count, self._store.retained_bytes)
+        # The shared bytes hold ServerMessage(snapshot=...) or (delta=...); protobuf
+        # merges them with the stream's nonce.
+        message = pb.ServerMessage(nonce=sent.nonce).SerializeToString() + shared
+        self._check_size(session, published, kind, len(message))
         log.info(
             "%s sent to %s: %s v%d%s",
             kind,
@@ -201,9 +223,6 @@ class StreamHandler:
                 nonce=sent.nonce,
             ),
         )
-        # The shared bytes hold ServerMessage(snapshot=...) or (delta=...); protobuf
-        # merges them with the stream's nonce.
-        message = pb.ServerMessage(nonce=sent.nonce).SerializeToString() + shared
         if kind == "delta":
             self._metrics.delta_sent(published.workload, len(message))
         else:
@@ -211,6 +230,38 @@ class StreamHandler:
             if isinstance(decision, protocol.SendSnapshot) and decision.resync:
                 self._metrics.resynced(published.workload)
         return message
+
+    def _check_size(
+        self, session: AgentSession, published: protocol.Version, kind: str, size: int
+    ) -> None:
+        """Raise _TooLarge when a `size`-byte message exceeds the send limit: warned once
+        per agent and content (with both sizes), counted every time, never logged as
+        sent."""
+        limit = self._limits.max_message_bytes
+        if not limit or size <= limit:
+            return
+        reason = (
+            f"{kind} of {published.workload} v{published.version} is {size} bytes, above "
+            f"the control plane's --max-send-message-bytes {limit}"
+        )
+        self._metrics.too_large(published.workload)
+        if self._oversize_said.get(session.pod) != published.content_hash:
+            if len(self._oversize_said) >= MAX_OVERSIZE_REMEMBERED:
+                self._oversize_said.clear()
+            self._oversize_said[session.pod] = published.content_hash
+            log.warning(
+                "%s not sent to %s: %s; raise --max-send-message-bytes",
+                kind,
+                session.pod,
+                reason,
+                extra=fields(
+                    event=f"{kind}_too_large",
+                    agent=session.pod,
+                    workload=published.workload,
+                    version=published.version,
+                ),
+            )
+        raise _TooLarge(reason)
 
     async def _send(self, context: Context, session: AgentSession, message: bytes) -> None:
         async with self._send_slots:

@@ -336,3 +336,44 @@ def test_an_agent_that_does_not_read_holds_up_nobody() -> None:
             await slow_channel.close()
 
     run(body())
+
+
+def test_a_snapshot_above_the_send_limit_is_said_once_per_agent_and_not_claimed_sent(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`--max-send-message-bytes` below the snapshot size: agents looped on
+    RESOURCE_EXHAUSTED while the control plane logged "snapshot sent" at INFO. The stream
+    now ends with RESOURCE_EXHAUSTED naming both sizes, a warning says it once per agent
+    (not on every reconnect), nothing claims it was sent, and a metric counts it."""
+    from controlplane.server import ControlPlaneServer, ServerOptions
+
+    limit = 2048
+
+    async def body() -> None:
+        options = ServerOptions(max_send_message_bytes=limit)
+        async with Harness(lambda store: ControlPlaneServer(store, options)) as h:
+            addresses = [f"10.0.{i // 250}.{i % 250}" for i in range(300)]
+            h.publish({W1: snapshot(W1, *addresses)}, PODS)
+            size = len(h.store.get(W1).message_bytes)  # type: ignore[union-attr]
+            assert size > limit
+            for _ in range(3):  # the agent reconnecting into the same refusal
+                agent = h.agent("haproxy-a")
+                await agent.hello()
+                with pytest.raises(grpc.aio.AioRpcError) as ended:
+                    await agent.call.read()
+                assert ended.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                details = ended.value.details() or ""
+                assert f"--max-send-message-bytes {limit}" in details
+                assert " bytes" in details
+            counted = h.server.metrics.registry.get_sample_value(
+                "peerplane_messages_too_large_total", {"workload": W1}
+            )
+            assert counted == 3
+
+    with caplog.at_level(logging.INFO, logger="controlplane.server.stream"):
+        run(body())
+    warnings = [r.getMessage() for r in caplog.records if "not sent to" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert f"--max-send-message-bytes {limit}" in warnings[0]
+    assert f"{NS}/haproxy-a" in warnings[0]
+    assert not [r for r in caplog.records if "snapshot sent to" in r.getMessage()]
