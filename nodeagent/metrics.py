@@ -16,7 +16,7 @@ from prometheus_client import (
     Histogram,
 )
 
-from peerplane.httpserve import MetricsHttpServer
+from peerplane.httpserve import HttpLimits, MetricsHttpServer
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +89,9 @@ class MetricsServer(MetricsHttpServer):
         address: str,
         port: int,
         ready: Callable[[], tuple[bool, str]] | None = None,
+        limits: HttpLimits | None = None,
     ) -> None:
-        super().__init__(metrics.registry, address, port, ready)
+        super().__init__(metrics.registry, address, port, ready, limits)
 
     def start(self) -> MetricsServer:
         super().start()

@@ -3,17 +3,25 @@ its own metric definitions. Real HTTP over loopback."""
 
 from __future__ import annotations
 
+import json
 import logging
+import socket
+import struct
+import threading
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from controlplane import logformat as control_log
 from controlplane.metrics import Metrics, MetricsServer
 from nodeagent import logformat as agent_log
 from nodeagent.metrics import AgentMetrics
 from nodeagent.metrics import MetricsServer as AgentMetricsServer
+from peerplane.httpserve import HttpLimits, MetricsHttpServer
 
 
 def _get(port: int, path: str) -> tuple[int, str, bytes]:
@@ -69,3 +77,84 @@ def test_each_side_declares_only_its_log_fields_on_the_one_formatter() -> None:
     with pytest.raises(ValueError, match="unknown log fields"):
         control_log.fields(path="runtime")
     assert agent_log.LOG_FORMATS == control_log.LOG_FORMATS == ("text", "json")
+
+
+def _until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def _closed_by_server(sock: socket.socket, within: float = 3.0) -> bool:
+    """The server closed (or reset) this connection within `within` seconds."""
+    sock.settimeout(within)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+@pytest.mark.parametrize("sends", [b"", b"GET /metrics HTTP/1.1\r\nHost: x\r\n"])
+def test_slow_clients_are_timed_out_and_capped(sends: bytes) -> None:
+    """Incident: neither side's metrics port timed out idle connections: 500 of 500 slow
+    clients were still held after 60 s (512 threads), and with the agent's descriptors
+    taken that way an edit got neither ACK nor NACK. A silent client is closed after the
+    idle timeout, one that never finishes its request head after the header timeout
+    (the idle timeout set far longer, so only the head's deadline can close it), and
+    connections past the cap are closed at accept."""
+    limits = (
+        HttpLimits(idle_timeout=0.3, header_timeout=30.0, max_connections=3)
+        if not sends
+        else HttpLimits(idle_timeout=30.0, header_timeout=0.4, max_connections=3)
+    )
+    server = MetricsHttpServer(CollectorRegistry(), "127.0.0.1", 0, limits=limits).start()
+    clients: list[socket.socket] = []
+    try:
+        for _ in range(3):
+            clients.append(socket.create_connection(("127.0.0.1", server.port)))
+            clients[-1].sendall(sends)
+        _until(lambda: server.connections == 3)
+        extra = socket.create_connection(("127.0.0.1", server.port))
+        clients.append(extra)
+        assert _closed_by_server(extra), "a connection past the cap was kept"
+        assert all(_closed_by_server(c) for c in clients[:3]), "a slow client was kept"
+        _until(lambda: server.connections == 0)
+        assert _get(server.port, "/healthz")[::2] == (200, b"ok\n")
+    finally:
+        for c in clients:
+            c.close()
+        server.stop()
+
+
+def test_clients_that_reset_write_no_raw_traceback_past_the_json_log(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Incident: clients resetting their connections to the agent's metrics port put
+    tracebacks on stderr raw, past `--log-format json` (100 clients: 2,500 non-JSON
+    lines). Every line is now a JSON record; a reset is a debug line, not a traceback."""
+    agent_log.configure("INFO", "json")
+    quiet = logging.getLogger("peerplane.httpserve")
+    quiet.setLevel(logging.DEBUG)
+    server = AgentMetricsServer(AgentMetrics(), "127.0.0.1", 0).start()
+    try:
+        for _ in range(20):
+            sock = socket.create_connection(("127.0.0.1", server.port))
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x")  # unfinished: the server reads
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()  # RST
+
+        def handlers_done() -> bool:
+            names = [t.name for t in threading.enumerate()]
+            return not any("process_request_thread" in n for n in names)
+
+        _until(handlers_done)
+    finally:
+        server.stop()
+        quiet.setLevel(logging.NOTSET)
+    lines = [ln for ln in capfd.readouterr().err.splitlines() if ln.strip()]
+    records = [json.loads(ln) for ln in lines]  # every line is JSON
+    assert any("went away" in r["message"] for r in records)
+    assert not any("exception" in r for r in records)

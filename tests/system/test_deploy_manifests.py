@@ -284,6 +284,29 @@ def test_network_policies_open_the_peer_and_grpc_ports(base: list[Obj]) -> None:
     assert 9090 in opened
 
 
+def test_metrics_ports_admit_only_the_documented_prometheus_selector(base: list[Obj]) -> None:
+    """Incident: the metrics and /readyz ports admitted any source, and slow clients could
+    hold them (with the agent's descriptors exhausted that way, an edit got no answer).
+    Every rule opening 9101 (agent) or 9090 (control plane) names the Prometheus
+    selector the operations guide documents, never an empty `from`; kubelet probes come
+    from the node, which the policies' comments explain."""
+    prometheus = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    }
+    for name, port in (("haproxy-ingress", 9101), ("peerplane-controlplane-grpc", 9090)):
+        rules = [
+            rule
+            for rule in find(base, "NetworkPolicy", name)["spec"]["ingress"]
+            if any(p["port"] == port for p in rule.get("ports", []))
+        ]
+        assert [rule.get("from") for rule in rules] == [[prometheus]], name
+    text = (DEPLOY / "base" / "networkpolicy.yaml").read_text()
+    assert "come from the node" in text
+    guide = (DEPLOY.parent / "docs" / "operations.md").read_text()
+    assert "app.kubernetes.io/name: prometheus" in guide and "kubernetes.io/metadata.name" in guide
+
+
 def test_settings_configmap_documents_the_defaults(base: list[Obj]) -> None:
     data = find(base, "ConfigMap", "haproxy-settings")["data"]
     assert data == {
