@@ -32,11 +32,11 @@ from controlplane.reconcile import Reconciler
 from controlplane.replica import Replica
 from controlplane.server import ControlPlaneServer
 from controlplane.server.tlscheck import BadTlsFiles
-from controlplane.source import Source
+from controlplane.source import Heartbeat, Source
 from controlplane.store import SnapshotStore
 
 if TYPE_CHECKING:
-    from controlplane.kube.ledger import LedgerWatch
+    from controlplane.kube.ledger_watch import LedgerWatch
 
 # The log lines keep the logger name operators and tests know from `serve`.
 log = logging.getLogger("controlplane.serve")
@@ -153,9 +153,13 @@ async def _run(
     compute, recorder = wiring.event_recording(
         args, api, Computer(wiring.workload_scope(args)).compute
     )
-    slots = wiring.open_slot_store(args, api)
+    try:
+        slots, ledger = wiring.open_ledger(args, api, replica.name)
+    except Exception as err:  # LedgerReadError: a --state file that exists but is unusable
+        log.error("%s", err)
+        await server.stop(0)
+        return 2
     leadership = wiring.leadership(args, api)
-    ledger = wiring.ledger_watch(args, api)
     reconciler = Reconciler(
         source,
         store,
@@ -164,13 +168,17 @@ async def _run(
         metrics=metrics,
         authority=replica if leadership is not None else None,
     )
+    wiring.ledger_drift(slots, reconciler.on_change)
     replica.attach(
         published=lambda: store.has_published,
         waiting=lambda: reconciler.waiting,
         lease=leadership.elector if leadership is not None else None,
         ledger=ledger,
+        unpersisted=lambda: reconciler.unpersisted,
     )
     reporting = asyncio.ensure_future(_report(replica, metrics))
+    heartbeat = asyncio.ensure_future(watch_source(source, server))
+    reporting.add_done_callback(lambda _: heartbeat.cancel())
     if ledger is not None:
         ledger.start(reconciler.on_change)
     starting = loop.run_in_executor(None, source.start, reconciler.on_change)
@@ -225,9 +233,19 @@ async def _promote(elected: asyncio.Event, reconciler: Reconciler, metrics: Metr
 async def _report(replica: Replica, metrics: Metrics, every_s: float = 1.0) -> None:
     """Keep the replica metrics current and log each change of readiness or role."""
     said = ("", "")
+    problems_said: set[str] = set()
     while True:
         status = replica.status()
-        metrics.replica(status.role, status.cause, status.ledger_version, status.endpoints_waiting)
+        metrics.replica(
+            status.role,
+            status.cause,
+            status.ledger_version,
+            status.endpoints_waiting,
+            len(status.ledger_problems),
+        )
+        for problem in sorted(set(status.ledger_problems) - problems_said):
+            log.warning("slot ledger: %s", problem, extra=logformat.fields(event="ledger-problem"))
+        problems_said = set(status.ledger_problems)
         if (status.role, status.not_ready_reason) != said:
             if status.ready:
                 log.info("ready as %s (leader %s)", status.role, status.leader or "unknown")
@@ -235,6 +253,24 @@ async def _report(replica: Replica, metrics: Metrics, every_s: float = 1.0) -> N
                 log.warning("not ready (%s): %s", status.role, status.not_ready_reason)
             said = (status.role, status.not_ready_reason)
         await asyncio.sleep(every_s)
+
+
+async def watch_source(source: Source, server: ControlPlaneServer, every_s: float = 1.0) -> None:
+    """Health follows the source's heartbeat: a stuck source (a blocked read) serves a
+    state that no longer follows the cluster, so NOT_SERVING, with the reason logged."""
+    if not isinstance(source, Heartbeat):
+        return
+    said = ""
+    while True:
+        problem = source.stalled()
+        if problem != said:
+            if problem:
+                log.warning("source stalled, health NOT_SERVING: %s", problem)
+            else:
+                log.info("source recovered")
+            await server.set_source_problem(problem)
+            said = problem
+        await asyncio.sleep(every_s)  # a poll period, not a synchronisation
 
 
 async def _shutdown(

@@ -132,6 +132,7 @@ class ControlPlaneServer:
         )
         self._health = health_aio.HealthServicer()
         self._allowed = True
+        self._source_problem = ""  # a stuck source: NOT_SERVING while set
         self._serving: bool | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: grpc.aio.Server | None = None
@@ -178,6 +179,12 @@ class ControlPlaneServer:
     async def set_serving(self, serving: bool) -> None:
         """Leader-election hook: False reports NOT_SERVING whatever the store holds."""
         self._allowed = serving
+        await self._refresh_health()
+
+    async def set_source_problem(self, problem: str) -> None:
+        """A stuck source ("" once it recovers): NOT_SERVING while set, since the state
+        served no longer follows the cluster."""
+        self._source_problem = problem
         await self._refresh_health()
 
     def set_serving_threadsafe(self, serving: bool) -> concurrent.futures.Future[None]:
@@ -230,7 +237,7 @@ class ControlPlaneServer:
         return bool(self._serving)
 
     def _should_serve(self) -> bool:
-        return self._allowed and self.store.has_published
+        return self._allowed and not self._source_problem and self.store.has_published
 
     async def _refresh_health(self) -> None:
         serving = self._should_serve()
@@ -244,4 +251,8 @@ class ControlPlaneServer:
         )
         for service in ("", SERVICE):
             await self._health.set(service, status)
-        log.info("health: %s", "SERVING" if serving else "NOT_SERVING")
+        log.info(
+            "health: %s%s",
+            "SERVING" if serving else "NOT_SERVING",
+            f" ({self._source_problem})" if self._source_problem else "",
+        )

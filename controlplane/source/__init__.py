@@ -8,7 +8,7 @@ loop reads `state()` after the call; handlers never compute.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from controlplane.model import ClusterState
 
@@ -25,3 +25,11 @@ class Source(Protocol):
 
     def stop(self) -> None:
         """Stop watching; idempotent."""
+
+
+@runtime_checkable
+class Heartbeat(Protocol):
+    """A source that can tell it is stuck (the folder source: a read that blocks)."""
+
+    def stalled(self) -> str:
+        """Why the source is stuck, "" when it is not."""

@@ -20,6 +20,7 @@ import logging
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,13 +38,15 @@ from controlplane.source.convert import (
     service_from,
     shown,
 )
+from controlplane.source.folder_walk import MANIFEST_SUFFIXES, Identity, internal, walk
 from controlplane.source.folder_watch import FolderWatch
 from controlplane.source.manifest_index import Converted, ManifestIndex, ParsedFile
 from controlplane.source.yamlload import LoadError, load_file
 
 log = logging.getLogger(__name__)
 
-MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+STALL_AFTER_S = 30.0
+"""A pass running this long is stuck (a pass over 8,000 files takes about a second)."""
 
 
 @dataclass(slots=True)
@@ -53,7 +56,14 @@ class LoadResult:
 
 
 def manifest_files(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.rglob("*") if p.is_file() and p.suffix in MANIFEST_SUFFIXES)
+    """The manifest files under `directory`, as `folder_walk` finds them (links included
+    only when they stay inside the folder, directory links never followed)."""
+    return sorted(walk(directory).files)
+
+
+def skipped_file(path: Path, reason: str) -> ParsedFile:
+    """What the index holds for a skipped entry: its report, as an error of no object."""
+    return ParsedFile(errors=((0, f"{path}: skipped: {reason}"),))
 
 
 def _objects(documents: list[Any]) -> Iterator[tuple[str, Any]]:
@@ -102,8 +112,11 @@ def load_manifests(
     if not directory.is_dir():
         return LoadResult(ClusterState(), [f"{directory}: not a directory"])
     index = ManifestIndex(settings_ref, parse_selector(haproxy_selector))
-    for path in manifest_files(directory):
+    found = walk(directory)
+    for path in sorted(found.files):
         index.put(path, parse_file(path))
+    for path, reason in found.skipped.items():
+        index.put(path, skipped_file(path, reason))
     index.refresh()
     return LoadResult(index.state(), index.errors())
 
@@ -131,27 +144,6 @@ def _convert(document: Any) -> Converted | None:
     return None
 
 
-Identity = tuple[int, int, int]
-"""(inode, size, mtime_ns): a file with the same identity is not read again."""
-
-
-def _scan(directory: Path) -> tuple[dict[Path, Identity], set[Path]]:
-    """The manifest files under `directory` (as `manifest_files` finds them) with their
-    identity, and the directories (a notification about one means: scan again)."""
-    files: dict[Path, Identity] = {}
-    directories = {directory}
-    for path in directory.rglob("*"):
-        try:
-            found = path.stat()
-        except OSError:
-            continue
-        if stat.S_ISDIR(found.st_mode):
-            directories.add(path)
-        elif stat.S_ISREG(found.st_mode) and path.suffix in MANIFEST_SUFFIXES:
-            files[path] = (found.st_ino, found.st_size, found.st_mtime_ns)
-    return files, directories
-
-
 class FilesSource:
     """Source over a folder: loads it, then follows changes, re-reading only changed files.
 
@@ -167,8 +159,11 @@ class FilesSource:
         force_polling: bool | None = None,
         rescan_interval: float = 10.0,
         on_parsed: Callable[[int], None] | None = None,
+        stall_after_s: float = STALL_AFTER_S,
     ) -> None:
         self._directory = directory
+        self._stall_after_s = stall_after_s
+        self._pass_since: float | None = None  # monotonic start of the pass in progress
         self._poll_interval = poll_interval
         self._force_polling = force_polling
         self._rescan_interval = rescan_interval
@@ -176,6 +171,7 @@ class FilesSource:
         self._index = ManifestIndex(settings_ref, parse_selector(haproxy_selector))
         self._identities: dict[Path, Identity] = {}
         self._directories: set[Path] = {directory}
+        self._skipped: dict[Path, str] = {}  # entries skipped, reported as errors
         self._roots = (Path(os.path.abspath(directory)), directory.resolve())
         self._pass_lock = threading.Lock()  # one pass at a time
         self._lock = threading.Lock()  # guards _result, read from other threads
@@ -187,20 +183,39 @@ class FilesSource:
         """One pass: re-read the files among `paths` (every changed file when None, found
         by identity); True when the state or the errors changed."""
         with self._pass_lock:
-            local = None if paths is None else self._local(paths)
-            if local is None or self._needs_scan(local):
-                self._rescan()
-            else:
-                for path in sorted(local):
-                    if path.suffix in MANIFEST_SUFFIXES:
-                        self._reread(path)
-            if not self._index.refresh():
-                return False
-            result = LoadResult(self._index.state(), self._index.errors())
-            with self._lock:
-                changed = result.state != self._result.state or result.errors != self._result.errors
-                self._result = result
-            return changed
+            self._pass_since = time.monotonic()
+            try:
+                return self._refresh(paths)
+            finally:
+                self._pass_since = None
+
+    def stalled(self) -> str:
+        """Why the source is stuck, "" when it is not: a pass running longer than
+        `stall_after_s` (a read that blocks) leaves edits unseen while the last state
+        is served, so `serve` turns health NOT_SERVING with this reason."""
+        since = self._pass_since
+        if since is None:
+            return ""
+        running = time.monotonic() - since
+        if running < self._stall_after_s:
+            return ""
+        return f"files source {self._directory}: one pass has been running for {running:.0f} s"
+
+    def _refresh(self, paths: set[Path] | None) -> bool:
+        local = None if paths is None else self._local(paths)
+        if local is None or self._needs_scan(local):
+            self._rescan()
+        else:
+            for path in sorted(local):
+                if path.suffix in MANIFEST_SUFFIXES:
+                    self._reread(path)
+        if not self._index.refresh():
+            return False
+        result = LoadResult(self._index.state(), self._index.errors())
+        with self._lock:
+            changed = result.state != self._result.state or result.errors != self._result.errors
+            self._result = result
+        return changed
 
     def _local(self, paths: set[Path]) -> set[Path] | None:
         """`paths` (absolute, as notifications name them) as `manifest_files` names them,
@@ -213,6 +228,10 @@ class FilesSource:
                     break
             else:
                 return None
+        # A link, or a path through `..data` (a ConfigMap volume's swap): which file it
+        # stands for is decided by the walk's rules, so scan again.
+        if any(path.is_symlink() or any(internal(part) for part in path.parts) for path in local):
+            return None
         return local
 
     def _needs_scan(self, paths: set[Path]) -> bool:
@@ -230,10 +249,20 @@ class FilesSource:
             )
             return
         self._index.remove(self._directory)
-        files, self._directories = _scan(self._directory)
+        try:
+            found = walk(self._directory)
+        except OSError as err:  # the folder itself cannot be listed: keep what was read
+            log.warning("files source %s: cannot list: %s", self._directory, err)
+            return
+        files, self._directories = found.files, found.directories
+        for path in [p for p in self._skipped if p not in found.skipped]:
+            self._index.remove(path)
         for path in [p for p in self._identities if p not in files]:
             del self._identities[path]
             self._index.remove(path)
+        self._skipped = found.skipped
+        for path, reason in found.skipped.items():
+            self._index.put(path, skipped_file(path, reason))
         for path, identity in files.items():
             if self._identities.get(path) != identity:
                 self._read(path, identity)
@@ -272,6 +301,7 @@ class FilesSource:
             force_polling=self._force_polling,
             poll_interval=self._poll_interval,
             rescan_interval=self._rescan_interval,
+            directories=lambda: frozenset(self._directories),
         )
         self._watch.start()
 

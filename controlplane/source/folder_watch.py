@@ -38,8 +38,14 @@ class FolderWatch:
         force_polling: bool | None = None,
         poll_interval: float = 0.2,
         rescan_interval: float = 10.0,
+        directories: Callable[[], frozenset[Path]] | None = None,
     ) -> None:
+        """`directories`, when given, are the directories to watch, each not recursively
+        (the folder source's walk: directory symlinks not followed, so a link to `/usr`
+        adds no watch and `sub/up -> ..` no loop); the watch restarts when they change.
+        Without it, `directory` is watched recursively."""
         self._directory = directory
+        self._directories = directories
         self._on_changes = on_changes
         self._force_polling = force_polling
         self._poll_interval = poll_interval
@@ -81,8 +87,10 @@ class FolderWatch:
         # then for what changed before it, as after every `rescan_interval`.
         last_rescan: float | None = None
         watched = self._folder_identity()
+        directories = self._directories() if self._directories is not None else None
         for changes in watchfiles.watch(
-            self._directory,
+            *(sorted(directories) if directories else [self._directory]),
+            recursive=directories is None,
             watch_filter=None,
             stop_event=self._stopped,
             force_polling=self._force_polling,
@@ -104,6 +112,8 @@ class FolderWatch:
             if self._folder_identity() != watched:  # removed or replaced: watch the new one
                 self._pass(None)
                 return
+            if self._directories is not None and self._directories() != directories:
+                return  # a directory came or went: watch the new set
 
     def _folder_identity(self) -> tuple[int, int] | None:
         try:

@@ -16,6 +16,8 @@ raised, is a `LoadError`.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +27,8 @@ from yaml.constructor import SafeConstructor
 from yaml.events import AliasEvent, Event
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.resolver import Resolver
+
+from controlplane.source.folder_walk import kind
 
 try:
     from yaml import CSafeLoader as _CSafeLoader
@@ -223,13 +227,30 @@ def load_text(text: str) -> list[Any]:
         raise LoadError(_one_line(f"{type(err).__name__}: {err}")) from None
 
 
+OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+"""O_NONBLOCK: opening a FIFO swapped in for a manifest must not wait for a writer (it
+froze the folder source in `open` for good); what was opened is then checked by fstat."""
+
+
 def load_file(path: Path) -> list[Any]:
-    """The documents of the file at `path`, within the limits above."""
+    """The documents of the file at `path`, within the limits above. Only a regular file
+    is read: the type is that of the opened file, not of the path looked at before (the
+    path may have been replaced by a FIFO or a device in between)."""
     try:
-        with path.open("rb") as stream:
+        fd = os.open(path, OPEN_FLAGS)
+    except OSError as err:
+        raise LoadError(_one_line(f"cannot read: {err.strerror or err}")) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise LoadError(f"not a regular file ({kind(mode)}); not read")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as stream:
             data = stream.read(MAX_FILE_BYTES + 1)
     except OSError as err:
         raise LoadError(_one_line(f"cannot read: {err.strerror or err}")) from None
+    finally:
+        os.close(fd)
     if len(data) > MAX_FILE_BYTES:
         raise LoadError(f"larger than {MAX_FILE_BYTES} bytes; not read")
     try:

@@ -187,3 +187,65 @@ def test_serve_refuses_numeric_flags_out_of_range_at_parse_time(
         parser.parse_args(["--source", "files:/x", "--insecure", flag, value])
     assert stopped.value.code == 2
     assert f"argument {flag}:" in capsys.readouterr().err
+
+
+def test_a_stuck_folder_source_turns_health_not_serving(tmp_path: Path) -> None:
+    """A folder source frozen in a read (a FIFO swapped in for a manifest) left health
+    SERVING for 60 s while no edit was picked up and nothing was logged. The source's
+    heartbeat reports a pass running past its bound, and `serve`'s watcher turns gRPC
+    health (and so /readyz) NOT_SERVING until the pass ends."""
+    import asyncio
+    import threading
+
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from controlplane.cli.lifecycle import watch_source
+    from controlplane.model import ObjectRef
+    from controlplane.server import ControlPlaneServer
+    from controlplane.source.files import FilesSource
+    from controlplane.store import SnapshotStore
+
+    shutil.copytree(DEMO, tmp_path / "m")
+    release = threading.Event()
+    blocking = threading.Event()
+
+    def on_parsed(_: int) -> None:  # stands for a read that blocks
+        if blocking.is_set():
+            release.wait(30)
+
+    source = FilesSource(
+        tmp_path / "m",
+        ObjectRef.parse(DEFAULT_SETTINGS_CONFIGMAP),
+        on_parsed=on_parsed,
+        stall_after_s=0.2,
+    )
+    source.refresh()
+    store = SnapshotStore()
+    store.publish({})
+
+    async def body() -> None:
+        import grpc
+
+        server = ControlPlaneServer(store)
+        port = await server.start("127.0.0.1:0")
+        watcher = asyncio.ensure_future(watch_source(source, server, every_s=0.05))
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                health = health_pb2_grpc.HealthStub(channel)
+                updates = health.Watch(health_pb2.HealthCheckRequest(service=""))
+                statuses = health_pb2.HealthCheckResponse
+                assert (await updates.read()).status == statuses.SERVING
+                blocking.set()
+                (tmp_path / "m" / "shop.yaml").touch()
+                stuck = asyncio.get_running_loop().run_in_executor(None, source.refresh)
+                assert (await updates.read()).status == statuses.NOT_SERVING
+                assert "one pass has been running for" in source.stalled()
+                release.set()
+                await stuck
+                assert (await updates.read()).status == statuses.SERVING
+        finally:
+            release.set()
+            watcher.cancel()
+            await server.stop(0)
+
+    asyncio.run(asyncio.wait_for(body(), 30))

@@ -247,3 +247,84 @@ def test_serve_counts_parsed_files_in_its_metrics(tmp_path: Path) -> None:
         serve.wait_for(re.compile(r"published haproxy-system/DaemonSet/haproxy v2 "))
         assert samples(scrape(port)[1])[("peerplane_source_files_parsed_total", ())] == files + 1
         assert serve.terminate() == 0
+
+
+def configmap_volume(folder: Path, files: dict[str, str], stamp: str) -> None:
+    """Lay out or update `folder` as kubelet mounts a ConfigMap: the files in a timestamped
+    directory, `..data` pointing at it (swapped by a rename), `x.yaml -> ..data/x.yaml`."""
+    folder.mkdir(exist_ok=True)
+    current = folder / f"..{stamp}"
+    current.mkdir()
+    for name, text in files.items():
+        (current / name).write_text(text)
+    old = os.readlink(folder / "..data") if (folder / "..data").is_symlink() else None
+    os.symlink(current.name, folder / "..data_tmp")
+    os.replace(folder / "..data_tmp", folder / "..data")
+    for name in files:
+        if not (folder / name).is_symlink():
+            os.symlink(f"..data/{name}", folder / name)
+    if old is not None:
+        shutil.rmtree(folder / old)
+
+
+def test_a_configmap_volume_reads_each_object_once_and_follows_the_data_swap(
+    tmp_path: Path,
+) -> None:
+    """A ConfigMap-volume layout (`x.yaml -> ..data/x.yaml`, `..data -> ..2026_.../`)
+    reported every object as a duplicate: it was read through the links and again in the
+    timestamped directory. Links to files inside the folder are followed, `..` entries
+    are not walked, and kubelet's swap of `..data` is picked up by notification."""
+    folder = tmp_path / "cm"
+    files = {path.name: path.read_text() for path in sorted(DEMO.glob("*.yaml"))}
+    configmap_volume(folder, files, "2026_01_01_00_00_00.1")
+    changed = threading.Event()
+    source = FilesSource(folder, SETTINGS, rescan_interval=60.0)
+    source.start(changed.set)
+    try:
+        assert source.errors() == []
+        assert service_names(source) == {"shop", "catalog", "db"}
+        changed.clear()
+        files["db.yaml"] = files["db.yaml"].replace("name: db\n", "name: db2\n", 1)
+        configmap_volume(folder, files, "2026_01_01_00_01_00.2")
+        assert changed.wait(10)
+        assert wait_until(lambda: service_names(source) == {"shop", "catalog", "db2"})
+        assert source.errors() == []
+    finally:
+        source.stop()
+
+
+def test_links_that_loop_escape_or_dangle_and_odd_files_are_skipped_and_reported_once(
+    tmp_path: Path,
+) -> None:
+    """`sub/up -> ..` made every edit take 8-10 s with duplicate warnings, a link to
+    `/usr` added 15,513 inotify watches, and dangling or looping links, FIFOs and
+    unreadable subdirectories were skipped without a word. Directory links are not
+    followed, file links only inside the folder, and each skipped entry is one error."""
+    folder = demo_copy(tmp_path)
+    (folder / "sub").mkdir()
+    os.symlink("..", folder / "sub" / "up")
+    os.symlink("/usr", folder / "usr")
+    os.symlink("nowhere.yaml", folder / "dangling.yaml")
+    os.symlink("loop-b.yaml", folder / "loop-a.yaml")
+    os.symlink("loop-a.yaml", folder / "loop-b.yaml")
+    os.symlink("/etc/hostname", folder / "outside.yaml")
+    os.mkfifo(folder / "pipe.yaml")
+    source = FilesSource(folder, SETTINGS)
+    source.refresh()
+    errors = source.errors()
+    expected = {
+        folder / "sub" / "up": "symlink to a directory: not followed",
+        folder / "usr": "symlink to a directory: not followed",
+        folder / "dangling.yaml": "dangling symlink",
+        folder / "loop-a.yaml": "symlink loop",
+        folder / "loop-b.yaml": "symlink loop",
+        folder / "outside.yaml": "symlink leading outside the folder: not followed",
+        folder / "pipe.yaml": "not a regular file (a FIFO)",
+    }
+    assert sorted(errors) == sorted(f"{path}: skipped: {why}" for path, why in expected.items())
+    assert service_names(source) == {"shop", "catalog", "db"}
+    assert source._directories == {folder, folder / "sub"}  # what the watch is given
+    assert not source.refresh()  # reported once: an unchanged folder changes nothing
+    (folder / "pipe.yaml").unlink()
+    assert source.refresh()
+    assert len(source.errors()) == len(expected) - 1
