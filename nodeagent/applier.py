@@ -125,6 +125,8 @@ class Applier:
                     extra=fields(workload=snapshot.workload, version=snapshot.version, path=path),
                 )
                 result = e.result()
+            except Exception as e:  # a fault nobody foresaw must still be a NACK
+                result = unexpected(e, snapshot.workload, snapshot.version)
             self._count(result, time.monotonic() - start)
             return result
 
@@ -192,7 +194,10 @@ class Applier:
                 return done
             kind = changes.Kind.RELOAD
         cfg = data.decode()
-        error = validate(cfg, self.haproxy.haproxy_bin, self.haproxy.check_timeout)
+        try:
+            error = validate(cfg, self.haproxy.haproxy_bin, self.haproxy.check_timeout)
+        except OSError as e:  # its temp dir or pipes: the host's fault, not the config's
+            raise ApplyError(f"cannot run haproxy -c: {e}", decision.kind, retryable=True) from e
         if error:
             self.metrics.validation_failures.inc()
             raise ApplyError(error, decision.kind)
@@ -269,10 +274,14 @@ class Applier:
         return rebind
 
     def _write_config(self, cfg: str | bytes) -> None:
+        """Retryable when it fails: a full disk or a path taken by a directory may be
+        repaired, and the same snapshot then applies without a new one."""
         try:
             state.atomic_write(self.config_path, cfg.encode() if isinstance(cfg, str) else cfg)
         except OSError as e:
-            raise ApplyError(f"cannot write {self.config_path}: {e.strerror or e}") from e
+            raise ApplyError(
+                f"cannot write {self.config_path}: {e.strerror or e}", retryable=True
+            ) from e
 
     def _read_config_bytes(self) -> bytes | None:
         try:
@@ -280,13 +289,14 @@ class Applier:
                 return f.read()
         except FileNotFoundError:
             return None
+        except OSError as e:  # a directory in its place, no permission
+            raise ApplyError(
+                f"cannot read {self.config_path}: {e.strerror or e}", retryable=True
+            ) from e
 
     def _read_config(self) -> str | None:
-        try:
-            with open(self.config_path, encoding="utf-8") as f:
-                return f.read()
-        except FileNotFoundError:
-            return None
+        data = self._read_config_bytes()
+        return None if data is None else data.decode("utf-8", errors="replace")
 
     def _worker_pid(self) -> int | None:
         """For the result only: HAProxy already runs the update, so a master CLI that does
@@ -323,9 +333,25 @@ class Applier:
             self._unsaved = True
             raise ApplyError(
                 f"HAProxy runs it but the snapshot cannot be saved in {self.store.state_dir}: "
-                f"{e.strerror or e}"
+                f"{e.strerror or e}",
+                retryable=True,
             ) from e
         self._unsaved = False
+
+
+def unexpected(error: Exception, workload: str, version: int) -> Result:
+    """The NACK for an exception that is no ApplyError (a broken temp dir, no descriptors
+    left, a bug): logged with its traceback, and retryable, since the fault may be
+    repaired and the agent cannot tell; the retries back off up to 30 s."""
+    log.error(
+        "workload=%s version=%d: not applied, unexpected error: %r",
+        workload,
+        version,
+        error,
+        exc_info=error,
+        extra=fields(workload=workload, version=version),
+    )
+    return Result(False, error=f"unexpected error: {error!r}", retryable=True)
 
 
 def _hold(snapshot: pb.Snapshot) -> Held:

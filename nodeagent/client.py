@@ -106,6 +106,7 @@ class Client:
         self.backoff_max = backoff_max
         self.backoff_multiplier = backoff_multiplier
         self.connected = asyncio.Event()
+        self._answered = False  # the current stream got a server message
 
     def hello(self) -> pb.AgentMessage:
         return pb.AgentMessage(
@@ -173,23 +174,26 @@ class Client:
                     self.applier.applied_hash,
                 )
                 latest: asyncio.Queue[Pending] = asyncio.Queue(maxsize=1)
+                self._answered = False
                 applier_task = asyncio.create_task(self._apply_loop(call, latest))
+                reader_task = asyncio.create_task(self._read_loop(call, latest))
                 try:
-                    while True:
-                        msg = await call.read()
-                        if msg is grpc.aio.EOF:  # type: ignore[attr-defined]
-                            log.warning("control plane closed the stream")
-                            break
-                        if not answered:
-                            answered = True
-                            self.connected.set()
-                            self.metrics.connected.set(1)
-                        await self._handle(call, msg, latest)
-                        if applier_task.done():
-                            applier_task.result()
+                    # Whichever ends first ends the session: an apply loop that died is
+                    # noticed at once (the stream is started again and the control plane
+                    # resends what the Hello does not claim), not at the next message.
+                    await asyncio.wait(
+                        {applier_task, reader_task}, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    answered = answered or self._answered
+                    if applier_task.done():
+                        applier_task.result()  # raises what ended it
+                        raise RuntimeError("apply loop ended")
+                    reader_task.result()
                 finally:
-                    applier_task.cancel()
-                    await asyncio.gather(applier_task, return_exceptions=True)
+                    answered = answered or self._answered
+                    for task in (applier_task, reader_task):
+                        task.cancel()
+                    await asyncio.gather(applier_task, reader_task, return_exceptions=True)
             except grpc.aio.AioRpcError as e:
                 if e.code() in REFUSED:
                     log.error(
@@ -206,13 +210,31 @@ class Client:
             except Exception as e:  # a write on a finished call, an applier bug: reconnect
                 if not answered:
                     raise StreamBroken(repr(e)) from e
-                log.exception("stream aborted")
+                log.exception("stream aborted (reconnecting): %r", e)
             finally:
                 self.connected.clear()
                 self.metrics.connected.set(0)
                 call.cancel()
             if not answered:
                 raise StreamBroken("stream ended before any answer")
+
+    async def _read_loop(
+        self,
+        call: grpc.aio.StreamStreamCall[pb.AgentMessage, pb.ServerMessage],
+        latest: asyncio.Queue[Pending],
+    ) -> None:
+        """Read server messages until the stream ends; the first one marks it answered."""
+        while True:
+            msg = await call.read()
+            if msg is grpc.aio.EOF:  # type: ignore[attr-defined]
+                log.warning("control plane closed the stream")
+                return
+            assert isinstance(msg, pb.ServerMessage)
+            if not self._answered:
+                self._answered = True
+                self.connected.set()
+                self.metrics.connected.set(1)
+            await self._handle(call, msg, latest)
 
     async def _handle(
         self,
@@ -325,7 +347,7 @@ class Client:
             nonce, snap, change = await latest.get()
             delay, attempt = self.retry_initial, 1
             while True:
-                result = await asyncio.to_thread(self.applier.apply, snap, change)
+                result = await self._apply(snap, change)
                 if attempt == 1 or result.ok:  # one NACK per nonce; the ACK may follow it
                     await self._write(call, self._answer(nonce, snap, result, attempt))
                 if result.ok or not result.retryable:
@@ -345,6 +367,15 @@ class Client:
                     delay, attempt = self.retry_initial, 1
                 except TimeoutError:
                     delay, attempt = min(delay * 2, self.backoff_max), attempt + 1
+
+    async def _apply(self, snap: Held, change: ChangeSet | None) -> Result:
+        """The applier's result; an exception from it (the production applier turns its
+        own into results) is a retryable NACK too, so the apply loop never dies of one."""
+        try:
+            return await asyncio.to_thread(self.applier.apply, snap, change)
+        except Exception as e:
+            log.exception("applier raised on version %d", snap.version)
+            return Result(False, error=f"unexpected error: {e!r}", retryable=True)
 
     def _answer(self, nonce: str, snap: Held, result: Result, attempt: int) -> pb.AgentMessage:
         """The ACK or NACK for one apply, logged and counted."""

@@ -57,23 +57,23 @@ def validate(
     """Run `haproxy -c` on the text; None when valid, else HAProxy's own messages.
 
     The check runs in its own process group, killed as a whole on timeout (a wrapper
-    script's children must not outlive it or hold its pipes open).
+    script's children must not outlive it or hold its pipes open). OSError when it cannot
+    run at all (no temp dir, no descriptors left, no binary): a fault of the host that
+    may pass, not a verdict on the config.
     """
     with tempfile.TemporaryDirectory(prefix="nodeagent-check-") as tmp:
         path = os.path.join(tmp, "haproxy.cfg")
         with open(path, "w", encoding="utf-8") as f:
             f.write(cfg_text)
-        try:
-            proc = subprocess.Popen(
-                [haproxy_bin, "-c", "-f", path],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                start_new_session=True,
-            )
-        except OSError as e:
-            return f"cannot run {haproxy_bin}: {e}"
+        proc = subprocess.Popen(
+            [haproxy_bin, "-c", "-f", path],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",  # its output is quoted, never parsed as UTF-8 strictly
+            start_new_session=True,
+        )
         try:
             output, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -11,11 +11,13 @@ import contextlib
 import logging
 import os
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from nodeagent import applier as applier_module
 from nodeagent import cli
 from nodeagent.activation import External, Managed
 from nodeagent.applier import Applier
@@ -260,3 +262,39 @@ def test_a_saved_snapshot_that_cannot_be_read_counts_as_none(
         caplog.records[0].getMessage()
     ]
     assert "starting without it" in caplog.records[0].getMessage()
+
+
+def test_faults_around_the_pipeline_are_retryable_nacks_that_heal(
+    site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Incident: a broken temp directory (for `haproxy -c`) or haproxy.cfg replaced by a
+    directory raised out of `apply` instead of a NACK, and the client's apply loop died
+    with it. Each is now a retryable NACK naming the fault (an unforeseen exception too),
+    and the same snapshot applies once the fault is repaired."""
+    snap = site.snap(0, 1)
+    with monkeypatch.context() as m:
+        m.setattr(tempfile, "tempdir", str(tmp_path / "no-such-tmp"))
+        no_tmp = site.applier.apply(snap)
+    assert (no_tmp.ok, no_tmp.retryable) == (False, True)
+    assert "cannot run haproxy -c" in no_tmp.error and "no-such-tmp" in no_tmp.error
+
+    Path(site.config).mkdir()
+    taken = site.applier.apply(snap)
+    assert (taken.ok, taken.retryable) == (False, True)
+    assert f"cannot read {site.config}" in taken.error
+    Path(site.config).rmdir()
+
+    def bug(*args: object, **kwargs: object) -> None:
+        raise ZeroDivisionError("a bug")
+
+    with monkeypatch.context() as m:
+        m.setattr(applier_module, "render_held", bug)
+        unforeseen = site.applier.apply(snap)
+    assert (unforeseen.ok, unforeseen.retryable) == (False, True)
+    assert unforeseen.error == "unexpected error: ZeroDivisionError('a bug')"
+
+    Path(site.config).write_text(render(snap, site.options))  # its container starts on it
+    with site.external_haproxy():
+        healed = site.applier.apply(snap)
+        assert healed.ok, healed.error
+        assert site.get() == "pod-11"

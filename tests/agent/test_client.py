@@ -275,3 +275,72 @@ def test_a_snapshot_above_grpcs_default_4_mib_is_received() -> None:
     answer = asyncio.run(within(scenario(), 30))
     assert answer.ack.version == 7
     assert applier.applied == [7]
+
+
+class FlakyApplier(SlowApplier):
+    """Raises what the production applier once let escape (no descriptors left), `fails`
+    times, then applies."""
+
+    def __init__(self, fails: int) -> None:
+        super().__init__()
+        self.fails = fails
+
+    def apply(self, snapshot: Held, change: ChangeSet | None = None) -> Result:
+        if self.fails > 0:
+            self.fails -= 1
+            raise OSError(24, "Too many open files")
+        self.applied.append(snapshot.version)
+        return Result(True, Kind.NOTHING)
+
+
+def test_an_apply_that_raises_is_a_retryable_nack_and_heals_without_a_new_change() -> None:
+    """Incident: an exception that was not an ApplyError (a broken temp dir, haproxy.cfg
+    replaced by a directory, no descriptors left) ended the apply loop silently:
+    ListAgents showed the snapshot pending, no NACK, and only an unrelated later change
+    recovered. Now it is a NACK at once, retried with backoff, and ACKed (same nonce) as
+    soon as the fault is gone."""
+    port = free_port("127.0.0.1")
+    applier = FlakyApplier(fails=2)
+    client = Client(f"127.0.0.1:{port}", Identity("ns", "pod-a"), applier, retry_initial=0.05)
+
+    async def scenario() -> tuple[pb.AgentMessage, pb.AgentMessage]:
+        plane = FakePlane([snapshot([], [], version=3)])
+        async with serve(plane, port), running(client):
+            return await within(plane.answers.get()), await within(plane.answers.get())
+
+    nack, ack = asyncio.run(within(scenario(), 30))
+    assert nack.WhichOneof("message") == "nack" and nack.nack.nonce == "nonce-0"
+    assert "Too many open files" in nack.nack.error
+    assert ack.WhichOneof("message") == "ack" and ack.ack.nonce == "nonce-0"
+    assert applier.applied == [3]
+
+
+def test_an_apply_loop_that_dies_is_noticed_at_once_and_the_stream_restarted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Incident (same as above): a dead apply loop was only noticed when the next server
+    message arrived, so the snapshot it held stayed pending. The session now ends as soon
+    as the loop does; the new stream's Hello does not claim the snapshot, the control
+    plane sends it again, and it is ACKed."""
+    port = free_port("127.0.0.1")
+    applier = SlowApplier()
+    client = Client(f"127.0.0.1:{port}", Identity("ns", "pod-a"), applier, backoff_max=0.2)
+    answer = client._answer
+    broken = [True]
+
+    def answer_once_broken(nonce: str, snap: Held, result: Result, attempt: int) -> pb.AgentMessage:
+        if broken.pop() if broken else False:
+            raise RuntimeError("a bug in the apply loop")
+        return answer(nonce, snap, result, attempt)
+
+    monkeypatch.setattr(client, "_answer", answer_once_broken)
+
+    async def scenario() -> pb.AgentMessage:
+        plane = FakePlane([snapshot([], [], version=5)])
+        async with serve(plane, port), running(client):
+            await within(plane.hellos.get())
+            await within(plane.hellos.get())  # the stream was started again
+            return await within(plane.answers.get())
+
+    ack = asyncio.run(within(scenario(), 30))
+    assert ack.WhichOneof("message") == "ack" and ack.ack.version == 5
