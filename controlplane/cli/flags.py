@@ -21,6 +21,7 @@ from controlplane.logformat import LOG_FORMATS
 from controlplane.model import ObjectRef
 from controlplane.server import ServerOptions
 from controlplane.server.auth import DEFAULT_AUDIENCE
+from controlplane.server.ratelimit import DEFAULT_OPENS_BURST, DEFAULT_OPENS_PER_S
 from controlplane.source.convert import DEFAULT_HAPROXY_SELECTOR
 from controlplane.store import DEFAULT_RETAINED_VERSIONS
 
@@ -359,6 +360,15 @@ def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_STREAMS_PER_PEER,
         help="concurrent agent streams from one peer address; more get RESOURCE_EXHAUSTED "
         f"(default {DEFAULT_MAX_STREAMS_PER_PEER}; 0 = unlimited)",
+    )
+    limits.add_argument(
+        "--stream-opens-per-peer",
+        type=seconds_in(0.0, 1_000_000.0),
+        default=DEFAULT_OPENS_PER_S,
+        metavar="RATE",
+        help="agent streams a peer address may open per second after a burst of "
+        f"{DEFAULT_OPENS_BURST}; faster opens get RESOURCE_EXHAUSTED with a retry hint "
+        f"(default {DEFAULT_OPENS_PER_S:g}; 0 = unlimited)",
     )
     limits.add_argument(
         "--no-deltas",

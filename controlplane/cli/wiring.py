@@ -142,7 +142,9 @@ def server_options(args: argparse.Namespace, tls: TlsFiles | None) -> ServerOpti
         max_receive_message_bytes=args.max_receive_message_bytes,
         max_send_message_bytes=args.max_send_message_bytes,
         stream=StreamLimits(
-            max_streams_per_peer=args.max_streams_per_peer, deltas=not args.no_deltas
+            max_streams_per_peer=args.max_streams_per_peer,
+            deltas=not args.no_deltas,
+            opens_per_s=args.stream_opens_per_peer,
         ),
         tls=tls,
     )

@@ -1,10 +1,11 @@
 """Admission of an agent stream, before any protocol state exists (docs/design.md,
 "The agent stream").
 
-In order: the per-peer stream cap, the bearer token (when authentication is on), the
-Hello (first message, in time, every field bounded and clean), and the token's binding to
-the very pod the Hello names. Each failure is a `Refused` carrying the gRPC status and a
-reason that never echoes an untrusted value; the stream logs, counts and aborts with it.
+In order: the per-peer rate of stream opens (`ratelimit`), the per-peer stream cap, the
+bearer token (when authentication is on), the Hello (first message, in time, every field
+bounded and clean), and the token's binding to the very pod the Hello names. Each failure
+is a `Refused` carrying the gRPC status and a reason that never echoes an untrusted value;
+the stream logs, counts and aborts with it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import grpc
 
 from controlplane.server.auth import Authenticator, Denied, Identity
 from controlplane.server.peers import PeerStreams
+from controlplane.server.ratelimit import PeerRateLimit
 from peerplane.untrusted import clean
 from peerplane.v1 import peerplane_pb2 as pb
 
@@ -68,8 +70,10 @@ class Refused(Exception):
         agent: str | None = None,
         logged: bool = True,
         counted: bool = True,
+        retry_after_s: float | None = None,
     ) -> None:
         super().__init__(reason)
+        self.retry_after_s = retry_after_s  # sent as the retry hint, when set
         self.code = code
         self.reason = reason
         self.peer = peer
@@ -96,8 +100,10 @@ class Admission:
         *,
         max_streams_per_peer: int = 0,
         hello_timeout_s: float = 30.0,
+        opens: PeerRateLimit | None = None,
     ) -> None:
         self._authenticator = authenticator
+        self._opens = opens if opens is not None else PeerRateLimit(0)
         self._peers = PeerStreams(max_streams_per_peer)
         self._hello_timeout_s = hello_timeout_s
 
@@ -109,6 +115,16 @@ class Admission:
     ) -> Admitted:
         """Cap, token, Hello, binding; raises Refused (holding no slot) at the first
         failure."""
+        wait = self._opens.take(host)
+        if wait > 0:
+            raise Refused(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{host} opens streams too fast (limit {self._opens.rate_per_s:g}/s, burst "
+                f"{self._opens.burst}): retry in {wait:.1f} s",
+                peer=host,
+                logged=self._opens.first_refusal(host),
+                retry_after_s=wait,
+            )
         if not self._peers.acquire(host):
             raise Refused(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,

@@ -27,6 +27,7 @@ from controlplane.server.admission import Admission, Refused
 from controlplane.server.agents import AgentRegistry, AgentSession
 from controlplane.server.auth import Authenticator, Identity
 from controlplane.server.peers import peer_address, peer_host
+from controlplane.server.ratelimit import DEFAULT_OPENS_BURST, DEFAULT_OPENS_PER_S, PeerRateLimit
 from controlplane.store import SnapshotStore
 from peerplane.untrusted import clean
 from peerplane.v1 import peerplane_pb2 as pb
@@ -46,6 +47,8 @@ class StreamLimits:
     max_streams_per_peer: int = 0  # open streams per peer host; 0 = unlimited
     deltas: bool = True  # send deltas to agents that accept them (--no-deltas: never)
     max_message_bytes: int = 0  # gRPC's send limit (ServerOptions sets it); 0 = none
+    opens_per_s: float = DEFAULT_OPENS_PER_S  # stream opens per peer host; 0 = unlimited
+    opens_burst: int = DEFAULT_OPENS_BURST  # opens a peer host may make at once
 
 
 class _TooLarge(Exception):
@@ -76,6 +79,7 @@ class StreamHandler:
             authenticator,
             max_streams_per_peer=self._limits.max_streams_per_peer,
             hello_timeout_s=self._limits.hello_timeout_s,
+            opens=PeerRateLimit(self._limits.opens_per_s, self._limits.opens_burst),
         )
         self._metrics = metrics or Metrics()
         self._send_slots = asyncio.Semaphore(self._limits.max_concurrent_sends)
@@ -122,7 +126,10 @@ class StreamHandler:
             )
         if refused.counted:
             self._metrics.refused(code.name)
-        await context.abort(code, refused.reason)
+        hint = None
+        if refused.retry_after_s is not None:  # gRPC's retry pushback, in milliseconds
+            hint = (("grpc-retry-pushback-ms", str(int(refused.retry_after_s * 1000) + 1)),)
+        await context.abort(code, refused.reason, trailing_metadata=hint or ())
 
     async def _serve(
         self,
