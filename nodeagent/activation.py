@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from nodeagent.haproxy import HAProxy, ProcInfo
+from nodeagent.haproxy import HAProxy, HAProxyError, ProcInfo
 from nodeagent.supervisor import Supervisor
 
 
@@ -55,12 +55,25 @@ class Managed:
         return True
 
     def bring_up(self, timeout: float) -> ProcInfo | None:
-        if self.supervisor.started:
-            return None
-        if not self.supervisor.start():
-            return self.haproxy.wait_running(timeout)
-        self.haproxy.wait_running(timeout)  # adopted: it runs an older file, reload it
-        return None
+        """HAProxyError in HAProxy's own words when the master it started is gone (no
+        wait for a socket that will never appear), or is gone and not yet restarted."""
+        sup = self.supervisor
+        if sup.started:
+            gone = sup.last_exit
+            if gone is None or self.haproxy.is_running():
+                return None
+            if sup.pid is None or gone.words:  # waiting to restart, or failing to start
+                raise HAProxyError(f"HAProxy is not running: {gone.reason()}")
+            return None  # restarting after a silent death: the reload says what it finds
+        adopted = sup.start()
+        pid = sup.pid
+
+        def ended() -> str | None:
+            gone = sup.exited(pid)
+            return None if gone is None else f"HAProxy did not start: {gone.reason()}"
+
+        info = self.haproxy.wait_running(timeout, ended)
+        return None if adopted else info  # adopted: it runs an older file, reload it
 
 
 class External:

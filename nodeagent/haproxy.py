@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from nodeagent.changes import ServerUpdate
@@ -227,11 +227,17 @@ class HAProxy:
         except (OSError, HAProxyError):
             return False
 
-    def wait_running(self, timeout: float) -> ProcInfo:
-        """Wait until the master answers and has a current worker."""
+    def wait_running(
+        self, timeout: float, ended: Callable[[], str | None] | None = None
+    ) -> ProcInfo:
+        """Wait until the master answers and has a current worker; `ended` says why the
+        master is gone (its own words), which ends the wait at once."""
         deadline = time.monotonic() + timeout
         last: Exception | None = None
         while time.monotonic() < deadline:
+            why = ended() if ended is not None else None
+            if why is not None:
+                raise HAProxyError(why)
             try:
                 info = self.show_proc()
                 if info.current_worker is not None and os.path.exists(self.runtime_socket):

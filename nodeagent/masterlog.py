@@ -15,8 +15,12 @@ import threading
 import time
 from typing import BinaryIO
 
+from peerplane.untrusted import clean
+
 # "[ALERT]    (1234) : message" -> level, message
 _LINE = re.compile(r"^\[(ALERT|WARNING|NOTICE)\]\s+\(\d+\)\s*:\s*(.*)$")
+REASON_LINES = 5  # HAProxy's last lines of one level quoted in a NACK
+REASON_CHARS = 1024  # before escaping; NACK text is kept up to 4,096 characters
 
 
 class MasterLog:
@@ -68,11 +72,23 @@ def pump(stream: BinaryIO, into: MasterLog, echo_fd: int | None = 2) -> None:
 
 
 def failure_reason(lines: list[str]) -> str:
-    """HAProxy's own words for a failed (re)load: its ALERT lines, else its WARNINGs,
-    without the level and PID prefix; empty when it said nothing of either."""
+    """HAProxy's own words for a failed (re)load or start: its last ALERT lines, else its
+    WARNINGs, without the level and PID prefix; empty when it said nothing of either.
+    Bounded and escaped (`untrusted.clean`): it becomes NACK text, logs, ListAgents."""
     by_level: dict[str, list[str]] = {"ALERT": [], "WARNING": []}
     for line in lines:
         m = _LINE.match(line.strip())
         if m and m.group(1) in by_level:
             by_level[m.group(1)].append(m.group(2).strip())
-    return "; ".join(by_level["ALERT"] or by_level["WARNING"])
+    chosen = (by_level["ALERT"] or by_level["WARNING"])[-REASON_LINES:]
+    return clean("; ".join(chosen), REASON_CHARS) if chosen else ""
+
+
+def last_words(lines: list[str]) -> str:
+    """`failure_reason`, or else the last lines whatever they say (a wrapper's error, a
+    crash): bounded and escaped the same way; empty when nothing was written."""
+    reason = failure_reason(lines)
+    if reason:
+        return reason
+    tail = [line.strip() for line in lines if line.strip()][-REASON_LINES:]
+    return clean("; ".join(tail), REASON_CHARS) if tail else ""

@@ -3,7 +3,11 @@
 The master stays the same process across reloads, so the child's PID is what we watch,
 restart when it dies, and signal on shutdown (never by name). Its output is copied to the
 agent's stderr and kept in `output` (bounded): on 2.6 that is the only place where HAProxy
-says why a reload failed.
+says why a reload failed, and on every version why a start failed (`last_exit`).
+
+A master that keeps dying soon after its start (a file descriptor limit too low for the
+config, say) is restarted with exponential backoff, not every second: each restart
+re-reads a config that may take seconds and hundreds of MiB to load.
 """
 
 from __future__ import annotations
@@ -15,10 +19,28 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from nodeagent.masterlog import MasterLog, pump
+from nodeagent.masterlog import MasterLog, last_words, pump
 
 log = logging.getLogger(__name__)
+
+
+STABLE_SECONDS = 10.0  # a master that lived this long was not failing to start
+MAX_RESTART_DELAY = 30.0
+
+
+@dataclass(frozen=True)
+class Exit:
+    """A master that ended: its PID, exit status, and its own last words (cleaned)."""
+
+    pid: int
+    code: object
+    words: str
+
+    def reason(self) -> str:
+        said = f": {self.words}" if self.words else " without a word"
+        return f"HAProxy master pid={self.pid} exited with {self.code}{said}"
 
 
 class Supervisor:
@@ -50,6 +72,12 @@ class Supervisor:
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
         self.output = MasterLog()  # what the masters we started wrote (not an adopted one's)
+        self._spawned_at = 0.0
+        self._spawn_mark = 0  # `output` position at the current master's start
+        self._pump: threading.Thread | None = None
+        self.delay = restart_delay  # before the next restart: doubles while starts fail
+        self._quick_exits = 0  # masters in a row that died within STABLE_SECONDS
+        self.last_exit: Exit | None = None  # the latest master that ended
 
     @property
     def pid(self) -> int | None:
@@ -59,6 +87,11 @@ class Supervisor:
     @property
     def started(self) -> bool:
         return self._pid is not None
+
+    def exited(self, pid: int | None) -> Exit | None:
+        """How master `pid` ended, once the watcher has seen it end (None while it runs)."""
+        last = self.last_exit
+        return last if last is not None and pid is not None and last.pid == pid else None
 
     def _alive(self) -> bool:
         if self._proc is not None:
@@ -76,6 +109,7 @@ class Supervisor:
             os.unlink(self.master_socket)
         argv = [self.haproxy_bin, "-W", "-S", self.master_socket]
         argv += ["-f", self.config, "-p", self.pidfile]
+        self._spawn_mark, self._spawned_at = self.output.mark(), time.monotonic()
         self._proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -86,12 +120,13 @@ class Supervisor:
         self._pid = self._proc.pid
         assert self._proc.stdout is not None
         # HAProxy ignores SIGPIPE: if this agent dies, the master outlives the closed pipe.
-        threading.Thread(
+        self._pump = threading.Thread(
             target=pump,
             args=(self._proc.stdout, self.output),
             name=f"haproxy-output-{self._pid}",
             daemon=True,
-        ).start()
+        )
+        self._pump.start()
         log.info("started haproxy master pid=%d config=%s", self._pid, self.config)
 
     def _previous_master(self) -> int | None:
@@ -130,16 +165,33 @@ class Supervisor:
             pass
         return "unknown (adopted)"
 
+    def _record_exit(self, pid: int | None, code: object) -> float:
+        """Remember how the master ended, in its words; the delay before the next start
+        (doubled while masters die within STABLE_SECONDS, back to the first otherwise)."""
+        if self._pump is not None and self._proc is not None:
+            self._pump.join(timeout=2.0)  # its last lines, written just before it exited
+        words = last_words(self.output.since(self._spawn_mark)) if self._proc else ""
+        lived = time.monotonic() - self._spawned_at
+        self._quick_exits = 0 if lived >= STABLE_SECONDS else self._quick_exits + 1
+        doubled = self.restart_delay * 2 ** min(max(self._quick_exits - 1, 0), 16)
+        self.delay = min(doubled, max(MAX_RESTART_DELAY, self.restart_delay))
+        self.last_exit = Exit(pid or 0, code, words)
+        log.warning(
+            "%s after %.1fs; restarting in %.1fs", self.last_exit.reason(), lived, self.delay
+        )
+        return self.delay
+
     def _watch(self) -> None:
         while not self._stopping.is_set():
             pid = self._pid
             code = self._wait_exit()
-            if self._stopping.wait(self.restart_delay):
+            if self._stopping.is_set():
+                return
+            if self._stopping.wait(self._record_exit(pid, code)):
                 return
             with self._lock:
                 if self._stopping.is_set():
                     return
-                log.warning("haproxy master pid=%s exited with %s; restarting", pid, code)
                 self._spawn()
                 if self.on_restart is not None:
                     self.on_restart()

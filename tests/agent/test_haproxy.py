@@ -16,8 +16,9 @@ import pytest
 
 from nodeagent.applier import Applier
 from nodeagent.changes import Kind
-from nodeagent.render import render
+from nodeagent.render import RenderOptions, render
 from nodeagent.state import StateStore
+from nodeagent.supervisor import Supervisor
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import (
     Instance,
@@ -348,3 +349,39 @@ def test_runtime_path_needs_no_haproxy_check_but_reload_path_does(
         assert fleet.get() == "pod-12"  # the old config keeps serving
     finally:
         fleet.inst.haproxy.haproxy_bin = fleet.binary
+
+
+@pytest.mark.haproxy
+def test_a_master_that_keeps_failing_to_start_is_restarted_with_backoff(
+    tmp_path: Path, haproxy_bin: HAProxyBinary
+) -> None:
+    """Incident: an HAProxy that could not start (FD limit) was restarted 42 times in 45 s,
+    each start loading the whole config again. Masters that die soon after their start
+    are restarted after a doubling delay; each exit is remembered in HAProxy's words."""
+    from tests.agent.test_reload_failure import low_fd_haproxy
+
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(render(snapshot([], [], version=1), RenderOptions("pod-a")))
+    delays: list[float] = []
+    restarted = threading.Event()
+    sup = Supervisor(
+        str(config),
+        str(tmp_path / "master.sock"),
+        str(tmp_path / "haproxy.pid"),
+        low_fd_haproxy(tmp_path, haproxy_bin.path),
+        restart_delay=0.05,
+    )
+
+    def on_restart() -> None:
+        delays.append(getattr(sup, "delay", sup.restart_delay))
+        if len(delays) == 4:
+            restarted.set()
+
+    sup.on_restart = on_restart
+    try:
+        sup.start()
+        assert restarted.wait(20), delays
+    finally:
+        sup.stop()
+    assert delays[:4] == [0.05, 0.1, 0.2, 0.4]
+    assert sup.last_exit is not None and "Cannot raise FD limit" in sup.last_exit.words

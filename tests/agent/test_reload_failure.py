@@ -168,3 +168,42 @@ def test_bind_conflict_at_reload_nacks_in_haproxys_words_then_retry_acks(
     finally:
         blocker.close()
         inst.supervisor.stop()
+
+
+def low_fd_haproxy(tmp: Path, binary: str, limit: int = 1024) -> str:
+    """HAProxy under a lowered RLIMIT_NOFILE (soft and hard): the rendered `maxconn 4096`
+    needs more descriptors, which it cannot raise, so it refuses to start (`haproxy -c`
+    does not check that)."""
+    wrapper = tmp / "haproxy-low-fd"
+    wrapper.write_text(f'#!/bin/sh\nulimit -n {limit}\nexec {binary} "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+@pytest.mark.haproxy
+def test_haproxy_that_cannot_start_is_nacked_in_its_own_words(
+    tmp_path: Path, haproxy_bin: HAProxyBinary
+) -> None:
+    """Incident: at 2,000 Services HAProxy could not start (`Cannot raise FD limit to
+    92236, limit is 20000` in the agent's log) while the NACK, and so ListAgents, said
+    only `[Errno 2] No such file or directory` (its master socket), after waiting for it.
+    The NACK now quotes HAProxy's last ALERT lines, at once, bounded and escaped, and so
+    does a retry while it keeps failing."""
+    net = loopback_net()
+    ip = f"{net}.1"
+    inst = make_instance(
+        tmp_path / "a", ip, "pod-a", binary=low_fd_haproxy(tmp_path, haproxy_bin.path)
+    )
+    snap = demo_snapshot(ip, (f"{net}.11", 80), free_port(ip), 1)
+    try:
+        result = inst.applier.apply(snap)
+        assert (result.ok, result.retryable) == (False, True), result.error
+        assert result.error.startswith("reload failed: HAProxy did not start: ")
+        assert "Cannot raise FD limit to" in result.error and "limit is 1024" in result.error
+        assert "No such file" not in result.error and "\n" not in result.error
+        assert len(result.error) < 2048
+        again = inst.applier.apply(snap)  # the client's retry, while it keeps failing
+        assert (again.ok, again.retryable) == (False, True)
+        assert "Cannot raise FD limit to" in again.error
+    finally:
+        inst.supervisor.stop()
