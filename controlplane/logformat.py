@@ -21,6 +21,8 @@ FIELDS = (
     "key",
     "reason",
     "code",
+    "cause",
+    "permanent",
 )
 
 _FIELDS = logjson.LogFields(FIELDS)

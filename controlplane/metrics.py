@@ -140,6 +140,23 @@ class Metrics:
             "resourceVersion of the slot ledger ConfigMap last seen (0: none)",
             registry=r,
         )
+        self.ledger_problems = Gauge(
+            "peerplane_slot_ledger_problems",
+            "Shards of the slot ledger not as the leader wrote them (deleted, edited, corrupt)",
+            registry=r,
+        )
+        self.ledger_write_failures = Counter(
+            "peerplane_slot_ledger_write_failures",
+            "Slot ledger writes that failed, by cause (invalid, too-large, forbidden: "
+            "permanent; others transient)",
+            ["cause"],
+            registry=r,
+        )
+        self.ledger_unpersisted = Gauge(
+            "peerplane_slot_ledger_unpersisted",
+            "1 while the leader cannot persist the slot ledger (and so publishes nothing new)",
+            registry=r,
+        )
         self.endpoints_waiting = Gauge(
             "peerplane_endpoints_waiting",
             "Endpoints left out of this follower's snapshots until the ledger gives them a slot",
@@ -189,12 +206,19 @@ class Metrics:
     def refused(self, code: str) -> None:
         self.refused_streams.labels(code=code).inc()
 
-    def replica(self, role: str, cause: str, ledger_version: str, waiting: int) -> None:
+    def ledger_write_failed(self, cause: str) -> None:
+        self.ledger_write_failures.labels(cause=label(cause)).inc()
+
+    def replica(
+        self, role: str, cause: str, ledger_version: str, waiting: int, ledger_problems: int = 0
+    ) -> None:
         """The replica's state (controlplane.replica.ReplicaStatus's fields)."""
         for name in ("single", "leader", "follower"):
             self.role.labels(role=name).set(int(name == role))
         self.ready.set(int(not cause))
-        for name in ("informers", "ledger", "unpublished"):
+        self.ledger_problems.set(ledger_problems)
+        self.ledger_unpersisted.set(int(cause == "ledger-write"))
+        for name in ("informers", "ledger", "ledger-write", "unpublished"):
             self.not_ready.labels(cause=name).set(int(name == cause))
         self.ledger_version.set(int(ledger_version) if ledger_version.isdigit() else 0)
         self.endpoints_waiting.set(waiting)

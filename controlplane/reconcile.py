@@ -15,10 +15,11 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Protocol
 
+from controlplane.ledger.store import LedgerWriteError, SlotLedger
 from controlplane.logformat import fields
 from controlplane.metrics import Metrics
 from controlplane.model import ClusterState
@@ -36,14 +37,6 @@ log = logging.getLogger(__name__)
 FREEZE_MIN_ENCODED = 500
 
 
-class AssignmentStore(Protocol):
-    """Where the slot assignment persists (controlplane.slotstore.SlotStore fits)."""
-
-    def load(self) -> tuple[SlotAssignment, list[str]]: ...
-
-    def save(self, assignment: SlotAssignment) -> None: ...
-
-
 class ComputeFn(Protocol):
     """`Computer.compute`'s shape: `now` is the wall clock the loop reads for it;
     `assign_new=False` (a follower's computation) is passed only with a SlotAuthority."""
@@ -55,11 +48,14 @@ class ComputeFn(Protocol):
 
 class SlotAuthority(Protocol):
     """With several replicas: whether this one assigns slots now (holds the Lease), and
-    the ledger the leader last wrote, which a follower computes with (None until read)."""
+    the ledger the leader last wrote, which a follower computes with (None until read);
+    `retain` is told which backends the last computation used."""
 
     def assigning(self) -> bool: ...
 
     def ledger(self) -> SlotAssignment | None: ...
+
+    def retain(self, in_use: Collection[str]) -> None: ...
 
 
 def same_assignment(a: SlotAssignment, b: SlotAssignment) -> bool:
@@ -92,12 +88,13 @@ class Reconciler:
         self,
         source: Source,
         store: SnapshotStore,
-        slot_store: AssignmentStore,
+        ledger: SlotLedger,
         compute: ComputeFn,
         *,
         quiet_s: float = 0.1,
         max_delay_s: float = 1.0,
         retry_s: float = 1.0,
+        retry_max_s: float = 30.0,
         executor: Executor | None = None,
         metrics: Metrics | None = None,
         authority: SlotAuthority | None = None,
@@ -109,13 +106,18 @@ class Reconciler:
         self._authority = authority
         self._leading = False  # the ledger was loaded since this replica took the Lease
         self._store = store
-        self._slot_store = slot_store
+        self._ledger = ledger
         self._compute = compute
         # Used by one step at a time (in the executor): keeps unchanged backends' bytes.
         self._encoder = Encoder()
         self._quiet_s = quiet_s
         self._max_delay_s = max_delay_s
         self._retry_s = retry_s
+        self._retry_max_s = retry_max_s
+        self._failures = 0  # ledger loads or saves failed in a row (backoff)
+        self._said: set[str] = set()  # ledger failure causes logged since the last success
+        # Why the last ledger write failed, "" when it did not (replica readiness).
+        self.unpersisted = ""
         self._executor = executor
         self._metrics = metrics or Metrics()
         self._loop = asyncio.get_running_loop()
@@ -219,12 +221,28 @@ class Reconciler:
                 self._done.notify_all()
 
     async def _load(self) -> SlotAssignment:
-        assignment, problems = await self._loop.run_in_executor(
-            self._executor, self._slot_store.load
-        )
+        assignment, problems = await self._loop.run_in_executor(self._executor, self._ledger.load)
         for problem in problems:
             log.warning("slot state: %s", problem)
         return assignment
+
+    def _retry_later(self) -> float:
+        """Schedule the next attempt after a ledger failure: exponential, capped."""
+        delay: float = min(self._retry_s * 2.0 ** min(self._failures, 16), self._retry_max_s)
+        self._failures += 1
+        self._loop.call_later(delay, self.on_change)
+        return delay
+
+    def _failed_once(self, cause: str) -> bool:
+        """Whether this cause of failure is new since the last success (logged once)."""
+        first = cause not in self._said
+        self._said.add(cause)
+        return first
+
+    def _succeeded(self) -> None:
+        if self._said:
+            log.info("slot ledger persisted again")
+        self._failures, self._said, self.unpersisted = 0, set(), ""
 
     async def _previous(self) -> tuple[SlotAssignment | None, bool]:
         """The assignment to compute from and whether this step may assign slots; None
@@ -243,9 +261,10 @@ class Reconciler:
     async def _step(self) -> None:
         try:
             previous, assigning = await self._previous()
-        except Exception:
-            log.exception("cannot load the slot ledger; retrying in %.1fs", self._retry_s)
-            self._loop.call_later(self._retry_s, self.on_change)
+        except Exception as error:
+            delay = self._retry_later()
+            if self._failed_once(f"load {type(error).__name__}"):
+                log.error("cannot load the slot ledger: %s; retrying (next in %.1fs)", error, delay)
             return
         if previous is None:
             return  # nothing to compute with yet; the ledger watch calls on_change
@@ -269,18 +288,18 @@ class Reconciler:
             log.exception("computation failed; waiting for the next change")
             return
         self._metrics.computed(seconds)
-        if assigning and not same_assignment(result.assignment, previous):
+        if assigning and (not same_assignment(result.assignment, previous) or self._ledger.dirty()):
             try:
                 await self._loop.run_in_executor(
-                    self._executor, self._slot_store.save, result.assignment
+                    self._executor, self._ledger.save, result.assignment
                 )
-            except Exception:
-                log.exception(
-                    "cannot persist the slot assignment; not publishing, retrying in %.1fs",
-                    self._retry_s,
-                )
-                self._loop.call_later(self._retry_s, self.on_change)
+            except Exception as error:
+                self._unpersisted(error)
                 return
+        if self._failures:
+            self._succeeded()
+        if self._authority is not None:
+            self._authority.retain(result.assignment)
         if assigning:  # a follower's assignment is never kept: the ledger is its truth
             # Keep the very object compute returned: the incremental Computer recognises it.
             self._assignment = result.assignment
@@ -288,6 +307,26 @@ class Reconciler:
         self._publish(result, contents)
         self._log_problems(result.rejections, self._source.errors())
         self._settle_heap()
+
+    def _unpersisted(self, error: Exception) -> None:
+        """A save failed: publish nothing (persist before publish is the guarantee), say
+        it once per cause where operators look, and retry with backoff."""
+        if isinstance(error, LedgerWriteError):
+            cause, permanent = error.cause, error.permanent
+        else:
+            cause, permanent = type(error).__name__, False
+        self._metrics.ledger_write_failed(cause)
+        self.unpersisted = str(error)
+        delay = self._retry_later()
+        if self._failed_once(cause):
+            kind = "refused (retrying will not fix it)" if permanent else "failed"
+            log.error(
+                "slot ledger write %s: %s; not publishing, retrying (next in %.1fs)",
+                kind,
+                error,
+                delay,
+                extra=fields(event="ledger-write-failed", cause=cause, permanent=permanent),
+            )
 
     def _settle_heap(self) -> None:
         """Take the cluster's objects out of the cyclic collector's reach after a step

@@ -4,14 +4,17 @@ Every replica watches, computes and serves. With a Lease (`--leader-elect`) only
 holder assigns slots (role "leader"); the others compute with the slot ledger the leader
 wrote (role "follower"). Without one the process does everything (role "single").
 Ready means synced: the informers listed, the ledger was read (followers), and a first
-computation was published; until then health is NOT_SERVING and `status()` says why.
+computation was published; until then health is NOT_SERVING and `status()` says why. A
+leader (or single process) that cannot persist the ledger publishes nothing new and is
+not ready either. A follower serving from the last good copy of a damaged shard stays
+ready and lists the damage in `ledger_problems`.
 `Replica` is also the reconcile loop's `SlotAuthority`. Duck-typed views of the Lease
 and the ledger keep this module free of the Kubernetes client.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -34,7 +37,7 @@ class LeaseView(Protocol):
 
 
 class LedgerView(Protocol):
-    """What the replica reads of the slot ledger watch (`kube.ledger.LedgerWatch` fits)."""
+    """What the replica reads of the slot ledger watch (`kube.ledger_watch.LedgerWatch`)."""
 
     @property
     def read(self) -> bool: ...
@@ -42,6 +45,10 @@ class LedgerView(Protocol):
     def current(self) -> LedgerVersion | None: ...
 
     def problem(self) -> str: ...
+
+    def problems(self) -> list[str]: ...
+
+    def retain(self, in_use: Collection[str]) -> None: ...
 
 
 class LedgerVersion(Protocol):
@@ -61,9 +68,11 @@ class ReplicaStatus:
     leader: str
     ready: bool
     not_ready_reason: str
-    cause: str  # "" when ready, else "informers", "ledger" or "unpublished" (metric label)
+    # "" when ready, else "informers", "ledger", "ledger-write" or "unpublished" (metric label)
+    cause: str
     ledger_version: str
     endpoints_waiting: int
+    ledger_problems: tuple[str, ...] = ()
 
 
 class Replica:
@@ -76,6 +85,7 @@ class Replica:
         self._synced = False
         self._published: Callable[[], bool] = lambda: False
         self._waiting: Callable[[], Mapping[str, int]] = dict
+        self._unpersisted: Callable[[], str] = str
 
     def attach(
         self,
@@ -84,9 +94,12 @@ class Replica:
         waiting: Callable[[], Mapping[str, int]],
         lease: LeaseView | None = None,
         ledger: LedgerView | None = None,
+        unpersisted: Callable[[], str] = str,
     ) -> None:
+        """`unpersisted()`: why the last slot ledger write failed ("" when it did not)."""
         self._published, self._waiting = published, waiting
         self._lease, self._ledger = lease, ledger
+        self._unpersisted = unpersisted
 
     def synced(self) -> None:
         """The source's informers have listed everything."""
@@ -101,6 +114,10 @@ class Replica:
         current = self._ledger.current() if self._ledger is not None else None
         return current.assignment if current is not None else None
 
+    def retain(self, in_use: Collection[str]) -> None:
+        if self._ledger is not None:
+            self._ledger.retain(in_use)
+
     # What the replica reports.
 
     def waiting(self, workload: str) -> int:
@@ -111,11 +128,18 @@ class Replica:
         role = SINGLE if lease is None else LEADER if lease.is_leader else FOLLOWER
         current = ledger.current() if ledger is not None else None
         cause, reason = "", ""
+        unpersisted = self._unpersisted()
+        problems = ledger.problems() if ledger is not None else []
+        if unpersisted:
+            problems = [*problems, unpersisted]
         if not self._synced:
             cause, reason = "informers", "informers have not listed every object yet"
         elif ledger is not None and current is None and role != LEADER:
             cause = "ledger"
             reason = f"slot ledger not read: {ledger.problem() or 'no answer yet'}"
+        elif unpersisted and role != FOLLOWER:
+            # The leader cannot persist, so it publishes nothing new: not ready, said why.
+            cause, reason = "ledger-write", f"cannot persist the slot ledger: {unpersisted}"
         elif not self._published():
             cause, reason = "unpublished", "first computation not published yet"
         return ReplicaStatus(
@@ -129,4 +153,5 @@ class Replica:
             cause=cause,
             ledger_version=current.version if current is not None else "",
             endpoints_waiting=sum(self._waiting().values()),
+            ledger_problems=tuple(problems),
         )

@@ -16,8 +16,9 @@ from google.protobuf import json_format
 from controlplane.cli.flags import SourceSpec
 from controlplane.cli.wiring import workload_scope
 from controlplane.compute import compute
+from controlplane.ledger.sqlite import FileLedger, LedgerReadError
+from controlplane.ledger.store import LedgerWriteError, MemoryLedger, SlotLedger
 from controlplane.publish.encode import encode
-from controlplane.slotstore import FileSlotStore, MemorySlotStore, SlotStore
 from controlplane.source.files import load_manifests
 
 
@@ -27,8 +28,12 @@ def run_compute(args: argparse.Namespace) -> int:
     loaded = load_manifests(source.directory, args.configmap, args.haproxy_selector)
     for error in loaded.errors:
         print(f"controlplane: manifest skipped: {error}", file=sys.stderr)
-    store: SlotStore = FileSlotStore(args.state) if args.state else MemorySlotStore()
-    previous, problems = store.load()
+    store: SlotLedger = FileLedger(args.state) if args.state else MemoryLedger()
+    try:
+        previous, problems = store.load()
+    except LedgerReadError as err:
+        print(f"controlplane: {err}", file=sys.stderr)
+        return 1
     for problem in problems:
         print(f"controlplane: {problem}", file=sys.stderr)
     result = compute(loaded.state, previous, workload_scope(args), now=time.time())
@@ -52,10 +57,9 @@ def run_compute(args: argparse.Namespace) -> int:
     if args.state:
         try:
             store.save(result.assignment)
-        except OSError as err:
+        except LedgerWriteError as err:
             # Snapshots whose slots are not persisted must not be used: print none.
-            reason = err.strerror or str(err)
-            print(f"controlplane: cannot save slot state {args.state}: {reason}", file=sys.stderr)
+            print(f"controlplane: cannot save slot state: {err}", file=sys.stderr)
             return 1
     output = documents[0] if args.workload is not None else documents
     json.dump(output, sys.stdout, indent=2, sort_keys=False)

@@ -229,7 +229,8 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state",
         type=Path,
-        help="slot assignment state file, read before computing and written after; "
+        help="slot ledger file (SQLite, one row per backend; a JSON file of earlier "
+        "versions is migrated), read before computing and written after each change; "
         "without it (files mode) slots are kept in memory only",
     )
 

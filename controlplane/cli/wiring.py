@@ -1,5 +1,5 @@
 """Parsed flags -> the objects `serve` and `compute` run with: workload scope, source,
-slot store, authenticator, server options, Event recording, leadership.
+slot ledger, authenticator, server options, Event recording, leadership.
 
 The one Kubernetes ApiClient of the process is made here (`kube_api`), only when a flag
 needs the API, and passed to every user; `controlplane.kube` is imported only then, so
@@ -12,13 +12,15 @@ import argparse
 import logging
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from controlplane.cli.flags import DEFAULT_SLOTS, SourceSpec, inspection_authenticated
 from controlplane.compute.workloads import WorkloadScope
+from controlplane.ledger.store import MemoryLedger, SlotLedger
 from controlplane.model import ObjectRef
-from controlplane.reconcile import AssignmentStore, ComputeFn
+from controlplane.reconcile import ComputeFn
 from controlplane.server import ServerOptions, StreamLimits, TlsFiles
 from controlplane.server.auth import Authenticator
 from controlplane.server.tlscheck import check_pem
@@ -28,7 +30,7 @@ from controlplane.store import SnapshotStore
 if TYPE_CHECKING:
     from controlplane.kube.events import EventRecorder
     from controlplane.kube.leader import AsyncLeadership
-    from controlplane.kube.ledger import LedgerWatch
+    from controlplane.kube.ledger_watch import LedgerWatch
     from controlplane.metrics import Metrics
 
 # The log lines keep the logger name operators and tests know from `serve`.
@@ -104,19 +106,33 @@ def open_source(
     raise ValueError(f"unknown source {spec}")
 
 
-def open_slot_store(args: argparse.Namespace, api: KubeApi | None) -> AssignmentStore:
-    """The slot ledger: a ConfigMap, a --state file, or memory (warned: not persisted)."""
-    from controlplane.slotstore import FileSlotStore, MemorySlotStore
-
+def open_ledger(
+    args: argparse.Namespace, api: KubeApi | None, writer: str = ""
+) -> tuple[SlotLedger, LedgerWatch | None]:
+    """The slot ledger: ConfigMap shards (with the watch every replica reads them
+    through), a --state file, or memory (warned: not persisted). Raises
+    LedgerReadError when --state names something that exists but cannot be used."""
     ref = slots_configmap(args)
     if ref is not None:
-        from controlplane.kube.slots import ConfigMapSlotStore
+        from controlplane.kube.ledger_store import ConfigMapLedger
+        from controlplane.kube.ledger_watch import LedgerWatch
 
-        return ConfigMapSlotStore(api, ref)
+        watch = LedgerWatch(api, ref)
+        return ConfigMapLedger(api, ref, watch, writer=writer), watch
     if args.state is None:
         log.warning("no --state: the slot assignment is not persisted across restarts")
-        return MemorySlotStore()
-    return FileSlotStore(Path(args.state))
+        return MemoryLedger(), None
+    from controlplane.ledger.sqlite import FileLedger, check_state_path
+
+    check_state_path(Path(args.state))
+    return FileLedger(Path(args.state)), None
+
+
+def ledger_drift(ledger: SlotLedger, on_change: Callable[[], None]) -> None:
+    """A ledger others can edit (the ConfigMap shards) wakes the loop to write it back."""
+    on_drift = getattr(ledger, "on_drift", None)
+    if on_drift is not None:
+        on_drift(on_change)
 
 
 def tls_files(args: argparse.Namespace) -> TlsFiles | None:
@@ -184,17 +200,6 @@ def leadership(args: argparse.Namespace, api: KubeApi | None) -> AsyncLeadership
     return AsyncLeadership(
         api, namespace=args.lease_namespace, name=args.lease_name, timings=timings
     )
-
-
-def ledger_watch(args: argparse.Namespace, api: KubeApi | None) -> LedgerWatch | None:
-    """With --leader-elect, the watch on the slot ConfigMap followers compute with
-    (`flags.check` makes sure the ledger is a ConfigMap then)."""
-    ref = slots_configmap(args)
-    if not args.leader_elect or ref is None:
-        return None
-    from controlplane.kube.ledger import LedgerWatch
-
-    return LedgerWatch(api, ref)
 
 
 def replica_name() -> str:

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Key = tuple[str, str]  # (namespace, name)
 Lister = Callable[..., Any]  # an official client list_* method, other arguments bound
+ItemListener = Callable[[Key, T | None, T | None], None]  # key, before, after
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,13 +137,18 @@ class Informer(Generic[T]):
         self._response: Any = None
         self._thread: threading.Thread | None = None
         self._on_change: Callable[[], None] = lambda: None
+        self._on_item: ItemListener[T] | None = None
         self.relists = 0
         self.watches = 0
 
     # ------------------------------------------------------------------ interface
 
-    def start(self, on_change: Callable[[], None]) -> None:
+    def start(self, on_change: Callable[[], None], on_item: ItemListener[T] | None = None) -> None:
+        """Watch in a thread; `on_change` after every change of the cache, and first
+        `on_item(key, before, after)` for each object that changed (None: absent), for
+        caches that keep per-object state (the slot ledger's last good copies)."""
         self._on_change = on_change
+        self._on_item = on_item
         self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}", daemon=True)
         self._thread.start()
 
@@ -258,8 +264,14 @@ class Informer(Generic[T]):
                 break
         with self._lock:
             changed = items != self._items
+            before = self._items
             self._items, self._bad, self._rv, self._failure = items, bad, rv, ""
             self.relists += 1
+        if changed and self._on_item is not None:
+            for key in before.keys() | items.keys():
+                old, new = before.get(key), items.get(key)
+                if old != new:
+                    self._item(key, old, new)
         first = not self._synced.is_set()
         self._synced.set()
         log.debug("informer %s: listed %d objects at %s", self.name, len(items), rv)
@@ -371,16 +383,28 @@ class Informer(Generic[T]):
         with self._lock:
             before = self._items.get(key)
             self._bad.pop(key, None)
-            if kind == "DELETED":
+            after: T | _Rejected | None = None
+            if kind != "DELETED":
+                after = self._converted(raw)
+            if after is None or isinstance(after, _Rejected):
+                if isinstance(after, _Rejected):
+                    self._bad[key] = after.reason
                 self._items.pop(key, None)
-                return before is not None
-            after = self._converted(raw)
-            if isinstance(after, _Rejected):
-                self._bad[key] = after.reason
-                self._items.pop(key, None)
-                return before is not None
-            self._items[key] = after
-            return before != after
+                after = None
+            else:
+                self._items[key] = after
+        if before == after:
+            return False
+        if self._on_item is not None:
+            self._item(key, before, after)
+        return True
+
+    def _item(self, key: Key, before: T | None, after: T | None) -> None:
+        assert self._on_item is not None
+        try:
+            self._on_item(key, before, after)
+        except Exception:
+            log.exception("informer %s: on_item failed for %s", self.name, key)
 
     def _notify(self) -> None:
         try:

@@ -98,6 +98,7 @@ class Inspection:
                     not_ready_reason=status.not_ready_reason,
                     ledger_version=status.ledger_version,
                     endpoints_waiting=status.endpoints_waiting,
+                    ledger_problems=list(status.ledger_problems),
                 )
             )
         return response

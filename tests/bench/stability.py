@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from controlplane.compute import compute
-from controlplane.compute.slots import assignment_from_json, assignment_to_json
 from controlplane.compute.types import BackendSlots
+from controlplane.ledger.codec import assignment_from_json, assignment_to_json
 from controlplane.model import ClusterState
 from tests.bench.common import Result, log, loopback_ip
 from tests.helpers.builders import cluster, endpoint_slice, haproxy_pod, service

@@ -9,10 +9,8 @@ from types import MappingProxyType
 import pytest
 
 from controlplane.compute import compute
-from controlplane.compute.slots import assignment_from_json, assignment_to_json
 from controlplane.compute.types import BackendSlots, SlotAssignment
-from controlplane.kube.slots import ConfigMapSlotStore
-from controlplane.model import ObjectRef
+from controlplane.ledger.codec import assignment_from_json, assignment_to_json
 from tests.helpers.builders import (
     DEFAULT_PODS,
     WORKLOAD,
@@ -21,8 +19,8 @@ from tests.helpers.builders import (
     haproxy_pod,
     service,
 )
+from tests.helpers.ledger import kube_ledger
 from tests.kubeapi import FakeKubeAPI
-from tests.kubeapi.objects import api_client
 
 BACKEND = "default_s_http"
 NOW = 1_700_000_000.0  # wall-clock time the state is read at
@@ -110,13 +108,12 @@ def api() -> Iterator[FakeKubeAPI]:
 def test_slots_survive_a_leader_change_through_the_configmap(
     api: FakeKubeAPI, addresses: tuple[str, str, str]
 ) -> None:
-    ref = ObjectRef("haproxy-system", "peerplane-slots")
     assignment, before = _history(addresses)
-    leader = ConfigMapSlotStore(api_client(api.url), ref, request_timeout=2.0, read_attempts=2)
-    leader.load()
-    leader.save(assignment)
-    successor = ConfigMapSlotStore(api_client(api.url), ref, request_timeout=2.0, read_attempts=2)
-    loaded, problems = successor.load()
+    with kube_ledger(api.url) as (leader, _):
+        leader.load()
+        leader.save(assignment)
+    with kube_ledger(api.url) as (successor, _):
+        loaded, problems = successor.load()
     assert problems == []
     assert recompute(addresses, loaded) == before
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 
 from controlplane.compute import Computer, compute
-from controlplane.compute.slots import assign_slots, assignment_from_json, assignment_to_json
+from controlplane.compute.slots import assign_slots
 from controlplane.compute.types import ComputeResult, SlotAssignment
+from controlplane.ledger.codec import assignment_from_json, assignment_to_json
 from controlplane.model import ClusterState
 from controlplane.publish import encode_one
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controlplane.compute import Computer, compute
-from controlplane.compute.slots import assignment_from_json, assignment_to_json
 from controlplane.compute.values import Invalid, parse_balance, parse_hash_type
+from controlplane.ledger.codec import assignment_from_json, assignment_to_json
 from controlplane.model import ClusterState
 from controlplane.publish import encode
 from tests.helpers.builders import (

@@ -13,20 +13,22 @@ from types import MappingProxyType
 
 import pytest
 
-from controlplane import cli, slotstore
+from controlplane import cli
 from controlplane.compute import compute
-from controlplane.compute.slots import STATE_FORMAT, assignment_to_json
 from controlplane.compute.types import BackendSlots, SlotAssignment
-from controlplane.kube.slots import SLOTS_KEY, ConfigMapSlotStore
+from controlplane.ledger import codec
+from controlplane.ledger.codec import STATE_FORMAT
+from controlplane.ledger.shards import SLOTS_KEY
+from controlplane.ledger.sqlite import FileLedger, LedgerReadError
 from controlplane.model import ObjectRef
 from controlplane.publish import encode_one
-from controlplane.slotstore import FileSlotStore
 from nodeagent.render import RenderError, render_backend
 from peerplane import limits
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service
+from tests.helpers.ledger import kube_ledger
 from tests.kubeapi import FakeKubeAPI
-from tests.kubeapi.objects import api_client, config_map
+from tests.kubeapi.objects import config_map
 
 REF = ObjectRef("haproxy-system", "peerplane-slots")
 DEMO = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "demo"
@@ -44,7 +46,7 @@ def load(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Loader]:
 
         def from_file(text: str) -> tuple[SlotAssignment, list[str]]:
             path.write_text(text)
-            return FileSlotStore(path, clock=lambda: NOW).load()
+            return FileLedger(path, clock=lambda: NOW).load()
 
         yield from_file
         return
@@ -55,10 +57,8 @@ def load(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Loader]:
             obj = config_map(REF.name, REF.namespace)
             obj["data"] = {SLOTS_KEY: text}
             server.apply(obj)
-            slots = ConfigMapSlotStore(
-                api_client(server.url), REF, request_timeout=2.0, read_attempts=2, clock=lambda: NOW
-            )
-            return slots.load()
+            with kube_ledger(server.url, REF, clock=lambda: NOW) as (ledger, _):
+                return ledger.load()
 
         yield from_configmap
     finally:
@@ -142,19 +142,29 @@ def test_unknown_format_is_an_empty_assignment(load: Loader, fmt: object) -> Non
 
 
 def test_oversized_state_is_refused_unparsed(load: Loader, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(slotstore, "MAX_STATE_BYTES", 1000)
+    monkeypatch.setattr(codec, "MAX_LEDGER_BYTES", 1000)
     assignment, problems = load(document({"count": 8, "slots": [["127.0.1.2", 8888, 1]] * 50}))
     assert assignment == {} and len(problems) == 1 and "larger than" in problems[0]
 
 
 def test_state_path_that_is_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    store = FileSlotStore(tmp_path)
-    assignment, problems = store.load()
-    assert assignment == {} and len(problems) == 1 and "rebuilt" in problems[0]
+    """A directory as --state was read as "no state" and rebuilt from sorted order; it is
+    not a ledger that can be used, so nothing is computed from it."""
+    with pytest.raises(LedgerReadError, match="not a regular file"):
+        FileLedger(tmp_path).load()
     code = cli.main(["compute", "--source", f"files:{DEMO}", "--state", str(tmp_path)])
     out, err = capsys.readouterr()
     assert code == 1
-    assert f"cannot save slot state {tmp_path}" in err and "Traceback" not in err
+    assert f"--state {tmp_path}: not a regular file" in err and "Traceback" not in err
+    assert out == "", "snapshots whose slots were not read are not printed"
+
+
+def test_state_path_that_cannot_be_saved(capsys: pytest.CaptureFixture[str]) -> None:
+    state = "/proc/self/peerplane-slots.db"  # absent, and no file can be made there (root too)
+    code = cli.main(["compute", "--source", f"files:{DEMO}", "--state", str(state)])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "cannot save slot state" in err and "Traceback" not in err
     assert out == "", "snapshots whose slots were not saved are not printed"
 
 
@@ -167,11 +177,9 @@ def test_round_trip_keeps_freed_times_and_who_left(tmp_path: Path) -> None:
             MappingProxyType({2: ("127.0.1.2", 8888)}),
         )
     }
-    store = FileSlotStore(tmp_path / "slots.json", clock=lambda: NOW + 100)
-    store.save(saved)
-    assignment, problems = store.load()
+    FileLedger(tmp_path / "slots.db", clock=lambda: NOW + 100).save(saved)
+    assignment, problems = FileLedger(tmp_path / "slots.db", clock=lambda: NOW + 100).load()
     assert problems == [] and assignment == saved
-    assert json.loads((tmp_path / "slots.json").read_text()) == assignment_to_json(saved)
 
 
 def test_endpoints_beyond_the_slot_limit_are_reported_not_rendered_out_of_range() -> None:

@@ -99,8 +99,9 @@ class FakeCompute:
         )
 
 
-class RecordingSlotStore:
-    """Records every save with the version the store had published at that moment."""
+class RecordingLedger:
+    """A `SlotLedger` recording every save with the version the store had published at
+    that moment."""
 
     def __init__(self, store: SnapshotStore, initial: SlotAssignment | None = None) -> None:
         self._store = store
@@ -117,3 +118,6 @@ class RecordingSlotStore:
             raise OSError("disk full")
         published = self._store.get(W1)
         self.saves.append((assignment, published.version if published else 0))
+
+    def dirty(self) -> bool:
+        return False

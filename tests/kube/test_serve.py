@@ -77,7 +77,7 @@ def test_one_serves_the_other_takes_over_with_the_same_slots(
         # takes never-used slot 3 (a freed slot comes after never-used ones).
         api.apply(endpoint_slice("shop", {"127.0.2.2": True, "127.0.2.9": True}))
         assert wait_until(lambda: shop_slots(leader.address)[1] == {2: "127.0.2.2", 3: "127.0.2.9"})
-        saved = api.get("ConfigMap", NS, "peerplane-slots")
+        saved = api.get("ConfigMap", NS, "peerplane-slots.default.shop.http")  # its shard
         assert saved is not None and "127.0.2.9" in saved["data"]["slots.json"]
         before = shop_slots(leader.address)
 

@@ -2,7 +2,10 @@
 
 List (resourceVersion, limit/continue, label and field selectors), watch (chunked JSON
 lines: ADDED/MODIFIED/DELETED/BOOKMARK, ERROR 410 for an expired resourceVersion), get,
-create, replace (409 on a stale resourceVersion), merge patch and delete. Test hooks
+create, replace (409 on a stale resourceVersion), merge patch and delete. The real
+server's limits hold: a request body over 3 MiB gets 413, ConfigMap and Secret data over
+1 MiB, an object name that is not a DNS subdomain or a bad label value 422 Invalid, with
+the API server's own messages. Test hooks
 mutate objects and misbehave on purpose: drop or stall watches, expire history, inject
 error statuses. Loopback only; every connection is closed by `stop()`.
 """
@@ -38,6 +41,14 @@ PLURALS = {
     "TokenReview": "tokenreviews",  # create only: answered from `add_token`, never stored
 }
 KINDS = {plural: kind for kind, plural in PLURALS.items()}
+
+# The real API server's limits (apimachinery validation and the apiserver's request
+# filter), enforced so a test fails where a cluster would.
+MAX_REQUEST_BYTES = 3 * 1024 * 1024  # request body -> 413
+MAX_DATA_BYTES = 1024 * 1024  # ConfigMap / Secret data + binaryData -> 422 Invalid
+MAX_NAME = 253
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
 _ROUTE = re.compile(
     r"^/(?P<group>api/v1|apis/[^/]+/v1)(?:/namespaces/(?P<ns>[^/]+))?"
@@ -434,6 +445,7 @@ class FakeKubeAPI:
         meta["namespace"] = namespace
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        _validate(plural, body)
         with self._cond:
             if (namespace, meta.get("name", "")) in self._objects[plural]:
                 raise _Failure(
@@ -445,6 +457,7 @@ class FakeKubeAPI:
     def replace(self, plural: str, namespace: str, name: str, body: Obj) -> Obj:
         meta = body.setdefault("metadata", {})
         meta["namespace"] = namespace
+        _validate(plural, body)
         with self._cond:
             old = self._objects[plural].get((namespace, name))
             if old is None:
@@ -464,7 +477,9 @@ class FakeKubeAPI:
             old = self._objects[plural].get((namespace, name))
             if old is None:
                 raise _Failure(404, "NotFound", f'{plural} "{name}" not found')
-            return self._store(plural, _merge(old, body), old)
+            merged = _merge(old, body)
+            _validate(plural, merged)
+            return self._store(plural, merged, old)
 
     def read(self, plural: str, namespace: str, name: str) -> Obj:
         with self._cond:
@@ -506,6 +521,43 @@ class _Failure(Exception):
         self.code = code
 
 
+def _validate(plural: str, obj: Obj) -> None:
+    """What the API server's validation refuses (422 Invalid, its own messages): object
+    names, label values, and ConfigMap/Secret data over 1 MiB."""
+    kind = KINDS[plural]
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name") or "")
+    invalid = f'{kind} "{name}" is invalid: '
+    if plural != "tokenreviews" and (len(name) > MAX_NAME or not _SUBDOMAIN.fullmatch(name)):
+        raise _Failure(
+            422,
+            "Invalid",
+            invalid + f'metadata.name: Invalid value: "{name[:300]}": a lowercase RFC 1123 '
+            "subdomain must consist of lower case alphanumeric characters, '-' or '.'",
+        )
+    for value in (meta.get("labels") or {}).values():
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
+            raise _Failure(
+                422,
+                "Invalid",
+                invalid + f'metadata.labels: Invalid value: "{str(value)[:100]}": a valid '
+                "label must be an empty string or consist of alphanumeric characters",
+            )
+    if plural in ("configmaps", "secrets"):
+        size = sum(
+            len(str(k).encode()) + len(str(v).encode())
+            for field_name in ("data", "binaryData", "stringData")
+            for k, v in (obj.get(field_name) or {}).items()
+        )
+        if size > MAX_DATA_BYTES:
+            where = "[]" if plural == "configmaps" else "data"
+            raise _Failure(
+                422,
+                "Invalid",
+                invalid + f"{where}: Too long: must have at most {MAX_DATA_BYTES} bytes",
+            )
+
+
 def _expired(since: str, compacted: int) -> Obj:
     message = f"too old resource version: {since} ({compacted})"
     return {"type": "ERROR", "object": status(410, "Expired", message)}
@@ -541,6 +593,9 @@ def _handler_for(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
 
         def setup(self) -> None:
             super().setup()
+            # Headers and body go out in two writes: without this, Nagle holds the body
+            # until the client's delayed ACK (40 ms per request), as no API server does.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             api.track(self.connection, None, add=True)
 
         def finish(self) -> None:
@@ -566,6 +621,20 @@ def _handler_for(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
         def _dispatch(self, method: str) -> None:
             url = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_REQUEST_BYTES:
+                remaining = length  # drained, so the client reads the answer, not a reset
+                while remaining > 0:
+                    remaining -= len(self.rfile.read(min(remaining, 1 << 20)) or b"x" * remaining)
+                self._reply(
+                    413,
+                    status(
+                        413,
+                        "RequestEntityTooLarge",
+                        f"Request entity too large: limit is {MAX_REQUEST_BYTES}",
+                    ),
+                )
+                return
             body = self._body()
             route = _ROUTE.match(url.path)
             watching = method == "GET" and _flag(query.get("watch"))

@@ -16,7 +16,7 @@ import pytest
 from controlplane.compute.types import Rejection
 from controlplane.reconcile import Reconciler
 from controlplane.store import SnapshotStore
-from tests.helpers.server_fakes import FakeCompute, FakeSource, RecordingSlotStore
+from tests.helpers.server_fakes import FakeCompute, FakeSource, RecordingLedger
 from tests.helpers.server_harness import W1, run
 
 WAIT_S = 5.0
@@ -28,14 +28,14 @@ class Loop:
     store: SnapshotStore
     source: FakeSource
     compute: FakeCompute
-    slots: RecordingSlotStore
+    slots: RecordingLedger
 
 
 @asynccontextmanager
 async def reconcile_loop(retry_s: float = 1.0) -> AsyncIterator[Loop]:
     store = SnapshotStore()
     source, compute = FakeSource(), FakeCompute()
-    slots = RecordingSlotStore(store)
+    slots = RecordingLedger(store)
     reconciler = Reconciler(source, store, slots, compute, retry_s=retry_s)
     source.start(reconciler.on_change)
     task = asyncio.create_task(reconciler.run())

@@ -17,6 +17,7 @@ from controlplane.cli.flags import (
     DEFAULT_SETTINGS_CONFIGMAP,
     add_serve_arguments,
 )
+from controlplane.ledger.sqlite import ledger_document
 from controlplane.source.convert import DEFAULT_HAPROXY_SELECTOR
 from tests.helpers.server_process import BIN, ROOT, ServeProcess, grpcurl
 
@@ -68,7 +69,7 @@ def test_serve_a_folder_and_follow_an_edit(tmp_path: Path) -> None:
 
         assert serve.terminate() == 0
         serve.wait_for(re.compile(r"stopped$"))
-    saved = json.loads(state.read_text())
+    saved = ledger_document(state)
     assert "127.0.2.4" in json.dumps(saved)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from controlplane.compute import compute
+from controlplane.ledger.sqlite import ledger_document
 from controlplane.model import ObjectRef
 from controlplane.publish import encode
 from controlplane.source.files import FilesSource, load_manifests
@@ -87,7 +88,7 @@ def test_compute_with_state_file_keeps_slots_across_runs(tmp_path: Path) -> None
         "--source", f"files:{folder}", "--state", str(state), "--workload", WORKLOAD
     )
     assert first.returncode == 0, first.stderr
-    assert json.loads(state.read_text())["backends"]["default_shop_http"]["count"] == 8
+    assert ledger_document(state)["backends"]["default_shop_http"]["count"] == 8
     shop = folder / "shop.yaml"
     shop.write_text(shop.read_text().replace('["127.0.2.1"]', '["127.0.2.9"]'))
     second = run_compute(
@@ -100,7 +101,7 @@ def test_compute_with_state_file_keeps_slots_across_runs(tmp_path: Path) -> None
     # Survivors kept 2 and 3; the newcomer takes never-used slot 4, not slot 1, which was
     # freed now and may still be named by stick entries (docs/design.md, "Slots").
     assert addresses == [None, "127.0.2.2", "127.0.2.3", "127.0.2.9"]
-    freed = json.loads(state.read_text())["backends"]["default_shop_http"]["freed"]
+    freed = ledger_document(state)["backends"]["default_shop_http"]["freed"]
     assert [(entry[0], *entry[2:]) for entry in freed] == [(1, "127.0.2.1", 8888)]
 
 
@@ -125,13 +126,14 @@ def test_malformed_files_are_reported_with_their_path_and_the_rest_computes(
     assert len(json.loads(done.stdout)[0]["backends"]) == 3
 
 
-def test_unreadable_state_file_is_reported_and_rebuilt(tmp_path: Path) -> None:
+def test_corrupt_state_file_is_reported_kept_aside_and_rebuilt(tmp_path: Path) -> None:
     state = tmp_path / "slots.json"
     state.write_text("{not json")
     done = run_compute("--source", f"files:{DEMO}", "--state", str(state))
     assert done.returncode == 0
     assert "slots rebuilt from sorted order" in done.stderr
-    assert json.loads(state.read_text())["format"] == 2
+    assert ledger_document(state)["format"] == 2
+    assert (tmp_path / "slots.json.corrupt").read_text() == "{not json"
 
 
 def test_files_source_notices_changes(tmp_path: Path) -> None:

@@ -117,8 +117,11 @@ def test_rbac_grants_nothing_beyond_what_the_control_plane_uses(base: list[Obj])
     slots = ObjectRef.parse(args["--slots-configmap"])
     settings = ObjectRef.parse(args["--configmap"])
     allowed_writes = {
-        ("", "configmaps", "update", (slots.name,)),
+        # The ledger's shards (named after backends) and its earlier single object.
         ("", "configmaps", "create", ()),
+        ("", "configmaps", "update", ()),
+        ("", "configmaps", "delete", ()),
+        ("", "configmaps", "patch", (slots.name,)),
         ("coordination.k8s.io", "leases", "get", (lease,)),
         ("coordination.k8s.io", "leases", "update", (lease,)),
         ("coordination.k8s.io", "leases", "create", ()),

@@ -265,7 +265,7 @@ class ListWorkloadsResponse(_message.Message):
     def __init__(self, workloads: _Optional[_Iterable[_Union[WorkloadSummary, _Mapping]]] = ..., replica: _Optional[_Union[ReplicaStatus, _Mapping]] = ...) -> None: ...
 
 class ReplicaStatus(_message.Message):
-    __slots__ = ("name", "role", "leader", "ready", "not_ready_reason", "ledger_version", "endpoints_waiting")
+    __slots__ = ("name", "role", "leader", "ready", "not_ready_reason", "ledger_version", "endpoints_waiting", "ledger_problems")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
@@ -273,6 +273,7 @@ class ReplicaStatus(_message.Message):
     NOT_READY_REASON_FIELD_NUMBER: _ClassVar[int]
     LEDGER_VERSION_FIELD_NUMBER: _ClassVar[int]
     ENDPOINTS_WAITING_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_PROBLEMS_FIELD_NUMBER: _ClassVar[int]
     name: str
     role: str
     leader: str
@@ -280,7 +281,8 @@ class ReplicaStatus(_message.Message):
     not_ready_reason: str
     ledger_version: str
     endpoints_waiting: int
-    def __init__(self, name: _Optional[str] = ..., role: _Optional[str] = ..., leader: _Optional[str] = ..., ready: _Optional[bool] = ..., not_ready_reason: _Optional[str] = ..., ledger_version: _Optional[str] = ..., endpoints_waiting: _Optional[int] = ...) -> None: ...
+    ledger_problems: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., role: _Optional[str] = ..., leader: _Optional[str] = ..., ready: _Optional[bool] = ..., not_ready_reason: _Optional[str] = ..., ledger_version: _Optional[str] = ..., endpoints_waiting: _Optional[int] = ..., ledger_problems: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WorkloadSummary(_message.Message):
     __slots__ = ("workload", "version", "content_hash", "peers", "backends", "warnings", "agents_in_sync", "agents_connected", "endpoints_waiting")

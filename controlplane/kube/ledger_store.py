@@ -1,0 +1,334 @@
+"""The Kubernetes slot ledger's writes: one ConfigMap shard per backend
+(`controlplane.ledger.shards`), written only when its backend changed.
+
+The leader starts from the ledger as its `LedgerWatch` keeps it (the followers' view), and
+each save writes the shards of the backends the step changed, each with its own
+resourceVersion precondition: a conflict on one re-reads and rewrites that one (the
+leader's assignment is what is being published), never the others. Shards of backends no
+longer in the assignment are deleted. The watch tells the leader of every shard event;
+one whose content is not what the leader wrote (deleted, edited, corrupt, written by a
+former leader) marks that backend dirty and wakes the loop, which writes it again at once.
+
+A refused write raises `LedgerWriteError`, permanent for what retrying cannot fix (422
+invalid, 413 too large, 403 forbidden, 400): the reconcile loop says so once per cause,
+keeps its last published snapshots, and retries with backoff.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from controlplane.compute.types import BackendSlots, SlotAssignment
+from controlplane.kube.ledger_watch import LedgerWatch
+from controlplane.ledger.shards import (
+    LEDGER_LABEL,
+    MANAGED_BY,
+    MAX_OBJECT_BYTES,
+    MIGRATED_ANNOTATION,
+    Shard,
+    ledger_label,
+    shard_bytes,
+    shard_data,
+    shard_name,
+)
+from controlplane.ledger.store import LedgerWriteError, changes
+from controlplane.model import ObjectRef
+
+log = logging.getLogger(__name__)
+
+PERMANENT = {400: "bad-request", 403: "forbidden", 413: "too-large", 422: "invalid"}
+PARALLEL_MIN = 16  # a save writing at least this many shards writes them concurrently
+
+
+class LedgerReadError(Exception):
+    """The ledger could not be listed: computing now would rebuild every slot."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Object:
+    """A shard object as last known: its name and resourceVersion."""
+
+    name: str
+    version: str
+
+
+def _write_error(error: BaseException, what: str) -> LedgerWriteError:
+    if isinstance(error, ApiException):
+        status = int(error.status or 0)
+        message = _status_message(error)
+        cause = PERMANENT.get(status, f"http-{status}")
+        return LedgerWriteError(
+            f"{what}: HTTP {status} {message}".strip(), cause=cause, permanent=status in PERMANENT
+        )
+    if isinstance(error, LedgerWriteError):
+        return error
+    return LedgerWriteError(
+        f"{what}: {type(error).__name__}: {error}", cause="unreachable", permanent=False
+    )
+
+
+def _status_message(error: ApiException) -> str:
+    """The API's own words (metav1.Status message), else the HTTP reason."""
+    try:
+        body = json.loads(error.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    message = body.get("message") if isinstance(body, dict) else None
+    text = message if isinstance(message, str) else str(error.reason or "")
+    return text[:300]
+
+
+class ConfigMapLedger:
+    """`SlotLedger` in ConfigMap shards of `ref.name` in `ref.namespace`."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        ref: ObjectRef,
+        watch: LedgerWatch,
+        *,
+        writer: str = "",
+        request_timeout: float = 10.0,
+        read_timeout: float = 30.0,
+        parallel: int = 8,
+    ) -> None:
+        self.ref = ref
+        self._core = client.CoreV1Api(api)
+        self._watch = watch
+        self._writer = writer
+        self._timeout = (request_timeout, request_timeout)
+        self._read_timeout = read_timeout
+        self._parallel = parallel
+        self._lock = threading.Lock()
+        self._saved: dict[str, BackendSlots] = {}  # what the API holds, as we wrote it
+        self._digests: dict[str, str] = {}  # backend -> hash of what we hold for it
+        self._present: dict[str, _Object] = {}  # backend -> its shard object in the API
+        self._own: dict[str, str] = {}  # backend -> resourceVersion of our last write
+        self._dirty: set[str] = set()
+        self._legacy_pending = False
+        self._on_drift: Callable[[], None] = lambda: None
+        self._label = ledger_label(ref.name)
+        self.bytes_written = 0  # request bodies sent (the benchmark reads it)
+        self.largest_shard = 0  # bytes of the largest shard written
+        watch.on_shard(self._observed)
+
+    def on_drift(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (the loop's on_change) when a shard needs writing again."""
+        self._on_drift = callback
+
+    # ------------------------------------------------------------------ load
+
+    def load(self) -> tuple[SlotAssignment, list[str]]:
+        if not self._watch.wait_read(self._read_timeout):
+            why = self._watch.problem() or "no answer yet"
+            raise LedgerReadError(f"slot ledger {self.ref} not read: {why}")
+        view = self._watch.current()
+        assert view is not None  # read
+        shards = self._watch.shards()
+        legacy = self._watch.legacy()
+        with self._lock:
+            self._saved = {
+                backend: shard.slots
+                for backend, shard in shards.items()
+                if shard.slots is not None
+                and shard.signed
+                and view.assignment.get(backend) is shard.slots
+            }
+            self._digests = {b: shards[b].digest for b in self._saved}
+            self._present = {b: _Object(s.name, s.version) for b, s in shards.items()}
+            self._own = {}
+            self._dirty = set()
+            self._legacy_pending = legacy is not None and not legacy.migrated
+        return dict(view.assignment), self._watch.problems()
+
+    # ------------------------------------------------------------------ save
+
+    def dirty(self) -> bool:
+        with self._lock:
+            return bool(self._dirty)
+
+    def save(self, assignment: SlotAssignment) -> None:
+        with self._lock:
+            todo = changes(self._saved, assignment, self._dirty)
+            stale = sorted(self._present.keys() - assignment.keys())
+            self._dirty.clear()
+        errors: list[LedgerWriteError] = []
+        items = list(todo.written.items())
+        if len(items) >= PARALLEL_MIN and self._parallel > 1:
+            with ThreadPoolExecutor(self._parallel, thread_name_prefix="ledger-write") as pool:
+                outcomes = list(pool.map(lambda item: self._try_write(*item), items))
+        else:
+            outcomes = [self._try_write(backend, slots) for backend, slots in items]
+        errors.extend(e for e in outcomes if e is not None)
+        for backend in stale:
+            error = self._delete(backend)
+            if error is not None:
+                errors.append(error)
+        if errors:
+            with self._lock:  # what failed is written again by the next save
+                self._dirty.update(b for b, _ in items if b not in self._saved)
+            raise min(errors, key=lambda e: not e.permanent)
+        if self._legacy_pending:
+            self._mark_legacy()
+
+    def _try_write(self, backend: str, slots: BackendSlots) -> LedgerWriteError | None:
+        try:
+            self._write(backend, slots)
+            return None
+        except Exception as error:  # every failure is reported by the loop
+            return _write_error(error, f"cannot write slot ledger shard for {backend}")
+
+    def _write(self, backend: str, slots: BackendSlots) -> None:
+        data, digest = shard_data(backend, slots, self._writer)
+        size = shard_bytes(data)
+        if size > MAX_OBJECT_BYTES:  # cannot happen (shards.max_shard_bytes); said if it did
+            raise LedgerWriteError(
+                f"shard for {backend} would be {size} bytes (limit {MAX_OBJECT_BYTES})",
+                cause="too-large",
+                permanent=True,
+            )
+        name = shard_name(self.ref.name, backend)
+        with self._lock:
+            self._digests[backend] = digest  # an echo of this write is ours
+            known = self._present.get(backend)
+        version = known.version if known is not None else ""
+        for _ in range(4):
+            body = self._body(name, data, version)
+            try:
+                written = self._send(name, body, version)
+            except ApiException as error:
+                if error.status == 409:  # changed under us, or created meanwhile: re-read
+                    version = self._version_of(name)
+                    continue
+                if error.status == 404 and version:  # deleted under us: create it
+                    version = ""
+                    continue
+                raise
+            meta = written.get("metadata") or {}
+            new_version = str(meta.get("resourceVersion") or "")
+            with self._lock:
+                self._present[backend] = _Object(name, new_version)
+                self._own[backend] = new_version
+                if self._digests.get(backend) == digest:
+                    self._saved[backend] = slots
+                self.largest_shard = max(self.largest_shard, size)
+            return
+        raise LedgerWriteError(
+            f"shard {name} kept changing under us", cause="conflict", permanent=False
+        )
+
+    def _body(self, name: str, data: dict[str, str], version: str) -> dict[str, Any]:
+        metadata: dict[str, Any] = {
+            "name": name,
+            "namespace": self.ref.namespace,
+            "labels": {**MANAGED_BY, LEDGER_LABEL: self._label},
+        }
+        if version:
+            metadata["resourceVersion"] = version
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
+
+    def _send(self, name: str, body: dict[str, Any], version: str) -> dict[str, Any]:
+        options: dict[str, Any] = {"_preload_content": False, "_request_timeout": self._timeout}
+        self.bytes_written += len(json.dumps(body))
+        if version:
+            response = self._core.replace_namespaced_config_map(
+                name, self.ref.namespace, body, **options
+            )
+        else:
+            response = self._core.create_namespaced_config_map(self.ref.namespace, body, **options)
+        written: dict[str, Any] = json.loads(response.data)
+        return written
+
+    def _version_of(self, name: str) -> str:
+        """The object's resourceVersion now, "" when it does not exist."""
+        try:
+            response = self._core.read_namespaced_config_map(
+                name, self.ref.namespace, _preload_content=False, _request_timeout=self._timeout
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return ""
+            raise
+        found: dict[str, Any] = json.loads(response.data)
+        return str((found.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _delete(self, backend: str) -> LedgerWriteError | None:
+        with self._lock:
+            known = self._present.pop(backend, None)
+            self._saved.pop(backend, None)
+            self._digests.pop(backend, None)
+            self._own.pop(backend, None)
+        if known is None:
+            return None
+        try:
+            self._core.delete_namespaced_config_map(
+                known.name,
+                self.ref.namespace,
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            )
+        except ApiException as error:
+            if error.status != 404:
+                with self._lock:
+                    self._present.setdefault(backend, known)
+                return _write_error(error, f"cannot delete slot ledger shard {known.name}")
+        except Exception as error:
+            with self._lock:
+                self._present.setdefault(backend, known)
+            return _write_error(error, f"cannot delete slot ledger shard {known.name}")
+        return None
+
+    def _mark_legacy(self) -> None:
+        """Every shard is written: the single object's content is not read any more."""
+        patch = {"metadata": {"annotations": {MIGRATED_ANNOTATION: "shards"}}}
+        try:
+            self._core.patch_namespaced_config_map(
+                self.ref.name,
+                self.ref.namespace,
+                patch,
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise _write_error(error, f"cannot mark configmap {self.ref} migrated") from error
+        self._legacy_pending = False
+        log.info("slot ledger %s migrated to one shard per backend", self.ref)
+
+    # ------------------------------------------------------------------ drift
+
+    def _observed(self, backend: str, shard: Shard | None) -> None:
+        """A shard event: is the API still holding what we wrote?"""
+        with self._lock:
+            if shard is not None and self._own.get(backend) == shard.version:
+                return  # the echo of our own write
+            if shard is None:
+                known = self._present.pop(backend, None)
+                drift = backend in self._saved and known is not None
+                if drift:
+                    self._saved.pop(backend, None)
+            else:
+                self._present[backend] = _Object(shard.name, shard.version)
+                expected = self._digests.get(backend)
+                drift = expected is not None and not (shard.signed and shard.digest == expected)
+                if drift:
+                    self._saved.pop(backend, None)
+                elif expected is None:
+                    drift = bool(self._saved)  # a shard we do not hold: delete it
+            if drift:
+                self._dirty.add(backend)
+        if drift:
+            what = "deleted" if shard is None else shard.problem or "rewritten by someone else"
+            log.warning(
+                "slot ledger shard for %s %s; writing the leader's copy again", backend, what
+            )
+            self._on_drift()

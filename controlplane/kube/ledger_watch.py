@@ -1,0 +1,220 @@
+"""The slot ledger as every replica sees it: a watch on its shards (and on the single
+ConfigMap of earlier versions), keeping the last good copy of each backend.
+
+Followers compute with this view (`current()`); the leader starts from it when it takes the
+Lease, so a new leader continues exactly what the followers served. A shard that is
+deleted, corrupt or edited (its hash does not match) never takes a backend away: the last
+good copy stays in the view, the problem is reported (`problems()`: ListWorkloads, metric,
+Event) and the leader, told through `on_shard`, writes its own again at once. A deleted
+backend's kept copy is dropped once no computation uses it (`retain`). Until the first
+list the ledger is unread (`current()` is None): a follower is not ready then.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable, Collection
+
+from kubernetes import client
+
+from controlplane.compute.types import BackendSlots, SlotAssignment
+from controlplane.kube.informer import Informer, Key, WatchOptions
+from controlplane.ledger.shards import (
+    LEDGER_LABEL,
+    Legacy,
+    Shard,
+    ledger_label,
+    legacy_from,
+    shard_from,
+)
+from controlplane.model import ObjectRef
+
+ShardListener = Callable[[str, Shard | None], None]  # backend, the shard now (None: deleted)
+
+
+class LedgerWatch:
+    """The latest good ledger of `ref` (its shards, and the earlier single object)."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        ref: ObjectRef,
+        options: WatchOptions | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.ref = ref
+        core = client.CoreV1Api(api)
+        self._shards: Informer[Shard] = Informer(
+            f"slot ledger {ref}",
+            functools.partial(
+                core.list_namespaced_config_map,
+                ref.namespace,
+                label_selector=f"{LEDGER_LABEL}={ledger_label(ref.name)}",
+            ),
+            lambda raw: shard_from(raw, clock()),
+            options,
+        )
+        self._legacy_informer: Informer[Legacy] = Informer(
+            f"slot ledger {ref} (single object)",
+            functools.partial(
+                core.list_namespaced_config_map,
+                ref.namespace,
+                field_selector=f"metadata.name={ref.name}",
+            ),
+            lambda raw: legacy_from(raw, clock()),
+            options,
+        )
+        self._lock = threading.Lock()
+        self._good: dict[str, BackendSlots] = {}  # backend -> last good copy from its shard
+        self._objects: dict[str, Shard] = {}  # backend -> its shard as now in the API
+        self._problems: dict[str, str] = {}  # backend -> what is wrong with its shard
+        self._deleted: set[str] = set()  # backends kept after their shard was deleted
+        self._legacy: Legacy | None = None  # the last readable single object
+        self._legacy_now: Legacy | None = None  # as it is now (for its problems)
+        self._view: SlotAssignment | None = None  # built on demand, dropped on change
+        self._listeners: list[ShardListener] = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, on_change: Callable[[], None]) -> None:
+        self._legacy_informer.start(on_change, self._on_legacy)
+        self._shards.start(on_change, self._on_shard)
+
+    def stop(self) -> None:
+        self._shards.signal_stop()
+        self._legacy_informer.signal_stop()
+        self._shards.stop()
+        self._legacy_informer.stop()
+
+    def on_shard(self, listener: ShardListener) -> None:
+        """Also call `listener` for every shard event (the leader's drift check)."""
+        self._listeners.append(listener)
+
+    # ------------------------------------------------------------------ events
+
+    def _on_legacy(self, key: Key, before: Legacy | None, after: Legacy | None) -> None:
+        with self._lock:
+            self._legacy_now = after
+            # Deleted or unreadable before migration: its last readable content stays.
+            if after is not None and (after.assignment or after.migrated or not after.problems):
+                self._legacy = after
+            self._view = None
+
+    def _on_shard(self, key: Key, before: Shard | None, after: Shard | None) -> None:
+        backend = (after or before or _NO_SHARD).backend
+        if not backend:
+            return
+        with self._lock:
+            self._view = None
+            if after is None:
+                if self._objects.get(backend) is before:
+                    del self._objects[backend]
+                    if backend in self._good:
+                        self._deleted.add(backend)
+                        self._problems[backend] = (
+                            f"shard {key[1]} was deleted; serving the last good copy "
+                            "until the leader writes it again"
+                        )
+                    else:
+                        self._problems.pop(backend, None)
+            else:
+                self._objects[backend] = after
+                self._deleted.discard(backend)
+                self._take(backend, after)
+        for listener in self._listeners:
+            listener(backend, after)
+
+    def _take(self, backend: str, shard: Shard) -> None:
+        """Keep a good shard's content; for a bad one keep the last good copy (or, with
+        none, an edited but readable one: the best there is) and say what is wrong."""
+        good = self._good.get(backend)
+        if shard.slots is not None and (shard.signed or good is None):
+            self._good[backend] = shard.slots
+        if not shard.problem:
+            self._problems.pop(backend, None)
+            return
+        kept = "serving the last good copy" if good is not None else "no earlier copy"
+        if shard.slots is not None and good is None:
+            kept = "taken as found: there is no earlier copy"
+        self._problems[backend] = f"shard {shard.name}: {shard.problem}; {kept}"
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def read(self) -> bool:
+        """Whether the shards and the single object were listed at least once."""
+        return self._shards.wait_synced(0) and self._legacy_informer.wait_synced(0)
+
+    def wait_read(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        if not self._shards.wait_synced(timeout):
+            return False
+        return self._legacy_informer.wait_synced(max(0.0, deadline - time.monotonic()))
+
+    def current(self) -> LedgerView | None:
+        """The ledger as last read, None until first read. The assignment is a new
+        mapping after every change and the same one otherwise (the computation reuses its
+        work when handed the same mapping)."""
+        if not self.read:
+            return None
+        with self._lock:
+            if self._view is None:
+                view: dict[str, BackendSlots] = {}
+                legacy = self._legacy
+                if legacy is not None and not legacy.migrated:
+                    view.update(legacy.assignment)
+                view.update(self._good)
+                self._view = view
+            return LedgerView(self.version(), self._view)
+
+    def version(self) -> str:
+        return self._shards.resource_version or ""
+
+    def shards(self) -> dict[str, Shard]:
+        """Backend -> its shard as now in the API (the leader's starting point)."""
+        with self._lock:
+            return dict(self._objects)
+
+    def legacy(self) -> Legacy | None:
+        with self._lock:
+            return self._legacy
+
+    def problems(self) -> list[str]:
+        """What is wrong with the ledger now, one line per shard (and why it is unread)."""
+        with self._lock:
+            found = sorted(self._problems.values())
+            legacy = self._legacy_now
+        if legacy is not None and not legacy.migrated and legacy.problems:
+            found += [f"configmap {self.ref}: {p}" for p in legacy.problems]
+        return found
+
+    def problem(self) -> str:
+        """Why the ledger cannot be read now (the last list or watch error), or ""."""
+        return "; ".join(self._shards.errors() + self._legacy_informer.errors())
+
+    def retain(self, in_use: Collection[str]) -> None:
+        """Forget the kept copies of deleted shards whose backend no computation uses
+        any more (the leader removed a gone Service's shard)."""
+        with self._lock:
+            gone = [b for b in self._deleted if b not in in_use]
+            for backend in gone:
+                self._deleted.discard(backend)
+                self._good.pop(backend, None)
+                self._problems.pop(backend, None)
+            if gone:
+                self._view = None
+
+
+class LedgerView:
+    """One reading of the ledger: its version and the assignment."""
+
+    __slots__ = ("assignment", "version")
+
+    def __init__(self, version: str, assignment: SlotAssignment) -> None:
+        self.version = version
+        self.assignment = assignment
+
+
+_NO_SHARD = Shard("", "", "", None, "", False, "")

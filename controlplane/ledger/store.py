@@ -1,0 +1,88 @@
+"""The one protocol of the slot ledger, the in-memory ledger, and what a save writes.
+
+Every ledger persists per backend and writes only the backends a step changed (one row,
+one Kubernetes shard): cost follows the change, not the cluster. `changes` finds them by
+identity first (the computation keeps an unchanged backend's `BackendSlots` object), so
+telling them costs one pointer comparison per backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from controlplane.compute.types import BackendSlots, SlotAssignment
+
+
+class SlotLedger(Protocol):
+    """Where the slot assignment persists. `save` must not return before it is durable:
+    snapshots using an assignment are published only after it was saved."""
+
+    def load(self) -> tuple[SlotAssignment, list[str]]:
+        """The persisted assignment and any problems found reading it (reported; the
+        backends concerned are rebuilt from sorted order). Raises when the ledger cannot be
+        read at all, rather than rebuilding: that would move every surviving endpoint."""
+
+    def save(self, assignment: SlotAssignment) -> None:
+        """Persist `assignment`, writing only what differs from what is persisted; raises
+        LedgerWriteError (or OSError) when it cannot."""
+
+    def dirty(self) -> bool:
+        """Whether the persisted ledger differs from what this ledger last saved (edited,
+        deleted, corrupt): the next `save` writes it back even if the assignment is the
+        same."""
+
+
+class LedgerWriteError(Exception):
+    """A ledger write that failed. `permanent`: retrying the same write cannot succeed
+    (the API refused it as invalid, too large or forbidden; a file that is not writable);
+    `cause` is a short stable word for metrics and for logging once per cause."""
+
+    def __init__(self, message: str, *, cause: str, permanent: bool) -> None:
+        super().__init__(message)
+        self.cause = cause
+        self.permanent = permanent
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What a save writes: backends to write (new or changed) and backends to delete."""
+
+    written: dict[str, BackendSlots] = field(default_factory=dict)
+    deleted: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.written or self.deleted)
+
+
+def changes(
+    saved: Mapping[str, BackendSlots],
+    new: Mapping[str, BackendSlots],
+    dirty: frozenset[str] | set[str] = frozenset(),
+) -> Changes:
+    """Backends of `new` that `saved` lacks or holds differently, plus the `dirty` ones
+    still in `new`; backends of `saved` that `new` lacks."""
+    written = {
+        name: slots
+        for name, slots in new.items()
+        if name in dirty or ((old := saved.get(name)) is not slots and old != slots)
+    }
+    deleted = tuple(sorted(saved.keys() - new.keys()))
+    return Changes(written, deleted)
+
+
+class MemoryLedger:
+    """No persistence: `compute` without --state, serve in files mode without --state, tests."""
+
+    def __init__(self, assignment: SlotAssignment | None = None) -> None:
+        self.assignment: SlotAssignment = assignment or {}
+
+    def load(self) -> tuple[SlotAssignment, list[str]]:
+        return self.assignment, []
+
+    def save(self, assignment: SlotAssignment) -> None:
+        self.assignment = assignment
+
+    def dirty(self) -> bool:
+        return False
