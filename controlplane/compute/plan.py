@@ -8,6 +8,7 @@ by identity).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -52,6 +53,9 @@ class ServicePlan:
     # Backend name -> endpoints left out for want of a slot (followers only: see
     # `assign_slots(assign_new=False)`); absent when every endpoint has one.
     waiting: Mapping[str, int] = field(default_factory=dict)
+    # When the first freed slot of its backends passes its quarantine, and planning again
+    # would forget it (`assign_slots`): the plan is reusable until then.
+    lapses_at: float = math.inf
 
     @property
     def age_key(self) -> tuple[str, str, str]:
@@ -213,6 +217,7 @@ def plan_service(
     backends: list[BackendSpec] = []
     configmap: list[Rejection] = []
     waiting: dict[str, int] = {}
+    lapses_at = math.inf
     for port in service.ports:
         if not _servable(port):
             own.append(
@@ -228,14 +233,17 @@ def plan_service(
         found_warnings: list[Rejection] = []
         settings = resolver.backend(service, mode, found_warnings)
         endpoints = ready_endpoints(slices, port)
+        quarantine_s = quarantine_seconds(settings.persistence, settings.expire_ms)
         slots = assign_slots(
             endpoints,
             previous.get(name),
             settings.server_slots,
             now=now,
-            quarantine_s=quarantine_seconds(settings.persistence, settings.expire_ms),
+            quarantine_s=quarantine_s,
             assign_new=assign_new,
         )
+        if assign_new and slots.freed:
+            lapses_at = min(lapses_at, min(slots.freed.values()) + quarantine_s)
         if not assign_new and len(slots.slots) < len(endpoints):
             waiting[name] = len(endpoints) - len(slots.slots)
         elif len(slots.slots) < len(endpoints):
@@ -263,5 +271,6 @@ def plan_service(
         service_warnings=tuple(own),
         configmap_rejections=tuple(configmap),
         waiting=waiting,
+        lapses_at=lapses_at,
     )
     return Planned(plan, tuple(rejections))

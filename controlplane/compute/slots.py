@@ -30,9 +30,11 @@ def assign_slots(
     """New assignment for `endpoints` (canonical order) given the previous one.
 
     `now` is the caller's wall clock (seconds); a vacated slot is recorded as freed then, by
-    its endpoint, and is eligible again once `quarantine_s` has passed. An endpoint that
-    comes back (a readiness flap) takes the slot it left at once: entries naming that slot
-    were written for it. Past `max_slots` the count stops growing: quarantined slots are
+    its endpoint, and is eligible again once `quarantine_s` has passed: its record is then
+    dropped (no entry can name it any more), so the slot counts as never used and the
+    ledger's history stays bounded by what one quarantine holds. An endpoint that comes
+    back (a readiness flap) within the quarantine takes the slot it left at once: entries
+    naming that slot were written for it. Past `max_slots` the count stops growing: quarantined slots are
     then reused oldest first, and endpoints beyond every slot get none (the caller reports
     them).
 
@@ -51,6 +53,10 @@ def assign_slots(
         if ep in present and ep not in kept:  # back: its own slot again
             kept[ep] = slot
             del freed[slot], freed_by[slot]
+    if assign_new:  # history past its quarantine names nothing: forget it (bounded ledger)
+        for slot in [slot for slot, at in freed.items() if at + quarantine_s <= now]:
+            del freed[slot]
+            freed_by.pop(slot, None)
     for ep, slot in old.items():
         if ep not in present:
             freed[slot], freed_by[slot] = now, ep

@@ -9,6 +9,8 @@ identical to a fresh computation.
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -40,7 +42,10 @@ class _Cached:
         settings: ConfigMap | None,
         previous: Mapping[str, BackendSlots],
         assign_new: bool,
+        now: float,
     ) -> bool:
+        if self.planned.plan is not None and now >= self.planned.plan.lapses_at:
+            return False  # planning now forgets history past its quarantine
         if not (
             self.assign_new == assign_new
             and (self.service is service or self.service == service)
@@ -109,6 +114,10 @@ class Computer:
         # workload key (docs/design.md, "The computation and the encoder").
         self._changed: set[PlanKey] = set()
         self._assemblies: dict[str, WorkloadAssembly] = {}
+        # (lapses_at, key) of plans holding freed slots: due ones are planned again even
+        # when nothing of theirs changed, so history is forgotten exactly as a fresh
+        # computation forgets it, at the cost of the plans due (a heap, not a scan).
+        self._lapses: list[tuple[float, tuple[str, str]]] = []
         self.planned = 0  # Services planned (not reused) by the last call
 
     def _index(self, state: ClusterState) -> set[tuple[str, str]]:
@@ -156,6 +165,8 @@ class Computer:
         if cached is None:
             return
         self._cache[key] = cached
+        if cached.planned.plan is not None and cached.planned.plan.lapses_at < math.inf:
+            heapq.heappush(self._lapses, (cached.planned.plan.lapses_at, key))
         if cached.planned.rejections:
             self._rejecting.add(key)
         plan = cached.planned.plan
@@ -186,6 +197,9 @@ class Computer:
         endpoints it has no slot for are left out and counted in `waiting`.
         """
         dirty = self._index(state)
+        while self._lapses and self._lapses[0][0] <= now:
+            _, key = heapq.heappop(self._lapses)
+            dirty.add(key)  # stale entries (re-planned since) cost one reuse check
         settings_same = self._settings is state.settings or self._settings == state.settings
         if previous is not self._assignment or not settings_same or assign_new != self._assign_new:
             dirty = set(self._by_key) | set(self._cache)
@@ -202,7 +216,7 @@ class Computer:
             mine = tuple(sorted(self._slices_by_key.get(key, {}).values(), key=_slice_name))
             cached = self._cache.get(key)
             if cached is None or not cached.reusable(
-                service, mine, state.settings, previous, assign_new
+                service, mine, state.settings, previous, assign_new, now
             ):
                 self.planned += 1
                 planned = plan_service(service, mine, resolver, previous, now, assign_new)

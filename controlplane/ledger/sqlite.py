@@ -179,7 +179,10 @@ class FileLedger:
 
     def save(self, assignment: SlotAssignment) -> None:
         try:
-            if self._replace_file or (self._db is None and not self.path.exists()):
+            if self._db is None and not self._replace_file:  # saved before any load
+                peeked = _peek(self.path)
+                self._replace_file = peeked is None or not peeked[0].startswith(SQLITE_MAGIC)
+            if self._replace_file:
                 self._create(assignment)
             else:
                 self._update(assignment)

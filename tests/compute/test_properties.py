@@ -125,7 +125,8 @@ def test_freed_slots_wait_out_the_expire_and_replicas_agree(
     history: list[tuple[set[str], bool, int]],
 ) -> None:
     """docs/design.md "Slots": a slot freed less than the stick-table expire ago is never
-    given to another endpoint (the one that left it may take it back); a surviving
+    given to another endpoint (the one that left it may take it back; past the expire the
+    slot is forgotten and free for any endpoint); a surviving
     endpoint never moves; a replica that loads the persisted
     assignment and is given the same state and time decides exactly what the running one
     (incremental, in memory) decides."""
@@ -136,6 +137,8 @@ def test_freed_slots_wait_out_the_expire_and_replicas_agree(
     now = T0
     for endpoints, restart, elapsed in history:
         now += elapsed
+        # Past its quarantine a freed slot is forgotten: free for anyone, its endpoint too.
+        freed_at = {s: (when, by) for s, (when, by) in freed_at.items() if when + EXPIRE_S > now}
         if restart:  # the running replica is replaced by one that loads the ledger
             computer = Computer()
             assignment = roundtrip(assignment, now)
@@ -177,10 +180,14 @@ def test_freed_slot_order_never_used_then_oldest_freed() -> None:
     # The never-used slot 4 first; then nothing is eligible: the count grows.
     early = assign_slots([c, d, e, f], gone_a, 4, now=105.0, quarantine_s=10)
     assert dict(early.slots) == {c: 3, d: 4, e: 5, f: 6} and early.count == 8
-    # Once both quarantines passed: slot 4 (never used), then 2 (freed first), then 1.
+    # Once both quarantines passed, slots 1 and 2 are forgotten (no entry can name them:
+    # the ledger keeps no history past one quarantine) and count as never used: lowest first.
     late = assign_slots([c, d, e, f], gone_a, 4, now=112.0, quarantine_s=10)
-    assert dict(late.slots) == {c: 3, d: 4, e: 2, f: 1} and late.count == 4
+    assert dict(late.slots) == {c: 3, d: 1, e: 2, f: 4} and late.count == 4
     assert dict(late.freed) == {} and dict(late.freed_by) == {}
+    # One lapsed, one not: the lapsed one is forgotten, the other still waits.
+    half = assign_slots([c], gone_a, 4, now=111.5, quarantine_s=10)
+    assert dict(half.freed) == {1: 102.0} and dict(half.freed_by) == {1: a}
     # At the slot limit the oldest quarantined slots are taken rather than none.
     capped = assign_slots([c, d, e, f], gone_a, 4, now=105.0, quarantine_s=10, max_slots=4)
     assert dict(capped.slots) == {c: 3, d: 4, e: 2, f: 1} and capped.count == 4
