@@ -34,9 +34,9 @@ def assign_slots(
     dropped (no entry can name it any more), so the slot counts as never used and the
     ledger's history stays bounded by what one quarantine holds. An endpoint that comes
     back (a readiness flap) within the quarantine takes the slot it left at once: entries
-    naming that slot were written for it. Past `max_slots` the count stops growing: quarantined slots are
-    then reused oldest first, and endpoints beyond every slot get none (the caller reports
-    them).
+    naming that slot were written for it. Past `max_slots` the count stops growing:
+    quarantined slots are then reused oldest first, and endpoints beyond every slot get
+    none (the caller reports them).
 
     `assign_new=False` is a follower's computation: `previous` is the leader's ledger, and
     only the leader gives out slots. Endpoints the ledger has keep their slots, vacated
