@@ -13,6 +13,7 @@ list the ledger is unread (`current()` is None): a follower is not ready then.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -30,6 +31,8 @@ from controlplane.ledger.shards import (
     shard_from,
 )
 from controlplane.model import ObjectRef
+
+log = logging.getLogger(__name__)
 
 ShardListener = Callable[[str, Shard | None], None]  # backend, the shard now (None: deleted)
 
@@ -71,6 +74,7 @@ class LedgerWatch:
         self._objects: dict[str, Shard] = {}  # backend -> its shard as now in the API
         self._problems: dict[str, str] = {}  # backend -> what is wrong with its shard
         self._deleted: set[str] = set()  # backends kept after their shard was deleted
+        self._said: set[str] = set()  # deleted backends whose loss was logged
         self._legacy: Legacy | None = None  # the last readable single object
         self._legacy_now: Legacy | None = None  # as it is now (for its problems)
         self._view: SlotAssignment | None = None  # built on demand, dropped on change
@@ -107,24 +111,34 @@ class LedgerWatch:
         if not backend:
             return
         with self._lock:
-            self._view = None
-            if after is None:
-                if self._objects.get(backend) is before:
-                    del self._objects[backend]
-                    if backend in self._good:
-                        self._deleted.add(backend)
-                        self._problems[backend] = (
-                            f"shard {key[1]} was deleted; serving the last good copy "
-                            "until the leader writes it again"
-                        )
-                    else:
-                        self._problems.pop(backend, None)
-            else:
-                self._objects[backend] = after
-                self._deleted.discard(backend)
-                self._take(backend, after)
+            said = self._problems.get(backend)
+            self._update(key, backend, before, after)
+            found = self._problems.get(backend)
+        # A deletion is said once a computation still uses the backend (`retain`): the
+        # leader deletes the shards of Services that are gone, which is no problem.
+        if found and found != said and backend not in self._deleted:
+            log.warning("slot ledger: %s", found)
         for listener in self._listeners:
             listener(backend, after)
+
+    def _update(self, key: Key, backend: str, before: Shard | None, after: Shard | None) -> None:
+        """Keep the shard (or the loss of it) in the view; under the lock."""
+        self._view = None
+        if after is None:
+            if self._objects.get(backend) is before:
+                del self._objects[backend]
+                if backend in self._good:
+                    self._deleted.add(backend)
+                    self._problems[backend] = (
+                        f"shard {key[1]} was deleted; serving the last good copy "
+                        "until the leader writes it again"
+                    )
+                else:
+                    self._problems.pop(backend, None)
+        else:
+            self._objects[backend] = after
+            self._deleted.discard(backend)
+            self._take(backend, after)
 
     def _take(self, backend: str, shard: Shard) -> None:
         """Keep a good shard's content; for a bad one keep the last good copy (or, with
@@ -199,12 +213,16 @@ class LedgerWatch:
         any more (the leader removed a gone Service's shard)."""
         with self._lock:
             gone = [b for b in self._deleted if b not in in_use]
+            missing = [self._problems[b] for b in self._deleted - self._said if b in in_use]
+            self._said = {b for b in self._deleted if b in in_use}
             for backend in gone:
                 self._deleted.discard(backend)
                 self._good.pop(backend, None)
                 self._problems.pop(backend, None)
             if gone:
                 self._view = None
+        for problem in missing:
+            log.warning("slot ledger: %s", problem)
 
 
 class LedgerView:

@@ -23,6 +23,7 @@ from tests.helpers.replicas import (
     health,
     replica_of,
     replicas,
+    role_of,
     slot_history,
 )
 from tests.helpers.replicas import StreamAgent as Agent
@@ -150,3 +151,51 @@ def test_a_follower_that_cannot_read_the_ledger_stays_not_ready_and_says_why(
             assert "403" in status.not_ready_reason
             assert health(follower.address) == "NOT_SERVING"
             assert replica_of(follower.address).workloads == []
+
+
+@pytest.mark.parametrize("damage", ["delete", "swap-two-slots"])
+def test_a_damaged_ledger_never_moves_a_follower_and_the_leader_rewrites_it(
+    api: FakeKubeAPI, kubeconfig: Path, damage: str
+) -> None:
+    """Deleting the ledger ConfigMap made a follower publish the backend with 0 of 4
+    slots enabled (HTTP 503 through every HAProxy it served, Ready all along, nothing
+    logged), and the leader did not write it again until its next slot change; editing
+    two slots by hand made leader and follower disagree on what SRV_1 means for 20 s and
+    more. Now the follower keeps its last good copy and says so, the leader writes its
+    own again at once, and the two never disagree."""
+    with replicas(kubeconfig, 2, 3.0) as processes:
+        addresses = [p.address for p in processes]
+        assert wait_until(lambda: all(health(a) == "SERVING" for a in addresses), 20)
+        assert wait_until(lambda: {role_of(a) for a in addresses} == {"leader", "follower"}, 10)
+        (follower,) = [p for p in processes if role_of(p.address) == "follower"]
+        agent = Agent(follower.address)
+        try:
+            assert wait_until(lambda: len(agent.last()[2]) == 2, 10)
+            served = agent.last()
+            name = "peerplane-slots.default.shop.http"
+            shard = api.get("ConfigMap", NS, name)
+            assert shard is not None
+            if damage == "delete":
+                api.delete("ConfigMap", NS, name)
+            else:
+                text = shard["data"]["slots.json"]
+                swapped = text.replace("127.0.2.1", "X").replace("127.0.2.2", "127.0.2.1")
+                shard["data"]["slots.json"] = swapped.replace("X", "127.0.2.2")
+                api.apply(shard)
+            # The leader writes its own copy again (signed: its hash matches).
+            assert wait_until(
+                lambda: (
+                    (api.get("ConfigMap", NS, name) or {}).get("data", {}).get("slots.json")
+                    == shard["data"]["slots.json"]
+                ),
+                10,
+            )
+            follower.wait_for(re.compile(r"slot ledger: shard " + re.escape(name)))
+            assert wait_until(
+                lambda: replica_of(follower.address).replica.ledger_problems == [], 10
+            )
+            assert agent.last()[2] == served[2], "the follower's slots never changed"
+            assert slot_history([agent]) == {a: {s} for s, a in served[2].items()}
+            assert all(health(a) == "SERVING" for a in addresses)
+        finally:
+            agent.close()
