@@ -154,7 +154,7 @@ async def _run(
         args, api, Computer(wiring.workload_scope(args)).compute
     )
     try:
-        slots, ledger = wiring.open_ledger(args, api, replica.name)
+        slots, ledger = wiring.open_ledger(args, api, replica.name, recorder)
     except Exception as err:  # LedgerReadError: a --state file that exists but is unusable
         log.error("%s", err)
         await server.stop(0)
@@ -176,7 +176,7 @@ async def _run(
         ledger=ledger,
         unpersisted=lambda: reconciler.unpersisted,
     )
-    reporting = asyncio.ensure_future(_report(replica, metrics))
+    reporting = asyncio.ensure_future(_report(replica, metrics, server))
     heartbeat = asyncio.ensure_future(watch_source(source, server))
     reporting.add_done_callback(lambda _: heartbeat.cancel())
     if ledger is not None:
@@ -230,10 +230,12 @@ async def _promote(elected: asyncio.Event, reconciler: Reconciler, metrics: Metr
     reconciler.on_change()
 
 
-async def _report(replica: Replica, metrics: Metrics, every_s: float = 1.0) -> None:
+async def _report(
+    replica: Replica, metrics: Metrics, server: ControlPlaneServer, every_s: float = 1.0
+) -> None:
     """Keep the replica metrics current and log each change of readiness or role."""
     said = ("", "")
-    problems_said: set[str] = set()
+    ledger_said = ""
     while True:
         status = replica.status()
         metrics.replica(
@@ -243,9 +245,10 @@ async def _report(replica: Replica, metrics: Metrics, every_s: float = 1.0) -> N
             status.endpoints_waiting,
             len(status.ledger_problems),
         )
-        for problem in sorted(set(status.ledger_problems) - problems_said):
-            log.warning("slot ledger: %s", problem, extra=logformat.fields(event="ledger-problem"))
-        problems_said = set(status.ledger_problems)
+        unpersisted = status.not_ready_reason if status.cause == "ledger-write" else ""
+        if unpersisted != ledger_said:  # health: nothing new is published meanwhile
+            await server.set_problem("ledger", unpersisted)
+            ledger_said = unpersisted
         if (status.role, status.not_ready_reason) != said:
             if status.ready:
                 log.info("ready as %s (leader %s)", status.role, status.leader or "unknown")

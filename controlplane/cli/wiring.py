@@ -107,7 +107,10 @@ def open_source(
 
 
 def open_ledger(
-    args: argparse.Namespace, api: KubeApi | None, writer: str = ""
+    args: argparse.Namespace,
+    api: KubeApi | None,
+    writer: str = "",
+    recorder: EventRecorder | None = None,
 ) -> tuple[SlotLedger, LedgerWatch | None]:
     """The slot ledger: ConfigMap shards (with the watch every replica reads them
     through), a --state file, or memory (warned: not persisted). Raises
@@ -118,7 +121,8 @@ def open_ledger(
         from controlplane.kube.ledger_watch import LedgerWatch
 
         watch = LedgerWatch(api, ref)
-        return ConfigMapLedger(api, ref, watch, writer=writer), watch
+        refused = recorder.ledger_refused if recorder is not None else None
+        return ConfigMapLedger(api, ref, watch, writer=writer, refused=refused), watch
     if args.state is None:
         log.warning("no --state: the slot assignment is not persisted across restarts")
         return MemoryLedger(), None
@@ -146,8 +150,13 @@ def tls_files(args: argparse.Namespace) -> TlsFiles | None:
 
 
 def snapshot_store(args: argparse.Namespace) -> SnapshotStore:
-    """The store, keeping `--retained-versions` contents per workload as delta bases."""
-    return SnapshotStore(retained_versions=args.retained_versions)
+    """The store, keeping `--retained-versions` contents per workload as delta bases,
+    within `--retained-bytes`, and built deltas within `--delta-cache-bytes`."""
+    return SnapshotStore(
+        retained_versions=args.retained_versions,
+        retained_bytes=args.retained_bytes,
+        delta_cache_bytes=args.delta_cache_bytes,
+    )
 
 
 def server_options(args: argparse.Namespace, tls: TlsFiles | None) -> ServerOptions:

@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 COMPONENT = "peerplane-controlplane"
 REASONS = {"Service": "InvalidAnnotation", "ConfigMap": "InvalidSetting"}
+# Event reasons by rejection key, where the kind's reason would mislead.
+KEY_REASONS = {"slot-ledger": "SlotLedgerWriteRefused"}
 MESSAGE_LIMIT = 1024
 
 RejectionKey = tuple[str, str, str, str, str, str]
@@ -104,6 +106,11 @@ class EventRecorder:
                 sent.at = now
                 queued += 1
         return queued
+
+    def ledger_refused(self, namespace: str, name: str, message: str) -> None:
+        """The API refused a slot ledger write for good: a Warning Event on that shard
+        (ConfigMap `namespace/name`), once per interval like every other."""
+        self.record([Rejection("ConfigMap", namespace, name, "slot-ledger", "", message)])
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every queued Event was sent (or failed); False on timeout."""
@@ -184,7 +191,7 @@ class EventRecorder:
             "kind": "Event",
             "metadata": {"name": name, "namespace": rejection.namespace},
             "involvedObject": involved,
-            "reason": REASONS[rejection.kind],
+            "reason": KEY_REASONS.get(rejection.key, REASONS[rejection.kind]),
             "message": message_for(rejection),
             "type": "Warning",
             "source": {"component": COMPONENT, "host": self._host},

@@ -100,8 +100,12 @@ class ConfigMapLedger:
         request_timeout: float = 10.0,
         read_timeout: float = 30.0,
         parallel: int = 8,
+        refused: Callable[[str, str, str], None] | None = None,
     ) -> None:
+        """`refused(namespace, object name, message)`: told of a write the API refused for good (an
+        Event on that object, rate-limited by the recorder)."""
         self.ref = ref
+        self._refused = refused
         self._core = client.CoreV1Api(api)
         self._watch = watch
         self._writer = writer
@@ -169,6 +173,11 @@ class ConfigMapLedger:
         else:
             outcomes = [self._try_write(backend, slots) for backend, slots in items]
         errors.extend(e for e in outcomes if e is not None)
+        if self._refused is not None:
+            for (backend, _), error in zip(items, outcomes, strict=True):
+                if error is not None and error.permanent:
+                    name = shard_name(self.ref.name, backend)
+                    self._refused(self.ref.namespace, name, str(error))
         for backend in stale:
             error = self._delete(backend)
             if error is not None:

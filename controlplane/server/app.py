@@ -132,7 +132,9 @@ class ControlPlaneServer:
         )
         self._health = health_aio.HealthServicer()
         self._allowed = True
-        self._source_problem = ""  # a stuck source: NOT_SERVING while set
+        # Why the state served no longer follows the cluster (a stuck source, a slot
+        # ledger that cannot be persisted): NOT_SERVING while any is set.
+        self._problems: dict[str, str] = {}
         self._serving: bool | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: grpc.aio.Server | None = None
@@ -184,7 +186,15 @@ class ControlPlaneServer:
     async def set_source_problem(self, problem: str) -> None:
         """A stuck source ("" once it recovers): NOT_SERVING while set, since the state
         served no longer follows the cluster."""
-        self._source_problem = problem
+        await self.set_problem("source", problem)
+
+    async def set_problem(self, kind: str, problem: str) -> None:
+        """A reason of `kind` ("" once gone) to report NOT_SERVING: the source is stuck,
+        or the leader cannot persist the slot ledger and so publishes nothing new."""
+        if problem:
+            self._problems[kind] = problem
+        else:
+            self._problems.pop(kind, None)
         await self._refresh_health()
 
     def set_serving_threadsafe(self, serving: bool) -> concurrent.futures.Future[None]:
@@ -225,7 +235,8 @@ class ControlPlaneServer:
         return grpc.method_handlers_generic_handler(SERVICE, handlers)
 
     def _on_store_change(self) -> None:
-        self.metrics.retained(self.store.retained_count, self.store.retained_bytes)
+        store = self.store
+        self.metrics.retained(store.retained_count, store.retained_bytes, store.delta_cache_bytes)
         if self._serving != self._should_serve():
             task = asyncio.get_running_loop().create_task(self._refresh_health())
             self._tasks.add(task)
@@ -237,7 +248,7 @@ class ControlPlaneServer:
         return bool(self._serving)
 
     def _should_serve(self) -> bool:
-        return self._allowed and not self._source_problem and self.store.has_published
+        return self._allowed and not self._problems and self.store.has_published
 
     async def _refresh_health(self) -> None:
         serving = self._should_serve()
@@ -254,5 +265,5 @@ class ControlPlaneServer:
         log.info(
             "health: %s%s",
             "SERVING" if serving else "NOT_SERVING",
-            f" ({self._source_problem})" if self._source_problem else "",
+            f" ({'; '.join(self._problems.values())})" if self._problems else "",
         )

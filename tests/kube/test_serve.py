@@ -132,3 +132,41 @@ def test_a_burst_of_endpoint_changes_gives_a_handful_of_versions(
 
         assert wait_until(settled, 10)
         assert 2 <= int(get_snapshot(serve.address)["version"]) <= 15  # debounced, not 1,000
+
+
+def test_a_ledger_write_the_api_refuses_is_said_once_and_makes_the_leader_not_ready(
+    api: FakeKubeAPI, kubeconfig: Path
+) -> None:
+    """Past ~1,650 Services the API refused the single-object ledger (422): the leader
+    logged a traceback every second, stayed Ready, and the fleet froze on its last
+    version without a word where operators look. Now: one log line per cause, a
+    Warning Event on the shard, the metric, ListWorkloads.replica, NOT_SERVING; and back
+    to SERVING with the new version once the API takes the write."""
+    with ServeProcess(*serve_args(kubeconfig)) as serve:
+        assert wait_until(lambda: health(serve.address) == "SERVING", 15)
+        assert wait_until(lambda: role(serve.address) == "leader", 10)
+        shard = "peerplane-slots.default.shop.http"
+        assert wait_until(lambda: api.get("ConfigMap", NS, shard) is not None, 10)
+        api.fail_next("ConfigMap", 422, count=1000, match="configmaps", method="PUT")
+        api.apply(endpoint_slice("shop", {"127.0.2.2": True, "127.0.2.9": True}))
+        serve.wait_for(re.compile(r"slot ledger write refused \(retrying will not fix it\).*422"))
+        assert wait_until(lambda: health(serve.address) == "NOT_SERVING", 10)
+        reply = json.loads(
+            grpcurl(serve.address, "peerplane.v1.PeerPlane/ListWorkloads", data="{}")
+        )
+        assert any("422" in p for p in reply["replica"].get("ledger_problems", [])), reply
+        assert "cannot persist the slot ledger" in reply["replica"]["not_ready_reason"]
+        assert wait_until(
+            lambda: any(e.get("reason") == "SlotLedgerWriteRefused" for e in api.list("Event")),
+            10,
+        )
+        assert "127.0.2.9" not in shop_slots(serve.address)[1].values(), "published unpersisted"
+        time.sleep(2.5)  # retries back off meanwhile: still one line for the one cause
+        refused = [line for line in serve.lines if "slot ledger write refused" in line]
+        assert len(refused) == 1, refused
+        assert not any("Traceback" in line for line in serve.lines)
+
+        api.clear_faults()
+        assert wait_until(lambda: health(serve.address) == "SERVING", 40)
+        assert "127.0.2.9" in shop_slots(serve.address)[1].values()
+        serve.wait_for(re.compile(r"slot ledger persisted again"))

@@ -154,12 +154,13 @@ class FakeKubeAPI:
         self._rv = 100
         self._compacted = 0
         self._continues: dict[str, tuple[int, list[Obj]]] = {}
-        self._faults: dict[str, list[tuple[int, str]]] = {}
+        self._faults: dict[str, list[tuple[int, str, str]]] = {}
         self._watches: set[_Watch] = set()
         self._conns: set[socket.socket] = set()
         self._closed = False
         self._tokens = itertools.count(1)
         self.requests: list[tuple[str, str]] = []
+        self._received: dict[str, int] = {}  # plural -> request body bytes received
         self._tokens_known: dict[str, tuple[Obj, tuple[str, ...]]] = {}
         self.token_reviews: list[Obj] = []  # the TokenReview bodies received
         self._httpd = _QuietServer(("127.0.0.1", 0), _handler_for(self))
@@ -296,11 +297,19 @@ class FakeKubeAPI:
                 watch.expired = True
             self._cond.notify_all()
 
-    def fail_next(self, kind: str, code: int, count: int = 1, match: str = "") -> None:
-        """The next `count` requests on `kind` (whose path and query contain `match`)
-        answer `code` with a Status body."""
+    def fail_next(
+        self, kind: str, code: int, count: int = 1, match: str = "", method: str = ""
+    ) -> None:
+        """The next `count` requests on `kind` (whose path and query contain `match`, and
+        whose method is `method` when given: POST, PUT, DELETE...) answer `code` with a
+        Status body."""
         with self._cond:
-            self._faults.setdefault(PLURALS[kind], []).extend([(code, match)] * count)
+            self._faults.setdefault(PLURALS[kind], []).extend([(code, match, method)] * count)
+
+    def clear_faults(self) -> None:
+        """Forget every fault still queued by `fail_next`."""
+        with self._cond:
+            self._faults.clear()
 
     def watch_requests(self, kind: str) -> int:
         plural = PLURALS[kind]
@@ -309,6 +318,16 @@ class FakeKubeAPI:
     def open_watches(self) -> int:
         with self._cond:
             return len(self._watches)
+
+    def received_bytes(self) -> dict[str, int]:
+        """Request body bytes received so far, by collection (plural; "" for a path that
+        is no collection): what clients wrote to the API, as a server meters it."""
+        with self._cond:
+            return dict(self._received)
+
+    def count_request(self, plural: str, length: int) -> None:
+        with self._cond:
+            self._received[plural] = self._received.get(plural, 0) + length
 
     # ------------------------------------------------------------------ store
 
@@ -343,11 +362,11 @@ class FakeKubeAPI:
 
     # ------------------------------------------------------------------ requests
 
-    def fault(self, plural: str, path: str) -> int | None:
+    def fault(self, plural: str, path: str, method: str = "") -> int | None:
         with self._cond:
             queue = self._faults.get(plural) or []
-            for i, (code, match) in enumerate(queue):
-                if match in path:
+            for i, (code, match, only) in enumerate(queue):
+                if match in path and only in ("", method):
                     del queue[i]
                     return code
             return None
@@ -544,11 +563,7 @@ def _validate(plural: str, obj: Obj) -> None:
                 "label must be an empty string or consist of alphanumeric characters",
             )
     if plural in ("configmaps", "secrets"):
-        size = sum(
-            len(str(k).encode()) + len(str(v).encode())
-            for field_name in ("data", "binaryData", "stringData")
-            for k, v in (obj.get(field_name) or {}).items()
-        )
+        size = data_bytes(obj)
         if size > MAX_DATA_BYTES:
             where = "[]" if plural == "configmaps" else "data"
             raise _Failure(
@@ -556,6 +571,16 @@ def _validate(plural: str, obj: Obj) -> None:
                 "Invalid",
                 invalid + f"{where}: Too long: must have at most {MAX_DATA_BYTES} bytes",
             )
+
+
+def data_bytes(obj: Obj) -> int:
+    """The size the API server limits of a ConfigMap's or Secret's data: keys and values
+    of data, binaryData and stringData, in bytes."""
+    return sum(
+        len(str(k).encode()) + len(str(v).encode())
+        for field_name in ("data", "binaryData", "stringData")
+        for k, v in (obj.get(field_name) or {}).items()
+    )
 
 
 def _expired(since: str, compacted: int) -> Obj:
@@ -622,6 +647,8 @@ def _handler_for(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
             url = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
             length = int(self.headers.get("Content-Length") or 0)
+            route = _ROUTE.match(url.path)
+            api.count_request(route["plural"] if route is not None else "", length)
             if length > MAX_REQUEST_BYTES:
                 remaining = length  # drained, so the client reads the answer, not a reset
                 while remaining > 0:
@@ -636,14 +663,13 @@ def _handler_for(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
                 )
                 return
             body = self._body()
-            route = _ROUTE.match(url.path)
             watching = method == "GET" and _flag(query.get("watch"))
             api.requests.append(("WATCH" if watching else method, self.path))
             if route is None or route["plural"] not in KINDS:
                 self._reply(404, status(404, "NotFound", f"no route for {url.path}"))
                 return
             plural, ns, name = route["plural"], route["ns"], route["name"]
-            code = api.fault(plural, self.path)
+            code = api.fault(plural, self.path, "WATCH" if watching else method)
             if code is not None:
                 self._reply(code, status(code, "Injected", f"injected status {code}"))
                 return

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -250,3 +251,28 @@ def test_a_stuck_folder_source_turns_health_not_serving(tmp_path: Path) -> None:
             await server.stop(0)
 
     asyncio.run(asyncio.wait_for(body(), 30))
+
+
+def test_a_state_file_that_cannot_be_written_is_said_once_and_not_ready(tmp_path: Path) -> None:
+    """An unwritable --state directory printed a full traceback every second and the
+    replica did not say it could not publish. Now: one line per cause, retried with
+    backoff, NOT_SERVING with the reason in ListWorkloads.replica."""
+    manifests = tmp_path / "manifests"
+    shutil.copytree(DEMO, manifests)
+    state = "/proc/self/peerplane-slots.db"  # absent, and nothing can be made there (root too)
+    with ServeProcess("--source", f"files:{manifests}", "--state", state) as serve:
+        serve.wait_for(re.compile(r"slot ledger write refused \(retrying will not fix it\)"))
+        serve.wait_for(re.compile(r"not ready \(single\): cannot persist the slot ledger"))
+        reply = json.loads(
+            grpcurl(serve.address, "peerplane.v1.PeerPlane/ListWorkloads", data="{}")
+        )
+        assert "cannot persist the slot ledger" in reply["replica"]["not_ready_reason"]
+        assert reply.get("workloads", []) == [], "nothing published without a persisted ledger"
+        assert json.loads(grpcurl(serve.address, "grpc.health.v1.Health/Check")) == {
+            "status": "NOT_SERVING"
+        }
+        time.sleep(3.5)  # an observation window: retries at 1, 2 and 4 s say nothing more
+        assert serve.terminate() == 0
+    lines = [line for line in serve.lines if "slot ledger write" in line]
+    assert len(lines) == 1, lines
+    assert not any("Traceback" in line for line in serve.lines)
