@@ -1,15 +1,27 @@
-"""Scale: one endpoint change in a folder of N Services, full snapshots vs deltas.
+"""Scale: one endpoint change among N Services, by where the slot ledger persists (and
+full snapshots vs deltas).
 
-For each N (100, 500, 2,000, 8,000; `--quick`: 20, 100) and each mode, a fresh fleet
-(`tests.helpers.fleet.Fleet`, octet 41): `controlplane serve --source files:DIR` (no
-`--state`, as a first-time user runs it; mode full adds `--no-deltas`) and two `nodeagent
-run --manage-haproxy` with real HAProxy (the one on PATH, 2.6), each on its own loopback
-address, metrics on loopback. The folder is `scalefolder`'s: one file per Service (the
-Service and its EndpointSlice of 20 ready endpoints).
+For each N (100, 2,000, 8,000; `--quick`: 20, 100) and each mode, a fresh fleet
+(`tests.helpers.fleet.Fleet`, octet 41): `controlplane serve` and two `nodeagent run
+--manage-haproxy` with real HAProxy (the one on PATH, 2.6), each on its own loopback
+address, metrics on loopback. The modes (`MODES`; the default run takes `DEFAULT_MODES`,
+all with deltas, the server's default):
 
-Each sample, after a quiet period, rewrites one Service's file atomically with one
-endpoint's address moved (and back on the next sample): the endpoint keeps its slot, so
-it stays a runtime-API change (reloads are counted to check it). Measured per change:
+- delta: `--source files:DIR`, no `--state` (slots not persisted, as a first-time user
+  runs it);
+- state: the same with `--state FILE`, the SQLite ledger (one row per backend);
+- kube: `--source kubernetes --leader-elect` against the fake API server
+  (`scalekube`, in its own process) holding the same cluster as objects: the ledger is
+  one ConfigMap shard per backend, all created by the leader at its first start;
+- full: as delta with `--no-deltas` (run only when asked, `run(modes=...)`).
+
+The cluster is `scalefolder`'s: N Services each with one EndpointSlice of 20 ready
+endpoints (the folder holds one file per Service), health checks on up to 100 Services.
+
+Each sample, after a quiet period, moves one endpoint's address (and back on the next
+sample): the folder's file is rewritten atomically, or the EndpointSlice replaced in the
+API. The endpoint keeps its slot, so it stays a runtime-API change (reloads are counted
+to check it). Measured per change:
 
 - change -> both agents ACK a newer version, polling ListAgents every 10 ms;
 - CPU of the control-plane process and of each agent process (utime+stime of
@@ -18,18 +30,26 @@ it stays a runtime-API change (reloads are counted to check it). Measured per ch
   way (calibrated once per fleet: the ListAgents polls and any idle work, such as the
   folder poll, are not the change's);
 - bytes on the wire per agent: the control plane's `peerplane_sent_bytes_total` (all
-  kinds) over the change, divided by the agents; "n/a" while the counter does not exist.
+  kinds) over the change, divided by the agents; "n/a" while the counter does not exist;
+- bytes written, metered outside the control plane: to the API, the request bodies the
+  fake API server received for ConfigMaps (the ledger's shards; Lease renewals and Events
+  are counted apart); to the disk, `write_bytes` of /proc/PID/io of the control plane
+  (pages it dirtied: the SQLite ledger and its WAL, and its log file);
+- the largest ledger object after the samples: the largest shard's data bytes in the API,
+  or the SQLite file's size (its largest row and the WAL beside it in the note).
 
 Startup is the control-plane process start to both agents having ACKed the first
-snapshot. Full mode is slow at large N (tens of seconds per change), so it takes fewer
-samples. When `controlplane serve` has no `--no-deltas` the mode cannot be forced and
-only the server's default (full snapshots) runs, said in the output.
+snapshot (for kube, after the leader created every shard). Full mode is slow at large N,
+so it takes fewer samples. When `controlplane serve` has no `--no-deltas` the mode cannot
+be forced and only the server's default (full snapshots) runs, said in the output.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -48,14 +68,17 @@ from peerplane.v1 import peerplane_pb2 as pb
 from tests.bench.common import Result, log, median, percentile
 from tests.bench.scalefolder import (
     MOVED_ADDRESS,
+    checks_on,
     endpoint_address,
     service_name,
     write_folder,
 )
+from tests.bench.scalekube import LEDGER, NAMESPACE, KubeCluster
 from tests.helpers.fleet import REPO, Fleet, free_port, haproxy_binary, wait_for
+from tests.kubeapi.objects import write_kubeconfig
 
 OCTET = 41
-SIZES = (100, 500, 2000, 8000)
+SIZES = (100, 2000, 8000)
 QUICK_SIZES = (20, 100)
 HTTP_PORT = 18480
 PEER_PORT = 10480
@@ -63,8 +86,35 @@ POLL_S = 0.01
 QUIET_S = 0.5
 SETTLE_S = 0.3
 CALIBRATE_S = 2.0
-TARGETS = "p50 < 300 ms, p99 < 500 ms, CP CPU < 50 ms, agent CPU < 20 ms, bytes < 2 KB (at 2,000)"
+TARGETS = (
+    "at 2,000 and 8,000: p50 < 300 ms, CP CPU < 30 ms, written < 16 KiB to the API "
+    "(< 64 KiB to disk) per change, largest ledger object < 64 KiB"
+)
+TARGET_FROM = 2000  # the targets apply from this many Services
+TARGET_P50_S = 0.300
+TARGET_CP_CPU_S = 0.030
+TARGET_API_BYTES = 16 * 1024
+TARGET_DISK_BYTES = 64 * 1024
+TARGET_OBJECT_BYTES = 64 * 1024
 _TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True, slots=True)
+class Mode:
+    """How the control plane runs: snapshots or deltas, and where its ledger lives."""
+
+    name: str
+    deltas: bool
+    ledger: str  # "none", "files" (--state, SQLite) or "kube" (ConfigMap shards)
+
+
+MODES = {
+    "full": Mode("full", deltas=False, ledger="none"),
+    "delta": Mode("delta", deltas=True, ledger="none"),
+    "state": Mode("state", deltas=True, ledger="files"),
+    "kube": Mode("kube", deltas=True, ledger="kube"),
+}
+DEFAULT_MODES = ("delta", "state", "kube")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -84,6 +134,23 @@ def rss_mib(pid: int) -> tuple[float, float]:
             if key in found:
                 found[key] = int(line.split()[1]) / 1024
     return found["VmRSS:"], found["VmHWM:"]
+
+
+def disk_written(pid: int) -> int:
+    """Bytes a process caused to be written to storage (`write_bytes` of /proc/PID/io:
+    pages it dirtied), its log file included."""
+    with open(f"/proc/{pid}/io") as io:
+        for line in io:
+            if line.startswith("write_bytes:"):
+                return int(line.split()[1])
+    return 0
+
+
+def sqlite_ledger(path: Path) -> tuple[int, int]:
+    """Rows and the largest row's document bytes of the files ledger at `path`."""
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        rows, largest = db.execute("SELECT count(*), max(length(doc)) FROM backends").fetchone()
+    return int(rows), int(largest or 0)
 
 
 def sent_bytes(metrics_url: str) -> dict[str, float] | None:
@@ -123,7 +190,14 @@ class Curve:
     agent_cpu: list[float] = field(default_factory=list)  # per agent, per change
     bytes_per_agent: list[float] = field(default_factory=list)
     bytes_kinds: dict[str, float] = field(default_factory=dict)
+    api_written: list[float] = field(default_factory=list)  # ledger shards, per change
+    api_kinds: dict[str, float] = field(default_factory=dict)  # every collection, total
+    disk_written: list[float] = field(default_factory=list)  # per change
+    ledger_object: float = float("nan")  # largest shard's data / the SQLite file, bytes
+    ledger_note: str = ""
     startup_s: float = float("nan")
+    startup_note: str = ""
+    checks: bool = False
     reloads: int = 0
     agents_on_deltas: int = 0
     idle: dict[str, float] = field(default_factory=dict)
@@ -134,23 +208,53 @@ class Curve:
     error: str = ""
 
 
+@dataclass
+class Change:
+    """One sample: latency and window (s), CPU before and after (control plane, agents),
+    bytes the control plane wrote to the disk and to the API (by collection)."""
+
+    latency: float
+    window: float
+    cpu0: tuple[float, list[float]]
+    cpu1: tuple[float, list[float]]
+    disk: int
+    api: dict[str, int]
+
+
 class ScaleFleet:
-    """One fleet over a generated folder; every process stopped by `stop()` (by PID)."""
+    """One fleet over a generated folder or fake API server; every process stopped by
+    `stop()` (by PID)."""
 
     def __init__(
         self,
         workdir: Path,
         services: int,
-        server_args: list[str],
+        mode: Mode,
         binary: str | None,
         octet: int = OCTET,
     ) -> None:
         self.services = services
+        self.mode = mode
+        self.workdir = workdir
         self.metrics_port = free_port()
         self.pods = (
             (f"haproxy-s{octet}a", f"127.{octet}.1.1"),
             (f"haproxy-s{octet}b", f"127.{octet}.1.2"),
         )
+        self.state = workdir / "slots.db"
+        self.kube: KubeCluster | None = None
+        server_args = [] if mode.deltas else ["--no-deltas"]
+        if mode.ledger == "files":
+            server_args += ["--state", str(self.state)]
+        elif mode.ledger == "kube":
+            server_args += [
+                f"--kubeconfig={workdir / 'kubeconfig'}",
+                "--leader-elect",
+                f"--lease-namespace={NAMESPACE}",
+                f"--configmap={NAMESPACE}/haproxy-settings",
+                f"--slots-configmap={NAMESPACE}/{LEDGER}",
+            ]
+        kube = mode.ledger == "kube"
         self.fleet = Fleet(
             workdir,
             octet,
@@ -163,12 +267,15 @@ class ScaleFleet:
                 "127.0.0.1",
             ],
             state_file=False,
-            serve_timeout=60 + services * 0.03,
+            # the leader of a new kube ledger creates one shard per backend first
+            serve_timeout=60 + services * (0.08 if kube else 0.03),
+            source="kubernetes" if kube else None,
         )
-        write_folder(self.fleet.manifests, services, self.pods, HTTP_PORT, PEER_PORT)
         self.timeout = 30 + services * 0.03
-        self.changed = service_name(services // 2)
-        self.addresses = (endpoint_address(services // 2, 0), MOVED_ADDRESS)
+        self.changed_index = services // 2
+        self.changed = service_name(self.changed_index)
+        self.addresses = (endpoint_address(self.changed_index, 0), MOVED_ADDRESS)
+        self.load_s = float("nan")
 
     @property
     def metrics_url(self) -> str:
@@ -176,6 +283,12 @@ class ScaleFleet:
 
     def start(self) -> float:
         """Starts it; seconds from the control plane's start to both agents' first ACK."""
+        if self.mode.ledger == "kube":
+            self.kube = KubeCluster(self.workdir / "kubeapi.log")
+            self.load_s = self.kube.load(self.services, self.pods, HTTP_PORT, PEER_PORT)
+            write_kubeconfig(self.kube.url, self.workdir / "kubeconfig")
+        else:
+            write_folder(self.fleet.manifests, self.services, self.pods, HTTP_PORT, PEER_PORT)
         start = time.perf_counter()
         self.fleet.start_control_plane()
         for name, address in self.pods:
@@ -185,6 +298,8 @@ class ScaleFleet:
 
     def stop(self) -> None:
         self.fleet.stop()
+        if self.kube is not None:
+            self.kube.stop()
 
     def status(self) -> list[pb.AgentStatus]:
         try:
@@ -252,18 +367,41 @@ class ScaleFleet:
         cp, agents = self.pids()
         return cpu_seconds(cp), [cpu_seconds(pid) for pid in agents]
 
+    def disk(self) -> int:
+        return disk_written(self.pids()[0])
+
+    def api_received(self) -> dict[str, int]:
+        """Request body bytes the fake API server received, by collection ({}: no API)."""
+        if self.kube is None:
+            return {}
+        return {str(k): int(v) for k, v in self.kube.stats()["received"].items()}
+
+    def ledger(self) -> tuple[float, str]:
+        """The largest ledger object (bytes) and what else to say about the ledger."""
+        if self.mode.ledger == "files":
+            rows, largest = sqlite_ledger(self.state)
+            wal = Path(f"{self.state}-wal")
+            wal_size = wal.stat().st_size if wal.exists() else 0
+            note = f"{rows:,} rows, largest {largest:,} B, WAL {wal_size / 1024:,.0f} KiB"
+            return float(self.state.stat().st_size), note
+        if self.kube is not None:
+            stats = self.kube.stats()
+            note = f"{stats['shards']:,} shards, {stats['total'] / 1024:,.0f} KiB in all"
+            return float(stats["largest_shard"]), note
+        return float("nan"), ""
+
     def reloads(self) -> int:
         return sum(
             HAProxy(str(a.master_socket), str(a.runtime_socket)).show_proc().reloads
             for a in self.fleet.agents.values()
         )
 
-    def idle_rates(self, polling: bool) -> tuple[float, float]:
+    def idle_rates(self, polling: bool, seconds: float = CALIBRATE_S) -> tuple[float, float]:
         """CPU seconds per second of the control plane and of one agent (mean) while
         nothing changes, with ListAgents polled as while waiting for an ACK or not."""
         cp0, agents0 = self.cpu()
         start = time.perf_counter()
-        while time.perf_counter() - start < CALIBRATE_S:
+        while time.perf_counter() - start < seconds:
             if polling:
                 self.status()
             time.sleep(POLL_S)
@@ -272,25 +410,42 @@ class ScaleFleet:
         agent = sum(b - a for a, b in zip(agents0, agents1, strict=True)) / len(agents0)
         return (cp1 - cp0) / elapsed, agent / elapsed
 
-    def change(self, sample: int) -> Any:
-        """Moves the endpoint (atomic rename); (latency s, window s, CPU before, after)."""
-        path = self.fleet.manifests / f"{self.changed}.yaml"
+    def change(self, sample: int) -> Change:
+        """Moves the endpoint: an atomic rename of its Service's file, or its
+        EndpointSlice replaced in the API; then waits for both agents' ACK."""
         old, new = self.addresses[sample % 2], self.addresses[(sample + 1) % 2]
-        text = path.read_text()
-        changed = text.replace(f'"{old}"', f'"{new}"')
-        if changed == text:
-            raise RuntimeError(f"{path.name}: {old} not found")
+        move: Callable[[], None]
+        if self.kube is not None:
+            kube = self.kube
+
+            def move() -> None:
+                kube.move(self.changed_index, old, new)
+
+        else:
+            path = self.fleet.manifests / f"{self.changed}.yaml"
+            text = path.read_text()
+            changed = text.replace(f'"{old}"', f'"{new}"')
+            if changed == text:
+                raise RuntimeError(f"{path.name}: {old} not found")
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(changed)
+
+            def move() -> None:
+                os.replace(tmp, path)
+
         before = min(s.acked_version for s in self.status())
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(changed)
+        api0, disk0 = self.api_received(), self.disk()
         cpu0 = self.cpu()
         start = time.perf_counter()
-        os.replace(tmp, path)
+        move()
         self.wait_acked(lambda s: s.acked_version > before, self.timeout)
         latency = time.perf_counter() - start
         time.sleep(SETTLE_S)
         cpu1 = self.cpu()
-        return latency, time.perf_counter() - start, cpu0, cpu1
+        window = time.perf_counter() - start
+        disk1, api1 = self.disk(), self.api_received()
+        api = {k: v - api0.get(k, 0) for k, v in api1.items() if v != api0.get(k, 0)}
+        return Change(latency, window, cpu0, cpu1, disk1 - disk0, api)
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -302,22 +457,29 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 def measure(
     services: int,
-    mode: str,
+    mode: Mode,
     samples: int,
     binary: str | None,
-    server_args: list[str],
     octet: int = OCTET,
+    calibrate_s: float = CALIBRATE_S,
 ) -> Curve:
     """One fleet, `samples` changes; the curve point (with `error` set if it failed)."""
-    curve = Curve(services, mode, samples)
-    work = Path(tempfile.mkdtemp(prefix=f"bench-scale-{services}-{mode}-"))
-    fleet = ScaleFleet(work, services, server_args, binary, octet)
+    curve = Curve(services, mode.name, samples, checks=checks_on(services))
+    work = Path(tempfile.mkdtemp(prefix=f"bench-scale-{services}-{mode.name}-"))
+    fleet = ScaleFleet(work, services, mode, binary, octet)
     try:
         curve.startup_s = fleet.start()
+        if mode.ledger == "kube":
+            written = fleet.api_received()
+            shards = fleet.kube.stats()["shards"] if fleet.kube is not None else 0
+            curve.startup_note = (
+                f"API loaded in {fleet.load_s:.1f} s; startup wrote {shards:,} shards, "
+                f"{written.get('configmaps', 0) / 1024:,.0f} KiB"
+            )
         curve.agents_on_deltas = sum(1 for s in fleet.status() if s.deltas)
         time.sleep(QUIET_S)
-        cp_idle, agent_idle = fleet.idle_rates(polling=False)
-        cp_polled, agent_polled = fleet.idle_rates(polling=True)
+        cp_idle, agent_idle = fleet.idle_rates(polling=False, seconds=calibrate_s)
+        cp_polled, agent_polled = fleet.idle_rates(polling=True, seconds=calibrate_s)
         curve.idle = {
             "cp_idle_ms_per_s": cp_idle * 1000,
             "cp_polled_ms_per_s": cp_polled * 1000,
@@ -327,8 +489,10 @@ def measure(
         for sample in range(samples):
             time.sleep(QUIET_S)
             sent0 = sent_bytes(fleet.metrics_url)
-            latency, window, (cp0, ag0), (cp1, ag1) = fleet.change(sample)
+            change = fleet.change(sample)
             sent1 = sent_bytes(fleet.metrics_url)
+            latency, window = change.latency, change.window
+            (cp0, ag0), (cp1, ag1) = change.cpu0, change.cpu1
             curve.latencies.append(latency)
             # Not the change's: idle work over the window, the ListAgents polls while
             # waiting for the ACK (calibrated rates; ticks of 10 ms, so means are used).
@@ -336,17 +500,23 @@ def measure(
             per_agent = sum(b - a for a, b in zip(ag0, ag1, strict=True)) / len(ag0)
             agent_poll = max(0.0, agent_polled - agent_idle)
             curve.agent_cpu.append(per_agent - agent_idle * window - agent_poll * latency)
+            curve.disk_written.append(change.disk)
+            if fleet.kube is not None:
+                curve.api_written.append(change.api.get("configmaps", 0))
+                for kind, count in change.api.items():
+                    curve.api_kinds[kind] = curve.api_kinds.get(kind, 0.0) + count
             if sent0 is not None and sent1 is not None:
                 diff = {k: sent1.get(k, 0.0) - sent0.get(k, 0.0) for k in sent1}
                 for kind, value in diff.items():
                     curve.bytes_kinds[kind] = curve.bytes_kinds.get(kind, 0.0) + value
                 curve.bytes_per_agent.append(sum(diff.values()) / len(fleet.pods))
         curve.reloads = fleet.reloads() - reloads0
+        curve.ledger_object, curve.ledger_note = fleet.ledger()
         curve.cp_rss_mib, curve.agent_rss_mib = fleet.rss()
         curve.haproxy_rss_mib = fleet.haproxy_rss()
     except Exception as err:  # one size failing must not lose the others
         curve.error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-        log(f"scale N={services} {mode}: {err}")
+        log(f"scale N={services} {mode.name}: {err}")
     finally:
         fleet.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -356,7 +526,7 @@ def measure(
 def samples_for(services: int, mode: str, quick: bool) -> int:
     if quick:
         return 3
-    if mode == "delta":
+    if mode != "full":
         return 20
     return 10 if services <= 500 else 3
 
@@ -381,6 +551,37 @@ def _bytes(values: list[float]) -> str:
     return f"{value / 1024:,.1f} KiB" if value >= 1024 else f"{value:,.0f} B"
 
 
+def _size(value: float) -> str:
+    if value != value:
+        return "n/a"
+    return f"{value / 1024:,.1f} KiB" if value >= 1024 else f"{value:,.0f} B"
+
+
+def target_misses(curve: Curve) -> list[str]:
+    """The ledger targets this point misses (none below `TARGET_FROM` Services)."""
+    if curve.error or curve.services < TARGET_FROM:
+        return []
+    misses = []
+    if curve.latencies and median(curve.latencies) >= TARGET_P50_S:
+        misses.append("p50")
+    if curve.cp_cpu and cpu_mean(curve.cp_cpu) >= TARGET_CP_CPU_S:
+        misses.append("CP CPU")
+    if curve.api_written and median(curve.api_written) >= TARGET_API_BYTES:
+        misses.append("API bytes")
+    if curve.disk_written and median(curve.disk_written) >= TARGET_DISK_BYTES:
+        misses.append("disk bytes")
+    if curve.ledger_object >= TARGET_OBJECT_BYTES:
+        misses.append("ledger object")
+    return misses
+
+
+def _verdict(curve: Curve) -> str:
+    if curve.error or curve.services < TARGET_FROM:
+        return "-"
+    misses = target_misses(curve)
+    return "missed: " + ", ".join(misses) if misses else "met"
+
+
 def _mib(value: tuple[float, float]) -> str:
     now, peak = value
     return f"{now:,.0f} / {peak:,.0f} MiB" if now == now else "n/a"
@@ -396,6 +597,10 @@ def curve_table(curves: list[Curve]) -> str:
         "CP CPU",
         "agent CPU",
         "bytes/agent",
+        "API written",
+        "disk written",
+        "largest ledger object",
+        "targets",
         "startup",
         "CP RSS / peak",
         "agent RSS / peak",
@@ -404,8 +609,15 @@ def curve_table(curves: list[Curve]) -> str:
     )
     rows = []
     for c in curves:
-        note = c.error or (
-            f"{c.samples} samples, {c.reloads} reloads, {c.agents_on_deltas} agents on deltas"
+        note = c.error or "; ".join(
+            x
+            for x in (
+                f"{c.samples} samples, {c.reloads} reloads, {c.agents_on_deltas} agents on deltas",
+                f"checks {'on' if c.checks else 'off'}",
+                c.ledger_note,
+                c.startup_note,
+            )
+            if x
         )
         if not c.error and c.mode == "delta" and c.bytes_kinds and not c.bytes_kinds.get("delta"):
             note += "; server sent no deltas"
@@ -418,6 +630,10 @@ def curve_table(curves: list[Curve]) -> str:
                 _ms(c.cp_cpu, mean=True),
                 _ms(c.agent_cpu, mean=True),
                 _bytes(c.bytes_per_agent),
+                _bytes(c.api_written) if c.mode == "kube" else "-",
+                _bytes(c.disk_written),
+                _size(c.ledger_object),
+                _verdict(c),
                 f"{c.startup_s:.1f} s" if c.startup_s == c.startup_s else "n/a",
                 _mib(c.cp_rss_mib),
                 _mib(c.agent_rss_mib),
@@ -432,10 +648,12 @@ def curve_table(curves: list[Curve]) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append(
-        f"targets: {TARGETS}; CPU: mean per change, bytes: median per change; "
-        "RSS after the samples / peak since start (agent: the larger peak of the two, its "
-        "HAProxy not counted, nor its `haproxy -c` children); HAProxy: RSS of the master and "
-        "the serving worker"
+        f"targets: {TARGETS}; CPU: mean per change, bytes: median per change (API: request "
+        "bodies to ConfigMaps at the fake API server; disk: write_bytes of the control plane, "
+        "its log included); largest ledger object: the largest shard's data (kube), the SQLite "
+        "file (state); RSS after the samples / peak since start (agent: the larger peak of "
+        "the two, its HAProxy not counted, nor its `haproxy -c` children); HAProxy: RSS of "
+        "the master and the serving worker"
     )
     return "\n".join(lines)
 
@@ -451,6 +669,7 @@ def results_of(curve: Curve, binary: str) -> list[Result]:
         "haproxy": binary,
         "reloads": curve.reloads,
         "agents_on_deltas": curve.agents_on_deltas,
+        "health_checks": curve.checks,
         **{k: round(v, 2) for k, v in curve.idle.items()},
     }
     if curve.error:
@@ -468,6 +687,38 @@ def results_of(curve: Curve, binary: str) -> list[Result]:
         Result(f"{base}.haproxy_master_rss", curve.haproxy_rss_mib[0], "MiB", params),
         Result(f"{base}.haproxy_worker_rss", curve.haproxy_rss_mib[1], "MiB", params),
     ]
+    if curve.startup_note:
+        found[0] = Result(
+            found[0].name, curve.startup_s, "s", {**params, "note": curve.startup_note}
+        )
+    if curve.api_written:
+        kinds = {k: round(v) for k, v in curve.api_kinds.items()}
+        found.append(
+            Result(
+                f"{base}.api_written_per_change",
+                median(curve.api_written),
+                "bytes",
+                {**params, "received_by_collection_total": kinds},
+            )
+        )
+    if curve.disk_written:
+        found.append(
+            Result(f"{base}.disk_written_per_change", median(curve.disk_written), "bytes", params)
+        )
+    if curve.ledger_object == curve.ledger_object:
+        found.append(
+            Result(
+                f"{base}.ledger_largest_object",
+                curve.ledger_object,
+                "bytes",
+                {**params, "note": curve.ledger_note},
+            )
+        )
+    if curve.services >= TARGET_FROM:
+        misses = target_misses(curve)
+        found.append(
+            Result(f"{base}.targets_missed", len(misses), "targets", {**params, "missed": misses})
+        )
     if curve.bytes_per_agent:
         kinds = {k: round(v) for k, v in curve.bytes_kinds.items()}
         found.append(
@@ -487,27 +738,29 @@ def run(
     binary: str | None = None,
     octet: int = OCTET,
     samples: int | None = None,
+    modes: tuple[str, ...] = DEFAULT_MODES,
+    calibrate_s: float = CALIBRATE_S,
 ) -> list[Result]:
     """The curve; the keyword arguments let the smoke test run a small, separate fleet
-    (own `octet`, `binary` the HAProxy, default the one on PATH)."""
+    (own `octet`, `binary` the HAProxy, default the one on PATH, a shorter idle
+    calibration) and pick `modes` (names of `MODES`; "full" compares full snapshots with
+    deltas)."""
     binary = binary or haproxy_binary()
     if binary is None:
         raise RuntimeError("haproxy not found")
     sizes = sizes or (QUICK_SIZES if quick else SIZES)
-    # mode -> extra `controlplane serve` arguments
-    modes: dict[str, list[str]] = {"full": ["--no-deltas"], "delta": []}
-    if not server_has_no_deltas_flag():
-        modes = {"full": []}
-        log("scale: `controlplane serve` has no --no-deltas: full mode (the default) only")
+    if "full" in modes and not server_has_no_deltas_flag():
+        modes = tuple(m for m in modes if m != "full")
+        log("scale: `controlplane serve` has no --no-deltas: full mode left out")
     curves: list[Curve] = []
     for services in sizes:
-        for mode, server_args in modes.items():
-            count = samples or samples_for(services, mode, quick)
-            log(f"scale: N={services} {mode}, {count} samples")
-            curves.append(measure(services, mode, count, binary, server_args, octet))
+        for name in modes:
+            count = samples or samples_for(services, name, quick)
+            log(f"scale: N={services} {name}, {count} samples")
+            started = time.perf_counter()
+            curves.append(measure(services, MODES[name], count, binary, octet, calibrate_s))
+            log(f"scale: N={services} {name}: {time.perf_counter() - started:.0f} s")
     print(curve_table(curves))
-    if "delta" not in modes:
-        print("(no --no-deltas on `controlplane serve`: only full mode was run)")
     results = [r for c in curves for r in results_of(c, binary)]
     failed = [c for c in curves if c.error]
     if failed and len(failed) == len(curves):

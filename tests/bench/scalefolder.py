@@ -1,21 +1,32 @@
-"""The scale benchmark's cluster as a folder of manifests: pure text, one file per Service.
+"""The scale benchmark's cluster as a folder of manifests: pure text, one file per Service;
+and the same cluster as API objects (`cluster_objects`) for the fake Kubernetes API server.
 
 N Services, each exposed with its own host, `load-balance: source` and source-IP
 persistence, each with one EndpointSlice of 20 ready endpoints in the same file; one
-DaemonSet of two HAProxy pods; the settings ConfigMap. Health checks are off in the
-ConfigMap: with them HAProxy would probe up to 160,000 addresses that nothing serves,
-loading the shared machine the figures are measured on.
+DaemonSet of two HAProxy pods; the settings ConfigMap. Health checks (on by default for
+users) stay on up to `CHECKS_UP_TO` Services and are off in the ConfigMap above: there
+HAProxy would probe up to 160,000 addresses that nothing serves, loading the shared
+machine the figures are measured on.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from tests.bench.common import loopback_ip
+
+Obj = dict[str, Any]
 
 ENDPOINTS = 20
 ENDPOINT_BASE = 0x7F_50_00_00  # 127.80.0.0 + index: up to 8,000 x 20 endpoints
 MOVED_ADDRESS = "127.90.0.1"  # where the changed endpoint moves (and back)
+CHECKS_UP_TO = 100  # health checks on (the default) up to this many Services, off above
+
+
+def checks_on(services: int) -> bool:
+    return services <= CHECKS_UP_TO
 
 
 def service_name(index: int) -> str:
@@ -74,12 +85,12 @@ def haproxy_file(pods: tuple[tuple[str, str], ...]) -> str:
     return text
 
 
-def settings_file(http_port: int, peer_port: int) -> str:
+def settings_file(http_port: int, peer_port: int, checks: bool = False) -> str:
     return (
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: haproxy-settings\n"
         "  namespace: haproxy-system\ndata:\n"
         f'  http-port: "{http_port}"\n  peer-port: "{peer_port}"\n'
-        '  check: "false"\n'
+        f'  check: "{str(checks).lower()}"\n'
         "  source-ip-persistence-size: 1m\n  source-ip-persistence-expire: 30m\n"
     )
 
@@ -92,7 +103,110 @@ def write_folder(
     peer_port: int,
 ) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "settings.yaml").write_text(settings_file(http_port, peer_port))
+    settings = settings_file(http_port, peer_port, checks_on(services))
+    (directory / "settings.yaml").write_text(settings)
     (directory / "haproxy.yaml").write_text(haproxy_file(pods))
     for index in range(services):
         (directory / f"{service_name(index)}.yaml").write_text(service_file(index))
+
+
+# ------------------------------------------------ the same cluster as API objects
+
+
+def service_objects(index: int) -> tuple[Obj, Obj]:
+    """One Service and its EndpointSlice, as `service_file(index)` holds them."""
+    name = service_name(index)
+    svc: Obj = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "annotations": {
+                "haproxy.org/expose": "true",
+                "haproxy.org/hosts": f"{name}.example.com",
+                "haproxy.org/load-balance": "source",
+                "haproxy.org/source-ip-persistence": "true",
+            },
+        },
+        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8888}]},
+    }
+    endpoints = [
+        {
+            "addresses": [endpoint_address(index, e)],
+            "conditions": {"ready": True},
+            "targetRef": {"kind": "Pod", "name": f"{name}-{e}"},
+        }
+        for e in range(ENDPOINTS)
+    ]
+    slice_: Obj = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": slice_name(index),
+            "namespace": "default",
+            "labels": {"kubernetes.io/service-name": name},
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8888, "protocol": "TCP"}],
+        "endpoints": endpoints,
+    }
+    return svc, slice_
+
+
+def slice_name(index: int) -> str:
+    return f"{service_name(index)}-abc12"
+
+
+def haproxy_pod_objects(pods: tuple[tuple[str, str], ...]) -> list[Obj]:
+    """The HAProxy pods of `haproxy_file` (owned by DaemonSet haproxy; the API source
+    reads the owner from the pod, the DaemonSet object itself is not watched)."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": "haproxy-system",
+                "labels": {"app.kubernetes.io/component": "haproxy"},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "DaemonSet",
+                        "name": "haproxy",
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {"nodeName": f"node-{i}"},
+            "status": {"phase": "Running", "podIP": address},
+        }
+        for i, (name, address) in enumerate(pods)
+    ]
+
+
+def settings_object(http_port: int, peer_port: int, checks: bool = False) -> Obj:
+    """The settings ConfigMap of `settings_file`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "haproxy-settings", "namespace": "haproxy-system"},
+        "data": {
+            "http-port": str(http_port),
+            "peer-port": str(peer_port),
+            "check": str(checks).lower(),
+            "source-ip-persistence-size": "1m",
+            "source-ip-persistence-expire": "30m",
+        },
+    }
+
+
+def cluster_objects(
+    services: int, pods: tuple[tuple[str, str], ...], http_port: int, peer_port: int
+) -> Iterator[Obj]:
+    """Every object of the folder `write_folder` writes, but the DaemonSet."""
+    yield settings_object(http_port, peer_port, checks_on(services))
+    yield from haproxy_pod_objects(pods)
+    for index in range(services):
+        yield from service_objects(index)

@@ -276,10 +276,13 @@ class Fleet:
         agent_args: Sequence[str] = (),
         state_file: bool = True,
         serve_timeout: float = 20,
+        source: str | None = None,
     ) -> None:
         """`server_args`/`agent_args` are appended to every `controlplane serve` /
         `nodeagent run` command line (the benchmarks' switches); `state_file=False` runs
-        the control plane without `--state`, as a first-time user would."""
+        the control plane without `--state`, as a first-time user would; `source` replaces
+        the manifests folder (`files:DIR`) as `--source` (say, `kubernetes`)."""
+        self.source = source
         self.workdir = workdir
         self.haproxy_bin = haproxy_bin  # None: the one on PATH (the demo's)
         self.server_args = list(server_args)
@@ -339,14 +342,15 @@ class Fleet:
                 self.backends.start(name, self.ip(address), port, kind)
 
     def start_control_plane(self) -> None:
-        self.write_manifests() if not self.manifests.exists() else None
+        if self.source is None and not self.manifests.exists():
+            self.write_manifests()
         argv = [
             sys.executable,
             "-m",
             "controlplane.cli",
             "serve",
             "--source",
-            f"files:{self.manifests}",
+            self.source or f"files:{self.manifests}",
             "--listen",
             self.control_plane_address,
             "--insecure",  # plaintext on loopback
@@ -450,7 +454,10 @@ class Fleet:
             return False
 
     def snapshot(self) -> pb.Snapshot:
-        return self.stub.GetSnapshot(pb.GetSnapshotRequest(workload=WORKLOAD), timeout=5)
+        found: pb.Snapshot = self.stub.GetSnapshot(
+            pb.GetSnapshotRequest(workload=WORKLOAD), timeout=5
+        )
+        return found
 
     def agents_status(self) -> list[pb.AgentStatus]:
         return list(self.stub.ListAgents(pb.ListAgentsRequest(), timeout=5).agents)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from controlplane.compute import compute
 from controlplane.model import ClusterState
@@ -19,9 +21,10 @@ from tests.bench import fanout as fanout_bench
 from tests.bench import haproxy as haproxy_bench
 from tests.bench import persistence as persistence_bench
 from tests.bench import scale as scale_bench
-from tests.bench import stability
+from tests.bench import scalefolder, stability
 from tests.bench.__main__ import main as bench_main
 from tests.bench.common import Result, big_cluster
+from tests.helpers.fleet import haproxy_binary
 from tests.helpers.haproxy_versions import HAProxyBinary
 
 
@@ -204,9 +207,20 @@ def test_fanout_compare_streams_deltas_that_every_worker_verifies() -> None:
 
 
 @pytest.mark.haproxy
-def test_scale_bench_measures_full_and_delta_side_by_side(haproxy_bin: HAProxyBinary) -> None:
-    found = _by_name(scale_bench.run(sizes=(3,), samples=2, octet=55, binary=haproxy_bin.path))
-    assert "scale.n3.full.failed" not in found and "scale.n3.delta.failed" not in found
+def test_scale_bench_measures_delivery_and_ledger_modes_side_by_side(
+    haproxy_bin: HAProxyBinary,
+) -> None:
+    """Full snapshots vs deltas on every HAProxy version; the ledger modes (no state,
+    SQLite `--state`, the Kubernetes ConfigMap shards against the fake API server) change
+    only the control plane, so they run with the HAProxy on PATH alone."""
+    ledger_modes = os.path.realpath(haproxy_bin.path) == os.path.realpath(haproxy_binary() or "")
+    modes = ("full", "delta", *(("state", "kube") if ledger_modes else ()))
+    found = _by_name(
+        scale_bench.run(
+            sizes=(3,), samples=2, octet=55, binary=haproxy_bin.path, modes=modes, calibrate_s=0.5
+        )
+    )
+    assert not [name for name in found if name.endswith(".failed")]
     full = found["scale.n3.full.change_to_ack_p50"].parameters
     delta = found["scale.n3.delta.change_to_ack_p50"].parameters
     # The endpoint move stays a runtime-API change in both modes.
@@ -218,12 +232,49 @@ def test_scale_bench_measures_full_and_delta_side_by_side(haproxy_bin: HAProxyBi
     assert sent_delta.parameters["sent_by_kind_total"]["delta"] > 0
     assert sent_delta.value < sent_full.value
     assert found["scale.n3.delta.startup_first_ack"].value > 0
-    for mode in ("full", "delta"):  # resident memory of real processes, in MiB
+    for mode in modes:  # resident memory of real processes, in MiB
         for process in ("cp", "agent"):
             now = found[f"scale.n3.{mode}.{process}_rss"].value
             assert 10 < now <= found[f"scale.n3.{mode}.{process}_rss_peak"].value < 2048
         for process in ("master", "worker"):
             assert 1 < found[f"scale.n3.{mode}.haproxy_{process}_rss"].value < 2048
+        assert found[f"scale.n3.{mode}.disk_written_per_change"].value >= 0
+    assert "scale.n3.delta.ledger_largest_object" not in found  # nothing persisted
+    if not ledger_modes:
+        return
+    for mode in ("state", "kube"):
+        assert found[f"scale.n3.{mode}.change_to_ack_p50"].parameters["reloads"] == 0
+        assert found[f"scale.n3.{mode}.change_to_ack_p50"].parameters["agents_on_deltas"] == 2
+    # SQLite: one row per backend, written to disk on each change.
+    state = found["scale.n3.state.ledger_largest_object"]
+    assert state.value > 0 and state.parameters["note"].startswith("3 rows")
+    assert found["scale.n3.state.disk_written_per_change"].value > 0
+    # Kubernetes: one shard per backend, created at start; a change rewrites one shard.
+    kube = found["scale.n3.kube.ledger_largest_object"]
+    assert 0 < kube.value < 64 * 1024 and kube.parameters["note"].startswith("3 shards")
+    written = found["scale.n3.kube.api_written_per_change"]
+    assert 0 < written.value < 16 * 1024
+    assert written.parameters["received_by_collection_total"]["configmaps"] > 0
+    assert "startup wrote 3 shards" in found["scale.n3.kube.startup_first_ack"].parameters["note"]
+    assert "scale.n3.state.api_written_per_change" not in found
+
+
+def test_scale_cluster_objects_are_the_folder_manifests() -> None:
+    """The kube mode's API objects are the files mode's manifests, object for object."""
+    pods = (("haproxy-a", "127.9.1.1"), ("haproxy-b", "127.9.1.2"))
+    for index in (0, 7):
+        assert list(yaml.safe_load_all(scalefolder.service_file(index))) == list(
+            scalefolder.service_objects(index)
+        )
+    documents = list(yaml.safe_load_all(scalefolder.haproxy_file(pods)))
+    assert [d for d in documents if d["kind"] == "Pod"] == scalefolder.haproxy_pod_objects(pods)
+    for checks in (True, False):
+        assert yaml.safe_load(scalefolder.settings_file(1, 2, checks)) == (
+            scalefolder.settings_object(1, 2, checks)
+        )
+    objects = list(scalefolder.cluster_objects(3, pods, 1, 2))
+    assert len(objects) == 1 + len(pods) + 3 * 2
+    assert objects[0]["data"]["check"] == "true"  # 3 Services: health checks on
 
 
 def test_failover_bench_check_fails_loudly_on_a_lost_follower_stream_or_a_moved_slot() -> None:
