@@ -284,18 +284,12 @@ class Applier:
             ) from e
 
     def _read_config_bytes(self) -> bytes | None:
-        try:
-            with open(self.config_path, "rb") as f:
-                return f.read()
-        except FileNotFoundError:
-            return None
-        except OSError as e:  # a directory in its place, no permission
-            raise ApplyError(
-                f"cannot read {self.config_path}: {e.strerror or e}", retryable=True
-            ) from e
+        """The file as HAProxy would read it, to compare with what a change renders."""
+        return _read_file(self.config_path)
 
     def _read_config(self) -> str | None:
-        data = self._read_config_bytes()
+        """The file before a reload, to put back if HAProxy refuses the new one."""
+        data = _read_file(self.config_path)
         return None if data is None else data.decode("utf-8", errors="replace")
 
     def _worker_pid(self) -> int | None:
@@ -337,6 +331,18 @@ class Applier:
                 retryable=True,
             ) from e
         self._unsaved = False
+
+
+def _read_file(path: str) -> bytes | None:
+    """Its bytes, None when absent; a retryable ApplyError when it cannot be read (a
+    directory in its place, no permission): the fault may be repaired."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise ApplyError(f"cannot read {path}: {e.strerror or e}", retryable=True) from e
 
 
 def unexpected(error: Exception, workload: str, version: int) -> Result:
