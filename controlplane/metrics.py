@@ -86,8 +86,14 @@ class Metrics:
         )
         self.retained_bytes = Gauge(
             "peerplane_retained_bytes",
-            "Bytes held only for deltas: retained contents not shared with the next version, "
-            "and cached delta messages (estimate)",
+            "Bytes held only as delta bases: what retained contents hold and no current "
+            "version does, shared bytes once (estimate; at most --retained-bytes)",
+            registry=r,
+        )
+        self.delta_cache_bytes = Gauge(
+            "peerplane_delta_cache_bytes",
+            "Bytes of built delta messages cached for streams at the same base "
+            "(at most --delta-cache-bytes)",
             registry=r,
         )
         self.acks = Counter("peerplane_acks", "ACKs received", ["workload"], registry=r)
@@ -189,9 +195,10 @@ class Metrics:
     def resynced(self, workload: str) -> None:
         self.delta_resyncs.labels(workload=label(workload)).inc()
 
-    def retained(self, versions: int, size: int) -> None:
+    def retained(self, versions: int, size: int, delta_cache: int) -> None:
         self.retained_versions.set(versions)
         self.retained_bytes.set(size)
+        self.delta_cache_bytes.set(delta_cache)
 
     def acked(self, workload: str, latency_s: float) -> None:
         self.acks.labels(workload=label(workload)).inc()

@@ -11,9 +11,13 @@ parses as one merged message.
 For agents that accept deltas the store keeps, per workload, the encoded parts of the
 last `retained_versions` contents (a dict of references to backend bytes mostly shared
 with the current version) and builds the delta from one of them to the current version
-once, on first request; every stream at that base shares the bytes. The cache is
-emptied when the workload's content changes, so it never holds more than one delta per
-retained base.
+once, on first request; every stream at that base shares the bytes. Both are bounded in
+bytes over all workloads, because a change of every backend (a settings edit) makes each
+retained content and each delta as large as the snapshot: `retained_bytes` bounds what
+the retained contents hold that their successors do not share (the oldest replaced
+content is evicted first, the current one never: an agent on an evicted base gets the
+full snapshot), `delta_cache_bytes` bounds the cached deltas (least recently used first;
+a workload's deltas are dropped when its content changes).
 
 The store does no I/O and is used from the event-loop thread only.
 """
@@ -23,8 +27,8 @@ from __future__ import annotations
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from controlplane.publish import delta, wire
@@ -68,38 +72,116 @@ class PublishResult:
 
 
 DEFAULT_RETAINED_VERSIONS = 16
+DEFAULT_RETAINED_BYTES = 64 * 1024 * 1024
+"""Retained contents' own bytes, all workloads: 16 one-endpoint changes of 8 workloads of
+2,000 Services take about 7 MiB, 17 settings edits of them 41 MiB (tests/bench/retention.py)."""
+DEFAULT_DELTA_CACHE_BYTES = 32 * 1024 * 1024
+"""Cached delta messages, all workloads: thousands of small deltas, or about 17 deltas
+that replace every backend of a 2,000-Service snapshot."""
 
 
 @dataclass(slots=True)
 class _Retained:
-    """One retained content of a workload: its parts, and the bytes only it holds (not
-    shared with the version that replaced it; 0 while current)."""
+    """One retained content of a workload: its parts and, once replaced, the backends its
+    successor does not share (`own`) and the bytes of its other parts it alone holds."""
 
     parts: ContentParts
-    own_bytes: int = 0
+    own: tuple[bytes, ...] = ()
+    fixed: int = 0
 
 
-def _own_bytes(old: ContentParts, new: ContentParts) -> int:
-    """Bytes `old` keeps alive that `new` does not share (an estimate: the parts, the
-    changed backends' bytes, the backends dict)."""
-    after = new.backends
-    changed = sum(len(b) for name, b in old.backends.items() if after.get(name) is not b)
-    fixed = len(old.workload) + len(old.peers) + len(old.frontends) + len(old.warnings)
-    return changed + fixed + sys.getsizeof(old.backends)
+_CURRENT, _REPLACED = 0, 1
+_ENTRY_BYTES = 180
+"""What `_BackendRefs` spends per object it follows (dict slot, id, list: measured with
+tracemalloc), counted with the object: a settings edit makes thousands of them."""
+
+
+class _BackendRefs:
+    """Who holds each backend bytes object: how many current versions, how many replaced
+    retained contents. The encoder shares one object between versions and between
+    workloads that serve the same Service (a settings edit makes 8 workloads' retained
+    contents hold the same new bytes), so memory held only for deltas is the objects that
+    replaced contents hold and no current version does, each counted once (with what
+    following it costs here)."""
+
+    __slots__ = ("_counts", "only_replaced")
+
+    def __init__(self) -> None:
+        self._counts: dict[int, list[int]] = {}  # id -> [current, replaced, size]
+        self.only_replaced = 0
+
+    def count(self, backends: Iterable[bytes], holder: int, step: int) -> None:
+        """Add `step` (+1 or -1) holders of kind `holder` to each object (callers hold the
+        objects meanwhile, so their ids stay theirs)."""
+        counts = self._counts
+        for framed in backends:
+            key = id(framed)
+            entry = counts.get(key)
+            if entry is None:
+                entry = counts[key] = [0, 0, len(framed) + _ENTRY_BYTES]
+            was = entry[_REPLACED] > 0 and not entry[_CURRENT]
+            entry[holder] += step
+            now = entry[_REPLACED] > 0 and not entry[_CURRENT]
+            if was != now:
+                self.only_replaced += entry[2] if now else -entry[2]
+            if not entry[_CURRENT] and not entry[_REPLACED]:
+                del counts[key]
+
+
+def _unshared(old: ContentParts, new: ContentParts) -> tuple[list[bytes], list[bytes]]:
+    """The backends of `old` that `new` does not hold (by identity), and those of `new`
+    that `old` does not: O(backends), comparing references only."""
+    before, after = old.backends, new.backends
+    gone = [framed for name, framed in before.items() if after.get(name) is not framed]
+    added = [framed for name, framed in after.items() if before.get(name) is not framed]
+    return gone, added
+
+
+def _fixed_bytes(old: ContentParts, new: ContentParts) -> int:
+    """Bytes of `old`'s parts other than backends that `new` does not share, and its
+    backends dict (never shared)."""
+    others = (
+        (old.workload, new.workload),
+        (old.peers, new.peers),
+        (old.frontends, new.frontends),
+        (old.warnings, new.warnings),
+    )
+    return sum(len(a) for a, b in others if a is not b) + sys.getsizeof(old.backends)
 
 
 class SnapshotStore:
-    """Current published version of every workload, plus the pod -> workload mapping."""
+    """Current published version of every workload, plus the pod -> workload mapping.
 
-    def __init__(self, retained_versions: int = DEFAULT_RETAINED_VERSIONS) -> None:
+    `retained_bytes` and `delta_cache_bytes` are byte budgets over all workloads (0 =
+    unbounded); `retained_versions` bounds the count per workload.
+    """
+
+    def __init__(
+        self,
+        retained_versions: int = DEFAULT_RETAINED_VERSIONS,
+        retained_bytes: int = DEFAULT_RETAINED_BYTES,
+        delta_cache_bytes: int = DEFAULT_DELTA_CACHE_BYTES,
+    ) -> None:
         if retained_versions < 1:
             raise ValueError(f"retained_versions must be at least 1, not {retained_versions}")
+        if retained_bytes < 0 or delta_cache_bytes < 0:
+            raise ValueError("byte budgets must be at least 0 (0 = unbounded)")
         self.retained_versions = retained_versions
+        self.retained_budget = retained_bytes
+        self.delta_cache_budget = delta_cache_bytes
         # Per workload: content hash -> parts of the last `retained_versions` contents,
         # oldest first, the current one last.
         self._retained: dict[str, OrderedDict[str, _Retained]] = {}
-        # Per workload: base content hash -> ServerMessage(delta=...) to the current version.
+        # Replaced (non-current) retained contents of every workload, replaced longest ago
+        # first: the eviction order of the byte budget.
+        self._replaced: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._refs = _BackendRefs()
+        self._fixed_total = 0  # replaced contents' `fixed` bytes
+        # Per workload: base content hash -> ServerMessage(delta=...) to the current version;
+        # every cached (workload, base) least recently used first, their bytes summed.
         self._deltas: dict[str, dict[str, bytes]] = {}
+        self._delta_lru: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._delta_total = 0
         self._current: dict[str, Published] = {}
         # Last generation ever used per workload: a workload that vanishes and comes back
         # keeps counting upwards, so versions never repeat within one process.
@@ -136,9 +218,13 @@ class SnapshotStore:
                 changed.append(workload)
         removed = sorted(set(self._current) - set(snapshots))
         for workload in removed:
-            del self._current[workload]
+            gone = self._current.pop(workload)
+            self._refs.count(gone.content.parts.backends.values(), _CURRENT, -1)
+            self._drop_deltas(workload)
+            for content_hash in list(self._retained.get(workload, ())):
+                self._forget(workload, content_hash)
             self._retained.pop(workload, None)
-            self._deltas.pop(workload, None)
+        self._evict_over_budget()  # once all moved: sharing between workloads is known
         pods_changed = False
         if pod_workloads is not None and dict(pod_workloads) != dict(self._pod_workloads):
             self._pod_workloads = MappingProxyType(dict(pod_workloads))
@@ -156,28 +242,86 @@ class SnapshotStore:
         version = self._generations.get(workload, 0) + 1
         self._generations[workload] = version
         message = wire.snapshot_message(content.payload, version, content.content_hash)
-        bases = self._retain(workload, content, current)
-        self._deltas.pop(workload, None)
+        self._drop_deltas(workload)
+        self._retain(workload, content, current)
         self._current[workload] = Published(
-            workload, version, content, message, published_at=time.monotonic(), bases=bases
+            workload,
+            version,
+            content,
+            message,
+            published_at=time.monotonic(),
+            bases=self._bases(workload),
         )
         return True
 
-    def _retain(
-        self, workload: str, content: SnapshotContent, replaced: Published | None
-    ) -> frozenset[str]:
-        """Keep `content`'s parts as the newest of its workload; the bases it can be
-        reached from by a delta."""
+    def _retain(self, workload: str, content: SnapshotContent, replaced: Published | None) -> None:
+        """Keep `content`'s parts as the newest of its workload, within the count, and
+        count who holds which backend."""
         retained = self._retained.setdefault(workload, OrderedDict())
-        if replaced is not None:
+        self._forget(workload, content.content_hash)  # content going back: current again
+        if replaced is None:
+            self._refs.count(content.parts.backends.values(), _CURRENT, 1)
+        else:
+            before = replaced.content.parts
+            gone, added = _unshared(before, content.parts)
+            self._refs.count(added, _CURRENT, 1)
+            self._refs.count(gone, _CURRENT, -1)
             previous = retained.get(replaced.content_hash)
             if previous is not None:
-                previous.own_bytes = _own_bytes(previous.parts, content.parts)
-        retained.pop(content.content_hash, None)
+                previous.own = tuple(gone)
+                previous.fixed = _fixed_bytes(before, content.parts) + sys.getsizeof(previous.own)
+                self._refs.count(previous.own, _REPLACED, 1)
+                self._fixed_total += previous.fixed
+                self._replaced[(workload, replaced.content_hash)] = None
         retained[content.content_hash] = _Retained(content.parts)
         while len(retained) > self.retained_versions:
-            retained.popitem(last=False)
-        return frozenset(retained) - {content.content_hash}
+            self._forget(workload, next(iter(retained)))
+
+    def _forget(self, workload: str, content_hash: str) -> None:
+        """Stop retaining one content (absent: nothing), and its cached delta."""
+        retained = self._retained.get(workload)
+        gone = retained.pop(content_hash, None) if retained is not None else None
+        if gone is None:
+            return
+        self._refs.count(gone.own, _REPLACED, -1)
+        self._fixed_total -= gone.fixed
+        self._replaced.pop((workload, content_hash), None)
+        cache = self._deltas.get(workload)
+        if cache is not None and content_hash in cache:
+            self._delta_total -= len(cache.pop(content_hash))
+            self._delta_lru.pop((workload, content_hash), None)
+
+    def _evict_over_budget(self) -> None:
+        """Forget the contents replaced longest ago until the retained ones fit the
+        budget; the current versions (never in `_replaced`) stay. A current version whose
+        base went is republished with the bases left, so no stream is promised a delta
+        the store cannot build."""
+        if not self.retained_budget:
+            return
+        touched: set[str] = set()
+        while self.retained_bytes > self.retained_budget and self._replaced:
+            workload, content_hash = next(iter(self._replaced))
+            self._forget(workload, content_hash)
+            touched.add(workload)
+        for workload in touched:
+            current = self._current.get(workload)
+            if current is not None:
+                self._current[workload] = replace(current, bases=self._bases(workload))
+
+    def _bases(self, workload: str) -> frozenset[str]:
+        """The retained contents a delta to the current version (the newest) can start
+        from."""
+        retained = self._retained.get(workload)
+        if not retained:
+            return frozenset()
+        return frozenset(retained) - {next(reversed(retained))}
+
+    def _drop_deltas(self, workload: str) -> None:
+        """Forget the cached deltas to `workload`'s current version (its content changed
+        or it was removed)."""
+        for base, message in self._deltas.pop(workload, {}).items():
+            self._delta_total -= len(message)
+            self._delta_lru.pop((workload, base), None)
 
     # ------------------------------------------------------------------ reads
 
@@ -207,19 +351,29 @@ class SnapshotStore:
             return None
         if base_hash not in published.bases:
             return None
+        key = (workload, base_hash)
         cache = self._deltas.setdefault(workload, {})
         message = cache.get(base_hash)
-        if message is None:
-            retained = self._retained[workload]
-            body = delta.delta_bytes(
-                retained[base_hash].parts,
-                published.content.parts,
-                base_hash,
-                published.content_hash,
-                published.version,
-            )
-            message = delta.server_message_with_delta(body)
-            cache[base_hash] = message
+        if message is not None:
+            self._delta_lru.move_to_end(key)
+            return message
+        body = delta.delta_bytes(
+            self._retained[workload][base_hash].parts,
+            published.content.parts,
+            base_hash,
+            published.content_hash,
+            published.version,
+        )
+        message = delta.server_message_with_delta(body)
+        budget = self.delta_cache_budget
+        if budget and len(message) > budget:
+            return message  # larger than the whole cache: built for this stream only
+        cache[base_hash] = message
+        self._delta_lru[key] = None
+        self._delta_total += len(message)
+        while budget and self._delta_total > budget:
+            (lru_workload, lru_base), _ = self._delta_lru.popitem(last=False)
+            self._delta_total -= len(self._deltas[lru_workload].pop(lru_base))
         return message
 
     @property
@@ -229,11 +383,16 @@ class SnapshotStore:
 
     @property
     def retained_bytes(self) -> int:
-        """Bytes held only for deltas: retained contents' parts that the version after
-        each does not share, and the cached delta messages (an estimate)."""
-        parts = sum(r.own_bytes for kept in self._retained.values() for r in kept.values())
-        deltas = sum(len(m) for cache in self._deltas.values() for m in cache.values())
-        return parts + deltas
+        """Bytes held only as delta bases: the backends that replaced contents hold and
+        no current version does (each object once, however many workloads share it),
+        their other unshared parts and backends dicts. At most the budget after each
+        publish."""
+        return self._refs.only_replaced + self._fixed_total
+
+    @property
+    def delta_cache_bytes(self) -> int:
+        """Bytes of the cached delta messages (at most the budget)."""
+        return self._delta_total
 
     # ------------------------------------------------------------------ subscribers
 

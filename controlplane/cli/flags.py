@@ -23,7 +23,11 @@ from controlplane.server import ServerOptions
 from controlplane.server.auth import DEFAULT_AUDIENCE
 from controlplane.server.ratelimit import DEFAULT_OPENS_BURST, DEFAULT_OPENS_PER_S
 from controlplane.source.convert import DEFAULT_HAPROXY_SELECTOR
-from controlplane.store import DEFAULT_RETAINED_VERSIONS
+from controlplane.store import (
+    DEFAULT_DELTA_CACHE_BYTES,
+    DEFAULT_RETAINED_BYTES,
+    DEFAULT_RETAINED_VERSIONS,
+)
 
 DEFAULT_SETTINGS_CONFIGMAP = "haproxy-system/haproxy-settings"
 DEFAULT_LISTEN = "127.0.0.1:18000"
@@ -119,6 +123,8 @@ def non_negative_int(text: str) -> int:
 INT32_MAX = 2**31 - 1
 """gRPC takes message sizes and milliseconds as C ints: larger values overflow."""
 MAX_SECONDS = 24 * 86400.0
+MAX_BUDGET_BYTES = 2**40
+"""Largest memory budget flag (1 TiB): anything larger is a typo, not a sizing."""
 """Longest duration flag: 24 days of milliseconds still fit an int32."""
 
 
@@ -383,6 +389,22 @@ def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_RETAINED_VERSIONS,
         help="contents kept per workload as delta bases: an agent further behind gets the "
         f"full snapshot (default {DEFAULT_RETAINED_VERSIONS}; 1 = no deltas)",
+    )
+    limits.add_argument(
+        "--retained-bytes",
+        type=int_in(0, MAX_BUDGET_BYTES),
+        default=DEFAULT_RETAINED_BYTES,
+        help="bytes the retained delta bases of all workloads may hold beyond the current "
+        "versions; the bases replaced longest ago go first, the current versions never "
+        f"(default {DEFAULT_RETAINED_BYTES}; 0 = unbounded)",
+    )
+    limits.add_argument(
+        "--delta-cache-bytes",
+        type=int_in(0, MAX_BUDGET_BYTES),
+        default=DEFAULT_DELTA_CACHE_BYTES,
+        help="bytes of built deltas kept for the next stream at the same base, all "
+        f"workloads, least recently used evicted (default {DEFAULT_DELTA_CACHE_BYTES}; "
+        "0 = unbounded)",
     )
     limits.add_argument(
         "--keepalive-time",

@@ -210,7 +210,10 @@ class StreamHandler:
             delta = self._store.delta_message(published.workload, sent.content_hash, sent.base)
             if delta is not None:  # None only if the store moved on: the snapshot will do
                 shared, kind = delta, "delta"
-                self._metrics.retained(self._store.retained_count, self._store.retained_bytes)
+                store = self._store
+                self._metrics.retained(
+                    store.retained_count, store.retained_bytes, store.delta_cache_bytes
+                )
         # The shared bytes hold ServerMessage(snapshot=...) or (delta=...); protobuf
         # merges them with the stream's nonce.
         message = pb.ServerMessage(nonce=sent.nonce).SerializeToString() + shared

@@ -1,7 +1,7 @@
 """`python -m tests.bench [NAME ...] [--quick]`: run benchmarks, print a table, write JSON.
 
 Names: compute, fanout, haproxy, e2e, stability, churn, persistence, scale, agent_apply,
-failover (default: all, in that order).
+failover, retention (default: all, in that order).
 Results go to tests/bench/results.json (entries of benchmarks not run this time are kept).
 """
 
@@ -26,6 +26,7 @@ BENCHMARKS = {
     "scale": "tests.bench.scale",
     "agent_apply": "tests.bench.agent_apply",
     "failover": "tests.bench.failover",
+    "retention": "tests.bench.retention",
 }
 
 

@@ -134,9 +134,14 @@ class Agent:
 class Harness:
     """Server + client channel; `async with Harness() as h:`."""
 
-    def __init__(self, server: Callable[[SnapshotStore], ControlPlaneServer] | None = None) -> None:
-        """`server` builds the server (options, authentication) around the store."""
-        self.store = SnapshotStore()
+    def __init__(
+        self,
+        server: Callable[[SnapshotStore], ControlPlaneServer] | None = None,
+        store: SnapshotStore | None = None,
+    ) -> None:
+        """`server` builds the server (options, authentication) around the store;
+        `store` replaces the default one (budgets)."""
+        self.store = store if store is not None else SnapshotStore()
         self.server = server(self.store) if server is not None else ControlPlaneServer(self.store)
         self.port = 0
         self._agents: list[Agent] = []
@@ -168,7 +173,7 @@ class Harness:
         return agent
 
     def publish(
-        self, snapshots: Mapping[str, pb.Snapshot], pods: Mapping[str, str] | None = None
+        self, snapshots: Mapping[str, SnapshotContent], pods: Mapping[str, str] | None = None
     ) -> list[str]:
         return self.store.publish(snapshots, pods)
 

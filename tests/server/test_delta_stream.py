@@ -17,7 +17,7 @@ from controlplane.server import ControlPlaneServer, ServerOptions, StreamLimits
 from controlplane.store import SnapshotStore
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.delta_agent import DeltaAgent
-from tests.helpers.server_harness import NS, W1, Harness, run, snapshot
+from tests.helpers.server_harness import NS, W1, W2, Harness, run, snapshot
 
 PODS = {f"{NS}/haproxy-a": W1, f"{NS}/haproxy-b": W1}
 
@@ -193,6 +193,78 @@ def test_the_retained_versions_flag_sizes_the_window() -> None:
     assert store.delta_message(W1, second.content_hash, first.content_hash) is None
     with pytest.raises(SystemExit):
         parser.parse_args([*base, "--retained-versions", "0"])
+
+
+def test_the_byte_budget_flags_size_the_store(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--retained-bytes` and `--delta-cache-bytes` reach the store (0 = unbounded); a
+    negative, fractional or absurd value is a usage error naming the flag."""
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    base = ["--source", "files:/x", "--insecure"]
+    store = snapshot_store(parser.parse_args(base))
+    assert (store.retained_budget, store.delta_cache_budget) == (64 << 20, 32 << 20)
+    store = snapshot_store(
+        parser.parse_args([*base, "--retained-bytes", "1000", "--delta-cache-bytes", "0"])
+    )
+    assert (store.retained_budget, store.delta_cache_budget) == (1000, 0)
+    for flag in ("--retained-bytes", "--delta-cache-bytes"):
+        for value in ("-1", "1e6", "64Mi", str(2**41)):
+            with pytest.raises(SystemExit) as stopped:
+                parser.parse_args([*base, flag, value])
+            assert stopped.value.code == 2
+            assert f"argument {flag}:" in capsys.readouterr().err
+
+
+def test_an_agent_on_an_evicted_base_gets_the_full_snapshot() -> None:
+    """The retained-bytes budget is shared by all workloads: another workload's changes
+    evict this one's old base. An agent that comes back holding it gets the full
+    snapshot (materialized and hash-checked by the agent), not a delta it cannot apply
+    and not an error; the metrics stay within the budgets."""
+    budget = 2000
+    pods = {**PODS, f"{NS}/edge-a": W2}
+
+    async def body() -> None:
+        async with Harness(store=SnapshotStore(retained_bytes=budget)) as h:
+            h.publish({W1: snapshot(W1, "10.0.0.1"), W2: snapshot(W2, "10.0.9.1")}, pods)
+            a = agent(h, "haproxy-a")
+            await a.hello()
+            await receive_and_ack(a)
+            await acked(h, "haproxy-a", 1)
+            held = a.held
+            assert held is not None
+            a.close()
+
+            w1 = snapshot(W1, "10.0.0.1", "10.0.0.2")
+            addresses = ["10.0.9.1"]
+            h.publish({W1: w1, W2: snapshot(W2, *addresses)}, pods)
+            current = h.store.get(W1)
+            assert current is not None and held.content_hash in current.bases
+            while held.content_hash in current.bases:  # W2 changes until W1's base goes
+                assert len(addresses) < 60, "the budget never evicted W1's base"
+                addresses.append(f"10.0.9.{len(addresses) + 1}")
+                h.publish({W1: w1, W2: snapshot(W2, *addresses)}, pods)
+                assert h.store.retained_bytes <= budget
+                current = h.store.get(W1)
+                assert current is not None
+            assert current.version == 2  # W1's current version is kept
+
+            back = agent(h, "haproxy-a")
+            await back.hello(held.content_hash, 1)
+            message = await receive_and_ack(back)
+            assert message.WhichOneof("message") == "snapshot"
+            assert back.held == current.snapshot()
+            await acked(h, "haproxy-a", 2)
+
+            edge = agent(h, "edge-a")  # a base still retained: a delta, as before
+            previous = snapshot(W2, *addresses[:-1])
+            await edge.hello(previous.content_hash, 1)
+            raw = await edge.recv_raw()
+            assert pb.ServerMessage.FromString(raw).WhichOneof("message") == "delta"
+            assert h.store.delta_cache_bytes > 0
+            assert 0 < sample(h, "peerplane_retained_bytes") <= budget
+            assert sample(h, "peerplane_delta_cache_bytes") == h.store.delta_cache_bytes
+
+    run(body())
 
 
 def test_reconnect_with_the_current_hash_gets_in_sync() -> None:

@@ -1,4 +1,5 @@
-"""SnapshotStore: versions follow content, bytes are built once, subscribers are told."""
+"""SnapshotStore: versions follow content, bytes are built once, subscribers are told,
+retained contents and built deltas stay within their byte budgets."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import pytest
 
 from controlplane.compute import Computer
 from controlplane.publish import Encoder
-from controlplane.publish.content import content_hash
+from controlplane.publish.content import ContentParts, SnapshotContent, content_hash
 from controlplane.store import SnapshotStore
+from peerplane.protowire import framed_backend
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service
 from tests.helpers.server_harness import W1, W2, snapshot
@@ -175,6 +177,171 @@ def test_content_going_back_is_one_retained_entry_and_a_removed_workload_is_forg
 def test_the_window_size_is_checked() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         SnapshotStore(retained_versions=0)
+
+
+# ---------------------------------------------------------------------- byte budgets
+
+EDITED = [f"{W1}-{i}" for i in range(4)]
+
+
+def _edit(workload: str, edit: int, backends: int = 8, size: int = 1000) -> SnapshotContent:
+    """`workload`'s content after settings edit number `edit`: every backend differs from
+    the previous edit's, as when a ConfigMap setting changes."""
+    snap = pb.Snapshot(workload=workload)
+    for index in range(backends):
+        snap.backends.add(name=f"b{index}", service="default/s", balance=f"{edit}".ljust(size))
+    return SnapshotContent.from_message(snap)
+
+
+def _edits(store: SnapshotStore, edit: int) -> dict[str, str]:
+    """Publish edit number `edit` of every workload of `EDITED`; their hashes."""
+    contents = {w: _edit(w, edit) for w in EDITED}
+    store.publish(contents)
+    return {w: c.content_hash for w, c in contents.items()}
+
+
+def _own_bytes_of_one_edit() -> int:
+    """What one replaced content of `_edit` holds on its own (the store's estimate)."""
+    store = SnapshotStore(retained_bytes=0)
+    _edits(store, 0)
+    _edits(store, 1)
+    return store.retained_bytes // len(EDITED)
+
+
+def test_retained_bytes_stay_within_the_budget_over_all_workloads() -> None:
+    """A settings edit changes every backend, so each retained content held a whole
+    snapshot's backends and only their count per workload was bounded: 2,000 Services x
+    8 workloads and 17 edits took the control plane from 127 to 264 MiB. The retained
+    contents of all workloads together stay within the byte budget, those replaced
+    longest ago going first, every current version kept; a current version's bases
+    follow, and an evicted base gives no delta (the full snapshot is sent)."""
+    one = _own_bytes_of_one_edit()
+    budget = 3 * one + one // 2  # three replaced contents, whatever their workload
+    store = SnapshotStore(retained_bytes=budget)
+    replaced: list[tuple[str, str]] = []  # (workload, hash), in the order replaced
+    hashes = _edits(store, 0)
+    for edit in range(1, 6):
+        previous = hashes
+        hashes = _edits(store, edit)
+        replaced.extend((w, previous[w]) for w in sorted(EDITED))
+        assert store.retained_bytes <= budget
+        kept = set(replaced[-3:])  # the three replaced last, spread over workloads
+        assert store.retained_count == len(EDITED) + 3  # the current ones always
+        for workload in EDITED:
+            current = store.get(workload)
+            assert current is not None and current.content_hash == hashes[workload]
+            assert current.bases == {h for w, h in kept if w == workload}
+            for base in current.bases:
+                assert store.delta_message(workload, current.content_hash, base) is not None
+            evicted = previous[workload]
+            if (workload, evicted) not in kept:
+                assert store.delta_message(workload, current.content_hash, evicted) is None
+
+
+def test_a_budget_smaller_than_one_content_keeps_only_the_current_versions() -> None:
+    store = SnapshotStore(retained_bytes=1)
+    _edits(store, 0)
+    hashes = _edits(store, 1)
+    assert store.retained_bytes == 0
+    assert store.retained_count == len(EDITED)
+    for workload in EDITED:
+        current = store.get(workload)
+        assert current is not None and current.content_hash == hashes[workload]
+        assert current.bases == frozenset()
+    _edits(store, 2)
+    assert (store.retained_count, store.retained_bytes) == (len(EDITED), 0)
+
+
+def _sharing(workloads: list[str], edit: int) -> tuple[dict[str, SnapshotContent], int]:
+    """Contents of `workloads` holding the same backend bytes objects (as the encoder
+    shares a Service's backend between the workloads that serve it); their size."""
+    framed = {f"b{i}": framed_backend(_edit(W1, edit).message().backends[i]) for i in range(8)}
+    contents = {
+        w: SnapshotContent.of_parts(
+            w, ContentParts(b"", b"", framed, b"", b""), peers=0, backends=8, warnings=0
+        )
+        for w in workloads
+    }
+    return contents, sum(map(len, framed.values()))
+
+
+def test_retained_bytes_count_a_backend_shared_by_workloads_once() -> None:
+    """A settings edit gives every workload new bytes for the same Services, one object
+    per Service shared by all (the encoder's cache): summing per workload counted 8
+    workloads' retained contents 8 times. An object is counted once, and not at all
+    while a current version still holds it."""
+    store = SnapshotStore(retained_bytes=0)
+    store.publish(_sharing([W1, W2], 0)[0])
+    edited, size = _sharing([W1, W2], 1)
+    store.publish(edited)
+    overhead = store.retained_bytes - size  # the two replaced backends dicts
+    assert 0 < overhead < size / 2  # counted twice, it would exceed `size`
+    store.publish({W1: _sharing([W1], 2)[0][W1], W2: edited[W2]})
+    # W1's edit 1 is replaced, but W2 still runs those very bytes: only a dict more.
+    assert store.retained_bytes - size < 2 * overhead
+    store.publish({W1: _sharing([W1], 2)[0][W1], W2: _sharing([W2], 3)[0][W2]})
+    assert store.retained_bytes > 2 * size  # now edit 1's bytes are held for deltas only
+
+
+def test_the_delta_cache_is_bounded_least_recently_used_first() -> None:
+    """Built deltas were cached per (base, current) until the content changed: 120
+    agents on different bases of a settings edit held 120 snapshot-sized deltas (495
+    MiB). The cache stays within its byte budget, the least recently used delta going
+    first; an evicted one is rebuilt (equal bytes), and a delta larger than the whole
+    cache is built for its stream and not kept."""
+    hashes = [_edit(W1, edit) for edit in range(5)]
+    probe = SnapshotStore(delta_cache_bytes=0)
+    for content in hashes:
+        probe.publish({W1: content})
+    to = hashes[-1].content_hash
+    size = len(probe.delta_message(W1, to, hashes[0].content_hash) or b"")
+    assert size > 8000  # every backend: about the snapshot
+
+    store = SnapshotStore(delta_cache_bytes=2 * size + size // 2)  # two deltas
+    for content in hashes:
+        store.publish({W1: content})
+    b0, b1, b2 = (c.content_hash for c in hashes[:3])
+    first = store.delta_message(W1, to, b0)
+    second = store.delta_message(W1, to, b1)
+    assert first is not None and second is not None
+    assert store.delta_cache_bytes == 2 * size
+    assert store.delta_message(W1, to, b0) is first  # used: now the most recent
+    assert store.delta_message(W1, to, b2) is not None  # evicts b1's, the least recent
+    assert store.delta_cache_bytes == 2 * size
+    assert store.delta_message(W1, to, b0) is first
+    rebuilt = store.delta_message(W1, to, b1)
+    assert rebuilt is not None and rebuilt is not second and rebuilt == second
+    assert store.delta_cache_bytes <= 2 * size + size // 2
+
+    small = SnapshotStore(delta_cache_bytes=size // 2)
+    for content in hashes:
+        small.publish({W1: content})
+    one = small.delta_message(W1, to, b0)
+    assert one == first and small.delta_message(W1, to, b0) is not one
+    assert small.delta_cache_bytes == 0
+
+
+def test_the_delta_cache_forgets_a_workload_that_changed_or_went() -> None:
+    store = SnapshotStore()
+    contents = [_edit(W1, edit) for edit in range(3)]
+    for content in contents[:2]:
+        store.publish({W1: content, W2: snapshot(W2, "10.0.9.1")})
+    assert store.delta_message(W1, contents[1].content_hash, contents[0].content_hash)
+    assert store.delta_cache_bytes > 0
+    store.publish({W1: contents[2], W2: snapshot(W2, "10.0.9.1")})
+    assert store.delta_cache_bytes == 0  # W1's content changed: deltas to it are stale
+    assert store.delta_message(W1, contents[2].content_hash, contents[0].content_hash)
+    retained = store.retained_bytes
+    assert retained > 0
+    store.publish({W2: snapshot(W2, "10.0.9.1")})
+    assert (store.delta_cache_bytes, store.retained_bytes) == (0, 0)
+
+
+def test_the_byte_budgets_are_checked() -> None:
+    with pytest.raises(ValueError, match="at least 0"):
+        SnapshotStore(retained_bytes=-1)
+    with pytest.raises(ValueError, match="at least 0"):
+        SnapshotStore(delta_cache_bytes=-1)
 
 
 def _retention_cost(retained: int, services: int, versions: int) -> tuple[int, int, int]:

@@ -20,6 +20,7 @@ from tests.bench import failover as failover_bench
 from tests.bench import fanout as fanout_bench
 from tests.bench import haproxy as haproxy_bench
 from tests.bench import persistence as persistence_bench
+from tests.bench import retention as retention_bench
 from tests.bench import scale as scale_bench
 from tests.bench import scalefolder, stability
 from tests.bench.__main__ import main as bench_main
@@ -299,3 +300,19 @@ def test_failover_bench_keeps_follower_streams_while_leader_agents_reconnect() -
     assert len(figures.reconnect["leader"]) == figures.agents["leader"]
     assert figures.reconnect["followers"] == []
     assert len(figures.takeover) == 1 and figures.takeover[0] > 0
+
+
+def test_retention_bench_bounds_what_the_unbounded_store_lets_grow() -> None:
+    """The retention benchmark's workload (8 workloads, 17 settings edits, 120 agents on
+    as many bases) at 200 Services: unbounded, bases and deltas exceed the budgets the
+    bounded store keeps to, and every agent gets either a delta or the snapshot."""
+    budgets = (2 * 2**20, 2**20)
+    unbounded = retention_bench.child(200, 0, 0, traced=False)
+    bounded = retention_bench.child(200, *budgets, traced=False)
+    assert unbounded["agents_retained_bytes"] > budgets[0]
+    assert unbounded["agents_delta_cache_bytes"] > budgets[1]
+    assert bounded["agents_retained_bytes"] <= budgets[0]
+    assert bounded["agents_delta_cache_bytes"] <= budgets[1]
+    for figures in (unbounded, bounded):
+        assert figures["deltas"] + figures["snapshots"] == 120
+    assert unbounded["snapshots"] == 0 < bounded["snapshots"]
