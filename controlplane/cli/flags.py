@@ -373,8 +373,9 @@ def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
         type=seconds_in(0.0, 1_000_000.0),
         default=DEFAULT_OPENS_PER_S,
         metavar="RATE",
-        help="agent streams a peer address may open per second after a burst of "
-        f"{DEFAULT_OPENS_BURST}; faster opens get RESOURCE_EXHAUSTED with a retry hint "
+        help="streams one agent (peer address and pod) may open per second after a burst "
+        f"of {DEFAULT_OPENS_BURST}, a peer address 16 times that after a burst 8 times it; "
+        "faster opens get RESOURCE_EXHAUSTED with a retry hint "
         f"(default {DEFAULT_OPENS_PER_S:g}; 0 = unlimited)",
     )
     limits.add_argument(

@@ -1,9 +1,11 @@
 """Admission of an agent stream, before any protocol state exists (docs/design.md,
 "The agent stream").
 
-In order: the per-peer rate of stream opens (`ratelimit`), the per-peer stream cap, the
-bearer token (when authentication is on), the Hello (first message, in time, every field
-bounded and clean), and the token's binding to the very pod the Hello names. Each failure
+In order: the rate of stream opens per peer host (`ratelimit`, generous: a fleet behind
+one NAT address shares it), the per-peer stream cap, the bearer token (when
+authentication is on), the Hello (first message, in time, every field bounded and clean),
+the token's binding to the very pod the Hello names, and the rate of stream opens per
+agent (host and pod: a reconnect loop is refused before it costs a snapshot). Each failure
 is a `Refused` carrying the gRPC status and a reason that never echoes an untrusted value;
 the stream logs, counts and aborts with it.
 """
@@ -44,6 +46,28 @@ def hello_problem(hello: pb.Hello) -> str | None:
         if clean(value, limit) != value:
             return f"Hello {name} contains control characters or backslashes"
     return None
+
+
+# The per-host bucket before anything is read: this many times the per-agent rate and
+# burst, so a fleet of agents behind one address (NAT, a proxy) starts and reconnects.
+HOST_RATE_FACTOR = 16.0
+HOST_BURST_FACTOR = 8
+
+
+def _too_fast(limit: PeerRateLimit, key: str, host: str, agent: str = "") -> None:
+    """Refused with RESOURCE_EXHAUSTED and a retry hint when `key` opens too fast."""
+    wait = limit.take(key)
+    if wait > 0:
+        who = agent or host
+        raise Refused(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"{who} opens streams too fast (limit {limit.rate_per_s:g}/s, burst "
+            f"{limit.burst}): retry in {wait:.1f} s",
+            peer=host,
+            agent=agent or None,
+            logged=limit.first_refusal(key),
+            retry_after_s=wait,
+        )
 
 
 def binding_problem(identity: Identity, hello: pb.Hello) -> str | None:
@@ -101,9 +125,17 @@ class Admission:
         max_streams_per_peer: int = 0,
         hello_timeout_s: float = 30.0,
         opens: PeerRateLimit | None = None,
+        host_opens: PeerRateLimit | None = None,
     ) -> None:
+        """`opens`: stream opens per agent (peer host and pod); `host_opens` per peer host
+        before anything is read (by default `opens` scaled for many agents on one host)."""
         self._authenticator = authenticator
         self._opens = opens if opens is not None else PeerRateLimit(0)
+        self._host_opens = (
+            host_opens
+            if host_opens is not None
+            else self._opens.scaled(HOST_RATE_FACTOR, HOST_BURST_FACTOR)
+        )
         self._peers = PeerStreams(max_streams_per_peer)
         self._hello_timeout_s = hello_timeout_s
 
@@ -115,16 +147,7 @@ class Admission:
     ) -> Admitted:
         """Cap, token, Hello, binding; raises Refused (holding no slot) at the first
         failure."""
-        wait = self._opens.take(host)
-        if wait > 0:
-            raise Refused(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"{host} opens streams too fast (limit {self._opens.rate_per_s:g}/s, burst "
-                f"{self._opens.burst}): retry in {wait:.1f} s",
-                peer=host,
-                logged=self._opens.first_refusal(host),
-                retry_after_s=wait,
-            )
+        _too_fast(self._host_opens, host, host)
         if not self._peers.acquire(host):
             raise Refused(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -141,6 +164,8 @@ class Admission:
                     raise Refused(
                         grpc.StatusCode.PERMISSION_DENIED, problem, peer=host, agent=agent
                     )
+            agent = f"{hello.pod_namespace}/{hello.pod_name}"
+            _too_fast(self._opens, f"{host} {agent}", host, agent)
         except BaseException:
             self._peers.release(host)
             raise

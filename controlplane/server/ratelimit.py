@@ -1,12 +1,12 @@
 """Stream opens per peer, as a token bucket: the cost of a reconnect loop is bounded.
 
 Every admitted stream costs a full snapshot, CPU and log lines; 8 streams reconnecting in
-a tight loop got 3,626 full snapshots (3.4 GB) in 20 s. A peer host may open `burst`
-streams at once and `rate_per_s` a second after that; past it the stream is refused
-before its token or Hello is looked at, with the seconds until the next allowed open,
-and the refusal is logged once per peer per `log_every_s`. An agent's reconnect backoff
-(exponential from 0.5 s) stays well inside the default; a fleet starting behind one NAT
-address gets the burst.
+a tight loop got 3,626 full snapshots (3.4 GB) in 20 s. A key (an agent: its host and
+pod; or a whole host, more generously) may open `burst` streams at once and `rate_per_s`
+a second after that; past it the stream is refused with the seconds until the next
+allowed open, and the refusal is logged once per key per `log_every_s`. An agent's
+reconnect backoff (exponential from 0.5 s) stays well inside the default; 200 agents
+behind one address start at once within the host's burst.
 """
 
 from __future__ import annotations
@@ -43,6 +43,15 @@ class PeerRateLimit:
         self._log_every_s = log_every_s
         self._clock = clock
         self._buckets: dict[str, _Bucket] = {}
+
+    def scaled(self, rate: float, burst: int) -> PeerRateLimit:
+        """Another limit, `rate` and `burst` times this one (same clock and logging)."""
+        return PeerRateLimit(
+            self.rate_per_s * rate,
+            self.burst * burst,
+            log_every_s=self._log_every_s,
+            clock=self._clock,
+        )
 
     def take(self, host: str) -> float:
         """0.0 when `host` may open a stream now (a token is taken), else the seconds

@@ -263,32 +263,61 @@ def test_without_authentication_any_valid_hello_is_admitted() -> None:
 def test_stream_opens_are_rate_limited_per_peer_and_logged_once() -> None:
     """No reconnect rate limit: 8 streams reconnecting in a tight loop got 3,626 full
     snapshots (3.4 GB), 7.9 s of CPU and 11,276 log lines in 20 s. A token bucket per
-    peer host refuses opens past the burst with RESOURCE_EXHAUSTED and a retry hint,
-    before the token or the Hello cost anything, logged once per peer per interval."""
+    agent (host and pod) refuses opens past the burst with RESOURCE_EXHAUSTED and a retry
+    hint, before any snapshot, logged once per agent per interval; a more generous one per
+    host refuses a flood before the token is reviewed."""
     from controlplane.server.ratelimit import PeerRateLimit
 
     now = [100.0]
     opens = PeerRateLimit(2.0, 3, log_every_s=60.0, clock=lambda: now[0])
+    hosts = PeerRateLimit(4.0, 6, log_every_s=60.0, clock=lambda: now[0])
     reviewer = Reviewer()
-    admission = Admission(Authenticator(reviewer), opens=opens)
+    admission = Admission(Authenticator(reviewer), opens=opens, host_opens=hosts)
 
     async def body() -> None:
-        for _ in range(3):  # the burst
+        for _ in range(3):  # the agent's burst
             admission.release(await admission.admit("127.0.0.1", bearer("token-a"), first(GOOD)))
         refusals = []
-        reviewed = reviewer.reviews
-        for _ in range(5):
+        for _ in range(3):  # the same agent again: refused after its Hello, before a snapshot
             with pytest.raises(Refused) as refused:
-                await admission.admit("127.0.0.1", bearer("forged"), first(GOOD))
+                await admission.admit("127.0.0.1", bearer("token-a"), first(GOOD))
             refusals.append(refused.value)
         assert {r.code for r in refusals} == {grpc.StatusCode.RESOURCE_EXHAUSTED}
-        assert "opens streams too fast (limit 2/s, burst 3): retry in 0.5 s" in refusals[0].reason
+        reason = refusals[0].reason
+        assert (
+            f"{NS}/haproxy-a opens streams too fast (limit 2/s, burst 3): retry in 0.5 s" in reason
+        )
         assert refusals[0].retry_after_s == pytest.approx(0.5)
-        assert [r.logged for r in refusals] == [True, False, False, False, False]
-        assert reviewer.reviews == reviewed  # refused before the token was reviewed
-        # Another peer is not held up; after the hinted wait the peer gets in again.
+        assert [r.logged for r in refusals] == [True, False, False]
+        # The host's burst (6) is spent too: a flood is refused before its token is reviewed.
+        reviewed = reviewer.reviews
+        with pytest.raises(Refused) as flood:
+            await admission.admit("127.0.0.1", bearer("forged"), first(GOOD))
+        assert flood.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "127.0.0.1 opens streams too fast (limit 4/s, burst 6)" in flood.value.reason
+        assert reviewer.reviews == reviewed
+        # Another host is not held up; after the hinted wait the agent gets in again.
         admission.release(await admission.admit("127.0.0.2", bearer("token-a"), first(GOOD)))
         now[0] += 0.5
         admission.release(await admission.admit("127.0.0.1", bearer("token-a"), first(GOOD)))
+
+    run(body())
+
+
+def test_agents_behind_one_address_share_a_generous_host_limit() -> None:
+    """200 agents from one address (the load test's fleet, or a NAT) start at once: the
+    default per-host burst takes them, each agent has its own bucket."""
+    from controlplane.server.ratelimit import (
+        DEFAULT_OPENS_BURST,
+        DEFAULT_OPENS_PER_S,
+        PeerRateLimit,
+    )
+
+    admission = Admission(None, opens=PeerRateLimit(DEFAULT_OPENS_PER_S, DEFAULT_OPENS_BURST))
+
+    async def body() -> None:
+        for i in range(200):
+            agent = hello(pod_name=f"haproxy-{i}")
+            admission.release(await admission.admit("127.0.0.1", None, first(agent)))
 
     run(body())
