@@ -283,7 +283,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     kube.add_argument(
         "--slots-configmap",
         type=object_ref,
-        help=f"ConfigMap NAMESPACE/NAME holding the slot assignment (default with "
+        help="the slot ledger in Kubernetes: NAMESPACE/NAME, one ConfigMap shard per backend "
+        "named NAME.<namespace>.<service>.<port> and labelled peerplane.dev/slot-ledger=NAME; "
+        "a single ConfigMap NAME of earlier versions is migrated (default with "
         f"--source kubernetes and no --state: LEASE_NAMESPACE/{DEFAULT_SLOTS})",
     )
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default info")
