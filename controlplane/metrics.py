@@ -219,7 +219,7 @@ class Metrics:
     def replica(
         self, role: str, cause: str, ledger_version: str, waiting: int, ledger_problems: int = 0
     ) -> None:
-        """The replica's state (controlplane.replica.ReplicaStatus's fields)."""
+        """The replica's state (controlplane.loop.replica.ReplicaStatus's fields)."""
         for name in ("single", "leader", "follower"):
             self.role.labels(role=name).set(int(name == role))
         self.ready.set(int(not cause))

@@ -19,15 +19,15 @@ from controlplane.compute.values import is_dns_label
 from controlplane.compute.workloads import DEFAULT_MAX_WORKLOADS, DEFAULT_WORKLOAD_KINDS
 from controlplane.logformat import LOG_FORMATS
 from controlplane.model import ObjectRef
-from controlplane.server import ServerOptions
-from controlplane.server.auth import DEFAULT_AUDIENCE
-from controlplane.server.ratelimit import DEFAULT_OPENS_BURST, DEFAULT_OPENS_PER_S
-from controlplane.source.convert import DEFAULT_HAPROXY_SELECTOR
-from controlplane.store import (
+from controlplane.publish.store import (
     DEFAULT_DELTA_CACHE_BYTES,
     DEFAULT_RETAINED_BYTES,
     DEFAULT_RETAINED_VERSIONS,
 )
+from controlplane.server import ServerOptions
+from controlplane.server.auth import DEFAULT_AUDIENCE
+from controlplane.server.ratelimit import DEFAULT_OPENS_BURST, DEFAULT_OPENS_PER_S
+from controlplane.source.convert import DEFAULT_HAPROXY_SELECTOR
 
 DEFAULT_SETTINGS_CONFIGMAP = "haproxy-system/haproxy-settings"
 DEFAULT_LISTEN = "127.0.0.1:18000"

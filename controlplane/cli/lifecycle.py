@@ -9,7 +9,7 @@ flush), stops the source and returns 0.
 
 With `--leader-elect` (Kubernetes mode) every replica loads the source, watches the slot
 ledger ConfigMap, computes and serves; only the holder of the Lease assigns slots and
-writes the ledger (`controlplane.replica`). A follower is ready once it has read the
+writes the ledger (`controlplane.loop.replica`). A follower is ready once it has read the
 ledger; the replica taking the Lease continues the ledger as it finds it. A leader that
 loses the Lease while alive reports NOT_SERVING, closes its streams and exits 1 at once
 (Kubernetes restarts it as a follower): it may have a slot write in flight.
@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from controlplane import logformat
 from controlplane.cli import flags, wiring
+from controlplane.loop.reconcile import Reconciler
+from controlplane.loop.replica import Replica
 from controlplane.metrics import Metrics, MetricsServer
-from controlplane.reconcile import Reconciler
-from controlplane.replica import Replica
+from controlplane.publish.store import SnapshotStore
 from controlplane.server import ControlPlaneServer
 from controlplane.server.tlscheck import BadTlsFiles
 from controlplane.source import Heartbeat, Source
-from controlplane.store import SnapshotStore
 
 if TYPE_CHECKING:
     from controlplane.kube.ledger_watch import LedgerWatch

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 from controlplane.cli.flags import DEFAULT_SLOTS, SourceSpec, inspection_authenticated
 from controlplane.compute.workloads import WorkloadScope
 from controlplane.ledger.store import MemoryLedger, SlotLedger
+from controlplane.loop.reconcile import ComputeFn
 from controlplane.model import ObjectRef
-from controlplane.reconcile import ComputeFn
+from controlplane.publish.store import SnapshotStore
 from controlplane.server import ServerOptions, StreamLimits, TlsFiles
 from controlplane.server.auth import Authenticator
 from controlplane.server.tlscheck import check_pem
 from controlplane.source import Source
-from controlplane.store import SnapshotStore
 
 if TYPE_CHECKING:
     from controlplane.kube.events import EventRecorder

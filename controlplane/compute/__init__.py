@@ -7,7 +7,7 @@ caller), no randomness, no protobuf. It returns typed snapshots (`WorkloadSnapsh
 content hashes) on any control-plane replica.
 """
 
-from controlplane.compute.snapshots import Computer, compute
+from controlplane.compute.computer import Computer, compute
 from controlplane.compute.types import (
     BackendSlots,
     BackendSpec,

@@ -25,8 +25,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from controlplane.compute.types import ComputeResult, Rejection, SlotAssignment
+from controlplane.loop.reconcile import ComputeFn
 from controlplane.model import ClusterState
-from controlplane.reconcile import ComputeFn
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Publishing: typed snapshots -> wire bytes and content hash (`encode`), then versions
-(`controlplane/store.py`). The only place the snapshot's protobuf form is built."""
+(`controlplane/publish/store.py`). The only place the snapshot's protobuf form is built."""
 
 from controlplane.publish.content import SnapshotContent, content_hash
 from controlplane.publish.encode import Encoder, encode, encode_one

@@ -18,13 +18,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
 from grpc_reflection.v1alpha import reflection
 
+from controlplane.loop.replica import Replica
 from controlplane.metrics import Metrics
-from controlplane.replica import Replica
+from controlplane.publish.store import SnapshotStore
 from controlplane.server.agents import AgentRegistry
 from controlplane.server.auth import Authenticator
 from controlplane.server.inspect import Inspection
 from controlplane.server.stream import StreamHandler, StreamLimits
-from controlplane.store import SnapshotStore
 from peerplane.v1 import peerplane_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -8,11 +8,11 @@ import logging
 import grpc
 
 from controlplane.logformat import fields
+from controlplane.loop.replica import Replica
 from controlplane.metrics import Metrics
-from controlplane.replica import Replica
+from controlplane.publish.store import SnapshotStore
 from controlplane.server.agents import AgentRegistry
 from controlplane.server.auth import Authenticator, Denied
-from controlplane.store import SnapshotStore
 from peerplane.untrusted import REPLY_CHARS, clean
 from peerplane.v1 import peerplane_pb2 as pb
 

@@ -22,13 +22,13 @@ import grpc
 
 from controlplane.logformat import fields
 from controlplane.metrics import Metrics
+from controlplane.publish.store import SnapshotStore
 from controlplane.server import protocol
 from controlplane.server.admission import Admission, Refused
 from controlplane.server.agents import AgentRegistry, AgentSession
 from controlplane.server.auth import Authenticator, Identity
 from controlplane.server.peers import peer_address, peer_host
 from controlplane.server.ratelimit import DEFAULT_OPENS_BURST, DEFAULT_OPENS_PER_S, PeerRateLimit
-from controlplane.store import SnapshotStore
 from peerplane.untrusted import clean
 from peerplane.v1 import peerplane_pb2 as pb
 

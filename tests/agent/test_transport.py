@@ -16,9 +16,9 @@ from pathlib import Path
 import grpc
 import pytest
 
+from controlplane.publish.store import SnapshotStore
 from controlplane.server import ControlPlaneServer, ServerOptions, TlsFiles
 from controlplane.server.auth import Authenticator
-from controlplane.store import SnapshotStore
 from nodeagent import transport
 from nodeagent.changes import Kind
 from nodeagent.cli import flags as agent_flags

@@ -30,7 +30,7 @@ from controlplane.compute import Computer, ComputeResult, compute
 from controlplane.compute.types import BackendSlots, WorkloadSnapshot
 from controlplane.model import ClusterState
 from controlplane.publish import Encoder, SnapshotContent, encode
-from controlplane.store import SnapshotStore
+from controlplane.publish.store import SnapshotStore
 from tests.bench.common import (
     ENDPOINTS_PER_SERVICE,
     HAPROXY_PODS,

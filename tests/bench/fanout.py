@@ -51,8 +51,8 @@ import grpc
 from controlplane.compute import compute
 from controlplane.model import ClusterState
 from controlplane.publish import encode
+from controlplane.publish.store import SnapshotStore
 from controlplane.server import ControlPlaneServer
-from controlplane.store import SnapshotStore
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.bench import deltas
 from tests.bench.common import (

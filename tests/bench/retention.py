@@ -27,7 +27,7 @@ from controlplane.compute import Computer
 from controlplane.compute.types import BackendSlots
 from controlplane.model import ClusterState
 from controlplane.publish import Encoder
-from controlplane.store import (
+from controlplane.publish.store import (
     DEFAULT_DELTA_CACHE_BYTES,
     DEFAULT_RETAINED_BYTES,
     DEFAULT_RETAINED_VERSIONS,

@@ -18,7 +18,7 @@ from controlplane.compute.types import (
     WorkloadSnapshot,
 )
 from controlplane.model import ClusterState
-from controlplane.store import SnapshotStore
+from controlplane.publish.store import SnapshotStore
 from tests.helpers.server_harness import NS, W1
 
 

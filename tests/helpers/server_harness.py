@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 import grpc
 
 from controlplane.publish.content import SnapshotContent
+from controlplane.publish.store import SnapshotStore
 from controlplane.server import ControlPlaneServer
 from controlplane.server.agents import AgentSession
-from controlplane.store import SnapshotStore
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 

@@ -16,10 +16,10 @@ from controlplane.cli.flags import (
     check,
     inspection_authenticated,
 )
+from controlplane.publish.store import SnapshotStore
 from controlplane.server import ControlPlaneServer, ServerOptions, StreamLimits
 from controlplane.server.auth import Authenticator, Denied, Identity, bearer_token
 from controlplane.server.peers import PeerStreams, peer_host
-from controlplane.store import SnapshotStore
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.server_harness import NS, W1, W2, Harness, bearer, run, snapshot
 

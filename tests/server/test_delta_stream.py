@@ -13,8 +13,8 @@ import pytest
 
 from controlplane.cli.flags import add_serve_arguments
 from controlplane.cli.wiring import server_options, snapshot_store
+from controlplane.publish.store import SnapshotStore
 from controlplane.server import ControlPlaneServer, ServerOptions, StreamLimits
-from controlplane.store import SnapshotStore
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.delta_agent import DeltaAgent
 from tests.helpers.server_harness import NS, W1, W2, Harness, run, snapshot

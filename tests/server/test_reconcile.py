@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import pytest
 
 from controlplane.compute.types import Rejection
-from controlplane.reconcile import Reconciler
-from controlplane.store import SnapshotStore
+from controlplane.loop.reconcile import Reconciler
+from controlplane.publish.store import SnapshotStore
 from tests.helpers.server_fakes import FakeCompute, FakeSource, RecordingLedger
 from tests.helpers.server_harness import W1, run
 
@@ -162,7 +162,7 @@ def test_rejections_are_logged_once_while_they_last(caplog: pytest.LogCaptureFix
             loop.reconciler.on_change()
             await loop.reconciler.wait_computed(4, WAIT_S)
 
-    with caplog.at_level(logging.INFO, logger="controlplane.reconcile"):
+    with caplog.at_level(logging.INFO, logger="controlplane.loop.reconcile"):
         run(body())
     rejected = [r.getMessage() for r in caplog.records if "rejected" in r.getMessage()]
     assert rejected == [
@@ -189,7 +189,7 @@ def test_a_failing_computation_is_logged_and_the_loop_goes_on(
             published = loop.store.get(W1)
             assert published is not None and published.version == 2
 
-    with caplog.at_level(logging.ERROR, logger="controlplane.reconcile"):
+    with caplog.at_level(logging.ERROR, logger="controlplane.loop.reconcile"):
         run(body())
     assert any("computation failed" in r.getMessage() for r in caplog.records)
 

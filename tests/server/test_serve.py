@@ -103,7 +103,7 @@ def test_serve_in_files_mode_never_imports_kubernetes(
         serve.wait_for(re.compile(r"stopped$"))
         modules = imported_modules(serve.lines)
     # The profile saw the run: the files source and the reconcile loop were imported.
-    assert {"controlplane.source.files", "controlplane.reconcile", "grpc"} <= modules
+    assert {"controlplane.source.files", "controlplane.loop.reconcile", "grpc"} <= modules
     assert kubernetes_modules(modules) == []
 
 
@@ -203,9 +203,9 @@ def test_a_stuck_folder_source_turns_health_not_serving(tmp_path: Path) -> None:
 
     from controlplane.cli.lifecycle import watch_source
     from controlplane.model import ObjectRef
+    from controlplane.publish.store import SnapshotStore
     from controlplane.server import ControlPlaneServer
     from controlplane.source.files import FilesSource
-    from controlplane.store import SnapshotStore
 
     shutil.copytree(DEMO, tmp_path / "m")
     release = threading.Event()

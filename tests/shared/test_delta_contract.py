@@ -15,7 +15,7 @@ import random
 import pytest
 
 from controlplane.publish.content import SnapshotContent
-from controlplane.store import SnapshotStore
+from controlplane.publish.store import SnapshotStore
 from nodeagent.delta import Held
 from nodeagent.render import RenderOptions, render, render_held
 from peerplane.v1 import peerplane_pb2 as pb

@@ -204,6 +204,7 @@ def test_killed_haproxy_restarts_and_refills_its_table_from_the_peer(fleet: Flee
     pinned |= {c: http_get(b.address, HOST, c) for c in late}  # through the other instance
     expected = table(b)
     assert set(expected) == set(pinned)
+
     def refilled() -> bool:
         try:
             return table(a) == expected

@@ -19,7 +19,7 @@ import dataclasses
 from bisect import bisect_left
 from collections.abc import Collection, Mapping, Sequence
 
-from controlplane.compute.assemble import assemble_with_claims, frontends
+from controlplane.compute.assemble_whole import assemble_with_claims, frontends
 from controlplane.compute.plan import ServicePlan
 from controlplane.compute.settings import GlobalSettings
 from controlplane.compute.types import (

@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from controlplane.compute.assembly import PlanKey, WorkloadAssembly
+from controlplane.compute.assemble_incremental import PlanKey, WorkloadAssembly
 from controlplane.compute.plan import Planned, ServicePlan, plan_service
 from controlplane.compute.settings import Resolver
 from controlplane.compute.types import (

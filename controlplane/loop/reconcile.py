@@ -24,8 +24,8 @@ from controlplane.logformat import fields
 from controlplane.metrics import Metrics
 from controlplane.model import ClusterState
 from controlplane.publish.encode import Encoder
+from controlplane.publish.store import SnapshotStore
 from controlplane.source import Source
-from controlplane.store import SnapshotStore
 
 if TYPE_CHECKING:
     from controlplane.compute.types import ComputeResult, Rejection, SlotAssignment
