@@ -180,7 +180,10 @@ async def _run(
     heartbeat = asyncio.ensure_future(watch_source(source, server))
     reporting.add_done_callback(lambda _: heartbeat.cancel())
     if ledger is not None:
-        ledger.start(reconciler.on_change)
+        # Followers compute with the ledger: its changes wake their loop. The replica
+        # that assigns is woken by the ledger only for a shard it must write again
+        # (`ledger_drift`): the echo of its own writes would cost a whole empty step.
+        ledger.start(lambda: None if replica.assigning() else reconciler.on_change())
     starting = loop.run_in_executor(None, source.start, reconciler.on_change)
     await _first(starting, stop_wait)
     if not starting.done() or (error := starting.exception()) is not None:

@@ -110,6 +110,7 @@ class Computer:
         self._configmap_rejecting: set[PlanKey] = set()  # plans with configmap_rejections
         self._waiting_keys: set[PlanKey] = set()  # plans leaving endpoints out
         self._slots: dict[str, BackendSlots] = {}
+        self._touched: set[str] = set()  # backends whose slots changed since the last return
         # Keys whose plan changed since the assemblies last saw them; one assembly per
         # workload key (docs/design.md, "The computation and the encoder").
         self._changed: set[PlanKey] = set()
@@ -157,6 +158,7 @@ class Computer:
         if old is not None and old.planned.plan is not None:
             for part in old.planned.plan.backends:
                 self._slots.pop(part.name, None)
+                self._touched.add(part.name)
         if self._plans.pop(key, None) is not (cached.planned.plan if cached else None):
             self._changed.add(key)
         self._rejecting.discard(key)
@@ -174,6 +176,7 @@ class Computer:
             self._plans[key] = plan
             for part in plan.backends:
                 self._slots[part.name] = part.slots
+                self._touched.add(part.name)
             if plan.configmap_rejections:
                 self._configmap_rejecting.add(key)
             if plan.waiting:
@@ -197,6 +200,7 @@ class Computer:
         endpoints it has no slot for are left out and counted in `waiting`.
         """
         dirty = self._index(state)
+        continuing = previous is self._assignment and assign_new == self._assign_new
         while self._lapses and self._lapses[0][0] <= now:
             _, key = heapq.heappop(self._lapses)
             dirty.add(key)  # stale entries (re-planned since) cost one reuse check
@@ -245,7 +249,14 @@ class Computer:
             rejections.extend(lost)
         self._assemblies = assemblies
         self._changed = set()
-        assignment = dict(self._slots)
+        # The same mapping when no backend's slots changed, and the names that may have
+        # when `previous` was the last one returned: callers tell "nothing to persist"
+        # by identity, or by comparing those backends only.
+        touched = frozenset(self._touched) if continuing else None
+        assignment = self._assignment
+        if assignment is None or self._touched:
+            assignment = dict(self._slots)
+        self._touched = set()
         self._assignment = assignment
         return ComputeResult(
             workloads=snapshots,
@@ -253,6 +264,7 @@ class Computer:
             rejections=_dedupe([*rejections, *global_warnings]),
             pod_workloads=workloads.pod_workloads,
             waiting=_waiting(snapshots, [plans[k] for k in self._waiting_keys]),
+            touched=touched,
         )
 
 

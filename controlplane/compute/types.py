@@ -185,7 +185,9 @@ class ComputeResult:
     versions. `pod_workloads` maps "namespace/pod" of every HAProxy pod to its workload
     key, so the server can place an agent from its Hello. `waiting` maps workload key ->
     endpoints left out of its snapshot until the leader's ledger gives them a slot (a
-    follower's computation only; absent when none wait).
+    follower's computation only; absent when none wait). `touched`, when known, names
+    every backend whose `BackendSlots` object may differ from the `previous` assignment's
+    (the others are the very same objects): comparing the two costs what changed.
     """
 
     workloads: Mapping[str, WorkloadSnapshot]
@@ -193,3 +195,4 @@ class ComputeResult:
     rejections: tuple[Rejection, ...]
     pod_workloads: Mapping[str, str]
     waiting: Mapping[str, int] = field(default_factory=dict)
+    touched: frozenset[str] | None = None

@@ -58,10 +58,15 @@ class SlotAuthority(Protocol):
     def retain(self, in_use: Collection[str]) -> None: ...
 
 
-def same_assignment(a: SlotAssignment, b: SlotAssignment) -> bool:
-    """Equal content, whatever mapping types hold it (saves are skipped when equal)."""
+def same_assignment(
+    a: SlotAssignment, b: SlotAssignment, touched: frozenset[str] | None = None
+) -> bool:
+    """Equal content, whatever mapping types hold it (saves are skipped when equal).
+    With `touched` (every backend whose object may differ) only those are compared."""
     if a is b:
         return True
+    if touched is not None:
+        return all(a.get(k) == b.get(k) for k in touched)
     if a.keys() != b.keys():
         return False
     # Unchanged backends keep their BackendSlots object: identity settles most of them.
@@ -288,7 +293,8 @@ class Reconciler:
             log.exception("computation failed; waiting for the next change")
             return
         self._metrics.computed(seconds)
-        if assigning and (not same_assignment(result.assignment, previous) or self._ledger.dirty()):
+        unchanged = same_assignment(result.assignment, previous, result.touched)
+        if assigning and (not unchanged or self._ledger.dirty()):
             try:
                 await self._loop.run_in_executor(
                     self._executor, self._ledger.save, result.assignment
