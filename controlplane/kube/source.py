@@ -123,7 +123,7 @@ class KubernetesSource:
                 raise TimeoutError(f"initial list of {informer.name} failed: {problems}")
 
     def state(self) -> ClusterState:
-        pods = _sorted(self.pods.items())
+        pods = _values(self.pods.items())
         owners = {
             (pod.namespace, pod.owner.name)
             for pod in pods
@@ -132,10 +132,10 @@ class KubernetesSource:
         replica_sets = self.replica_sets.items()
         settings = self.settings.items() if self.settings is not None else {}
         return ClusterState(
-            services=_sorted(self.services.items()),
-            endpoint_slices=_sorted(self.endpoint_slices.items()),
+            services=_values(self.services.items()),
+            endpoint_slices=_values(self.endpoint_slices.items()),
             haproxy_pods=pods,
-            replica_sets=_sorted({k: v for k, v in replica_sets.items() if k in owners}),
+            replica_sets=_values({k: v for k, v in replica_sets.items() if k in owners}),
             settings=next(iter(settings.values()), None),
         )
 
@@ -150,5 +150,8 @@ class KubernetesSource:
             informer.stop()
 
 
-def _sorted(items: dict[tuple[str, str], T]) -> tuple[T, ...]:
-    return tuple(value for _, value in sorted(items.items()))
+def _values(items: dict[tuple[str, str], T]) -> tuple[T, ...]:
+    """The objects in the informer's order: the computation's result does not depend on
+    input order (tests/compute/test_properties.py shuffles it), so no sort per step
+    (sorting 16,000 objects on every change cost ~8% of a step at 8,000 Services)."""
+    return tuple(items.values())
