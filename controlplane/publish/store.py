@@ -131,9 +131,12 @@ class _BackendRefs:
 def _unshared(old: ContentParts, new: ContentParts) -> tuple[list[bytes], list[bytes]]:
     """The backends of `old` that `new` does not hold (by identity), and those of `new`
     that `old` does not: O(backends), comparing references only."""
-    before, after = old.backends, new.backends
-    gone = [framed for name, framed in before.items() if after.get(name) is not framed]
-    added = [framed for name, framed in after.items() if before.get(name) is not framed]
+    # By identity, with C-speed set operations (a Python loop over 8,000 backends per
+    # publish was an eighth of a step): ids of live objects are unique.
+    before = dict(zip(map(id, old.backends.values()), old.backends.values(), strict=True))
+    after = dict(zip(map(id, new.backends.values()), new.backends.values(), strict=True))
+    gone = [before[i] for i in before.keys() - after.keys()]
+    added = [after[i] for i in after.keys() - before.keys()]
     return gone, added
 
 
