@@ -49,23 +49,16 @@ class LedgerWatch:
     ) -> None:
         self.ref = ref
         core = client.CoreV1Api(api)
+        lister = functools.partial(core.list_namespaced_config_map, ref.namespace)
         self._shards: Informer[Shard] = Informer(
             f"slot ledger {ref}",
-            functools.partial(
-                core.list_namespaced_config_map,
-                ref.namespace,
-                label_selector=f"{LEDGER_LABEL}={ledger_label(ref.name)}",
-            ),
+            functools.partial(lister, label_selector=f"{LEDGER_LABEL}={ledger_label(ref.name)}"),
             lambda raw: shard_from(raw, clock()),
             options,
         )
         self._legacy_informer: Informer[Legacy] = Informer(
             f"slot ledger {ref} (single object)",
-            functools.partial(
-                core.list_namespaced_config_map,
-                ref.namespace,
-                field_selector=f"metadata.name={ref.name}",
-            ),
+            functools.partial(lister, field_selector=f"metadata.name={ref.name}"),
             lambda raw: legacy_from(raw, clock()),
             options,
         )

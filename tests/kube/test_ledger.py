@@ -8,6 +8,7 @@ Services exactly as a cluster refuses it, and the sharded one is not.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Iterator
@@ -159,6 +160,29 @@ def test_unreachable_api_raises_instead_of_rebuilding(api: FakeKubeAPI) -> None:
             ledger.load()
 
 
+def damage(api: FakeKubeAPI, how: str) -> str:
+    """Damage the shop backend's shard as an operator or a former leader could; its name."""
+    name = shard_name(REF.name, SHOP)
+    obj = api.get("ConfigMap", REF.namespace, name)
+    assert obj is not None
+    if how == "delete":
+        api.delete("ConfigMap", REF.namespace, name)
+        return name
+    if how == "corrupt":
+        obj["data"][SLOTS_KEY] = "{not json"
+    elif how == "edit-slots":  # two slots swapped by hand: the hash no longer matches
+        doc = json.loads(obj["data"][SLOTS_KEY])
+        doc["backends"][SHOP]["slots"] = [["127.0.1.1", 8080, 1], ["127.0.1.2", 8080, 2]]
+        obj["data"][SLOTS_KEY] = json.dumps(doc)
+    else:  # a former leader's write: signed, but not what this leader holds
+        other = BackendSlots(42, MappingProxyType({("127.0.1.9", 8080): 1}))
+        text = json.dumps(assignment_to_json({SHOP: other}))
+        obj["data"][SLOTS_KEY] = text
+        obj["data"][HASH_KEY] = hashlib.sha256(text.encode()).hexdigest()
+    api.apply(obj)
+    return name
+
+
 @pytest.mark.parametrize("edit", ["delete", "corrupt", "edit-slots", "former-leader"])
 def test_the_leader_writes_a_damaged_shard_again_at_once(api: FakeKubeAPI, edit: str) -> None:
     """A deleted ledger cut traffic through every HAProxy served by a follower, and the
@@ -170,28 +194,8 @@ def test_the_leader_writes_a_damaged_shard_again_at_once(api: FakeKubeAPI, edit:
         ledger.on_drift(lambda: woken.append(time.monotonic()))
         ledger.load()
         ledger.save(ASSIGNMENT)
-        name = shard_name(REF.name, SHOP)
         assert wait_until(lambda: watch.shards().get(SHOP) is not None, 5)
-        obj = api.get("ConfigMap", REF.namespace, name)
-        assert obj is not None
-        if edit == "delete":
-            api.delete("ConfigMap", REF.namespace, name)
-        elif edit == "corrupt":
-            obj["data"][SLOTS_KEY] = "{not json"
-            api.apply(obj)
-        elif edit == "edit-slots":
-            doc = json.loads(obj["data"][SLOTS_KEY])
-            doc["backends"][SHOP]["slots"] = [["127.0.1.1", 8080, 1], ["127.0.1.2", 8080, 2]]
-            obj["data"][SLOTS_KEY] = json.dumps(doc)
-            api.apply(obj)
-        else:  # a former leader's write: signed, but not what this leader holds
-            other = BackendSlots(42, MappingProxyType({("127.0.1.9", 8080): 1}))
-            text = json.dumps(assignment_to_json({SHOP: other}))
-            import hashlib
-
-            obj["data"][SLOTS_KEY] = text
-            obj["data"][HASH_KEY] = hashlib.sha256(text.encode()).hexdigest()
-            api.apply(obj)
+        damage(api, edit)
         assert wait_until(lambda: bool(woken), 5), "the leader was not told"
         assert ledger.dirty()
         ledger.save(ASSIGNMENT)  # what the loop does when woken
@@ -210,19 +214,7 @@ def test_a_follower_keeps_the_last_good_copy_and_says_so(api: FakeKubeAPI, edit:
         assert wait_until(lambda: follower.current() is not None, 5)
         good = follower.current()
         assert good is not None and plain(good.assignment) == plain(ASSIGNMENT)
-        name = shard_name(REF.name, SHOP)
-        obj = api.get("ConfigMap", REF.namespace, name)
-        assert obj is not None
-        if edit == "delete":
-            api.delete("ConfigMap", REF.namespace, name)
-        elif edit == "corrupt":
-            obj["data"][SLOTS_KEY] = "{not json"
-            api.apply(obj)
-        else:
-            doc = json.loads(obj["data"][SLOTS_KEY])
-            doc["backends"][SHOP]["slots"] = [["127.0.1.1", 8080, 1], ["127.0.1.2", 8080, 2]]
-            obj["data"][SLOTS_KEY] = json.dumps(doc)
-            api.apply(obj)
+        name = damage(api, edit)
         assert wait_until(lambda: bool(follower.problems()), 5)
         (problem,) = follower.problems()
         assert name in problem and "serving the last good copy" in problem
