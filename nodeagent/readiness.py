@@ -25,23 +25,20 @@ one observation) and keeps the latch.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from nodeagent.delta import Held
-from nodeagent.haproxy import HAProxyError, command, parse_peers_flags
+from nodeagent.haproxy import HAProxyError
+from nodeagent.haproxy.driver import command
+from nodeagent.haproxy.parse import parse_peers_flags, parse_uptimes
+from nodeagent.held import Held
 from nodeagent.metrics import AgentMetrics
 
 log = logging.getLogger(__name__)
 
 RESYNC_DONE = 0x3  # PEERS_F_RESYNC_LOCAL | PEERS_F_RESYNC_REMOTE
-# `show proc` lines with the uptime column: `<pid> <type> <reloads> [failed: n] <uptime>`.
-_PROC_UPTIME = re.compile(
-    r"^(\d+)\s+(master|worker)\s+(\d+)(?:\s+\[failed:\s*\d+\])?\s+(\d+)d(\d+)h(\d+)m(\d+)s", re.M
-)
 SAME_START = 2.5  # seconds: `show proc` uptimes have 1 s resolution
 
 
@@ -62,26 +59,6 @@ class Verdict:
     ready: bool
     reason: str
     by_bound: bool = False
-
-
-def parse_uptimes(text: str) -> tuple[int, float, int | None, float]:
-    """`show proc` -> (master pid, master age, serving worker pid, its age); the serving
-    worker is the one that survived the fewest reloads (as `ProcInfo.current_worker`)."""
-    master: tuple[int, float] | None = None
-    workers: list[tuple[int, int, float]] = []  # (reloads, -pid, age)
-    for m in _PROC_UPTIME.finditer(text):
-        days, hours, minutes, seconds = (int(m.group(i)) for i in range(4, 8))
-        age = float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
-        if m.group(2) == "master":
-            master = (int(m.group(1)), age)
-        else:
-            workers.append((int(m.group(3)), -int(m.group(1)), age))
-    if master is None:
-        raise HAProxyError(f"unexpected show proc reply: {text.strip()[:200]!r}")
-    if not workers:
-        return master[0], master[1], None, 0.0
-    _, pid, age = min(workers)
-    return master[0], master[1], -pid, age
 
 
 def held_state(applied: Held | None, pod_name: str) -> tuple[bool, bool]:

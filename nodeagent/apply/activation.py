@@ -5,7 +5,7 @@
 - `External` (the default): HAProxy runs in its own container, started by someone else
   from the file the agent writes; the agent reaches it only through its sockets.
 
-The applier (`nodeagent/applier.py`) writes the file and asks the strategy to bring
+The applier (`nodeagent/apply/applier.py`) writes the file and asks the strategy to bring
 HAProxy up; a `None` answer means HAProxy was already running and needs a reload. There is
 no render-only mode of `nodeagent run`: `nodeagent render` prints a config and touches no
 HAProxy.
@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from nodeagent.haproxy import HAProxy, HAProxyError, ProcInfo
-from nodeagent.supervisor import Supervisor
+from nodeagent.haproxy import HAProxyError
+from nodeagent.haproxy.driver import HAProxy
+from nodeagent.haproxy.parse import ProcInfo
+from nodeagent.haproxy.supervisor import Supervisor
 
 
 class Activation(Protocol):

@@ -4,7 +4,7 @@ One pipeline, for a snapshot from the control plane (`apply`) and for the saved 
 agent start (`restore`): check the local peer, render, classify, then either the runtime
 API (slot changes only) or `haproxy -c` before anything is touched (a NACK must leave the
 running config and the file as they were) and an atomic write + activation (start or
-hitless reload, by the strategy of `nodeagent/activation.py`); the snapshot is recorded
+hitless reload, by the strategy of `activation.py`); the snapshot is recorded
 as applied only once HAProxy confirmed it runs it. Every failure is one `ApplyError`
 carrying the NACK text (docs/design.md, "Architecture": NACK keeps the old config serving).
 """
@@ -15,15 +15,17 @@ import logging
 import threading
 import time
 
-from nodeagent import activation, changes, delta, sockrepair, state
-from nodeagent.delta import ChangeSet, DeltaError, Held
-from nodeagent.faults import crash_point
-from nodeagent.haproxy import HAProxy, HAProxyError, validate
+from nodeagent.apply import activation, saved
+from nodeagent.apply.faults import crash_point
+from nodeagent.apply.outcome import ApplyError, Result
+from nodeagent.config import changes
+from nodeagent.config.render import PEERS_SECTION, Rendered, RenderError, RenderOptions, render_held
+from nodeagent.haproxy import HAProxyError, sockrepair
+from nodeagent.haproxy.driver import HAProxy, validate
+from nodeagent.haproxy.supervisor import Supervisor
+from nodeagent.held import ChangeSet, DeltaError, Held, diff
 from nodeagent.logformat import fields
 from nodeagent.metrics import AgentMetrics
-from nodeagent.outcome import ApplyError, Result
-from nodeagent.render import PEERS_SECTION, Rendered, RenderError, RenderOptions, render_held
-from nodeagent.supervisor import Supervisor
 from peerplane.v1 import peerplane_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,7 @@ class Applier:
         self,
         options: RenderOptions,
         config_path: str,
-        store: state.StateStore,
+        store: saved.StateStore,
         haproxy: HAProxy,
         supervisor: Supervisor | None = None,
         start_timeout: float = 15.0,
@@ -145,7 +147,7 @@ class Applier:
         """The pipeline; raises ApplyError, after which HAProxy and the file are as they were.
 
         O(changed backends) but for the joins of the file and the saved bytes and their
-        writes (and, for a full snapshot, `delta.diff`): unchanged sections come from the
+        writes (and, for a full snapshot, `held.diff`): unchanged sections come from the
         render cache, only changed backends are rendered and classified."""
         ident = f"workload={snapshot.workload} version={snapshot.version}"
 
@@ -158,7 +160,7 @@ class Applier:
             raise ApplyError(missing)
         old = self.applied
         if old is not None and (change is None or change.base != old.content_hash):
-            change = delta.diff(old, snapshot)
+            change = diff(old, snapshot)
         try:  # `change` leads from `old`, which `_applied_cfg` renders: O(changed backends)
             rendered = render_held(snapshot, self.options, self._applied_cfg, change)
         except RenderError as e:
@@ -277,7 +279,7 @@ class Applier:
         """Retryable when it fails: a full disk or a path taken by a directory may be
         repaired, and the same snapshot then applies without a new one."""
         try:
-            state.atomic_write(self.config_path, cfg.encode() if isinstance(cfg, str) else cfg)
+            saved.atomic_write(self.config_path, cfg.encode() if isinstance(cfg, str) else cfg)
         except OSError as e:
             raise ApplyError(
                 f"cannot write {self.config_path}: {e.strerror or e}", retryable=True

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeagent.changes import Kind
+from nodeagent.config.changes import Kind
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from peerplane.v1 import peerplane_pb2 as pb
 __all__ = ["SNAPSHOT_FILE", "StateStore", "atomic_write"]
 
 SNAPSHOT_FILE = "snapshot.binpb"
-# The largest snapshot the stream delivers (client.MAX_RECEIVE_BYTES): a bigger file is no
+# The largest snapshot the stream delivers (stream/client.py MAX_RECEIVE_BYTES): a bigger file is no
 # snapshot of ours.
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 log = logging.getLogger(__name__)

@@ -11,8 +11,9 @@ import math
 import os
 from collections.abc import Callable
 
-from nodeagent import logformat, version
-from nodeagent.transport import DEFAULT_TOKEN_FILE
+from nodeagent import logformat
+from nodeagent.haproxy import version
+from nodeagent.stream.transport import DEFAULT_TOKEN_FILE
 
 MAX_SECONDS = 3600.0  # an hour: longer is a typo, and `nan`/`inf` never end a wait
 

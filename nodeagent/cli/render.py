@@ -7,10 +7,10 @@ import sys
 
 from google.protobuf import json_format
 
-from nodeagent import version
-from nodeagent.applier import missing_local_peer
+from nodeagent.apply.applier import missing_local_peer
 from nodeagent.cli import wiring
-from nodeagent.render import RenderError, render
+from nodeagent.config.render import RenderError, render
+from nodeagent.haproxy import version
 from peerplane.v1 import peerplane_pb2 as pb
 
 

@@ -11,15 +11,16 @@ import logging
 import os
 from dataclasses import dataclass
 
-from nodeagent import sockrepair, transport, version
-from nodeagent.applier import Applier
-from nodeagent.client import Client, Identity
-from nodeagent.haproxy import HAProxy
+from nodeagent.apply.applier import Applier
+from nodeagent.apply.saved import StateStore
+from nodeagent.config.render import RenderOptions
+from nodeagent.haproxy import sockrepair, version
+from nodeagent.haproxy.driver import HAProxy
+from nodeagent.haproxy.supervisor import Supervisor
 from nodeagent.metrics import AgentMetrics, MetricsServer
 from nodeagent.readiness import Readiness, held_state
-from nodeagent.render import RenderOptions
-from nodeagent.state import StateStore
-from nodeagent.supervisor import Supervisor
+from nodeagent.stream import transport
+from nodeagent.stream.client import Client, Identity
 
 log = logging.getLogger("nodeagent")
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from nodeagent.delta import ChangeSet, Held
-from nodeagent.render import Rendered
+from nodeagent.config.render import Rendered
+from nodeagent.held import ChangeSet, Held
 from peerplane.v1 import peerplane_pb2 as pb
 
 

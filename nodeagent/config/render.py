@@ -11,8 +11,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from nodeagent import version
-from nodeagent.delta import ChangeSet, DeltaError, Held
+from nodeagent.haproxy import version
+from nodeagent.held import ChangeSet, DeltaError, Held
 from peerplane import balance as words
 from peerplane import healthcheck, limits, names
 from peerplane.addresses import Address, AddressError, parse_address

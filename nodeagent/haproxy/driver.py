@@ -1,4 +1,4 @@
-"""The HAProxy edge: validation, master CLI, runtime API.
+"""The HAProxy edge: validation, master CLI, runtime API (the replies are read in `parse.py`).
 
 HAProxy 2.6 answers some commands with nothing (`reload`) or with a sentence even on
 failure (`set server ... addr`), so every action here is confirmed by reading state back
@@ -20,22 +20,26 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
-from nodeagent.changes import ServerUpdate
-from nodeagent.masterlog import MasterLog, failure_reason
+from nodeagent.config.changes import ServerUpdate
+from nodeagent.haproxy import HAProxyError
+from nodeagent.haproxy.masterlog import MasterLog, failure_reason
+from nodeagent.haproxy.parse import (
+    ProcInfo,
+    ServerState,
+    parse_info_pid,
+    parse_peers_flags,
+    parse_reload_reply,
+    parse_servers_state,
+    parse_show_proc,
+    parse_table_usage,
+)
 from peerplane.addresses import AddressError, canonical_address
 
 log = logging.getLogger(__name__)
 
 # 2.6 drops a peers section without the local peer with only this warning.
 _DROPPED_PEERS = re.compile(r"Removing incomplete section 'peers [^']*'")
-_PROC_LINE = re.compile(r"^(\d+)\s+(master|worker|program)\s+(\d+)(?:\s+\[failed:\s*(\d+)\])?")
-_PEERS_SECTION = re.compile(r"\bid=(\S+) disabled=\d+ flags=0x([0-9a-fA-F]+)")
-
-
-class HAProxyError(RuntimeError):
-    """HAProxy refused or did not confirm an action."""
 
 
 def command(path: str, cmd: str, timeout: float = 5.0) -> str:
@@ -89,101 +93,6 @@ def validate(
     if dropped:
         return "\n".join(dropped)
     return None
-
-
-@dataclass(frozen=True)
-class ProcInfo:
-    """`show proc` of the master: reload counters and the workers."""
-
-    master_pid: int
-    reloads: int
-    failed_reloads: int
-    workers: tuple[tuple[int, int], ...]  # (pid, reloads survived)
-
-    @property
-    def current_worker(self) -> int | None:
-        """The serving worker: the one that survived the fewest reloads. Usually 0, but a
-        failed reload counts too: the worker that keeps serving then shows 1 (3.2 even
-        lists it under `# old workers`)."""
-        if not self.workers:
-            return None
-        return min(self.workers, key=lambda w: (w[1], -w[0]))[0]
-
-
-def parse_show_proc(text: str) -> ProcInfo:
-    master: tuple[int, int, int] | None = None
-    workers: list[tuple[int, int]] = []
-    for line in text.splitlines():
-        m = _PROC_LINE.match(line.strip())
-        if not m:
-            continue
-        pid, kind, reloads = int(m.group(1)), m.group(2), int(m.group(3))
-        if kind == "master":
-            master = (pid, reloads, int(m.group(4) or 0))
-        elif kind == "worker":
-            workers.append((pid, reloads))
-    if master is None:
-        raise HAProxyError(f"unexpected show proc reply: {text.strip()[:200]!r}")
-    return ProcInfo(master[0], master[1], master[2], tuple(workers))
-
-
-@dataclass(frozen=True)
-class ReloadReply:
-    """The master CLI's answer to `reload` (HAProxy 2.7+): outcome and the startup log."""
-
-    ok: bool
-    log: tuple[str, ...]
-
-
-def parse_reload_reply(text: str) -> ReloadReply | None:
-    """`Success=1|0`, `--`, then the new process's startup log; None for 2.6's silence
-    (or anything else that is not such a reply)."""
-    lines = text.strip().splitlines()
-    if not lines or lines[0].strip() not in ("Success=1", "Success=0"):
-        return None
-    body = lines[2:] if len(lines) > 1 and lines[1].strip() == "--" else lines[1:]
-    return ReloadReply(lines[0].strip() == "Success=1", tuple(body))
-
-
-_TABLE_HEADER = re.compile(r"^# table: ([^,\s]+), type: \S+, size:\d+, used:(\d+)", re.M)
-_INFO_PID = re.compile(r"^Pid: (\d+)$", re.M)
-
-
-def parse_table_usage(text: str) -> dict[str, int]:
-    """`show table` (no argument) -> table name -> entries in use."""
-    return {m.group(1): int(m.group(2)) for m in _TABLE_HEADER.finditer(text)}
-
-
-def parse_info_pid(text: str) -> int | None:
-    """The `Pid:` line of `show info`: which worker answered."""
-    match = _INFO_PID.search(text)
-    return int(match.group(1)) if match else None
-
-
-def parse_peers_flags(text: str) -> dict[str, int]:
-    """Section name -> flags from `show peers`."""
-    return {m.group(1): int(m.group(2), 16) for m in _PEERS_SECTION.finditer(text)}
-
-
-@dataclass(frozen=True)
-class ServerState:
-    address: str
-    port: int
-    enabled: bool
-    down: bool = False  # operationally stopped (failed health checks, or in maintenance)
-
-
-def parse_servers_state(text: str) -> dict[str, ServerState]:
-    """`show servers state B` -> server name -> state (admin state without maint bits)."""
-    servers: dict[str, ServerState] = {}
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) < 19 or fields[0].startswith("#"):
-            continue
-        admin = int(fields[6])
-        down = int(fields[5]) == 0  # srv_op_state 0: SRV_ST_STOPPED
-        servers[fields[3]] = ServerState(fields[4], int(fields[18]), admin & 0x3 == 0, down)
-    return servers
 
 
 class HAProxy:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nodeagent.masterlog import MasterLog, last_words, pump
+from nodeagent.haproxy.masterlog import MasterLog, last_words, pump
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ slot and only the latest is applied (reload coalescing; an answer to a supersede
 would be stale anyway). The stream reconnects forever; HAProxy keeps serving meanwhile.
 
 With `accepts_deltas` the server may send a SnapshotDelta instead: the reader turns each
-into a full, verified snapshot at once (`nodeagent/delta.py`), against the last content
+into a full, verified snapshot at once (`nodeagent/held.py`), against the last content
 sent on this stream, so the apply loop only ever sees full snapshots; a delta that does
 not apply is NACKed at once with `resync` and the full snapshot that follows replaces it.
 
@@ -31,11 +31,11 @@ from tenacity import (
 )
 
 from nodeagent import __version__
-from nodeagent.delta import ChangeSet, DeltaError, Held, describe
+from nodeagent.apply.outcome import Result
+from nodeagent.held import ChangeSet, DeltaError, Held, describe
 from nodeagent.logformat import fields
 from nodeagent.metrics import AgentMetrics
-from nodeagent.outcome import Result
-from nodeagent.transport import TokenError, Transport
+from nodeagent.stream.transport import TokenError, Transport
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 
@@ -56,7 +56,7 @@ class Identity:
 
 
 class SnapshotApplier(Protocol):
-    """What the client needs from the applier (nodeagent.applier.Applier in production)."""
+    """What the client needs from the applier (nodeagent.apply.applier.Applier in production)."""
 
     @property
     def applied_hash(self) -> str: ...

@@ -2,7 +2,7 @@
 backend's framed entry in a serialized Snapshot.
 
 The control plane builds snapshots and deltas from parts (`controlplane/publish/wire.py`)
-and the agent hashes what it materializes from the same parts (`nodeagent/delta.py`): the
+and the agent hashes what it materializes from the same parts (`nodeagent/held.py`): the
 content hash is defined over these bytes, so both take them from here.
 """
 

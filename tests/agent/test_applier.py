@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent import applier as applier_module
 from nodeagent import cli
-from nodeagent.activation import External, Managed
-from nodeagent.applier import Applier
-from nodeagent.changes import Kind
+from nodeagent.apply import applier as applier_module
+from nodeagent.apply.activation import External, Managed
+from nodeagent.apply.applier import Applier
+from nodeagent.apply.saved import StateStore
 from nodeagent.cli import wiring
 from nodeagent.cli.flags import build_parser
-from nodeagent.haproxy import HAProxy
-from nodeagent.render import RenderOptions, render
-from nodeagent.state import StateStore
+from nodeagent.config.changes import Kind
+from nodeagent.config.render import RenderOptions, render
+from nodeagent.haproxy.driver import HAProxy
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import (
     backend,
@@ -256,7 +256,7 @@ def test_a_saved_snapshot_that_cannot_be_read_counts_as_none(
     applier = Applier(
         RenderOptions("pod-a"), str(tmp_path / "haproxy.cfg"), store, HAProxy(*sockets)
     )
-    with caplog.at_level(logging.ERROR, logger="nodeagent.state"):
+    with caplog.at_level(logging.ERROR, logger="nodeagent.apply.saved"):
         assert applier.restore() is False
     assert [r.getMessage() for r in caplog.records if str(target) in r.getMessage()] == [
         caplog.records[0].getMessage()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from nodeagent.changes import Kind, ServerUpdate, classify
-from nodeagent.delta import Held, diff
-from nodeagent.render import RenderOptions, render_held
+from nodeagent.config.changes import Kind, ServerUpdate, classify
+from nodeagent.config.render import RenderOptions, render_held
+from nodeagent.held import Held, diff
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.deltas import classify_snapshots
 from tests.helpers.haproxy_env import backend, snapshot

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.changes import Kind
-from nodeagent.render import RenderOptions
+from nodeagent.config.changes import Kind
+from nodeagent.config.render import RenderOptions
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.deltas import classify_snapshots
 from tests.helpers.fleet import REPO, http_get, wait_for

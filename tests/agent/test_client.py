@@ -14,10 +14,10 @@ import grpc.aio
 import pytest
 
 from nodeagent import __version__
-from nodeagent.changes import Kind
-from nodeagent.client import Client, Identity
-from nodeagent.delta import ChangeSet, Held
-from nodeagent.outcome import Result
+from nodeagent.apply.outcome import Result
+from nodeagent.config.changes import Kind
+from nodeagent.held import ChangeSet, Held
+from nodeagent.stream.client import Client, Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 from tests.helpers.haproxy_env import (

@@ -1,4 +1,4 @@
-"""nodeagent/delta.py: a delta applied to the held snapshot equals the full snapshot (hash,
+"""nodeagent/held.py: a delta applied to the held snapshot equals the full snapshot (hash,
 saved bytes, rendered config), over random sequences of versions computed and encoded by
 the control plane; malformed deltas are refused with a reason and change nothing.
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from controlplane.publish import content_hash
-from nodeagent.changes import Kind, classify
-from nodeagent.delta import DeltaError, Held, diff
-from nodeagent.render import RenderOptions, render, render_held
+from nodeagent.config.changes import Kind, classify
+from nodeagent.config.render import RenderOptions, render, render_held
+from nodeagent.held import DeltaError, Held, diff
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.deltas import delta_between, hashed, random_versions
 from tests.helpers.haproxy_env import backend, snapshot

@@ -16,16 +16,16 @@ import grpc
 import grpc.aio
 import pytest
 
-from nodeagent import activation
-from nodeagent import render as render_module
-from nodeagent.applier import Applier
-from nodeagent.changes import Kind, ServerUpdate
+from nodeagent.apply import activation
+from nodeagent.apply.applier import Applier
+from nodeagent.apply.outcome import Result
 from nodeagent.cli.flags import build_parser
-from nodeagent.client import Client, Identity
-from nodeagent.delta import ChangeSet, Held
-from nodeagent.haproxy import HAProxy
-from nodeagent.outcome import Result
-from nodeagent.render import render
+from nodeagent.config import render as render_module
+from nodeagent.config.changes import Kind, ServerUpdate
+from nodeagent.config.render import render
+from nodeagent.haproxy.driver import HAProxy
+from nodeagent.held import ChangeSet, Held
+from nodeagent.stream.client import Client, Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 from tests.agent.test_client import running, serve, within

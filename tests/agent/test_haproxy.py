@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.applier import Applier
-from nodeagent.changes import Kind
-from nodeagent.render import RenderOptions, render
-from nodeagent.state import StateStore
-from nodeagent.supervisor import Supervisor
+from nodeagent.apply.applier import Applier
+from nodeagent.apply.saved import StateStore
+from nodeagent.config.changes import Kind
+from nodeagent.config.render import RenderOptions, render
+from nodeagent.haproxy.supervisor import Supervisor
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import (
     Instance,

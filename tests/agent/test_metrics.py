@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.client import Client, Identity
 from nodeagent.logformat import JsonFormatter
 from nodeagent.metrics import MetricsServer
+from nodeagent.stream.client import Client, Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.agent.test_client import FakePlane, demo_snapshot, running, serve, within
 from tests.helpers.haproxy_env import (

@@ -22,10 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.delta import Held
-from nodeagent.haproxy import HAProxyError, command, parse_peers_flags
+from nodeagent.haproxy import HAProxyError
+from nodeagent.haproxy.driver import command
+from nodeagent.haproxy.parse import parse_peers_flags, parse_uptimes
+from nodeagent.held import Held
 from nodeagent.metrics import AgentMetrics, MetricsServer
-from nodeagent.readiness import Observation, Readiness, decide, held_state, parse_uptimes
+from nodeagent.readiness import Observation, Readiness, decide, held_state
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.agent.test_metrics import scrape
 from tests.helpers.fleet import wait_for

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.client import Client, Identity
-from nodeagent.haproxy import parse_reload_reply, parse_show_proc
-from nodeagent.masterlog import MasterLog, failure_reason
+from nodeagent.haproxy.masterlog import MasterLog, failure_reason
+from nodeagent.haproxy.parse import parse_reload_reply, parse_show_proc
+from nodeagent.stream.client import Client, Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.agent.test_client import FakePlane, demo_snapshot, running, serve, within
 from tests.helpers.haproxy_env import (

@@ -11,13 +11,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from nodeagent.haproxy import (
-    HAProxy,
-    command,
-    parse_info_pid,
-    parse_peers_flags,
-    parse_table_usage,
-)
+from nodeagent.haproxy.driver import HAProxy, command
+from nodeagent.haproxy.parse import parse_info_pid, parse_peers_flags, parse_table_usage
 from tests.helpers.fleet import stop_process, wait_for
 from tests.helpers.haproxy_env import loopback_net
 from tests.helpers.haproxy_versions import HAProxyBinary

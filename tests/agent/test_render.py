@@ -8,9 +8,10 @@ import json
 import pytest
 from google.protobuf import json_format
 
-from nodeagent import cli, version
-from nodeagent.haproxy import validate
-from nodeagent.render import RenderError, RenderOptions, haproxy_size, render, render_backend
+from nodeagent import cli
+from nodeagent.config.render import RenderError, RenderOptions, haproxy_size, render, render_backend
+from nodeagent.haproxy import version
+from nodeagent.haproxy.driver import validate
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import DESIGN_BACKEND
 from tests.helpers.haproxy_env import backend, snapshot

@@ -1,4 +1,4 @@
-"""The render cache (nodeagent/render.py `render_held`): sections reused while their input
+"""The render cache (nodeagent/config/render.py `render_held`): sections reused while their input
 is unchanged, only the backends a change set names rendered, and the result byte for byte
 a render from scratch, over random sequences of deltas.
 
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from nodeagent import render
-from nodeagent.delta import ChangeSet, Held, diff
-from nodeagent.render import Rendered, RenderError, RenderOptions, render_held
+from nodeagent.config import render
+from nodeagent.config.render import Rendered, RenderError, RenderOptions, render_held
+from nodeagent.held import ChangeSet, Held, diff
 from peerplane import addresses
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.deltas import delta_between, hashed, random_versions

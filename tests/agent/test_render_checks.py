@@ -9,7 +9,7 @@ import pytest
 from google.protobuf import json_format
 
 from nodeagent import cli
-from nodeagent.render import RenderError, RenderOptions, render, render_backend
+from nodeagent.config.render import RenderError, RenderOptions, render, render_backend
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.agent.test_render import realistic
 from tests.helpers.haproxy_env import backend

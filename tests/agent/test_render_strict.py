@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.haproxy import command, validate
-from nodeagent.render import RenderError, RenderOptions, render
+from nodeagent.config.render import RenderError, RenderOptions, render
+from nodeagent.haproxy.driver import command, validate
 from peerplane import limits
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import backend, free_port, loopback_net, snapshot

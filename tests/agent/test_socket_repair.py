@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent import sockrepair
-from nodeagent.changes import Kind
-from nodeagent.render import PEERS_SECTION, render
+from nodeagent.config.changes import Kind
+from nodeagent.config.render import PEERS_SECTION, render
+from nodeagent.haproxy import sockrepair
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import (
     Instance,

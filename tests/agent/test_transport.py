@@ -19,12 +19,12 @@ import pytest
 from controlplane.publish.store import SnapshotStore
 from controlplane.server import ControlPlaneServer, ServerOptions, TlsFiles
 from controlplane.server.auth import Authenticator
-from nodeagent import transport
-from nodeagent.changes import Kind
+from nodeagent.apply.outcome import Result
 from nodeagent.cli import flags as agent_flags
-from nodeagent.client import Client, Identity
-from nodeagent.delta import ChangeSet, Held
-from nodeagent.outcome import Result
+from nodeagent.config.changes import Kind
+from nodeagent.held import ChangeSet, Held
+from nodeagent.stream import transport
+from nodeagent.stream.client import Client, Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 from tests.helpers.certs import Certs, make_certs

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent import version
-from nodeagent.haproxy import validate
-from nodeagent.render import RenderOptions, render
+from nodeagent.config.render import RenderOptions, render
+from nodeagent.haproxy import version
+from nodeagent.haproxy.driver import validate
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.fleet import http_get, table_entries, wait_for
 from tests.helpers.haproxy_env import (

@@ -22,10 +22,10 @@ from pathlib import Path
 from controlplane.compute import Computer
 from controlplane.model import ClusterState, frozen_map
 from controlplane.publish import Encoder
-from nodeagent.changes import Kind, classify
-from nodeagent.delta import Held, diff
-from nodeagent.render import RenderOptions, render_held
-from nodeagent.state import atomic_write
+from nodeagent.apply.saved import atomic_write
+from nodeagent.config.changes import Kind, classify
+from nodeagent.config.render import RenderOptions, render_held
+from nodeagent.held import Held, diff
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.bench.common import Result, big_cluster, log
 from tests.bench.compute import with_one_endpoint_changed

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nodeagent.haproxy import HAProxy
+from nodeagent.haproxy.driver import HAProxy
 from tests.bench.common import Result, log, median, percentile
 from tests.helpers.fleet import Fleet, haproxy_binary, wait_for
 

@@ -1,6 +1,6 @@
 """Agent and HAProxy: an endpoint change applied through the runtime API vs by a reload.
 
-Drives the real node agent's apply path in this process: `nodeagent.applier.Applier` with
+Drives the real node agent's apply path in this process: `nodeagent.apply.applier.Applier` with
 its `HAProxy` driver and `Supervisor`, wired as `nodeagent run --manage-haproxy` wires them
 (same defaults), each managing a real HAProxy 2.6 in master-worker mode. Two instances,
 haproxy-a and haproxy-b, each on its own loopback address (127.41.1.1, 127.41.1.2), peer
@@ -40,13 +40,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import nodeagent.applier
-from nodeagent.applier import Applier
-from nodeagent.changes import Kind
-from nodeagent.haproxy import HAProxy
-from nodeagent.render import RenderOptions
-from nodeagent.state import StateStore
-from nodeagent.supervisor import Supervisor
+import nodeagent.apply.applier
+from nodeagent.apply.applier import Applier
+from nodeagent.apply.saved import StateStore
+from nodeagent.config.changes import Kind
+from nodeagent.config.render import RenderOptions
+from nodeagent.haproxy.driver import HAProxy
+from nodeagent.haproxy.supervisor import Supervisor
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.bench.common import Child, Result, log, median, percentile
 from tests.helpers.fleet import (
@@ -152,12 +152,12 @@ class Phases:
     def installed(self, agent: Agent) -> Iterator[None]:
         """Wrap the module functions the applier calls and the timed agent's methods."""
         module_originals: dict[str, Callable[..., Any]] = {
-            name: getattr(nodeagent.applier, name) for name in ("render_held", "validate")
+            name: getattr(nodeagent.apply.applier, name) for name in ("render_held", "validate")
         }
         phase = {"render_held": "render", "validate": "validate"}
         try:
             for name, fn in module_originals.items():
-                setattr(nodeagent.applier, name, self.wrap(phase[name], fn))
+                setattr(nodeagent.apply.applier, name, self.wrap(phase[name], fn))
             # Instance attributes shadow the class's methods for this one agent only.
             hx, applier = agent.haproxy, agent.applier
             methods: list[tuple[object, str, str]] = [
@@ -172,7 +172,7 @@ class Phases:
             yield
         finally:
             for name, fn in module_originals.items():
-                setattr(nodeagent.applier, name, fn)
+                setattr(nodeagent.apply.applier, name, fn)
 
     def take(self) -> dict[str, list[float]]:
         taken, self.times = dict(self.times), defaultdict(list)

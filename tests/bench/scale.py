@@ -63,7 +63,7 @@ from typing import Any
 
 import grpc
 
-from nodeagent.haproxy import HAProxy
+from nodeagent.haproxy.driver import HAProxy
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.bench.common import Result, log, median, percentile
 from tests.bench.scalefolder import (

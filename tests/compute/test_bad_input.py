@@ -8,7 +8,7 @@ from controlplane.compute import compute
 from controlplane.compute.settings import SETTINGS
 from controlplane.compute.values import MAX_HOSTS
 from controlplane.publish import encode_one
-from nodeagent.render import RenderOptions, render
+from nodeagent.config.render import RenderOptions, render
 from peerplane import limits
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from controlplane.compute import compute
 from controlplane.publish import encode_one
-from nodeagent.render import RenderOptions, render
+from nodeagent.config.render import RenderOptions, render
 from tests.helpers.builders import (
     DEFAULT_PODS,
     DESIGN_BACKEND,

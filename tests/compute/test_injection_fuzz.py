@@ -23,7 +23,7 @@ from controlplane.compute import compute
 from controlplane.compute.settings import SETTINGS as TABLE
 from controlplane.model import ClusterState
 from controlplane.publish import encode
-from nodeagent.render import RenderOptions, render
+from nodeagent.config.render import RenderOptions, render
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import cluster, endpoint_slice, haproxy_pod, service
 from tests.helpers.builders import settings as configmap

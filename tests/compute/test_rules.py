@@ -11,7 +11,7 @@ from controlplane.compute import BackendSlots, BackendSpec, ComputeResult, Workl
 from controlplane.compute.workloads import WorkloadScope
 from controlplane.model import Pod
 from controlplane.publish import content_hash, encode_one
-from nodeagent.render import RenderOptions, render
+from nodeagent.config.render import RenderOptions, render
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import (
     DEFAULT_PODS,

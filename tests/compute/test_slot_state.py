@@ -22,7 +22,7 @@ from controlplane.ledger.shards import SLOTS_KEY
 from controlplane.ledger.sqlite import FileLedger, LedgerReadError
 from controlplane.model import ObjectRef
 from controlplane.publish import encode_one
-from nodeagent.render import RenderError, render_backend
+from nodeagent.config.render import RenderError, render_backend
 from peerplane import limits
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from controlplane.compute import Computer
 from controlplane.model import ClusterState
 from controlplane.publish import Encoder, content_hash
-from nodeagent.changes import Decision, classify
-from nodeagent.delta import Held, diff
-from nodeagent.render import RenderOptions, render_held
+from nodeagent.config.changes import Decision, classify
+from nodeagent.config.render import RenderOptions, render_held
+from nodeagent.held import Held, diff
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import cluster, endpoint_slice, haproxy_pod, service, settings
 

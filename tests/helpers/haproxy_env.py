@@ -13,11 +13,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodeagent.applier import Applier
-from nodeagent.haproxy import HAProxy
-from nodeagent.render import RenderOptions
-from nodeagent.state import StateStore
-from nodeagent.supervisor import Supervisor
+from nodeagent.apply.applier import Applier
+from nodeagent.apply.saved import StateStore
+from nodeagent.config.render import RenderOptions
+from nodeagent.haproxy.driver import HAProxy
+from nodeagent.haproxy.supervisor import Supervisor
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.fleet import HttpBackend
 from tests.helpers.fleet import free_port as free_port  # re-exported for the agent tests

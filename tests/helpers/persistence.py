@@ -21,7 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodeagent.haproxy import HAProxy, parse_servers_state
+from nodeagent.haproxy.driver import HAProxy
+from nodeagent.haproxy.parse import parse_servers_state
 
 HOST = "shop.example.com"
 HTTP_PORT = 18080

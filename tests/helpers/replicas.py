@@ -30,7 +30,7 @@ from tests.kubeapi.objects import config_map, endpoint_slice, pod, service
 NS = "haproxy-system"
 SHOP = "default_shop_http"
 LEASE = "peerplane-controlplane"
-# The real agent (nodeagent/client.py): 0.5 s after a lost stream, then random
+# The real agent (nodeagent/stream/client.py): 0.5 s after a lost stream, then random
 # exponential backoff (multiplier 0.5 s, at most 30 s) between failed attempts.
 RECONNECT_PAUSE_S = 0.5
 BACKOFF_MULTIPLIER_S = 0.5

@@ -16,8 +16,8 @@ import pytest
 
 from controlplane.publish.content import SnapshotContent
 from controlplane.publish.store import SnapshotStore
-from nodeagent.delta import Held
-from nodeagent.render import RenderOptions, render, render_held
+from nodeagent.config.render import RenderOptions, render, render_held
+from nodeagent.held import Held
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.deltas import random_versions
 

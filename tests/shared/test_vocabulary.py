@@ -16,7 +16,7 @@ from controlplane.compute.values import (
     parse_size,
     parse_time_ms,
 )
-from nodeagent.render import RenderError, RenderOptions, render, render_backend
+from nodeagent.config.render import RenderError, RenderOptions, render, render_backend
 from peerplane import balance, limits, names
 from peerplane.v1 import peerplane_pb2 as pb
 

@@ -19,7 +19,7 @@ from controlplane.ledger.sqlite import ledger_document
 from controlplane.model import ObjectRef
 from controlplane.publish import encode
 from controlplane.source.files import FilesSource, load_manifests
-from nodeagent.render import RenderOptions, render
+from nodeagent.config.render import RenderOptions, render
 from tests.helpers.haproxy_versions import HAProxyBinary
 from tests.helpers.server_process import ServeProcess, grpcurl
 

@@ -253,7 +253,7 @@ def test_agent_command_line_parses_with_the_agent_itself(
     assert (parsed.pod_namespace, parsed.pod_name) == ("haproxy-system", "haproxy-x1")
     assert parsed.node_name == "node-1" and parsed.bind_address == "10.0.1.1"
     assert not parsed.manage_haproxy  # HAProxy runs in its own container
-    from nodeagent.transport import DEFAULT_TOKEN_FILE, check
+    from nodeagent.stream.transport import DEFAULT_TOKEN_FILE, check
 
     assert check(parsed) is None and not parsed.insecure  # TLS, never plaintext
     assert parsed.token_file == DEFAULT_TOKEN_FILE

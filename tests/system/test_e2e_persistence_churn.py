@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.haproxy import HAProxy
+from nodeagent.haproxy.driver import HAProxy
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.fleet import HAPROXY_PODS, Fleet, table_entries, wait_for
 from tests.helpers.haproxy_versions import HAProxyBinary, installed

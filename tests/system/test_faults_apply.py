@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent import sockrepair
-from nodeagent.applier import Applier
-from nodeagent.changes import Kind
-from nodeagent.haproxy import HAProxy
-from nodeagent.render import RenderOptions
-from nodeagent.state import StateStore
-from nodeagent.supervisor import Supervisor
+from nodeagent.apply.applier import Applier
+from nodeagent.apply.saved import StateStore
+from nodeagent.config.changes import Kind
+from nodeagent.config.render import RenderOptions
+from nodeagent.haproxy import sockrepair
+from nodeagent.haproxy.driver import HAProxy
+from nodeagent.haproxy.supervisor import Supervisor
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import (
     backend,

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent import version
-from nodeagent.faults import CRASH_ENV
-from nodeagent.haproxy import ProcInfo, command, parse_show_proc
-from nodeagent.render import RenderOptions, render
+from nodeagent.apply.faults import CRASH_ENV
+from nodeagent.config.render import RenderOptions, render
+from nodeagent.haproxy import version
+from nodeagent.haproxy.driver import command
+from nodeagent.haproxy.parse import ProcInfo, parse_show_proc
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.fleet import (
     HAPROXY_PODS,

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from nodeagent.haproxy import HAProxy
-from nodeagent.render import RenderOptions, render
+from nodeagent.config.render import RenderOptions, render
+from nodeagent.haproxy.driver import HAProxy
 from tests.bench.scale import rss_mib
 from tests.helpers.fleet import stop_process
 from tests.helpers.haproxy_env import backend, free_port, loopback_net, snapshot

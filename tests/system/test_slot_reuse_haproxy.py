@@ -28,7 +28,7 @@ import pytest
 from controlplane.compute import Computer
 from controlplane.compute.types import BackendSlots
 from controlplane.publish import encode_one
-from nodeagent.changes import Kind
+from nodeagent.config.changes import Kind
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import WORKLOAD, cluster, endpoint_slice, haproxy_pod, service
 from tests.helpers.fleet import Backends, http_get, table_entries, unix_command, wait_for
