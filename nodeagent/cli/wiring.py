@@ -20,7 +20,8 @@ from nodeagent.haproxy.supervisor import Supervisor
 from nodeagent.metrics import AgentMetrics, MetricsServer
 from nodeagent.readiness import Readiness, held_state
 from nodeagent.stream import transport
-from nodeagent.stream.client import Client, Identity
+from nodeagent.stream.client import Client
+from nodeagent.stream.protocol import Identity
 
 log = logging.getLogger("nodeagent")
 

@@ -13,13 +13,16 @@ not apply is NACKed at once with `resync` and the full snapshot that follows rep
 A NACK whose cause may pass (a reload that failed on a port still held by another
 process) is followed by retries of the same snapshot with exponential backoff, until it
 applies (then the same nonce is ACKed) or a newer snapshot replaces it.
+
+What to do with each server message, what to answer, the coalescing and the retries are
+decided by the pure `protocol.py`; this module reads, writes, queues, waits, logs and
+counts (every ACK and NACK in one place, `_sent`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import Protocol
 
 import grpc
@@ -32,9 +35,11 @@ from tenacity import (
 
 from nodeagent import __version__
 from nodeagent.apply.outcome import Result
-from nodeagent.held import ChangeSet, DeltaError, Held, describe
+from nodeagent.held import ChangeSet, Held
 from nodeagent.logformat import fields
 from nodeagent.metrics import AgentMetrics
+from nodeagent.stream import protocol
+from nodeagent.stream.protocol import Identity
 from nodeagent.stream.transport import TokenError, Transport
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
@@ -46,13 +51,6 @@ KEEPALIVE_MS = 30_000  # the server permits pings every >= 20 s
 # plane sends up to 64 MiB (`--max-send-message-bytes`).
 MAX_RECEIVE_BYTES = 64 * 1024 * 1024
 REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
-
-
-@dataclass(frozen=True)
-class Identity:
-    pod_namespace: str
-    pod_name: str
-    node_name: str = ""
 
 
 class SnapshotApplier(Protocol):
@@ -70,9 +68,6 @@ class SnapshotApplier(Protocol):
         ...
 
     def apply(self, snapshot: Held, change: ChangeSet | None = None) -> Result: ...
-
-
-Pending = tuple[str, Held, ChangeSet | None]  # nonce, full snapshot, what changed (deltas)
 
 
 class StreamBroken(Exception):
@@ -95,7 +90,7 @@ class Client:
         deltas: bool = True,
     ) -> None:
         self.deltas = deltas  # announce delta support (`nodeagent run --no-deltas`: not)
-        self._base: Held | None = None  # the last content sent on this stream, in parts
+        self._state = protocol.StreamState()  # the protocol's view of the current stream
         self._write_lock = asyncio.Lock()  # the reader and the apply loop both answer
         self.retry_initial = retry_initial  # first wait before re-applying a retryable NACK
         self.transport = transport if transport is not None else Transport()
@@ -109,16 +104,12 @@ class Client:
         self._answered = False  # the current stream got a server message
 
     def hello(self) -> pb.AgentMessage:
-        return pb.AgentMessage(
-            hello=pb.Hello(
-                pod_namespace=self.identity.pod_namespace,
-                pod_name=self.identity.pod_name,
-                node_name=self.identity.node_name,
-                applied_content_hash=self.applier.applied_hash,
-                applied_version=self.applier.applied_version,
-                agent_version=__version__,
-                accepts_deltas=self.deltas,
-            )
+        return protocol.hello(
+            self.identity,
+            self.applier.applied_hash,
+            self.applier.applied_version,
+            __version__,
+            self.deltas,
         )
 
     async def run(self) -> None:
@@ -162,8 +153,7 @@ class Client:
             try:
                 held = self.applier.applied_held  # read first: an apply may still finish
                 hello = self.hello()
-                reported = hello.hello.applied_content_hash
-                self._base = held if held is not None and held.content_hash == reported else None
+                self._state = protocol.opened(held, hello.hello.applied_content_hash)
                 await call.write(hello)
                 log.info(
                     "connected to %s as %s/%s (applied version=%d hash=%.12s)",
@@ -173,7 +163,7 @@ class Client:
                     self.applier.applied_version,
                     self.applier.applied_hash,
                 )
-                latest: asyncio.Queue[Pending] = asyncio.Queue(maxsize=1)
+                latest: asyncio.Queue[protocol.Apply] = asyncio.Queue(maxsize=1)
                 self._answered = False
                 applier_task = asyncio.create_task(self._apply_loop(call, latest))
                 reader_task = asyncio.create_task(self._read_loop(call, latest))
@@ -221,7 +211,7 @@ class Client:
     async def _read_loop(
         self,
         call: grpc.aio.StreamStreamCall[pb.AgentMessage, pb.ServerMessage],
-        latest: asyncio.Queue[Pending],
+        latest: asyncio.Queue[protocol.Apply],
     ) -> None:
         """Read server messages until the stream ends; the first one marks it answered."""
         while True:
@@ -240,8 +230,9 @@ class Client:
         self,
         call: grpc.aio.StreamStreamCall[pb.AgentMessage, pb.ServerMessage],
         msg: pb.ServerMessage,
-        latest: asyncio.Queue[Pending],
+        latest: asyncio.Queue[protocol.Apply],
     ) -> None:
+        """Log what came, let the protocol decide, then do what it decided."""
         which = msg.WhichOneof("message")
         if which == "snapshot":
             snap = msg.snapshot
@@ -255,44 +246,27 @@ class Client:
                     event="snapshot", workload=snap.workload, version=snap.version, nonce=msg.nonce
                 ),
             )
-            try:
-                held = Held.from_snapshot(snap)
-            except DeltaError as e:  # what the applier would say: a final NACK
-                self._base = None
-                _drop(latest)
-                await self._write(
-                    call,
-                    self._nack(
-                        msg.nonce, snap.version, snap.content_hash, f"render: {e}", snap.workload
+        elif which == "delta":
+            self._received_delta(msg.nonce, msg.delta)
+        self._state, decision = protocol.on_message(self._state, msg)
+        if isinstance(decision, protocol.Note):
+            self._note(decision, msg)
+            return
+        _coalesce(latest, decision)
+        if isinstance(decision, protocol.Refuse):
+            if decision.resync:
+                self.metrics.delta_resyncs.inc()
+                log.warning(
+                    "delta not applied, asking for the full snapshot (resync): %s nonce=%s",
+                    decision.reason,
+                    msg.nonce,
+                    extra=fields(
+                        event="delta_resync", workload=msg.delta.workload, version=msg.delta.version
                     ),
                 )
-                return
-            self._base = held
-            _offer(latest, (msg.nonce, held, None))
-        elif which == "delta":
-            await self._materialize(call, msg.nonce, msg.delta, latest)
-        elif which == "in_sync":
-            log.info(
-                "in sync at version=%d hash=%.12s",
-                msg.in_sync.version,
-                msg.in_sync.content_hash,
-                extra=fields(event="in_sync", version=msg.in_sync.version),
-            )
-        elif which == "waiting":
-            log.info("control plane says wait: %s", msg.waiting.reason)
-        else:
-            log.warning("ignoring unknown server message %s", which)
+            await self._write(call, self._sent(decision.answer))
 
-    async def _materialize(
-        self,
-        call: grpc.aio.StreamStreamCall[pb.AgentMessage, pb.ServerMessage],
-        nonce: str,
-        delta: pb.SnapshotDelta,
-        latest: asyncio.Queue[Pending],
-    ) -> None:
-        """Turn a delta into the full snapshot it leads to, at once (the next delta applies
-        to it whatever becomes of this one), or NACK it with resync and hold nothing until
-        the full snapshot the server sends next."""
+    def _received_delta(self, nonce: str, delta: pb.SnapshotDelta) -> None:
         self.metrics.deltas.inc()
         log.info(
             "delta received workload=%s version=%d from=%.12s to=%.12s nonce=%s "
@@ -308,27 +282,20 @@ class Client:
                 event="delta", workload=delta.workload, version=delta.version, nonce=nonce
             ),
         )
-        try:
-            if self._base is None:
-                raise DeltaError("this agent holds no snapshot on this stream")
-            held, change = self._base.apply(delta)
-        except DeltaError as e:
-            self._base = None
-            _drop(latest)  # superseded: the server sends the full snapshot next
-            self.metrics.delta_resyncs.inc()
-            error = describe(delta, str(e))
-            log.warning(
-                "delta not applied, asking for the full snapshot (resync): %s nonce=%s",
-                error,
-                nonce,
-                extra=fields(event="delta_resync", workload=delta.workload, version=delta.version),
+
+    @staticmethod
+    def _note(note: protocol.Note, msg: pb.ServerMessage) -> None:
+        if note.kind == "in_sync":
+            log.info(
+                "in sync at version=%d hash=%.12s",
+                msg.in_sync.version,
+                msg.in_sync.content_hash,
+                extra=fields(event="in_sync", version=msg.in_sync.version),
             )
-            nack = self._nack(nonce, delta.version, delta.to_content_hash, error, delta.workload)
-            nack.nack.resync = True
-            await self._write(call, nack)
-            return
-        self._base = held
-        _offer(latest, (nonce, held, change))
+        elif note.kind == "waiting":
+            log.info("control plane says wait: %s", msg.waiting.reason)
+        else:
+            log.warning("ignoring unknown server message %s", note.kind)
 
     async def _write(
         self,
@@ -341,16 +308,17 @@ class Client:
     async def _apply_loop(
         self,
         call: grpc.aio.StreamStreamCall[pb.AgentMessage, pb.ServerMessage],
-        latest: asyncio.Queue[Pending],
+        latest: asyncio.Queue[protocol.Apply],
     ) -> None:
         while True:
-            nonce, snap, change = await latest.get()
+            nonce, snap, change = _unpack(await latest.get())
             delay, attempt = self.retry_initial, 1
             while True:
                 result = await self._apply(snap, change)
-                if attempt == 1 or result.ok:  # one NACK per nonce; the ACK may follow it
+                step = protocol.after_apply(result, attempt)
+                if step.send:
                     await self._write(call, self._answer(nonce, snap, result, attempt))
-                if result.ok or not result.retryable:
+                if not step.retry:
                     break
                 log.warning(
                     "retrying workload=%s version=%d nonce=%s in %.1fs (attempt %d failed: %s)",
@@ -363,10 +331,10 @@ class Client:
                     extra=fields(event="apply_retry", workload=snap.workload, version=snap.version),
                 )
                 try:  # a newer snapshot replaces the one being retried
-                    nonce, snap, change = await asyncio.wait_for(latest.get(), delay)
+                    nonce, snap, change = _unpack(await asyncio.wait_for(latest.get(), delay))
                     delay, attempt = self.retry_initial, 1
                 except TimeoutError:
-                    delay, attempt = min(delay * 2, self.backoff_max), attempt + 1
+                    delay, attempt = protocol.next_retry(delay, attempt, self.backoff_max)
 
     async def _apply(self, snap: Held, change: ChangeSet | None) -> Result:
         """The applier's result; an exception from it (the production applier turns its
@@ -379,59 +347,69 @@ class Client:
 
     def _answer(self, nonce: str, snap: Held, result: Result, attempt: int) -> pb.AgentMessage:
         """The ACK or NACK for one apply, logged and counted."""
-        ident = f"workload={snap.workload} version={snap.version} nonce={nonce}"
-        kind = result.kind.value if result.kind else None
-        extra = fields(workload=snap.workload, version=snap.version, nonce=nonce, path=kind)
-        if result.ok:
-            self.metrics.acks.inc()
-            retried = f", after {attempt} attempts" if attempt > 1 else ""
-            log.info("ACK %s (%s%s)", ident, kind, retried, extra={"event": "ack", **extra})
-            return pb.AgentMessage(
-                ack=pb.Ack(nonce=nonce, version=snap.version, content_hash=snap.content_hash)
-            )
-        return self._nack(nonce, snap.version, snap.content_hash, result.error, snap.workload, kind)
+        return self._sent(protocol.answer(nonce, snap, result, attempt))
 
-    def _nack(
-        self,
-        nonce: str,
-        version: int,
-        content_hash: str,
-        error: str,
-        workload: str,
-        path: str | None = None,
-    ) -> pb.AgentMessage:
-        """A NACK, logged and counted."""
+    def _sent(self, answer: protocol.Answer) -> pb.AgentMessage:
+        """The one place an ACK or NACK is logged and counted, whoever decided it."""
+        msg = answer.message
+        if answer.ok:
+            a = msg.ack
+            self.metrics.acks.inc()
+            retried = f", after {answer.attempts} attempts" if answer.attempts > 1 else ""
+            log.info(
+                "ACK workload=%s version=%d nonce=%s (%s%s)",
+                answer.workload,
+                a.version,
+                a.nonce,
+                answer.path,
+                retried,
+                extra=fields(
+                    event="ack",
+                    workload=answer.workload,
+                    version=a.version,
+                    nonce=a.nonce,
+                    path=answer.path,
+                ),
+            )
+            return msg
+        n = msg.nack
         self.metrics.nacks.inc()
         log.warning(
             "NACK workload=%s version=%d nonce=%s: %s",
-            workload,
-            version,
-            nonce,
-            error,
+            answer.workload,
+            n.version,
+            n.nonce,
+            n.error,
             extra=fields(
                 event="nack",
-                error=error,
-                workload=workload,
-                version=version,
-                nonce=nonce,
-                path=path,
+                error=n.error,
+                workload=answer.workload,
+                version=n.version,
+                nonce=n.nonce,
+                path=answer.path,
             ),
         )
-        return pb.AgentMessage(
-            nack=pb.Nack(nonce=nonce, version=version, content_hash=content_hash, error=error)
-        )
+        return msg
 
 
-def _drop(latest: asyncio.Queue[Pending]) -> None:
-    """Forget the snapshot waiting to be applied: a newer message supersedes it."""
-    if latest.full():
-        nonce, dropped, _ = latest.get_nowait()
-        log.info("superseded: version %d (nonce %s) will not be applied", dropped.version, nonce)
+def _unpack(item: protocol.Apply) -> tuple[str, Held, ChangeSet | None]:
+    return item.nonce, item.held, item.change
 
 
-def _offer(latest: asyncio.Queue[Pending], item: Pending) -> None:
-    """Queue a full snapshot for the apply loop, replacing one still waiting (coalescing)."""
-    if latest.full():
-        _, dropped, _ = latest.get_nowait()
-        log.info("coalesced: version %d superseded by %d", dropped.version, item[1].version)
-    latest.put_nowait(item)
+def _coalesce(latest: asyncio.Queue[protocol.Apply], decision: protocol.Decision) -> None:
+    """Do what `protocol.coalesce` decides with the apply loop's single slot."""
+    waiting = latest.get_nowait() if latest.full() else None
+    keep, dropped = protocol.coalesce(waiting, decision)
+    if dropped is not None:
+        if keep is not None:
+            log.info(
+                "coalesced: version %d superseded by %d", dropped.held.version, keep.held.version
+            )
+        else:
+            log.info(
+                "superseded: version %d (nonce %s) will not be applied",
+                dropped.held.version,
+                dropped.nonce,
+            )
+    if keep is not None:
+        latest.put_nowait(keep)

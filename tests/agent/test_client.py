@@ -17,7 +17,8 @@ from nodeagent import __version__
 from nodeagent.apply.outcome import Result
 from nodeagent.config.changes import Kind
 from nodeagent.held import ChangeSet, Held
-from nodeagent.stream.client import Client, Identity
+from nodeagent.stream.client import Client
+from nodeagent.stream.protocol import Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 from tests.helpers.haproxy_env import (

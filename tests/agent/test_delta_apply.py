@@ -25,7 +25,8 @@ from nodeagent.config.changes import Kind, ServerUpdate
 from nodeagent.config.render import render
 from nodeagent.haproxy.driver import HAProxy
 from nodeagent.held import ChangeSet, Held
-from nodeagent.stream.client import Client, Identity
+from nodeagent.stream.client import Client
+from nodeagent.stream.protocol import Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 from tests.agent.test_client import running, serve, within

@@ -15,7 +15,8 @@ import pytest
 
 from nodeagent.logformat import JsonFormatter
 from nodeagent.metrics import MetricsServer
-from nodeagent.stream.client import Client, Identity
+from nodeagent.stream.client import Client
+from nodeagent.stream.protocol import Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.agent.test_client import FakePlane, demo_snapshot, running, serve, within
 from tests.helpers.haproxy_env import (

@@ -16,7 +16,8 @@ import pytest
 
 from nodeagent.haproxy.masterlog import MasterLog, failure_reason
 from nodeagent.haproxy.parse import parse_reload_reply, parse_show_proc
-from nodeagent.stream.client import Client, Identity
+from nodeagent.stream.client import Client
+from nodeagent.stream.protocol import Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.agent.test_client import FakePlane, demo_snapshot, running, serve, within
 from tests.helpers.haproxy_env import (

@@ -24,7 +24,8 @@ from nodeagent.cli import flags as agent_flags
 from nodeagent.config.changes import Kind
 from nodeagent.held import ChangeSet, Held
 from nodeagent.stream import transport
-from nodeagent.stream.client import Client, Identity
+from nodeagent.stream.client import Client
+from nodeagent.stream.protocol import Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 from tests.helpers.certs import Certs, make_certs
