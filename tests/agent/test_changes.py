@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from nodeagent.config.changes import Kind, ServerUpdate, classify
 from nodeagent.config.render import RenderOptions, render_held
 from nodeagent.held import Held, diff
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.deltas import classify_snapshots
 from tests.helpers.haproxy_env import backend, snapshot
+
+pytestmark = pytest.mark.unit  # pure: `-m unit` selects it although the folder is integration
 
 OPTS = RenderOptions("haproxy-a")
 

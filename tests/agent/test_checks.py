@@ -173,6 +173,7 @@ def test_slot_moved_to_another_pod_starts_up(tmp_path: Path, haproxy_bin: HAProx
             assert http_get(ip, HOST, port=ports[1]) == "pod-12"
 
 
+@pytest.mark.unit  # pure
 def test_check_settings_change_needs_a_reload() -> None:
     """Checks are declared per server in haproxy.cfg: no runtime command changes them."""
     ports = (10000, 8080)

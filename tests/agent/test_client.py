@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
+import logging
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -21,16 +22,15 @@ from nodeagent.stream.client import Client
 from nodeagent.stream.protocol import Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
+from tests.helpers.agent_harness import AgentHarness
 from tests.helpers.haproxy_env import (
     backend,
     free_port,
     http_get,
     identity_server,
-    loopback_net,
     make_instance,
     snapshot,
 )
-from tests.helpers.haproxy_versions import HAProxyBinary
 
 T = TypeVar("T")
 
@@ -104,15 +104,11 @@ def demo_snapshot(
 
 
 @pytest.mark.haproxy
-def test_hello_ack_nack_then_reconnect(tmp_path: Path, haproxy_bin: HAProxyBinary) -> None:
-    net = loopback_net()
-    ip = f"{net}.1"
-    inst = make_instance(tmp_path / "a", ip, "pod-a", binary=haproxy_bin.path)
-    port = free_port("127.0.0.1")
-    identity = Identity("haproxy-system", "pod-a", "node-1")
-    client = Client(
-        f"127.0.0.1:{port}", identity, inst.applier, backoff_max=0.5, backoff_multiplier=0.1
-    )
+def test_hello_ack_nack_then_reconnect(agents: AgentHarness) -> None:
+    net, port = agents.net, agents.port
+    inst = agents.instance()
+    ip = inst.ip
+    client = agents.client(inst.applier, Identity("haproxy-system", "pod-a", "node-1"))
 
     async def scenario() -> None:
         with identity_server(f"{net}.11", "pod-11") as bport:
@@ -157,10 +153,7 @@ def test_hello_ack_nack_then_reconnect(tmp_path: Path, haproxy_bin: HAProxyBinar
                     await within(_until(lambda: client.connected.is_set()))
                     assert again.answers.empty()
 
-    try:
-        asyncio.run(within(scenario(), 60))
-    finally:
-        inst.supervisor.stop()
+    asyncio.run(within(scenario(), 60))
 
 
 def test_render_error_is_nacked_with_nonce(tmp_path: Path) -> None:
@@ -191,10 +184,15 @@ async def _until(check: Callable[[], bool], step: float = 0.05) -> None:
 
 
 class SlowApplier:
-    """Applies nothing, slowly: lets snapshots pile up behind the one being applied."""
+    """Applies nothing, and, when `gated`, only once the test lets it (`release`): snapshots
+    pile up behind the one being applied for as long as the test needs."""
 
-    def __init__(self) -> None:
+    def __init__(self, gated: bool = False) -> None:
         self.applied: list[int] = []
+        self.applying = threading.Event()  # an apply has started
+        self.release = threading.Event()  # applies may finish
+        if not gated:
+            self.release.set()
 
     @property
     def applied_hash(self) -> str:
@@ -209,13 +207,18 @@ class SlowApplier:
         return None
 
     def apply(self, snapshot: Held, change: ChangeSet | None = None) -> Result:
-        time.sleep(0.5)
+        self.applying.set()
+        self.release.wait(15)
         self.applied.append(snapshot.version)
         return Result(True, Kind.NOTHING)
 
 
 class BurstPlane(FakePlane):
     """Sends the first snapshot, then the rest at once while the agent applies it."""
+
+    def __init__(self, script: list[pb.Snapshot], applying: threading.Event) -> None:
+        super().__init__(script)
+        self.applying = applying
 
     async def Stream(
         self,
@@ -226,21 +229,29 @@ class BurstPlane(FakePlane):
         await self.hellos.put(first.hello)
         for i, snap in enumerate(self.script):
             yield pb.ServerMessage(nonce=f"nonce-{i}", snapshot=snap)
-            if i == 0:
-                await asyncio.sleep(0.2)  # the agent is busy applying the first one
+            if i == 0:  # the agent is busy applying the first one
+                assert await asyncio.to_thread(self.applying.wait, 15)
         async for msg in requests:
             await self.answers.put(msg)
 
 
-def test_snapshots_arriving_during_an_apply_are_coalesced() -> None:
+def test_snapshots_arriving_during_an_apply_are_coalesced(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     port = free_port("127.0.0.1")
-    applier = SlowApplier()
+    applier = SlowApplier(gated=True)
     client = Client(f"127.0.0.1:{port}", Identity("ns", "pod-a"), applier)
     script = [snapshot([], [], version=v) for v in (1, 2, 3)]
+    caplog.set_level(logging.INFO, logger="nodeagent.stream.client")
+
+    def coalesced() -> bool:
+        return any(r.getMessage() == "coalesced: version 2 superseded by 3" for r in caplog.records)
 
     async def scenario() -> list[str]:
-        plane = BurstPlane(script)
+        plane = BurstPlane(script, applier.applying)
         async with serve(plane, port), running(client):
+            await within(_until(coalesced))  # 2 and 3 arrived while 1 is being applied
+            applier.release.set()
             first = await within(plane.answers.get())
             second = await within(plane.answers.get())
             await asyncio.sleep(0.7)

@@ -16,6 +16,8 @@ from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.deltas import delta_between, hashed, random_versions
 from tests.helpers.haproxy_env import backend, snapshot
 
+pytestmark = pytest.mark.unit  # pure: `-m unit` selects it although the folder is integration
+
 OPTS = RenderOptions("haproxy-a")
 
 

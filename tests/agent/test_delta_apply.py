@@ -30,6 +30,7 @@ from nodeagent.stream.protocol import Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 from tests.agent.test_client import running, serve, within
+from tests.helpers.agent_harness import AgentHarness
 from tests.helpers.deltas import delta_between, hashed
 from tests.helpers.haproxy_env import (
     Instance,
@@ -37,11 +38,8 @@ from tests.helpers.haproxy_env import (
     free_port,
     http_get,
     identity_server,
-    loopback_net,
-    make_instance,
     snapshot,
 )
-from tests.helpers.haproxy_versions import HAProxyBinary
 
 HOST = "shop.example.com"
 
@@ -59,8 +57,9 @@ class RecordingHAProxy(HAProxy):
         super().set_servers(batch)
 
 
-def _instance(tmp: Path, ip: str, binary: str) -> Instance:
-    inst = make_instance(tmp, ip, "pod-a", binary=binary)
+def _instance(agents: AgentHarness) -> Instance:
+    """Pod a of the harness, its driver replaced by the recording one."""
+    inst = agents.instance()
     hx = inst.haproxy
     spy = RecordingHAProxy(hx.master_socket, hx.runtime_socket, hx.haproxy_bin, sync_wait=1.0)
     inst.applier.haproxy = spy
@@ -93,7 +92,7 @@ class Shop:
 
 @pytest.mark.haproxy
 def test_runtime_only_delta_sets_only_the_changed_slot_and_a_settings_delta_reloads(
-    tmp_path: Path, haproxy_bin: HAProxyBinary, monkeypatch: pytest.MonkeyPatch
+    agents: AgentHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Once a snapshot is applied, every render comes from a change set (no loop over all
     # backends) and reuses the frontends section while the frontends do not change.
@@ -106,68 +105,63 @@ def test_runtime_only_delta_sets_only_the_changed_slot_and_a_settings_delta_relo
         return compare(held, opts, previous)
 
     monkeypatch.setattr(render_module, "_compared_backends", spy)
-    net = loopback_net()
-    inst = _instance(tmp_path, f"{net}.1", haproxy_bin.path)
+    net = agents.net
+    inst = _instance(agents)
     spy = inst.haproxy
     assert isinstance(spy, RecordingHAProxy)
     applier = inst.applier
-    try:
-        with (
-            identity_server(f"{net}.11", "pod-11") as p11,
-            identity_server(f"{net}.12", "pod-12") as p12,
-        ):
-            shop = Shop(inst.ip, {"pod-11": (f"{net}.11", p11), "pod-12": (f"{net}.12", p12)})
-            v1, v2 = shop.snap("pod-11", 1), shop.snap("pod-12", 2)
-            v3 = shop.snap("pod-12", 3, balance="roundrobin")
-            first = applier.apply(v1)
-            assert first.ok, first.error
-            assert shop.get() == "pod-11"
-            worker = first.worker_pid
-            base = applier.applied_held
-            assert base is not None
+    with (
+        identity_server(f"{net}.11", "pod-11") as p11,
+        identity_server(f"{net}.12", "pod-12") as p12,
+    ):
+        shop = Shop(inst.ip, {"pod-11": (f"{net}.11", p11), "pod-12": (f"{net}.12", p12)})
+        v1, v2 = shop.snap("pod-11", 1), shop.snap("pod-12", 2)
+        v3 = shop.snap("pod-12", 3, balance="roundrobin")
+        first = applier.apply(v1)
+        assert first.ok, first.error
+        assert shop.get() == "pod-11"
+        worker = first.worker_pid
+        base = applier.applied_held
+        assert base is not None
 
-            cfg1 = applier._applied_cfg
-            assert cfg1 is not None
+        cfg1 = applier._applied_cfg
+        assert cfg1 is not None
 
-            held2, change = base.apply(delta_between(v1, v2))
-            assert change.backends == {"default_shop_http"}
-            runtime = applier.apply(held2, change)
-            assert (runtime.ok, runtime.kind) == (True, Kind.RUNTIME), runtime.error
-            assert spy.sent == [
-                [ServerUpdate("default_shop_http", "SRV_1", f"{net}.12", p12, True)]
-            ]
-            assert shop.get() == "pod-12"
-            assert runtime.worker_pid == worker  # no reload
-            assert applier.metrics.reloads._value.get() == 1
-            assert Path(inst.config_path).read_text() == render(v2, applier.options)
-            assert inst.applier.store.load() == v2  # saved from the held bytes
-            cfg2 = applier._applied_cfg
-            assert cfg2 is not None and cfg2.frontends_section is cfg1.frontends_section
-            assert cfg2.encoded["default_other_http"] is cfg1.encoded["default_other_http"]
+        held2, change = base.apply(delta_between(v1, v2))
+        assert change.backends == {"default_shop_http"}
+        runtime = applier.apply(held2, change)
+        assert (runtime.ok, runtime.kind) == (True, Kind.RUNTIME), runtime.error
+        assert spy.sent == [[ServerUpdate("default_shop_http", "SRV_1", f"{net}.12", p12, True)]]
+        assert shop.get() == "pod-12"
+        assert runtime.worker_pid == worker  # no reload
+        assert applier.metrics.reloads._value.get() == 1
+        assert Path(inst.config_path).read_text() == render(v2, applier.options)
+        assert inst.applier.store.load() == v2  # saved from the held bytes
+        cfg2 = applier._applied_cfg
+        assert cfg2 is not None and cfg2.frontends_section is cfg1.frontends_section
+        assert cfg2.encoded["default_other_http"] is cfg1.encoded["default_other_http"]
 
-            held3, change3 = held2.apply(delta_between(v2, v3))
-            reload = applier.apply(held3, change3)
-            assert (reload.ok, reload.kind) == (True, Kind.RELOAD), reload.error
-            assert reload.worker_pid != worker
-            assert len(spy.sent) == 1
-            assert Path(inst.config_path).read_text() == render(v3, applier.options)
-            assert "balance roundrobin" in Path(inst.config_path).read_text()
-            assert shop.get() == "pod-12"
-            assert compared == []
-    finally:
-        inst.supervisor.stop()
+        held3, change3 = held2.apply(delta_between(v2, v3))
+        reload = applier.apply(held3, change3)
+        assert (reload.ok, reload.kind) == (True, Kind.RELOAD), reload.error
+        assert reload.worker_pid != worker
+        assert len(spy.sent) == 1
+        assert Path(inst.config_path).read_text() == render(v3, applier.options)
+        assert "balance roundrobin" in Path(inst.config_path).read_text()
+        assert shop.get() == "pod-12"
+        assert compared == []
 
 
 @pytest.mark.haproxy
 def test_a_change_haproxy_does_not_see_writes_the_file_without_reading_it_first(
-    tmp_path: Path, haproxy_bin: HAProxyBinary, monkeypatch: pytest.MonkeyPatch
+    agents: AgentHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A warnings-only delta is no change to HAProxy, but the file's header names the new
     content hash: it is written at once (reading 27 MB at 8,000 Services to see that it
     differs would be O(all)). The same content again is read and compared, and the file
     rewritten only if it differs."""
-    net = loopback_net()
-    inst = _instance(tmp_path, f"{net}.1", haproxy_bin.path)
+    net = agents.net
+    inst = _instance(agents)
     applier = inst.applier
     reads: list[int] = []
     read = applier._read_config_bytes
@@ -177,34 +171,31 @@ def test_a_change_haproxy_does_not_see_writes_the_file_without_reading_it_first(
         return read()
 
     monkeypatch.setattr(applier, "_read_config_bytes", counted)
-    try:
-        with identity_server(f"{net}.11", "pod-11") as p11:
-            shop = Shop(inst.ip, {"pod-11": (f"{net}.11", p11)})
-            v1 = shop.snap("pod-11", 1)
-            v2 = pb.Snapshot()
-            v2.CopyFrom(v1)
-            v2.warnings.add(object="ConfigMap x", key="k", value="v", reason="r")
-            v2 = hashed(v2, version=2)
-            first = applier.apply(v1)
-            assert first.ok, first.error
-            base = applier.applied_held
-            assert base is not None
-            held2, change = base.apply(delta_between(v1, v2))
-            assert change.warnings and not (change.backends or change.frontends)
-            quiet = applier.apply(held2, change)
-            assert (quiet.ok, quiet.kind) == (True, Kind.NOTHING), quiet.error
-            assert Path(inst.config_path).read_text() == render(v2, applier.options)
-            assert reads == []
-            assert applier.store.load() == v2
-            Path(inst.config_path).write_text("damaged")
-            again = applier.apply(v2)  # the same content, as a full snapshot
-            assert (again.ok, again.kind) == (True, Kind.NOTHING), again.error
-            assert reads == [1]
-            assert Path(inst.config_path).read_text() == render(v2, applier.options)
-            assert shop.get() == "pod-11"
-            assert applier.metrics.reloads._value.get() == 1
-    finally:
-        inst.supervisor.stop()
+    with identity_server(f"{net}.11", "pod-11") as p11:
+        shop = Shop(inst.ip, {"pod-11": (f"{net}.11", p11)})
+        v1 = shop.snap("pod-11", 1)
+        v2 = pb.Snapshot()
+        v2.CopyFrom(v1)
+        v2.warnings.add(object="ConfigMap x", key="k", value="v", reason="r")
+        v2 = hashed(v2, version=2)
+        first = applier.apply(v1)
+        assert first.ok, first.error
+        base = applier.applied_held
+        assert base is not None
+        held2, change = base.apply(delta_between(v1, v2))
+        assert change.warnings and not (change.backends or change.frontends)
+        quiet = applier.apply(held2, change)
+        assert (quiet.ok, quiet.kind) == (True, Kind.NOTHING), quiet.error
+        assert Path(inst.config_path).read_text() == render(v2, applier.options)
+        assert reads == []
+        assert applier.store.load() == v2
+        Path(inst.config_path).write_text("damaged")
+        again = applier.apply(v2)  # the same content, as a full snapshot
+        assert (again.ok, again.kind) == (True, Kind.NOTHING), again.error
+        assert reads == [1]
+        assert Path(inst.config_path).read_text() == render(v2, applier.options)
+        assert shop.get() == "pod-11"
+        assert applier.metrics.reloads._value.get() == 1
 
 
 class ScriptedPlane(peerplane_pb2_grpc.PeerPlaneServicer):  # type: ignore[misc]
@@ -246,21 +237,11 @@ def _delta(d: pb.SnapshotDelta) -> pb.ServerMessage:
 
 @pytest.mark.haproxy
 def test_bad_deltas_are_nacked_with_resync_and_nothing_is_applied_then_a_restart_continues(
-    tmp_path: Path, haproxy_bin: HAProxyBinary
+    agents: AgentHarness,
 ) -> None:
-    net = loopback_net()
-    inst = _instance(tmp_path / "a", f"{net}.1", haproxy_bin.path)
-    port = free_port("127.0.0.1")
-
-    def client(applier: Applier) -> Client:
-        return Client(
-            f"127.0.0.1:{port}",
-            Identity("haproxy-system", "pod-a"),
-            applier,
-            backoff_max=0.5,
-            backoff_multiplier=0.1,
-            metrics=applier.metrics,
-        )
+    net, port = agents.net, agents.port
+    inst = _instance(agents)
+    client = agents.client
 
     async def scenario() -> None:
         with (
@@ -339,10 +320,7 @@ def test_bad_deltas_are_nacked_with_resync_and_nothing_is_applied_then_a_restart
             assert Path(inst.config_path).read_text() == render(v3, again.options)
             assert again.store.load() == v3
 
-    try:
-        asyncio.run(within(scenario(), 90))
-    finally:
-        inst.supervisor.stop()
+    asyncio.run(within(scenario(), 90))
 
 
 class NoApplier:

@@ -191,7 +191,9 @@ def test_restart_without_control_plane_serves_saved_snapshot(fleet: Fleet, tmp_p
     argv += ["--pod-namespace", "haproxy-system", "--pod-name", "pod-a"]
     argv += ["--config", str(tmp_path / "restarted.cfg"), "--state-dir", str(state_dir)]
     argv += ["--bind-address", fleet.inst.ip, "--haproxy-bin", fleet.binary, "--manage-haproxy"]
-    agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "agent.log"
+    with open(log, "wb") as stderr:
+        agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr)
     try:
         deadline, answer = time.monotonic() + 15, ""
         while time.monotonic() < deadline and answer != "pod-13":
@@ -200,7 +202,8 @@ def test_restart_without_control_plane_serves_saved_snapshot(fleet: Fleet, tmp_p
             except OSError:
                 time.sleep(0.1)
         assert answer == "pod-13"
-        time.sleep(1.0)  # let it try the control plane and fail at least once
+        # it tried the control plane and failed at least once: its own log says so
+        wait_for(lambda: "no stream to control plane" in log.read_text(errors="replace"))
         assert agent.poll() is None
         with open(state_dir / "haproxy.pid") as f:
             master_pid = int(f.read().split()[0])
@@ -208,10 +211,11 @@ def test_restart_without_control_plane_serves_saved_snapshot(fleet: Fleet, tmp_p
         if agent.poll() is None:
             os.kill(agent.pid, signal.SIGTERM)
         try:
-            _, err = agent.communicate(timeout=15)
+            agent.wait(timeout=15)
         except subprocess.TimeoutExpired:
             os.kill(agent.pid, signal.SIGKILL)
-            _, err = agent.communicate(timeout=5)
+            agent.wait(timeout=5)
+    err = log.read_text(errors="replace")
     assert agent.returncode == 0, err
     assert "restored saved snapshot workload=haproxy-system/DaemonSet/haproxy version=7" in err
     assert "no stream to control plane" in err

@@ -9,24 +9,19 @@ import logging
 import os
 import signal
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from nodeagent.logformat import JsonFormatter
 from nodeagent.metrics import MetricsServer
-from nodeagent.stream.client import Client
-from nodeagent.stream.protocol import Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.agent.test_client import FakePlane, demo_snapshot, running, serve, within
+from tests.helpers.agent_harness import AgentHarness
 from tests.helpers.haproxy_env import (
     free_port,
     http_get,
     identity_server,
-    loopback_net,
-    make_instance,
 )
-from tests.helpers.haproxy_versions import HAProxyBinary
 
 pytestmark = pytest.mark.haproxy
 
@@ -53,25 +48,15 @@ class JsonLines(logging.Handler):
         self.lines.append(json.loads(self.format(record)))
 
 
-def test_metrics_after_reload_runtime_nack_and_haproxy_restart(
-    tmp_path: Path, haproxy_bin: HAProxyBinary
-) -> None:
-    net = loopback_net()
-    ip = f"{net}.1"
-    inst = make_instance(tmp_path / "a", ip, "pod-a", binary=haproxy_bin.path)
+def test_metrics_after_reload_runtime_nack_and_haproxy_restart(agents: AgentHarness) -> None:
+    net, port = agents.net, agents.port
+    inst = agents.instance()
+    ip = inst.ip
     metrics = inst.applier.metrics
     inst.supervisor.on_restart = metrics.haproxy_restarts.inc
     server = MetricsServer(metrics, "127.0.0.1", 0)
     server.start()
-    port = free_port("127.0.0.1")
-    client = Client(
-        f"127.0.0.1:{port}",
-        Identity("haproxy-system", "pod-a"),
-        inst.applier,
-        backoff_max=0.5,
-        backoff_multiplier=0.1,
-        metrics=metrics,
-    )
+    client = agents.client(inst.applier)
     lines = JsonLines()
     agent_log = logging.getLogger("nodeagent")
     agent_log.addHandler(lines)
@@ -113,7 +98,6 @@ def test_metrics_after_reload_runtime_nack_and_haproxy_restart(
         agent_log.removeHandler(lines)
         agent_log.setLevel(level)
         server.stop()
-        inst.supervisor.stop()
     assert connected["nodeagent_connected"] == 1
     assert connected["nodeagent_applied_version"] == 4
     assert connected["nodeagent_reloads_total"] == 1

@@ -16,8 +16,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,13 +28,13 @@ from nodeagent.metrics import AgentMetrics, MetricsServer
 from nodeagent.readiness import Observation, Readiness, decide, held_state
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.agent.test_metrics import scrape
+from tests.helpers.agent_harness import AgentHarness, SteppedClock
 from tests.helpers.fleet import wait_for
 from tests.helpers.haproxy_env import (
     Instance,
     backend,
     free_port,
     loopback_net,
-    make_instance,
     snapshot,
 )
 from tests.helpers.haproxy_versions import HAProxyBinary
@@ -52,11 +50,13 @@ def seen(worker_age: float = 1.0, sections: dict[str, int] | None = None) -> Obs
 # ---------------------------------------------------------------- the pure decision
 
 
+@pytest.mark.unit  # pure
 def test_nothing_applied_is_not_ready_whatever_haproxy_says() -> None:
     verdict = decide(False, True, seen(sections=SYNCED), bound=15, latched=True)
     assert (verdict.ready, verdict.reason) == (False, "no snapshot applied")
 
 
+@pytest.mark.unit  # pure
 def test_haproxy_silent_or_without_worker_is_not_ready_with_the_reason() -> None:
     silent = decide(True, True, "[Errno 111] Connection refused", bound=15, latched=True)
     assert not silent.ready and "does not answer: [Errno 111]" in silent.reason
@@ -64,6 +64,7 @@ def test_haproxy_silent_or_without_worker_is_not_ready_with_the_reason() -> None
     assert (workerless.ready, workerless.reason) == (False, "HAProxy has no worker")
 
 
+@pytest.mark.unit  # pure
 def test_peered_instance_waits_for_every_section_resync() -> None:
     assert not decide(True, True, seen(sections=FRESH), 15, False).ready
     local_only = decide(True, True, seen(sections={"localinstance": 0x1}), 15, False)
@@ -75,6 +76,7 @@ def test_peered_instance_waits_for_every_section_resync() -> None:
     assert done.reason == "ready: peers resync done"
 
 
+@pytest.mark.unit  # pure
 def test_the_bound_gives_readiness_when_the_flags_never_settle() -> None:
     before = decide(True, True, seen(worker_age=14, sections=FRESH), 15, False)
     assert not before.ready and "worker up 14s of the 15s bound" in before.reason
@@ -84,6 +86,7 @@ def test_the_bound_gives_readiness_when_the_flags_never_settle() -> None:
     assert not dropped.ready and "no peers section" in dropped.reason
 
 
+@pytest.mark.unit  # pure
 def test_no_other_peer_or_a_latched_master_is_ready_at_once() -> None:
     alone = decide(True, False, seen(sections=None), 15, False)
     assert alone.ready and not alone.by_bound
@@ -91,6 +94,7 @@ def test_no_other_peer_or_a_latched_master_is_ready_at_once() -> None:
     assert reloaded.ready and "reloads" in reloaded.reason
 
 
+@pytest.mark.unit  # pure
 def test_held_state_counts_only_peers_other_than_this_pod() -> None:
     assert held_state(None, "a") == (False, False)
     net = "127.0.0.1"
@@ -101,6 +105,7 @@ def test_held_state_counts_only_peers_other_than_this_pod() -> None:
     assert held_state(Held.from_snapshot(pb.Snapshot(workload="w")), "a") == (True, False)
 
 
+@pytest.mark.unit  # pure
 def test_parse_uptimes_takes_the_serving_worker() -> None:
     text = """#<PID>          <type>          <reloads>       <uptime>        <version>
 2722            master          2 [failed: 0]   0d01h02m03s     2.6.12-1+deb12u4
@@ -141,29 +146,6 @@ def readyz(port: int) -> tuple[int, str]:
         return e.code, e.read().decode().strip()
 
 
-@contextmanager
-def agent(
-    tmp: Path, ip: str, pod: str, binary: str, bound: float
-) -> Iterator[tuple[Instance, Readiness, int]]:
-    """An agent's applier with its managed HAProxy, readiness and metrics server, as
-    `nodeagent run --metrics-port` wires them; stopped by PID on exit."""
-    inst = make_instance(tmp, ip, pod, binary=binary)
-    metrics = inst.applier.metrics
-    readiness = Readiness(
-        lambda: held_state(inst.applier.applied, pod),
-        inst.haproxy.master_socket,
-        inst.haproxy.runtime_socket,
-        bound=bound,
-        metrics=metrics,
-    )
-    server = MetricsServer(metrics, "127.0.0.1", 0, readiness.probe).start()
-    try:
-        yield inst, readiness, server.port
-    finally:
-        server.stop()
-        inst.supervisor.stop()
-
-
 def pair_snapshot(net: str, peers_port: int, pods: tuple[str, ...], version: int) -> pb.Snapshot:
     peers = [(pod, f"{net}.{i}", peers_port) for i, pod in enumerate(pods, 1)]
     shop = backend("default_shop_80", [(f"{net}.11", 8080)])
@@ -191,141 +173,148 @@ def poll_until_ready(port: int, timeout: float = 30) -> list[tuple[int, str]]:
 
 
 def test_fresh_peered_instance_is_ready_only_once_its_resync_finished(
-    tmp_path: Path, haproxy_bin: HAProxyBinary
+    agents: AgentHarness,
 ) -> None:
     """Two fresh peered instances (a fleet starting, a rollout's new pods): each serves at
     once, but its resync takes seconds. /readyz: 503 while the flags are unset, then 200
     with "peers resync done" (never by the bound: it is far), and the flags agree. (Beside
     an already synced peer a fresh worker reports its resync done within 0.1 s.)"""
-    net = loopback_net()
+    net = agents.net
     port = free_port(f"{net}.1")
     snap = pair_snapshot(net, port, ("a", "b"), 1)
-    with (
-        agent(tmp_path / "b", f"{net}.2", "b", haproxy_bin.path, 60) as (b, _, b_port),
-        agent(tmp_path / "a", f"{net}.1", "a", haproxy_bin.path, 60) as (a, _, a_port),
-    ):
-        assert readyz(a_port) == (503, "no snapshot applied")
-        assert b.applier.apply(snap).ok
-        assert a.applier.apply(snap).ok
-        answers = poll_until_ready(a_port, 30)
-        synced_flags = flags_of(a)
-        assert answers[0][0] == 503 and "peers resync unfinished" in answers[0][1], answers
-        assert answers[-1] == (200, "ready: peers resync done"), answers
-        assert all(f & 0x3 == 0x3 for f in synced_flags.values()), synced_flags
-        assert scrape(a_port)["nodeagent_ready"] == 1
-        assert poll_until_ready(b_port, 30)[-1] == (200, "ready: peers resync done")
+    b = agents.instance("b", 2)
+    _, b_port = agents.readiness(b, 60)
+    a = agents.instance("a", 1)
+    _, a_port = agents.readiness(a, 60)
+    assert readyz(a_port) == (503, "no snapshot applied")
+    assert b.applier.apply(snap).ok
+    assert a.applier.apply(snap).ok
+    answers = poll_until_ready(a_port, 30)
+    synced_flags = flags_of(a)
+    assert answers[0][0] == 503 and "peers resync unfinished" in answers[0][1], answers
+    assert answers[-1] == (200, "ready: peers resync done"), answers
+    assert all(f & 0x3 == 0x3 for f in synced_flags.values()), synced_flags
+    assert scrape(a_port)["nodeagent_ready"] == 1
+    assert poll_until_ready(b_port, 30)[-1] == (200, "ready: peers resync done")
 
 
 def test_single_instance_without_peers_is_ready_as_soon_as_applied(
-    tmp_path: Path, haproxy_bin: HAProxyBinary
+    agents: AgentHarness,
 ) -> None:
-    net = loopback_net()
+    net = agents.net
     snap = pair_snapshot(net, free_port(f"{net}.1"), ("a",), 1)
-    with agent(tmp_path / "a", f"{net}.1", "a", haproxy_bin.path, 60) as (a, _, port):
-        assert readyz(port) == (503, "no snapshot applied")
-        assert scrape(port)["nodeagent_ready"] == 0
-        assert a.applier.apply(snap).ok
-        assert readyz(port) == (200, "ready: no peers to learn stick tables from")
-        assert scrape(port)["nodeagent_ready"] == 1
+    a = agents.instance("a", 1)
+    _, port = agents.readiness(a, 60)
+    assert readyz(port) == (503, "no snapshot applied")
+    assert scrape(port)["nodeagent_ready"] == 0
+    assert a.applier.apply(snap).ok
+    assert readyz(port) == (200, "ready: no peers to learn stick tables from")
+    assert scrape(port)["nodeagent_ready"] == 1
 
 
 def test_instance_whose_peer_is_gone_is_ready_after_the_bound_and_stays_through_reloads(
-    tmp_path: Path, haproxy_bin: HAProxyBinary, caplog: pytest.LogCaptureFixture
+    agents: AgentHarness, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Peer b never comes: the flags do not settle for 10-15 s, the bound (2 s here) gives
     readiness, logged once. A reload then (a peers change: c joins) keeps it: every probe
     during and after the reload answers 200."""
-    net = loopback_net()
+    net = agents.net
     port = free_port(f"{net}.1")
     caplog.set_level(logging.WARNING, logger="nodeagent.readiness")
-    with agent(tmp_path / "a", f"{net}.1", "a", haproxy_bin.path, 2) as (a, readiness, a_port):
-        assert a.applier.apply(pair_snapshot(net, port, ("a", "b"), 1)).ok
-        answers = poll_until_ready(a_port, 30)
-        assert answers[0][0] == 503 and "peers resync unfinished" in answers[0][1], answers
-        assert answers[-1][0] == 200 and "ready by the bound" in answers[-1][1], answers
-        worker = a.haproxy.show_proc().current_worker
+    clock = SteppedClock()
+    a = agents.instance("a", 1)
+    readiness, a_port = agents.readiness(a, 2, clock)
+    assert a.applier.apply(pair_snapshot(net, port, ("a", "b"), 1)).ok
+    answers = poll_until_ready(a_port, 30)
+    assert answers[0][0] == 503 and "peers resync unfinished" in answers[0][1], answers
+    assert answers[-1][0] == 200 and "ready by the bound" in answers[-1][1], answers
+    worker = a.haproxy.show_proc().current_worker
 
-        during: list[tuple[int, str]] = []
-        stop = threading.Event()
+    during: list[tuple[int, str]] = []
+    stop = threading.Event()
 
-        def probe() -> None:
-            while not stop.is_set():
-                during.append(readyz(a_port))
-                time.sleep(0.05)
+    def probe() -> None:
+        while not stop.is_set():
+            during.append(readyz(a_port))
+            time.sleep(0.05)
 
-        prober = threading.Thread(target=probe)
-        prober.start()
-        try:
-            result = a.applier.apply(pair_snapshot(net, port, ("a", "b", "c"), 2))
-            assert result.ok and result.worker_pid != worker, result
-            wait_for(lambda: readiness.check().reason.startswith("ready: tables"), 5, "latch")
-            time.sleep(1.2)  # past the observation cache: the new worker's answer
-        finally:
-            stop.set()
-            prober.join(10)
-        assert during and all(code == 200 for code, _ in during), during
-        assert readyz(a_port)[0] == 200
+    prober = threading.Thread(target=probe)
+    prober.start()
+    try:
+        result = a.applier.apply(pair_snapshot(net, port, ("a", "b", "c"), 2))
+        assert result.ok and result.worker_pid != worker, result
+        wait_for(lambda: readiness.check().reason.startswith("ready: tables"), 5, "latch")
+        # Past the observation cache: a probe that starts after this asks the new worker.
+        clock.advance(readiness.cache_for)
+        probed = len(during)
+        wait_for(lambda: len(during) >= probed + 2, 5, "a probe answered by the new worker")
+    finally:
+        stop.set()
+        prober.join(10)
+    assert during and all(code == 200 for code, _ in during), during
+    assert readyz(a_port)[0] == 200
     bound_lines = [r for r in caplog.records if "ready by the bound" in r.getMessage()]
     assert len(bound_lines) == 1, [r.getMessage() for r in caplog.records]
 
 
-def test_reloads_never_flip_a_ready_instance_off(
-    tmp_path: Path, haproxy_bin: HAProxyBinary
-) -> None:
+def test_reloads_never_flip_a_ready_instance_off(agents: AgentHarness) -> None:
     """Regression: the master CLI refuses connections for a few milliseconds while the
     master re-executes itself on a reload (all three versions), which answered 503 "HAProxy
     does not answer" for a ready instance. Uncached probes during three reloads: all 200."""
-    net = loopback_net()
+    net = agents.net
     snap = pair_snapshot(net, free_port(f"{net}.1"), ("a",), 1)
-    with agent(tmp_path / "a", f"{net}.1", "a", haproxy_bin.path, 60) as (a, _, _port):
-        assert a.applier.apply(snap).ok
-        readiness = Readiness(
-            lambda: held_state(a.applier.applied, "a"),
-            a.haproxy.master_socket,
-            a.haproxy.runtime_socket,
-            bound=60,
-            cache_for=0,
-        )
-        assert readiness.check().ready
-        verdicts: list[tuple[bool, str]] = []
-        stop = threading.Event()
+    a = agents.instance("a", 1)
+    agents.readiness(a, 60)
+    assert a.applier.apply(snap).ok
+    readiness = Readiness(
+        lambda: held_state(a.applier.applied, "a"),
+        a.haproxy.master_socket,
+        a.haproxy.runtime_socket,
+        bound=60,
+        cache_for=0,
+    )
+    assert readiness.check().ready
+    verdicts: list[tuple[bool, str]] = []
+    stop = threading.Event()
 
-        def probe() -> None:
-            while not stop.is_set():
-                verdicts.append(readiness.probe())
-                time.sleep(0.002)
+    def probe() -> None:
+        while not stop.is_set():
+            verdicts.append(readiness.probe())
+            time.sleep(0.002)
 
-        prober = threading.Thread(target=probe)
-        prober.start()
-        try:
-            workers = {a.haproxy.reload().current_worker for _ in range(3)}
-        finally:
-            stop.set()
-            prober.join(10)
-        assert len(workers) == 3
-        assert len(verdicts) > 20
-        assert [v for v in verdicts if not v[0]] == [], len(verdicts)
+    prober = threading.Thread(target=probe)
+    prober.start()
+    try:
+        workers = {a.haproxy.reload().current_worker for _ in range(3)}
+    finally:
+        stop.set()
+        prober.join(10)
+    assert len(workers) == 3
+    assert len(verdicts) > 20
+    assert [v for v in verdicts if not v[0]] == [], len(verdicts)
 
 
-def test_a_restarted_haproxy_is_fresh_again(tmp_path: Path, haproxy_bin: HAProxyBinary) -> None:
+def test_a_restarted_haproxy_is_fresh_again(agents: AgentHarness) -> None:
     """The latch is per master: after HAProxy dies and is started again (another master),
     its empty tables make it not ready until its resync (here: the bound, 4 s) again."""
-    net = loopback_net()
+    net = agents.net
     snap = pair_snapshot(net, free_port(f"{net}.1"), ("a", "b"), 1)  # b never comes
-    with agent(tmp_path / "a", f"{net}.1", "a", haproxy_bin.path, 4) as (a, readiness, port):
-        restarts = threading.Event()
-        a.supervisor.on_restart = restarts.set
-        assert a.applier.apply(snap).ok
-        assert poll_until_ready(port)[-1][0] == 200
-        master = a.supervisor.pid
-        assert master is not None
-        os.kill(master, signal.SIGKILL)
-        assert restarts.wait(30)
-        time.sleep(readiness.cache_for + 0.1)  # past the answer cached before the kill
-        answers = poll_until_ready(port)
-        assert any(code == 503 and "resync unfinished" in why for code, why in answers), answers
-        assert answers[-1][0] == 200 and "ready by the bound" in answers[-1][1], answers
-        assert a.supervisor.pid != master
+    clock = SteppedClock()
+    a = agents.instance("a", 1)
+    readiness, port = agents.readiness(a, 4, clock)
+    restarts = threading.Event()
+    a.supervisor.on_restart = restarts.set
+    assert a.applier.apply(snap).ok
+    assert poll_until_ready(port)[-1][0] == 200
+    master = a.supervisor.pid
+    assert master is not None
+    os.kill(master, signal.SIGKILL)
+    assert restarts.wait(30)
+    clock.advance(readiness.cache_for)  # past the answer cached before the kill
+    answers = poll_until_ready(port)
+    assert any(code == 503 and "resync unfinished" in why for code, why in answers), answers
+    assert answers[-1][0] == 200 and "ready by the bound" in answers[-1][1], answers
+    assert a.supervisor.pid != master
 
 
 def test_nodeagent_run_serves_readyz_on_its_metrics_port(

@@ -16,16 +16,13 @@ import pytest
 
 from nodeagent.haproxy.masterlog import MasterLog, failure_reason
 from nodeagent.haproxy.parse import parse_reload_reply, parse_show_proc
-from nodeagent.stream.client import Client
-from nodeagent.stream.protocol import Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.agent.test_client import FakePlane, demo_snapshot, running, serve, within
+from tests.helpers.agent_harness import AgentHarness
 from tests.helpers.haproxy_env import (
     free_port,
     http_get,
     identity_server,
-    loopback_net,
-    make_instance,
 )
 from tests.helpers.haproxy_versions import HAProxyBinary
 
@@ -67,6 +64,7 @@ SHOW_PROC_32_FAILED = (
 )
 
 
+@pytest.mark.unit  # pure
 def test_after_a_failed_reload_the_serving_worker_is_still_current() -> None:
     info = parse_show_proc(SHOW_PROC_32_FAILED)
     assert (info.master_pid, info.reloads, info.failed_reloads) == (15176, 2, 1)
@@ -74,6 +72,7 @@ def test_after_a_failed_reload_the_serving_worker_is_still_current() -> None:
 
 
 @pytest.mark.parametrize("reply", [FAILED_30, FAILED_32])
+@pytest.mark.unit  # pure
 def test_failed_reload_reply_gives_haproxys_alerts(reply: str) -> None:
     answer = parse_reload_reply(reply)
     assert answer is not None and not answer.ok
@@ -83,6 +82,7 @@ def test_failed_reload_reply_gives_haproxys_alerts(reply: str) -> None:
     assert "NOTICE" not in reason and "(14986)" not in reason
 
 
+@pytest.mark.unit  # pure
 def test_reload_reply_success_and_26_silence() -> None:
     answer = parse_reload_reply(SUCCEEDED_32)
     assert answer is not None and answer.ok
@@ -91,11 +91,13 @@ def test_reload_reply_success_and_26_silence() -> None:
     assert parse_reload_reply("Unknown command.\n") is None
 
 
+@pytest.mark.unit  # pure
 def test_failure_reason_falls_back_to_warnings_then_nothing() -> None:
     assert failure_reason(["[WARNING]  (7) : Loading failure!"]) == "Loading failure!"
     assert failure_reason(["[NOTICE]   (7) : Reloading HAProxy", "plain text"]) == ""
 
 
+@pytest.mark.unit  # pure
 def test_master_log_is_bounded_and_reads_from_a_mark() -> None:
     out = MasterLog(max_lines=3)
     out.append("[NOTICE]   (1) : New worker (2) forked")
@@ -110,20 +112,12 @@ def test_master_log_is_bounded_and_reads_from_a_mark() -> None:
 
 @pytest.mark.haproxy
 def test_bind_conflict_at_reload_nacks_in_haproxys_words_then_retry_acks(
-    tmp_path: Path, haproxy_bin: HAProxyBinary
+    agents: AgentHarness,
 ) -> None:
-    net = loopback_net()
-    ip = f"{net}.1"
-    inst = make_instance(tmp_path / "a", ip, "pod-a", binary=haproxy_bin.path)
-    port = free_port("127.0.0.1")
-    client = Client(
-        f"127.0.0.1:{port}",
-        Identity("haproxy-system", "pod-a"),
-        inst.applier,
-        backoff_max=1.0,
-        backoff_multiplier=0.1,
-        retry_initial=0.2,
-    )
+    net, port = agents.net, agents.port
+    inst = agents.instance()
+    ip = inst.ip
+    client = agents.client(inst.applier, backoff_max=1.0, retry_initial=0.2)
     blocker = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # no SO_REUSEPORT
     blocked = free_port(ip)
     blocker.bind((ip, blocked))
@@ -168,7 +162,6 @@ def test_bind_conflict_at_reload_nacks_in_haproxys_words_then_retry_acks(
         asyncio.run(within(scenario(), 90))
     finally:
         blocker.close()
-        inst.supervisor.stop()
 
 
 def low_fd_haproxy(tmp: Path, binary: str, limit: int = 1024) -> str:
@@ -183,28 +176,21 @@ def low_fd_haproxy(tmp: Path, binary: str, limit: int = 1024) -> str:
 
 @pytest.mark.haproxy
 def test_haproxy_that_cannot_start_is_nacked_in_its_own_words(
-    tmp_path: Path, haproxy_bin: HAProxyBinary
+    tmp_path: Path, haproxy_bin: HAProxyBinary, agents: AgentHarness
 ) -> None:
     """Incident: at 2,000 Services HAProxy could not start (`Cannot raise FD limit to
     92236, limit is 20000` in the agent's log) while the NACK, and so ListAgents, said
     only `[Errno 2] No such file or directory` (its master socket), after waiting for it.
     The NACK now quotes HAProxy's last ALERT lines, at once, bounded and escaped, and so
     does a retry while it keeps failing."""
-    net = loopback_net()
-    ip = f"{net}.1"
-    inst = make_instance(
-        tmp_path / "a", ip, "pod-a", binary=low_fd_haproxy(tmp_path, haproxy_bin.path)
-    )
-    snap = demo_snapshot(ip, (f"{net}.11", 80), free_port(ip), 1)
-    try:
-        result = inst.applier.apply(snap)
-        assert (result.ok, result.retryable) == (False, True), result.error
-        assert result.error.startswith("reload failed: HAProxy did not start: ")
-        assert "Cannot raise FD limit to" in result.error and "limit is 1024" in result.error
-        assert "No such file" not in result.error and "\n" not in result.error
-        assert len(result.error) < 2048
-        again = inst.applier.apply(snap)  # the client's retry, while it keeps failing
-        assert (again.ok, again.retryable) == (False, True)
-        assert "Cannot raise FD limit to" in again.error
-    finally:
-        inst.supervisor.stop()
+    inst = agents.instance(binary=low_fd_haproxy(tmp_path, haproxy_bin.path))
+    snap = demo_snapshot(inst.ip, (f"{agents.net}.11", 80), free_port(inst.ip), 1)
+    result = inst.applier.apply(snap)
+    assert (result.ok, result.retryable) == (False, True), result.error
+    assert result.error.startswith("reload failed: HAProxy did not start: ")
+    assert "Cannot raise FD limit to" in result.error and "limit is 1024" in result.error
+    assert "No such file" not in result.error and "\n" not in result.error
+    assert len(result.error) < 2048
+    again = inst.applier.apply(snap)  # the client's retry, while it keeps failing
+    assert (again.ok, again.retryable) == (False, True)
+    assert "Cannot raise FD limit to" in again.error

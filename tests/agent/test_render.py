@@ -17,6 +17,10 @@ from tests.helpers.builders import DESIGN_BACKEND
 from tests.helpers.haproxy_env import backend, snapshot
 from tests.helpers.haproxy_versions import HAProxyBinary
 
+pytestmark = (
+    pytest.mark.unit
+)  # the renderer: `-m unit` selects it (`haproxy -c` ones: `haproxy` too)
+
 
 def realistic() -> pb.Snapshot:
     return snapshot(

@@ -15,6 +15,10 @@ from tests.agent.test_render import realistic
 from tests.helpers.haproxy_env import backend
 from tests.helpers.haproxy_versions import HAProxyBinary
 
+pytestmark = (
+    pytest.mark.unit
+)  # the renderer: `-m unit` selects it (`haproxy -c` ones: `haproxy` too)
+
 
 def test_health_check_lines() -> None:
     b = backend("default_shop_http", [("10.244.0.32", 8888)], count=2)

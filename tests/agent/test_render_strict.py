@@ -34,11 +34,13 @@ def snapshot_with(**changes: str) -> pb.Snapshot:
     return snap
 
 
+@pytest.mark.unit  # pure
 def test_clean_snapshot_renders() -> None:
     assert "balance hdr(X-Tenant)" in render(snapshot_with(), RenderOptions(pod_name="haproxy-a"))
 
 
 @pytest.mark.parametrize("field", ["peer", "backend", "header", "host"])
+@pytest.mark.unit  # pure
 def test_trailing_newline_is_refused(field: str) -> None:
     value = {
         "peer": "haproxy-a",
@@ -50,6 +52,7 @@ def test_trailing_newline_is_refused(field: str) -> None:
         render(snapshot_with(**{field: value + "\n"}), RenderOptions(pod_name="haproxy-a"))
 
 
+@pytest.mark.unit  # pure
 def test_pod_name_with_trailing_newline_is_refused() -> None:
     with pytest.raises(RenderError):
         render(snapshot_with(), RenderOptions(pod_name="haproxy-a\n"))
@@ -62,6 +65,7 @@ LONGEST_ACCEPTED = f"n_{'b' * (limits.MAX_PROXY_NAME - 4)}_p"
 
 
 @pytest.mark.parametrize("name", [LONGEST_BUILT, LONGEST_ACCEPTED])
+@pytest.mark.unit  # pure
 def test_long_backend_names_render(name: str) -> None:
     cfg = render(snapshot_with(backend=name), RenderOptions(pod_name="haproxy-a"))
     assert f"backend {name}\n" in cfg and f"use_backend {name} if" in cfg
@@ -70,6 +74,7 @@ def test_long_backend_names_render(name: str) -> None:
 @pytest.mark.parametrize(
     "name", [LONGEST_ACCEPTED + "b", "_leading", "with:colon", "sp ace", "nl\nx", ""]
 )
+@pytest.mark.unit  # pure
 def test_backend_names_past_the_shared_limit_are_refused(name: str) -> None:
     with pytest.raises(RenderError, match="backend name"):
         render(snapshot_with(backend=name), RenderOptions(pod_name="haproxy-a"))

@@ -28,6 +28,8 @@ from controlplane.server.protocol import (
     initial_state,
 )
 
+pytestmark = pytest.mark.unit  # pure: `-m unit` selects it although the folder is integration
+
 W = "haproxy-system/DaemonSet/haproxy"
 POD = "haproxy-system/haproxy-a"
 

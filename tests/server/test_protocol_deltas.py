@@ -29,6 +29,8 @@ from controlplane.server.protocol import (
 )
 from tests.server.test_protocol import A1, A4, B2, C3, NOT_YET, V, W, serve
 
+pytestmark = pytest.mark.unit  # pure: `-m unit` selects it although the folder is integration
+
 FRESH = StreamState(opened_at=5.0, deltas=True)
 SENT_A = Sent("1", 1, "hash-a", 10.0)
 DELTA_B = Sent("2", 2, "hash-b", 20.0, base="hash-a")
