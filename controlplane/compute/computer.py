@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from controlplane.compute.assemble_incremental import PlanKey, WorkloadAssembly
 from controlplane.compute.plan import Planned, ServicePlan, plan_service
 from controlplane.compute.settings import Resolver
+from controlplane.compute.slots import retire, retired_until
 from controlplane.compute.types import (
     BackendSlots,
     ComputeResult,
@@ -111,6 +112,12 @@ class Computer:
         self._waiting_keys: set[PlanKey] = set()  # plans leaving endpoints out
         self._slots: dict[str, BackendSlots] = {}
         self._touched: set[str] = set()  # backends whose slots changed since the last return
+        # Backends no Service claims any more, remembered for a quarantine (`retire`),
+        # with the heap of when each changes next; `_leaving` holds the last slots of
+        # backends whose plan went this step.
+        self._retired: dict[str, BackendSlots] = {}
+        self._retired_due: list[tuple[float, str]] = []
+        self._leaving: dict[str, BackendSlots] = {}
         # Keys whose plan changed since the assemblies last saw them; one assembly per
         # workload key (docs/design.md, "The computation and the encoder").
         self._changed: set[PlanKey] = set()
@@ -159,6 +166,7 @@ class Computer:
             for part in old.planned.plan.backends:
                 self._slots.pop(part.name, None)
                 self._touched.add(part.name)
+                self._leaving[part.name] = part.slots
         if self._plans.pop(key, None) is not (cached.planned.plan if cached else None):
             self._changed.add(key)
         self._rejecting.discard(key)
@@ -182,6 +190,46 @@ class Computer:
             if plan.waiting:
                 self._waiting_keys.add(key)
 
+    def _update_retired(
+        self,
+        previous: Mapping[str, BackendSlots],
+        now: float,
+        resolver: Resolver,
+        assign_new: bool,
+        continuing: bool,
+    ) -> None:
+        """Keep backends no Service claims for a quarantine (`slots.retire`), in
+        O(leaving + due) when continuing from the assignment returned last; from
+        `previous` otherwise (a restart, a new ledger, new settings), as a fresh
+        computation does."""
+        leaving, self._leaving = self._leaving, {}
+        if not assign_new:  # a follower saves nothing: the leader's ledger remembers
+            self._retired, self._retired_due = {}, []
+            return
+        quarantine = resolver.retired_quarantine_s()
+        if not continuing:
+            self._retired, self._retired_due = {}, []
+            leaving = {name: previous[name] for name in previous.keys() - self._slots.keys()}
+        for name in self._touched & self._retired.keys():
+            if name in self._slots:  # claimed again: its plan continued the record
+                del self._retired[name]
+        while self._retired_due and self._retired_due[0][0] <= now:
+            _, name = heapq.heappop(self._retired_due)
+            if name in self._retired and name not in leaving:
+                leaving[name] = self._retired[name]
+        for name, slots in leaving.items():
+            if name in self._slots:
+                continue  # planned again under the same name this step
+            kept = retire(slots, now, quarantine)
+            if kept is self._retired.get(name):
+                continue
+            self._touched.add(name)
+            if kept is None:
+                self._retired.pop(name, None)
+                continue
+            self._retired[name] = kept
+            heapq.heappush(self._retired_due, (retired_until(kept, quarantine), name))
+
     def compute(
         self,
         state: ClusterState,
@@ -200,12 +248,14 @@ class Computer:
         endpoints it has no slot for are left out and counted in `waiting`.
         """
         dirty = self._index(state)
-        continuing = previous is self._assignment and assign_new == self._assign_new
+        settings_same = self._settings is state.settings or self._settings == state.settings
+        continuing = (
+            previous is self._assignment and assign_new == self._assign_new and settings_same
+        )
         while self._lapses and self._lapses[0][0] <= now:
             _, key = heapq.heappop(self._lapses)
             dirty.add(key)  # stale entries (re-planned since) cost one reuse check
-        settings_same = self._settings is state.settings or self._settings == state.settings
-        if previous is not self._assignment or not settings_same or assign_new != self._assign_new:
+        if not continuing:
             dirty = set(self._by_key) | set(self._cache)
         self._settings = state.settings
         self._assign_new = assign_new
@@ -249,13 +299,14 @@ class Computer:
             rejections.extend(lost)
         self._assemblies = assemblies
         self._changed = set()
+        self._update_retired(previous, now, resolver, assign_new, continuing)
         # The same mapping when no backend's slots changed, and the names that may have
         # when `previous` was the last one returned: callers tell "nothing to persist"
         # by identity, or by comparing those backends only.
         touched = frozenset(self._touched) if continuing else None
         assignment = self._assignment
         if assignment is None or self._touched:
-            assignment = dict(self._slots)
+            assignment = {**self._slots, **self._retired}
         self._touched = set()
         self._assignment = assignment
         return ComputeResult(

@@ -245,6 +245,12 @@ class Resolver:
                 )
         return self._configmap_value(row, mode, rejections)
 
+    def retired_quarantine_s(self) -> float:
+        """How long the slots of a backend whose Service is gone are remembered: the
+        fleet's stick-table expire (the ConfigMap's, else the default). The Service's own
+        annotations are gone with it, and a replica restarted since must decide the same."""
+        return float(self._configmap_value(EXPIRE, "http", [])) / 1000
+
     def _configmap_value(
         self,
         row: Setting[T],

@@ -97,3 +97,33 @@ def quarantine_seconds(persistence: bool, expire_ms: int) -> float:
     slot history, so a freed slot is eligible at once (still after never-used ones).
     """
     return expire_ms / 1000 if persistence else 0.0
+
+
+def retire(slots: BackendSlots, now: float, quarantine_s: float) -> BackendSlots | None:
+    """A backend no Service claims any more: every slot it used is freed at `now` by its
+    endpoint, records past `quarantine_s` are dropped, and None once nothing is left.
+
+    Kept in the assignment (and the ledger) meanwhile, so a Service re-created under the
+    same name within the quarantine continues it: its endpoints come back to their own
+    slots, others avoid the slots stick entries may still name. A retired backend with
+    nothing lapsed is returned as the same object.
+    """
+    freed = {slot: at for slot, at in slots.freed.items() if at + quarantine_s > now}
+    if not slots.slots and len(freed) == len(slots.freed):
+        return slots if freed else None
+    freed_by = {slot: ep for slot, ep in slots.freed_by.items() if slot in freed}
+    for endpoint, slot in slots.slots.items():
+        freed[slot], freed_by[slot] = now, endpoint
+    if not freed:
+        return None
+    return BackendSlots(
+        count=slots.count,
+        slots=MappingProxyType({}),
+        freed=MappingProxyType(dict(sorted(freed.items()))),
+        freed_by=MappingProxyType(dict(sorted(freed_by.items()))),
+    )
+
+
+def retired_until(slots: BackendSlots, quarantine_s: float) -> float:
+    """When the first record of a retired backend lapses (and `retire` changes it)."""
+    return min(slots.freed.values()) + quarantine_s

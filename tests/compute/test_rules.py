@@ -7,9 +7,16 @@ from types import MappingProxyType
 
 import pytest
 
-from controlplane.compute import BackendSlots, BackendSpec, ComputeResult, WorkloadSnapshot, compute
+from controlplane.compute import (
+    BackendSlots,
+    BackendSpec,
+    Computer,
+    ComputeResult,
+    WorkloadSnapshot,
+    compute,
+)
 from controlplane.compute.workloads import WorkloadScope
-from controlplane.model import Pod
+from controlplane.model import ClusterState, Pod
 from controlplane.publish import content_hash, encode_one
 from nodeagent.config.render import RenderOptions, render
 from peerplane.v1 import peerplane_pb2 as pb
@@ -314,9 +321,44 @@ def test_surviving_endpoints_keep_slots_and_new_ones_take_never_used_first() -> 
     b = backend(third.workloads[WORKLOAD], "default_s_http")
     assert enabled(b) == [(3, "127.0.0.3", 8888)]
     assert b.slots.count == 4
-    # The backend disappears: its assignment goes with it.
-    gone = compute(cluster(pods=DEFAULT_PODS), third.assignment)
-    assert "default_s_http" not in gone.assignment
+    # The Service disappears: its slots are remembered, all freed, for the fleet's
+    # stick-table expire (30 minutes by default), then forgotten.
+    gone = compute(cluster(pods=DEFAULT_PODS), third.assignment, now=100.0)
+    kept = gone.assignment["default_s_http"]
+    assert dict(kept.slots) == {} and kept.count == 4
+    assert kept.freed_by[3] == ("127.0.0.3", 8888) and kept.freed[3] == 100.0
+    later = compute(cluster(pods=DEFAULT_PODS), gone.assignment, now=100.0 + 30 * 60)
+    assert "default_s_http" not in later.assignment
+
+
+def test_a_service_recreated_within_the_expire_continues_its_slots() -> None:
+    """Deleted and created again (a redeploy by a tool that deletes first): entries in
+    the stick tables still name its slots, so its endpoints come back to their own and a
+    new one avoids the slots that may still be named."""
+    notes = {"haproxy.org/source-ip-persistence": "true"}
+
+    def state(addresses: list[str] | None) -> ClusterState:
+        if addresses is None:
+            return cluster(pods=DEFAULT_PODS)
+        svc = service("s", annotations=notes)
+        return cluster(services=[svc], slices=[endpoint_slice("s", addresses)], pods=DEFAULT_PODS)
+
+    computer = Computer()
+    first = computer.compute(state(["127.0.0.3", "127.0.0.1", "127.0.0.2"]), {}, now=0.0)
+    moved = computer.compute(
+        state(["127.0.0.1", "127.0.0.3", "127.0.0.9"]), first.assignment, now=1.0
+    )
+    slots = dict(moved.assignment["default_s_http"].slots)
+    assert slots == {("127.0.0.1", 8888): 1, ("127.0.0.3", 8888): 3, ("127.0.0.9", 8888): 4}
+    gone = computer.compute(state(None), moved.assignment, now=2.0)
+    back = computer.compute(
+        state(["127.0.0.3", "127.0.0.1", "127.0.0.7"]), gone.assignment, now=3.0
+    )
+    fresh = compute(state(["127.0.0.3", "127.0.0.1", "127.0.0.7"]), gone.assignment, now=3.0)
+    assert back.assignment == fresh.assignment
+    again = dict(back.assignment["default_s_http"].slots)
+    # .1 and .3 take their own slots; .7 takes no slot freed within the expire (2 and 4).
+    assert again == {("127.0.0.1", 8888): 1, ("127.0.0.3", 8888): 3, ("127.0.0.7", 8888): 5}
 
 
 def test_slot_count_never_shrinks_even_when_the_step_does() -> None:
