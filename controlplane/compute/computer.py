@@ -115,6 +115,12 @@ class Computer:
         # Backends no Service claims any more, remembered for a quarantine (`retire`),
         # with the heap of when each changes next; `_leaving` holds the last slots of
         # backends whose plan went this step.
+        # The previous assignment handed in last, and which Service owns each backend:
+        # a follower is handed a new ledger mapping on every change, and only the
+        # Services whose backends it changed are planned again (by identity: the ledger
+        # watch keeps unchanged backends' objects).
+        self._last_previous: Mapping[str, BackendSlots] | None = None
+        self._owners: dict[str, tuple[str, str]] = {}
         self._retired: dict[str, BackendSlots] = {}
         self._retired_due: list[tuple[float, str]] = []
         self._leaving: dict[str, BackendSlots] = {}
@@ -127,6 +133,7 @@ class Computer:
         # computation forgets it, at the cost of the plans due (a heap, not a scan).
         self._lapses: list[tuple[float, tuple[str, str]]] = []
         self.planned = 0  # Services planned (not reused) by the last call
+        self.checked = 0  # Services looked at (planned, or checked for reuse) by it
 
     def _index(self, state: ClusterState) -> set[tuple[str, str]]:
         """Update the indexes; return the keys of Services whose objects changed."""
@@ -165,6 +172,7 @@ class Computer:
         if old is not None and old.planned.plan is not None:
             for part in old.planned.plan.backends:
                 self._slots.pop(part.name, None)
+                self._owners.pop(part.name, None)
                 self._touched.add(part.name)
                 self._leaving[part.name] = part.slots
         if self._plans.pop(key, None) is not (cached.planned.plan if cached else None):
@@ -184,11 +192,21 @@ class Computer:
             self._plans[key] = plan
             for part in plan.backends:
                 self._slots[part.name] = part.slots
+                self._owners[part.name] = key
                 self._touched.add(part.name)
             if plan.configmap_rejections:
                 self._configmap_rejecting.add(key)
             if plan.waiting:
                 self._waiting_keys.add(key)
+
+    def _owning(
+        self, old: Mapping[str, BackendSlots], new: Mapping[str, BackendSlots]
+    ) -> set[tuple[str, str]]:
+        """Services owning a backend whose slots differ between two previous
+        assignments (by identity): the only plans a new previous can change."""
+        names = {name for name, slots in new.items() if old.get(name) is not slots}
+        names.update(old.keys() - new.keys())
+        return {self._owners[name] for name in names if name in self._owners}
 
     def _update_retired(
         self,
@@ -255,12 +273,17 @@ class Computer:
         while self._lapses and self._lapses[0][0] <= now:
             _, key = heapq.heappop(self._lapses)
             dirty.add(key)  # stale entries (re-planned since) cost one reuse check
+        last, self._last_previous = self._last_previous, previous
         if not continuing:
-            dirty = set(self._by_key) | set(self._cache)
+            if settings_same and assign_new == self._assign_new and last is not None:
+                dirty |= self._owning(last, previous)
+            else:
+                dirty = set(self._by_key) | set(self._cache)
         self._settings = state.settings
         self._assign_new = assign_new
         resolver = Resolver(state.settings)
         self.planned = 0
+        self.checked = len(dirty)
         for key in dirty:
             service = self._by_key.get(key)
             if service is None:

@@ -117,3 +117,41 @@ def test_a_computer_switching_to_leader_assigns_the_waiting_endpoints() -> None:
     leader = computer.compute(state("10.0.0.1", "10.0.0.2"), ledger, now=3.0)
     assert enabled(leader) == {1: "10.0.0.1", 2: "10.0.0.2"}
     assert leader.waiting == {}
+
+
+def test_a_follower_handed_a_new_ledger_plans_only_the_services_it_changed() -> None:
+    """The ledger watch hands a new mapping on every shard change, keeping the other
+    backends' objects: the follower plans again only the Services whose backends the
+    new ledger changed (here the one whose endpoints changed), and still equals a fresh
+    computation at every step."""
+    names = [f"s{i}" for i in range(6)]
+    sizes = dict.fromkeys(names, 2)
+    services = [service(n, annotations=PERSIST) for n in names]
+    slices: dict[tuple[str, int], object] = {}  # unchanged objects stay the same, as informed
+
+    def many() -> ClusterState:
+        for i, n in enumerate(names):
+            if (n, sizes[n]) not in slices:
+                addresses = [f"10.1.{i}.{a}" for a in range(1, sizes[n] + 1)]
+                slices[(n, sizes[n])] = endpoint_slice(n, addresses)
+        return cluster(services, [slices[(n, sizes[n])] for n in names], DEFAULT_PODS)  # type: ignore[misc]
+
+    leader, follower = Computer(), Computer()
+    ledger: dict = {}  # type: ignore[type-arg]
+    for step in range(8):
+        now = 100.0 + step
+        if step:
+            sizes[names[step % 6]] += 1  # one Service gains an endpoint
+        assignment = leader.compute(many(), ledger, now=now).assignment
+        # A watch's view: a new mapping, unchanged backends the very same objects.
+        ledger = {
+            name: (ledger[name] if ledger.get(name) == slots else slots)
+            for name, slots in assignment.items()
+        }
+        got = follower.compute(many(), ledger, now=now + 0.5, assign_new=False)
+        fresh = compute(many(), ledger, now=now + 0.5, assign_new=False)
+        assert got.workloads == fresh.workloads, f"step {step}"
+        assert got.waiting == {}
+        if step:
+            assert follower.planned == 1, f"step {step}: planned {follower.planned}"
+            assert follower.checked == 1, f"step {step}: looked at {follower.checked}"
