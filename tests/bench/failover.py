@@ -10,8 +10,9 @@ replica. Times are from the SIGKILL, for three groups of agents:
 - on followers: they keep their stream (every replica serves);
 - on the killed leader: they lose it and reconnect like the real agent (0.5 s, then
   random exponential backoff) to any surviving replica, as through the Service;
-- single-server mode (before issue 13): also on the killed leader, but they reconnect
-  only to the Lease holder, as when only the leader was Ready and nobody else served.
+- single-server mode (only the leader serves, as earlier versions did): also on the
+  killed leader, but they reconnect only to the Lease holder, as when only the leader was
+  Ready and nobody else served.
 
 Sanity, raised as an exception: an agent on a follower lost its stream, or an address's
 slot changed (before/after each round, and anything any agent ever saw).
