@@ -89,7 +89,7 @@ def serving_with_a_session(one: One) -> None:
 
 
 def test_a_zone_suffix_in_a_slot_address_is_nacked_and_runs_no_command(one: One) -> None:
-    """Issue 12 item 1: the only change is one slot address, so the snapshot would take
+    """Regression: the only change is one slot address, so the snapshot would take
     the runtime path (no `haproxy -c`) and the text after `;` would run as commands."""
     serving_with_a_session(one)
     cfg_before = Path(one.inst.config_path).read_text()
@@ -161,7 +161,8 @@ def test_an_address_change_shown_late_by_haproxy_is_confirmed_not_reloaded(one: 
     ],
 )
 def test_render_refuses_zone_and_newline_addresses(field: str, address: str) -> None:
-    """Issue 12 items 1 and 4, through `nodeagent render` (no HAProxy needed)."""
+    """Zone and newline addresses refused at their sink, by `nodeagent render` (no
+    HAProxy needed)."""
     snap = snapshot([("pod-a", "127.0.0.1", 10000)], [backend(BACKEND, [("127.0.0.2", 80)])])
     if field == "slot":
         snap.backends[0].slots[0].address = address

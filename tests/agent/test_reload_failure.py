@@ -1,6 +1,6 @@
 """A reload that `haproxy -c` cannot foresee fails: the NACK quotes HAProxy, the agent retries.
 
-Issue 12 item 15: a port taken by another process passes the check (it binds nothing) and
+Regression: a port taken by another process passes the check (it binds nothing) and
 fails the reload. 2.7+ say why in the master CLI's `reload` reply; 2.6 only on the master's
 output, which the supervisor keeps. Either way the NACK carries HAProxy's words, and the
 same snapshot is applied again with backoff until the port is free, then ACKed.

@@ -58,7 +58,7 @@ def test_pod_name_with_trailing_newline_is_refused() -> None:
         render(snapshot_with(), RenderOptions(pod_name="haproxy-a\n"))
 
 
-# Issue 12 item 3: the longest backend name compute builds from valid Kubernetes names
+# The longest backend name compute builds from valid Kubernetes names
 # (63-character namespace and Service, 15-character port name), and the agent's own bound.
 LONGEST_BUILT = f"{'n' * 63}_{'s' * 63}_{'p' * 15}"
 LONGEST_ACCEPTED = f"n_{'b' * (limits.MAX_PROXY_NAME - 4)}_p"

@@ -1,5 +1,6 @@
 """The agent's own HAProxy plumbing on every installed version: a deleted runtime socket is
-bound again (issue 12 item 7), and a peers list without this pod is refused (item 13)."""
+bound again, and a peers list without this pod is refused (docs/operations.md, "Faults the
+agent survives")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The agent's side of issue 6: TLS/mTLS to the control plane, the bearer token (re-read
-on every connect), refusals handled with the normal backoff, and the flag rules."""
+"""The agent's side of the secure connection: TLS/mTLS to the control plane, the bearer
+token (re-read on every connect), refusals handled with the normal backoff, and the flag
+rules."""
 
 from __future__ import annotations
 

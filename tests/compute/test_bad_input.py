@@ -125,7 +125,7 @@ def test_endpoint_addresses_that_are_not_ips_are_ignored() -> None:
 
 
 def test_hosts_past_the_limit_lose_the_tail_not_every_host() -> None:
-    """Issue 12 item 14: 101 hosts used to reject the annotation and route no host at all."""
+    """Regression: 101 hosts used to reject the annotation and route no host at all."""
     listed = [f"h{i:03d}.example.com" for i in range(150, 0, -1)]  # written in reverse order
     svc = service("s", annotations={"haproxy.org/hosts": ",".join([*listed, listed[0]])})
     result = compute(cluster(services=[svc], pods=DEFAULT_PODS), {})
@@ -150,7 +150,7 @@ def test_exactly_the_limit_of_hosts_is_served_without_warning() -> None:
 
 
 def test_longest_kubernetes_names_make_a_backend_the_agent_renders() -> None:
-    """Issue 12 item 3: 63 + 63 + a 15-character port name give a 143-character backend
+    """Regression: 63 + 63 + a 15-character port name give a 143-character backend
     name; the agent refused it, and with it the whole workload's snapshot."""
     namespace, name, port = "n" * 63, "s" * 63, "p" * 15
     svc = service(name, namespace=namespace, ports=[(port, 80)])

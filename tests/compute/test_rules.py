@@ -71,7 +71,7 @@ def test_peers_are_every_live_pod_of_the_workload_sorted_by_name() -> None:
 
 
 def test_a_terminating_pod_stays_in_its_peers_list_until_it_is_gone() -> None:
-    """Regression (issue 12 item 13): a pod being deleted was dropped from its own peers
+    """Regression: a pod being deleted was dropped from its own peers
     list while it still ran, so its HAProxy lost the peers section while draining."""
     pods = [
         haproxy_pod("haproxy-a", "127.0.1.1"),
@@ -516,7 +516,7 @@ def test_only_allowed_namespaces_and_owner_kinds_are_workloads() -> None:
 
 
 def test_bare_labelled_pods_are_not_workloads_by_default() -> None:
-    """Issue 12 item 6: 400 bare labelled pods made 400 extra snapshots of every Service."""
+    """Regression: 400 bare labelled pods made 400 extra snapshots of every Service."""
     pods = [*DEFAULT_PODS, *(bare_pod(f"stray-{i}", f"127.0.3.{i % 250}") for i in range(400))]
     state = cluster(services=[service("s")], slices=[endpoint_slice("s", ["127.0.0.1"])], pods=pods)
     result = compute(state, {})
@@ -553,7 +553,7 @@ def test_workloads_past_the_limit_are_refused_the_same_way_whatever_the_order() 
 def test_a_workload_name_the_agent_refuses_is_skipped_and_reported(
     owner: tuple[str, str], namespace: str
 ) -> None:
-    """Issue 12 item 12: such a workload got a snapshot every agent of it refused."""
+    """Regression: such a workload got a snapshot every agent of it refused."""
     odd = haproxy_pod("odd-1", "127.0.1.9", owner=owner, namespace=namespace)
     state = cluster(services=[service("s")], pods=[*DEFAULT_PODS, odd])
     result = compute(state, {})

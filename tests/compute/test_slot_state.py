@@ -1,4 +1,4 @@
-"""Corrupted or hostile slot state (issue 12 item 8): reported, bounded, never a crash.
+"""Corrupted or hostile slot state: reported, bounded, never a crash.
 
 Each case goes through both stores, the JSON file (files mode, `compute --state`) and the
 ConfigMap ledger against the fake API server; one bad backend never drops the others.

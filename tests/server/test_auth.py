@@ -173,7 +173,7 @@ def test_inspection_needs_a_non_agent_token_when_enabled() -> None:
 
 
 def test_inspection_follows_agent_authentication_unless_opened() -> None:
-    """Regression (issue 12 item 16): authenticated agents left every snapshot open."""
+    """Regression: authenticated agents left every snapshot open."""
 
     async def body() -> None:
         async with authenticated(FakeReviewer()) as h:

@@ -1,5 +1,6 @@
-"""Client-supplied strings reach logs and replies bounded and escaped (issue 12 items 9
-and 10): Hello fields, NACK text, inspection request fields, in both log formats."""
+"""Client-supplied strings reach logs and replies bounded and escaped (docs/design.md,
+"Untrusted strings and their sinks"): Hello fields, NACK text, inspection request fields,
+in both log formats."""
 
 from __future__ import annotations
 

@@ -158,7 +158,7 @@ def test_files_source_notices_changes(tmp_path: Path) -> None:
         source.stop()
 
 
-# ------------------------------------------------------------ hostile manifests (issue 12)
+# ------------------------------------------------------------ hostile manifests
 
 LAUGHS = ["    a: &a [" + ", ".join(['"lol"'] * 9) + "]"] + [
     f"    {level}: &{level} [{', '.join([f'*{prev}'] * 9)}]"

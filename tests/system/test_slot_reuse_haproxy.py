@@ -1,4 +1,5 @@
-"""Persistence under slot reuse, on real peered HAProxy instances (issue 11).
+"""Persistence under slot reuse, on real peered HAProxy instances
+(docs/findings.md, "Why entries keep naming a freed slot").
 
 Two agent-managed HAProxy instances share a `stick on src` table through peers; the slots
 come from the real computation. Each round removes a backend pod that has pinned clients
