@@ -59,7 +59,7 @@ def workload_of(pod: Pod, replica_sets: Mapping[tuple[str, str], ReplicaSet]) ->
     return Workload(pod.namespace, owner.kind, owner.name)
 
 
-def peer_address(pod: Pod) -> str | None:
+def haproxy_peer_address(pod: Pod) -> str | None:
     """The pod's IP in the shared canonical text form when it may peer, else None.
 
     AddressError when it has an IP that is not an address without zone: every agent
@@ -183,7 +183,7 @@ def discover(
             )
             continue
         try:
-            address = peer_address(pod)
+            address = haproxy_peer_address(pod)
         except AddressError:
             rejections.append(
                 Rejection(

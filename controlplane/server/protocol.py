@@ -90,7 +90,7 @@ def initial_state(
 # ---------------------------------------------------------------------- downstream
 
 
-class Version(Protocol):
+class PublishedVersion(Protocol):
     """One published version of a workload (the store's `Published`), as read here."""
 
     @property
@@ -120,7 +120,7 @@ class StoreView(Protocol):
 
     def workload_of(self, pod: str) -> str | None: ...
 
-    def get(self, workload: str) -> Version | None: ...
+    def get(self, workload: str) -> PublishedVersion | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +128,7 @@ class Target:
     """The version an agent should run now, or why it cannot be served yet."""
 
     workload: str  # "" when the pod belongs to no workload
-    published: Version | None
+    published: PublishedVersion | None
     reason: str = ""  # set when `published` is None
 
 
@@ -155,20 +155,20 @@ class SendWaiting:
 
 @dataclass(frozen=True, slots=True)
 class SendInSync:
-    published: Version
+    published: PublishedVersion
 
 
 @dataclass(frozen=True, slots=True)
 class SendSnapshot:
     sent: Sent  # what is now pending (nonce, version, hash)
-    published: Version
+    published: PublishedVersion
     resync: bool = False  # paid a resync Nack
 
 
 @dataclass(frozen=True, slots=True)
 class SendDelta:
     sent: Sent  # what is now pending; `sent.base` is the delta's from_content_hash
-    published: Version
+    published: PublishedVersion
 
 
 Down = SendWaiting | SendInSync | SendSnapshot | SendDelta | None

@@ -242,7 +242,7 @@ class StreamHandler:
         return message
 
     def _check_size(
-        self, session: AgentSession, published: protocol.Version, kind: str, size: int
+        self, session: AgentSession, published: protocol.PublishedVersion, kind: str, size: int
     ) -> None:
         """Raise _TooLarge when a `size`-byte message exceeds the send limit: warned once
         per agent and content (with both sizes), counted every time, never logged as
