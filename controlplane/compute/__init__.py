@@ -13,7 +13,7 @@ from controlplane.compute.types import (
     BackendSpec,
     ComputeResult,
     EndpointKey,
-    Rejection,
+    RejectedInput,
     SlotAssignment,
     WorkloadSnapshot,
 )
@@ -24,7 +24,7 @@ __all__ = [
     "ComputeResult",
     "Computer",
     "EndpointKey",
-    "Rejection",
+    "RejectedInput",
     "SlotAssignment",
     "WorkloadSnapshot",
     "compute",

@@ -25,7 +25,7 @@ from controlplane.compute.settings import GlobalSettings
 from controlplane.compute.types import (
     BackendSpec,
     HttpFrontend,
-    Rejection,
+    RejectedInput,
     TcpFrontend,
     WorkloadSnapshot,
 )
@@ -54,8 +54,8 @@ class WorkloadAssembly:
         self._specs: list[BackendSpec] = []  # the placed specs, in `_names` order
         self._http: HttpFrontend | None = None
         self._tcp: tuple[TcpFrontend, ...] = ()
-        self._lost: dict[str, list[Rejection]] = {}
-        self._lost_flat: list[Rejection] = []
+        self._lost: dict[str, list[RejectedInput]] = {}
+        self._lost_flat: list[RejectedInput] = []
         self._snapshot: WorkloadSnapshot | None = None
         self.rebuilt = False  # the last call assembled from scratch (tests, benchmarks)
 
@@ -68,8 +68,8 @@ class WorkloadAssembly:
         plans: Mapping[PlanKey, ServicePlan],
         changed: Collection[PlanKey] | None,
         settings: GlobalSettings,
-        global_warnings: tuple[Rejection, ...],
-    ) -> tuple[WorkloadSnapshot, list[Rejection]]:
+        global_warnings: tuple[RejectedInput, ...],
+    ) -> tuple[WorkloadSnapshot, list[RejectedInput]]:
         """The workload's snapshot and lost-claim rejections, as `assemble` gives them for
         the plans in `plans` that this workload serves. `changed` names the keys whose plan
         changed (added, replaced or removed) since the last call; None: unknown."""
@@ -152,9 +152,9 @@ class WorkloadAssembly:
         peers: Sequence[PeerEntry],
         plans: Mapping[PlanKey, ServicePlan],
         settings: GlobalSettings,
-        global_warnings: tuple[Rejection, ...],
+        global_warnings: tuple[RejectedInput, ...],
         inputs: tuple[object, ...],
-    ) -> tuple[WorkloadSnapshot, list[Rejection]]:
+    ) -> tuple[WorkloadSnapshot, list[RejectedInput]]:
         self._members = {key: plan for key, plan in plans.items() if self._places(plan)}
         self._claiming = {k: p for k, p in self._members.items() if claim(p) is not None}
         snapshot, lost = assemble_with_claims(

@@ -13,7 +13,7 @@ from controlplane.compute.types import (
     HttpFrontend,
     Peer,
     PeerSection,
-    Rejection,
+    RejectedInput,
     TcpFrontend,
     WorkloadSnapshot,
 )
@@ -23,12 +23,12 @@ from peerplane.names import PEERS_SECTION as PEER_SECTION
 
 def frontends(
     plans: Sequence[ServicePlan], settings: GlobalSettings
-) -> tuple[HttpFrontend | None, tuple[TcpFrontend, ...], dict[str, list[Rejection]]]:
+) -> tuple[HttpFrontend | None, tuple[TcpFrontend, ...], dict[str, list[RejectedInput]]]:
     """The HTTP frontend (None without routes), the TCP frontends, and the rejections of
     lost claims by backend name: the older Service keeps a contested host or port."""
     routes: dict[str, str] = {}
     tcp: dict[int, str] = {}
-    lost: dict[str, list[Rejection]] = {}
+    lost: dict[str, list[RejectedInput]] = {}
     reserved = {settings.http_port: "the HTTP frontend", settings.peer_port: "peers"}
     claims = [p for p in plans if p.backends and (p.hosts or p.tcp_port is not None)]
     for plan in sorted(claims, key=lambda p: p.age_key):
@@ -66,8 +66,8 @@ def assemble(
     peers: Sequence[PeerEntry],
     plans: Sequence[ServicePlan],
     settings: GlobalSettings,
-    global_warnings: Sequence[Rejection],
-) -> tuple[WorkloadSnapshot, list[Rejection]]:
+    global_warnings: Sequence[RejectedInput],
+) -> tuple[WorkloadSnapshot, list[RejectedInput]]:
     """The workload's snapshot and the lost-claim rejections.
 
     Backends nobody adds warnings to are the planned specs themselves (the encoder reuses
@@ -82,15 +82,15 @@ def assemble_with_claims(
     peers: Sequence[PeerEntry],
     plans: Sequence[ServicePlan],
     settings: GlobalSettings,
-    global_warnings: Sequence[Rejection],
-) -> tuple[WorkloadSnapshot, dict[str, list[Rejection]]]:
+    global_warnings: Sequence[RejectedInput],
+) -> tuple[WorkloadSnapshot, dict[str, list[RejectedInput]]]:
     """`assemble`, the lost-claim rejections by the claiming backend's name."""
     mine = [p for p in plans if p.workloads is None or workload.short_ref in p.workloads]
     http, tcp, lost = frontends(mine, settings)
 
     # Warnings this snapshot adds to a backend: Service-wide ones go on the Service's
     # first backend, lost claims on the claiming backend.
-    added: dict[str, tuple[Rejection, ...]] = {}
+    added: dict[str, tuple[RejectedInput, ...]] = {}
     for plan in mine:
         if plan.service_warnings and plan.backends:
             added[plan.backends[0].name] = plan.service_warnings

@@ -21,7 +21,7 @@ from controlplane.compute.slots import retire, retired_until
 from controlplane.compute.types import (
     BackendSlots,
     ComputeResult,
-    Rejection,
+    RejectedInput,
     WorkloadSnapshot,
 )
 from controlplane.compute.workloads import DEFAULT_SCOPE, WorkloadScope, discover
@@ -80,7 +80,7 @@ def _waiting(
     return {key: n for key, n in found.items() if n}
 
 
-def _dedupe(rejections: Iterable[Rejection]) -> tuple[Rejection, ...]:
+def _dedupe(rejections: Iterable[RejectedInput]) -> tuple[RejectedInput, ...]:
     return tuple(sorted(set(rejections), key=lambda r: (r.object, r.key, r.value, r.reason)))
 
 

@@ -20,7 +20,7 @@ from controlplane.compute.types import (
     BackendSpec,
     HealthCheck,
     Persistence,
-    Rejection,
+    RejectedInput,
     SlotAssignment,
 )
 from controlplane.compute.values import (
@@ -48,8 +48,8 @@ class ServicePlan:
     tcp_port: int | None
     backends: tuple[BackendSpec, ...]  # without the warnings a workload adds
     # Service-wide rejections (hosts, tcp-port, ports), shown on the first backend.
-    service_warnings: tuple[Rejection, ...]
-    configmap_rejections: tuple[Rejection, ...]
+    service_warnings: tuple[RejectedInput, ...]
+    configmap_rejections: tuple[RejectedInput, ...]
     # Backend name -> endpoints left out for want of a slot (followers only: see
     # `assign_slots(assign_new=False)`); absent when every endpoint has one.
     waiting: Mapping[str, int] = field(default_factory=dict)
@@ -69,18 +69,18 @@ class Planned:
     """A Service's plan (None when it is not served) and every rejection found."""
 
     plan: ServicePlan | None
-    rejections: tuple[Rejection, ...]
+    rejections: tuple[RejectedInput, ...]
 
 
 def backend_name(service: Service, port: ServicePort) -> str:
     return f"{service.namespace}_{service.name}_{port.name or port.port}"
 
 
-def service_rejection(service: Service, key: str, value: str, reason: str) -> Rejection:
-    return Rejection("Service", service.namespace, service.name, key, shown(value), reason)
+def service_rejection(service: Service, key: str, value: str, reason: str) -> RejectedInput:
+    return RejectedInput("Service", service.namespace, service.name, key, shown(value), reason)
 
 
-def opted_in(service: Service, rejections: list[Rejection]) -> bool:
+def opted_in(service: Service, rejections: list[RejectedInput]) -> bool:
     found = lookup(service.annotations, "expose")
     if found is None:
         return False
@@ -91,7 +91,7 @@ def opted_in(service: Service, rejections: list[Rejection]) -> bool:
         return False
 
 
-def _valid_identity(service: Service, rejections: list[Rejection]) -> bool:
+def _valid_identity(service: Service, rejections: list[RejectedInput]) -> bool:
     """Names become backend names in haproxy.cfg: accept only what Kubernetes accepts."""
     if not is_dns_label(service.namespace) or not is_dns_label(service.name):
         rejections.append(
@@ -105,7 +105,7 @@ def _servable(port: ServicePort) -> bool:
     return port.protocol == "TCP" and (not port.name or is_port_name(port.name))
 
 
-def _backend_names_fit(service: Service, rejections: list[Rejection]) -> bool:
+def _backend_names_fit(service: Service, rejections: list[RejectedInput]) -> bool:
     """The agent refuses a whole snapshot holding a backend name it cannot write, so such a
     Service is refused here, alone. Kubernetes' own limits keep names within
     `limits.MAX_PROXY_NAME`; this holds that promise if naming ever changes."""
@@ -128,7 +128,7 @@ def backend_spec(
     mode: str,
     settings: BackendSettings,
     slots: BackendSlots,
-    warnings: tuple[Rejection, ...],
+    warnings: tuple[RejectedInput, ...],
 ) -> BackendSpec:
     """The backend as snapshots hold it: resolved settings made plain values."""
     check = settings.check
@@ -153,7 +153,9 @@ def backend_spec(
     )
 
 
-def _parse_routing(service: Service, own: list[Rejection]) -> tuple[tuple[str, ...], int | None]:
+def _parse_routing(
+    service: Service, own: list[RejectedInput]
+) -> tuple[tuple[str, ...], int | None]:
     hosts: tuple[str, ...] = ()
     found = lookup(service.annotations, "hosts")
     if found is not None:
@@ -194,7 +196,7 @@ def plan_service(
     """`now`: the computation's wall clock, when slots vacated by this plan are freed;
     `assign_new=False`: a follower's plan, whose endpoints without a slot in `previous`
     wait (counted in `waiting`, not warned about: the warning would change the content)."""
-    rejections: list[Rejection] = []
+    rejections: list[RejectedInput] = []
     if not (
         opted_in(service, rejections)
         and _valid_identity(service, rejections)
@@ -211,11 +213,11 @@ def plan_service(
             reason = f"{err}; Service not served"
             rejections.append(service_rejection(service, found.key, found.value, reason))
             return Planned(None, tuple(rejections))
-    own: list[Rejection] = []
+    own: list[RejectedInput] = []
     hosts, tcp_port = _parse_routing(service, own)
     mode = "tcp" if tcp_port is not None else "http"
     backends: list[BackendSpec] = []
-    configmap: list[Rejection] = []
+    configmap: list[RejectedInput] = []
     waiting: dict[str, int] = {}
     lapses_at = math.inf
     for port in service.ports:
@@ -230,7 +232,7 @@ def plan_service(
             )
             continue
         name = backend_name(service, port)
-        found_warnings: list[Rejection] = []
+        found_warnings: list[RejectedInput] = []
         settings = resolver.backend(service, mode, found_warnings)
         endpoints = ready_endpoints(slices, port)
         quarantine_s = quarantine_seconds(settings.persistence, settings.expire_ms)

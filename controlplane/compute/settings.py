@@ -6,7 +6,7 @@ a test checks docs/annotations.md and deploy/base/settings.yaml against the tabl
 
 A key is read as `haproxy.org/<name>` or bare `<name>`; when both are present the prefixed
 one wins and the bare one is ignored. A value that fails its parser is rejected: the next
-level's value is used and a `Rejection` says what and why.
+level's value is used and a `RejectedInput` says what and why.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Literal, TypeVar
 
-from controlplane.compute.types import Rejection
+from controlplane.compute.types import RejectedInput
 from controlplane.compute.values import (
     MAX_SERVER_SLOTS,
     Balance,
@@ -192,8 +192,8 @@ def lookup(data: Mapping[str, str], name: str) -> Lookup | None:
     return None
 
 
-def rejection(kind: str, namespace: str, name: str, found: Lookup, reason: str) -> Rejection:
-    return Rejection(kind, namespace, name, found.key, shown(found.value), reason)
+def rejection(kind: str, namespace: str, name: str, found: Lookup, reason: str) -> RejectedInput:
+    return RejectedInput(kind, namespace, name, found.key, shown(found.value), reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +232,7 @@ class Resolver:
         self._configmap = settings
 
     def _resolve(
-        self, service: Service, row: Setting[T], mode: str, rejections: list[Rejection]
+        self, service: Service, row: Setting[T], mode: str, rejections: list[RejectedInput]
     ) -> T:
         """The Service's value of `row`, else the ConfigMap's, else the default."""
         found = lookup(service.annotations, row.key)
@@ -255,7 +255,7 @@ class Resolver:
         self,
         row: Setting[T],
         mode: str,
-        rejections: list[Rejection],
+        rejections: list[RejectedInput],
         check: Callable[[T], None] | None = None,
     ) -> T:
         """The ConfigMap's value of `row` (`check` may refuse a parsed value), else the
@@ -273,7 +273,9 @@ class Resolver:
             rejections.append(rejection("ConfigMap", cm.namespace, cm.name, found, str(err)))
             return row.default
 
-    def backend(self, service: Service, mode: str, rejections: list[Rejection]) -> BackendSettings:
+    def backend(
+        self, service: Service, mode: str, rejections: list[RejectedInput]
+    ) -> BackendSettings:
         """Backend-wide settings of `service`'s backends in `mode` ("http" or "tcp")."""
         return BackendSettings(
             balance=self._resolve(service, LOAD_BALANCE, mode, rejections),
@@ -286,7 +288,7 @@ class Resolver:
         )
 
     def _check(
-        self, service: Service, mode: str, rejections: list[Rejection]
+        self, service: Service, mode: str, rejections: list[RejectedInput]
     ) -> CheckSettings | None:
         """Every check key is resolved (and a bad one reported) even when checks are off.
 
@@ -310,7 +312,7 @@ class Resolver:
             settings = replace(settings, http_path="")
         return settings if enabled else None
 
-    def global_settings(self, rejections: list[Rejection]) -> GlobalSettings:
+    def global_settings(self, rejections: list[RejectedInput]) -> GlobalSettings:
         """The HTTP frontend port and the peer port; they may never collide."""
 
         def not_http_default(port: int) -> None:

@@ -36,7 +36,7 @@ SlotAssignment = Mapping[str, BackendSlots]
 
 
 @dataclass(frozen=True, slots=True)
-class Rejection:
+class RejectedInput:
     """One rejected input, with the object it came from (for logs, metrics and Events)."""
 
     kind: str  # "Service" or "ConfigMap"
@@ -104,7 +104,7 @@ class BackendSpec:
     hash_type: str
     persistence: Persistence | None
     slots: BackendSlots
-    warnings: tuple[Rejection, ...]  # the Service's rejections shown on this backend
+    warnings: tuple[RejectedInput, ...]  # the Service's rejections shown on this backend
     check: HealthCheck | None
 
     def slot_list(self) -> tuple[Slot, ...]:
@@ -162,7 +162,7 @@ class WorkloadSnapshot:
     backends: tuple[BackendSpec, ...]
     http_frontend: HttpFrontend | None
     tcp_frontends: tuple[TcpFrontend, ...]  # sorted by port
-    warnings: tuple[Rejection, ...]  # not tied to one backend (the settings ConfigMap)
+    warnings: tuple[RejectedInput, ...]  # not tied to one backend (the settings ConfigMap)
 
     def backend(self, name: str) -> BackendSpec:
         """The backend called `name` (KeyError when absent)."""
@@ -192,7 +192,7 @@ class ComputeResult:
 
     workloads: Mapping[str, WorkloadSnapshot]
     assignment: SlotAssignment
-    rejections: tuple[Rejection, ...]
+    rejections: tuple[RejectedInput, ...]
     pod_workloads: Mapping[str, str]
     waiting: Mapping[str, int] = field(default_factory=dict)
     touched: frozenset[str] | None = None

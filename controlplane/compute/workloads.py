@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from controlplane.compute.types import Rejection
+from controlplane.compute.types import RejectedInput
 from controlplane.compute.values import is_dns_subdomain, shown
 from controlplane.model import Pod, ReplicaSet
 from peerplane import limits
@@ -102,8 +102,8 @@ class WorkloadScope:
 DEFAULT_SCOPE = WorkloadScope()
 
 
-def _refused(pod: Pod, workload: Workload, reason: str) -> Rejection:
-    return Rejection(
+def _refused(pod: Pod, workload: Workload, reason: str) -> RejectedInput:
+    return RejectedInput(
         "Pod",
         pod.namespace,
         shown(pod.name, 63),
@@ -117,7 +117,7 @@ def admit(
     pods: Iterable[Pod],
     replica_sets: Mapping[tuple[str, str], ReplicaSet],
     scope: WorkloadScope,
-    rejections: list[Rejection],
+    rejections: list[RejectedInput],
 ) -> list[tuple[Pod, Workload]]:
     """Each pod whose workload is in `scope`, with its workload; every other pod is reported.
 
@@ -160,7 +160,7 @@ class Workloads:
 def discover(
     pods: Iterable[Pod],
     replica_sets: Iterable[ReplicaSet],
-    rejections: list[Rejection],
+    rejections: list[RejectedInput],
     scope: WorkloadScope = DEFAULT_SCOPE,
 ) -> Workloads:
     by_ref = {(rs.namespace, rs.name): rs for rs in replica_sets}
@@ -172,7 +172,7 @@ def discover(
         if not is_dns_subdomain(pod.name) or len(pod.name) > 63:
             # Pod names become peer names in haproxy.cfg; Kubernetes never allows these.
             rejections.append(
-                Rejection(
+                RejectedInput(
                     "Pod",
                     pod.namespace,
                     shown(pod.name, 63),
@@ -186,7 +186,7 @@ def discover(
             address = haproxy_peer_address(pod)
         except AddressError:
             rejections.append(
-                Rejection(
+                RejectedInput(
                     "Pod",
                     pod.namespace,
                     shown(pod.name, 63),

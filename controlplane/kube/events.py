@@ -24,7 +24,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from controlplane.compute.types import ComputeResult, Rejection, SlotAssignment
+from controlplane.compute.types import ComputeResult, RejectedInput, SlotAssignment
 from controlplane.loop.reconcile import ComputeFn
 from controlplane.model import ClusterState
 
@@ -46,12 +46,12 @@ class _Sent:
     count: int = 0
 
 
-def _key(rejection: Rejection) -> RejectionKey:
+def _key(rejection: RejectedInput) -> RejectionKey:
     r = rejection
     return (r.kind, r.namespace, r.name, r.key, r.value, r.reason)
 
 
-def message_for(rejection: Rejection) -> str:
+def message_for(rejection: RejectedInput) -> str:
     text = f"{rejection.key}={rejection.value!r} rejected: {rejection.reason}"
     return text[:MESSAGE_LIMIT]
 
@@ -81,11 +81,11 @@ class EventRecorder:
         self._lock = threading.Lock()
         self._sent: dict[RejectionKey, _Sent] = {}
         self._uids: dict[tuple[str, str, str], str] = {}
-        self._queue: queue.Queue[Rejection | None] = queue.Queue(queue_size)
+        self._queue: queue.Queue[RejectedInput | None] = queue.Queue(queue_size)
         self._thread = threading.Thread(target=self._work, name="event-recorder", daemon=True)
         self._thread.start()
 
-    def record(self, rejections: Iterable[Rejection]) -> int:
+    def record(self, rejections: Iterable[RejectedInput]) -> int:
         """Queue an Event for each rejection not reported within the interval; how many."""
         now = self._clock()
         queued = 0
@@ -110,7 +110,7 @@ class EventRecorder:
     def ledger_refused(self, namespace: str, name: str, message: str) -> None:
         """The API refused a slot ledger write for good: a Warning Event on that shard
         (ConfigMap `namespace/name`), once per interval like every other."""
-        self.record([Rejection("ConfigMap", namespace, name, "slot-ledger", "", message)])
+        self.record([RejectedInput("ConfigMap", namespace, name, "slot-ledger", "", message)])
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every queued Event was sent (or failed); False on timeout."""
@@ -142,7 +142,7 @@ class EventRecorder:
             finally:
                 self._queue.task_done()
 
-    def _send(self, rejection: Rejection) -> None:
+    def _send(self, rejection: RejectedInput) -> None:
         with self._lock:
             sent = self._sent.get(_key(rejection)) or _Sent(at=self._clock())
             name, count = sent.name, sent.count
@@ -169,13 +169,13 @@ class EventRecorder:
         )
         self._remember(rejection, name, 1)
 
-    def _remember(self, rejection: Rejection, name: str, count: int) -> None:
+    def _remember(self, rejection: RejectedInput, name: str, count: int) -> None:
         with self._lock:
             sent = self._sent.get(_key(rejection))
             if sent is not None:
                 sent.name, sent.count = name, count
 
-    def _event(self, rejection: Rejection, name: str) -> dict[str, Any]:
+    def _event(self, rejection: RejectedInput, name: str) -> dict[str, Any]:
         now = _now()
         involved = {
             "apiVersion": "v1",
@@ -202,7 +202,7 @@ class EventRecorder:
             "count": 1,
         }
 
-    def _uid(self, rejection: Rejection) -> str:
+    def _uid(self, rejection: RejectedInput) -> str:
         """The object's uid (so `kubectl describe` lists the Event); "" if unknown."""
         ref = (rejection.kind, rejection.namespace, rejection.name)
         if ref not in self._uids:
@@ -225,7 +225,7 @@ class EventRecorder:
         return self._uids[ref]
 
 
-def _describe(rejection: Rejection | None) -> str:
+def _describe(rejection: RejectedInput | None) -> str:
     return rejection.object if rejection is not None else "-"
 
 

@@ -28,7 +28,7 @@ from controlplane.publish.store import SnapshotStore
 from controlplane.source import Source
 
 if TYPE_CHECKING:
-    from controlplane.compute.types import ComputeResult, Rejection, SlotAssignment
+    from controlplane.compute.types import ComputeResult, RejectedInput, SlotAssignment
     from controlplane.publish.content import SnapshotContent
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def same_assignment(
     )
 
 
-def describe_rejection(rejection: Rejection) -> str:
+def describe_rejection(rejection: RejectedInput) -> str:
     return f"rejected {rejection.object} {rejection.key}={rejection.value}: {rejection.reason}"
 
 
@@ -134,7 +134,7 @@ class Reconciler:
         self._scheduled = False  # a _mark call is queued on the loop (coalesces bursts)
         self._lock = threading.Lock()
         self._assignment: SlotAssignment = {}
-        self._logged_rejections: set[Rejection] = set()
+        self._logged_rejections: set[RejectedInput] = set()
         self._logged_source_errors: set[str] = set()
         self.computations = 0  # computations started, for tests and metrics
         self._frozen = False  # gc.freeze() ran after a step (see _settle_heap)
@@ -375,7 +375,9 @@ class Reconciler:
                 extra=fields(event="removed", workload=workload),
             )
 
-    def _log_problems(self, rejections: tuple[Rejection, ...], source_errors: list[str]) -> None:
+    def _log_problems(
+        self, rejections: tuple[RejectedInput, ...], source_errors: list[str]
+    ) -> None:
         """Log each distinct rejection or source error once while it persists."""
         current = set(rejections)
         for rejection in sorted(current - self._logged_rejections, key=describe_rejection):

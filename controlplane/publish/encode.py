@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from itertools import compress, count
 from operator import is_not
 
-from controlplane.compute.types import BackendSpec, Rejection, WorkloadSnapshot
+from controlplane.compute.types import BackendSpec, RejectedInput, WorkloadSnapshot
 from controlplane.publish import wire
 from controlplane.publish.content import ContentParts, SnapshotContent
 from peerplane import protowire
@@ -27,13 +27,13 @@ from peerplane.v1 import peerplane_pb2 as pb
 _BackendCache = dict[int, tuple[BackendSpec, bytes]]
 
 
-def rejected_input(rejection: Rejection) -> pb.RejectedInput:
+def rejected_input(rejection: RejectedInput) -> pb.RejectedInput:
     return pb.RejectedInput(
         object=rejection.object, key=rejection.key, value=rejection.value, reason=rejection.reason
     )
 
 
-def _warnings(rejections: Sequence[Rejection]) -> bytes:
+def _warnings(rejections: Sequence[RejectedInput]) -> bytes:
     """Backend `warnings` entries (field 10: after the slots, before the check)."""
     if not rejections:
         return b""

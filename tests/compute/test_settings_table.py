@@ -21,7 +21,7 @@ from controlplane.compute.settings import (
     Setting,
     lookup,
 )
-from controlplane.compute.types import Rejection
+from controlplane.compute.types import RejectedInput
 from controlplane.compute.values import Invalid
 from controlplane.model import ConfigMap, Service
 
@@ -141,7 +141,7 @@ def _service(**annotations: str) -> Service:
 
 
 def test_with_nothing_set_the_resolver_returns_the_table_defaults() -> None:
-    rejections: list[Rejection] = []
+    rejections: list[RejectedInput] = []
     resolver = Resolver(None)
     defaults = {row.key: row.default for row in SETTINGS}
     assert resolver.backend(_service(), "http", rejections) == BackendSettings(
@@ -176,7 +176,7 @@ def test_every_backend_wide_row_is_read_from_the_service_then_the_configmap(
     bad = "\x00bad"
     with pytest.raises(Invalid):
         row.parse(bad, "http")
-    rejections: list[Rejection] = []
+    rejections: list[RejectedInput] = []
     Resolver(configmap).backend(_service(**{row.key: bad}), "http", rejections)
     assert [(r.kind, r.key) for r in rejections] == [("Service", f"haproxy.org/{row.key}")]
     rejections = []

@@ -13,7 +13,7 @@ from controlplane.compute.types import (
     ComputeResult,
     Peer,
     PeerSection,
-    Rejection,
+    RejectedInput,
     SlotAssignment,
     WorkloadSnapshot,
 )
@@ -75,7 +75,7 @@ class FakeCompute:
 
     def __init__(self) -> None:
         self.addresses: tuple[str, ...] = ("10.0.0.1",)
-        self.rejections: tuple[Rejection, ...] = ()
+        self.rejections: tuple[RejectedInput, ...] = ()
         self.fail = False
         self.calls: list[float] = []  # time.monotonic() of each call
         self.previous: list[SlotAssignment] = []

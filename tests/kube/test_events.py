@@ -6,16 +6,20 @@ from collections.abc import Iterator
 
 import pytest
 
-from controlplane.compute.types import Rejection
+from controlplane.compute.types import RejectedInput
 from controlplane.kube.events import EventRecorder
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import api_client, config_map, service
 
-BAD_BALANCE = Rejection("Service", "default", "shop", "haproxy.org/load-balance", "rr", "unknown")
-BAD_SIZE = Rejection(
+BAD_BALANCE = RejectedInput(
+    "Service", "default", "shop", "haproxy.org/load-balance", "rr", "unknown"
+)
+BAD_SIZE = RejectedInput(
     "Service", "default", "shop", "haproxy.org/source-ip-persistence-size", "x", ""
 )
-BAD_SETTING = Rejection("ConfigMap", "haproxy-system", "haproxy-settings", "server-slots", "0", "")
+BAD_SETTING = RejectedInput(
+    "ConfigMap", "haproxy-system", "haproxy-settings", "server-slots", "0", ""
+)
 
 
 class Clock:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from controlplane.compute.types import Rejection
+from controlplane.compute.types import RejectedInput
 from controlplane.loop.reconcile import Reconciler
 from controlplane.publish.store import SnapshotStore
 from tests.helpers.server_fakes import FakeCompute, FakeSource, RecordingLedger
@@ -148,8 +148,8 @@ def test_a_failed_save_publishes_nothing_and_is_retried() -> None:
 
 
 def test_rejections_are_logged_once_while_they_last(caplog: pytest.LogCaptureFixture) -> None:
-    bad = Rejection("Service", "default", "shop", "load-balance", "bogus", "unknown algorithm")
-    worse = Rejection("ConfigMap", "haproxy-system", "s", "server-slots", "-1", "not positive")
+    bad = RejectedInput("Service", "default", "shop", "load-balance", "bogus", "unknown algorithm")
+    worse = RejectedInput("ConfigMap", "haproxy-system", "s", "server-slots", "-1", "not positive")
 
     async def body() -> None:
         async with reconcile_loop() as loop:
