@@ -87,6 +87,18 @@ async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
             await asyncio.sleep(0.02)
 
 
+def agent_client(address: str, applier: RecordingApplier, security: transport.Transport) -> Client:
+    """The agent's client with a short backoff, over `security`'s transport."""
+    return Client(
+        address,
+        Identity(NS, "haproxy-a"),
+        applier,
+        backoff_max=0.3,
+        backoff_multiplier=0.05,
+        transport=security,
+    )
+
+
 @contextlib.asynccontextmanager
 async def running(client: Client) -> AsyncIterator[None]:
     task = asyncio.create_task(client.run())
@@ -115,14 +127,7 @@ def test_mtls_and_token_rotation_with_refusal_then_ack(
     async def body() -> None:
         async with tls_harness(certs, reviewer, mtls=True) as h:
             h.publish({W1: snapshot(W1, "127.0.2.1")}, {f"{NS}/haproxy-a": W1})
-            client = Client(
-                h.address,
-                Identity(NS, "haproxy-a"),
-                applier,
-                backoff_max=0.3,
-                backoff_multiplier=0.05,
-                transport=security,
-            )
+            client = agent_client(h.address, applier, security)
             async with running(client):
                 await eventually(lambda: ("expired-token", ("peerplane",)) in reviewer.calls)
                 token_file.write_text("token-a\n")  # the kubelet rotated the token
@@ -219,14 +224,7 @@ def test_a_token_file_that_is_no_token_is_retried_and_never_blocks(
     async def body() -> None:
         async with tls_harness(certs, reviewer, mtls=True) as h:
             h.publish({W1: snapshot(W1, "127.0.2.1")}, {f"{NS}/haproxy-a": W1})
-            client = Client(
-                h.address,
-                Identity(NS, "haproxy-a"),
-                applier,
-                backoff_max=0.3,
-                backoff_multiplier=0.05,
-                transport=security,
-            )
+            client = agent_client(h.address, applier, security)
             async with running(client):
                 await eventually(lambda: logged("is not a token (not ASCII text)"))
                 token_file.unlink()
