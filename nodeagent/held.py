@@ -1,7 +1,8 @@
 """The snapshot the agent holds, kept in parts, and the deltas that move it.
 
-Pure. A `Held` snapshot keeps each backend's framed bytes (its `Snapshot.backends` entry)
-beside the message, so a `SnapshotDelta` is applied and its content hash verified in
+Pure. A `Held` snapshot keeps its `ContentParts` (the shared `peerplane.parts`: each
+backend's framed bytes, its `Snapshot.backends` entry, and the other fields' bytes) beside
+the message, so a `SnapshotDelta` is applied and its content hash verified in
 O(changed backends) plus one SHA-256 over a join of bytes already in hand; the
 serialization of the whole snapshot is never rebuilt (docs/design.md, "The agent stream":
 deltas on the agent side).
@@ -9,10 +10,16 @@ deltas on the agent side).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from peerplane.parts import (
+    ContentParts,
+    backend_changes,
+    frontends_part,
+    peers_part,
+    warnings_part,
+)
 from peerplane.protowire import framed_backend as framed
 from peerplane.v1 import peerplane_pb2 as pb
 
@@ -33,15 +40,11 @@ class ChangeSet:
     warnings: bool
 
 
-def _part(**fields: object) -> bytes:
-    return pb.Snapshot(**fields).SerializeToString(deterministic=True)  # type: ignore[arg-type]
-
-
 @dataclass(frozen=True)
 class Held:
     """A full snapshot, immutable by convention: messages and bytes are shared between
-    versions, never mutated. `names` is sorted; the parts are the serialization's fields in
-    number order, so their join (without `version`/`content_hash`) is the hashed payload."""
+    versions, never mutated. `names` is sorted and `parts.backends` in that order, so the
+    parts' join is the hashed payload."""
 
     workload: str
     version: int
@@ -52,11 +55,20 @@ class Held:
     warnings: Sequence[pb.RejectedInput]
     names: tuple[str, ...]
     backends: Mapping[str, pb.Backend]
-    framed: Mapping[str, bytes]
-    workload_part: bytes
-    peers_part: bytes
-    frontends_part: bytes
-    warnings_part: bytes
+    parts: ContentParts
+
+    @property
+    def framed(self) -> Mapping[str, bytes]:
+        """Each backend's framed bytes by name (the render cache's keys)."""
+        return self.parts.backends
+
+    @property
+    def peers_part(self) -> bytes:
+        return self.parts.peers
+
+    @property
+    def frontends_part(self) -> bytes:
+        return self.parts.frontends
 
     @classmethod
     def from_snapshot(cls, snapshot: pb.Snapshot) -> Held:
@@ -78,39 +90,29 @@ class Held:
             warnings=tuple(snapshot.warnings),
             names=tuple(sorted(backends)),
             backends=backends,
-            framed={name: framed(b) for name, b in backends.items()},
-            workload_part=_part(workload=snapshot.workload),
-            peers_part=_part(peers=peers) if peers is not None else b"",
-            frontends_part=_frontends_part(http, snapshot.tcp_frontends),
-            warnings_part=_part(warnings=snapshot.warnings),
+            parts=ContentParts.of_message(snapshot, sort_backends=True),
         )
 
     def payload(self) -> bytes:
         """The deterministic serialization with version and content_hash unset."""
-        return b"".join(
-            (
-                self.workload_part,
-                self.peers_part,
-                *map(self.framed.__getitem__, self.names),  # no Python frame per backend
-                self.frontends_part,
-                self.warnings_part,
-            )
-        )
+        return self.parts.join()
 
     def computed_hash(self) -> str:
         """The content hash exactly as the control plane computes it."""
-        return hashlib.sha256(self.payload()).hexdigest()
+        return self.parts.content_hash()
 
     def serialized(self) -> bytes:
         """The deterministic serialization with version and content_hash (the saved file)."""
+        parts = self.parts
+        head = pb.Snapshot(version=self.version, content_hash=self.content_hash)
         return b"".join(
             (
-                self.workload_part,
-                _part(version=self.version, content_hash=self.content_hash),
-                self.peers_part,
-                *map(self.framed.__getitem__, self.names),
-                self.frontends_part,
-                self.warnings_part,
+                parts.workload,
+                head.SerializeToString(deterministic=True),
+                parts.peers,
+                *parts.backends.values(),
+                parts.frontends,
+                parts.warnings,
             )
         )
 
@@ -126,7 +128,7 @@ class Held:
         if delta.workload != self.workload:
             raise DeltaError(f"workload {delta.workload!r} is not {self.workload!r}")
         backends = dict(self.backends)
-        framed_by_name = dict(self.framed)
+        framed_by_name = dict(self.parts.backends)  # replaced and removed keep the order
         changed: set[str] = set()
         for b in delta.backends:
             if not b.name:
@@ -147,20 +149,30 @@ class Held:
             del backends[name]
             del framed_by_name[name]
         added = any(name not in self.backends for name in changed)
-        names = tuple(sorted(backends)) if added or removed else self.names
-        peers, peers_part = self.peers, self.peers_part
+        if added:  # back into name order
+            framed_by_name = {name: framed_by_name[name] for name in sorted(framed_by_name)}
+        names = tuple(framed_by_name) if added or removed else self.names
+        old = self.parts
+        peers, peers_bytes = self.peers, old.peers
         if delta.peers_changed:
             peers = delta.peers if delta.HasField("peers") else None
-            peers_part = _part(peers=peers) if peers is not None else b""
-        http, tcp, frontends_part = self.http_frontend, self.tcp_frontends, self.frontends_part
+            peers_bytes = peers_part(peers)
+        http, tcp, frontends_bytes = self.http_frontend, self.tcp_frontends, old.frontends
         if delta.frontends_changed:
             http = delta.http_frontend if delta.HasField("http_frontend") else None
             tcp = tuple(delta.tcp_frontends)
-            frontends_part = _frontends_part(http, tcp)
-        warnings, warnings_part = self.warnings, self.warnings_part
+            frontends_bytes = frontends_part(http, tcp)
+        warnings, warnings_bytes = self.warnings, old.warnings
         if delta.warnings_changed:
             warnings = tuple(delta.warnings)
-            warnings_part = _part(warnings=warnings)
+            warnings_bytes = warnings_part(warnings)
+        parts = ContentParts(
+            workload=old.workload,
+            peers=peers_bytes,
+            backends=framed_by_name,
+            frontends=frontends_bytes,
+            warnings=warnings_bytes,
+        )
         result = Held(
             workload=self.workload,
             version=delta.version,
@@ -171,48 +183,34 @@ class Held:
             warnings=warnings,
             names=names,
             backends=backends,
-            framed=framed_by_name,
-            workload_part=self.workload_part,
-            peers_part=peers_part,
-            frontends_part=frontends_part,
-            warnings_part=warnings_part,
+            parts=parts,
         )
         got = result.computed_hash()
         if got != delta.to_content_hash:
             raise DeltaError(f"the result's content hash is {got[:12]}")
         change = ChangeSet(
             base=self.content_hash,
-            backends=frozenset(n for n in changed if self.framed.get(n) != framed_by_name[n]),
+            backends=frozenset(n for n in changed if old.backends.get(n) != framed_by_name[n]),
             removed=frozenset(removed),
-            peers=peers_part != self.peers_part,
-            frontends=frontends_part != self.frontends_part,
-            warnings=warnings_part != self.warnings_part,
+            peers=peers_bytes != old.peers,
+            frontends=frontends_bytes != old.frontends,
+            warnings=warnings_bytes != old.warnings,
         )
         return result, change
 
 
-def _frontends_part(http: pb.HttpFrontend | None, tcp: Sequence[pb.TcpFrontend]) -> bytes:
-    if http is None:
-        return _part(tcp_frontends=tcp)
-    return _part(http_frontend=http, tcp_frontends=tcp)
-
-
 def diff(old: Held, new: Held) -> ChangeSet:
-    """What changed from `old` to `new`, by comparing parts: shared bytes compare by
-    identity, so after a delta this costs one dict lookup per backend."""
-    old_framed, new_framed = old.framed, new.framed
-    changed = frozenset(
-        name
-        for name, data in new_framed.items()
-        if (before := old_framed.get(name)) is not data and before != data
-    )
+    """What changed from `old` to `new`, by comparing parts (`peerplane.parts`): shared
+    bytes compare by identity, so after a delta this costs one dict lookup per backend."""
+    before, after = old.parts, new.parts
+    changed, removed = backend_changes(before, after)
     return ChangeSet(
         base=old.content_hash,
-        backends=changed,
-        removed=frozenset(name for name in old_framed if name not in new_framed),
-        peers=old.peers_part != new.peers_part,
-        frontends=old.frontends_part != new.frontends_part,
-        warnings=old.warnings_part != new.warnings_part,
+        backends=frozenset(changed),
+        removed=frozenset(removed),
+        peers=before.peers != after.peers,
+        frontends=before.frontends != after.frontends,
+        warnings=before.warnings != after.warnings,
     )
 
 

@@ -1,59 +1,15 @@
 """`SnapshotContent`: one workload's snapshot as bytes and content hash, unversioned.
 
 This is what the store versions and the streams send; the message object is parsed only
-when someone asks for it (inspection, the CLI). Its `parts` (head, each backend's framed
-bytes, frontends, warnings) are what deltas are built from (`controlplane/publish/delta.py`).
+when someone asks for it (inspection, the CLI). Its `parts` (the shared `ContentParts`:
+head, each backend's framed bytes, frontends, warnings) are what deltas are built from
+(`controlplane/publish/delta.py`).
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Mapping
-from dataclasses import dataclass
-
-from peerplane.protowire import framed_backend
+from peerplane.parts import ContentParts, payload_hash
 from peerplane.v1 import peerplane_pb2 as pb
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class ContentParts:
-    """A snapshot's encoded fields, in field-number order; their concatenation is the
-    payload. Backend bytes objects are the encoder's cached ones, shared by every version
-    whose backend did not change, so holding the parts of an old version costs a dict of
-    references plus the bytes of what changed since."""
-
-    workload: bytes  # field 1
-    peers: bytes  # field 4
-    backends: Mapping[str, bytes]  # field 5 entries (tag + length + Backend), by name, sorted
-    frontends: bytes  # fields 6 and 7
-    warnings: bytes  # field 8
-
-    def join(self) -> bytes:
-        return b"".join(
-            (self.workload, self.peers, *self.backends.values(), self.frontends, self.warnings)
-        )
-
-    @classmethod
-    def of_message(cls, snapshot: pb.Snapshot) -> ContentParts:
-        """The parts of a message (tests, tools); version and content hash are ignored."""
-        frontends = pb.Snapshot(tcp_frontends=snapshot.tcp_frontends)
-        if snapshot.HasField("http_frontend"):
-            frontends.http_frontend.CopyFrom(snapshot.http_frontend)
-        peers = pb.Snapshot()
-        if snapshot.HasField("peers"):
-            peers.peers.CopyFrom(snapshot.peers)
-        backends: dict[str, bytes] = {}
-        for backend in snapshot.backends:  # in the message's order: the hash follows it
-            if backend.name in backends:
-                raise ValueError(f"snapshot lists backend {backend.name!r} twice")
-            backends[backend.name] = framed_backend(backend)
-        return cls(
-            workload=pb.Snapshot(workload=snapshot.workload).SerializeToString(),
-            peers=peers.SerializeToString(deterministic=True),
-            backends=backends,
-            frontends=frontends.SerializeToString(deterministic=True),
-            warnings=pb.Snapshot(warnings=snapshot.warnings).SerializeToString(deterministic=True),
-        )
 
 
 class SnapshotContent:
@@ -98,10 +54,9 @@ class SnapshotContent:
     def of_parts(
         cls, workload: str, parts: ContentParts, peers: int, backends: int, warnings: int
     ) -> SnapshotContent:
-        """Content of encoded parts: the hash is computed here, the one place it is."""
+        """Content of encoded parts, hashed as `peerplane.parts` defines it."""
         payload = parts.join()
-        digest = hashlib.sha256(payload).hexdigest()
-        return cls(workload, digest, parts, peers, backends, warnings, payload)
+        return cls(workload, payload_hash(payload), parts, peers, backends, warnings, payload)
 
     @classmethod
     def from_message(cls, snapshot: pb.Snapshot) -> SnapshotContent:

@@ -12,8 +12,8 @@ building a delta is O(backends) in C at worst and copies only what changed.
 from __future__ import annotations
 
 from controlplane.publish import wire
-from controlplane.publish.content import ContentParts
 from peerplane import protowire
+from peerplane.parts import ContentParts, backend_changes
 from peerplane.v1 import peerplane_pb2 as pb
 
 DELTA_VERSION = wire.number(pb.SnapshotDelta, "version")
@@ -33,16 +33,10 @@ for _name in ("workload", "peers", "backends", "http_frontend", "tcp_frontends",
 
 def changed_backends(old: ContentParts, new: ContentParts) -> tuple[list[bytes], list[str]]:
     """The framed backends of `new` that `old` lacks or holds differently (name order),
-    and the names `old` has and `new` has not (sorted)."""
-    before = old.backends
-    changed = [
-        framed
-        for name, framed in new.backends.items()
-        if (held := before.get(name)) is not framed and held != framed
-    ]
-    after = new.backends
-    removed = sorted(name for name in before if name not in after)
-    return changed, removed
+    and the names `old` has and `new` has not (sorted): `peerplane.parts.backend_changes`,
+    as the delta sends them."""
+    changed, removed = backend_changes(old, new)
+    return list(changed.values()), removed
 
 
 def delta_bytes(

@@ -19,8 +19,9 @@ from operator import is_not
 
 from controlplane.compute.types import BackendSpec, RejectedInput, WorkloadSnapshot
 from controlplane.publish import wire
-from controlplane.publish.content import ContentParts, SnapshotContent
+from controlplane.publish.content import SnapshotContent
 from peerplane import protowire
+from peerplane.parts import ContentParts
 from peerplane.v1 import peerplane_pb2 as pb
 
 # id(spec) -> (spec, its Snapshot.backends entry); the spec is held so its id stays unique.

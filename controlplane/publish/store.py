@@ -32,7 +32,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from controlplane.publish import delta, wire
-from controlplane.publish.content import ContentParts, SnapshotContent
+from controlplane.publish.content import SnapshotContent
+from peerplane.parts import ContentParts
 from peerplane.v1 import peerplane_pb2 as pb
 
 Subscriber = Callable[[], None]

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from controlplane.compute import Computer
 from controlplane.publish import Encoder
-from controlplane.publish.content import ContentParts, SnapshotContent
+from controlplane.publish.content import SnapshotContent
 from controlplane.publish.delta import changed_backends, delta_bytes, server_message_with_delta
+from peerplane.parts import ContentParts
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service
 from tests.helpers.delta_agent import apply_delta, digest

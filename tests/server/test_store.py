@@ -10,8 +10,9 @@ import pytest
 
 from controlplane.compute import Computer
 from controlplane.publish import Encoder
-from controlplane.publish.content import ContentParts, SnapshotContent, content_hash
+from controlplane.publish.content import SnapshotContent, content_hash
 from controlplane.publish.store import SnapshotStore
+from peerplane.parts import ContentParts
 from peerplane.protowire import framed_backend
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service

@@ -1,0 +1,106 @@
+"""The parts of a snapshot, their join (the hashed payload) and the content hash, and which
+backends changed between two versions' parts.
+
+The content hash is defined here, once: SHA-256 over the deterministic serialization of a
+`Snapshot` with `version` and `content_hash` unset, which is the join of its encoded
+fields in number order. The control plane's encoder builds `ContentParts` from the bytes
+it encodes (and deltas from two of them); the agent holds one per snapshot and moves it
+with deltas (docs/design.md, "Deltas").
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from peerplane.protowire import framed_backend
+from peerplane.v1 import peerplane_pb2 as pb
+
+
+def payload_hash(payload: bytes) -> str:
+    """The content hash of a payload (the join of a snapshot's parts)."""
+    return hashlib.sha256(payload).hexdigest()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ContentParts:
+    """A snapshot's encoded fields, in field-number order; their concatenation is the
+    payload. `backends` holds each backend's framed bytes (its `Snapshot.backends` entry:
+    tag, length, deterministic serialization) by name, in the payload's order. Bytes
+    objects are shared between versions whose part did not change (compared by identity
+    first), never mutated."""
+
+    workload: bytes  # field 1
+    peers: bytes  # field 4
+    backends: Mapping[str, bytes]  # field 5 entries, by name, in payload order
+    frontends: bytes  # fields 6 and 7
+    warnings: bytes  # field 8
+
+    def join(self) -> bytes:
+        """The payload: the deterministic serialization without version and hash."""
+        return b"".join(
+            (self.workload, self.peers, *self.backends.values(), self.frontends, self.warnings)
+        )
+
+    def content_hash(self) -> str:
+        return payload_hash(self.join())
+
+    @classmethod
+    def of_message(cls, snapshot: pb.Snapshot, sort_backends: bool = False) -> ContentParts:
+        """The parts of a message; version and content hash are ignored. The backends
+        follow the message's order, or their names' with `sort_backends`; ValueError when
+        one name is listed twice."""
+        listed: Iterable[pb.Backend] = snapshot.backends
+        if sort_backends:
+            listed = sorted(snapshot.backends, key=lambda b: b.name)
+        backends: dict[str, bytes] = {}
+        for backend in listed:
+            if backend.name in backends:
+                raise ValueError(f"snapshot lists backend {backend.name!r} twice")
+            backends[backend.name] = framed_backend(backend)
+        return cls(
+            workload=workload_part(snapshot.workload),
+            peers=peers_part(snapshot.peers if snapshot.HasField("peers") else None),
+            backends=backends,
+            frontends=frontends_part(
+                snapshot.http_frontend if snapshot.HasField("http_frontend") else None,
+                snapshot.tcp_frontends,
+            ),
+            warnings=warnings_part(snapshot.warnings),
+        )
+
+
+def workload_part(workload: str) -> bytes:
+    return pb.Snapshot(workload=workload).SerializeToString()
+
+
+def peers_part(peers: pb.PeerSection | None) -> bytes:
+    if peers is None:
+        return b""
+    return pb.Snapshot(peers=peers).SerializeToString(deterministic=True)
+
+
+def frontends_part(http: pb.HttpFrontend | None, tcp: Sequence[pb.TcpFrontend]) -> bytes:
+    if http is None:
+        return pb.Snapshot(tcp_frontends=tcp).SerializeToString(deterministic=True)
+    return pb.Snapshot(http_frontend=http, tcp_frontends=tcp).SerializeToString(deterministic=True)
+
+
+def warnings_part(warnings: Sequence[pb.RejectedInput]) -> bytes:
+    return pb.Snapshot(warnings=warnings).SerializeToString(deterministic=True)
+
+
+def backend_changes(old: ContentParts, new: ContentParts) -> tuple[dict[str, bytes], list[str]]:
+    """The framed backends of `new` that `old` lacks or holds differently, by name in
+    `new`'s order, and the names `old` has and `new` has not (sorted). Compared by
+    identity first (shared bytes), then equality: one dict lookup per backend."""
+    before = old.backends
+    changed = {
+        name: framed
+        for name, framed in new.backends.items()
+        if (held := before.get(name)) is not framed and held != framed
+    }
+    after = new.backends
+    removed = sorted(name for name in before if name not in after)
+    return changed, removed
