@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from peerplane import logjson
-from peerplane.logjson import LOG_FORMATS, TEXT_FORMAT
+from peerplane.runtime import logjson
+from peerplane.runtime.logjson import LOG_FORMATS, TEXT_FORMAT
 
 __all__ = ["FIELDS", "LOG_FORMATS", "TEXT_FORMAT", "JsonFormatter", "configure", "fields"]
 

@@ -1,7 +1,7 @@
 """Prometheus metrics of the control plane, served by the shared HTTP server.
 
 Each `Metrics` has its own registry (several servers in one test process do not clash).
-The server (`peerplane.httpserve`) answers `/metrics`, `/healthz` and `/readyz` (200 when
+The server (`peerplane.runtime.httpserve`) answers `/metrics`, `/healthz` and `/readyz` (200 when
 the gRPC server reports SERVING, i.e. the leader has published; 503 otherwise). Kubelet's
 gRPC probe cannot speak TLS, so with TLS on the gRPC port the readiness probe uses
 `/readyz`.
@@ -21,7 +21,7 @@ from prometheus_client import (
     Histogram,
 )
 
-from peerplane.httpserve import MetricsHttpServer
+from peerplane.runtime.httpserve import MetricsHttpServer
 
 log = logging.getLogger(__name__)
 

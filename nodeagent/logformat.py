@@ -5,8 +5,8 @@ Decision lines pass `extra=fields(workload=..., version=..., path=...)`.
 
 from __future__ import annotations
 
-from peerplane import logjson
-from peerplane.logjson import LOG_FORMATS, TEXT_FORMAT
+from peerplane.runtime import logjson
+from peerplane.runtime.logjson import LOG_FORMATS, TEXT_FORMAT
 
 __all__ = ["FIELDS", "LOG_FORMATS", "TEXT_FORMAT", "JsonFormatter", "configure", "fields"]
 

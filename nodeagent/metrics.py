@@ -1,7 +1,7 @@
 """Prometheus metrics of one agent, served by the shared HTTP server (`--metrics-port`).
 
 Each `AgentMetrics` has its own registry, so several agents in one test process do not
-clash. The server (`peerplane.httpserve`) answers `/metrics`, `/healthz` and `/readyz`.
+clash. The server (`peerplane.runtime.httpserve`) answers `/metrics`, `/healthz` and `/readyz`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from prometheus_client import (
     Histogram,
 )
 
-from peerplane.httpserve import HttpLimits, MetricsHttpServer
+from peerplane.runtime.httpserve import HttpLimits, MetricsHttpServer
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ import grpc
 from controlplane.server.auth import Authenticator, Denied, Identity
 from controlplane.server.peers import PeerStreams
 from controlplane.server.ratelimit import PeerRateLimit
-from peerplane.untrusted import clean
+from peerplane.runtime.untrusted import clean
 from peerplane.v1 import peerplane_pb2 as pb
 
 # Longest value accepted per Hello field (Kubernetes: namespace 63, pod and node names

@@ -13,7 +13,7 @@ from controlplane.metrics import Metrics
 from controlplane.publish.store import SnapshotStore
 from controlplane.server.agents import AgentRegistry
 from controlplane.server.auth import Authenticator, Denied
-from peerplane.untrusted import REPLY_CHARS, clean
+from peerplane.runtime.untrusted import REPLY_CHARS, clean
 from peerplane.v1 import peerplane_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ from controlplane.server.agents import AgentRegistry, AgentSession
 from controlplane.server.auth import Authenticator, Identity
 from controlplane.server.peers import peer_address, peer_host
 from controlplane.server.ratelimit import DEFAULT_OPENS_BURST, DEFAULT_OPENS_PER_S, PeerRateLimit
-from peerplane.untrusted import clean
+from peerplane.runtime.untrusted import clean
 from peerplane.v1 import peerplane_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ import logging
 import os
 
 from nodeagent.safefile import read_regular
-from peerplane.durable import atomic_write
+from peerplane.runtime.durable import atomic_write
 from peerplane.v1 import peerplane_pb2 as pb
 
 __all__ = ["SNAPSHOT_FILE", "StateStore", "atomic_write"]

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import BinaryIO
 
-from peerplane.untrusted import clean
+from peerplane.runtime.untrusted import clean
 
 # "[ALERT]    (1234) : message" -> level, message
 _LINE = re.compile(r"^\[(ALERT|WARNING|NOTICE)\]\s+\(\d+\)\s*:\s*(.*)$")

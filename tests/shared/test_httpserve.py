@@ -1,4 +1,4 @@
-"""One metrics/health HTTP server for both sides (`peerplane.httpserve`); each side keeps
+"""One metrics/health HTTP server for both sides (`peerplane.runtime.httpserve`); each side keeps
 its own metric definitions. Real HTTP over loopback."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from controlplane.metrics import Metrics, MetricsServer
 from nodeagent import logformat as agent_log
 from nodeagent.metrics import AgentMetrics
 from nodeagent.metrics import MetricsServer as AgentMetricsServer
-from peerplane.httpserve import HttpLimits, MetricsHttpServer
+from peerplane.runtime.httpserve import HttpLimits, MetricsHttpServer
 
 
 def _get(port: int, path: str) -> tuple[int, str, bytes]:

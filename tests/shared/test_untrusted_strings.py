@@ -13,8 +13,8 @@ import pytest
 from controlplane.logformat import JsonFormatter as ControlJson
 from controlplane.logformat import fields
 from nodeagent.logformat import JsonFormatter as AgentJson
-from peerplane.logjson import TextFormatter
-from peerplane.untrusted import LOG_MESSAGE_CHARS, REPLY_CHARS, clean, escape
+from peerplane.runtime.logjson import TextFormatter
+from peerplane.runtime.untrusted import LOG_MESSAGE_CHARS, REPLY_CHARS, clean, escape
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.server_harness import NS, W1, Harness, run, snapshot
 

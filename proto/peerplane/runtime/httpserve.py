@@ -30,7 +30,8 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-log = logging.getLogger(__name__)
+# The logger name every log line shows, kept from before the module moved to runtime/.
+log = logging.getLogger("peerplane.httpserve")
 
 # Ready or not, optionally with the reason (the body of the answer).
 Readiness = Callable[[], bool | tuple[bool, str]]

@@ -18,7 +18,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from peerplane.untrusted import LOG_MESSAGE_CHARS, clean
+from peerplane.runtime.untrusted import LOG_MESSAGE_CHARS, clean
 
 LOG_FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
