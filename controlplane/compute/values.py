@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from peerplane import balance as words
 from peerplane import healthcheck, names
 from peerplane.limits import MAX_EXPIRE_MS, MAX_TABLE_SIZE
+from peerplane.runtime import untrusted
 
 
 class Invalid(ValueError):
@@ -202,6 +203,6 @@ def is_port_name(text: str) -> bool:
 
 
 def shown(value: str, limit: int = 120) -> str:
-    """The value as a warning shows it: printable, bounded."""
-    text = value.encode("unicode_escape", "backslashreplace").decode("ascii")
-    return text if len(text) <= limit else text[:limit] + "..."
+    """The value as a warning shows it: printable, bounded (the one rule for every quoted
+    value, `peerplane.runtime.untrusted.shown`, with warnings' longer limit)."""
+    return untrusted.shown(value, limit)

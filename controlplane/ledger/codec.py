@@ -18,6 +18,7 @@ from typing import Any, TypeGuard
 from controlplane.compute.types import BackendSlots, EndpointKey, SlotAssignment
 from peerplane import limits
 from peerplane.addresses import AddressError, canonical_address
+from peerplane.runtime import untrusted
 
 STATE_FORMAT = 2  # 2 adds `freed`; format 1 is still read
 
@@ -76,8 +77,11 @@ def _integer(value: Any, low: int, high: int) -> TypeGuard[int]:
 
 
 def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    """An entry as an error quotes it: its JSON text, by the one rule for quoted values."""
+    try:
+        return untrusted.shown(json.dumps(value))
+    except (TypeError, ValueError, RecursionError):
+        return untrusted.shown(value)
 
 
 def _endpoint(name: str, addr: Any, port: Any, item: Any) -> EndpointKey:

@@ -27,6 +27,7 @@ from controlplane.model import (
     ServicePort,
     frozen_map,
 )
+from peerplane.runtime import untrusted
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 # The label deploy/base gives the HAProxy pods: what both sources select by default.
@@ -46,16 +47,9 @@ DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _SCALARS = (str, int, float, bool, datetime.date)
 
 
-def shown(value: Any, limit: int = 60) -> str:
-    """A value as an error message quotes it: bounded, and never a walk of a container
-    (a deep or alias-shared one would cost unbounded time or stack)."""
-    if isinstance(value, str):
-        return repr(value[:limit]) + ("..." if len(value) > limit else "")
-    if isinstance(value, (bool, float, datetime.date)) or value is None:
-        return repr(value)
-    if isinstance(value, int):
-        return repr(value) if abs(value) < 10**limit else "a huge integer"
-    return f"a {type(value).__name__}"
+def shown(value: Any) -> str:
+    """A value as a manifest error quotes it (strings in quotes): `untrusted.shown`."""
+    return untrusted.shown(value, quoted=True)
 
 
 def _map(value: Any, what: str) -> Mapping[str, Any]:

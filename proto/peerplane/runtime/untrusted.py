@@ -9,6 +9,7 @@ which applies it to every message and field), so the rule lives in one place.
 
 from __future__ import annotations
 
+import datetime
 import re
 
 LOG_FIELD_CHARS = 256  # a client-supplied name, hash or reason embedded in a message
@@ -18,7 +19,7 @@ REPLY_CHARS = 256  # a request field echoed in a gRPC status message
 # C0 and C1 controls, DEL, and the Unicode line/paragraph separators and bidi overrides a
 # terminal or a log viewer would act on. Backslash is escaped too, so the escaping is
 # unambiguous (a literal "\n" in the input shows as "\\n").
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\\]")
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff\\]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
 
 
@@ -46,3 +47,22 @@ def clean(value: object, limit: int = LOG_FIELD_CHARS) -> str:
     if len(text) > limit:
         return f"{escape(text[:limit])}...[{len(text) - limit} more chars]"
     return escape(text)
+
+
+def shown(value: object, limit: int = 60, *, quoted: bool = False) -> str:
+    """A value as a message or a warning quotes it, at most `limit` characters and "...":
+    a string escaped (`escape`; `quoted` puts it in quotes), a number, boolean or date as
+    Python writes it (an integer too long to write at once named as such), anything else
+    by its type alone: a container is never walked (a deep or alias-shared one would cost
+    unbounded time or stack). The one rule for values in warnings, manifest errors and
+    ledger errors; `clean` is its form for log fields (it says how much was cut)."""
+    if isinstance(value, str):
+        text = escape(value[: limit + 1])  # escaping only lengthens: limit+1 chars decide
+        cut = len(text) > limit
+        text = text[:limit] + ("..." if cut else "")
+        return f"'{text}'" if quoted else text
+    if isinstance(value, (bool, float, datetime.date)) or value is None:
+        return repr(value)
+    if isinstance(value, int):
+        return repr(value) if abs(value) < 10**limit else "a huge integer"
+    return f"a {type(value).__name__}"
