@@ -376,7 +376,7 @@ def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_OPENS_PER_S,
         metavar="RATE",
         help="streams one agent (peer address and pod) may open per second after a burst "
-        f"of {DEFAULT_OPENS_BURST}, a peer address 16 times that after a burst 8 times it; "
+        f"of {DEFAULT_OPENS_BURST}, a peer address 16 times that after a burst 64 times it; "
         "faster opens get RESOURCE_EXHAUSTED with a retry hint "
         f"(default {DEFAULT_OPENS_PER_S:g}; 0 = unlimited)",
     )

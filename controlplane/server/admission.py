@@ -51,7 +51,7 @@ def hello_problem(hello: pb.Hello) -> str | None:
 # The per-host bucket before anything is read: this many times the per-agent rate and
 # burst, so a fleet of agents behind one address (NAT, a proxy) starts and reconnects.
 HOST_RATE_FACTOR = 16.0
-HOST_BURST_FACTOR = 8
+HOST_BURST_FACTOR = 64
 
 
 def _too_fast(limit: PeerRateLimit, key: str, host: str, agent: str = "") -> None:

@@ -305,8 +305,8 @@ def test_stream_opens_are_rate_limited_per_peer_and_logged_once() -> None:
 
 
 def test_agents_behind_one_address_share_a_generous_host_limit() -> None:
-    """200 agents from one address (the load test's fleet, or a NAT) start at once: the
-    default per-host burst takes them, each agent has its own bucket."""
+    """1,000 agents from one address (the fan-out benchmark's fleet, or a NAT) start at
+    once: the default per-host burst takes them, each agent has its own bucket."""
     from controlplane.server.ratelimit import (
         DEFAULT_OPENS_BURST,
         DEFAULT_OPENS_PER_S,
@@ -316,7 +316,7 @@ def test_agents_behind_one_address_share_a_generous_host_limit() -> None:
     admission = Admission(None, opens=PeerRateLimit(DEFAULT_OPENS_PER_S, DEFAULT_OPENS_BURST))
 
     async def body() -> None:
-        for i in range(200):
+        for i in range(1000):
             agent = hello(pod_name=f"haproxy-{i}")
             admission.release(await admission.admit("127.0.0.1", None, first(agent)))
 
