@@ -1,4 +1,4 @@
-"""Fakes for the reconcile loop: a source the test pokes, a counting compute, slot stores."""
+"""Fakes for the reconcile loop: a source the test pokes, a counting compute, a recording slot ledger."""
 
 from __future__ import annotations
 
