@@ -1,4 +1,4 @@
-"""Fakes for the reconcile loop: a source the test pokes, a counting compute, a recording slot ledger."""
+"""Fakes for the reconcile loop: a source the test pokes, a counting compute, a ledger."""
 
 from __future__ import annotations
 
