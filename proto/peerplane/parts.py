@@ -36,11 +36,21 @@ class ContentParts:
     backends: Mapping[str, bytes]  # field 5 entries, by name, in payload order
     frontends: bytes  # fields 6 and 7
     warnings: bytes  # field 8
+    # Field 14 (the route model's HTTP listeners): changes with `frontends` as one part of a
+    # delta (`frontends_changed`), kept apart so the join stays in field order.
+    listeners: bytes = b""
 
     def join(self) -> bytes:
         """The payload: the deterministic serialization without version and hash."""
         return b"".join(
-            (self.workload, self.peers, *self.backends.values(), self.frontends, self.warnings)
+            (
+                self.workload,
+                self.peers,
+                *self.backends.values(),
+                self.frontends,
+                self.warnings,
+                self.listeners,
+            )
         )
 
     def content_hash(self) -> str:
@@ -68,6 +78,7 @@ class ContentParts:
                 snapshot.tcp_frontends,
             ),
             warnings=warnings_part(snapshot.warnings),
+            listeners=listeners_part(snapshot.http_listeners),
         )
 
 
@@ -89,6 +100,12 @@ def frontends_part(http: pb.HttpFrontend | None, tcp: Sequence[pb.TcpFrontend]) 
 
 def warnings_part(warnings: Sequence[pb.RejectedInput]) -> bytes:
     return pb.Snapshot(warnings=warnings).SerializeToString(deterministic=True)
+
+
+def listeners_part(listeners: Sequence[pb.HttpListener]) -> bytes:
+    if not listeners:
+        return b""
+    return pb.Snapshot(http_listeners=listeners).SerializeToString(deterministic=True)
 
 
 def backend_changes(old: ContentParts, new: ContentParts) -> tuple[dict[str, bytes], list[str]]:

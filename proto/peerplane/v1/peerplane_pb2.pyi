@@ -1,4 +1,5 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -7,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Snapshot(_message.Message):
-    __slots__ = ("workload", "version", "content_hash", "peers", "backends", "http_frontend", "tcp_frontends", "warnings")
+    __slots__ = ("workload", "version", "content_hash", "peers", "backends", "http_frontend", "tcp_frontends", "warnings", "http_listeners")
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +17,7 @@ class Snapshot(_message.Message):
     HTTP_FRONTEND_FIELD_NUMBER: _ClassVar[int]
     TCP_FRONTENDS_FIELD_NUMBER: _ClassVar[int]
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    HTTP_LISTENERS_FIELD_NUMBER: _ClassVar[int]
     workload: str
     version: int
     content_hash: str
@@ -24,7 +26,8 @@ class Snapshot(_message.Message):
     http_frontend: HttpFrontend
     tcp_frontends: _containers.RepeatedCompositeFieldContainer[TcpFrontend]
     warnings: _containers.RepeatedCompositeFieldContainer[RejectedInput]
-    def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., peers: _Optional[_Union[PeerSection, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[Backend, _Mapping]]] = ..., http_frontend: _Optional[_Union[HttpFrontend, _Mapping]] = ..., tcp_frontends: _Optional[_Iterable[_Union[TcpFrontend, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ...) -> None: ...
+    http_listeners: _containers.RepeatedCompositeFieldContainer[HttpListener]
+    def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., peers: _Optional[_Union[PeerSection, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[Backend, _Mapping]]] = ..., http_frontend: _Optional[_Union[HttpFrontend, _Mapping]] = ..., tcp_frontends: _Optional[_Iterable[_Union[TcpFrontend, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ..., http_listeners: _Optional[_Iterable[_Union[HttpListener, _Mapping]]] = ...) -> None: ...
 
 class PeerSection(_message.Message):
     __slots__ = ("name", "port", "peers")
@@ -130,6 +133,92 @@ class TcpFrontend(_message.Message):
     backend: str
     def __init__(self, port: _Optional[int] = ..., backend: _Optional[str] = ...) -> None: ...
 
+class HttpListener(_message.Message):
+    __slots__ = ("port", "rules", "default_backend")
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    RULES_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_BACKEND_FIELD_NUMBER: _ClassVar[int]
+    port: int
+    rules: _containers.RepeatedCompositeFieldContainer[RouteRule]
+    default_backend: str
+    def __init__(self, port: _Optional[int] = ..., rules: _Optional[_Iterable[_Union[RouteRule, _Mapping]]] = ..., default_backend: _Optional[str] = ...) -> None: ...
+
+class RouteRule(_message.Message):
+    __slots__ = ("source", "hostnames", "path", "method", "headers", "query_params", "backends", "request_headers", "redirect")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAMES_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    QUERY_PARAMS_FIELD_NUMBER: _ClassVar[int]
+    BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_HEADERS_FIELD_NUMBER: _ClassVar[int]
+    REDIRECT_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    hostnames: _containers.RepeatedScalarFieldContainer[str]
+    path: PathMatch
+    method: str
+    headers: _containers.RepeatedCompositeFieldContainer[NameValue]
+    query_params: _containers.RepeatedCompositeFieldContainer[NameValue]
+    backends: _containers.RepeatedCompositeFieldContainer[WeightedBackend]
+    request_headers: HeaderModifier
+    redirect: Redirect
+    def __init__(self, source: _Optional[str] = ..., hostnames: _Optional[_Iterable[str]] = ..., path: _Optional[_Union[PathMatch, _Mapping]] = ..., method: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[NameValue, _Mapping]]] = ..., query_params: _Optional[_Iterable[_Union[NameValue, _Mapping]]] = ..., backends: _Optional[_Iterable[_Union[WeightedBackend, _Mapping]]] = ..., request_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., redirect: _Optional[_Union[Redirect, _Mapping]] = ...) -> None: ...
+
+class PathMatch(_message.Message):
+    __slots__ = ("type", "value")
+    class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        PATH_PREFIX: _ClassVar[PathMatch.Type]
+        EXACT: _ClassVar[PathMatch.Type]
+    PATH_PREFIX: PathMatch.Type
+    EXACT: PathMatch.Type
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    type: PathMatch.Type
+    value: str
+    def __init__(self, type: _Optional[_Union[PathMatch.Type, str]] = ..., value: _Optional[str] = ...) -> None: ...
+
+class NameValue(_message.Message):
+    __slots__ = ("name", "value")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: str
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+
+class WeightedBackend(_message.Message):
+    __slots__ = ("backend", "weight")
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    backend: str
+    weight: int
+    def __init__(self, backend: _Optional[str] = ..., weight: _Optional[int] = ...) -> None: ...
+
+class HeaderModifier(_message.Message):
+    __slots__ = ("set", "add", "remove")
+    SET_FIELD_NUMBER: _ClassVar[int]
+    ADD_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_FIELD_NUMBER: _ClassVar[int]
+    set: _containers.RepeatedCompositeFieldContainer[NameValue]
+    add: _containers.RepeatedCompositeFieldContainer[NameValue]
+    remove: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, set: _Optional[_Iterable[_Union[NameValue, _Mapping]]] = ..., add: _Optional[_Iterable[_Union[NameValue, _Mapping]]] = ..., remove: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Redirect(_message.Message):
+    __slots__ = ("scheme", "hostname", "port", "status_code", "replace_full_path")
+    SCHEME_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    STATUS_CODE_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FULL_PATH_FIELD_NUMBER: _ClassVar[int]
+    scheme: str
+    hostname: str
+    port: int
+    status_code: int
+    replace_full_path: str
+    def __init__(self, scheme: _Optional[str] = ..., hostname: _Optional[str] = ..., port: _Optional[int] = ..., status_code: _Optional[int] = ..., replace_full_path: _Optional[str] = ...) -> None: ...
+
 class RejectedInput(_message.Message):
     __slots__ = ("object", "key", "value", "reason")
     OBJECT_FIELD_NUMBER: _ClassVar[int]
@@ -143,17 +232,19 @@ class RejectedInput(_message.Message):
     def __init__(self, object: _Optional[str] = ..., key: _Optional[str] = ..., value: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class AgentMessage(_message.Message):
-    __slots__ = ("hello", "ack", "nack")
+    __slots__ = ("hello", "ack", "nack", "report")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     NACK_FIELD_NUMBER: _ClassVar[int]
+    REPORT_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     ack: Ack
     nack: Nack
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ...) -> None: ...
+    report: AgentReport
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., report: _Optional[_Union[AgentReport, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("pod_namespace", "pod_name", "node_name", "applied_content_hash", "applied_version", "agent_version", "accepts_deltas")
+    __slots__ = ("pod_namespace", "pod_name", "node_name", "applied_content_hash", "applied_version", "agent_version", "accepts_deltas", "haproxy_version")
     POD_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     POD_NAME_FIELD_NUMBER: _ClassVar[int]
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -161,6 +252,7 @@ class Hello(_message.Message):
     APPLIED_VERSION_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     ACCEPTS_DELTAS_FIELD_NUMBER: _ClassVar[int]
+    HAPROXY_VERSION_FIELD_NUMBER: _ClassVar[int]
     pod_namespace: str
     pod_name: str
     node_name: str
@@ -168,17 +260,20 @@ class Hello(_message.Message):
     applied_version: int
     agent_version: str
     accepts_deltas: bool
-    def __init__(self, pod_namespace: _Optional[str] = ..., pod_name: _Optional[str] = ..., node_name: _Optional[str] = ..., applied_content_hash: _Optional[str] = ..., applied_version: _Optional[int] = ..., agent_version: _Optional[str] = ..., accepts_deltas: _Optional[bool] = ...) -> None: ...
+    haproxy_version: str
+    def __init__(self, pod_namespace: _Optional[str] = ..., pod_name: _Optional[str] = ..., node_name: _Optional[str] = ..., applied_content_hash: _Optional[str] = ..., applied_version: _Optional[int] = ..., agent_version: _Optional[str] = ..., accepts_deltas: _Optional[bool] = ..., haproxy_version: _Optional[str] = ...) -> None: ...
 
 class Ack(_message.Message):
-    __slots__ = ("nonce", "version", "content_hash")
+    __slots__ = ("nonce", "version", "content_hash", "applied_by")
     NONCE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_BY_FIELD_NUMBER: _ClassVar[int]
     nonce: str
     version: int
     content_hash: str
-    def __init__(self, nonce: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ...) -> None: ...
+    applied_by: str
+    def __init__(self, nonce: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., applied_by: _Optional[str] = ...) -> None: ...
 
 class Nack(_message.Message):
     __slots__ = ("nonce", "version", "content_hash", "error", "resync")
@@ -193,6 +288,40 @@ class Nack(_message.Message):
     error: str
     resync: bool
     def __init__(self, nonce: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., error: _Optional[str] = ..., resync: _Optional[bool] = ...) -> None: ...
+
+class AgentReport(_message.Message):
+    __slots__ = ("haproxy_version", "last_applied_by", "last_applied_at", "peer_sessions", "tables", "observed_at")
+    HAPROXY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    LAST_APPLIED_BY_FIELD_NUMBER: _ClassVar[int]
+    LAST_APPLIED_AT_FIELD_NUMBER: _ClassVar[int]
+    PEER_SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    TABLES_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_AT_FIELD_NUMBER: _ClassVar[int]
+    haproxy_version: str
+    last_applied_by: str
+    last_applied_at: str
+    peer_sessions: _containers.RepeatedCompositeFieldContainer[PeerSession]
+    tables: _containers.RepeatedCompositeFieldContainer[TableEntries]
+    observed_at: str
+    def __init__(self, haproxy_version: _Optional[str] = ..., last_applied_by: _Optional[str] = ..., last_applied_at: _Optional[str] = ..., peer_sessions: _Optional[_Iterable[_Union[PeerSession, _Mapping]]] = ..., tables: _Optional[_Iterable[_Union[TableEntries, _Mapping]]] = ..., observed_at: _Optional[str] = ...) -> None: ...
+
+class PeerSession(_message.Message):
+    __slots__ = ("name", "state", "connected")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    state: str
+    connected: bool
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[str] = ..., connected: _Optional[bool] = ...) -> None: ...
+
+class TableEntries(_message.Message):
+    __slots__ = ("table", "entries")
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    table: str
+    entries: int
+    def __init__(self, table: _Optional[str] = ..., entries: _Optional[int] = ...) -> None: ...
 
 class ServerMessage(_message.Message):
     __slots__ = ("nonce", "snapshot", "in_sync", "waiting", "delta")
@@ -209,7 +338,7 @@ class ServerMessage(_message.Message):
     def __init__(self, nonce: _Optional[str] = ..., snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., in_sync: _Optional[_Union[InSync, _Mapping]] = ..., waiting: _Optional[_Union[Waiting, _Mapping]] = ..., delta: _Optional[_Union[SnapshotDelta, _Mapping]] = ...) -> None: ...
 
 class SnapshotDelta(_message.Message):
-    __slots__ = ("workload", "version", "to_content_hash", "peers", "backends", "http_frontend", "tcp_frontends", "warnings", "from_content_hash", "removed_backends", "peers_changed", "frontends_changed", "warnings_changed")
+    __slots__ = ("workload", "version", "to_content_hash", "peers", "backends", "http_frontend", "tcp_frontends", "warnings", "from_content_hash", "removed_backends", "peers_changed", "frontends_changed", "warnings_changed", "http_listeners")
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TO_CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
@@ -223,6 +352,7 @@ class SnapshotDelta(_message.Message):
     PEERS_CHANGED_FIELD_NUMBER: _ClassVar[int]
     FRONTENDS_CHANGED_FIELD_NUMBER: _ClassVar[int]
     WARNINGS_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    HTTP_LISTENERS_FIELD_NUMBER: _ClassVar[int]
     workload: str
     version: int
     to_content_hash: str
@@ -236,7 +366,8 @@ class SnapshotDelta(_message.Message):
     peers_changed: bool
     frontends_changed: bool
     warnings_changed: bool
-    def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ..., to_content_hash: _Optional[str] = ..., peers: _Optional[_Union[PeerSection, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[Backend, _Mapping]]] = ..., http_frontend: _Optional[_Union[HttpFrontend, _Mapping]] = ..., tcp_frontends: _Optional[_Iterable[_Union[TcpFrontend, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ..., from_content_hash: _Optional[str] = ..., removed_backends: _Optional[_Iterable[str]] = ..., peers_changed: _Optional[bool] = ..., frontends_changed: _Optional[bool] = ..., warnings_changed: _Optional[bool] = ...) -> None: ...
+    http_listeners: _containers.RepeatedCompositeFieldContainer[HttpListener]
+    def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ..., to_content_hash: _Optional[str] = ..., peers: _Optional[_Union[PeerSection, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[Backend, _Mapping]]] = ..., http_frontend: _Optional[_Union[HttpFrontend, _Mapping]] = ..., tcp_frontends: _Optional[_Iterable[_Union[TcpFrontend, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ..., from_content_hash: _Optional[str] = ..., removed_backends: _Optional[_Iterable[str]] = ..., peers_changed: _Optional[bool] = ..., frontends_changed: _Optional[bool] = ..., warnings_changed: _Optional[bool] = ..., http_listeners: _Optional[_Iterable[_Union[HttpListener, _Mapping]]] = ...) -> None: ...
 
 class InSync(_message.Message):
     __slots__ = ("version", "content_hash")
@@ -325,7 +456,7 @@ class ListAgentsResponse(_message.Message):
     def __init__(self, agents: _Optional[_Iterable[_Union[AgentStatus, _Mapping]]] = ...) -> None: ...
 
 class AgentStatus(_message.Message):
-    __slots__ = ("agent", "node_name", "workload", "peer_address", "acked_version", "acked_content_hash", "pending_version", "last_nack_error", "last_nack_version", "connected_since", "agent_version", "deltas")
+    __slots__ = ("agent", "node_name", "workload", "peer_address", "acked_version", "acked_content_hash", "pending_version", "last_nack_error", "last_nack_version", "connected_since", "agent_version", "deltas", "pending_since", "acked_at", "haproxy_version", "applied_by", "report", "current_version")
     AGENT_FIELD_NUMBER: _ClassVar[int]
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -338,6 +469,12 @@ class AgentStatus(_message.Message):
     CONNECTED_SINCE_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     DELTAS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_SINCE_FIELD_NUMBER: _ClassVar[int]
+    ACKED_AT_FIELD_NUMBER: _ClassVar[int]
+    HAPROXY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_BY_FIELD_NUMBER: _ClassVar[int]
+    REPORT_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     agent: str
     node_name: str
     workload: str
@@ -350,4 +487,10 @@ class AgentStatus(_message.Message):
     connected_since: str
     agent_version: str
     deltas: bool
-    def __init__(self, agent: _Optional[str] = ..., node_name: _Optional[str] = ..., workload: _Optional[str] = ..., peer_address: _Optional[str] = ..., acked_version: _Optional[int] = ..., acked_content_hash: _Optional[str] = ..., pending_version: _Optional[int] = ..., last_nack_error: _Optional[str] = ..., last_nack_version: _Optional[int] = ..., connected_since: _Optional[str] = ..., agent_version: _Optional[str] = ..., deltas: _Optional[bool] = ...) -> None: ...
+    pending_since: str
+    acked_at: str
+    haproxy_version: str
+    applied_by: str
+    report: AgentReport
+    current_version: int
+    def __init__(self, agent: _Optional[str] = ..., node_name: _Optional[str] = ..., workload: _Optional[str] = ..., peer_address: _Optional[str] = ..., acked_version: _Optional[int] = ..., acked_content_hash: _Optional[str] = ..., pending_version: _Optional[int] = ..., last_nack_error: _Optional[str] = ..., last_nack_version: _Optional[int] = ..., connected_since: _Optional[str] = ..., agent_version: _Optional[str] = ..., deltas: _Optional[bool] = ..., pending_since: _Optional[str] = ..., acked_at: _Optional[str] = ..., haproxy_version: _Optional[str] = ..., applied_by: _Optional[str] = ..., report: _Optional[_Union[AgentReport, _Mapping]] = ..., current_version: _Optional[int] = ...) -> None: ...
