@@ -75,6 +75,22 @@ class AgentMetrics:
             "synced from the peers (or the resync bound passed)",
             registry=r,
         )
+        self.peers_connected = Gauge(
+            "peerplane_agent_peers_connected",
+            "Peer sessions of this HAProxy established (ESTA in `show peers`)",
+            registry=r,
+        )
+        self.peers = Gauge(
+            "peerplane_agent_peers",
+            "Remote peers configured in this HAProxy's peers section (`show peers`)",
+            registry=r,
+        )
+        self.stick_table_entries = Gauge(
+            "peerplane_agent_stick_table_entries",
+            "Entries in each stick table of this HAProxy (`show table`)",
+            ["table"],
+            registry=r,
+        )
         for path in PATHS:
             self.apply_seconds.labels(path)  # export every path from the start
 
