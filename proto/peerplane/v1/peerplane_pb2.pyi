@@ -438,10 +438,12 @@ class WorkloadSummary(_message.Message):
     def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., peers: _Optional[int] = ..., backends: _Optional[int] = ..., warnings: _Optional[int] = ..., agents_in_sync: _Optional[int] = ..., agents_connected: _Optional[int] = ..., endpoints_waiting: _Optional[int] = ...) -> None: ...
 
 class GetSnapshotRequest(_message.Message):
-    __slots__ = ("workload",)
+    __slots__ = ("workload", "version")
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     workload: str
-    def __init__(self, workload: _Optional[str] = ...) -> None: ...
+    version: int
+    def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
 
 class ListAgentsRequest(_message.Message):
     __slots__ = ("workload",)
