@@ -61,7 +61,10 @@ def test_agent_server_serves_its_own_metrics_and_has_no_readiness(
         assert f"metrics on http://127.0.0.1:{server.port}/metrics" in caplog.text
         code, _, body = _get(server.port, "/metrics")
         assert code == 200 and b"nodeagent_reloads_total 1.0" in body
-        assert b"peerplane_" not in body  # the registries stay apart
+        # The registries stay apart: the agent's own series only (its persistence gauges
+        # are named peerplane_agent_*, the control plane's never are).
+        names = {ln.split()[2] for ln in body.decode().splitlines() if ln.startswith("# TYPE")}
+        assert all(n.startswith(("nodeagent_", "peerplane_agent_")) for n in names), names
         assert _get(server.port, "/healthz")[::2] == (200, b"ok\n")
         assert _get(server.port, "/readyz")[0] == 404
     finally:
