@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass, field
 
 import grpc
@@ -23,6 +24,7 @@ from controlplane.metrics import Metrics
 from controlplane.publish.store import SnapshotStore
 from controlplane.server.agents import AgentRegistry
 from controlplane.server.auth import Authenticator
+from controlplane.server.fleetmetrics import FleetCollector, FleetCounts, count
 from controlplane.server.inspect import Inspection
 from controlplane.server.stream import StreamHandler, StreamLimits
 from peerplane.v1 import peerplane_pb2 as pb
@@ -139,6 +141,7 @@ class ControlPlaneServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: grpc.aio.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._fleet: FleetCollector | None = None  # registered while serving
         self._unsubscribe = store.subscribe(self._on_store_change)
 
     async def start(self, address: str) -> int:
@@ -158,6 +161,9 @@ class ControlPlaneServer:
         if port == 0:
             raise OSError(f"cannot listen on {address}")
         self._loop = asyncio.get_running_loop()
+        if self._fleet is None:
+            self._fleet = FleetCollector(self.fleet_counts, self._loop)
+            self.metrics.registry.register(self._fleet)
         await self._refresh_health()
         await server.start()
         self._server = server
@@ -177,6 +183,9 @@ class ControlPlaneServer:
             self._server = None
         for task in list(self._tasks):
             task.cancel()
+        if self._fleet is not None:
+            self.metrics.registry.unregister(self._fleet)
+            self._fleet = None
 
     async def set_serving(self, serving: bool) -> None:
         """Leader-election hook: False reports NOT_SERVING whatever the store holds."""
@@ -241,6 +250,13 @@ class ControlPlaneServer:
             task = asyncio.get_running_loop().create_task(self._refresh_health())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def fleet_counts(self) -> FleetCounts:
+        """Connected agents by workload and sync state, and the oldest pending version's
+        age (`peerplane_agents*`): on the event loop, which owns sessions and store."""
+        store = self.store
+        states = (session.state for session in self.registry.sessions())
+        return count(states, store.workloads(), store.get, time.monotonic())
 
     @property
     def serving(self) -> bool:
