@@ -103,3 +103,123 @@ def config_map(name: str, ns: str = "haproxy-system", **data: str) -> Obj:
         "metadata": {"name": name, "namespace": ns},
         "data": {k.replace("_", "-"): v for k, v in data.items()},
     }
+
+
+GATEWAY_API = "gateway.networking.k8s.io/v1"
+GATEWAY_CONTROLLER = "peerplane.dev/gateway-controller"
+INGRESS_CONTROLLER = "peerplane.dev/ingress-controller"
+
+
+def namespace(name: str, **labels: str) -> Obj:
+    return {"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": name, "labels": labels}}
+
+
+def gateway_class(name: str = "peerplane", controller: str = GATEWAY_CONTROLLER) -> Obj:
+    return {
+        "kind": "GatewayClass",
+        "apiVersion": GATEWAY_API,
+        "metadata": {"name": name},
+        "spec": {"controllerName": controller},
+    }
+
+
+def gateway(
+    name: str = "web", ns: str = "default", class_name: str = "peerplane", port: int = 80
+) -> Obj:
+    return {
+        "kind": "Gateway",
+        "apiVersion": GATEWAY_API,
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "gatewayClassName": class_name,
+            "listeners": [{"name": "http", "port": port, "protocol": "HTTP"}],
+        },
+    }
+
+
+def http_route(
+    name: str = "shop",
+    ns: str = "default",
+    *,
+    gateway_name: str = "web",
+    hostnames: tuple[str, ...] = ("shop.example.com",),
+    backend: str = "shop",
+    port: int = 80,
+    path: str = "/",
+    annotations: dict[str, str] | None = None,
+) -> Obj:
+    return {
+        "kind": "HTTPRoute",
+        "apiVersion": GATEWAY_API,
+        "metadata": {"name": name, "namespace": ns, "annotations": dict(annotations or {})},
+        "spec": {
+            "parentRefs": [{"name": gateway_name}],
+            "hostnames": list(hostnames),
+            "rules": [
+                {
+                    "matches": [{"path": {"type": "PathPrefix", "value": path}}],
+                    "backendRefs": [{"name": backend, "port": port}],
+                }
+            ],
+        },
+    }
+
+
+def reference_grant(name: str, ns: str, from_ns: str) -> Obj:
+    return {
+        "kind": "ReferenceGrant",
+        "apiVersion": "gateway.networking.k8s.io/v1beta1",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "from": [
+                {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": from_ns}
+            ],
+            "to": [{"group": "", "kind": "Service"}],
+        },
+    }
+
+
+def ingress_class(name: str = "peerplane", default: bool = False) -> Obj:
+    notes = {"ingressclass.kubernetes.io/is-default-class": "true"} if default else {}
+    return {
+        "kind": "IngressClass",
+        "apiVersion": "networking.k8s.io/v1",
+        "metadata": {"name": name, "annotations": notes},
+        "spec": {"controller": INGRESS_CONTROLLER},
+    }
+
+
+def ingress(
+    name: str = "shop",
+    ns: str = "default",
+    *,
+    class_name: str | None = "peerplane",
+    host: str = "shop.example.com",
+    backend: str = "shop",
+    port: int = 80,
+    annotations: dict[str, str] | None = None,
+) -> Obj:
+    spec: Obj = {
+        "rules": [
+            {
+                "host": host,
+                "http": {
+                    "paths": [
+                        {
+                            "path": "/",
+                            "pathType": "Prefix",
+                            "backend": {"service": {"name": backend, "port": {"number": port}}},
+                        }
+                    ]
+                },
+            }
+        ]
+    }
+    if class_name is not None:
+        spec["ingressClassName"] = class_name
+    return {
+        "kind": "Ingress",
+        "apiVersion": "networking.k8s.io/v1",
+        "metadata": {"name": name, "namespace": ns, "annotations": dict(annotations or {})},
+        "spec": spec,
+    }

@@ -39,8 +39,51 @@ PLURALS = {
     "ReplicaSet": "replicasets",
     "Lease": "leases",
     "TokenReview": "tokenreviews",  # create only: answered from `add_token`, never stored
+    "Namespace": "namespaces",
+    "GatewayClass": "gatewayclasses",
+    "Gateway": "gateways",
+    "HTTPRoute": "httproutes",
+    "ReferenceGrant": "referencegrants",
+    "Ingress": "ingresses",
+    "IngressClass": "ingressclasses",
 }
 KINDS = {plural: kind for kind, plural in PLURALS.items()}
+
+GATEWAY_GROUP = "gateway.networking.k8s.io"
+# The path prefix (group and version) each collection is served under; another prefix
+# is a 404, as a real server answers for a group or version it does not serve.
+API_PATHS = {
+    "services": "api/v1",
+    "pods": "api/v1",
+    "configmaps": "api/v1",
+    "events": "api/v1",
+    "namespaces": "api/v1",
+    "endpointslices": "apis/discovery.k8s.io/v1",
+    "replicasets": "apis/apps/v1",
+    "leases": "apis/coordination.k8s.io/v1",
+    "tokenreviews": "apis/authentication.k8s.io/v1",
+    "gatewayclasses": f"apis/{GATEWAY_GROUP}/v1",
+    "gateways": f"apis/{GATEWAY_GROUP}/v1",
+    "httproutes": f"apis/{GATEWAY_GROUP}/v1",
+    "referencegrants": f"apis/{GATEWAY_GROUP}/v1beta1",
+    "ingresses": "apis/networking.k8s.io/v1",
+    "ingressclasses": "apis/networking.k8s.io/v1",
+}
+CLUSTER_SCOPED = frozenset({"namespaces", "gatewayclasses", "ingressclasses", "tokenreviews"})
+# Kinds with a `/status` subresource as the real server has it: a write to the main
+# resource keeps the stored `.status`, a write to `/status` changes only `.status`, and
+# `metadata.generation` counts changes of everything but metadata and status.
+STATUS_KINDS = frozenset({"gatewayclasses", "gateways", "httproutes", "ingresses"})
+GENERATION_KINDS = STATUS_KINDS | {"referencegrants", "ingressclasses"}
+# The Gateway API CRDs' limits on status (metav1.Condition and the list sizes).
+MAX_CONDITIONS = 8
+MAX_PARENTS = 32
+MAX_LISTENERS = 64
+MAX_ADDRESSES = 16
+MAX_CONDITION_MESSAGE = 32768
+CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")
+_CONDITION_REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
+_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)")
 
 # The real API server's limits (apimachinery validation and the apiserver's request
 # filter), enforced so a test fails where a cluster would.
@@ -51,8 +94,8 @@ _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
 _ROUTE = re.compile(
-    r"^/(?P<group>api/v1|apis/[^/]+/v1)(?:/namespaces/(?P<ns>[^/]+))?"
-    r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?$"
+    r"^/(?P<group>api/v1|apis/[^/]+/v1(?:beta1)?)(?:/namespaces/(?P<ns>[^/]+))?"
+    r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>status))?)?$"
 )
 
 
@@ -163,6 +206,7 @@ class FakeKubeAPI:
         self._received: dict[str, int] = {}  # plural -> request body bytes received
         self._tokens_known: dict[str, tuple[Obj, tuple[str, ...]]] = {}
         self.token_reviews: list[Obj] = []  # the TokenReview bodies received
+        self._absent_groups: set[str] = set()  # API groups not served (CRDs not installed)
         self._httpd = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
@@ -200,12 +244,42 @@ class FakeKubeAPI:
     # ------------------------------------------------------------------ test hooks
 
     def apply(self, obj: Obj) -> Obj:
-        """Create or replace `obj` (its kind names the collection); returns the stored copy."""
+        """Create or replace `obj` (its kind names the collection); returns the stored copy.
+        Of a kind with a `/status` subresource, an `obj` without `status` keeps the stored
+        one, as `kubectl apply` of a manifest does."""
         plural = PLURALS[obj["kind"]]
         meta = obj.get("metadata") or {}
         with self._cond:
             old = self._objects[plural].get((meta.get("namespace", ""), meta["name"]))
+            if plural in STATUS_KINDS and "status" not in obj and old and "status" in old:
+                obj = {**obj, "status": copy.deepcopy(old["status"])}
             return self._store(plural, obj, old)
+
+    def remove_group(self, group: str) -> None:
+        """Uninstall an API group, as deleting its CRDs does: its objects are deleted, its
+        watches closed, and every request under it answers 404 until `install_group`."""
+        plurals = [p for p, path in API_PATHS.items() if path.split("/")[1:2] == [group]]
+        with self._cond:
+            self._absent_groups.add(group)
+            for plural in plurals:
+                for namespace, name in list(self._objects[plural]):
+                    self._remove(plural, namespace, name)
+            for watch in self._watches:
+                if watch.plural in plurals:
+                    watch.dropped = True
+                    _shutdown(watch.conn)
+            self._cond.notify_all()
+
+    def install_group(self, group: str) -> None:
+        """Serve `group` again (its collections start empty)."""
+        with self._cond:
+            self._absent_groups.discard(group)
+
+    def served(self, group_path: str) -> bool:
+        """Whether a path prefix like `apis/<group>/<version>` is served now."""
+        parts = group_path.split("/")
+        with self._cond:
+            return not (len(parts) == 3 and parts[1] in self._absent_groups)
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
         with self._cond:
@@ -338,6 +412,11 @@ class FakeKubeAPI:
         meta = new.setdefault("metadata", {})
         meta["resourceVersion"] = str(self._rv)
         old_meta = (old or {}).get("metadata") or {}
+        if plural in GENERATION_KINDS:
+            generation = int(old_meta.get("generation") or 0)
+            if old is None or _spec_of(old) != _spec_of(new):
+                generation += 1
+            meta["generation"] = generation
         meta["uid"] = old_meta.get("uid") or meta.get("uid") or str(uuid.uuid4())
         meta.setdefault(
             "creationTimestamp",
@@ -464,6 +543,10 @@ class FakeKubeAPI:
         meta["namespace"] = namespace
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        if plural in CLUSTER_SCOPED:
+            meta.pop("namespace", None)
+        if plural in STATUS_KINDS:
+            body.pop("status", None)  # a create ignores status, as the real server does
         _validate(plural, body)
         with self._cond:
             if (namespace, meta.get("name", "")) in self._objects[plural]:
@@ -476,6 +559,8 @@ class FakeKubeAPI:
     def replace(self, plural: str, namespace: str, name: str, body: Obj) -> Obj:
         meta = body.setdefault("metadata", {})
         meta["namespace"] = namespace
+        if plural in CLUSTER_SCOPED:
+            meta.pop("namespace", None)
         _validate(plural, body)
         with self._cond:
             old = self._objects[plural].get((namespace, name))
@@ -489,16 +574,64 @@ class FakeKubeAPI:
                     f'Operation cannot be fulfilled on {plural} "{name}": the object has been '
                     "modified; please apply your changes to the latest version and try again",
                 )
-            return self._store(plural, body, old)
+            if plural in STATUS_KINDS:  # the main resource ignores status changes
+                body = {k: v for k, v in body.items() if k != "status"}
+                if "status" in old:
+                    body["status"] = copy.deepcopy(old["status"])
+            return self._store_changed(plural, body, old)
 
     def patch(self, plural: str, namespace: str, name: str, body: Obj) -> Obj:
         with self._cond:
             old = self._objects[plural].get((namespace, name))
             if old is None:
                 raise _Failure(404, "NotFound", f'{plural} "{name}" not found')
+            if plural in STATUS_KINDS:
+                body = {k: v for k, v in body.items() if k != "status"}
             merged = _merge(old, body)
             _validate(plural, merged)
-            return self._store(plural, merged, old)
+            return self._store_changed(plural, merged, old)
+
+    def write_status(
+        self, plural: str, namespace: str, name: str, body: Obj, *, patch: bool
+    ) -> Obj:
+        """PUT or merge-PATCH on `/status`: only `.status` changes (a PUT's stale
+        resourceVersion is a 409); metadata, spec and generation stay as stored."""
+        with self._cond:
+            old = self._objects[plural].get((namespace, name))
+            if old is None:
+                raise _Failure(404, "NotFound", f'{plural} "{name}" not found')
+            wanted = (body.get("metadata") or {}).get("resourceVersion")
+            if wanted and wanted != old["metadata"]["resourceVersion"]:
+                raise _Failure(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {plural} "{name}": the object has been '
+                    "modified; please apply your changes to the latest version and try again",
+                )
+            source = _merge(old, body) if patch else body
+            new = {k: v for k, v in old.items() if k != "status"}
+            if "status" in source:
+                new["status"] = copy.deepcopy(source["status"])
+            _validate_status(plural, name, new.get("status"))
+            return self._store_changed(plural, new, old)
+
+    def _store_changed(self, plural: str, new: Obj, old: Obj) -> Obj:
+        """Store an update of a route kind; one that changes nothing is no write (same
+        resourceVersion, no watch event), as the real server's update is."""
+        if plural in GENERATION_KINDS:
+            mine = {k: v for k, v in new.items() if k != "metadata"}
+            theirs = {k: v for k, v in old.items() if k != "metadata"}
+            meta = dict(new.get("metadata") or {})
+            meta_old = dict(old.get("metadata") or {})
+            for key in ("resourceVersion", "uid", "creationTimestamp", "generation"):
+                meta.pop(key, None)
+                meta_old.pop(key, None)
+            meta.setdefault("namespace", meta_old.get("namespace"))
+            if mine == theirs and {k: v for k, v in meta.items() if v is not None} == {
+                k: v for k, v in meta_old.items() if v is not None
+            }:
+                return copy.deepcopy(old)
+        return self._store(plural, new, old)
 
     def read(self, plural: str, namespace: str, name: str) -> Obj:
         with self._cond:
@@ -571,6 +704,77 @@ def _validate(plural: str, obj: Obj) -> None:
                 "Invalid",
                 invalid + f"{where}: Too long: must have at most {MAX_DATA_BYTES} bytes",
             )
+
+
+def _spec_of(obj: Obj) -> Obj:
+    """What `metadata.generation` counts changes of: all but metadata and status."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "kind", "apiVersion")}
+
+
+def _validate_status(plural: str, name: str, body: Any) -> None:
+    """The Gateway API CRDs' schema of status (422 Invalid): every condition a complete
+    metav1.Condition, at most 8 per list, at most 32 route parents, 64 listeners and
+    16 addresses."""
+    if plural == "ingresses" or body is None:
+        return
+    invalid = f'{KINDS[plural]}.{GATEWAY_GROUP} "{name}" is invalid: '
+    if not isinstance(body, dict):
+        raise _Failure(422, "Invalid", invalid + "status: Invalid value: must be an object")
+    limits = (("parents", MAX_PARENTS), ("listeners", MAX_LISTENERS), ("addresses", MAX_ADDRESSES))
+    for key, most in limits:
+        if len(body.get(key) or []) > most:
+            raise _Failure(
+                422, "Invalid", invalid + f"status.{key}: Too many: must have at most {most} items"
+            )
+    for where, conditions in _conditions(body, "status"):
+        if len(conditions) > MAX_CONDITIONS:
+            raise _Failure(
+                422,
+                "Invalid",
+                invalid + f"{where}: Too many: must have at most {MAX_CONDITIONS} items",
+            )
+        for i, condition in enumerate(conditions):
+            problem = _condition_problem(condition)
+            if problem:
+                raise _Failure(422, "Invalid", invalid + f"{where}[{i}].{problem}")
+
+
+def _conditions(node: Any, where: str) -> Iterator[tuple[str, list[Any]]]:
+    """Every `conditions` list under `node`, with its path."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "conditions" and isinstance(value, list):
+                yield f"{where}.conditions", value
+            else:
+                yield from _conditions(value, f"{where}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _conditions(value, f"{where}[{i}]")
+
+
+def _condition_problem(condition: Any) -> str:
+    if not isinstance(condition, dict):
+        return "conditions: Invalid value: must be an object"
+    for key in CONDITION_FIELDS:
+        if key not in condition:
+            return f"{key}: Required value"
+    if condition["status"] not in ("True", "False", "Unknown"):
+        return f'status: Unsupported value: "{condition["status"]}"'
+    reason = condition["reason"]
+    if not isinstance(reason, str) or not _CONDITION_REASON.fullmatch(reason) or len(reason) > 1024:
+        return f'reason: Invalid value: "{str(reason)[:100]}"'
+    if not isinstance(condition["message"], str) or len(condition["message"]) > (
+        MAX_CONDITION_MESSAGE
+    ):
+        return "message: Too long: may not be more than 32768 bytes"
+    if not isinstance(condition["lastTransitionTime"], str) or not _TIME.fullmatch(
+        condition["lastTransitionTime"]
+    ):
+        return "lastTransitionTime: Invalid value: must be an RFC 3339 date-time"
+    generation = condition.get("observedGeneration", 0)
+    if not isinstance(generation, int) or generation < 0:
+        return "observedGeneration: Invalid value: must be an integer of at least 0"
+    return ""
 
 
 def data_bytes(obj: Obj) -> int:
@@ -668,7 +872,16 @@ def _handler_for(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
             if route is None or route["plural"] not in KINDS:
                 self._reply(404, status(404, "NotFound", f"no route for {url.path}"))
                 return
-            plural, ns, name = route["plural"], route["ns"], route["name"]
+            plural, ns, name, sub = route["plural"], route["ns"], route["name"], route["sub"]
+            if (
+                route["group"] != API_PATHS[plural]
+                or not api.served(route["group"])
+                or (plural in CLUSTER_SCOPED and ns is not None)
+                or (plural not in CLUSTER_SCOPED and name is not None and ns is None)
+                or (sub is not None and plural not in STATUS_KINDS)
+            ):
+                self._reply_text(404, "404 page not found\n")  # as a real server's mux
+                return
             code = api.fault(plural, self.path, "WATCH" if watching else method)
             if code is not None:
                 self._reply(code, status(code, "Injected", f"injected status {code}"))
@@ -680,6 +893,13 @@ def _handler_for(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
                     self._reply(201, api.review(body))
                 elif watching:
                     self._watch(plural, _query(ns, query), query)
+                elif sub is not None and method in ("PUT", "PATCH"):
+                    patch = method == "PATCH"
+                    self._reply(
+                        200, api.write_status(plural, ns or "", str(name), body, patch=patch)
+                    )
+                elif sub is not None and method != "GET":
+                    raise _Failure(405, "MethodNotAllowed", f"{method} on {plural}/status")
                 elif method == "GET" and name is None:
                     limit = int(query.get("limit", "0"))
                     token = query.get("continue", "")
@@ -703,6 +923,14 @@ def _handler_for(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
                 return {}
             data = json.loads(self.rfile.read(length))
             return data if isinstance(data, dict) else {}
+
+        def _reply_text(self, code: int, text: str) -> None:
+            data = text.encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
         def _reply(self, code: int, body: Obj) -> None:
             data = json.dumps(body).encode()
