@@ -127,6 +127,261 @@ class ConfigMap:
         return ObjectRef(self.namespace, self.name)
 
 
+# ------------------------------------------------------------------ the route model's inputs
+# Gateway API (gateway.networking.k8s.io/v1, v1beta1 ReferenceGrant) and Ingress
+# (networking.k8s.io/v1) objects, with the defaults their CRDs and the API server apply
+# already filled in (controlplane/source/convert_routes.py). Values are kept as written:
+# what compute cannot serve (a regex, an unknown filter) is reported by compute, not lost
+# at conversion, so the rest of a route is still served.
+
+GATEWAY_GROUP = "gateway.networking.k8s.io"
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorRequirement:
+    """One matchExpressions entry: operator In, NotIn, Exists or DoesNotExist."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A metav1.LabelSelector: every matchLabels pair and every expression must hold."""
+
+    match_labels: Mapping[str, str] = field(default_factory=frozen_map)
+    match_expressions: tuple[SelectorRequirement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Namespace:
+    """A namespace's labels, for a Gateway listener's allowedRoutes Selector."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=frozen_map)
+    creation_timestamp: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayClass:
+    name: str
+    controller_name: str
+    generation: int = 0
+    creation_timestamp: str = ""
+    annotations: Mapping[str, str] = field(default_factory=frozen_map)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteGroupKind:
+    group: str
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayListener:
+    name: str
+    port: int
+    protocol: str  # HTTP is served; HTTPS, TLS, TCP, UDP are reported as unsupported
+    hostname: str = ""  # "" when absent: every host
+    allowed_from: str = "Same"  # allowedRoutes.namespaces.from: Same, All or Selector
+    allowed_selector: LabelSelector | None = None  # with allowed_from "Selector"
+    allowed_kinds: tuple[RouteGroupKind, ...] = ()  # () : the protocol's kinds (HTTPRoute)
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayAddress:
+    type: str  # IPAddress, Hostname or an implementation-specific domain-prefixed type
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class Gateway:
+    namespace: str
+    name: str
+    gateway_class_name: str
+    listeners: tuple[GatewayListener, ...]
+    addresses: tuple[GatewayAddress, ...] = ()
+    generation: int = 0
+    creation_timestamp: str = ""
+    annotations: Mapping[str, str] = field(default_factory=frozen_map)
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class ParentRef:
+    """An HTTPRoute's parentRefs entry, as written ("" namespace: the route's own;
+    0 port: any)."""
+
+    name: str
+    group: str = GATEWAY_GROUP
+    kind: str = "Gateway"
+    namespace: str = ""
+    section_name: str = ""
+    port: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PathMatch:
+    type: str  # Exact, PathPrefix or RegularExpression (reported)
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class NameValueMatch:
+    """A header or query parameter match: type Exact or RegularExpression (reported)."""
+
+    type: str
+    name: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class HTTPRouteMatch:
+    path: PathMatch = PathMatch("PathPrefix", "/")
+    headers: tuple[NameValueMatch, ...] = ()
+    query_params: tuple[NameValueMatch, ...] = ()
+    method: str = ""  # "" : any method
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderModifier:
+    set: tuple[tuple[str, str], ...] = ()
+    add: tuple[tuple[str, str], ...] = ()
+    remove: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRedirect:
+    scheme: str = ""
+    hostname: str = ""
+    port: int = 0
+    status_code: int = 302
+    path_type: str = ""  # "" (keep the path), ReplaceFullPath, ReplacePrefixMatch (reported)
+    path_value: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HTTPRouteFilter:
+    """A filter; only RequestHeaderModifier and RequestRedirect are served, any other type
+    is kept by name so compute can report it."""
+
+    type: str
+    request_header_modifier: HeaderModifier | None = None
+    request_redirect: RequestRedirect | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HTTPBackendRef:
+    name: str
+    group: str = ""  # "" : the core group
+    kind: str = "Service"
+    namespace: str = ""  # "" : the route's own
+    port: int = 0  # 0 : absent (required for a Service; reported)
+    weight: int = 1
+    filters: tuple[HTTPRouteFilter, ...] = ()  # per-backend filters: reported, not served
+
+
+@dataclass(frozen=True, slots=True)
+class HTTPRouteRule:
+    matches: tuple[HTTPRouteMatch, ...] = (HTTPRouteMatch(),)
+    filters: tuple[HTTPRouteFilter, ...] = ()
+    backend_refs: tuple[HTTPBackendRef, ...] = ()
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HTTPRoute:
+    namespace: str
+    name: str
+    parent_refs: tuple[ParentRef, ...]
+    hostnames: tuple[str, ...] = ()
+    rules: tuple[HTTPRouteRule, ...] = (HTTPRouteRule(),)
+    generation: int = 0
+    creation_timestamp: str = ""
+    annotations: Mapping[str, str] = field(default_factory=frozen_map)
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceGrantFrom:
+    group: str
+    kind: str
+    namespace: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceGrantTo:
+    group: str
+    kind: str
+    name: str = ""  # "" : every object of the kind in the grant's namespace
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceGrant:
+    namespace: str
+    name: str
+    from_: tuple[ReferenceGrantFrom, ...]
+    to: tuple[ReferenceGrantTo, ...]
+    generation: int = 0
+    creation_timestamp: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class IngressClass:
+    name: str
+    controller: str
+    generation: int = 0
+    creation_timestamp: str = ""
+    annotations: Mapping[str, str] = field(default_factory=frozen_map)
+
+
+@dataclass(frozen=True, slots=True)
+class IngressBackend:
+    """A Service backend (port by number or by name), or a `resource` backend (kept as
+    "Kind/name" to be reported: not served)."""
+
+    service_name: str = ""
+    port_number: int = 0
+    port_name: str = ""
+    resource: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class IngressPath:
+    path: str
+    path_type: str  # Exact, Prefix or ImplementationSpecific
+    backend: IngressBackend
+
+
+@dataclass(frozen=True, slots=True)
+class IngressRule:
+    host: str  # "" : every host
+    paths: tuple[IngressPath, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Ingress:
+    namespace: str
+    name: str
+    ingress_class_name: str = ""  # "" : the default class
+    default_backend: IngressBackend | None = None
+    rules: tuple[IngressRule, ...] = ()
+    generation: int = 0
+    creation_timestamp: str = ""
+    annotations: Mapping[str, str] = field(default_factory=frozen_map)
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(self.namespace, self.name)
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterState:
     """Everything the computation reads.
@@ -140,3 +395,11 @@ class ClusterState:
     haproxy_pods: tuple[Pod, ...] = ()
     replica_sets: tuple[ReplicaSet, ...] = ()
     settings: ConfigMap | None = None
+    # The route model's inputs (Gateway API, Ingress) and the namespaces' labels.
+    gateway_classes: tuple[GatewayClass, ...] = ()
+    gateways: tuple[Gateway, ...] = ()
+    http_routes: tuple[HTTPRoute, ...] = ()
+    reference_grants: tuple[ReferenceGrant, ...] = ()
+    ingresses: tuple[Ingress, ...] = ()
+    ingress_classes: tuple[IngressClass, ...] = ()
+    namespaces: tuple[Namespace, ...] = ()

@@ -23,7 +23,21 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from controlplane.model import ConfigMap, EndpointSlice, ObjectRef, Pod, ReplicaSet, Service
+from controlplane.model import (
+    ConfigMap,
+    EndpointSlice,
+    Gateway,
+    GatewayClass,
+    HTTPRoute,
+    Ingress,
+    IngressClass,
+    Namespace,
+    ObjectRef,
+    Pod,
+    ReferenceGrant,
+    ReplicaSet,
+    Service,
+)
 from controlplane.source.convert import (
     ManifestError,
     config_map_from,
@@ -31,6 +45,15 @@ from controlplane.source.convert import (
     pod_from,
     replica_set_from,
     service_from,
+)
+from controlplane.source.convert_routes import (
+    gateway_class_from,
+    gateway_from,
+    http_route_from,
+    ingress_class_from,
+    ingress_from,
+    namespace_from,
+    reference_grant_from,
 )
 from controlplane.source.files import load_manifests
 from controlplane.source.yamlload import MAX_ALIAS_NODES, MAX_DEPTH, LoadError, load_text
@@ -109,6 +132,150 @@ TEMPLATES: dict[str, tuple[dict[str, Any], Callable[[Mapping[str, Any]], object]
         },
         config_map_from,
         ConfigMap,
+    ),
+    # The route model's kinds (controlplane/source/convert_routes.py).
+    "GatewayClass": (
+        {
+            "kind": "GatewayClass",
+            "metadata": {"name": "peerplane", "generation": 1},
+            "spec": {"controllerName": "peerplane.dev/gateway-controller"},
+        },
+        gateway_class_from,
+        GatewayClass,
+    ),
+    "Gateway": (
+        {
+            "kind": "Gateway",
+            "metadata": {"name": "web", "namespace": "infra", "generation": 2},
+            "spec": {
+                "gatewayClassName": "peerplane",
+                "listeners": [
+                    {
+                        "name": "http",
+                        "port": 80,
+                        "protocol": "HTTP",
+                        "hostname": "*.example.com",
+                        "allowedRoutes": {
+                            "namespaces": {
+                                "from": "Selector",
+                                "selector": {
+                                    "matchLabels": {"team": "shop"},
+                                    "matchExpressions": [
+                                        {"key": "env", "operator": "In", "values": ["prod"]}
+                                    ],
+                                },
+                            },
+                            "kinds": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"}],
+                        },
+                    }
+                ],
+                "addresses": [{"type": "IPAddress", "value": "10.0.0.9"}],
+            },
+        },
+        gateway_from,
+        Gateway,
+    ),
+    "HTTPRoute": (
+        {
+            "kind": "HTTPRoute",
+            "metadata": {"name": "shop", "namespace": "shop", "annotations": {"a": "b"}},
+            "spec": {
+                "parentRefs": [{"name": "web", "namespace": "infra", "port": 80}],
+                "hostnames": ["shop.example.com"],
+                "rules": [
+                    {
+                        "matches": [
+                            {
+                                "path": {"type": "PathPrefix", "value": "/cart"},
+                                "headers": [{"name": "x-canary", "value": "1"}],
+                                "queryParams": [{"name": "v", "value": "2"}],
+                                "method": "GET",
+                            }
+                        ],
+                        "filters": [
+                            {
+                                "type": "RequestHeaderModifier",
+                                "requestHeaderModifier": {
+                                    "set": [{"name": "x-a", "value": "1"}],
+                                    "remove": ["x-b"],
+                                },
+                            },
+                            {
+                                "type": "RequestRedirect",
+                                "requestRedirect": {
+                                    "scheme": "https",
+                                    "port": 443,
+                                    "statusCode": 301,
+                                    "path": {"type": "ReplaceFullPath", "replaceFullPath": "/"},
+                                },
+                            },
+                        ],
+                        "backendRefs": [{"name": "cart", "port": 80, "weight": 5}],
+                    }
+                ],
+            },
+        },
+        http_route_from,
+        HTTPRoute,
+    ),
+    "ReferenceGrant": (
+        {
+            "kind": "ReferenceGrant",
+            "metadata": {"name": "grant", "namespace": "other"},
+            "spec": {
+                "from": [
+                    {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "shop"}
+                ],
+                "to": [{"group": "", "kind": "Service", "name": "cart"}],
+            },
+        },
+        reference_grant_from,
+        ReferenceGrant,
+    ),
+    "IngressClass": (
+        {
+            "kind": "IngressClass",
+            "metadata": {
+                "name": "peerplane",
+                "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"},
+            },
+            "spec": {"controller": "peerplane.dev/ingress-controller"},
+        },
+        ingress_class_from,
+        IngressClass,
+    ),
+    "Ingress": (
+        {
+            "kind": "Ingress",
+            "metadata": {"name": "shop", "namespace": "shop"},
+            "spec": {
+                "ingressClassName": "peerplane",
+                "defaultBackend": {"service": {"name": "web", "port": {"number": 80}}},
+                "rules": [
+                    {
+                        "host": "shop.example.com",
+                        "http": {
+                            "paths": [
+                                {
+                                    "path": "/api",
+                                    "pathType": "Prefix",
+                                    "backend": {
+                                        "service": {"name": "api", "port": {"name": "http"}}
+                                    },
+                                }
+                            ]
+                        },
+                    }
+                ],
+            },
+        },
+        ingress_from,
+        Ingress,
+    ),
+    "Namespace": (
+        {"kind": "Namespace", "metadata": {"name": "shop", "labels": {"team": "shop"}}},
+        namespace_from,
+        Namespace,
     ),
 }
 
