@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controlplane.model import GATEWAY_GROUP as GATEWAY_API
 from controlplane.model import ClusterState, ObjectRef
 from controlplane.source.convert import (
     DEFAULT_HAPROXY_SELECTOR,
@@ -37,6 +38,15 @@ from controlplane.source.convert import (
     replica_set_from,
     service_from,
     shown,
+)
+from controlplane.source.convert_routes import (
+    gateway_class_from,
+    gateway_from,
+    http_route_from,
+    ingress_class_from,
+    ingress_from,
+    namespace_from,
+    reference_grant_from,
 )
 from controlplane.source.folder_walk import MANIFEST_SUFFIXES, Identity, internal, walk
 from controlplane.source.folder_watch import FolderWatch
@@ -121,11 +131,46 @@ def load_manifests(
     return LoadResult(index.state(), index.errors())
 
 
+ROUTE_KINDS: dict[tuple[str, str], Callable[[Any], Converted]] = {
+    (GATEWAY_API, "GatewayClass"): gateway_class_from,
+    (GATEWAY_API, "Gateway"): gateway_from,
+    (GATEWAY_API, "HTTPRoute"): http_route_from,
+    (GATEWAY_API, "ReferenceGrant"): reference_grant_from,
+    ("networking.k8s.io", "Ingress"): ingress_from,
+    ("networking.k8s.io", "IngressClass"): ingress_class_from,
+    ("", "Namespace"): namespace_from,
+}
+"""The route model's kinds by (API group, kind): a Gateway of another group (Istio's
+networking.istio.io) is not the Gateway API's and is ignored like any other kind."""
+SERVED_VERSIONS = {GATEWAY_API: ("v1", "v1beta1"), "networking.k8s.io": ("v1",), "": ("v1",)}
+
+
+def _route_converter(document: dict[str, Any], kind: str) -> Callable[[Any], Converted] | None:
+    """The converter of a route-model document; None for another group's kind. A manifest
+    without apiVersion is taken as the kind's (as for the other kinds); a version the
+    model does not read (networking.k8s.io/v1beta1 Ingress) is an error."""
+    api_version = document.get("apiVersion")
+    if api_version is None:
+        group = next((g for g, k in ROUTE_KINDS if k == kind), None)
+        return None if group is None else ROUTE_KINDS[group, kind]
+    if not isinstance(api_version, str):
+        raise ManifestError(f"apiVersion is not a string but {shown(api_version)}")
+    group, _, version = api_version.rpartition("/")
+    converter = ROUTE_KINDS.get((group, kind))
+    if converter is not None and version not in SERVED_VERSIONS[group]:
+        served = ", ".join(f"{group}/{v}".lstrip("/") for v in SERVED_VERSIONS[group])
+        raise ManifestError(f"{kind} apiVersion {shown(api_version)} is not read (use {served})")
+    return converter
+
+
 def _convert(document: Any) -> Converted | None:
     """The model object of a document; None for kinds the model does not read."""
     if not isinstance(document, dict):
         raise ManifestError("not a Kubernetes object (expected a map)")
     kind = document.get("kind")
+    if isinstance(kind, str) and any(k == kind for _, k in ROUTE_KINDS):
+        converter = _route_converter(document, kind)
+        return None if converter is None else converter(document)
     if kind == "Service":
         return service_from(document)
     if kind == "EndpointSlice":
@@ -140,7 +185,7 @@ def _convert(document: Any) -> Converted | None:
         raise ManifestError(f"kind List: items is not a list but {shown(document.get('items'))}")
     if not isinstance(kind, str):
         raise ManifestError("kind is missing")
-    # Other kinds (Deployment, DaemonSet, Namespace...) carry nothing the model needs.
+    # Other kinds (Deployment, DaemonSet, Secret...) carry nothing the model needs.
     return None
 
 

@@ -23,14 +23,35 @@ from controlplane.model import (
     ClusterState,
     ConfigMap,
     EndpointSlice,
+    Gateway,
+    GatewayClass,
+    HTTPRoute,
+    Ingress,
+    IngressClass,
+    Namespace,
     ObjectRef,
     Pod,
+    ReferenceGrant,
     ReplicaSet,
     Service,
 )
 from controlplane.source.convert import selector_matches
 
-Converted = Service | EndpointSlice | Pod | ReplicaSet | ConfigMap
+RouteObject = (
+    GatewayClass | Gateway | HTTPRoute | ReferenceGrant | Ingress | IngressClass | Namespace
+)
+"""The route model's kinds: kept as they are, each in its own ClusterState field."""
+Converted = Service | EndpointSlice | Pod | ReplicaSet | ConfigMap | RouteObject
+ROUTE_FIELDS: dict[type, str] = {
+    GatewayClass: "gateway_classes",
+    Gateway: "gateways",
+    HTTPRoute: "http_routes",
+    ReferenceGrant: "reference_grants",
+    Ingress: "ingresses",
+    IngressClass: "ingress_classes",
+    Namespace: "namespaces",
+}
+"""The ClusterState (and `_View`) field of each route kind."""
 Key = tuple[str, str, str]
 """(kind, namespace, name): what two objects must not share."""
 T = TypeVar("T")
@@ -55,6 +76,13 @@ class _View:
     replica_sets: tuple[ReplicaSet, ...] = ()
     settings: tuple[ConfigMap, ...] = ()
     errors: tuple[str, ...] = ()
+    gateway_classes: tuple[GatewayClass, ...] = ()
+    gateways: tuple[Gateway, ...] = ()
+    http_routes: tuple[HTTPRoute, ...] = ()
+    reference_grants: tuple[ReferenceGrant, ...] = ()
+    ingresses: tuple[Ingress, ...] = ()
+    ingress_classes: tuple[IngressClass, ...] = ()
+    namespaces: tuple[Namespace, ...] = ()
 
 
 @dataclass(order=True, frozen=True, slots=True)
@@ -65,7 +93,8 @@ class _Claim:
 
 
 def key_of(obj: Converted) -> Key:
-    return (type(obj).__name__, obj.namespace, obj.name)
+    """Cluster-scoped kinds (GatewayClass, IngressClass, Namespace) have namespace ""."""
+    return (type(obj).__name__, getattr(obj, "namespace", ""), obj.name)
 
 
 class ManifestIndex:
@@ -138,6 +167,7 @@ class ManifestIndex:
         pods: list[Pod] = []
         replica_sets: list[ReplicaSet] = []
         settings: list[ConfigMap] = []
+        routes: dict[str, list[RouteObject]] = {}
         errors: list[tuple[int, str]] = list(parsed.errors)
         for position, where, obj in parsed.objects:
             kept = self._claims[key_of(obj)][0]
@@ -159,8 +189,11 @@ class ManifestIndex:
                     pods.append(obj)
             elif isinstance(obj, ReplicaSet):
                 replica_sets.append(obj)
-            elif obj.ref == self._settings_ref:
-                settings.append(obj)
+            elif isinstance(obj, ConfigMap):
+                if obj.ref == self._settings_ref:
+                    settings.append(obj)
+            else:
+                routes.setdefault(ROUTE_FIELDS[type(obj)], []).append(obj)
         errors.sort(key=lambda error: error[0])
         return _View(
             tuple(services),
@@ -169,6 +202,7 @@ class ManifestIndex:
             tuple(replica_sets),
             tuple(settings),
             tuple(line for _, line in errors),
+            **{name: tuple(objects) for name, objects in routes.items()},  # type: ignore[arg-type]
         )
 
     def refresh(self) -> bool:
@@ -192,6 +226,7 @@ class ManifestIndex:
             haproxy_pods=_joined(map(attrgetter("pods"), views)),
             replica_sets=_joined(map(attrgetter("replica_sets"), views)),
             settings=settings[0] if settings else None,
+            **{name: _joined(map(attrgetter(name), views)) for name in ROUTE_FIELDS.values()},
         )
         self._errors = _joined(map(attrgetter("errors"), views))
         return True
