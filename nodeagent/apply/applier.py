@@ -205,13 +205,13 @@ class Applier:
             raise ApplyError(error, decision.kind)
         if restoring and not self.activation.present():
             self._write_config(cfg)  # an external HAProxy not up yet starts on this file
-            pid = None
+            pid, fresh = None, False
         else:
             log.info("%s: reload (%s)", ident, decision.reason, extra=extra(changes.Kind.RELOAD))
-            pid = self._activate(cfg, crash_at=None if restoring else "after-config-write")
+            pid, fresh = self._activate(cfg, crash_at=None if restoring else "after-config-write")
         self._record(snapshot, rendered, save=not restoring)
         self._check_peers(snapshot, ident)
-        return Result(True, kind, worker_pid=pid)
+        return Result(True, kind, worker_pid=pid, started=fresh)
 
     def _runtime(
         self,
@@ -240,10 +240,11 @@ class Applier:
             log.warning("%s: runtime update failed (%s); reloading instead", ident, e)
             return None
 
-    def _activate(self, cfg: str, crash_at: str | None = None) -> int | None:
-        """Write the file and make HAProxy run it: first start or hitless reload. A failure
-        puts the previous file back (the next start must use the running config) and is a
-        retryable ApplyError."""
+    def _activate(self, cfg: str, crash_at: str | None = None) -> tuple[int | None, bool]:
+        """Write the file and make HAProxy run it: first start or hitless reload; the new
+        worker and whether HAProxy was started (not reloaded). A failure puts the previous
+        file back (the next start must use the running config) and is a retryable
+        ApplyError."""
         previous = self._read_config()
         rebind = self._rebinding(cfg) if self.activation.started else None
         self._write_config(rebind or cfg)
@@ -254,9 +255,11 @@ class Applier:
                 pid = self.haproxy.reload().current_worker
                 self._write_config(cfg)  # same meaning, usual spelling
                 self.metrics.socket_repairs.inc()
-                return pid
+                return pid, False
             info = self.activation.bring_up(self.start_timeout)
-            return (info if info is not None else self.haproxy.reload()).current_worker
+            if info is not None:
+                return info.current_worker, True
+            return self.haproxy.reload().current_worker, False
         except (OSError, HAProxyError) as e:
             if previous is not None:
                 self._write_config(previous)

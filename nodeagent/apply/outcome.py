@@ -25,6 +25,14 @@ class Result:
     # The failure may pass without a new snapshot (a reload that failed on a port still
     # held): the client re-applies the same snapshot with backoff.
     retryable: bool = False
+    started: bool = False  # HAProxy was started on it (its first config), not reloaded
+
+    @property
+    def applied_by(self) -> str:
+        """How HAProxy took it, as the Ack says: runtime, reload, nothing or start."""
+        if not self.ok or self.kind is None:
+            return ""
+        return "start" if self.started else self.kind.value
 
 
 class ApplyError(Exception):

@@ -74,6 +74,13 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         help="ask for full snapshots only (mixed fleets, or if deltas misbehave)",
     )
     run.add_argument(
+        "--report-interval",
+        type=seconds(minimum=1.0),
+        default=10.0,
+        help="seconds between reads of show peers / show table; a report goes to the "
+        "control plane after each apply and when a read finds a change (default 10)",
+    )
+    run.add_argument(
         "--log-format", choices=logformat.LOG_FORMATS, default="text", help="text or json"
     )
     add_transport_arguments(run)

@@ -19,6 +19,7 @@ from nodeagent.haproxy.driver import HAProxy
 from nodeagent.haproxy.supervisor import Supervisor
 from nodeagent.metrics import AgentMetrics, MetricsServer
 from nodeagent.readiness import Readiness, held_state
+from nodeagent.report import Reporter
 from nodeagent.stream import transport
 from nodeagent.stream.client import Client
 from nodeagent.stream.protocol import Identity
@@ -56,16 +57,18 @@ def render_options(args: argparse.Namespace) -> RenderOptions:
     )
 
 
-def serving_version(haproxy_bin: str) -> version.Version | None:
-    """The version of the binary the agent serves with; None (render only what every
-    version accepts) when it cannot be learned."""
+def serving_version(haproxy_bin: str) -> tuple[version.Version | None, str]:
+    """The version of the binary the agent serves with and its release ("3.0.11", for
+    the Hello and the reports); None and "" (render only what every version accepts)
+    when it cannot be learned."""
     try:
-        found = version.probe(haproxy_bin)
+        text = version.banner(haproxy_bin)
+        found, release = version.parse_banner(text), version.parse_release(text)
     except version.VersionError as e:
         log.warning("%s; rendering without version-dependent keywords", e)
-        return None
-    log.info("serving with HAProxy %d.%d (%s)", *found, haproxy_bin)
-    return found
+        return None, ""
+    log.info("serving with HAProxy %s (%s)", release, haproxy_bin)
+    return found, release
 
 
 def build_agent(args: argparse.Namespace) -> Agent:
@@ -89,11 +92,9 @@ def build_agent(args: argparse.Namespace) -> Agent:
     for path in (master, runtime):
         if not sockrepair.socket_path_ok(path):
             raise WiringError(f"socket path too long for a UNIX socket: {path}")
+    serving, release = serving_version(args.haproxy_bin)
     opts = RenderOptions(
-        args.pod_name,
-        args.bind_address,
-        os.path.abspath(runtime),
-        haproxy_version=serving_version(args.haproxy_bin),
+        args.pod_name, args.bind_address, os.path.abspath(runtime), haproxy_version=serving
     )
     haproxy = HAProxy(
         master,
@@ -115,7 +116,7 @@ def build_agent(args: argparse.Namespace) -> Agent:
     applier = Applier(
         opts, args.config, StateStore(state_dir), haproxy, supervisor, metrics=metrics
     )
-    identity = Identity(args.pod_namespace, args.pod_name, args.node_name)
+    identity = Identity(args.pod_namespace, args.pod_name, args.node_name, release)
     client = Client(
         args.control_plane,
         identity,
@@ -123,6 +124,7 @@ def build_agent(args: argparse.Namespace) -> Agent:
         transport=security,
         metrics=metrics,
         deltas=args.deltas,
+        reporter=Reporter(haproxy.runtime, release, metrics, args.report_interval),
     )
     metrics_server = None
     if args.metrics_port is not None:  # last: it binds the port

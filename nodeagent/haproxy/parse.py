@@ -135,3 +135,56 @@ def parse_uptimes(text: str) -> tuple[int, float, int | None, float]:
         return master[0], master[1], None, 0.0
     _, pid, age = min(workers)
     return master[0], master[1], -pid, age
+
+
+# `show peers`: one line per peer, `0x...: id=NAME(local|remote,active|inactive) addr=...
+# [app_state=... learn_state=...] last_status=WORD`, then, while it has a session, a line
+# `flags=... appctx:... state=EST|TAR|...`. The same on 2.6, 3.0 and 3.2 (checked on each).
+_PEER_LINE = re.compile(
+    r"^\s+0x[0-9a-fA-F]+: id=(?P<name>[^(\s]+)"
+    r"\((?P<side>local|remote),(?P<active>active|inactive)\).*?\blast_status=(?P<status>\S+)",
+)
+_SESSION_STATE = re.compile(r"\bappctx:\S+ .*\bstate=(\w+)")
+_SECTION_LINE = re.compile(r"^0x[0-9a-fA-F]+: .*\bid=\S+ disabled=")
+
+
+@dataclass(frozen=True)
+class PeerSession:
+    """One remote peer as `show peers` shows it."""
+
+    name: str
+    state: str  # HAProxy's last_status (ESTA, CONN, NONE, ...); CLOSED: was ESTA, gone now
+    connected: bool  # a session is up now (active, its appctx in state EST)
+
+
+def parse_peer_sessions(text: str) -> list[PeerSession]:
+    """`show peers` -> the remote peers of every section, in HAProxy's order. A peer is
+    connected only while it has a session in state EST: `last_status=ESTA` stays after
+    the session closed (2.6, 3.0), so it alone is no proof."""
+    found: list[PeerSession] = []
+    current: dict[str, str] | None = None
+
+    def close() -> None:
+        if current is not None and current["side"] == "remote":
+            up = current["active"] == "active" and current.get("session") == "EST"
+            status = current["status"]
+            if not up and status == "ESTA":
+                status = "CLOSED"
+            found.append(PeerSession(current["name"], status, up))
+
+    for line in text.splitlines():
+        peer = _PEER_LINE.match(line)
+        if peer is not None:
+            close()
+            current = peer.groupdict()
+            continue
+        if _SECTION_LINE.match(line):
+            close()
+            current = None
+            continue
+        if current is not None and "session" not in current:
+            state = _SESSION_STATE.search(line)
+            if state is not None:
+                current["session"] = state.group(1)
+    close()
+    return found

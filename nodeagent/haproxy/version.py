@@ -15,6 +15,7 @@ Version = tuple[int, int]  # (major, minor)
 OLDEST_SUPPORTED: Version = (2, 6)  # Debian 12's HAProxy, what the tests and the demo run
 _VERSION = re.compile(r"HA-?Proxy version (\d{1,3})\.(\d{1,3})")
 _ARGUMENT = re.compile(r"(\d{1,3})\.(\d{1,3})(?:\.\d{1,4})?")
+_RELEASE = re.compile(r"HA-?Proxy version (\d{1,3}\.\d{1,3}(?:\.\d{1,4})?)")
 
 
 class VersionError(ValueError):
@@ -29,6 +30,15 @@ def parse_banner(text: str) -> Version:
     return int(match[1]), int(match[2])
 
 
+def parse_release(text: str) -> str:
+    """The release ("3.0.11", a distribution's suffix left out) from `haproxy -v`
+    output, for the Hello and the reports; VersionError when there is none."""
+    match = _RELEASE.search(text)
+    if match is None:
+        raise VersionError(f"no version in haproxy -v output: {text.strip()[:120]!r}")
+    return match[1]
+
+
 def parse_argument(text: str) -> Version:
     """(major, minor) from `2.6`, `3.0.11` and the like (a command-line flag)."""
     match = _ARGUMENT.fullmatch(text.strip())
@@ -39,6 +49,11 @@ def parse_argument(text: str) -> Version:
 
 def probe(haproxy_bin: str, timeout: float = 10.0) -> Version:
     """Run `haproxy -v` with the binary the agent serves with."""
+    return parse_banner(banner(haproxy_bin, timeout))
+
+
+def banner(haproxy_bin: str, timeout: float = 10.0) -> str:
+    """The output of `haproxy -v` (VersionError when it cannot run)."""
     try:
         done = subprocess.run(
             [haproxy_bin, "-v"],
@@ -50,7 +65,7 @@ def probe(haproxy_bin: str, timeout: float = 10.0) -> Version:
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise VersionError(f"cannot run {haproxy_bin} -v: {e}") from None
-    return parse_banner(done.stdout + done.stderr)
+    return done.stdout + done.stderr
 
 
 def srvkey_addr(version: Version | None) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import UTC, datetime
 from typing import Protocol
 
 import grpc
@@ -38,6 +39,7 @@ from nodeagent.apply.outcome import Result
 from nodeagent.held import ChangeSet, Held
 from nodeagent.logformat import fields
 from nodeagent.metrics import AgentMetrics
+from nodeagent.report import LastApply, Reporter, report_loop, rfc3339
 from nodeagent.stream import protocol
 from nodeagent.stream.protocol import Identity
 from nodeagent.stream.transport import TokenError, Transport
@@ -88,7 +90,12 @@ class Client:
         metrics: AgentMetrics | None = None,
         retry_initial: float = 1.0,
         deltas: bool = True,
+        reporter: Reporter | None = None,
     ) -> None:
+        # Sends AgentReports beside the answers (`nodeagent/report.py`); None: none.
+        self.reporter = reporter
+        self.last_apply = LastApply()
+        self._applied = asyncio.Event()  # an apply finished: a report is due
         self.deltas = deltas  # announce delta support (`nodeagent run --no-deltas`: not)
         self._state = protocol.StreamState()  # the protocol's view of the current stream
         self._write_lock = asyncio.Lock()  # the reader and the apply loop both answer
@@ -167,6 +174,7 @@ class Client:
                 self._answered = False
                 applier_task = asyncio.create_task(self._apply_loop(call, latest))
                 reader_task = asyncio.create_task(self._read_loop(call, latest))
+                report_task = self._start_reports(call)
                 try:
                     # Whichever ends first ends the session: an apply loop that died is
                     # noticed at once (the stream is started again and the control plane
@@ -181,9 +189,12 @@ class Client:
                     reader_task.result()
                 finally:
                     answered = answered or self._answered
-                    for task in (applier_task, reader_task):
+                    tasks = [applier_task, reader_task]
+                    if report_task is not None:
+                        tasks.append(report_task)
+                    for task in tasks:
                         task.cancel()
-                    await asyncio.gather(applier_task, reader_task, return_exceptions=True)
+                    await asyncio.gather(*tasks, return_exceptions=True)
             except grpc.aio.AioRpcError as e:
                 if e.code() in REFUSED:
                     log.error(
@@ -207,6 +218,29 @@ class Client:
                 call.cancel()
             if not answered:
                 raise StreamBroken("stream ended before any answer")
+
+    def _start_reports(
+        self, call: grpc.aio.StreamStreamCall[pb.AgentMessage, pb.ServerMessage]
+    ) -> asyncio.Task[None] | None:
+        """The stream's report task, apart from the apply loop and the reader: it never
+        ends the stream (a failed write ends it quietly; the reader sees the stream go)."""
+        if self.reporter is None:
+            return None
+        reporter = self.reporter
+        self._applied = asyncio.Event()  # bound to this session's event loop
+
+        async def send(msg: pb.AgentMessage) -> None:
+            await self._write(call, msg)
+
+        async def run() -> None:
+            try:
+                await report_loop(reporter, send, self._applied, lambda: self.last_apply)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("reports stopped on this stream: %r", e)
+
+        return asyncio.create_task(run())
 
     async def _read_loop(
         self,
@@ -315,6 +349,9 @@ class Client:
             delay, attempt = self.retry_initial, 1
             while True:
                 result = await self._apply(snap, change)
+                if result.ok:
+                    self.last_apply = LastApply(result.applied_by, rfc3339(datetime.now(UTC)))
+                    self._applied.set()
                 step = protocol.after_apply(result, attempt)
                 if step.send:
                     await self._write(call, self._answer(nonce, snap, result, attempt))

@@ -5,7 +5,8 @@ logging, metrics, clocks or queues: `client.py` applies every decision (writes, 
 counts, queues, sleeps), so every rule here is tested by tables (tests/agent/
 test_stream_protocol.py). The rules:
 
-- The Hello says what the applier runs (hash, version) and whether deltas are accepted.
+- The Hello says what the applier runs (hash, version), which HAProxy it drives and
+  whether deltas are accepted; an ACK says how HAProxy took the snapshot (`applied_by`).
 - A stream's delta base is the last content the server sent on it, else what the Hello
   reported, when the applier still holds it in parts (`opened`).
 - A Snapshot is held as sent and handed to the apply loop; one that cannot be held (a
@@ -41,6 +42,7 @@ class Identity:
     pod_namespace: str
     pod_name: str
     node_name: str = ""
+    haproxy_version: str = ""  # "3.0.11"; "" when `haproxy -v` could not say
 
 
 def hello(
@@ -60,6 +62,7 @@ def hello(
             applied_version=applied_version,
             agent_version=agent_version,
             accepts_deltas=deltas,
+            haproxy_version=identity.haproxy_version,
         )
     )
 
@@ -99,10 +102,19 @@ class Answer:
         return self.message.HasField("ack")
 
 
-def ack(nonce: str, snapshot: Held, path: str | None = None, attempts: int = 1) -> Answer:
+def ack(
+    nonce: str, snapshot: Held, path: str | None = None, attempts: int = 1, applied_by: str = ""
+) -> Answer:
+    """`applied_by` (runtime, reload, nothing, start) tells the control plane how HAProxy
+    took it."""
     return Answer(
         pb.AgentMessage(
-            ack=pb.Ack(nonce=nonce, version=snapshot.version, content_hash=snapshot.content_hash)
+            ack=pb.Ack(
+                nonce=nonce,
+                version=snapshot.version,
+                content_hash=snapshot.content_hash,
+                applied_by=applied_by,
+            )
         ),
         snapshot.workload,
         path,
@@ -140,7 +152,7 @@ def answer(nonce: str, snapshot: Held, result: Result, attempt: int) -> Answer:
     """The ACK or NACK for one apply of `snapshot` (sent under `nonce`)."""
     path = result.kind.value if result.kind else None
     if result.ok:
-        return ack(nonce, snapshot, path, attempt)
+        return ack(nonce, snapshot, path, attempt, result.applied_by)
     return nack(
         nonce, snapshot.version, snapshot.content_hash, result.error, snapshot.workload, path
     )

@@ -131,8 +131,11 @@ def test_hello_ack_nack_then_reconnect(agents: AgentHarness) -> None:
                     assert hello.agent_version == __version__
                     answer = await within(plane.answers.get())
                     assert answer.WhichOneof("message") == "ack"
-                    assert answer.ack == pb.Ack(
-                        nonce="nonce-0", version=3, content_hash=snap.content_hash
+                    assert answer.ack == pb.Ack(  # the first config starts HAProxy
+                        nonce="nonce-0",
+                        version=3,
+                        content_hash=snap.content_hash,
+                        applied_by="start",
                     )
                     body = await asyncio.to_thread(http_get, ip, http_port, "shop.example.com")
                     assert body == "pod-11"

@@ -258,6 +258,9 @@ def test_a_stream_of_messages_walks_the_base() -> None:
         ),
         pytest.param(Result(True, Kind.NOTHING), 1, "ack", "nothing", 1, "", id="ack-nothing"),
         pytest.param(
+            Result(True, Kind.RELOAD, started=True), 1, "ack", "reload", 1, "", id="ack-start"
+        ),
+        pytest.param(
             Result(False, Kind.RELOAD, error="reload failed: x", retryable=True),
             1,
             "nack",
@@ -278,8 +281,11 @@ def test_the_answer_to_an_apply_echoes_its_nonce_version_and_hash(
     msg = answer.message
     assert msg.WhichOneof("message") == kind and answer.ok == (kind == "ack")
     assert (answer.workload, answer.path, answer.attempts) == (H2.workload, path, attempts)
-    if kind == "ack":
-        assert msg.ack == pb.Ack(nonce="nonce-7", version=2, content_hash=V2.content_hash)
+    if kind == "ack":  # applied_by: how HAProxy took it, "start" for its first config
+        applied_by = "start" if result.started else path
+        assert msg.ack == pb.Ack(
+            nonce="nonce-7", version=2, content_hash=V2.content_hash, applied_by=applied_by
+        )
     else:
         assert msg.nack == pb.Nack(
             nonce="nonce-7", version=2, content_hash=V2.content_hash, error=error

@@ -1,0 +1,141 @@
+"""What only the agent knows, sent to the control plane as an `AgentReport`: the HAProxy
+it drives, how and when the last change was applied, its peer sessions (`show peers`)
+and the entries of each stick table (`show table`).
+
+The reports travel on the stream beside the ACKs but never on the apply's path: the
+client's report task reads the runtime socket in a thread after an apply finished and
+then every `interval` seconds, and sends only when the report differs from the last one
+sent on this stream (the time it was read aside), at most once per `min_gap`. The same
+read sets the agent's persistence gauges. A failing read (HAProxy not up yet, a reload
+in progress) is logged once until a read succeeds again, and never ends the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from nodeagent.haproxy import HAProxyError
+from nodeagent.haproxy.parse import PeerSession, parse_peer_sessions, parse_table_usage
+from nodeagent.metrics import AgentMetrics
+from peerplane.v1 import peerplane_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 10.0
+MIN_GAP_S = 1.0  # at most one report a second, however often snapshots apply
+MAX_TABLES = 4096  # tables sent: the fullest ones (the control plane bounds them too)
+MAX_PEERS = 512
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class LastApply:
+    """How and when HAProxy last took a snapshot (an ACK's `applied_by`)."""
+
+    applied_by: str = ""
+    applied_at: str = ""  # RFC 3339
+
+
+class Reporter:
+    """Reads HAProxy's persistence state and builds reports; `read` answers
+    `show peers;show table` on the runtime socket (`HAProxy.runtime` in production)."""
+
+    def __init__(
+        self,
+        read: Callable[[str], str],
+        haproxy_version: str,
+        metrics: AgentMetrics | None = None,
+        interval: float = DEFAULT_INTERVAL_S,
+        min_gap: float = MIN_GAP_S,
+    ) -> None:
+        self.read = read
+        self.haproxy_version = haproxy_version
+        self.metrics = metrics if metrics is not None else AgentMetrics()
+        self.interval = interval
+        self.min_gap = min(min_gap, interval)
+        self._failing = False  # the last read failed and was logged
+        self._tables: set[str] = set()  # table labels exported
+
+    def observe(self, last: LastApply) -> pb.AgentReport | None:
+        """Read HAProxy now (blocking: call it in a thread); None when it cannot be read."""
+        try:
+            text = self.read("show peers;show table")
+        except (OSError, HAProxyError) as e:
+            if not self._failing:
+                log.warning("cannot read show peers / show table for the report: %s", e)
+            self._failing = True
+            return None
+        if self._failing:
+            log.info("show peers / show table readable again")
+        self._failing = False
+        sessions = parse_peer_sessions(text)[:MAX_PEERS]
+        tables = parse_table_usage(text)
+        self._export(sessions, tables)
+        fullest = sorted(tables.items(), key=lambda t: (-t[1], t[0]))[:MAX_TABLES]
+        return pb.AgentReport(
+            haproxy_version=self.haproxy_version,
+            last_applied_by=last.applied_by,
+            last_applied_at=last.applied_at,
+            peer_sessions=[
+                pb.PeerSession(name=s.name, state=s.state, connected=s.connected) for s in sessions
+            ],
+            tables=[pb.TableEntries(table=n, entries=c) for n, c in sorted(fullest)],
+            observed_at=rfc3339(datetime.now(UTC)),
+        )
+
+    def _export(self, sessions: list[PeerSession], tables: dict[str, int]) -> None:
+        m = self.metrics
+        m.peers.set(len(sessions))
+        m.peers_connected.set(sum(s.connected for s in sessions))
+        for name in self._tables - tables.keys():
+            m.stick_table_entries.remove(name)
+        for name, count in tables.items():
+            m.stick_table_entries.labels(name).set(count)
+        self._tables = set(tables)
+
+
+def same(a: pb.AgentReport | None, b: pb.AgentReport) -> bool:
+    """Whether two reports say the same thing (the time each was read aside)."""
+    if a is None:
+        return False
+    return a.SerializeToString(deterministic=True) == _without_time(b)
+
+
+def _without_time(report: pb.AgentReport) -> bytes:
+    copy = pb.AgentReport()
+    copy.CopyFrom(report)
+    copy.ClearField("observed_at")
+    return copy.SerializeToString(deterministic=True)
+
+
+async def report_loop(
+    reporter: Reporter,
+    send: Callable[[pb.AgentMessage], Awaitable[None]],
+    applied: asyncio.Event,
+    last: Callable[[], LastApply],
+) -> None:
+    """One stream's reports until cancelled: one at the start, one after each apply
+    (`applied` set), and one whenever the periodic read finds a change."""
+    sent: pb.AgentReport | None = None  # the last one sent, its time cleared
+    due = True
+    while True:
+        if not due:
+            try:
+                await asyncio.wait_for(applied.wait(), reporter.interval)
+                due = True
+            except TimeoutError:
+                pass
+        applied.clear()
+        report = await asyncio.to_thread(reporter.observe, last())
+        if report is not None and (due or not same(sent, report)):
+            await send(pb.AgentMessage(report=report))
+            sent = pb.AgentReport.FromString(_without_time(report))
+        due = False
+        await asyncio.sleep(reporter.min_gap)

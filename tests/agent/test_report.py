@@ -1,0 +1,81 @@
+"""The agent's report (`nodeagent/report.py`): `show peers` and `show table` read from a
+real HAProxy on each installed version, the gauges they set, and a failing read that
+is logged once and never raised."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from nodeagent.haproxy.parse import PeerSession, parse_peer_sessions
+from nodeagent.report import LastApply, Reporter, same
+from tests.helpers.agent_harness import AgentHarness
+from tests.helpers.haproxy_env import backend, free_port, snapshot
+
+
+def _wait(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError("condition not reached")
+
+
+def test_peers_and_tables_are_read_from_haproxy(agents: AgentHarness) -> None:
+    """Two of three peers run: pod-a shows pod-b connected (ESTA) and pod-c not; a table
+    entry set on pod-a is counted; once pod-b stops, pod-a shows it not connected although
+    HAProxy still says `last_status=ESTA` on 2.6 and 3.0."""
+    a, b = agents.instance("pod-a", 1), agents.instance("pod-b", 2)
+    port = free_port(a.ip)
+    peers = [("pod-a", a.ip, port), ("pod-b", b.ip, port), ("pod-c", f"{agents.net}.3", port)]
+    snap = snapshot(peers, [backend("default_shop_http", [("127.0.0.1", 9)])])
+    assert a.applier.apply(snap).ok and b.applier.apply(snap).ok
+    reporter = Reporter(a.haproxy.runtime, "9.9.9")
+
+    def sessions() -> list[PeerSession]:
+        return parse_peer_sessions(a.haproxy.runtime("show peers"))
+
+    _wait(lambda: any(s.connected for s in sessions()))
+    assert {s.name: s.connected for s in sessions()} == {"pod-b": True, "pod-c": False}
+    assert {s.name: s.state for s in sessions()}["pod-b"] == "ESTA"
+    a.haproxy.runtime("set table default_shop_http key 10.1.2.3 data.server_id 1")
+    report = reporter.observe(LastApply("reload", "2026-01-01T00:00:00Z"))
+    assert report is not None
+    assert report.haproxy_version == "9.9.9" and report.last_applied_by == "reload"
+    assert [(t.table, t.entries) for t in report.tables] == [("default_shop_http", 1)]
+    assert sorted((p.name, p.connected) for p in report.peer_sessions) == [
+        ("pod-b", True),
+        ("pod-c", False),
+    ]
+    m = reporter.metrics
+    assert m.peers.collect()[0].samples[0].value == 2.0
+    assert m.peers_connected.collect()[0].samples[0].value == 1.0
+    entries = {s.labels["table"]: s.value for s in m.stick_table_entries.collect()[0].samples}
+    assert entries == {"default_shop_http": 1.0}
+    b.supervisor.stop()
+    _wait(lambda: not any(s.connected for s in sessions()))
+    after = reporter.observe(LastApply("reload", "2026-01-01T00:00:00Z"))
+    assert after is not None and not same(report, after)
+    assert {p.name: p.state for p in after.peer_sessions}["pod-b"] != "ESTA"
+
+
+def test_a_failing_read_is_logged_once_and_returns_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls: list[str] = []
+
+    def read(command: str) -> str:
+        calls.append(command)
+        raise FileNotFoundError(f"no socket {tmp_path}/runtime.sock")
+
+    reporter = Reporter(read, "3.0.11")
+    with caplog.at_level(logging.INFO, logger="nodeagent.report"):
+        assert reporter.observe(LastApply()) is None
+        assert reporter.observe(LastApply()) is None
+    assert calls == ["show peers;show table"] * 2
+    assert caplog.text.count("cannot read show peers") == 1
