@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from kubernetes import client, config
 
+# Connections kept per host: one per informer's watch (twelve collections), the slot
+# ledger's watch, the Lease, Events and route status writes. The client's default
+# (5 per CPU) is 10 on two CPUs: past it, every request opened a new connection.
+CONNECTION_POOL_SIZE = 32
+
 
 def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
     """An API client from `kubeconfig`, or from the pod's service account when None."""
-    if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
     configuration = client.Configuration()
-    config.load_incluster_config(client_configuration=configuration)
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    else:
+        config.load_incluster_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = max(
+        configuration.connection_pool_maxsize, CONNECTION_POOL_SIZE
+    )
     return client.ApiClient(configuration)

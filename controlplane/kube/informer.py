@@ -8,6 +8,10 @@ triggers a relist whose diff against the cache yields the deletions missed in th
 other failure reconnects from the last resourceVersion after an exponential backoff with
 jitter. Objects are cached converted to model types, so a change the model does not see
 (a status field, a relist that finds the same objects) never calls `on_change`.
+
+A collection of an `OptionalGroup` (the Gateway API, whose CRDs a cluster may lack) that
+answers 404 is an empty, synced cache: the group says so once, the informer asks again
+every `absent_recheck` seconds and fills the cache when the CRDs appear.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ class WatchOptions:
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
     backoff_jitter: float = 1.0
+    absent_recheck: float = 60.0  # an OptionalGroup's collection answering 404: ask again
 
     @property
     def request_timeout(self) -> tuple[float, float]:
@@ -68,6 +73,38 @@ class WatchError(Exception):
 
 class _Stopped(Exception):
     """Raised out of a backoff sleep when the informer is stopped."""
+
+
+class OptionalGroup:
+    """An API group the cluster may not serve (CRDs not installed). Its informers take a
+    404 for "no objects"; the group logs once when the first goes missing and once when
+    the last comes back, not once per collection and retry."""
+
+    def __init__(self, group: str, consequence: str) -> None:
+        self.group = group
+        self._consequence = consequence
+        self._lock = threading.Lock()
+        self._absent: set[str] = set()
+
+    def absent(self, collection: str) -> None:
+        with self._lock:
+            first = not self._absent
+            self._absent.add(collection)
+        if first:
+            log.warning("API group %s is not served (404): %s", self.group, self._consequence)
+
+    def present(self, collection: str) -> None:
+        with self._lock:
+            was = collection in self._absent
+            self._absent.discard(collection)
+            last = was and not self._absent
+        if last:
+            log.info("API group %s is served now", self.group)
+
+    @property
+    def missing(self) -> bool:
+        with self._lock:
+            return bool(self._absent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +158,11 @@ class Informer(Generic[T]):
         lister: Lister,
         convert: Callable[[Manifest], T],
         options: WatchOptions | None = None,
+        optional: OptionalGroup | None = None,
     ) -> None:
+        """With `optional`, a 404 on the collection means its API group is not installed."""
         self.name = name
+        self._optional = optional
         self._lister = lister
         self._convert = convert
         self._options = options or WatchOptions()
@@ -225,18 +265,40 @@ class Informer(Generic[T]):
         """Relist when needed, then watch until the stream ends; raises on failure."""
         if self._stopping.is_set():
             raise _Stopped
-        if self._rv is None:
-            self._relist()
         try:
-            self._watch()
-        except Gone:
-            self._rv = None
-            self._gone_in_row += 1
-            log.info("informer %s: resourceVersion expired (410), relisting", self.name)
-            if self._gone_in_row > 1:
-                raise  # 410 again right after a relist: back off before the next one
+            if self._rv is None:
+                self._relist()
+            try:
+                self._watch()
+            except Gone:
+                self._rv = None
+                self._gone_in_row += 1
+                log.info("informer %s: resourceVersion expired (410), relisting", self.name)
+                if self._gone_in_row > 1:
+                    raise  # 410 again right after a relist: back off before the next one
+        except ApiException as error:
+            if self._optional is None or error.status != 404:
+                raise
+            self._absent()
+            self._sleep(self._options.absent_recheck)
+            return
         with self._lock:
             self._failure = ""
+
+    def _absent(self) -> None:
+        """The collection is not served: an empty cache (what it held is deleted)."""
+        assert self._optional is not None
+        self._optional.absent(self.name)
+        with self._lock:
+            before = self._items
+            self._items, self._bad, self._rv, self._failure = {}, {}, None, ""
+        if self._on_item is not None:
+            for key, old in before.items():
+                self._item(key, old, None)
+        first = not self._synced.is_set()
+        self._synced.set()
+        if before and not first:
+            self._notify()
 
     # ------------------------------------------------------------------ list
 
@@ -262,6 +324,8 @@ class Informer(Generic[T]):
             token = meta.get("continue") or None
             if not token:
                 break
+        if self._optional is not None:
+            self._optional.present(self.name)
         with self._lock:
             changed = items != self._items
             before = self._items

@@ -3,8 +3,12 @@
 Watches Services and EndpointSlices in all namespaces, the HAProxy pods and their
 ReplicaSets (owner chain; both by the HAProxy label selector, which a Deployment's
 ReplicaSets carry from its pod template) and the one settings ConfigMap (a fieldSelector
-on its name). Handlers only update the informer caches and call
-`on_change`; `state()` assembles an immutable `ClusterState` from the caches.
+on its name). The route model's inputs too: GatewayClasses, Gateways, HTTPRoutes and
+ReferenceGrants (gateway.networking.k8s.io, an `OptionalGroup`: a cluster without the
+Gateway API CRDs is served from Ingress and annotations, said once), Ingresses,
+IngressClasses and Namespaces (their labels select a Gateway listener's routes).
+Handlers only update the informer caches and call `on_change`; `state()` assembles an
+immutable `ClusterState` from the caches.
 """
 
 from __future__ import annotations
@@ -16,13 +20,21 @@ from typing import Any, TypeVar
 
 from kubernetes import client
 
-from controlplane.kube.informer import Informer, WatchOptions
+from controlplane.kube.informer import Informer, OptionalGroup, WatchOptions
 from controlplane.model import (
+    GATEWAY_GROUP,
     ClusterState,
     ConfigMap,
     EndpointSlice,
+    Gateway,
+    GatewayClass,
+    HTTPRoute,
+    Ingress,
+    IngressClass,
+    Namespace,
     ObjectRef,
     Pod,
+    ReferenceGrant,
     ReplicaSet,
     Service,
 )
@@ -35,6 +47,22 @@ from controlplane.source.convert import (
     pod_from,
     replica_set_from,
     service_from,
+)
+from controlplane.source.convert_routes import (
+    gateway_class_from,
+    gateway_from,
+    http_route_from,
+    ingress_class_from,
+    ingress_from,
+    namespace_from,
+    reference_grant_from,
+)
+
+GATEWAY_VERSION = "v1"
+REFERENCE_GRANT_VERSION = "v1beta1"  # the standard channel's ReferenceGrant (v1.2)
+GATEWAY_API_ABSENT = (
+    "the Gateway API CRDs are not installed; serving Ingress and Service annotations "
+    "without GatewayClass, Gateway, HTTPRoute and ReferenceGrant"
 )
 
 T = TypeVar("T")
@@ -98,6 +126,47 @@ class KubernetesSource:
                 config_map_from,
                 options,
             )
+        self._route_informers(api, options)
+
+    def _route_informers(self, api: client.ApiClient, options: WatchOptions | None) -> None:
+        custom = client.CustomObjectsApi(api)
+        networking = client.NetworkingV1Api(api)
+        self.gateway_api = OptionalGroup(GATEWAY_GROUP, GATEWAY_API_ABSENT)
+
+        def gateway_kind(plural: str, version: str = GATEWAY_VERSION) -> Any:
+            return functools.partial(
+                custom.list_cluster_custom_object, GATEWAY_GROUP, version, plural
+            )
+
+        self.gateway_classes: Informer[GatewayClass] = Informer(
+            "gatewayclasses",
+            gateway_kind("gatewayclasses"),
+            gateway_class_from,
+            options,
+            self.gateway_api,
+        )
+        self.gateways: Informer[Gateway] = Informer(
+            "gateways", gateway_kind("gateways"), gateway_from, options, self.gateway_api
+        )
+        self.http_routes: Informer[HTTPRoute] = Informer(
+            "httproutes", gateway_kind("httproutes"), http_route_from, options, self.gateway_api
+        )
+        self.reference_grants: Informer[ReferenceGrant] = Informer(
+            "referencegrants",
+            gateway_kind("referencegrants", REFERENCE_GRANT_VERSION),
+            reference_grant_from,
+            options,
+            self.gateway_api,
+        )
+        self.ingresses: Informer[Ingress] = Informer(
+            "ingresses", networking.list_ingress_for_all_namespaces, ingress_from, options
+        )
+        self.ingress_classes: Informer[IngressClass] = Informer(
+            "ingressclasses", networking.list_ingress_class, ingress_class_from, options
+        )
+        self.namespaces: Informer[Namespace] = Informer(
+            "namespaces", client.CoreV1Api(api).list_namespace, namespace_from, options
+        )
 
     def _informers(self) -> list[Informer[Any]]:
         found: list[Informer[Any]] = [
@@ -105,6 +174,13 @@ class KubernetesSource:
             self.endpoint_slices,
             self.pods,
             self.replica_sets,
+            self.gateway_classes,
+            self.gateways,
+            self.http_routes,
+            self.reference_grants,
+            self.ingresses,
+            self.ingress_classes,
+            self.namespaces,
         ]
         if self.settings is not None:
             found.append(self.settings)
@@ -137,6 +213,13 @@ class KubernetesSource:
             haproxy_pods=pods,
             replica_sets=_values({k: v for k, v in replica_sets.items() if k in owners}),
             settings=next(iter(settings.values()), None),
+            gateway_classes=_values(self.gateway_classes.items()),
+            gateways=_values(self.gateways.items()),
+            http_routes=_values(self.http_routes.items()),
+            reference_grants=_values(self.reference_grants.items()),
+            ingresses=_values(self.ingresses.items()),
+            ingress_classes=_values(self.ingress_classes.items()),
+            namespaces=_values(self.namespaces.items()),
         )
 
     def errors(self) -> list[str]:

@@ -39,6 +39,9 @@ FAST = WatchOptions(
     backoff_jitter=0.05,
 )
 SETTINGS = ObjectRef("haproxy-system", "haproxy-settings")
+# Services, EndpointSlices, pods, ReplicaSets, the settings ConfigMap, and the route
+# model's seven kinds (tests/kube/test_source_routes.py).
+WATCHED = 12
 
 
 class Changes:
@@ -85,7 +88,7 @@ def changes() -> Changes:
 def source(api: FakeKubeAPI, changes: Changes) -> Iterator[KubernetesSource]:
     src = KubernetesSource(api_client(api.url), settings=SETTINGS, options=FAST, sync_timeout=5)
     src.start(changes)
-    assert wait_until(lambda: api.open_watches() == 5)  # every informer is watching
+    assert wait_until(lambda: api.open_watches() == WATCHED)  # every informer is watching
     yield src
     src.stop()
 
@@ -114,7 +117,7 @@ def test_initial_sync_builds_the_cluster_state(api: FakeKubeAPI, source: Kuberne
     lists = [p for m, p in api.requests if m == "GET" and "/services" in p]
     assert any("continue=" in p for p in lists), "3 services with limit=2 take two pages"
     watches = [unquote(p) for m, p in api.requests if m == "WATCH"]
-    assert len(watches) == 5
+    assert len(watches) == WATCHED
     assert all("allowwatchbookmarks=true" in p.lower() and "timeoutSeconds=" in p for p in watches)
     assert any("labelSelector=app.kubernetes.io" in p for p in watches)
     assert any("fieldSelector=metadata.name=haproxy-settings" in p for p in watches)
@@ -157,7 +160,7 @@ def test_watch_dropped_mid_stream_recovers_without_relist(
     api.apply(pod("haproxy-c", "127.0.0.13"))
     assert wait_until(lambda: "haproxy-c" in pod_names(source.state()))
     assert source.pods.relists == relists  # resumed from its resourceVersion
-    assert wait_until(lambda: api.open_watches() == 5)
+    assert wait_until(lambda: api.open_watches() == WATCHED)
 
 
 def test_gone_during_a_gap_relists_and_derives_deletions(
@@ -271,7 +274,7 @@ def test_stop_ends_the_threads_promptly(api: FakeKubeAPI) -> None:
     src = KubernetesSource(api_client(api.url), settings=SETTINGS, options=FAST, sync_timeout=5)
     src.start(Changes())
     before = {t.name for t in threading.enumerate() if t.name.startswith("informer-")}
-    assert len(before) == 5
+    assert len(before) == WATCHED
     started = time.monotonic()
     src.stop()
     assert time.monotonic() - started < 1.0

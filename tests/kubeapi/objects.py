@@ -17,6 +17,7 @@ def api_client(url: str) -> client.ApiClient:
     configuration = client.Configuration()
     configuration.host = url
     configuration.retries = False
+    configuration.connection_pool_maxsize = 32  # as controlplane.kube.client's
     return client.ApiClient(configuration)
 
 

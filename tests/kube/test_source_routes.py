@@ -1,0 +1,194 @@
+"""KubernetesSource reads the route model's inputs: Gateway API kinds through the custom
+objects client, Ingress and IngressClass, Namespaces; a cluster without the Gateway API
+CRDs is served without them (said once), and one bad route object blocks no other."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from controlplane.kube.informer import WatchOptions
+from controlplane.kube.source import KubernetesSource
+from controlplane.model import ClusterState
+from tests.kube.test_source import FAST, WATCHED, Changes
+from tests.kubeapi import FakeKubeAPI
+from tests.kubeapi.objects import (
+    api_client,
+    gateway,
+    gateway_class,
+    http_route,
+    ingress,
+    ingress_class,
+    namespace,
+    pod,
+    reference_grant,
+    replica_set,
+    service,
+    wait_until,
+)
+from tests.kubeapi.server import GATEWAY_GROUP
+
+
+def fast(absent_recheck: float = 60.0) -> WatchOptions:
+    return WatchOptions(
+        page_size=FAST.page_size,
+        watch_timeout=FAST.watch_timeout,
+        connect_timeout=FAST.connect_timeout,
+        read_timeout=FAST.read_timeout,
+        backoff_initial=FAST.backoff_initial,
+        backoff_max=FAST.backoff_max,
+        backoff_jitter=FAST.backoff_jitter,
+        absent_recheck=absent_recheck,
+    )
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeAPI]:
+    server = FakeKubeAPI(bookmark_interval=0.2).start()
+    for obj in (
+        service("shop"),
+        pod("haproxy-a", "127.0.0.11"),
+        replica_set(),
+        namespace("default"),
+        namespace("team-a", team="a"),
+        gateway_class(),
+        gateway(),
+        http_route(),
+        reference_grant("allow-a", "default", "team-a"),
+        ingress_class(default=True),
+        ingress(),
+    ):
+        server.apply(obj)
+    yield server
+    server.stop()
+
+
+def started(api: FakeKubeAPI, options: WatchOptions, changes: Changes) -> KubernetesSource:
+    src = KubernetesSource(api_client(api.url), settings=None, options=options, sync_timeout=5)
+    src.start(changes)
+    return src
+
+
+@pytest.fixture
+def source(api: FakeKubeAPI) -> Iterator[KubernetesSource]:
+    src = started(api, fast(), Changes())
+    assert wait_until(lambda: api.open_watches() == WATCHED - 1)  # no settings ConfigMap
+    yield src
+    src.stop()
+
+
+def route_names(state: ClusterState) -> dict[str, list[str]]:
+    return {
+        "gateway_classes": sorted(o.name for o in state.gateway_classes),
+        "gateways": sorted(o.name for o in state.gateways),
+        "http_routes": sorted(o.name for o in state.http_routes),
+        "reference_grants": sorted(o.name for o in state.reference_grants),
+        "ingresses": sorted(o.name for o in state.ingresses),
+        "ingress_classes": sorted(o.name for o in state.ingress_classes),
+        "namespaces": sorted(o.name for o in state.namespaces),
+    }
+
+
+def test_initial_sync_reads_every_route_kind(source: KubernetesSource) -> None:
+    state = source.state()
+    assert route_names(state) == {
+        "gateway_classes": ["peerplane"],
+        "gateways": ["web"],
+        "http_routes": ["shop"],
+        "reference_grants": ["allow-a"],
+        "ingresses": ["shop"],
+        "ingress_classes": ["peerplane"],
+        "namespaces": ["default", "team-a"],
+    }
+    (route,) = state.http_routes
+    assert route.hostnames == ("shop.example.com",) and route.generation == 1
+    assert [r.name for r in route.parent_refs] == ["web"]
+    assert {n.name: dict(n.labels) for n in state.namespaces}["team-a"] == {"team": "a"}
+    assert source.errors() == []
+
+
+def test_route_changes_arrive_by_watch(api: FakeKubeAPI, source: KubernetesSource) -> None:
+    api.apply(http_route(hostnames=("new.example.com",)))
+    assert wait_until(
+        lambda: [r.hostnames for r in source.state().http_routes] == [("new.example.com",)]
+    )
+    assert source.state().http_routes[0].generation == 2
+    api.delete("Ingress", "default", "shop")
+    api.apply(ingress("blog", host="blog.example.com"))
+    assert wait_until(lambda: [i.name for i in source.state().ingresses] == ["blog"])
+
+
+def test_a_status_write_does_not_notify(api: FakeKubeAPI, source: KubernetesSource) -> None:
+    """The controller's own status writes change nothing the model reads: no recompute."""
+    changes = Changes()
+    src = started(api, fast(), changes)
+    try:
+        stored = api.get("HTTPRoute", "default", "shop")
+        assert stored is not None
+        api.apply({**stored, "status": {"parents": []}})
+        api.apply(ingress("marker"))
+        assert wait_until(lambda: "marker" in [i.name for i in src.state().ingresses])
+        assert changes.count == 1  # the marker only
+    finally:
+        src.stop()
+
+
+def test_without_the_gateway_api_the_source_serves_the_rest_and_says_so_once(
+    api: FakeKubeAPI, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.remove_group(GATEWAY_GROUP)
+    caplog.set_level(logging.INFO, logger="controlplane.kube.informer")
+    src = started(api, fast(absent_recheck=0.1), Changes())
+    try:
+        state = src.state()
+        assert route_names(state)["ingresses"] == ["shop"]
+        assert [s.name for s in state.services] == ["shop"]
+        assert state.gateways == () and state.http_routes == ()
+        assert src.gateway_api.missing and src.errors() == []
+        relists = src.http_routes.relists
+        assert wait_until(lambda: api.watch_requests("Ingress") >= 1)
+        # several rechecks later: still one warning
+        assert wait_until(
+            lambda: sum(1 for m, p in api.requests if "/httproutes" in p and m == "GET") >= 3
+        )
+        absent = [r for r in caplog.records if "is not served" in r.getMessage()]
+        assert len(absent) == 1 and GATEWAY_GROUP in absent[0].getMessage()
+        assert src.http_routes.relists == relists
+        # The CRDs installed later: their objects are read at the next check.
+        api.install_group(GATEWAY_GROUP)
+        api.apply(gateway_class())
+        api.apply(http_route())
+        assert wait_until(lambda: [r.name for r in src.state().http_routes] == ["shop"])
+        assert not src.gateway_api.missing
+        assert any("is served now" in r.getMessage() for r in caplog.records)
+    finally:
+        src.stop()
+
+
+def test_the_crds_removed_later_empty_the_route_kinds(
+    api: FakeKubeAPI, source: KubernetesSource
+) -> None:
+    api.remove_group(GATEWAY_GROUP)
+    assert wait_until(lambda: source.state().http_routes == () and source.state().gateways == ())
+    assert wait_until(lambda: source.gateway_api.missing)
+    assert [i.name for i in source.state().ingresses] == ["shop"]
+
+
+def test_a_bad_route_object_is_reported_and_blocks_no_other(
+    api: FakeKubeAPI, source: KubernetesSource
+) -> None:
+    bad = http_route("broken")
+    bad["spec"]["rules"][0]["backendRefs"][0]["port"] = "eighty"
+    api.apply(bad)
+    api.apply(http_route("blog", hostnames=("blog.example.com",), backend="blog"))
+    bad_ingress = ingress("bad")
+    bad_ingress["spec"]["rules"] = "not a list"
+    api.apply(bad_ingress)
+    api.apply(ingress("news", host="news.example.com"))
+    assert wait_until(lambda: route_names(source.state())["http_routes"] == ["blog", "shop"])
+    assert wait_until(lambda: route_names(source.state())["ingresses"] == ["news", "shop"])
+    errors = source.errors()
+    assert any(e.startswith("httproutes default/broken:") for e in errors), errors
+    assert any(e.startswith("ingresses default/bad:") for e in errors), errors
