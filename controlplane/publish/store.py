@@ -89,6 +89,7 @@ class _Retained:
     parts: ContentParts
     own: tuple[bytes, ...] = ()
     fixed: int = 0
+    version: int = 0  # the version it was published as (`snapshot_at`)
 
 
 _CURRENT, _REPLACED = 0, 1
@@ -247,7 +248,7 @@ class SnapshotStore:
         self._generations[workload] = version
         message = wire.snapshot_message(content.payload, version, content.content_hash)
         self._drop_deltas(workload)
-        self._retain(workload, content, current)
+        self._retain(workload, content, current, version)
         self._current[workload] = Published(
             workload,
             version,
@@ -258,7 +259,13 @@ class SnapshotStore:
         )
         return True
 
-    def _retain(self, workload: str, content: SnapshotContent, replaced: Published | None) -> None:
+    def _retain(
+        self,
+        workload: str,
+        content: SnapshotContent,
+        replaced: Published | None,
+        version: int = 0,
+    ) -> None:
         """Keep `content`'s parts as the newest of its workload, within the count, and
         count who holds which backend."""
         retained = self._retained.setdefault(workload, OrderedDict())
@@ -277,7 +284,7 @@ class SnapshotStore:
                 self._refs.count(previous.own, _REPLACED, 1)
                 self._fixed_total += previous.fixed
                 self._replaced[(workload, replaced.content_hash)] = None
-        retained[content.content_hash] = _Retained(content.parts)
+        retained[content.content_hash] = _Retained(content.parts, version=version)
         while len(retained) > self.retained_versions:
             self._forget(workload, next(iter(retained)))
 
@@ -344,6 +351,20 @@ class SnapshotStore:
     def workload_of(self, pod: str) -> str | None:
         """Workload of the HAProxy pod "namespace/name", None when unknown."""
         return self._pod_workloads.get(pod)
+
+    def snapshot_at(self, workload: str, version: int) -> pb.Snapshot | None:
+        """Version `version` of `workload` while it is retained (inspection: `controlplane
+        status --diff`), else None; parsed on demand."""
+        for content_hash, kept in self._retained.get(workload, {}).items():
+            if kept.version == version:
+                snapshot = pb.Snapshot.FromString(kept.parts.join())
+                snapshot.version, snapshot.content_hash = version, content_hash
+                return snapshot
+        return None
+
+    def versions_held(self, workload: str) -> list[int]:
+        """The versions of `workload` that `snapshot_at` can still give, ascending."""
+        return sorted(k.version for k in self._retained.get(workload, {}).values())
 
     def delta_message(self, workload: str, to_hash: str, base_hash: str) -> bytes | None:
         """`ServerMessage(delta=...)` from content `base_hash` to the current version of

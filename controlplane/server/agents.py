@@ -15,8 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from controlplane.server import reports
 from controlplane.server.protocol import Sent, StreamState, initial_state
 from peerplane.v1 import peerplane_pb2 as pb
+
+
+def rfc3339(moment: datetime | None) -> str:
+    """An RFC 3339 UTC time, "" for none."""
+    if moment is None:
+        return ""
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 @dataclass(slots=True)
@@ -31,6 +39,14 @@ class AgentSession:
     connected_at: datetime
     state: StreamState
     identity: str = ""  # the authenticated caller (token username), "" without auth
+    # What the agent says about itself (bounded by `reports`) and when things happened,
+    # for ListAgents and `controlplane status`; the protocol never reads these.
+    haproxy_version: str = ""  # the Hello's, then its reports'
+    applied_by: str = ""  # the last Ack's: how HAProxy took the acknowledged version
+    acked_at: datetime | None = None  # the last Ack, or the Hello that reported a version
+    sent_at: datetime | None = None  # the last snapshot or delta sent (pending since)
+    sent_nonce: str = ""  # the nonce `sent_at` belongs to
+    report: pb.AgentReport | None = None  # the last AgentReport, bounded
 
     # Read-only views of the protocol state, for inspection and tests.
     @property
@@ -61,9 +77,19 @@ class AgentSession:
     def ignored_messages(self) -> int:
         return self.state.ignored_messages
 
-    def to_proto(self) -> pb.AgentStatus:
+    def to_proto(self, current_version: int = 0) -> pb.AgentStatus:
+        """The ListAgents entry; `current_version`: the workload's current version."""
         state = self.state
-        return pb.AgentStatus(
+        pending = state.pending
+        pending_since = ""
+        if pending is not None and pending.nonce == self.sent_nonce:
+            pending_since = rfc3339(self.sent_at)
+        status = pb.AgentStatus(
+            pending_since=pending_since,
+            acked_at=rfc3339(self.acked_at) if state.acked_hash else "",
+            haproxy_version=self.haproxy_version,
+            applied_by=self.applied_by,
+            current_version=current_version,
             agent=self.pod,
             node_name=self.node_name,
             workload=state.workload,
@@ -73,10 +99,27 @@ class AgentSession:
             pending_version=state.pending.version if state.pending else 0,
             last_nack_error=state.last_nack_error,
             last_nack_version=state.last_nack_version,
-            connected_since=self.connected_at.isoformat(timespec="seconds").replace("+00:00", "Z"),
+            connected_since=rfc3339(self.connected_at),
             agent_version=self.agent_version,
             deltas=state.deltas,
         )
+        if self.report is not None:
+            status.report.CopyFrom(self.report)
+        return status
+
+    def sent(self, nonce: str, now: datetime | None = None) -> None:
+        """A snapshot or delta under `nonce` went out now."""
+        self.sent_nonce, self.sent_at = nonce, now or datetime.now(UTC)
+
+    def acked(self, applied_by: str, now: datetime | None = None) -> None:
+        """The pending version was acknowledged; `applied_by` as the Ack says."""
+        self.applied_by, self.acked_at = reports.word(applied_by), now or datetime.now(UTC)
+
+    def reported(self, report: pb.AgentReport) -> None:
+        """Keep the agent's report, bounded; its HAProxy version replaces the Hello's."""
+        self.report = reports.bounded(report)
+        if self.report.haproxy_version:
+            self.haproxy_version = self.report.haproxy_version
 
 
 class AgentRegistry:
@@ -99,13 +142,16 @@ class AgentRegistry:
     ) -> AgentSession:
         """A session for a stream; `deltas` when the server sends deltas to agents that
         accept them (this one still has to announce it in its Hello)."""
+        connected_at = now or datetime.now(UTC)
         session = AgentSession(
+            haproxy_version=reports.word(hello.haproxy_version, reports.MAX_VERSION_CHARS),
+            acked_at=connected_at if hello.applied_content_hash else None,
             stream_id=next(self._ids),
             pod=f"{hello.pod_namespace}/{hello.pod_name}",
             node_name=hello.node_name,
             agent_version=hello.agent_version,
             peer_address=peer_address,
-            connected_at=now or datetime.now(UTC),
+            connected_at=connected_at,
             state=initial_state(
                 hello.applied_content_hash,
                 hello.applied_version,

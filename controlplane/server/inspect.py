@@ -1,5 +1,6 @@
-"""The unary inspection RPCs operators call with grpcurl: workloads (and the replica that
-answers: role, leader, readiness, ledger version, endpoints waiting), snapshots, agents."""
+"""The unary inspection RPCs operators call with `controlplane status` or grpcurl: workloads
+(and the replica that answers: role, leader, readiness, ledger version, endpoints waiting),
+snapshots (the current version, or one of the few the store still holds), agents."""
 
 from __future__ import annotations
 
@@ -119,11 +120,25 @@ class Inspection:
                 f"workload '{clean(request.workload, REPLY_CHARS)}' is not known; "
                 f"known workloads: {listed or 'none'}",
             )
-        return published.snapshot()
+        if not request.version or request.version == published.version:
+            return published.snapshot()
+        older = self._store.snapshot_at(request.workload, request.version)
+        if older is None:
+            held = ", ".join(map(str, self._store.versions_held(request.workload)))
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"version {request.version} of {request.workload} is no longer held (the "
+                f"control plane keeps the last few versions); versions held: {held}",
+            )
+        return older
 
     async def list_agents(
         self, request: pb.ListAgentsRequest, context: Context
     ) -> pb.ListAgentsResponse:
         await self._check_caller(context)
         sessions = self._registry.sessions(request.workload)
-        return pb.ListAgentsResponse(agents=[s.to_proto() for s in sessions])
+        agents = []
+        for session in sessions:
+            current = self._store.get(session.workload) if session.workload else None
+            agents.append(session.to_proto(current.version if current is not None else 0))
+        return pb.ListAgentsResponse(agents=agents)

@@ -204,6 +204,7 @@ class StreamHandler:
             in_sync = pb.InSync(version=published.version, content_hash=published.content_hash)
             return pb.ServerMessage(in_sync=in_sync).SerializeToString()
         sent = decision.sent
+        session.sent(sent.nonce)
         shared = published.message_bytes  # ServerMessage(snapshot=...)
         kind = "snapshot"
         if isinstance(decision, protocol.SendDelta):
@@ -303,6 +304,9 @@ class StreamHandler:
         """Step the protocol with one upstream message, then log and count the outcome;
         True when the writer has something to send now (a resync)."""
         kind = message.WhichOneof("message")
+        if kind == "report":  # what the agent says about itself: kept, bounded
+            session.reported(message.report)
+            return False
         before = session.state
         outcome: protocol.Acked | protocol.Nacked | protocol.Stale | protocol.Ignored
         if kind == "ack":
@@ -315,6 +319,7 @@ class StreamHandler:
             session.state, outcome = protocol.on_other(before, kind or "an empty message")
         workload = session.state.workload
         if isinstance(outcome, protocol.Acked):
+            session.acked(message.ack.applied_by)
             version = outcome.sent.version
             log.info(
                 "agent %s acked %s v%d",

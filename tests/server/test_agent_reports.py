@@ -1,0 +1,148 @@
+"""What agents say about themselves, through real gRPC: the Hello's HAProxy version, the
+Ack's `applied_by`, AgentReports (kept bounded, never ending the stream), the times
+behind STALE (`pending_since`, `acked_at`) and the workload's current version in
+ListAgents; GetSnapshot of a version the store still holds, and of one it does not."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import grpc
+import pytest
+
+from controlplane.server import reports
+from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.server_harness import NS, W1, Harness, run, snapshot
+
+
+def _parse(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_list_agents_shows_version_applied_by_times_and_report() -> None:
+    async def body() -> None:
+        async with Harness() as h:
+            h.publish({W1: snapshot(W1, "10.0.0.1")}, {f"{NS}/haproxy-a": W1})
+            agent = h.agent("haproxy-a")
+            await agent.call.write(
+                pb.AgentMessage(
+                    hello=pb.Hello(pod_namespace=NS, pod_name="haproxy-a", haproxy_version="3.0.11")
+                )
+            )
+            first = await agent.recv_snapshot()
+            (pending,) = await h.agents()
+            assert pending.haproxy_version == "3.0.11" and pending.current_version == 1
+            assert pending.pending_version == 1 and pending.acked_at == ""
+            sent_at = _parse(pending.pending_since)
+            assert abs((datetime.now(UTC) - sent_at).total_seconds()) < 5
+            ack = pb.Ack(
+                nonce=first.nonce,
+                version=1,
+                content_hash=first.snapshot.content_hash,
+                applied_by="start",
+            )
+            await agent.call.write(pb.AgentMessage(ack=ack))
+            await h.until(
+                lambda: (s := h.session("haproxy-a")) is not None and s.acked_version == 1
+            )
+            report = pb.AgentReport(
+                haproxy_version="3.0.12",
+                last_applied_by="start",
+                last_applied_at="2026-12-04T11:00:00Z",
+                peer_sessions=[pb.PeerSession(name="haproxy-b", state="ESTA", connected=True)],
+                tables=[pb.TableEntries(table="default_shop_http", entries=42)],
+                observed_at="2026-12-04T11:00:01Z",
+            )
+            await agent.call.write(pb.AgentMessage(report=report))
+            await h.until(
+                lambda: (s := h.session("haproxy-a")) is not None and s.report is not None
+            )
+            (acked,) = await h.agents()
+            assert (acked.applied_by, acked.pending_since, acked.pending_version) == (
+                "start",
+                "",
+                0,
+            )
+            assert acked.acked_at and acked.report == report
+            assert acked.haproxy_version == "3.0.12"  # the report's replaces the Hello's
+            assert h.session("haproxy-a").ignored_messages == 0  # type: ignore[union-attr]
+            # The next version is pending again, with its own sent time.
+            h.publish({W1: snapshot(W1, "10.0.0.2")}, {f"{NS}/haproxy-a": W1})
+            await agent.recv_snapshot()
+            (again,) = await h.agents()
+            assert (again.pending_version, again.current_version, again.acked_version) == (2, 2, 1)
+            assert again.pending_since and again.report == report
+
+    run(body())
+
+
+def test_an_odd_report_is_bounded_and_the_stream_goes_on() -> None:
+    """Huge strings, control characters and far too many tables and peers: kept within
+    the bounds, escaped, and the stream still answers the next version."""
+
+    async def body() -> None:
+        async with Harness() as h:
+            h.publish({W1: snapshot(W1, "10.0.0.1")}, {f"{NS}/haproxy-a": W1})
+            agent = h.agent("haproxy-a")
+            await agent.hello()
+            first = await agent.recv_snapshot()
+            await agent.ack(first)
+            odd = pb.AgentReport(
+                haproxy_version="9" * 10_000,
+                last_applied_by="\x1b[31mreload",
+                peer_sessions=[
+                    pb.PeerSession(name=f"p{i}", state="ESTA", connected=True) for i in range(5000)
+                ],
+                tables=[pb.TableEntries(table=f"t{i:05}", entries=i) for i in range(20_000)],
+            )
+            await agent.call.write(pb.AgentMessage(report=odd))
+            await agent.call.write(pb.AgentMessage(report=pb.AgentReport()))  # empty: fine
+            await agent.call.write(pb.AgentMessage(report=odd))
+            await h.until(
+                lambda: (s := h.session("haproxy-a")) is not None and s.report is not None
+            )
+            (status,) = await h.agents()
+            kept = status.report
+            assert len(kept.peer_sessions) == reports.MAX_PEERS
+            assert len(kept.tables) == reports.MAX_TABLES
+            assert kept.tables[-1].table == "t19999"  # the fullest tables are kept
+            assert len(status.haproxy_version) < 200 and "\x1b" not in kept.last_applied_by
+            h.publish({W1: snapshot(W1, "10.0.0.2")}, {f"{NS}/haproxy-a": W1})
+            assert (await agent.recv_snapshot()).snapshot.version == 2
+
+    run(body())
+
+
+def test_an_old_agent_without_reports_or_applied_by_still_works() -> None:
+    async def body() -> None:
+        async with Harness() as h:
+            h.publish({W1: snapshot(W1, "10.0.0.1")}, {f"{NS}/haproxy-a": W1})
+            agent = h.agent("haproxy-a")
+            await agent.hello()
+            await agent.ack(await agent.recv_snapshot())
+            await h.until(
+                lambda: (s := h.session("haproxy-a")) is not None and s.acked_version == 1
+            )
+            (status,) = await h.agents()
+            assert (status.haproxy_version, status.applied_by) == ("", "")
+            assert not status.HasField("report") and status.acked_at
+
+    run(body())
+
+
+def test_get_snapshot_of_a_version_still_held_and_of_one_gone() -> None:
+    async def body() -> None:
+        async with Harness() as h:
+            for address in ("10.0.0.1", "10.0.0.2", "10.0.0.3"):
+                h.publish({W1: snapshot(W1, address)})
+            old = await h.stub.GetSnapshot(pb.GetSnapshotRequest(workload=W1, version=1))
+            assert old.version == 1 and old.backends[0].slots[0].address == "10.0.0.1"
+            assert old.content_hash == snapshot(W1, "10.0.0.1").content_hash
+            current = await h.stub.GetSnapshot(pb.GetSnapshotRequest(workload=W1, version=3))
+            assert current == await h.stub.GetSnapshot(pb.GetSnapshotRequest(workload=W1))
+            with pytest.raises(grpc.aio.AioRpcError) as gone:
+                await h.stub.GetSnapshot(pb.GetSnapshotRequest(workload=W1, version=7))
+            assert gone.value.code() == grpc.StatusCode.NOT_FOUND
+            assert "versions held: 1, 2, 3" in (gone.value.details() or "")
+
+    run(body())
