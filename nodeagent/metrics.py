@@ -17,11 +17,14 @@ from prometheus_client import (
 )
 
 from peerplane.runtime.httpserve import HttpLimits, MetricsHttpServer
+from peerplane.runtime.untrusted import clean
 
 log = logging.getLogger(__name__)
 
 APPLY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 PATHS = ("nothing", "runtime", "reload")
+REFUSAL_STAGES = ("descriptors", "check", "reload")
+REFUSAL_REASON_CHARS = 1024  # one label value: HAProxy's last ALERT lines fit
 
 
 class AgentMetrics:
@@ -91,8 +94,41 @@ class AgentMetrics:
             ["table"],
             registry=r,
         )
+        self.open_files_limit = Gauge(
+            "nodeagent_open_files_limit",
+            "Hard open-files limit HAProxy gets (RLIMIT_NOFILE, read at agent start; absent "
+            "when unlimited)",
+            registry=r,
+        )
+        self.descriptors_needed = Gauge(
+            "nodeagent_haproxy_descriptors_needed",
+            "Open files HAProxy asks for the last config the agent was to reload with",
+            registry=r,
+        )
+        self.refusals = Counter(
+            "nodeagent_haproxy_refusals",
+            "Configs not run, by stage: descriptors (the agent's count), check (haproxy -c), "
+            "reload (HAProxy refused to start or reload)",
+            ["stage"],
+            registry=r,
+        )
+        self.last_refusal = Gauge(
+            "nodeagent_haproxy_last_refusal",
+            "Unix time of the last refusal, one series: its stage and its reason in HAProxy's "
+            "words (escaped, bounded)",
+            ["stage", "reason"],
+            registry=r,
+        )
         for path in PATHS:
             self.apply_seconds.labels(path)  # export every path from the start
+        for stage in REFUSAL_STAGES:
+            self.refusals.labels(stage)
+
+    def refused(self, stage: str, reason: str) -> None:
+        """Count a refusal and keep its words as the one `last_refusal` series."""
+        self.refusals.labels(stage).inc()
+        self.last_refusal.clear()
+        self.last_refusal.labels(stage, clean(reason, REFUSAL_REASON_CHARS)).set_to_current_time()
 
 
 class MetricsServer(MetricsHttpServer):

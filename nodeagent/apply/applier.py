@@ -19,6 +19,7 @@ from nodeagent.apply import activation, saved
 from nodeagent.apply.faults import crash_point
 from nodeagent.apply.outcome import ApplyError, Result
 from nodeagent.config import changes
+from nodeagent.config.descriptors import Budget
 from nodeagent.config.render import PEERS_SECTION, Rendered, RenderError, RenderOptions, render_held
 from nodeagent.haproxy import HAProxyError, sockrepair
 from nodeagent.haproxy.driver import HAProxy, validate
@@ -47,6 +48,7 @@ class Applier:
         supervisor: Supervisor | None = None,
         start_timeout: float = 15.0,
         metrics: AgentMetrics | None = None,
+        budget: Budget | None = None,
     ) -> None:
         self.options = options
         self.config_path = config_path
@@ -59,6 +61,9 @@ class Applier:
         self._unsaved = False  # HAProxy runs `applied` but the state dir lacks it
         self._lock = threading.Lock()
         self.metrics = metrics if metrics is not None else AgentMetrics()
+        # The open files HAProxy may use: a config that needs more is NACKed before
+        # `haproxy -c` (None: not counted; HAProxy's own refusal is quoted instead).
+        self.budget = budget
 
     @property
     def applied_hash(self) -> str:
@@ -195,6 +200,7 @@ class Applier:
             if done is not None:
                 return done
             kind = changes.Kind.RELOAD
+        self._check_descriptors(data, decision.kind)
         cfg = data.decode()
         try:
             error = validate(cfg, self.haproxy.haproxy_bin, self.haproxy.check_timeout)
@@ -202,6 +208,7 @@ class Applier:
             raise ApplyError(f"cannot run haproxy -c: {e}", decision.kind, retryable=True) from e
         if error:
             self.metrics.validation_failures.inc()
+            self.metrics.refused("check", error)
             raise ApplyError(error, decision.kind)
         if restoring and not self.activation.present():
             self._write_config(cfg)  # an external HAProxy not up yet starts on this file
@@ -263,7 +270,20 @@ class Applier:
         except (OSError, HAProxyError) as e:
             if previous is not None:
                 self._write_config(previous)
+            self.metrics.refused("reload", str(e))
             raise ApplyError(f"reload failed: {e}", changes.Kind.RELOAD, retryable=True) from e
+
+    def _check_descriptors(self, data: bytes, kind: changes.Kind) -> None:
+        """Before `haproxy -c` and any write: a config needing more open files than HAProxy
+        may have is NACKed with the figures and the remedies, as HAProxy would refuse to
+        start or reload on it (docs/design.md, "Open files")."""
+        if self.budget is None:
+            return
+        need, short = self.budget.check(data)
+        self.metrics.descriptors_needed.set(need.total)
+        if short is not None:
+            self.metrics.refused("descriptors", short)
+            raise ApplyError(short, kind)
 
     def _rebinding(self, cfg: str) -> str | None:
         """The config to reload with so that a deleted runtime socket is bound again, or

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 from nodeagent.apply.applier import Applier
 from nodeagent.apply.saved import StateStore
+from nodeagent.config.descriptors import Budget
 from nodeagent.config.render import RenderOptions
-from nodeagent.haproxy import sockrepair, version
+from nodeagent.haproxy import openfiles, sockrepair, version
 from nodeagent.haproxy.driver import HAProxy
 from nodeagent.haproxy.supervisor import Supervisor
 from nodeagent.metrics import AgentMetrics, MetricsServer
@@ -71,6 +72,16 @@ def serving_version(haproxy_bin: str) -> tuple[version.Version | None, str]:
     return found, release
 
 
+def descriptor_budget(haproxy_bin: str, opts: RenderOptions, metrics: AgentMetrics) -> Budget:
+    """The open files HAProxy may use: this process's hard limit, its soft one raised to it
+    first (a managed HAProxy inherits both; an external one, in the same pod, gets the
+    same from the container runtime), and the threads HAProxy runs here."""
+    limit = openfiles.raise_soft_limit()
+    if limit is not None:
+        metrics.open_files_limit.set(limit)
+    return Budget(limit, openfiles.default_threads(haproxy_bin), opts.haproxy_version)
+
+
 def build_agent(args: argparse.Namespace) -> Agent:
     """`nodeagent run`'s objects from its flags; WiringError when they cannot be built."""
     if not args.pod_namespace or not args.pod_name:
@@ -114,7 +125,13 @@ def build_agent(args: argparse.Namespace) -> Agent:
             on_restart=metrics.haproxy_restarts.inc,
         )
     applier = Applier(
-        opts, args.config, StateStore(state_dir), haproxy, supervisor, metrics=metrics
+        opts,
+        args.config,
+        StateStore(state_dir),
+        haproxy,
+        supervisor,
+        metrics=metrics,
+        budget=descriptor_budget(args.haproxy_bin, opts, metrics),
     )
     identity = Identity(args.pod_namespace, args.pod_name, args.node_name, release)
     client = Client(
