@@ -1,0 +1,417 @@
+"""Writes the route model's status documents to the objects' `/status` subresource.
+
+`controlplane.routes.status.route_statuses` says, per object, the whole `status` it
+should have (GatewayClass and Gateway conditions, Gateway listeners and addresses,
+HTTPRoute parents, Ingress loadBalancer). This writer makes the cluster say it:
+
+- only while this replica holds the Lease (`leading()`; always without election), and
+  after taking it every object is read again (the previous leader may have written);
+- in its own thread: `submit()` only replaces the latest documents (one slot, never a
+  growing queue), so the compute loop never waits for the API;
+- cost follows the change: a document equal to the one last made true is not looked
+  at; a changed one is read, and written only when it differs from what is stored;
+- a condition keeps the stored `lastTransitionTime` while its status and reason are
+  unchanged, else gets now; HTTPRoute `parents` entries of other controllers are kept;
+- a write is a PUT with the resourceVersion read: a 409 reads again and retries, a
+  missing object (404) is skipped, any other failure is retried later with backoff;
+  one object's failure never holds up the others.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from controlplane.model import GATEWAY_GROUP
+
+log = logging.getLogger(__name__)
+
+GATEWAY_CONTROLLER = "peerplane.dev/gateway-controller"
+NETWORKING_GROUP = "networking.k8s.io"
+CONFLICT_ATTEMPTS = 5
+Obj = dict[str, Any]
+
+
+class StatusKeyLike(Protocol):
+    """`controlplane.routes.status.StatusKey`'s fields (namespace "" when cluster-scoped)."""
+
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+
+Statuses = Mapping[Any, Mapping[str, Any]]  # StatusKeyLike -> the whole status body
+
+
+@dataclass(frozen=True, slots=True)
+class _Resource:
+    version: str
+    plural: str
+    cluster_scoped: bool = False
+
+
+RESOURCES: Mapping[tuple[str, str], _Resource] = {
+    (GATEWAY_GROUP, "GatewayClass"): _Resource("v1", "gatewayclasses", cluster_scoped=True),
+    (GATEWAY_GROUP, "Gateway"): _Resource("v1", "gateways"),
+    (GATEWAY_GROUP, "HTTPRoute"): _Resource("v1", "httproutes"),
+    (NETWORKING_GROUP, "Ingress"): _Resource("v1", "ingresses"),
+}
+
+
+class StatusConflict(Exception):
+    """The object kept changing between our read and our write."""
+
+
+def rfc3339(moment: float) -> str:
+    """metav1.Time: seconds precision, UTC."""
+    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _identity(item: Mapping[str, Any]) -> str:
+    """What names an entry of a status list across writes: a listener's name, a route
+    parent's parentRef and controller."""
+    if "parentRef" in item:
+        return json.dumps([item.get("parentRef"), item.get("controllerName")], sort_keys=True)
+    return json.dumps(item.get("name"))
+
+
+def with_transition_times(desired: Any, stored: Any, now: str) -> Any:
+    """`desired` with every condition's lastTransitionTime: the stored one when the
+    condition (same type, same place) has the same status and reason, else `now`."""
+    if isinstance(desired, Mapping):
+        out: Obj = {}
+        old = stored if isinstance(stored, Mapping) else {}
+        for key, value in desired.items():
+            if key == "conditions" and isinstance(value, list):
+                out[key] = _conditions(value, old.get(key), now)
+            else:
+                out[key] = with_transition_times(value, old.get(key), now)
+        return out
+    if isinstance(desired, list):
+        olds = (
+            {_identity(item): item for item in (stored or []) if isinstance(item, Mapping)}
+            if isinstance(stored, list)
+            else {}
+        )
+        return [
+            with_transition_times(
+                item, olds.get(_identity(item)) if isinstance(item, Mapping) else None, now
+            )
+            for item in desired
+        ]
+    return copy.deepcopy(desired)
+
+
+def _conditions(desired: list[Any], stored: Any, now: str) -> list[Any]:
+    olds = {
+        c.get("type"): c
+        for c in (stored if isinstance(stored, list) else [])
+        if isinstance(c, Mapping)
+    }
+    out = []
+    for condition in desired:
+        if not isinstance(condition, Mapping):
+            out.append(copy.deepcopy(condition))
+            continue
+        new = dict(condition)
+        old = olds.get(condition.get("type"))
+        same = old is not None and (old.get("status"), old.get("reason")) == (
+            condition.get("status"),
+            condition.get("reason"),
+        )
+        time_ = old.get("lastTransitionTime") if same and old is not None else None
+        new["lastTransitionTime"] = time_ if isinstance(time_, str) and time_ else now
+        out.append(new)
+    return out
+
+
+def merged_status(
+    kind: str, stored: Mapping[str, Any], desired: Mapping[str, Any], now: str, controller: str
+) -> Obj:
+    """The status to store: `desired` with transition times carried over; an HTTPRoute
+    keeps the `parents` entries other controllers wrote (status is shared per parent)."""
+    status = with_transition_times(desired, stored, now)
+    if kind == "HTTPRoute":
+        ours = {controller} | {
+            str(p.get("controllerName"))
+            for p in status.get("parents") or []
+            if isinstance(p, Mapping)
+        }
+        others = [
+            copy.deepcopy(p)
+            for p in stored.get("parents") or []
+            if isinstance(p, Mapping) and p.get("controllerName") not in ours
+        ]
+        status["parents"] = others + list(status.get("parents") or [])
+    return dict(status)
+
+
+@dataclass
+class WriterStats:
+    """Counts since start (tests and logs): API reads, writes, 409s, objects found
+    missing, failures."""
+
+    reads: int = 0
+    writes: int = 0
+    conflicts: int = 0
+    missing: int = 0
+    failures: int = 0
+    rounds: int = 0
+    problems: dict[str, str] = field(default_factory=dict)  # object -> last failure
+
+
+class RouteStatusWriter:
+    """Makes the objects' `/status` say the latest submitted documents (see module doc)."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        leading: Callable[[], bool] = lambda: True,
+        controller: str = GATEWAY_CONTROLLER,
+        clock: Callable[[], float] = time.time,
+        request_timeout: float = 5.0,
+        recheck_s: float = 1.0,
+        retry_s: float = 1.0,
+        retry_max_s: float = 30.0,
+    ) -> None:
+        self._custom = client.CustomObjectsApi(api)
+        self._networking = client.NetworkingV1Api(api)
+        self._leading = leading
+        self._controller = controller
+        self._clock = clock
+        self._timeout = (request_timeout, request_timeout)
+        self._recheck_s = recheck_s
+        self._retry_s = retry_s
+        self._retry_max_s = retry_max_s
+        self._cond = threading.Condition()
+        self._latest: Statuses = {}
+        self._submitted = 0
+        self._handled = 0
+        self._stopping = False
+        self._written: dict[Any, Mapping[str, Any]] = {}  # what the cluster says, as far as known
+        self._was_leading = False
+        self.stats = WriterStats()
+        self._thread = threading.Thread(target=self._run, name="route-status", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ interface
+
+    def submit(self, statuses: Statuses) -> None:
+        """The documents every object should say now; replaces any not yet written."""
+        with self._cond:
+            self._latest = statuses
+            self._submitted += 1
+            self._cond.notify_all()
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until the latest submission was handled (written, or left to a retry)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            wanted = self._submitted
+            while self._handled < wanted:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+    def close(self, timeout: float = 5.0) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    # ------------------------------------------------------------------ worker
+
+    def _run(self) -> None:
+        failures = 0
+        retry_at: float | None = None
+        while True:
+            with self._cond:
+                if self._stopping:
+                    return
+                if self._handled == self._submitted and not _due(retry_at):
+                    wait = self._recheck_s  # also how soon a promotion is noticed
+                    if retry_at is not None:
+                        wait = min(wait, max(0.0, retry_at - time.monotonic()))
+                    self._cond.wait(wait)
+                    if self._stopping:
+                        return
+                latest, seq = self._latest, self._submitted
+                pending = self._handled < seq
+            if not self._leading():
+                if self._was_leading:
+                    log.info("route status: not leading; writes stop")
+                self._was_leading, retry_at = False, None
+                self._done(seq)
+                continue
+            promoted = not self._was_leading
+            if promoted:
+                self._was_leading, failures = True, 0
+                self._written.clear()  # another leader may have written: read everything
+            if not (pending or promoted or _due(retry_at)):
+                continue
+            failed = self._round(latest)
+            self._done(seq)
+            if failed:
+                failures += 1
+                retry_at = time.monotonic() + min(
+                    self._retry_max_s, self._retry_s * 2 ** (failures - 1)
+                )
+            else:
+                failures, retry_at = 0, None
+
+    def _done(self, seq: int) -> None:
+        with self._cond:
+            self._handled = max(self._handled, seq)
+            self._cond.notify_all()
+
+    def _round(self, latest: Statuses) -> int:
+        """Write what changed since the last round; how many objects failed."""
+        self.stats.rounds += 1
+        failed = 0
+        changed = [(k, v) for k, v in latest.items() if self._written.get(k) != v]
+        dropped = [k for k in self._written if k not in latest]
+        for key in dropped:
+            del self._written[key]
+            if key.kind == "HTTPRoute":  # no longer attached to our Gateways: our parents go
+                changed.append((key, {"parents": []}))
+        for key, desired in changed:
+            if not self._leading():
+                log.info("route status: leadership lost mid-round; writes stop")
+                return failed
+            try:
+                self._ensure(key, desired)
+            except Exception as error:
+                failed += 1
+                self.stats.failures += 1
+                what = _describe(key)
+                text = _error_text(error)
+                if self.stats.problems.get(what) != text:
+                    log.warning("route status: cannot write %s: %s", what, text)
+                self.stats.problems[what] = text
+                continue
+            self.stats.problems.pop(_describe(key), None)
+            if key in latest:
+                self._written[key] = desired
+        return failed
+
+    def _ensure(self, key: StatusKeyLike, desired: Mapping[str, Any]) -> None:
+        """Make the stored status equal `desired` (read, compare, PUT; 409 reads again)."""
+        resource = RESOURCES.get((key.group, key.kind))
+        if resource is None:
+            raise ValueError(f"no status subresource known for {key.group}/{key.kind}")
+        for _ in range(CONFLICT_ATTEMPTS):
+            try:
+                current = self._read(key, resource)
+            except ApiException as error:
+                if error.status == 404:
+                    self.stats.missing += 1
+                    return  # deleted meanwhile: nothing to say
+                raise
+            stored = current.get("status")
+            stored = stored if isinstance(stored, Mapping) else {}
+            now = rfc3339(self._clock())
+            status = merged_status(key.kind, stored, desired, now, self._controller)
+            if status == stored:
+                return
+            meta = current.get("metadata") or {}
+            body: Obj = {
+                "apiVersion": current.get("apiVersion"),
+                "kind": current.get("kind") or key.kind,
+                "metadata": {
+                    "name": key.name,
+                    "resourceVersion": meta.get("resourceVersion"),
+                },
+                "status": status,
+            }
+            if key.namespace:
+                body["metadata"]["namespace"] = key.namespace
+            try:
+                self._replace(key, resource, body)
+            except ApiException as error:
+                if error.status == 409:
+                    self.stats.conflicts += 1
+                    continue
+                if error.status == 404:
+                    self.stats.missing += 1
+                    return
+                raise
+            self.stats.writes += 1
+            return
+        raise StatusConflict(f"still conflicting after {CONFLICT_ATTEMPTS} attempts")
+
+    # ------------------------------------------------------------------ API
+
+    def _read(self, key: StatusKeyLike, resource: _Resource) -> Obj:
+        self.stats.reads += 1
+        common: dict[str, Any] = {"_preload_content": False, "_request_timeout": self._timeout}
+        if key.group == NETWORKING_GROUP:
+            response = self._networking.read_namespaced_ingress(key.name, key.namespace, **common)
+        elif resource.cluster_scoped:
+            response = self._custom.get_cluster_custom_object(
+                key.group, resource.version, resource.plural, key.name, **common
+            )
+        else:
+            response = self._custom.get_namespaced_custom_object(
+                key.group, resource.version, key.namespace, resource.plural, key.name, **common
+            )
+        data = json.loads(response.data)
+        if not isinstance(data, dict):
+            raise ValueError("the API answered a read with no object")
+        return data
+
+    def _replace(self, key: StatusKeyLike, resource: _Resource, body: Obj) -> None:
+        common: dict[str, Any] = {"_preload_content": False, "_request_timeout": self._timeout}
+        if key.group == NETWORKING_GROUP:
+            self._networking.replace_namespaced_ingress_status(
+                key.name, key.namespace, body, **common
+            )
+        elif resource.cluster_scoped:
+            self._custom.replace_cluster_custom_object_status(
+                key.group, resource.version, resource.plural, key.name, body, **common
+            )
+        else:
+            self._custom.replace_namespaced_custom_object_status(
+                key.group,
+                resource.version,
+                key.namespace,
+                resource.plural,
+                key.name,
+                body,
+                **common,
+            )
+
+
+def _due(retry_at: float | None) -> bool:
+    return retry_at is not None and time.monotonic() >= retry_at
+
+
+def _describe(key: StatusKeyLike) -> str:
+    where = f"{key.namespace}/{key.name}" if key.namespace else key.name
+    return f"{key.kind} {where}"
+
+
+def _error_text(error: Exception) -> str:
+    if isinstance(error, ApiException):
+        return f"HTTP {error.status} {error.reason}"
+    return f"{type(error).__name__}: {error}"

@@ -1,0 +1,330 @@
+"""The route status writer against the fake API server: each kind's status written to its
+`/status`, transition times kept, nothing rewritten when unchanged, conflicts retried, a
+missing or failing object never holding up the others, other controllers' route parents
+kept, and only the Lease holder writing (two replicas)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import pytest
+
+from controlplane.kube.leader import LeaderElector, LeaseTimings
+from controlplane.kube.route_status import GATEWAY_CONTROLLER, RouteStatusWriter, rfc3339
+from tests.kubeapi import FakeKubeAPI
+from tests.kubeapi.objects import (
+    api_client,
+    gateway,
+    gateway_class,
+    http_route,
+    ingress,
+    wait_until,
+)
+
+Obj = dict[str, Any]
+GW = "gateway.networking.k8s.io"
+T0 = 1_800_000_000.0
+
+
+class Key(NamedTuple):
+    group: str
+    kind: str
+    namespace: str
+    name: str
+
+
+CLASS = Key(GW, "GatewayClass", "", "peerplane")
+GATEWAY = Key(GW, "Gateway", "default", "web")
+ROUTE = Key(GW, "HTTPRoute", "default", "shop")
+INGRESS = Key("networking.k8s.io", "Ingress", "default", "shop")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def condition(kind: str, status: str = "True", reason: str = "", message: str = "") -> Obj:
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason or kind,
+        "message": message,
+        "observedGeneration": 1,
+    }
+
+
+def parent(gateway_name: str = "web", controller: str = GATEWAY_CONTROLLER, **more: str) -> Obj:
+    return {
+        "parentRef": {"group": GW, "kind": "Gateway", "name": gateway_name},
+        "controllerName": controller,
+        "conditions": [condition("Accepted"), condition("ResolvedRefs", **more)],
+    }
+
+
+def documents(route_message: str = "") -> dict[Key, Obj]:
+    return {
+        CLASS: {"conditions": [condition("Accepted")]},
+        GATEWAY: {
+            "conditions": [condition("Accepted"), condition("Programmed")],
+            "listeners": [
+                {
+                    "name": "http",
+                    "attachedRoutes": 1,
+                    "supportedKinds": [{"group": GW, "kind": "HTTPRoute"}],
+                    "conditions": [condition("Accepted"), condition("Programmed")],
+                }
+            ],
+            "addresses": [{"type": "IPAddress", "value": "127.0.0.11"}],
+        },
+        ROUTE: {"parents": [parent(message=route_message)]},
+        INGRESS: {"loadBalancer": {"ingress": [{"ip": "127.0.0.11"}]}},
+    }
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeAPI]:
+    server = FakeKubeAPI().start()
+    for obj in (gateway_class(), gateway(), http_route(), ingress()):
+        server.apply(obj)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def writer(api: FakeKubeAPI, clock: Clock) -> Iterator[RouteStatusWriter]:
+    w = RouteStatusWriter(api_client(api.url), clock=clock, recheck_s=0.05, retry_s=0.05)
+    yield w
+    w.close()
+
+
+def stored(api: FakeKubeAPI, key: Key) -> Obj:
+    obj = api.get(key.kind, key.namespace, key.name)
+    assert obj is not None
+    status: Obj = obj.get("status") or {}
+    return status
+
+
+def status_writes(api: FakeKubeAPI) -> list[str]:
+    return [p for m, p in api.requests if m == "PUT" and p.endswith("/status")]
+
+
+def without_times(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: without_times(v) for k, v in node.items() if k != "lastTransitionTime"}
+    if isinstance(node, list):
+        return [without_times(v) for v in node]
+    return node
+
+
+def test_each_kind_gets_its_status_with_transition_times(
+    api: FakeKubeAPI, writer: RouteStatusWriter
+) -> None:
+    docs = documents()
+    writer.submit(docs)
+    assert writer.flush()
+    for key, doc in docs.items():
+        assert without_times(stored(api, key)) == doc, key
+    accepted = stored(api, CLASS)["conditions"][0]
+    assert accepted["lastTransitionTime"] == rfc3339(T0) == "2027-01-15T08:00:00Z"
+    listener = stored(api, GATEWAY)["listeners"][0]
+    assert {c["lastTransitionTime"] for c in listener["conditions"]} == {rfc3339(T0)}
+    assert len(status_writes(api)) == 4
+    assert api.get("Gateway", "default", "web")["metadata"]["generation"] == 1  # type: ignore[index]
+
+
+def test_nothing_is_read_or_written_again_when_unchanged(
+    api: FakeKubeAPI, writer: RouteStatusWriter
+) -> None:
+    writer.submit(documents())
+    assert writer.flush()
+    requests = len(api.requests)
+    writer.submit(documents())  # equal documents, new objects
+    assert writer.flush()
+    assert len(api.requests) == requests  # cost follows the change: not even a read
+    changed = documents(route_message="backend blog has no endpoints")
+    writer.submit(changed)
+    assert writer.flush()
+    new = api.requests[requests:]
+    assert [m for m, _ in new] == ["GET", "PUT"]
+    assert new[1][1].endswith("/httproutes/shop/status")
+
+
+def test_a_stored_status_already_equal_is_not_written(
+    api: FakeKubeAPI, clock: Clock, writer: RouteStatusWriter
+) -> None:
+    """A new leader reads every object once; what already says the right thing stays."""
+    writer.submit(documents())
+    assert writer.flush()
+    before = len(status_writes(api))
+    fresh = RouteStatusWriter(api_client(api.url), clock=clock)
+    try:
+        clock.now += 60
+        fresh.submit(documents())
+        assert fresh.flush()
+        assert fresh.stats.reads == 4 and fresh.stats.writes == 0
+        assert len(status_writes(api)) == before
+    finally:
+        fresh.close()
+
+
+def test_transition_time_moves_only_when_status_or_reason_does(
+    api: FakeKubeAPI, clock: Clock, writer: RouteStatusWriter
+) -> None:
+    writer.submit(documents())
+    assert writer.flush()
+    clock.now = T0 + 100
+    writer.submit(documents(route_message="a new message, same status and reason"))
+    assert writer.flush()
+    accepted, resolved = stored(api, ROUTE)["parents"][0]["conditions"]
+    assert resolved["message"] == "a new message, same status and reason"
+    assert resolved["lastTransitionTime"] == rfc3339(T0)
+    clock.now = T0 + 200
+    docs = documents()
+    docs[ROUTE] = {"parents": [parent(status="False", reason="BackendNotFound")]}
+    writer.submit(docs)
+    assert writer.flush()
+    accepted, resolved = stored(api, ROUTE)["parents"][0]["conditions"]
+    assert (resolved["status"], resolved["reason"]) == ("False", "BackendNotFound")
+    assert resolved["lastTransitionTime"] == rfc3339(T0 + 200)
+    assert accepted["lastTransitionTime"] == rfc3339(T0)
+
+
+def test_other_controllers_route_parents_are_kept(
+    api: FakeKubeAPI, writer: RouteStatusWriter
+) -> None:
+    theirs = parent("their-gateway", controller="example.com/other")
+    for c in theirs["conditions"]:
+        c["lastTransitionTime"] = "2026-01-01T00:00:00Z"
+    route = api.get("HTTPRoute", "default", "shop")
+    assert route is not None
+    api.apply({**route, "status": {"parents": [theirs]}})
+    writer.submit(documents())
+    assert writer.flush()
+    parents = stored(api, ROUTE)["parents"]
+    assert [p["controllerName"] for p in parents] == ["example.com/other", GATEWAY_CONTROLLER]
+    assert parents[0] == theirs
+    # The route leaves our Gateways: our entries go, theirs stay.
+    docs = documents()
+    del docs[ROUTE]
+    writer.submit(docs)
+    assert writer.flush()
+    assert stored(api, ROUTE)["parents"] == [theirs]
+
+
+def test_a_conflict_is_retried_after_reading_again(
+    api: FakeKubeAPI, writer: RouteStatusWriter
+) -> None:
+    api.fail_next("HTTPRoute", 409, count=2, match="/status", method="PUT")
+    writer.submit(documents())
+    assert writer.flush()
+    assert writer.stats.conflicts == 2
+    assert without_times(stored(api, ROUTE)) == documents()[ROUTE]
+    reads = [p for m, p in api.requests if m == "GET" and "/httproutes/shop" in p]
+    assert len(reads) == 3  # read, 409, read, 409, read, written
+
+
+def test_a_missing_object_is_skipped_and_the_rest_written(
+    api: FakeKubeAPI, writer: RouteStatusWriter
+) -> None:
+    docs = documents()
+    docs[Key(GW, "HTTPRoute", "default", "gone")] = {"parents": [parent()]}
+    writer.submit(docs)
+    assert writer.flush()
+    assert writer.stats.missing == 1 and writer.stats.failures == 0
+    assert without_times(stored(api, ROUTE)) == docs[ROUTE]
+    assert api.get("HTTPRoute", "default", "gone") is None
+
+
+def test_a_failing_object_blocks_no_other_and_is_retried(
+    api: FakeKubeAPI, writer: RouteStatusWriter
+) -> None:
+    api.fail_next("Gateway", 503, count=2, match="/status", method="PUT")
+    writer.submit(documents())
+    assert writer.flush()
+    assert without_times(stored(api, ROUTE)) == documents()[ROUTE]
+    assert without_times(stored(api, CLASS)) == documents()[CLASS]
+    assert "Gateway default/web" in writer.stats.problems
+    # Retried with backoff, without any new submission.
+    assert wait_until(lambda: without_times(stored(api, GATEWAY)) == documents()[GATEWAY])
+    assert wait_until(lambda: writer.stats.problems == {})
+
+
+def test_a_document_the_api_refuses_blocks_no_other(
+    api: FakeKubeAPI, writer: RouteStatusWriter
+) -> None:
+    docs = documents()
+    docs[GATEWAY] = {"conditions": [condition(f"Type{i}") for i in range(9)]}  # CRD: at most 8
+    writer.submit(docs)
+    assert writer.flush()
+    assert "HTTP 422" in writer.stats.problems["Gateway default/web"]
+    assert without_times(stored(api, INGRESS)) == docs[INGRESS]
+    assert stored(api, GATEWAY) == {}
+
+
+TIMINGS = LeaseTimings(lease_duration=2.0, renew_deadline=1.5, retry_period=0.2)
+
+
+def test_only_the_lease_holder_writes(api: FakeKubeAPI, clock: Clock) -> None:
+    electors = [
+        LeaderElector(
+            api_client(api.url),
+            namespace="haproxy-system",
+            name="peerplane-leader",
+            identity=f"cp-{i}",
+            timings=TIMINGS,
+            on_started_leading=lambda: None,
+            on_stopped_leading=lambda: None,
+        )
+        for i in range(2)
+    ]
+    writers = [
+        RouteStatusWriter(
+            api_client(api.url),
+            leading=lambda e=e: e.is_leader,  # type: ignore[misc]
+            clock=clock,
+            recheck_s=0.05,
+        )
+        for e in electors
+    ]
+    try:
+        for w in writers:
+            w.submit(documents())  # computed by both replicas before any election
+        assert all(w.flush() for w in writers)
+        assert status_writes(api) == []  # nobody leads yet: nothing written
+        for e in electors:
+            e.start()
+        assert wait_until(lambda: any(e.is_leader for e in electors))
+        leader = next(i for i, e in enumerate(electors) if e.is_leader)
+        follower = 1 - leader
+        assert wait_until(lambda: len(status_writes(api)) == 4)
+        assert writers[leader].stats.writes == 4
+        changed = documents(route_message="changed")
+        for w in writers:
+            w.submit(changed)
+        assert all(w.flush() for w in writers)
+        assert without_times(stored(api, ROUTE)) == changed[ROUTE]
+        assert writers[follower].stats.reads == writers[follower].stats.writes == 0
+        # The leader goes; the follower takes the Lease, reads everything once and
+        # writes what it computed since.
+        electors[leader].stop()
+        writers[leader].close()
+        last = documents(route_message="after the handover")
+        writers[follower].submit(last)
+        assert wait_until(lambda: electors[follower].is_leader, timeout=5)
+        assert wait_until(lambda: without_times(stored(api, ROUTE)) == last[ROUTE])
+        assert writers[follower].stats.reads == 4 and writers[follower].stats.writes == 1
+    finally:
+        for e in electors:
+            e.stop()
+        for w in writers:
+            w.close()
