@@ -154,6 +154,14 @@ class HAProxy:
             except (OSError, HAProxyError) as e:
                 last = e
             time.sleep(0.05)
+        if isinstance(last, (FileNotFoundError, ConnectionRefusedError)):
+            # Started by someone else, it said why only on its own output: point there,
+            # not at an errno of a socket that was never made.
+            raise HAProxyError(
+                f"HAProxy not running after {timeout}s: no master answers on "
+                f"{self.master_socket} ({last.strerror}); HAProxy's own words are in its log "
+                f"(the haproxy container's: kubectl logs -c haproxy)"
+            )
         raise HAProxyError(f"HAProxy not running after {timeout}s: {last}")
 
     def peers_sections(self) -> dict[str, int]:

@@ -138,6 +138,9 @@ def test_a_failed_activation_is_a_retryable_nack_and_puts_the_previous_file_back
     result = site.applier.apply(site.snap(1, 2))
     assert (result.ok, result.kind, result.retryable) == (False, Kind.RELOAD, True)
     assert result.error.startswith("reload failed: HAProxy not running after 1.0s")
+    # What the operator needs, not the errno of a socket that was never made
+    assert f"no master answers on {site.applier.haproxy.master_socket}" in result.error
+    assert "its log (the haproxy container's" in result.error and "Errno" not in result.error
     assert Path(site.config).read_text() == previous
     assert site.applier.applied_version == 0
 
