@@ -1,11 +1,14 @@
 """Rejected inputs as Kubernetes Events (core/v1) on the object they came from.
 
 A Service's rejected annotation becomes a Warning Event with reason `InvalidAnnotation`
-(`InvalidSetting` for the settings ConfigMap), its message naming the key and why. Every
-recompute reports the same rejections again, so each distinct (object, key, value,
-reason) is sent at most once per `interval`: first as a new Event, later by patching its
-count and lastTimestamp (a new Event if that one has expired), as client-go's recorder
-does. API calls run in a worker thread: recording never blocks the reconcile loop.
+(`InvalidSetting` for the settings ConfigMap), its message naming the key and why. On an
+Ingress, HTTPRoute or Gateway: `RouteRejected` for what compute could not serve, and
+`IgnoredAnnotation` for a `haproxy.org/*` annotation (it never changes a backend; backend
+settings are the Service's). Every recompute reports the same rejections again, so
+each distinct (object, key, value, reason) is sent at most once per `interval`: first
+as a new Event, later by patching its count and lastTimestamp (a new Event if that one
+has expired), as client-go's recorder does. API calls run in a worker thread: recording
+never blocks the reconcile loop.
 """
 
 from __future__ import annotations
@@ -31,10 +34,30 @@ from controlplane.model import ClusterState
 log = logging.getLogger(__name__)
 
 COMPONENT = "peerplane-controlplane"
-REASONS = {"Service": "InvalidAnnotation", "ConfigMap": "InvalidSetting"}
+REASONS = {
+    "Service": "InvalidAnnotation",
+    "ConfigMap": "InvalidSetting",
+    # The route kinds: a rule or reference compute could not serve (dropped, the rest
+    # of the route served), or a `haproxy.org/*` annotation, which never changes a
+    # backend there (backend settings live on the Service): IGNORED_ANNOTATION.
+    "Ingress": "RouteRejected",
+    "HTTPRoute": "RouteRejected",
+    "Gateway": "RouteRejected",
+}
+IGNORED_ANNOTATION = "IgnoredAnnotation"
+ANNOTATION_PREFIX = "haproxy.org/"
+ROUTE_KINDS = frozenset({"Ingress", "HTTPRoute", "Gateway"})
 # Event reasons by rejection key, where the kind's reason would mislead.
 KEY_REASONS = {"slot-ledger": "SlotLedgerWriteRefused"}
 MESSAGE_LIMIT = 1024
+# The involved object's apiVersion, so `kubectl describe` finds the Event.
+API_VERSIONS = {
+    "Service": "v1",
+    "ConfigMap": "v1",
+    "Ingress": "networking.k8s.io/v1",
+    "HTTPRoute": "gateway.networking.k8s.io/v1",
+    "Gateway": "gateway.networking.k8s.io/v1",
+}
 
 RejectionKey = tuple[str, str, str, str, str, str]
 
@@ -49,6 +72,13 @@ class _Sent:
 def _key(rejection: RejectedInput) -> RejectionKey:
     r = rejection
     return (r.kind, r.namespace, r.name, r.key, r.value, r.reason)
+
+
+def reason_for(rejection: RejectedInput) -> str:
+    """The Event's reason: by key where the kind's would mislead, else by kind."""
+    if rejection.kind in ROUTE_KINDS and rejection.key.startswith(ANNOTATION_PREFIX):
+        return IGNORED_ANNOTATION
+    return KEY_REASONS.get(rejection.key, REASONS[rejection.kind])
 
 
 def message_for(rejection: RejectedInput) -> str:
@@ -74,6 +104,8 @@ class EventRecorder:
         request_timeout: float = 5.0,
     ) -> None:
         self._api = client.CoreV1Api(api)
+        self._networking = client.NetworkingV1Api(api)
+        self._custom = client.CustomObjectsApi(api)
         self._interval = interval
         self._host = host
         self._clock = clock
@@ -178,7 +210,7 @@ class EventRecorder:
     def _event(self, rejection: RejectedInput, name: str) -> dict[str, Any]:
         now = _now()
         involved = {
-            "apiVersion": "v1",
+            "apiVersion": API_VERSIONS[rejection.kind],
             "kind": rejection.kind,
             "namespace": rejection.namespace,
             "name": rejection.name,
@@ -191,7 +223,7 @@ class EventRecorder:
             "kind": "Event",
             "metadata": {"name": name, "namespace": rejection.namespace},
             "involvedObject": involved,
-            "reason": KEY_REASONS.get(rejection.key, REASONS[rejection.kind]),
+            "reason": reason_for(rejection),
             "message": message_for(rejection),
             "type": "Warning",
             "source": {"component": COMPONENT, "host": self._host},
@@ -206,23 +238,28 @@ class EventRecorder:
         """The object's uid (so `kubectl describe` lists the Event); "" if unknown."""
         ref = (rejection.kind, rejection.namespace, rejection.name)
         if ref not in self._uids:
-            read = (
-                self._api.read_namespaced_service
-                if rejection.kind == "Service"
-                else self._api.read_namespaced_config_map
-            )
             try:
-                response = read(
-                    rejection.name,
-                    rejection.namespace,
-                    _preload_content=False,
-                    _request_timeout=self._timeout,
-                )
+                response = self._read(rejection)
                 self._uids[ref] = str(json.loads(response.data)["metadata"].get("uid") or "")
             except Exception as error:
                 log.debug("no uid for %s: %s", rejection.object, error)
                 return ""
         return self._uids[ref]
+
+    def _read(self, rejection: RejectedInput) -> Any:
+        """The involved object, unparsed (for its uid)."""
+        options: dict[str, Any] = {"_preload_content": False, "_request_timeout": self._timeout}
+        name, namespace = rejection.name, rejection.namespace
+        if rejection.kind == "Service":
+            return self._api.read_namespaced_service(name, namespace, **options)
+        if rejection.kind == "ConfigMap":
+            return self._api.read_namespaced_config_map(name, namespace, **options)
+        if rejection.kind == "Ingress":
+            return self._networking.read_namespaced_ingress(name, namespace, **options)
+        plural = {"HTTPRoute": "httproutes", "Gateway": "gateways"}[rejection.kind]
+        return self._custom.get_namespaced_custom_object(
+            "gateway.networking.k8s.io", "v1", namespace, plural, name, **options
+        )
 
 
 def _describe(rejection: RejectedInput | None) -> str:

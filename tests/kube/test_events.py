@@ -9,7 +9,7 @@ import pytest
 from controlplane.compute.types import RejectedInput
 from controlplane.kube.events import EventRecorder
 from tests.kubeapi import FakeKubeAPI
-from tests.kubeapi.objects import api_client, config_map, service
+from tests.kubeapi.objects import api_client, config_map, http_route, ingress, service
 
 BAD_BALANCE = RejectedInput(
     "Service", "default", "shop", "haproxy.org/load-balance", "rr", "unknown"
@@ -102,3 +102,32 @@ def test_api_failure_is_logged_not_raised(api: FakeKubeAPI, recorder: EventRecor
     assert recorder.record([BAD_BALANCE]) == 1
     assert recorder.flush()
     assert api.list("Event") == []
+
+
+def test_route_rejections_and_ignored_annotations_become_events_on_the_route(
+    api: FakeKubeAPI, recorder: EventRecorder
+) -> None:
+    """A `haproxy.org/*` annotation on an Ingress or HTTPRoute never changes a backend:
+    IgnoredAnnotation; a rule compute could not serve: RouteRejected. Each Event names
+    its object with the right apiVersion and uid."""
+    api.apply(ingress())
+    api.apply(http_route())
+    ignored = RejectedInput(
+        "Ingress", "default", "shop", "haproxy.org/load-balance", "leastconn", "ignored"
+    )
+    rejected = RejectedInput(
+        "HTTPRoute", "default", "shop", "spec.rules[0].matches[0].path", "^/a.*", "regex"
+    )
+    assert recorder.record([ignored, rejected]) == 2
+    assert recorder.flush()
+    by_kind = {e["involvedObject"]["kind"]: e for e in api.list("Event")}
+    on_ingress, on_route = by_kind["Ingress"], by_kind["HTTPRoute"]
+    assert on_ingress["reason"] == "IgnoredAnnotation"
+    assert on_ingress["involvedObject"]["apiVersion"] == "networking.k8s.io/v1"
+    ing = api.get("Ingress", "default", "shop") or {}
+    assert on_ingress["involvedObject"]["uid"] == ing["metadata"]["uid"]
+    assert on_route["reason"] == "RouteRejected"
+    assert on_route["involvedObject"]["apiVersion"] == "gateway.networking.k8s.io/v1"
+    route = api.get("HTTPRoute", "default", "shop") or {}
+    assert on_route["involvedObject"]["uid"] == route["metadata"]["uid"]
+    assert "haproxy.org/load-balance" in on_ingress["message"]
