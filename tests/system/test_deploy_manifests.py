@@ -38,6 +38,14 @@ ALLOWED_READ = {
     ("", "configmaps"),
     ("discovery.k8s.io", "endpointslices"),
     ("apps", "replicasets"),
+    # The route model's inputs.
+    ("", "namespaces"),
+    ("networking.k8s.io", "ingresses"),
+    ("networking.k8s.io", "ingressclasses"),
+    ("gateway.networking.k8s.io", "gatewayclasses"),
+    ("gateway.networking.k8s.io", "gateways"),
+    ("gateway.networking.k8s.io", "httproutes"),
+    ("gateway.networking.k8s.io", "referencegrants"),
 }
 AGENT_FLAGS = {
     "--control-plane",
@@ -128,6 +136,11 @@ def test_rbac_grants_nothing_beyond_what_the_control_plane_uses(base: list[Obj])
         ("", "events", "create", ()),
         ("", "events", "patch", ()),
         ("authentication.k8s.io", "tokenreviews", "create", ()),
+        # Route status (controlplane/kube/route_status.py replaces, never patches).
+        ("networking.k8s.io", "ingresses/status", "update", ()),
+        ("gateway.networking.k8s.io", "gatewayclasses/status", "update", ()),
+        ("gateway.networking.k8s.io", "gateways/status", "update", ()),
+        ("gateway.networking.k8s.io", "httproutes/status", "update", ()),
     }
     granted: set[tuple[str, str, str, tuple[str, ...], str]] = set()
     for obj in base:
