@@ -17,6 +17,7 @@ from peerplane.parts import (
     ContentParts,
     backend_changes,
     frontends_part,
+    listeners_part,
     peers_part,
     warnings_part,
 )
@@ -36,7 +37,7 @@ class ChangeSet:
     backends: frozenset[str]  # added or changed
     removed: frozenset[str]
     peers: bool
-    frontends: bool
+    frontends: bool  # HTTP and TCP frontends or the HTTP listeners (one delta part)
     warnings: bool
 
 
@@ -56,6 +57,8 @@ class Held:
     names: tuple[str, ...]
     backends: Mapping[str, pb.Backend]
     parts: ContentParts
+    # The route model's HTTP listeners (field 14): they change with the frontends.
+    http_listeners: Sequence[pb.HttpListener] = ()
 
     @property
     def framed(self) -> Mapping[str, bytes]:
@@ -69,6 +72,10 @@ class Held:
     @property
     def frontends_part(self) -> bytes:
         return self.parts.frontends
+
+    @property
+    def listeners_part(self) -> bytes:
+        return self.parts.listeners
 
     @classmethod
     def from_snapshot(cls, snapshot: pb.Snapshot) -> Held:
@@ -91,6 +98,7 @@ class Held:
             names=tuple(sorted(backends)),
             backends=backends,
             parts=ContentParts.of_message(snapshot, sort_backends=True),
+            http_listeners=tuple(snapshot.http_listeners),
         )
 
     def payload(self) -> bytes:
@@ -113,6 +121,7 @@ class Held:
                 *parts.backends.values(),
                 parts.frontends,
                 parts.warnings,
+                parts.listeners,
             )
         )
 
@@ -158,10 +167,13 @@ class Held:
             peers = delta.peers if delta.HasField("peers") else None
             peers_bytes = peers_part(peers)
         http, tcp, frontends_bytes = self.http_frontend, self.tcp_frontends, old.frontends
-        if delta.frontends_changed:
+        listeners, listeners_bytes = self.http_listeners, old.listeners
+        if delta.frontends_changed:  # HTTP and TCP frontends and the listeners, together
             http = delta.http_frontend if delta.HasField("http_frontend") else None
             tcp = tuple(delta.tcp_frontends)
             frontends_bytes = frontends_part(http, tcp)
+            listeners = tuple(delta.http_listeners)
+            listeners_bytes = listeners_part(listeners)
         warnings, warnings_bytes = self.warnings, old.warnings
         if delta.warnings_changed:
             warnings = tuple(delta.warnings)
@@ -172,6 +184,7 @@ class Held:
             backends=framed_by_name,
             frontends=frontends_bytes,
             warnings=warnings_bytes,
+            listeners=listeners_bytes,
         )
         result = Held(
             workload=self.workload,
@@ -184,6 +197,7 @@ class Held:
             names=names,
             backends=backends,
             parts=parts,
+            http_listeners=listeners,
         )
         got = result.computed_hash()
         if got != delta.to_content_hash:
@@ -193,7 +207,7 @@ class Held:
             backends=frozenset(n for n in changed if old.backends.get(n) != framed_by_name[n]),
             removed=frozenset(removed),
             peers=peers_bytes != old.peers,
-            frontends=frontends_bytes != old.frontends,
+            frontends=frontends_bytes != old.frontends or listeners_bytes != old.listeners,
             warnings=warnings_bytes != old.warnings,
         )
         return result, change
@@ -209,7 +223,7 @@ def diff(old: Held, new: Held) -> ChangeSet:
         backends=frozenset(changed),
         removed=frozenset(removed),
         peers=before.peers != after.peers,
-        frontends=before.frontends != after.frontends,
+        frontends=before.frontends != after.frontends or before.listeners != after.listeners,
         warnings=before.warnings != after.warnings,
     )
 

@@ -2,15 +2,19 @@
 
 Pure, and O(changed parts): only the backends and sections a `ChangeSet` names are
 looked at. A reload costs a new worker and risks stick-table resync, so it is used only when
-the change cannot be expressed as runtime API commands on pre-declared server slots.
+the change cannot be expressed as runtime API commands: `set server` on pre-declared server
+slots, and `add map`/`set map`/`del map` on the route model's map files when the frontends'
+text is unchanged (docs/design.md, "Route rendering and runtime updates").
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nodeagent.config.render import Rendered
+from nodeagent.config.routes import MapEntries
 from nodeagent.held import ChangeSet, Held
 from peerplane.v1 import peerplane_pb2 as pb
 
@@ -33,10 +37,60 @@ class ServerUpdate:
 
 
 @dataclass(frozen=True)
+class MapUpdate:
+    """One entry of a route map file, changed with `add map` / `set map` / `del map`."""
+
+    path: str
+    op: str  # "add", "set" or "del"
+    key: str
+    value: str = ""
+
+
+@dataclass(frozen=True)
 class Decision:
     kind: Kind
     updates: tuple[ServerUpdate, ...] = ()
     reason: str = ""
+    maps: tuple[MapUpdate, ...] = ()
+
+
+def map_updates(
+    old: Mapping[str, MapEntries], new: Mapping[str, MapEntries]
+) -> tuple[MapUpdate, ...] | None:
+    """The entries to add, set and delete (in that order) to turn the `old` map files into
+    the `new` ones; None when the files themselves differ (the config names them)."""
+    if old.keys() != new.keys():
+        return None
+    out: list[MapUpdate] = []
+    for path, after in new.items():
+        before = old[path]
+        if before is after or before == after:
+            continue
+        out += [MapUpdate(path, "add", k, v) for k, v in after.items() if k not in before]
+        out += [
+            MapUpdate(path, "set", k, v) for k, v in after.items() if k in before and before[k] != v
+        ]
+        out += [MapUpdate(path, "del", k) for k in before if k not in after]
+    return tuple(out)
+
+
+def _frontends_reason(old_cfg: Rendered, new_cfg: Rendered) -> str:
+    """Why changed frontends reload, in words an operator can act on."""
+    before, after = old_cfg.routed.texts, new_cfg.routed.texts
+    added = sorted(after.keys() - before.keys())
+    if added:
+        return f"HTTP listener port {added[0]} added (a new port needs a reload)"
+    removed = sorted(before.keys() - after.keys())
+    if removed:
+        return f"HTTP listener port {removed[0]} removed"
+    for port in sorted(after):
+        if before[port] != after[port]:
+            return (
+                f"HTTP listener {port}: rules rendered into the config changed (method, header"
+                " or query matches, filters, weights, unresolved backends, a new wildcard"
+                " depth, the default backend or annotation routes)"
+            )
+    return "frontends changed"
 
 
 def _shape(backend: pb.Backend) -> pb.Backend:
@@ -80,7 +134,13 @@ def classify(
     if change.peers and old_cfg.peers != new_cfg.peers:
         return Decision(Kind.RELOAD, reason="peers changed")
     if change.frontends and old_cfg.frontends != new_cfg.frontends:
-        return Decision(Kind.RELOAD, reason="frontends changed")
+        return Decision(Kind.RELOAD, reason=_frontends_reason(old_cfg, new_cfg))
+    maps: tuple[MapUpdate, ...] = ()
+    if change.frontends:
+        found_maps = map_updates(old_cfg.maps, new_cfg.maps)
+        if found_maps is None:
+            return Decision(Kind.RELOAD, reason="route map files changed")
+        maps = found_maps
     if change.removed:
         return Decision(Kind.RELOAD, reason=f"{len(change.removed)} backend(s) removed")
     updates: list[ServerUpdate] = []
@@ -96,6 +156,8 @@ def classify(
         if not found:
             return Decision(Kind.RELOAD, reason=f"backend {name} changed outside the slots")
         updates += found
-    if not updates:
+    if not updates and not maps:
         return Decision(Kind.NOTHING, reason="rendered config identical")
-    return Decision(Kind.RUNTIME, tuple(updates), reason=f"{len(updates)} slot(s) changed")
+    said = [f"{len(updates)} slot(s)"] if updates else []
+    said += [f"{len(maps)} route map entr{'y' if len(maps) == 1 else 'ies'}"] if maps else []
+    return Decision(Kind.RUNTIME, tuple(updates), f"{' and '.join(said)} changed", maps)

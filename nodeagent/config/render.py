@@ -11,6 +11,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from nodeagent.config import routes
+from nodeagent.config.errors import RenderError
 from nodeagent.haproxy import version
 from nodeagent.held import ChangeSet, DeltaError, Held
 from peerplane import balance as words
@@ -18,8 +20,10 @@ from peerplane import healthcheck, limits, names
 from peerplane.addresses import Address, AddressError, parse_address
 from peerplane.v1 import peerplane_pb2 as pb
 
+__all__ = ["RenderError", "RenderOptions", "Rendered", "render", "render_backend", "render_held"]
+
 PEERS_SECTION = names.PEERS_SECTION  # re-exported: the applier checks HAProxy runs it
-HTTP_FRONTEND = "fe_http"
+HTTP_FRONTEND = routes.HTTP_FRONTEND
 
 # The names and words compute emits, from the shared vocabulary: it never emits what we
 # refuse, and we refuse what it would never emit.
@@ -31,10 +35,6 @@ _SOCKET_PATH = re.compile(r"^/[A-Za-z0-9_./-]{1,106}$")
 _TIME = re.compile(r"^[0-9]{1,6}(ms|s|m|h)$")
 _WORKLOAD = limits.WORKLOAD_KEY
 _HASH = re.compile(r"^[0-9a-f]{0,128}$")
-
-
-class RenderError(ValueError):
-    """The snapshot holds something that must never reach haproxy.cfg."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,9 @@ class RenderOptions:
     # (major, minor) of the HAProxy that serves: it decides `srvkey addr` and `hash-key
     # addr-port`. None renders only what every version accepts (neither of them).
     haproxy_version: version.Version | None = None
+    # Where the route model's map files are (the applier: beside haproxy.cfg); haproxy.cfg
+    # names them, HAProxy reads them at a start or reload.
+    maps_dir: str = "/etc/haproxy/maps"
 
 
 def _check(pattern: re.Pattern[str], value: str, what: str) -> str:
@@ -166,6 +169,50 @@ def _http_frontend(fe: pb.HttpFrontend | None, opts: RenderOptions) -> list[str]
         backend = _check(_PROXY_NAME, route.backend, "backend name")
         lines.append(f"  use_backend {backend} if {{ hdr(host),field(1,:),lower -m str {host} }}")
     return [*lines, ""]
+
+
+@dataclass(frozen=True)
+class Frontends:
+    """The frontends section with what else it was rendered into: the route model's map
+    files and the backends the routes name; kept while both its parts are unchanged."""
+
+    frontends_key: bytes
+    listeners_key: bytes
+    section: Section
+    maps: Mapping[str, routes.MapEntries]
+    routed: frozenset[str]
+    texts: Mapping[int, str]  # each listener frontend's text, by port
+
+
+def _frontends(held: Held, opts: RenderOptions) -> Frontends:
+    """HTTP frontends (a listener's port takes the annotation routes of the same port as
+    its last layer; otherwise they keep their own frontend) and TCP frontends."""
+    http, listeners = held.http_frontend, held.http_listeners
+    ports = {listener.port for listener in listeners}
+    merged = http if http is not None and http.port in ports else None
+    bind = lambda port: _bind(opts, port)  # noqa: E731
+    routed = routes.render_listeners(listeners, merged, opts.maps_dir, bind)
+    tcp_ports = {fe.port for fe in held.tcp_frontends}
+    if ports & tcp_ports:
+        raise RenderError(f"HTTP listener on TCP frontend port {min(ports & tcp_ports)}")
+    legacy = _http_frontend(http, opts) if merged is None else []
+    lines = legacy + list(routed.lines) + _tcp_frontends(held.tcp_frontends, opts)
+    return Frontends(
+        held.frontends_part,
+        held.listeners_part,
+        _section(held.frontends_part, lines),
+        routed.maps,
+        routed.backends,
+        routed.texts,
+    )
+
+
+def _reusable_frontends(previous: Frontends, held: Held) -> Frontends | None:
+    same = _reusable(previous.section, held.frontends_part) is not None
+    listeners = held.listeners_part
+    if same and (previous.listeners_key is listeners or previous.listeners_key == listeners):
+        return previous
+    return None
 
 
 def _tcp_frontends(frontends: Sequence[pb.TcpFrontend], opts: RenderOptions) -> list[str]:
@@ -294,7 +341,7 @@ class Rendered:
     header: str
     global_section: Section
     peers_section: Section
-    frontends_section: Section
+    routed: Frontends  # the frontends section, the map files and the backends routes name
     peered: bool
     names: tuple[str, ...]
     keys: Mapping[str, bytes]
@@ -313,8 +360,17 @@ class Rendered:
         return self.peers_section.text
 
     @property
+    def frontends_section(self) -> Section:
+        return self.routed.section
+
+    @property
     def frontends(self) -> str:
         return self.frontends_section.text
+
+    @property
+    def maps(self) -> Mapping[str, routes.MapEntries]:
+        """The route model's map files: path -> entries, written beside haproxy.cfg."""
+        return self.routed.maps
 
     def backend(self, name: str) -> str:
         """One backend's section."""
@@ -361,17 +417,20 @@ def render_held(
             "",
         ]
     )
+    frontends: Frontends | None
     if previous is not None:
         global_section = previous.global_section
         peers = _reusable(previous.peers_section, held.peers_part)
-        frontends = _reusable(previous.frontends_section, held.frontends_part)
+        frontends = _reusable_frontends(previous.routed, held)
     else:
         global_section, peers, frontends = _section(b"", _global(opts)), None, None
     if peers is None:
         peers = _section(held.peers_part, _peers(held.peers))
     if frontends is None:
-        lines = _http_frontend(held.http_frontend, opts) + _tcp_frontends(held.tcp_frontends, opts)
-        frontends = _section(held.frontends_part, lines)
+        frontends = _frontends(held, opts)
+    unknown = [name for name in frontends.routed if name not in held.backends]
+    if unknown:
+        raise RenderError(f"route to unknown backend {min(unknown)!r}")
     peered = held.peers is not None and bool(held.peers.peers)
     if previous is not None and previous.peered != peered:
         previous = None  # every persistent backend's stick table names the peers or not
@@ -384,7 +443,7 @@ def render_held(
         header=header,
         global_section=global_section,
         peers_section=peers,
-        frontends_section=frontends,
+        routed=frontends,
         peered=peered,
         names=held.names,
         keys=held.framed,

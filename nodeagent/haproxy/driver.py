@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from nodeagent.config.changes import ServerUpdate
+from nodeagent.config.changes import MapUpdate, ServerUpdate
 from nodeagent.haproxy import HAProxyError
 from nodeagent.haproxy.masterlog import MasterLog, failure_reason
 from nodeagent.haproxy.parse import (
@@ -37,6 +37,14 @@ from nodeagent.haproxy.parse import (
 from peerplane.addresses import AddressError, canonical_address
 
 log = logging.getLogger(__name__)
+
+# What a map command may carry: the route vocabulary's characters (peerplane/routes.py),
+# no space, quote, backslash or `#`; a `;` (paths may hold one) is escaped as `\;`, which
+# the CLI reads as a plain character (verified on 2.6, 3.0 and 3.2).
+_MAP_WORD = re.compile(r"[A-Za-z0-9._~%/+,;=:@!*?&-]{1,2300}")
+_MAP_PATH = re.compile(r"/[A-Za-z0-9_./-]{1,250}")
+_MAP_OPS = frozenset({"add", "set", "del"})
+MAP_COMMANDS_PER_CONNECTION = 100
 
 # 2.6 drops a peers section without the local peer with only this warning.
 _DROPPED_PEERS = re.compile(r"Removing incomplete section 'peers [^']*'")
@@ -343,6 +351,18 @@ class HAProxy:
                 raise HAProxyError(missing)
             time.sleep(0.01)
 
+    def set_maps(self, updates: Iterable[MapUpdate]) -> None:
+        """Route map changes through the runtime API, in order, many commands per
+        connection (`;`-separated); every command is built and checked before the first is
+        sent. HAProxy answers each of them with nothing on success: any text is its refusal,
+        and an HAProxyError (the applier reloads instead, with the map files written)."""
+        commands = [map_command(u) for u in updates]
+        for start in range(0, len(commands), MAP_COMMANDS_PER_CONNECTION):
+            batch = commands[start : start + MAP_COMMANDS_PER_CONNECTION]
+            reply = self.runtime(";".join(batch)).strip()
+            if reply:
+                raise HAProxyError(f"map update refused: {reply[:300]}")
+
     def _unconfirmed(
         self, updates: list[ServerUpdate], addresses: dict[tuple[str, str], str]
     ) -> str | None:
@@ -357,6 +377,18 @@ class HAProxy:
                 if want is not None and (_readback(got.address), got.port) != want:
                     return f"{backend}/{u.server} not confirmed: {got}"
         return None
+
+
+def map_command(update: MapUpdate) -> str:
+    """The runtime API command of one map update, every word checked first."""
+    if update.op not in _MAP_OPS or not _MAP_PATH.fullmatch(update.path):
+        raise HAProxyError(f"refusing map update {update.op!r} of {update.path!r}")
+    words = [update.key] if update.op == "del" else [update.key, update.value]
+    for word in words:
+        if not _MAP_WORD.fullmatch(word):
+            raise HAProxyError(f"refusing map entry {word[:80]!r}")
+    text = " ".join(w.replace(";", "\\;") for w in words)
+    return f"{update.op} map {update.path} {text}"
 
 
 def _canonical(address: str) -> str:

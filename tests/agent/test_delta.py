@@ -153,3 +153,46 @@ def test_peers_frontends_and_warnings_are_replaced_only_when_flagged() -> None:
     d.peers_changed = False
     with pytest.raises(DeltaError, match="content hash"):
         Held.from_snapshot(old).apply(d)
+
+
+def _listener(*paths: str) -> pb.HttpListener:
+    rules = [
+        pb.RouteRule(
+            source=f"HTTPRoute ns/r rule {i}",
+            hostnames=["a.example.com"],
+            path=pb.PathMatch(type=pb.PathMatch.PATH_PREFIX, value=path),
+            backends=[pb.WeightedBackend(backend="ns_b_80", weight=1)],
+        )
+        for i, path in enumerate(paths)
+    ]
+    return pb.HttpListener(port=80, rules=rules)
+
+
+def test_listeners_move_with_the_frontends_and_are_hashed() -> None:
+    """Field 14 is its own content part; a delta's frontends_changed replaces it with the
+    HTTP and TCP frontends, and a change of map rules only is a runtime change."""
+    old, _ = _pair()
+    old.http_listeners.append(_listener("/a"))
+    hashed(old, version=1)
+    new = pb.Snapshot()
+    new.CopyFrom(old)
+    new.http_listeners[0].CopyFrom(_listener("/a", "/b"))
+    hashed(new, version=2)
+    d = delta_between(old, new)
+    assert d.frontends_changed and len(d.http_listeners) == 1
+    held = Held.from_snapshot(old)
+    held_next, change = held.apply(d)
+    assert held_next.serialized() == new.SerializeToString(deterministic=True)
+    assert held_next.message() == new and change.frontends
+    assert diff(held, Held.from_snapshot(new)) == change
+    r0 = render_held(held, OPTS)
+    r1 = render_held(held_next, OPTS, r0, change)
+    assert r1.text() == render(new, OPTS)
+    assert r1.frontends == r0.frontends  # the new rule is a map entry, not a config line
+    decision = classify(held, r0, held_next, r1, change)
+    assert decision.kind is Kind.RUNTIME and not decision.updates
+    assert [(u.op, u.key, u.value) for u in decision.maps] == [("add", "a.example.com/b/", "2:ns_b_80")]
+    # Without the flag the held listeners stay: the hash says no.
+    d.frontends_changed = False
+    with pytest.raises(DeltaError, match="content hash"):
+        held.apply(d)

@@ -59,11 +59,13 @@ def delta_between(old: pb.Snapshot, new: pb.Snapshot) -> pb.SnapshotDelta:
         d.peers_changed = True
         if new.HasField("peers"):
             d.peers.CopyFrom(new.peers)
-    if _part(old, "http_frontend", "tcp_frontends") != _part(new, "http_frontend", "tcp_frontends"):
+    fronts = ("http_frontend", "tcp_frontends", "http_listeners")
+    if _part(old, *fronts) != _part(new, *fronts):
         d.frontends_changed = True
         if new.HasField("http_frontend"):
             d.http_frontend.CopyFrom(new.http_frontend)
         d.tcp_frontends.extend(new.tcp_frontends)
+        d.http_listeners.extend(new.http_listeners)
     if _part(old, "warnings") != _part(new, "warnings"):
         d.warnings_changed = True
         d.warnings.extend(new.warnings)

@@ -1,0 +1,400 @@
+"""The route model's HTTP listeners -> HAProxy frontends and the map files they read.
+
+Pure. One frontend per listener port; the Service annotations' host routes of the same
+port join it as a last layer. A request is served by the first rule, in the snapshot's
+order, among the rules of the most specific host layer that has a match: the exact host,
+then each `*.suffix` wildcard from the longest suffix, then the rules for any host, then
+the annotation host routes, then `default_backend` or 404.
+
+Within a layer, a rule that needs only a host and a path lookup and names one backend
+(a "map rule") is an entry of a map file (`map_str` for Exact paths, `map_beg` for
+prefixes, keyed `<host><path>/` so that the longest prefix wins element-wise); every other
+rule (method, header or query matches, filters, weights, an unresolved backend) is
+rendered into the frontend as lines evaluated in order, each guarded so that a map rule
+of higher precedence wins. Map content changes through the runtime API without a reload;
+the frontend's text changes only when config-rendered rules, wildcard depths, ports or
+the default backend do (docs/design.md, "Route rendering and runtime updates").
+
+Every string is re-checked against `peerplane.routes` before it is written: those
+patterns admit no space, quote, backslash or `#`, so no value needs quoting in a config
+line or a map file; a `%` is doubled where HAProxy reads a log-format.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from nodeagent.config.errors import RenderError
+from peerplane import limits, names, routes
+from peerplane.v1 import peerplane_pb2 as pb
+
+HTTP_FRONTEND = "fe_http"  # the annotation routes' frontend, merged or not
+ANY_HOST = "*"  # the layer token of rules for any host
+# A map rule's precedence inside its layer: every Exact path above every prefix, a longer
+# prefix above a shorter one (the Gateway API's order, and the Ingress one).
+EXACT_STRENGTH = 2 * routes.MAX_PATH
+# Wildcard suffix depths (labels) looked up even when no rule uses them, so that a first
+# `*.example.com` is a map change, not a reload.
+WILDCARD_DEPTHS = (1, 2, 3)
+MAX_RULES = 100_000
+_MAPS_DIR = re.compile(r"/[A-Za-z0-9_./-]{1,200}")
+_WEIGHT_TOTAL = 1 << 31
+
+MapEntries = Mapping[str, str]  # key -> value, in file order
+
+
+@dataclass(frozen=True)
+class RoutedFrontends:
+    """The HTTP frontends of the listeners: their config lines, the map files they read
+    (path -> entries), the backends they name, and each frontend's text by port (what a
+    change must compare to know whether it can go through the runtime API)."""
+
+    lines: tuple[str, ...]
+    maps: Mapping[str, MapEntries]
+    backends: frozenset[str]
+    texts: Mapping[int, str]
+
+
+@dataclass(frozen=True, eq=False)
+class _Rule:
+    rid: str  # "c<index>": the variable value that names it once it won
+    exact: bool
+    path: str
+    strength: int
+    backend: str | None  # set when the rule is a map rule
+    rule: pb.RouteRule
+
+
+def map_paths(maps_dir: str, port: int) -> tuple[str, str, str]:
+    """The exact, prefix and annotation-host map files of one listener port."""
+    base = f"{maps_dir}/fe_{port}"
+    return f"{base}.exact.map", f"{base}.prefix.map", f"{base}.hosts.map"
+
+
+def frontend_name(port: int, merged: bool) -> str:
+    return HTTP_FRONTEND if merged else f"fe_http_{port}"
+
+
+def map_file(entries: MapEntries) -> bytes:
+    """A map file's bytes: one `key value` line per entry."""
+    return "".join(f"{k} {v}\n" for k, v in entries.items()).encode()
+
+
+def render_listeners(
+    listeners: Sequence[pb.HttpListener],
+    annotation: pb.HttpFrontend | None,
+    maps_dir: str,
+    bind: Callable[[int], str],
+) -> RoutedFrontends:
+    """The listeners' frontends; `annotation` is the HTTP frontend of the Service
+    annotations when it shares a listener's port (its routes become the last layer)."""
+    if listeners and not _MAPS_DIR.fullmatch(maps_dir):
+        raise RenderError(f"invalid maps directory: {maps_dir!r}")
+    lines: list[str] = []
+    maps: dict[str, MapEntries] = {}
+    backends: set[str] = set()
+    texts: dict[int, str] = {}
+    seen: set[int] = set()
+    for listener in sorted(listeners, key=lambda li: li.port):
+        port = listener.port
+        if not 1 <= port <= 65535:
+            raise RenderError(f"invalid listener port: {port}")
+        if port in seen:
+            raise RenderError(f"two listeners on port {port}")
+        seen.add(port)
+        hosts = annotation if annotation is not None and annotation.port == port else None
+        section, files, named = _listener(listener, hosts, maps_dir, bind)
+        lines += section
+        maps.update(files)
+        backends |= named
+        texts[port] = "\n".join(section)
+    return RoutedFrontends(tuple(lines), maps, frozenset(backends), texts)
+
+
+def _backend_name(name: str) -> str:
+    if not limits.PROXY_NAME.fullmatch(name):
+        raise RenderError(f"invalid backend name: {name!r}")
+    return name
+
+
+def _refuse(what: str, value: object, source: str) -> RenderError:
+    return RenderError(f"rule {source!r}: invalid {what}: {value!r}")
+
+
+def _parse(index: int, r: pb.RouteRule) -> _Rule:
+    """Check every string of one rule; its path match, precedence and map backend."""
+    src = r.source[:200]
+    for host in r.hostnames:
+        if not routes.is_route_host(host):
+            raise _refuse("hostname", host, src)
+    exact, path = False, "/"
+    if r.HasField("path"):
+        if r.path.type not in (pb.PathMatch.PATH_PREFIX, pb.PathMatch.EXACT):
+            raise _refuse("path match type", r.path.type, src)
+        if not routes.is_path(r.path.value):
+            raise _refuse("path", r.path.value, src)
+        exact = r.path.type == pb.PathMatch.EXACT
+        path = r.path.value if exact else (r.path.value.rstrip("/") or "/")
+    if r.method and not routes.is_method(r.method):
+        raise _refuse("method", r.method, src)
+    for h in r.headers:
+        if not routes.is_header_name(h.name) or not routes.is_header_value(h.value):
+            raise _refuse("header match", f"{h.name}: {h.value}", src)
+    for q in r.query_params:
+        if not routes.is_query_name(q.name) or not routes.is_query_value(q.value):
+            raise _refuse("query match", f"{q.name}={q.value}", src)
+    for b in r.backends:
+        if b.backend:
+            _backend_name(b.backend)
+        if b.weight > routes.MAX_WEIGHT:
+            raise _refuse("weight", b.weight, src)
+    if r.HasField("request_headers"):
+        m = r.request_headers
+        for nv in (*m.set, *m.add):
+            if not routes.is_header_name(nv.name) or not routes.is_header_value(nv.value):
+                raise _refuse("header filter", f"{nv.name}: {nv.value}", src)
+        for name in m.remove:
+            if not routes.is_header_name(name):
+                raise _refuse("header filter", name, src)
+    if r.HasField("redirect"):
+        d = r.redirect
+        if d.scheme and d.scheme not in routes.REDIRECT_SCHEMES:
+            raise _refuse("redirect scheme", d.scheme, src)
+        if d.hostname and not names.is_host_name(d.hostname):
+            raise _refuse("redirect hostname", d.hostname, src)
+        if d.port > 65535:
+            raise _refuse("redirect port", d.port, src)
+        if d.status_code and d.status_code not in routes.REDIRECT_CODES:
+            raise _refuse("redirect status code", d.status_code, src)
+        if d.replace_full_path and not routes.is_path(d.replace_full_path):
+            raise _refuse("redirect path", d.replace_full_path, src)
+    served = [b for b in r.backends if b.weight > 0]
+    filters = r.HasField("redirect") or (
+        r.HasField("request_headers")
+        and bool(r.request_headers.set or r.request_headers.add or r.request_headers.remove)
+    )
+    plain = not (r.method or r.headers or r.query_params or filters)
+    backend = served[0].backend if plain and len(served) == 1 and served[0].backend else None
+    strength = (EXACT_STRENGTH if exact else 0) + len(path)
+    return _Rule(f"c{index}", exact, path, strength, backend, r)
+
+
+def _in_map_order(rules: Sequence[_Rule]) -> bool:
+    """Whether a map lookup gives this layer's first match: precedence never rises along
+    the list, and a config rule comes before a map rule of equal precedence."""
+    ranks = [(r.strength, r.backend is None) for r in rules]
+    return all(a >= b for a, b in itertools.pairwise(ranks))
+
+
+def _token_ok(token: str) -> str:
+    if token != ANY_HOST and not routes.is_route_host(token):
+        raise RenderError(f"invalid hostname: {token!r}")
+    return token
+
+
+def _depth(token: str) -> int:
+    return token.count(".")  # "*.b.com": 2 labels after the "*"
+
+
+def _listener(
+    listener: pb.HttpListener,
+    annotation: pb.HttpFrontend | None,
+    maps_dir: str,
+    bind: Callable[[int], str],
+) -> tuple[list[str], dict[str, MapEntries], set[str]]:
+    port = listener.port
+    if len(listener.rules) > MAX_RULES:
+        raise RenderError(f"listener {port}: more than {MAX_RULES} rules")
+    parsed = [_parse(i, r) for i, r in enumerate(listener.rules)]
+    layers: dict[str, list[_Rule]] = {}
+    for rule in parsed:
+        for token in dict.fromkeys(rule.rule.hostnames or (ANY_HOST,)):
+            layers.setdefault(_token_ok(token), []).append(rule)
+    exact_map: dict[str, str] = {}
+    prefix_map: dict[str, str] = {}
+    in_config: dict[str, list[_Rule]] = {}
+    named: set[str] = set()
+    for token, rules in layers.items():
+        mapped = _in_map_order(rules)
+        for rule in rules:
+            if mapped and rule.backend is not None:
+                key = f"{token}{rule.path}" if rule.exact else f"{token}{rule.path.rstrip('/')}/"
+                target = exact_map if rule.exact else prefix_map
+                target.setdefault(key, f"{rule.strength}:{rule.backend}")  # first one wins
+                named.add(rule.backend)
+            else:
+                in_config.setdefault(token, []).append(rule)
+    exact_path, prefix_path, hosts_path = map_paths(maps_dir, port)
+    files: dict[str, MapEntries] = {
+        exact_path: dict(sorted(exact_map.items())),
+        prefix_path: dict(sorted(prefix_map.items())),
+    }
+    merged = annotation is not None
+    lines = [f"frontend {frontend_name(port, merged)}", "  mode http", f"  bind {bind(port)}"]
+    lines += [
+        "  http-request set-var(txn.h) req.hdr(host),field(1,:),lower",
+        "  http-request set-var(txn.p) path",
+        "  http-request set-var(txn.k) var(txn.h) if !{ var(txn.h) -m sub * }",
+    ]
+    exact_tokens = sorted(t for t in layers if t != ANY_HOST and not t.startswith("*."))
+    lines += _layer(exact_tokens, in_config, exact_path, prefix_path)
+    wildcards = [t for t in layers if t.startswith("*.")]
+    for depth in sorted({*WILDCARD_DEPTHS, *map(_depth, wildcards)}, reverse=True):
+        lines += [
+            "  http-request unset-var(txn.k)",
+            "  http-request unset-var(txn.w)",
+            f"  http-request set-var(txn.w) var(txn.h),field(-1,.,{depth}) if {_UNDECIDED}"
+            f" {{ var(txn.h),field(-{depth + 1},.) -m len gt 0 }}",
+            f"  http-request set-var(txn.k) str(*.),concat(,txn.w,) if {_UNDECIDED}"
+            " { var(txn.w) -m found }",
+        ]
+        tokens = sorted(t for t in wildcards if _depth(t) == depth)
+        lines += _layer(tokens, in_config, exact_path, prefix_path)
+    lines.append(f"  http-request set-var(txn.k) str({ANY_HOST}) if {_UNDECIDED}")
+    lines += _layer([ANY_HOST] if ANY_HOST in layers else [], in_config, exact_path, prefix_path)
+    if annotation is not None:
+        hosts: dict[str, str] = {}
+        for route in sorted(annotation.routes, key=lambda r: (r.host, r.backend)):
+            if not names.is_host_name(route.host):
+                raise RenderError(f"invalid host: {route.host!r}")
+            hosts.setdefault(route.host, _backend_name(route.backend))
+        files[hosts_path] = hosts
+        named.update(hosts.values())
+        lines += [
+            f"  http-request set-var(txn.be) var(txn.h),map_str({hosts_path}) if {_UNDECIDED}",
+            f"  http-request set-var(txn.r) str(a) if {_UNDECIDED} {{ var(txn.be) -m found }}",
+        ]
+    once = {r.rid: r for rules in in_config.values() for r in rules}  # a rule in two layers
+    for rule in sorted(once.values(), key=lambda r: int(r.rid[1:])):
+        lines += _outcome(rule, port, named)
+    default = listener.default_backend
+    lines.append("  http-request return status 500 if { var(txn.st) -m found }")
+    if not default:
+        lines.append("  http-request return status 404 if !{ var(txn.be) -m found }")
+    lines.append("  use_backend %[var(txn.be)] if { var(txn.be) -m found }")
+    if default:
+        lines.append(f"  default_backend {_backend_name(default)}")
+        named.add(default)
+    return [*lines, ""], files, named
+
+
+_UNDECIDED = "!{ var(txn.r) -m found }"
+
+
+def _layer(
+    tokens: Sequence[str], in_config: Mapping[str, list[_Rule]], exact_path: str, prefix_path: str
+) -> list[str]:
+    """One host layer: the map lookups for the host token in `txn.k`, the layer's config
+    rules (in list order, each losing to a map hit of higher precedence), then the map
+    hit if no config rule won."""
+    lines = [
+        f"  http-request set-var(txn.s) var(txn.k),concat(,txn.p,),map_str({exact_path})"
+        f" if {_UNDECIDED}",
+        f"  http-request set-var(txn.s) var(txn.k),concat(,txn.p,/),map_beg({prefix_path})"
+        f" if {_UNDECIDED} !{{ var(txn.s) -m found }}",
+    ]
+    for token in tokens:
+        for rule in in_config.get(token, ()):
+            lines.append(
+                f"  http-request set-var(txn.r) str({rule.rid}) if {_UNDECIDED}"
+                f" {{ var(txn.k) -m str {token} }}{_conditions(rule)}"
+                f" !{{ var(txn.s),field(1,:) -m int gt {rule.strength} }}"
+            )
+    found = "{ var(txn.s) -m found }"
+    return [
+        *lines,
+        f"  http-request set-var(txn.be) var(txn.s),field(2,:) if {_UNDECIDED} {found}",
+        f"  http-request set-var(txn.r) str(s) if {_UNDECIDED} {found}",
+    ]
+
+
+def _conditions(rule: _Rule) -> str:
+    """The ACLs of a config rule beyond its host: path, method, headers, query."""
+    r = rule.rule
+    out = []
+    if rule.exact:
+        out.append(f"{{ var(txn.p) -m str {rule.path} }}")
+    elif rule.path != "/":
+        out.append(f"{{ var(txn.p),concat(,,/) -m beg {rule.path}/ }}")
+    if r.method:
+        out.append(f"{{ method {r.method} }}")
+    for h in r.headers:
+        out.append(_equals(f"req.fhdr({h.name})", h.value))
+    for q in r.query_params:
+        out.append(_equals(f"url_param({q.name})", q.value))
+    return "".join(f" {c}" for c in out)
+
+
+def _equals(fetch: str, value: str) -> str:
+    if value:
+        return f"{{ {fetch} -m str {value} }}"
+    return f"{{ {fetch} -m found }} {{ {fetch} -m len 0 }}"
+
+
+def _lf(value: str) -> str:
+    """A checked value inside a log-format argument: only `%` means something there."""
+    return value.replace("%", "%%")
+
+
+def _outcome(rule: _Rule, port: int, named: set[str]) -> list[str]:
+    """What a config rule does once it won: its backend (by weight; 500 for an
+    unresolved share or none), its header filter, its redirect."""
+    r, won = rule.rule, f"{{ var(txn.r) -m str {rule.rid} }}"
+    lines: list[str] = []
+    if r.HasField("request_headers"):
+        m = r.request_headers
+        for verb, pairs in (("set-header", m.set), ("add-header", m.add)):
+            lines += [f"  http-request {verb} {h.name} {_value(h.value)} if {won}" for h in pairs]
+        lines += [f"  http-request del-header {name} if {won}" for name in m.remove]
+    if r.HasField("redirect"):
+        return lines + _redirect(r.redirect, port, won)
+    served = [b for b in r.backends if b.weight > 0]
+    total = sum(b.weight for b in served)
+    if total == 0 or total >= _WEIGHT_TOTAL:
+        return [*lines, f"  http-request set-var(txn.st) int(500) if {won}"]
+    if len(served) == 1:
+        return lines + _share(served[0].backend, won, named)
+    lines.append(f"  http-request set-var(txn.rnd) rand({total}) if {won}")
+    upto = 0
+    for b in served:
+        upto += b.weight
+        share = f"{won} {{ var(txn.rnd) -m int lt {upto} }} !{{ var(txn.be) -m found }}"
+        lines += _share(b.backend, f"{share} !{{ var(txn.st) -m found }}", named)
+    return lines
+
+
+def _share(backend: str, condition: str, named: set[str]) -> list[str]:
+    if not backend:
+        return [f"  http-request set-var(txn.st) int(500) if {condition}"]
+    named.add(backend)
+    return [f"  http-request set-var(txn.be) str({backend}) if {condition}"]
+
+
+def _value(value: str) -> str:
+    return _lf(value) if value else '""'
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _redirect(d: pb.Redirect, port: int, won: str) -> list[str]:
+    """RequestRedirect: scheme, host, port (the Gateway API's defaults), code, and the
+    request's path and query unless ReplaceFullPath."""
+    scheme = d.scheme or "http"  # the listeners bind plain HTTP
+    host = d.hostname or "%[var(txn.h)]"
+    to_port: int | None = d.port or (None if d.scheme else port)
+    if to_port == _DEFAULT_PORTS[scheme]:
+        to_port = None
+    base = f"{scheme}://{host}" + (f":{to_port}" if to_port else "")
+    code = d.status_code or 302
+    if not d.replace_full_path:
+        return [f"  http-request redirect location {base}%[pathq] code {code} if {won}"]
+    path = _lf(d.replace_full_path)
+    return [
+        f"  http-request redirect location {base}{path}?%[query] code {code}"
+        f" if {won} {{ query -m len gt 0 }}",
+        f"  http-request redirect location {base}{path} code {code} if {won}",
+    ]
