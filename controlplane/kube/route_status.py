@@ -20,6 +20,7 @@ HTTPRoute parents, Ingress loadBalancer). This writer makes the cluster say it:
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import threading
@@ -32,7 +33,9 @@ from typing import Any, Protocol
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from controlplane.model import GATEWAY_GROUP
+from controlplane.compute.types import ComputeResult, SlotAssignment
+from controlplane.loop.reconcile import ComputeFn
+from controlplane.model import GATEWAY_GROUP, ClusterState
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +206,8 @@ class RouteStatusWriter:
         self._retry_s = retry_s
         self._retry_max_s = retry_max_s
         self._cond = threading.Condition()
-        self._latest: Statuses = {}
+        self._latest: Statuses | Callable[[], Statuses] = {}
+        self._evaluated: tuple[int, Statuses] = (0, {})  # a later submission, computed
         self._submitted = 0
         self._handled = 0
         self._stopping = False
@@ -217,6 +221,14 @@ class RouteStatusWriter:
 
     def submit(self, statuses: Statuses) -> None:
         """The documents every object should say now; replaces any not yet written."""
+        with self._cond:
+            self._latest = statuses
+            self._submitted += 1
+            self._cond.notify_all()
+
+    def submit_later(self, statuses: Callable[[], Statuses]) -> None:
+        """As `submit`, the documents computed by `statuses()` in the writer's thread, and
+        only while leading (a follower never spends the time)."""
         with self._cond:
             self._latest = statuses
             self._submitted += 1
@@ -270,7 +282,11 @@ class RouteStatusWriter:
                 self._written.clear()  # another leader may have written: read everything
             if not (pending or promoted or _due(retry_at)):
                 continue
-            failed = self._round(latest)
+            statuses = self._statuses(latest, seq)
+            if statuses is None:
+                self._done(seq)
+                continue
+            failed = self._round(statuses)
             self._done(seq)
             if failed:
                 failures += 1
@@ -279,6 +295,21 @@ class RouteStatusWriter:
                 )
             else:
                 failures, retry_at = 0, None
+
+    def _statuses(self, latest: Statuses | Callable[[], Statuses], seq: int) -> Statuses | None:
+        """The documents of submission `seq`, computed once; None when that failed (the
+        next computation submits again)."""
+        if not callable(latest):
+            return latest
+        if self._evaluated[0] == seq:
+            return self._evaluated[1]
+        try:
+            statuses = latest()
+        except Exception:
+            log.exception("route status: computing the status documents failed")
+            return None
+        self._evaluated = (seq, statuses)
+        return statuses
 
     def _done(self, seq: int) -> None:
         with self._cond:
@@ -415,3 +446,24 @@ def _error_text(error: Exception) -> str:
     if isinstance(error, ApiException):
         return f"HTTP {error.status} {error.reason}"
     return f"{type(error).__name__}: {error}"
+
+
+def reporting_status(
+    compute: ComputeFn,
+    writer: RouteStatusWriter,
+    statuses_of: Callable[[ClusterState, ComputeResult], Statuses],
+) -> ComputeFn:
+    """`compute` that also hands each result to `writer`: the status documents are made
+    from it in the writer's thread, never in the compute loop's."""
+
+    def compute_and_report(
+        state: ClusterState, previous: SlotAssignment, *, now: float, assign_new: bool = True
+    ) -> ComputeResult:
+        if assign_new:
+            result = compute(state, previous, now=now)
+        else:
+            result = compute(state, previous, now=now, assign_new=False)
+        writer.submit_later(functools.partial(statuses_of, state, result))
+        return result
+
+    return compute_and_report

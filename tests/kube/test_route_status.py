@@ -5,13 +5,22 @@ kept, and only the Lease holder writing (two replicas)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import pytest
 
+from controlplane.compute import compute
+from controlplane.compute.types import ComputeResult
 from controlplane.kube.leader import LeaderElector, LeaseTimings
-from controlplane.kube.route_status import GATEWAY_CONTROLLER, RouteStatusWriter, rfc3339
+from controlplane.kube.route_status import (
+    GATEWAY_CONTROLLER,
+    RouteStatusWriter,
+    reporting_status,
+    rfc3339,
+)
+from controlplane.model import ClusterState
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import (
     api_client,
@@ -328,3 +337,29 @@ def test_only_the_lease_holder_writes(api: FakeKubeAPI, clock: Clock) -> None:
             e.stop()
         for w in writers:
             w.close()
+
+
+def test_documents_are_made_in_the_writer_thread_and_only_while_leading(
+    api: FakeKubeAPI, clock: Clock
+) -> None:
+    """The compute loop only hands its result over; a follower never builds documents."""
+    leading = threading.Event()
+    made: list[str] = []
+
+    def statuses_of(state: ClusterState, result: ComputeResult) -> dict[Key, Obj]:
+        made.append(threading.current_thread().name)
+        return documents()
+
+    writer = RouteStatusWriter(
+        api_client(api.url), leading=leading.is_set, clock=clock, recheck_s=0.05
+    )
+    try:
+        step = reporting_status(compute, writer, statuses_of)
+        step(ClusterState(), {}, now=T0)
+        assert writer.flush()
+        assert made == [] and status_writes(api) == []
+        leading.set()  # promoted: the latest result is made into documents and written
+        assert wait_until(lambda: len(status_writes(api)) == 4)
+        assert made == ["route-status"]
+    finally:
+        writer.close()
