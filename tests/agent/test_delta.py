@@ -191,7 +191,8 @@ def test_listeners_move_with_the_frontends_and_are_hashed() -> None:
     assert r1.frontends == r0.frontends  # the new rule is a map entry, not a config line
     decision = classify(held, r0, held_next, r1, change)
     assert decision.kind is Kind.RUNTIME and not decision.updates
-    assert [(u.op, u.key, u.value) for u in decision.maps] == [("add", "a.example.com/b/", "2:ns_b_80")]
+    added = [(u.op, u.key, u.value) for u in decision.maps]
+    assert added == [("add", "a.example.com/b/", "2:ns_b_80")]
     # Without the flag the held listeners stay: the hash says no.
     d.frontends_changed = False
     with pytest.raises(DeltaError, match="content hash"):
