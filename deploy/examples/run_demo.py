@@ -4,6 +4,10 @@ A control plane on `deploy/examples/demo/` (a copy, so you can edit it while it 
 two agents each supervising its own HAProxy on its pod's address (127.0.1.1, 127.0.1.2),
 the demo backends (shop, catalog, db), then a failover run: a client from a fixed source
 address pinned through HAProxy A keeps its backend pod through HAProxy B after A is lost.
+Clients send nothing to an HAProxy before its agent's `/readyz` answers 200 (its stick
+tables synced from the peers): traffic that arrives earlier may be pinned differently on
+two instances, which is why a load balancer must health-check `/readyz` (docs/operations.md,
+"Readiness where traffic is decided").
 Runs until Ctrl-C (or `--once`), then stops everything it started.
 """
 
@@ -26,6 +30,7 @@ from tests.helpers.fleet import (  # noqa: E402
     HTTP_PORT,
     TCP_PORT,
     WORKLOAD,
+    AgentHandle,
     Fleet,
     haproxy_binary,
     http_get,
@@ -53,9 +58,17 @@ def grpcurl(address: str, *args: str) -> str:
     return done.stdout if done.returncode == 0 else done.stderr
 
 
+def ready(agent: AgentHandle, label: str) -> None:
+    """What a load balancer does: no traffic to this HAProxy before its `/readyz` is 200."""
+    print(f"waiting for HAProxy {label}'s {agent.readyz_url} ...", flush=True)
+    print(f"HAProxy {label} ready: GET {agent.readyz_url} -> 200 {agent.wait_ready(60)}")
+
+
 def failover(fleet: Fleet) -> bool:
     (name_a, address_a), (name_b, _) = HAPROXY_PODS
     a, b = fleet.agents[name_a], fleet.agents[name_b]
+    ready(a, "A")
+    ready(b, "B")
     pod = http_get(a.address, "shop.example.com", CLIENT)
     again = http_get(a.address, "shop.example.com", CLIENT)
     print(f"client {CLIENT} -> HAProxy A ({a.address}:{HTTP_PORT}) -> {pod}, and again -> {again}")
@@ -75,6 +88,7 @@ def failover(fleet: Fleet) -> bool:
     print("restarting agent A ...")
     fleet.start_agent(name_a, address_a)
     fleet.wait_all_acked()
+    ready(fleet.agents[name_a], "A")
     return ok
 
 
@@ -89,7 +103,7 @@ def main() -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="peerplane-demo-"))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    fleet = Fleet(workdir, octet=0)
+    fleet = Fleet(workdir, octet=0, readiness=True)
     try:
         heading("starting: control plane, 2 agents + HAProxy, backends")
         fleet.start()
@@ -97,6 +111,7 @@ def main() -> int:
         print(f"control plane: {address} (log {workdir / 'controlplane.log'})")
         for name, agent in fleet.agents.items():
             print(f"agent {name}: HAProxy on {agent.address} (log {agent.log})")
+            print(f"  readiness (what a load balancer health-checks): {agent.readyz_url}")
         print(f"manifests (edit them, the control plane follows): {fleet.manifests}")
 
         heading("workloads (grpcurl ListWorkloads)")

@@ -36,6 +36,7 @@ NAMESPACE = "haproxy-system"
 WORKLOAD = "haproxy-system/DaemonSet/haproxy"
 HAPROXY_PODS = (("haproxy-7x2kq", "127.0.1.1"), ("haproxy-m4r9t", "127.0.1.2"))
 HTTP_PORT = 18080
+READYZ_PORT = 19101  # each agent's /readyz on its own pod address (the DaemonSet's 9101)
 TCP_PORT = 15432
 # (pod name, address, port, kind) of every backend pod in the demo manifests.
 BACKENDS = (
@@ -241,6 +242,35 @@ class AgentHandle:
     address: str
     directory: Path
     process: subprocess.Popen[bytes]
+    readiness_port: int | None = None  # its /readyz, when the fleet serves readiness
+
+    @property
+    def readyz_url(self) -> str:
+        assert self.readiness_port is not None, "a fleet without readiness=True"
+        return f"http://{self.address}:{self.readiness_port}/readyz"
+
+    def readyz(self, timeout: float = 2) -> tuple[int, str]:
+        """What `/readyz` answers now (status, body); (0, the error) when nothing does."""
+        assert self.readiness_port is not None, "a fleet without readiness=True"
+        conn = http.client.HTTPConnection(self.address, self.readiness_port, timeout=timeout)
+        try:  # http.client: no proxy from the environment on loopback
+            conn.request("GET", "/readyz")
+            reply = conn.getresponse()
+            return reply.status, reply.read().decode().strip()
+        except OSError as e:
+            return 0, str(e)
+        finally:
+            conn.close()
+
+    def wait_ready(self, timeout: float = 30) -> str:
+        """Until `/readyz` answers 200 (HAProxy runs an applied snapshot and its stick
+        tables are synced from the peers, or the bound passed): its reason."""
+        deadline = time.monotonic() + timeout
+        while (answer := self.readyz())[0] != 200:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.readyz_url} still answers {answer} after {timeout:.0f}s")
+            time.sleep(0.2)
+        return answer[1]
 
     @property
     def config(self) -> Path:
@@ -277,12 +307,16 @@ class Fleet:
         state_file: bool = True,
         serve_timeout: float = 20,
         source: str | None = None,
+        readiness: bool = False,
     ) -> None:
-        """`server_args`/`agent_args` are appended to every `controlplane serve` /
+        """`readiness`: every agent serves `/readyz` (and its metrics) on its pod's address,
+        port READYZ_PORT, as the DaemonSet's agents do on theirs.
+        `server_args`/`agent_args` are appended to every `controlplane serve` /
         `nodeagent run` command line (the benchmarks' switches); `state_file=False` runs
         the control plane without `--state`, as a first-time user would; `source` replaces
         the manifests folder (`files:DIR`) as `--source` (say, `kubernetes`)."""
         self.source = source
+        self.readiness = readiness
         self.workdir = workdir
         self.haproxy_bin = haproxy_bin  # None: the one on PATH (the demo's)
         self.server_args = list(server_args)
@@ -404,9 +438,12 @@ class Fleet:
         binary = self.haproxy_bin or haproxy_binary()
         if binary:
             argv += ["--haproxy-bin", binary]
+        port = READYZ_PORT if self.readiness else None
+        if port is not None:
+            argv += ["--metrics-port", str(port), "--metrics-address", address]
         argv += [*self.agent_args, *extra_args]
         process = self._spawn(argv, directory / "agent.log")
-        handle = AgentHandle(pod_name, address, directory, process)
+        handle = AgentHandle(pod_name, address, directory, process, port)
         self.agents[pod_name] = handle
         return handle
 
