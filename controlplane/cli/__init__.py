@@ -1,4 +1,5 @@
-"""`controlplane` command line: `compute` prints snapshots, `serve` runs the control plane.
+"""`controlplane` command line: `compute` prints snapshots, `serve` runs the control plane,
+`status` shows every agent's sync state (`controlplane/status`).
 
 `flags` holds every flag, `wiring` turns flags into objects, `lifecycle` runs `serve`,
 `compute` runs `compute`. `main` is the console script.
@@ -17,6 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "compute":
         from controlplane.cli.compute import run_compute as run
+    elif args.command == "status":
+        from controlplane.status.command import run_status as run
     else:
         from controlplane.cli.lifecycle import run_serve as run
     try:

@@ -28,6 +28,7 @@ from controlplane.server import ServerOptions
 from controlplane.server.auth import DEFAULT_AUDIENCE
 from controlplane.server.ratelimit import DEFAULT_OPENS_BURST, DEFAULT_OPENS_PER_S
 from controlplane.source.convert import DEFAULT_HAPROXY_SELECTOR
+from controlplane.status.command import add_arguments as add_status_arguments
 
 DEFAULT_SETTINGS_CONFIGMAP = "haproxy-system/haproxy-settings"
 DEFAULT_LISTEN = "127.0.0.1:18000"
@@ -195,6 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_source_arguments(compute_parser)
     serve_parser = commands.add_parser("serve", help="run the control plane (gRPC)")
     add_serve_arguments(serve_parser)
+    status_parser = commands.add_parser(
+        "status", help="every agent's sync state and persistence health, worst first"
+    )
+    add_status_arguments(status_parser)
     return parser
 
 

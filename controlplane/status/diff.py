@@ -1,0 +1,128 @@
+"""What changed between two versions of a workload's snapshot, readable: peers, each
+backend (added, removed, its settings, each slot), frontends, route listeners and
+warnings. Pure: two `Snapshot` messages in, lines out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from google.protobuf import text_format
+from google.protobuf.message import Message
+
+from peerplane.runtime.untrusted import escape
+from peerplane.v1 import peerplane_pb2 as pb
+
+MAX_VALUE_CHARS = 120
+
+
+def _short(message: object) -> str:
+    if isinstance(message, Message):
+        text = text_format.MessageToString(message, as_one_line=True)
+    else:
+        text = str(message)
+    text = escape(text)
+    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 3] + "..."
+
+
+def _slot(slot: pb.Slot | None) -> str:
+    if slot is None:
+        return "(none)"
+    if not slot.enabled:
+        return "(free)"
+    return f"{escape(slot.address)}:{slot.port}"
+
+
+def _fields(old: Message, new: Message, skip: Iterable[str] = ()) -> list[str]:
+    """ "name: old -> new" for each field (but `skip`) whose value differs."""
+    lines = []
+    skipped = set(skip)
+    for desc in type(new).DESCRIPTOR.fields:
+        if desc.name in skipped:
+            continue
+        before, after = getattr(old, desc.name), getattr(new, desc.name)
+        if before == after:
+            continue
+        if not isinstance(before, str | bytes | int | float | Message):  # repeated
+            shown_before = f"[{len(before)}]" if before else "[]"
+            shown_after = ", ".join(_short(v) for v in after) if after else "[]"
+            lines.append(f"{desc.name}: {shown_before} -> {shown_after}")
+        else:
+            lines.append(f"{desc.name}: {_short(before)} -> {_short(after)}")
+    return lines
+
+
+def _peers(old: pb.Snapshot, new: pb.Snapshot) -> list[str]:
+    before = {p.name: f"{p.address}:{p.port}" for p in old.peers.peers}
+    after = {p.name: f"{p.address}:{p.port}" for p in new.peers.peers}
+    lines = [f"  + {escape(n)} {escape(after[n])}" for n in sorted(after.keys() - before.keys())]
+    lines += [f"  - {escape(n)} {escape(before[n])}" for n in sorted(before.keys() - after.keys())]
+    lines += [
+        f"  ~ {escape(n)} {escape(before[n])} -> {escape(after[n])}"
+        for n in sorted(before.keys() & after.keys())
+        if before[n] != after[n]
+    ]
+    lines += [f"  {line}" for line in _fields(old.peers, new.peers, skip=("peers",))]
+    return ["peers:", *lines] if lines else []
+
+
+def _backend(old: pb.Backend, new: pb.Backend) -> list[str]:
+    lines = [f"  {line}" for line in _fields(old, new, skip=("slots", "warnings"))]
+    before = {s.index: s for s in old.slots}
+    after = {s.index: s for s in new.slots}
+    for index in sorted(before.keys() | after.keys()):
+        a, b = before.get(index), after.get(index)
+        if a != b:
+            name = b.server_name if b is not None else a.server_name if a is not None else ""
+            lines.append(f"  slot {index} ({escape(name)}): {_slot(a)} -> {_slot(b)}")
+    if len(old.warnings) != len(new.warnings) or list(old.warnings) != list(new.warnings):
+        lines.append(f"  warnings: {len(old.warnings)} -> {len(new.warnings)}")
+    return lines
+
+
+def diff(old: pb.Snapshot, new: pb.Snapshot) -> list[str]:
+    """The changes from `old` to `new`, one line each (indented under their part)."""
+    lines = [
+        f"{escape(new.workload)}: v{old.version} ({old.content_hash[:12]}) -> "
+        f"v{new.version} ({new.content_hash[:12]})"
+    ]
+    if old.content_hash == new.content_hash:
+        return [*lines, "same content"]
+    lines += _peers(old, new)
+    before = {b.name: b for b in old.backends}
+    after = {b.name: b for b in new.backends}
+    for name in sorted(before.keys() | after.keys()):
+        a, b = before.get(name), after.get(name)
+        if a is None and b is not None:
+            used = sum(s.enabled for s in b.slots)
+            lines.append(f"backend {escape(name)}: added ({used}/{len(b.slots)} slots used)")
+        elif b is None and a is not None:
+            lines.append(f"backend {escape(name)}: removed")
+        elif a is not None and b is not None and a != b:
+            lines += [f"backend {escape(name)}:", *_backend(a, b)]
+    front = _fields(old, new, skip=_NOT_FRONTENDS)
+    if front:
+        lines += ["frontends:", *(f"  {line}" for line in front)]
+    if list(old.http_listeners) != list(new.http_listeners):
+        rules = (sum(len(x.rules) for x in s.http_listeners) for s in (old, new))
+        lines.append("http listeners: {} -> {} rules".format(*rules))
+    if list(old.warnings) != list(new.warnings):
+        lines.append(f"warnings: {len(old.warnings)} -> {len(new.warnings)}")
+        lines += [
+            f"  + {escape(w.object)} {escape(w.key)}: {escape(w.reason)}"
+            for w in new.warnings
+            if w not in old.warnings
+        ]
+    if len(lines) == 1:
+        lines.append("no change shown (only fields this view leaves out)")
+    return lines
+
+
+_NOT_FRONTENDS = (
+    "workload",
+    "version",
+    "content_hash",
+    "peers",
+    "backends",
+    "warnings",
+    "http_listeners",
+)
