@@ -125,10 +125,14 @@ class Inspection:
         older = self._store.snapshot_at(request.workload, request.version)
         if older is None:
             held = ", ".join(map(str, self._store.versions_held(request.workload)))
+            why = (
+                f"is not held: the current version is {published.version}"
+                if request.version > published.version
+                else "is no longer held (the control plane keeps the last few versions)"
+            )
             await context.abort(
                 grpc.StatusCode.NOT_FOUND,
-                f"version {request.version} of {request.workload} is no longer held (the "
-                f"control plane keeps the last few versions); versions held: {held}",
+                f"version {request.version} of {request.workload} {why}; versions held: {held}",
             )
         return older
 

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import grpc
 import pytest
 
+from controlplane.publish.store import SnapshotStore
 from controlplane.server import reports
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.server_harness import NS, W1, Harness, run, snapshot
@@ -144,5 +145,22 @@ def test_get_snapshot_of_a_version_still_held_and_of_one_gone() -> None:
                 await h.stub.GetSnapshot(pb.GetSnapshotRequest(workload=W1, version=7))
             assert gone.value.code() == grpc.StatusCode.NOT_FOUND
             assert "versions held: 1, 2, 3" in (gone.value.details() or "")
+
+    run(body())
+
+
+def test_get_snapshot_of_a_version_evicted_says_so() -> None:
+    async def body() -> None:
+        async with Harness(store=SnapshotStore(retained_versions=2)) as h:
+            for address in ("10.0.0.1", "10.0.0.2", "10.0.0.3"):
+                h.publish({W1: snapshot(W1, address)})
+            with pytest.raises(grpc.aio.AioRpcError) as gone:
+                await h.stub.GetSnapshot(pb.GetSnapshotRequest(workload=W1, version=1))
+            details = gone.value.details() or ""
+            assert gone.value.code() == grpc.StatusCode.NOT_FOUND
+            assert "version 1 of" in details and "no longer held" in details
+            assert details.endswith("versions held: 2, 3")
+            kept = await h.stub.GetSnapshot(pb.GetSnapshotRequest(workload=W1, version=2))
+            assert kept.backends[0].slots[0].address == "10.0.0.2"
 
     run(body())
