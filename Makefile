@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv proto test lint unit fast churn demo haproxy bench clean
+.PHONY: venv proto test lint unit fast churn demo haproxy bench bench-full clean
 
 venv: $(STAMP)
 
@@ -47,8 +47,13 @@ haproxy:
 	if [ "$$(id -u)" = 0 ]; then apt-get update && apt-get install -y haproxy; \
 	else echo "HAProxy is missing: run 'sudo apt-get install haproxy' (Debian/Ubuntu, 2.6)" >&2; exit 1; fi
 
+# The quick forms of every benchmark, one table at the end (about 5 minutes);
+# `make bench-full` (or `make bench BENCH_FULL=1`) the full sizes (well over half an hour).
 bench: $(STAMP)
-	$(PY) -m tests.bench
+	$(PY) -m tests.bench $(if $(filter-out 0,$(BENCH_FULL)),--full,--quick)
+
+bench-full: $(STAMP)
+	$(PY) -m tests.bench --full
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -14,6 +14,13 @@ from typing import Any
 from tests.bench.common import Result, log
 from tests.helpers.churn import run_load
 
+# Targets (README, "Performance"): figure pattern -> target.
+TARGETS = {
+    "churn.streams_lost": "0",
+    "churn.agents_on_final_version": "every stream",
+    "churn.rss_growth_second_half": "flat (~0)",
+}
+
 
 def run(quick: bool = False, agents: int | None = None) -> list[Result]:
     agents = agents or (100 if quick else 1000)

@@ -61,30 +61,6 @@ def fmt_value(value: float) -> str:
     return f"{value:.4g}"
 
 
-def table(results: Sequence[Result]) -> str:
-    """The results as an aligned text table, machine facts on top."""
-    facts = machine()
-    rows = [(r.name, fmt_value(r.value), r.unit, _params(r.parameters)) for r in results]
-    head = ("benchmark", "value", "unit", "parameters")
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=False)]
-    lines = [f"machine: {facts['cores']} cores, Python {facts['python']}"]
-    for row in (head, *rows):
-        lines.append(
-            "  ".join(
-                str(cell).rjust(w) if i == 1 else str(cell).ljust(w)
-                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-            ).rstrip()
-        )
-        if row is head:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def _params(parameters: dict[str, Any], width: int = 60) -> str:
-    text = " ".join(f"{k}={v}" for k, v in parameters.items() if k != "what")
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
 def write_results(results: Sequence[Result], path: Path = RESULTS_PATH) -> None:
     """Write (replace) results.json; entries of other benchmarks already there are kept."""
     kept: list[dict[str, Any]] = []

@@ -224,6 +224,14 @@ def bench_memory(services: int) -> list[Result]:
     return results
 
 
+# Targets (README, "Performance"), set at the full sizes: figure pattern -> target.
+TARGETS = {
+    "compute.full": "< 300 ms at 40k endpoints",
+    "compute.one_change_total": "< 5 ms at 40k endpoints",
+    "compute.linearity": "linear (~1)",
+}
+
+
 def run(quick: bool = False) -> list[Result]:
     sizes = QUICK_SIZES if quick else FULL_SIZES
     results = bench_full(sizes, repeat=2 if quick else 3)

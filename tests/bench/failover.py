@@ -276,6 +276,13 @@ def side_by_side(figures: Figures) -> str:
     )
 
 
+# Targets (README, "Performance"): figure pattern -> target.
+TARGETS = {
+    "failover.followers.stream_losses": "0",
+    "failover.followers.removal": "within the debounce (~0.1 s)",
+}
+
+
 def run(quick: bool = False) -> list[Result]:
     rounds = 1 if quick else 3
     lease_s = DEFAULT_LEASE_DURATION_S

@@ -640,6 +640,16 @@ def compare(agents: int, services: int, versions: dict[str, int]) -> list[Result
     return results
 
 
+# Targets (README, "Performance"), set at the full sizes: figure pattern -> target.
+TARGETS = {
+    "fanout.publish_to_last_ack_p99": "< 1 s at 1,000 streams",
+    "fanout.server_memory_per_stream": "< 100 KB",
+    "fanout.reconnect_storm_snapshot_bytes": "0",
+    "fanout.reconnect_storm_all_back": "< 5 s at 1,000 streams",
+    "fanout.s*.delta.publish_to_last_ack_p99": "< 1 s at 1,000 streams",
+}
+
+
 def run(quick: bool = False, agents: int | None = None, services: int = 50) -> list[Result]:
     agents = agents or (40 if quick else 1000)
     versions = 3 if quick else VERSIONS

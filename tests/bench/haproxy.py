@@ -341,6 +341,14 @@ def output_to(path: Path) -> Iterator[None]:
             os.close(copy)
 
 
+# Targets (README, "Performance"): figure pattern -> target.
+TARGETS = {
+    "haproxy.runtime.received_to_serving_p50": "< 20 ms",
+    "haproxy.*.failed_requests": "0",
+    "haproxy.*.pinned_entries_kept": "1 (every entry)",
+}
+
+
 def run(
     quick: bool = False,
     runtime_changes: int = 0,

@@ -178,6 +178,10 @@ def run_version(
     return results
 
 
+# Targets (README, "Performance"): figure pattern -> target.
+TARGETS = {"persistence.*.design.moved_clients": "0"}
+
+
 def run(quick: bool = False, seed: int = 7) -> list[Result]:
     clients, events = (100, 20) if quick else (1000, 500)
     binaries = installed()

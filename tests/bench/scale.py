@@ -1,7 +1,7 @@
 """Scale: one endpoint change among N Services, by where the slot ledger persists (and
 full snapshots vs deltas).
 
-For each N (100, 2,000, 8,000; `--quick`: 20, 100) and each mode, a fresh fleet
+For each N (100, 2,000, 8,000; `--quick`: 100, 300) and each mode, a fresh fleet
 (`tests.helpers.fleet.Fleet`, octet 41): `controlplane serve` and two `nodeagent run
 --manage-haproxy` with real HAProxy (the one on PATH, 2.6), each on its own loopback
 address, metrics on loopback. The modes (`MODES`; the default run takes `DEFAULT_MODES`,
@@ -16,7 +16,18 @@ all with deltas, the server's default):
 - full: as delta with `--no-deltas` (run only when asked, `run(modes=...)`).
 
 The cluster is `scalefolder`'s: N Services each with one EndpointSlice of 20 ready
-endpoints (the folder holds one file per Service), health checks on up to 100 Services.
+endpoints (the folder holds one file per Service).
+
+Health checks: every mode first runs with the default settings, checks on (what users
+run), then with `check: "false"` beside it (mode name `-nochecks`): the full run does so
+for every mode, `--quick` for delta only; the ratios on/off of p50, CPU, HAProxy's idle
+CPU and memory are figures of their own. With checks on HAProxy needs a descriptor per
+checked server (all 42 slots of every backend) on top of 2 x maxconn: past about 280
+Services that is more than an open-files limit of 20,000. The agent counts it as HAProxy
+does and NACKs the config with the figures (HAProxy itself would say "Cannot raise FD
+limit to N"; either is caught). That is a row (`refused`, `fd_needed`, the words), not a
+crash; the other modes skip checks on at that N (the same config would be refused) and
+all run with checks off.
 
 Each sample, after a quiet period, moves one endpoint's address (and back on the next
 sample): the folder's file is rewritten atomically, or the EndpointSlice replaced in the
@@ -48,6 +59,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import resource
 import shutil
 import sqlite3
 import statistics
@@ -68,7 +81,6 @@ from peerplane.v1 import peerplane_pb2 as pb
 from tests.bench.common import Result, log, median, percentile
 from tests.bench.scalefolder import (
     MOVED_ADDRESS,
-    checks_on,
     endpoint_address,
     service_name,
     write_folder,
@@ -79,14 +91,14 @@ from tests.kubeapi.objects import write_kubeconfig
 
 OCTET = 41
 SIZES = (100, 2000, 8000)
-QUICK_SIZES = (20, 100)
+QUICK_SIZES = (100, 300)  # 300: past the descriptor limit with checks on
 HTTP_PORT = 18480
 PEER_PORT = 10480
 POLL_S = 0.01
 QUIET_S = 0.5
 SETTLE_S = 0.3
 CALIBRATE_S = 2.0
-TARGETS = (
+TARGETS_TEXT = (
     "at 2,000 and 8,000: p50 < 300 ms, CP CPU < 30 ms, written < 16 KiB to the API "
     "(< 64 KiB to disk) per change, largest ledger object < 64 KiB"
 )
@@ -115,6 +127,26 @@ MODES = {
     "kube": Mode("kube", deltas=True, ledger="kube"),
 }
 DEFAULT_MODES = ("delta", "state", "kube")
+QUICK_CHECKS_OFF = ("delta",)  # modes also run with checks off in `--quick`
+NOCHECKS = "-nochecks"  # a mode's name with checks off (figures and table)
+NOT_RUN = "not run"  # a curve's error when it was skipped
+# The open-files limit cannot hold what the config needs: the agent's NACK (it counts
+# as HAProxy does, before starting it) or HAProxy's own alert (an agent that let it try)
+FD_NACK = re.compile(r"would need ([\d,]+) open files for this config but the limit is ([\d,]+)")
+FD_REFUSAL = re.compile(r"Cannot raise FD limit to (\d+), limit is (\d+)")
+MASTER_EXIT = re.compile(r"HAProxy master pid=\d+ exited with .*")
+
+
+class HAProxyRefused(RuntimeError):
+    """The config was refused for HAProxy: `words` is what the agent (a NACK) or HAProxy
+    (its alert) said; `needed` / `limit` the descriptors, when said."""
+
+    def __init__(self, pod: str, words: str) -> None:
+        super().__init__(f"{pod}: refused: {words}")
+        self.words = words
+        found = FD_NACK.search(words) or FD_REFUSAL.search(words)
+        numbers = [int(g.replace(",", "")) for g in found.groups()] if found else [0, 0]
+        self.needed, self.limit = numbers
 
 
 def cpu_seconds(pid: int) -> float:
@@ -206,6 +238,14 @@ class Curve:
     # HAProxy's master and serving worker (the larger of the two instances), now, MiB
     haproxy_rss_mib: tuple[float, float] = (float("nan"), float("nan"))
     error: str = ""
+    refused: str = ""  # the words refusing this config for HAProxy (agent NACK or HAProxy)
+    fd_needed: int = 0  # descriptors HAProxy asked for, when it said
+    fd_limit: int = 0  # the limit it met
+
+    @property
+    def label(self) -> str:
+        """The mode's name in figures and tables: `-nochecks` when checks are off."""
+        return self.mode if self.checks else self.mode + NOCHECKS
 
 
 @dataclass
@@ -232,9 +272,16 @@ class ScaleFleet:
         mode: Mode,
         binary: str | None,
         octet: int = OCTET,
+        checks: bool = True,
+        nofile: int | None = None,
     ) -> None:
+        """`nofile`: the agents' open-files limit (soft and hard), set right after each
+        starts, long before its first snapshot makes it start HAProxy (the smoke test meets
+        the descriptor limit at a few Services this way); None: inherited."""
         self.services = services
         self.mode = mode
+        self.checks = checks
+        self.nofile = nofile
         self.workdir = workdir
         self.metrics_port = free_port()
         self.pods = (
@@ -285,14 +332,21 @@ class ScaleFleet:
         """Starts it; seconds from the control plane's start to both agents' first ACK."""
         if self.mode.ledger == "kube":
             self.kube = KubeCluster(self.workdir / "kubeapi.log")
-            self.load_s = self.kube.load(self.services, self.pods, HTTP_PORT, PEER_PORT)
+            self.load_s = self.kube.load(
+                self.services, self.pods, HTTP_PORT, PEER_PORT, self.checks
+            )
             write_kubeconfig(self.kube.url, self.workdir / "kubeconfig")
         else:
-            write_folder(self.fleet.manifests, self.services, self.pods, HTTP_PORT, PEER_PORT)
+            write_folder(
+                self.fleet.manifests, self.services, self.pods, HTTP_PORT, PEER_PORT, self.checks
+            )
         start = time.perf_counter()
         self.fleet.start_control_plane()
         for name, address in self.pods:
-            self.fleet.start_agent(name, address, ["--metrics-port", str(free_port())])
+            agent = self.fleet.start_agent(name, address, ["--metrics-port", str(free_port())])
+            if self.nofile is not None:
+                limit = (self.nofile, self.nofile)
+                resource.prlimit(agent.process.pid, resource.RLIMIT_NOFILE, limit)
         self.wait_acked(lambda status: True, self.timeout + self.services * 0.02)
         return time.perf_counter() - start
 
@@ -317,6 +371,11 @@ class ScaleFleet:
 
         def done() -> bool:
             status = self.status()
+            for s in status:
+                if s.last_nack_error and s.last_nack_version > s.acked_version:
+                    if FD_NACK.search(s.last_nack_error):
+                        raise HAProxyRefused(s.agent, s.last_nack_error)
+                    raise RuntimeError(f"{s.agent} NACKed: {s.last_nack_error}")
             if time.monotonic() - checked[0] > 1:
                 checked[0] = time.monotonic()
                 self.check_agents()
@@ -335,6 +394,9 @@ class ScaleFleet:
             if agent.process.poll() is not None:
                 raise RuntimeError(f"agent {agent.pod_name} exited\n{_tail(agent.log)}")
             text = _tail(agent.log, 40)
+            words = refusal(text)
+            if words:
+                raise HAProxyRefused(agent.pod_name, words)
             if "RESOURCE_EXHAUSTED" in text or "larger than max" in text:
                 raise RuntimeError(f"agent {agent.pod_name}: message too large\n{text}")
         cp = self.fleet.control_plane
@@ -396,19 +458,34 @@ class ScaleFleet:
             for a in self.fleet.agents.values()
         )
 
-    def idle_rates(self, polling: bool, seconds: float = CALIBRATE_S) -> tuple[float, float]:
-        """CPU seconds per second of the control plane and of one agent (mean) while
-        nothing changes, with ListAgents polled as while waiting for an ACK or not."""
+    def workers(self) -> list[int]:
+        """The serving HAProxy worker of each instance."""
+        found = []
+        for agent in self.fleet.agents.values():
+            worker = HAProxy(str(agent.master_socket), str(agent.runtime_socket)).show_proc()
+            if worker.current_worker is not None:
+                found.append(worker.current_worker)
+        return found
+
+    def idle_rates(self, polling: bool, seconds: float = CALIBRATE_S) -> tuple[float, float, float]:
+        """CPU seconds per second of the control plane, of one agent and of one HAProxy
+        worker (means) while nothing changes, with ListAgents polled as while waiting for
+        an ACK or not. HAProxy's idle CPU is its health checks' cost."""
+        workers = self.workers()
         cp0, agents0 = self.cpu()
+        haproxy0 = [cpu_seconds(pid) for pid in workers]
         start = time.perf_counter()
         while time.perf_counter() - start < seconds:
             if polling:
                 self.status()
             time.sleep(POLL_S)
         cp1, agents1 = self.cpu()
+        haproxy1 = [cpu_seconds(pid) for pid in workers]
         elapsed = time.perf_counter() - start
         agent = sum(b - a for a, b in zip(agents0, agents1, strict=True)) / len(agents0)
-        return (cp1 - cp0) / elapsed, agent / elapsed
+        haproxy = sum(b - a for a, b in zip(haproxy0, haproxy1, strict=True))
+        haproxy /= max(1, len(workers))
+        return (cp1 - cp0) / elapsed, agent / elapsed, haproxy / elapsed
 
     def change(self, sample: int) -> Change:
         """Moves the endpoint: an atomic rename of its Service's file, or its
@@ -448,6 +525,17 @@ class ScaleFleet:
         return Change(latency, window, cpu0, cpu1, disk1 - disk0, api)
 
 
+def refusal(log_text: str) -> str:
+    """HAProxy's words when a master would not start ("" when every one did): its
+    descriptor alert, else the agent's line on the master's exit."""
+    found = FD_REFUSAL.search(log_text) or MASTER_EXIT.search(log_text)
+    if found is None:
+        return ""
+    line = log_text[log_text.rfind("\n", 0, found.start()) + 1 : found.end()]
+    alert = line.find("[ALERT]")
+    return (line[alert:] if alert >= 0 else found.group(0)).strip()
+
+
 def _tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -462,11 +550,14 @@ def measure(
     binary: str | None,
     octet: int = OCTET,
     calibrate_s: float = CALIBRATE_S,
+    checks: bool = True,
+    nofile: int | None = None,
 ) -> Curve:
-    """One fleet, `samples` changes; the curve point (with `error` set if it failed)."""
-    curve = Curve(services, mode.name, samples, checks=checks_on(services))
-    work = Path(tempfile.mkdtemp(prefix=f"bench-scale-{services}-{mode.name}-"))
-    fleet = ScaleFleet(work, services, mode, binary, octet)
+    """One fleet, `samples` changes; the curve point (with `error` set if it failed,
+    `refused` too when HAProxy would not start with the config)."""
+    curve = Curve(services, mode.name, samples, checks=checks)
+    work = Path(tempfile.mkdtemp(prefix=f"bench-scale-{services}-{curve.label}-"))
+    fleet = ScaleFleet(work, services, mode, binary, octet, checks, nofile)
     try:
         curve.startup_s = fleet.start()
         if mode.ledger == "kube":
@@ -478,12 +569,13 @@ def measure(
             )
         curve.agents_on_deltas = sum(1 for s in fleet.status() if s.deltas)
         time.sleep(QUIET_S)
-        cp_idle, agent_idle = fleet.idle_rates(polling=False, seconds=calibrate_s)
-        cp_polled, agent_polled = fleet.idle_rates(polling=True, seconds=calibrate_s)
+        cp_idle, agent_idle, haproxy_idle = fleet.idle_rates(polling=False, seconds=calibrate_s)
+        cp_polled, agent_polled, _ = fleet.idle_rates(polling=True, seconds=calibrate_s)
         curve.idle = {
             "cp_idle_ms_per_s": cp_idle * 1000,
             "cp_polled_ms_per_s": cp_polled * 1000,
             "agent_idle_ms_per_s": agent_idle * 1000,
+            "haproxy_idle_ms_per_s": haproxy_idle * 1000,
         }
         reloads0 = fleet.reloads()
         for sample in range(samples):
@@ -514,9 +606,14 @@ def measure(
         curve.ledger_object, curve.ledger_note = fleet.ledger()
         curve.cp_rss_mib, curve.agent_rss_mib = fleet.rss()
         curve.haproxy_rss_mib = fleet.haproxy_rss()
+    except HAProxyRefused as err:  # what users with this limit meet: a row, not a crash
+        curve.refused = err.words
+        curve.error = f"refused: {err.words}"
+        curve.fd_needed, curve.fd_limit = err.needed, err.limit
+        log(f"scale N={services} {curve.label}: {err}")
     except Exception as err:  # one size failing must not lose the others
         curve.error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-        log(f"scale N={services} {mode.name}: {err}")
+        log(f"scale N={services} {curve.label}: {err}")
     finally:
         fleet.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -587,6 +684,23 @@ def _mib(value: tuple[float, float]) -> str:
     return f"{now:,.0f} / {peak:,.0f} MiB" if now == now else "n/a"
 
 
+def _note(c: Curve) -> str:
+    if c.fd_needed:
+        return f"refused: needs {c.fd_needed:,} descriptors, limit {c.fd_limit:,}"
+    if c.error:
+        return c.error
+    return "; ".join(
+        x
+        for x in (
+            f"{c.samples} samples, {c.reloads} reloads, {c.agents_on_deltas} agents on deltas",
+            f"checks {'on' if c.checks else 'off'}",
+            c.ledger_note,
+            c.startup_note,
+        )
+        if x
+    )
+
+
 def curve_table(curves: list[Curve]) -> str:
     """The curve side by side: one row per (N, mode)."""
     head = (
@@ -609,22 +723,13 @@ def curve_table(curves: list[Curve]) -> str:
     )
     rows = []
     for c in curves:
-        note = c.error or "; ".join(
-            x
-            for x in (
-                f"{c.samples} samples, {c.reloads} reloads, {c.agents_on_deltas} agents on deltas",
-                f"checks {'on' if c.checks else 'off'}",
-                c.ledger_note,
-                c.startup_note,
-            )
-            if x
-        )
+        note = _note(c)
         if not c.error and c.mode == "delta" and c.bytes_kinds and not c.bytes_kinds.get("delta"):
             note += "; server sent no deltas"
         rows.append(
             (
                 f"{c.services:,}",
-                c.mode,
+                c.label,
                 _ms(c.latencies),
                 _ms(c.latencies, 99),
                 _ms(c.cp_cpu, mean=True),
@@ -648,7 +753,7 @@ def curve_table(curves: list[Curve]) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append(
-        f"targets: {TARGETS}; CPU: mean per change, bytes: median per change (API: request "
+        f"targets: {TARGETS_TEXT}; CPU: mean per change, bytes: median per change (API: request "
         "bodies to ConfigMaps at the fake API server; disk: write_bytes of the control plane, "
         "its log included); largest ledger object: the largest shard's data (kube), the SQLite "
         "file (state); RSS after the samples / peak since start (agent: the larger peak of "
@@ -659,7 +764,7 @@ def curve_table(curves: list[Curve]) -> str:
 
 
 def results_of(curve: Curve, binary: str) -> list[Result]:
-    base = f"scale.n{curve.services}.{curve.mode}"
+    base = f"scale.n{curve.services}.{curve.label}"
     params: dict[str, Any] = {
         "services": curve.services,
         "endpoints": curve.services * 20,
@@ -672,6 +777,14 @@ def results_of(curve: Curve, binary: str) -> list[Result]:
         "health_checks": curve.checks,
         **{k: round(v, 2) for k, v in curve.idle.items()},
     }
+    if curve.error.startswith(NOT_RUN):
+        return []
+    if curve.refused:
+        said = {**params, "haproxy_said": curve.refused, "fd_limit": curve.fd_limit}
+        found = [Result(f"{base}.refused", 1, "run", said)]
+        if curve.fd_needed:
+            found.append(Result(f"{base}.fd_needed", curve.fd_needed, "descriptors", said))
+        return found
     if curve.error:
         return [Result(f"{base}.failed", 1, "run", {**params, "error": curve.error})]
     found = [
@@ -686,6 +799,12 @@ def results_of(curve: Curve, binary: str) -> list[Result]:
         Result(f"{base}.agent_rss_peak", curve.agent_rss_mib[1], "MiB", params),
         Result(f"{base}.haproxy_master_rss", curve.haproxy_rss_mib[0], "MiB", params),
         Result(f"{base}.haproxy_worker_rss", curve.haproxy_rss_mib[1], "MiB", params),
+        Result(
+            f"{base}.haproxy_idle_cpu",
+            curve.idle.get("haproxy_idle_ms_per_s", float("nan")),
+            "ms/s",
+            params,
+        ),
     ]
     if curve.startup_note:
         found[0] = Result(
@@ -732,6 +851,85 @@ def results_of(curve: Curve, binary: str) -> list[Result]:
     return found
 
 
+# (label, unit, how a curve gives it) of the checks on / off comparison
+CHECKS_FIGURES: tuple[tuple[str, str, Callable[[Curve], float]], ...] = (
+    ("p50", "ms", lambda c: median(c.latencies) * 1000),
+    ("cp_cpu", "ms", lambda c: cpu_mean(c.cp_cpu) * 1000),
+    ("agent_cpu", "ms", lambda c: cpu_mean(c.agent_cpu) * 1000),
+    ("haproxy_idle_cpu", "ms/s", lambda c: c.idle.get("haproxy_idle_ms_per_s", float("nan"))),
+    ("haproxy_worker_rss", "MiB", lambda c: c.haproxy_rss_mib[1]),
+    ("startup", "s", lambda c: c.startup_s),
+)
+
+
+def checks_pairs(curves: list[Curve]) -> list[tuple[Curve, Curve]]:
+    """(checks on, checks off) of each (N, mode) where both ran to the end."""
+    done = {(c.services, c.mode, c.checks): c for c in curves if not c.error}
+    return [
+        (on, done[(on.services, on.mode, False)])
+        for (services, mode, checks), on in done.items()
+        if checks and (services, mode, False) in done
+    ]
+
+
+def _ratio(on: float, off: float) -> float:
+    return on / off if off > 0 and on == on else float("nan")
+
+
+def checks_table(curves: list[Curve]) -> str:
+    """Checks on beside checks off: values `on / off` and their ratio; refusals too."""
+    head = ("N", "mode", *(f"{label} ({unit}) on / off" for label, unit, _ in CHECKS_FIGURES))
+    rows = []
+    for on, off in checks_pairs(curves):
+        cells = []
+        for _, _, value in CHECKS_FIGURES:
+            a, b = value(on), value(off)
+            ratio = _ratio(a, b)
+            cells.append(f"{a:,.1f} / {b:,.1f}" + (f" (x{ratio:.2f})" if ratio == ratio else ""))
+        rows.append((f"{on.services:,}", on.mode, *cells))
+    widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in (head, *rows)
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for c in curves:
+        if c.refused:
+            lines.append(f"N={c.services:,} {c.label}: {c.error}")
+    return "\n".join(lines)
+
+
+def checks_results(curves: list[Curve]) -> list[Result]:
+    """`scale.nN.MODE.checks_on_over_off.FIGURE`: checks on divided by checks off."""
+    found = []
+    for on, off in checks_pairs(curves):
+        params = {"services": on.services, "mode": on.mode, "samples": len(on.latencies)}
+        for label, unit, value in CHECKS_FIGURES:
+            a, b = value(on), value(off)
+            ratio = _ratio(a, b)
+            if ratio == ratio:
+                extra = {**params, "on": round(a, 2), "off": round(b, 2), "unit": unit}
+                name = f"scale.n{on.services}.{on.mode}.checks_on_over_off.{label}"
+                found.append(Result(name, ratio, "ratio", extra))
+    return found
+
+
+# Targets (README, "Performance"; `TARGETS_TEXT`): figure pattern -> target.
+TARGETS = {
+    "scale.*.refused": "none at the open-files limit",
+    "scale.*.fd_needed": "<= the open-files limit",
+    "scale.*.change_to_ack_p50": "< 300 ms at 2,000+",
+    "scale.*.change_to_ack_p99": "< 500 ms at 2,000",
+    "scale.*.cp_cpu_per_change": "< 30 ms at 2,000+",
+    "scale.*.agent_cpu_per_change": "< 20 ms at 2,000",
+    "scale.*.bytes_per_agent_per_change": "< 2 KB at 2,000",
+    "scale.*.api_written_per_change": "< 16 KiB",
+    "scale.*.disk_written_per_change": "< 64 KiB",
+    "scale.*.ledger_largest_object": "< 64 KiB at 2,000+",
+    "scale.*.targets_missed": "0",
+}
+
+
 def run(
     quick: bool = False,
     sizes: tuple[int, ...] | None = None,
@@ -740,29 +938,55 @@ def run(
     samples: int | None = None,
     modes: tuple[str, ...] = DEFAULT_MODES,
     calibrate_s: float = CALIBRATE_S,
+    checks_off: tuple[str, ...] | None = None,
+    nofile: int | None = None,
 ) -> list[Result]:
     """The curve; the keyword arguments let the smoke test run a small, separate fleet
     (own `octet`, `binary` the HAProxy, default the one on PATH, a shorter idle
-    calibration) and pick `modes` (names of `MODES`; "full" compares full snapshots with
-    deltas)."""
+    calibration, the agents' open-files limit `nofile`) and pick `modes` (names of
+    `MODES`; "full" compares full snapshots with deltas) and the modes also run with
+    checks off (`checks_off`, default: every mode, `QUICK_CHECKS_OFF` when `quick`; every
+    mode at an N where HAProxy refused the config with checks on)."""
     binary = binary or haproxy_binary()
     if binary is None:
         raise RuntimeError("haproxy not found")
     sizes = sizes or (QUICK_SIZES if quick else SIZES)
+    if checks_off is None:
+        checks_off = tuple(m for m in modes if m in QUICK_CHECKS_OFF) if quick else modes
     if "full" in modes and not server_has_no_deltas_flag():
         modes = tuple(m for m in modes if m != "full")
+        checks_off = tuple(m for m in checks_off if m != "full")
         log("scale: `controlplane serve` has no --no-deltas: full mode left out")
     curves: list[Curve] = []
+
+    def one(services: int, name: str, checks: bool) -> Curve:
+        count = samples or samples_for(services, name, quick)
+        label = name if checks else name + NOCHECKS
+        log(f"scale: N={services} {label}, {count} samples")
+        started = time.perf_counter()
+        curve = measure(services, MODES[name], count, binary, octet, calibrate_s, checks, nofile)
+        log(f"scale: N={services} {label}: {time.perf_counter() - started:.0f} s")
+        curves.append(curve)
+        return curve
+
     for services in sizes:
+        refused: Curve | None = None
         for name in modes:
-            count = samples or samples_for(services, name, quick)
-            log(f"scale: N={services} {name}, {count} samples")
-            started = time.perf_counter()
-            curves.append(measure(services, MODES[name], count, binary, octet, calibrate_s))
-            log(f"scale: N={services} {name}: {time.perf_counter() - started:.0f} s")
+            if refused is None:
+                curve = one(services, name, checks=True)
+                refused = curve if curve.refused else None
+                continue
+            # The same HAProxy config in every mode: it would be refused again.
+            skipped = Curve(services, name, 0, checks=True)
+            skipped.error = f"{NOT_RUN}: HAProxy refused this N with checks on ({refused.label})"
+            curves.append(skipped)
+        for name in modes if refused is not None else checks_off:
+            one(services, name, checks=False)
     print(curve_table(curves))
+    print(checks_table(curves))
     results = [r for c in curves for r in results_of(c, binary)]
-    failed = [c for c in curves if c.error]
+    results += checks_results(curves)
+    failed = [c for c in curves if c.error and not c.error.startswith(NOT_RUN)]
     if failed and len(failed) == len(curves):
         raise RuntimeError(f"every scale run failed: {failed[0].error}")
     return results

@@ -3,10 +3,10 @@ and the same cluster as API objects (`cluster_objects`) for the fake Kubernetes 
 
 N Services, each exposed with its own host, `load-balance: source` and source-IP
 persistence, each with one EndpointSlice of 20 ready endpoints in the same file; one
-DaemonSet of two HAProxy pods; the settings ConfigMap. Health checks (on by default for
-users) stay on up to `CHECKS_UP_TO` Services and are off in the ConfigMap above: there
-HAProxy would probe up to 160,000 addresses that nothing serves, loading the shared
-machine the figures are measured on.
+DaemonSet of two HAProxy pods; the settings ConfigMap. Health checks (`check`, on by
+default for users) are the caller's choice (`checks`); left out, they stay on up to
+`CHECKS_UP_TO` Services and are off above, where HAProxy would probe up to 160,000
+addresses that nothing serves. The scale benchmark runs both side by side.
 """
 
 from __future__ import annotations
@@ -101,9 +101,11 @@ def write_folder(
     pods: tuple[tuple[str, str], ...],
     http_port: int,
     peer_port: int,
+    checks: bool | None = None,
 ) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    settings = settings_file(http_port, peer_port, checks_on(services))
+    checks = checks_on(services) if checks is None else checks
+    settings = settings_file(http_port, peer_port, checks)
     (directory / "settings.yaml").write_text(settings)
     (directory / "haproxy.yaml").write_text(haproxy_file(pods))
     for index in range(services):
@@ -203,10 +205,14 @@ def settings_object(http_port: int, peer_port: int, checks: bool = False) -> Obj
 
 
 def cluster_objects(
-    services: int, pods: tuple[tuple[str, str], ...], http_port: int, peer_port: int
+    services: int,
+    pods: tuple[tuple[str, str], ...],
+    http_port: int,
+    peer_port: int,
+    checks: bool | None = None,
 ) -> Iterator[Obj]:
     """Every object of the folder `write_folder` writes, but the DaemonSet."""
-    yield settings_object(http_port, peer_port, checks_on(services))
+    yield settings_object(http_port, peer_port, checks_on(services) if checks is None else checks)
     yield from haproxy_pod_objects(pods)
     for index in range(services):
         yield from service_objects(index)

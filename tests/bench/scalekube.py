@@ -55,7 +55,11 @@ def serve() -> None:
                 pods = tuple((str(n), str(a)) for n, a in command["pods"])
                 count = 0
                 for obj in cluster_objects(
-                    command["services"], pods, command["http_port"], command["peer_port"]
+                    command["services"],
+                    pods,
+                    command["http_port"],
+                    command["peer_port"],
+                    command.get("checks"),
                 ):
                     api.apply(obj)
                     count += 1
@@ -93,9 +97,15 @@ class KubeCluster:
         self.url = ""
 
     def load(
-        self, services: int, pods: tuple[tuple[str, str], ...], http_port: int, peer_port: int
+        self,
+        services: int,
+        pods: tuple[tuple[str, str], ...],
+        http_port: int,
+        peer_port: int,
+        checks: bool | None = None,
     ) -> float:
-        """Creates the cluster's objects; the seconds it took."""
+        """Creates the cluster's objects (`checks`: as `cluster_objects`); the seconds it
+        took."""
         answer = self.child.ask(
             {
                 "op": "load",
@@ -103,6 +113,7 @@ class KubeCluster:
                 "pods": [list(p) for p in pods],
                 "http_port": http_port,
                 "peer_port": peer_port,
+                "checks": checks,
             },
             timeout=120 + services * 0.05,
         )

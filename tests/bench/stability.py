@@ -216,6 +216,14 @@ def simulate(
     return out
 
 
+# Targets (README, "Performance"): figure pattern -> target.
+TARGETS = {
+    "stability.design.broken_clients": "0",
+    "stability.design.slot_moves": "0",
+    "stability.design.settled_mismatch*": "0",
+}
+
+
 def run(quick: bool = False) -> list[Result]:
     clients, pods, events = (200, 20, 60) if quick else (1000, 20, 200)
     figures = simulate(clients, pods, events)

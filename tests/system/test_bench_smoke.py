@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
 import json
 import os
 from pathlib import Path
@@ -14,6 +16,7 @@ from controlplane.compute import compute
 from controlplane.model import ClusterState
 from controlplane.publish import encode
 from peerplane.v1 import peerplane_pb2 as pb
+from tests.bench import __main__ as bench_cli
 from tests.bench import deltas as bench_deltas
 from tests.bench import e2e as e2e_bench
 from tests.bench import failover as failover_bench
@@ -40,10 +43,14 @@ def test_sticky_slots_never_move_a_surviving_pod_and_replicas_agree() -> None:
     assert figures["upstream-resort"]["broken_clients"] > 0
 
 
-def test_quick_run_writes_results_json(tmp_path: Path) -> None:
-
+def test_quick_run_writes_results_json_and_prints_figures_beside_their_targets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quick path `make bench` takes (no flag, BENCH_FULL unset), on two cheap
+    benchmarks: results.json and the one table, each figure with its module's target."""
+    monkeypatch.delenv(bench_cli.FULL_ENV, raising=False)
     out = tmp_path / "results.json"
-    assert bench_main(["compute", "stability", "--quick", "--results", str(out)]) == 0
+    assert bench_main(["compute", "stability", "--results", str(out)]) == 0
     entries = json.loads(out.read_text())
     names = {entry["name"] for entry in entries}
     assert {"compute.full", "compute.one_change_total", "stability.design.broken_clients"} <= names
@@ -51,6 +58,33 @@ def test_quick_run_writes_results_json(tmp_path: Path) -> None:
         assert set(entry) == {"name", "value", "unit", "parameters", "machine"}
         assert isinstance(entry["value"], int | float)
         assert set(entry["machine"]) == {"cores", "python"}
+    # Quick sizes: the compute curve stops at 8k endpoints (full: 160k).
+    assert max(e["parameters"].get("endpoints", 0) for e in entries) < 40_000
+    printed = capsys.readouterr().out
+    assert printed.startswith("quick run;")
+    rows = {line.split()[1]: line for line in printed.splitlines() if line.startswith("compute ")}
+    assert "< 5 ms at 40k endpoints" in rows["one_change_total"]
+    assert "< 300 ms at 40k endpoints" in rows["full"]
+    assert "wall time:" in printed and "FAILED" not in printed
+
+
+def test_bench_size_switch_and_registry() -> None:
+    """`--full` or BENCH_FULL=1 (`make bench-full`) picks the full sizes, `--quick` wins
+    over the variable; every registered benchmark has a `run(quick=...)`."""
+    assert not bench_cli.wants_full(False, False, {})
+    assert not bench_cli.wants_full(False, False, {"BENCH_FULL": "0"})
+    assert bench_cli.wants_full(False, False, {"BENCH_FULL": "1"})
+    assert not bench_cli.wants_full(False, True, {"BENCH_FULL": "1"})
+    assert bench_cli.wants_full(True, False, {})
+    names = [b.name for b in bench_cli.BENCHMARKS]
+    assert len(names) == len(set(names))
+    for benchmark in bench_cli.BENCHMARKS:
+        module = importlib.import_module(benchmark.module)
+        assert "quick" in inspect.signature(module.run).parameters, benchmark.name
+        for pattern in getattr(module, "TARGETS", {}):
+            assert isinstance(pattern, str) and pattern, benchmark.name
+    with pytest.raises(SystemExit):
+        bench_main(["--quick", "--full"])
 
 
 def _by_name(results: list[Result]) -> dict[str, Result]:
@@ -218,7 +252,13 @@ def test_scale_bench_measures_delivery_and_ledger_modes_side_by_side(
     modes = ("full", "delta", *(("state", "kube") if ledger_modes else ()))
     found = _by_name(
         scale_bench.run(
-            sizes=(3,), samples=2, octet=55, binary=haproxy_bin.path, modes=modes, calibrate_s=0.5
+            sizes=(3,),
+            samples=2,
+            octet=55,
+            binary=haproxy_bin.path,
+            modes=modes,
+            calibrate_s=0.5,
+            checks_off=("delta",) if ledger_modes else (),
         )
     )
     assert not [name for name in found if name.endswith(".failed")]
@@ -241,8 +281,16 @@ def test_scale_bench_measures_delivery_and_ledger_modes_side_by_side(
             assert 1 < found[f"scale.n3.{mode}.haproxy_{process}_rss"].value < 2048
         assert found[f"scale.n3.{mode}.disk_written_per_change"].value >= 0
     assert "scale.n3.delta.ledger_largest_object" not in found  # nothing persisted
+    for mode in modes:  # the default settings: health checks on
+        assert found[f"scale.n3.{mode}.change_to_ack_p50"].parameters["health_checks"] is True
     if not ledger_modes:
         return
+    # Checks off beside checks on, and their ratios.
+    off = found["scale.n3.delta-nochecks.change_to_ack_p50"]
+    assert off.parameters["health_checks"] is False and off.parameters["reloads"] == 0
+    ratio = found["scale.n3.delta.checks_on_over_off.p50"]
+    assert ratio.value == pytest.approx(ratio.parameters["on"] / ratio.parameters["off"], rel=0.01)
+    assert "scale.n3.state-nochecks.change_to_ack_p50" not in found
     for mode in ("state", "kube"):
         assert found[f"scale.n3.{mode}.change_to_ack_p50"].parameters["reloads"] == 0
         assert found[f"scale.n3.{mode}.change_to_ack_p50"].parameters["agents_on_deltas"] == 2
@@ -258,6 +306,56 @@ def test_scale_bench_measures_delivery_and_ledger_modes_side_by_side(
     assert written.parameters["received_by_collection_total"]["configmaps"] > 0
     assert "startup wrote 3 shards" in found["scale.n3.kube.startup_first_ack"].parameters["note"]
     assert "scale.n3.state.api_written_per_change" not in found
+
+
+@pytest.mark.haproxy
+def test_scale_bench_reports_a_config_refused_for_descriptors_as_a_row(
+    haproxy_bin: HAProxyBinary,
+) -> None:
+    """Checks on need a descriptor per slot: under an open-files limit of 8,450 (the
+    agents'), 10 Services x 42 checked slots need more (2 x maxconn 4,096 + 420 + the
+    rest), without checks less. The refused config is a row with the agent's words; the
+    other mode skips checks on and runs with checks off; nothing raises."""
+    found = _by_name(
+        scale_bench.run(
+            sizes=(10,),
+            samples=1,
+            octet=56,
+            binary=haproxy_bin.path,
+            modes=("delta", "state"),
+            calibrate_s=0.2,
+            checks_off=(),
+            nofile=8450,
+        )
+    )
+    refused = found["scale.n10.delta.refused"]
+    assert "open files" in refused.parameters["haproxy_said"]
+    assert "420 servers with health checks" in refused.parameters["haproxy_said"]
+    needed = found["scale.n10.delta.fd_needed"]
+    assert needed.value > 8450 == needed.parameters["fd_limit"]
+    assert not [n for n in found if n.startswith("scale.n10.state.")]  # skipped
+    for mode in ("delta", "state"):  # every mode runs with checks off at that N
+        off = found[f"scale.n10.{mode}-nochecks.change_to_ack_p50"]
+        assert off.parameters["health_checks"] is False and off.parameters["samples"] == 1
+    assert not [n for n in found if n.endswith(".failed")]
+
+
+def test_scale_bench_reads_the_refusal_words_of_the_agent_and_of_haproxy() -> None:
+    nack = (
+        "HAProxy would need 20,839 open files for this config but the limit is 20,000: "
+        "2 per connection of maxconn 4,096 = 8,192, + 12,600 servers with health checks"
+    )
+    refused = scale_bench.HAProxyRefused("haproxy-system/a", nack)
+    assert (refused.needed, refused.limit) == (20_839, 20_000)
+    log = (
+        "INFO started haproxy master pid=7\n"
+        "[ALERT]    (7) : [haproxy.main()] Cannot raise FD limit to 11220, limit is 4000.\n"
+    )
+    words = scale_bench.refusal(log)
+    assert words.startswith("[ALERT]    (7) : [haproxy.main()]")
+    assert words.endswith("Cannot raise FD limit to 11220, limit is 4000")
+    assert scale_bench.HAProxyRefused("a", words).needed == 11_220
+    assert scale_bench.refusal("INFO serving\n") == ""
 
 
 def test_scale_cluster_objects_are_the_folder_manifests() -> None:

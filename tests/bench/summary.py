@@ -1,0 +1,78 @@
+"""The table `python -m tests.bench` prints at the end: one row per figure, its target.
+
+A benchmark module may declare `TARGETS`, a dict from a figure-name pattern (`fnmatch`:
+`*` matches across dots) to the target or reference text shown beside every figure it
+matches (the first pattern that matches wins). The text says at what size the target is
+set, since `--quick` measures at smaller ones.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tests.bench.common import Result, fmt_value, machine
+
+
+@dataclass
+class Ran:
+    """One benchmark's part of a run: its figures, wall time and failure, if any."""
+
+    name: str
+    results: list[Result] = field(default_factory=list)
+    seconds: float = 0.0
+    error: str = ""
+    targets: Mapping[str, str] = field(default_factory=dict)
+
+
+def target_for(figure: str, targets: Mapping[str, str]) -> str:
+    """The target text of the first pattern `figure` matches; "" when none does."""
+    for pattern, text in targets.items():
+        if fnmatch.fnmatchcase(figure, pattern):
+            return text
+    return ""
+
+
+def _figure(benchmark: str, name: str) -> str:
+    return name.removeprefix(f"{benchmark}.")
+
+
+def _params(parameters: Mapping[str, object], width: int = 50) -> str:
+    text = " ".join(f"{k}={v}" for k, v in parameters.items() if k != "what")
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def summary_table(runs: Sequence[Ran], size: str) -> str:
+    """Every figure of `runs` as an aligned table (benchmark, figure, value, unit, target,
+    parameters), machine facts and the size on top, wall times and failures below."""
+    facts = machine()
+    head = ("benchmark", "figure", "value", "unit", "target / reference", "parameters")
+    rows = [
+        (
+            ran.name,
+            _figure(ran.name, r.name),
+            fmt_value(r.value),
+            r.unit,
+            target_for(r.name, ran.targets),
+            _params(r.parameters),
+        )
+        for ran in runs
+        for r in ran.results
+    ]
+    rows += [(ran.name, "FAILED", "-", "-", "-", ran.error[:50]) for ran in runs if ran.error]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=False)]
+    lines = [f"{size} run; machine: {facts['cores']} cores, Python {facts['python']}"]
+    for row in (head, *rows):
+        lines.append(
+            "  ".join(
+                cell.rjust(w) if i == 2 else cell.ljust(w)
+                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+            ).rstrip()
+        )
+        if row is head:
+            lines.append("  ".join("-" * w for w in widths))
+    total = sum(ran.seconds for ran in runs)
+    times = ", ".join(f"{ran.name} {ran.seconds:.0f} s" for ran in runs)
+    lines.append(f"wall time: {total:.0f} s ({times})")
+    return "\n".join(lines)
