@@ -6,6 +6,8 @@ docs/operations.md, "Dashboards and alerts"."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 import urllib.request
 from dataclasses import dataclass
 
@@ -13,7 +15,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.metrics import MetricsServer
-from controlplane.server.fleetmetrics import STATES, classify, count
+from controlplane.server.fleetmetrics import (
+    STATES,
+    FleetCollector,
+    FleetCounts,
+    classify,
+    count,
+)
 from controlplane.server.protocol import Sent, StreamState
 from tests.helpers.server_harness import NS, W1, W2, Harness, run, snapshot
 
@@ -71,6 +79,44 @@ def test_counts_have_every_state_of_every_workload_and_the_oldest_pending_age() 
         ("none", "waiting"): 1,
     }
     assert counts.pending_seconds == {W1: 30.0, W2: 0.0}
+
+
+def synced_value(collector: FleetCollector) -> float:
+    (agents, _) = collector.collect()
+    (sample,) = agents.samples
+    return float(sample.value)
+
+
+@pytest.mark.unit
+def test_a_busy_or_closed_loop_gets_the_last_counts_not_a_hung_scrape() -> None:
+    """The scrape waits for the event loop at most its timeout: a loop busy with a long
+    computation, or closed, answers with the counts of the last scrape."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    counted: list[int] = []
+
+    def counter() -> FleetCounts:
+        counted.append(1)
+        return FleetCounts({(W1, "synced"): len(counted)}, {W1: 0.0})
+
+    collector = FleetCollector(counter, loop, timeout_s=0.2)
+    release = threading.Event()
+    try:
+        assert synced_value(collector) == 1
+        loop.call_soon_threadsafe(release.wait, 10)  # the loop is busy
+        started = time.monotonic()
+        assert synced_value(collector) == 1  # the last counts, after the timeout
+        assert time.monotonic() - started < 5
+        release.set()
+        assert synced_value(collector) == 2  # counted again once the loop is free
+        assert len(counted) == 2, "the timed-out count never ran late"
+    finally:
+        release.set()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+    assert synced_value(collector) == 2  # closed: the last counts
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
