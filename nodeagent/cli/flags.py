@@ -68,6 +68,12 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--metrics-address", default="127.0.0.1", help="default 127.0.0.1")
     run.add_argument(
+        "--readiness-port",
+        type=port,
+        help="serve only /readyz and /healthz on this port, on --metrics-address: what a load "
+        "balancer's health check may reach without reaching /metrics (default off)",
+    )
+    run.add_argument(
         "--no-deltas",
         dest="deltas",
         action="store_false",

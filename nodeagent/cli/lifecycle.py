@@ -28,6 +28,10 @@ def run_agent(args: argparse.Namespace) -> int:
 async def _serve(agent: wiring.Agent) -> int:
     if agent.metrics_server is not None:
         agent.metrics_server.start()
+    if agent.readiness_server is not None:
+        agent.readiness_server.start()
+        where = agent.readiness_server
+        log.info("readiness on http://%s:%d/readyz", where.host, where.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -52,3 +56,5 @@ async def _serve(agent: wiring.Agent) -> int:
             await asyncio.to_thread(agent.supervisor.stop)
         if agent.metrics_server is not None:
             agent.metrics_server.stop()
+        if agent.readiness_server is not None:
+            agent.readiness_server.stop()

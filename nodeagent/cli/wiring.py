@@ -24,6 +24,7 @@ from nodeagent.report import Reporter
 from nodeagent.stream import transport
 from nodeagent.stream.client import Client
 from nodeagent.stream.protocol import Identity
+from peerplane.runtime.httpserve import MetricsHttpServer
 
 log = logging.getLogger("nodeagent")
 
@@ -40,6 +41,7 @@ class Agent:
     client: Client
     supervisor: Supervisor | None  # --manage-haproxy
     metrics_server: MetricsServer | None  # --metrics-port
+    readiness_server: MetricsHttpServer | None = None  # --readiness-port: /readyz alone
 
 
 def render_version(args: argparse.Namespace) -> version.Version:
@@ -143,8 +145,8 @@ def build_agent(args: argparse.Namespace) -> Agent:
         deltas=args.deltas,
         reporter=Reporter(haproxy.runtime, release, metrics, args.report_interval),
     )
-    metrics_server = None
-    if args.metrics_port is not None:  # last: it binds the port
+    metrics_server = readiness_server = None
+    if args.metrics_port is not None or args.readiness_port is not None:  # last: they bind
         readiness = Readiness(
             lambda: held_state(applier.applied, opts.pod_name),
             master,
@@ -152,12 +154,14 @@ def build_agent(args: argparse.Namespace) -> Agent:
             bound=args.sync_wait,
             metrics=metrics,
         )
+        address = args.metrics_address
         try:
-            metrics_server = MetricsServer(
-                metrics, args.metrics_address, args.metrics_port, readiness.probe
-            )
-        except OSError as e:
-            raise WiringError(
-                f"cannot serve metrics on {args.metrics_address}:{args.metrics_port}: {e}"
-            ) from e
-    return Agent(applier, client, supervisor, metrics_server)
+            if args.metrics_port is not None:
+                metrics_server = MetricsServer(metrics, address, args.metrics_port, readiness.probe)
+            if args.readiness_port is not None:
+                readiness_server = MetricsHttpServer(
+                    None, address, args.readiness_port, readiness.probe
+                )
+        except OSError as e:  # the process exits: a port bound already goes with it
+            raise WiringError(f"cannot serve metrics or readiness on {address}: {e}") from e
+    return Agent(applier, client, supervisor, metrics_server, readiness_server)

@@ -317,10 +317,12 @@ def test_a_restarted_haproxy_is_fresh_again(agents: AgentHarness) -> None:
     assert a.supervisor.pid != master
 
 
-def test_nodeagent_run_serves_readyz_on_its_metrics_port(
+def test_nodeagent_run_serves_readyz_on_its_metrics_port_and_its_readiness_port(
     tmp_path: Path, haproxy_bin: HAProxyBinary
 ) -> None:
-    """As `nodeagent run --metrics-port` wires it: the readiness of its own applier."""
+    """As `nodeagent run --metrics-port` wires it: the readiness of its own applier; the
+    same answer on `--readiness-port`, which serves nothing else (a load balancer's health
+    check may reach it without reaching /metrics)."""
     from nodeagent.cli import wiring
     from nodeagent.cli.flags import build_parser
 
@@ -329,16 +331,24 @@ def test_nodeagent_run_serves_readyz_on_its_metrics_port(
     argv += ["--config", str(tmp_path / "haproxy.cfg"), "--state-dir", str(tmp_path / "state")]
     argv += ["--pod-namespace", "ns", "--pod-name", "a", "--haproxy-bin", haproxy_bin.path]
     argv += ["--bind-address", f"{net}.1", "--metrics-port", "0", "--sync-wait", "3"]
+    argv += ["--readiness-port", "0"]
     built = wiring.build_agent(build_parser().parse_args(argv))
     assert built.metrics_server is not None and built.supervisor is not None
+    assert built.readiness_server is not None
     built.metrics_server.start()
+    built.readiness_server.start()
     try:
-        port = built.metrics_server.port
-        assert readyz(port) == (503, "no snapshot applied")
+        port, health = built.metrics_server.port, built.readiness_server.port
+        assert readyz(port) == readyz(health) == (503, "no snapshot applied")
         snap = pair_snapshot(net, free_port(f"{net}.1"), ("a",), 1)
         assert built.applier.apply(snap).ok
         assert readyz(port) == (200, "ready: no peers to learn stick tables from")
+        assert readyz(health)[0] == 200  # the same readiness (latched by now)
         assert scrape(port)["nodeagent_ready"] == 1
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(f"http://127.0.0.1:{health}/metrics", timeout=5)
+        assert missing.value.code == 404
     finally:
+        built.readiness_server.stop()
         built.metrics_server.stop()
         built.supervisor.stop()

@@ -60,6 +60,7 @@ AGENT_FLAGS = {
     "--token-file",
     "--metrics-port",
     "--metrics-address",
+    "--readiness-port",
     "--log-format",
 }
 
@@ -235,10 +236,12 @@ def test_daemonset_matches_the_agent_and_the_haproxy_selector(base: list[Obj]) -
     assert all("emptyDir" in volumes[volume_at(agent, args[f])] for f in files)
     assert "secret" in volumes[volume_at(agent, args["--ca"])]
     assert "projected" in volumes[volume_at(agent, args["--token-file"])]
-    # Ready only once the stick tables are synced: the agent's /readyz on its metrics port.
-    assert agent["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "agent-metrics"}
+    # Ready only once the stick tables are synced: the agent's /readyz on its readiness
+    # port, the named port a load balancer's health check is pointed at.
+    assert agent["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "readyz"}
     agent_ports = {p["name"]: p["containerPort"] for p in agent["ports"]}
     assert agent_ports["agent-metrics"] == int(args["--metrics-port"])
+    assert agent_ports["readyz"] == int(args["--readiness-port"])
     assert args["--metrics-address"] == "$(POD_IP)"  # where the kubelet probes
     host, _, port = args["--control-plane"].rpartition(":")
     service = find(base, "Service", "peerplane-controlplane")

@@ -1,7 +1,8 @@
 """The one metrics and health HTTP server of both sides (`--metrics-port`).
 
 Each side keeps its own metric definitions in its own registry and hands this server the
-registry. Paths: `/metrics` (Prometheus text format), `/healthz` (the process is alive) and,
+registry (none: a health-only server, `/metrics` is 404). Paths: `/metrics` (Prometheus
+text format), `/healthz` (the process is alive) and,
 when the side gives a readiness function, `/readyz` (200 when ready, 503 otherwise: the
 control plane's kubelet probe, since kubelet's gRPC probe cannot speak TLS; the agent's,
 which also gives the reason, sent as the body). Anything else is 404. Request logging is
@@ -158,7 +159,7 @@ class MetricsHttpServer:
 
     def __init__(
         self,
-        registry: CollectorRegistry,
+        registry: CollectorRegistry | None,
         host: str,
         port: int,
         ready: Readiness | None = None,
@@ -194,7 +195,7 @@ class MetricsHttpServer:
 
 
 def _handler(
-    registry: CollectorRegistry, ready: Readiness | None, limits: HttpLimits
+    registry: CollectorRegistry | None, ready: Readiness | None, limits: HttpLimits
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         timeout = limits.idle_timeout  # the socket's: a read or write without progress
@@ -213,7 +214,7 @@ def _handler(
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
-            if path == "/metrics":
+            if path == "/metrics" and registry is not None:
                 self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
             elif path == "/healthz":
                 self._reply(200, b"ok\n")
