@@ -163,6 +163,13 @@ class Metrics:
             "1 while the leader cannot persist the slot ledger (and so publishes nothing new)",
             registry=r,
         )
+        self.route_status_writes = Counter(
+            "peerplane_route_status_writes",
+            "Route objects' status subresource handled by the Lease holder, by result "
+            "(written, conflict, missing, failed; unchanged objects are not counted)",
+            ["result"],
+            registry=r,
+        )
         self.endpoints_waiting = Gauge(
             "peerplane_endpoints_waiting",
             "Endpoints left out of this follower's snapshots until the ledger gives them a slot",
@@ -215,6 +222,9 @@ class Metrics:
 
     def ledger_write_failed(self, cause: str) -> None:
         self.ledger_write_failures.labels(cause=label(cause)).inc()
+
+    def route_status(self, result: str) -> None:
+        self.route_status_writes.labels(result=label(result)).inc()
 
     def replica(
         self, role: str, cause: str, ledger_version: str, waiting: int, ledger_problems: int = 0

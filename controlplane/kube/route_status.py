@@ -195,7 +195,10 @@ class RouteStatusWriter:
         recheck_s: float = 1.0,
         retry_s: float = 1.0,
         retry_max_s: float = 30.0,
+        on_result: Callable[[str], None] = lambda result: None,
     ) -> None:
+        """`on_result` is told each object's outcome: written, conflict, missing, failed."""
+        self._on_result = on_result
         self._custom = client.CustomObjectsApi(api)
         self._networking = client.NetworkingV1Api(api)
         self._leading = leading
@@ -335,6 +338,7 @@ class RouteStatusWriter:
             except Exception as error:
                 failed += 1
                 self.stats.failures += 1
+                self._on_result("failed")
                 what = _describe(key)
                 text = _error_text(error)
                 if self.stats.problems.get(what) != text:
@@ -357,6 +361,7 @@ class RouteStatusWriter:
             except ApiException as error:
                 if error.status == 404:
                     self.stats.missing += 1
+                    self._on_result("missing")
                     return  # deleted meanwhile: nothing to say
                 raise
             stored = current.get("status")
@@ -382,12 +387,15 @@ class RouteStatusWriter:
             except ApiException as error:
                 if error.status == 409:
                     self.stats.conflicts += 1
+                    self._on_result("conflict")
                     continue
                 if error.status == 404:
                     self.stats.missing += 1
+                    self._on_result("missing")
                     return
                 raise
             self.stats.writes += 1
+            self._on_result("written")
             return
         raise StatusConflict(f"still conflicting after {CONFLICT_ATTEMPTS} attempts")
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from controlplane.compute import compute
 from controlplane.compute.types import ComputeResult
@@ -20,6 +21,7 @@ from controlplane.kube.route_status import (
     reporting_status,
     rfc3339,
 )
+from controlplane.metrics import Metrics
 from controlplane.model import ClusterState
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import (
@@ -361,5 +363,28 @@ def test_documents_are_made_in_the_writer_thread_and_only_while_leading(
         leading.set()  # promoted: the latest result is made into documents and written
         assert wait_until(lambda: len(status_writes(api)) == 4)
         assert made == ["route-status"]
+    finally:
+        writer.close()
+
+
+def test_each_outcome_is_counted_in_the_metrics(api: FakeKubeAPI, clock: Clock) -> None:
+    metrics = Metrics(CollectorRegistry())
+    writer = RouteStatusWriter(api_client(api.url), clock=clock, on_result=metrics.route_status)
+    try:
+        api.fail_next("Ingress", 409, match="/status", method="PUT")
+        docs = documents()
+        docs[Key(GW, "HTTPRoute", "default", "gone")] = {"parents": [parent()]}
+        writer.submit(docs)
+        assert writer.flush()
+        writer.submit(docs)  # unchanged: not counted
+        assert writer.flush()
+
+        def count(result: str) -> float | None:
+            return metrics.registry.get_sample_value(
+                "peerplane_route_status_writes_total", {"result": result}
+            )
+
+        assert (count("written"), count("conflict"), count("missing")) == (4.0, 1.0, 1.0)
+        assert count("failed") is None
     finally:
         writer.close()
