@@ -61,6 +61,7 @@ class Reporter:
         self.interval = interval
         self.min_gap = min(min_gap, interval)
         self._failing = False  # the last read failed and was logged
+        self._answered = False  # HAProxy answered once: a failure now is worth a warning
         self._tables: set[str] = set()  # table labels exported
 
     def observe(self, last: LastApply) -> pb.AgentReport | None:
@@ -68,13 +69,14 @@ class Reporter:
         try:
             text = self.read("show peers;show table")
         except (OSError, HAProxyError) as e:
-            if not self._failing:
-                log.warning("cannot read show peers / show table for the report: %s", e)
+            if not self._failing:  # before HAProxy first answered: it is starting
+                level = logging.WARNING if self._answered else logging.INFO
+                log.log(level, "cannot read show peers / show table for the report: %s", e)
             self._failing = True
             return None
-        if self._failing:
+        if self._failing and self._answered:
             log.info("show peers / show table readable again")
-        self._failing = False
+        self._failing, self._answered = False, True
         sessions = parse_peer_sessions(text)[:MAX_PEERS]
         tables = parse_table_usage(text)
         self._export(sessions, tables)
