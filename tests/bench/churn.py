@@ -1,5 +1,7 @@
-"""Churn under load: 1,000 agent streams on one `controlplane serve --source kubernetes`
-while the fake API server changes the shop EndpointSlice 50 times a second for 60 s.
+"""Churn under load: 1,000 agent streams on one `controlplane serve --source kubernetes
+--leader-elect` (the slot ledger in ConfigMap shards, as deployed) while the fake API
+server changes the shop EndpointSlice 50 times a second for 60 s (`--quick`: 100 streams,
+5 s).
 
 Counted: streams lost (ended without the agent asking), agents on the final version and
 how long after the last change they all were, the control plane's RSS idle, with the
@@ -12,8 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 from tests.bench.common import Result, log
-from tests.helpers.churn import run_load
+from tests.helpers.churn import NS, run_load
 
+# As deploy/base/controlplane.yaml runs it: the Lease holder keeps the slot ledger in
+# ConfigMap shards of the (fake) API server.
+DEPLOYED = ("--leader-elect", f"--lease-namespace={NS}", f"--slots-configmap={NS}/peerplane-slots")
 # Targets (README, "Performance"): figure pattern -> target.
 TARGETS = {
     "churn.streams_lost": "0",
@@ -25,12 +30,13 @@ TARGETS = {
 def run(quick: bool = False, agents: int | None = None) -> list[Result]:
     agents = agents or (100 if quick else 1000)
     seconds, rate = (5.0, 50.0) if quick else (60.0, 50.0)
-    figures = run_load(agents, seconds, rate)
+    figures = run_load(agents, seconds, rate, server_args=DEPLOYED)
     log(f"churn: {figures.to_json()}")
     params: dict[str, Any] = {
         "streams": agents,
         "seconds": seconds,
         "changes_per_s": rate,
+        "ledger": "kube",
         "changes": figures.changes,
         "final_version": figures.final_version,
     }

@@ -233,8 +233,16 @@ def ready(step: int) -> set[str]:
     return {ip for ip, ok in endpoints(step).items() if ok}
 
 
-def run_load(agents: int, seconds: float, rate: float, workdir: Path | None = None) -> LoadFigures:
-    """Start everything, churn, measure; every process is stopped by PID at the end."""
+def run_load(
+    agents: int,
+    seconds: float,
+    rate: float,
+    workdir: Path | None = None,
+    server_args: tuple[str, ...] = (),
+) -> LoadFigures:
+    """Start everything, churn, measure; every process is stopped by PID at the end.
+    `server_args` go to `controlplane serve` after the source's (say, `--leader-elect`
+    and the slot ledger, as deployed)."""
     work = workdir or Path(tempfile.mkdtemp(prefix="churn-"))
     figures = LoadFigures(agents, seconds, 0)
     workers: list[Child] = []
@@ -246,6 +254,7 @@ def run_load(agents: int, seconds: float, rate: float, workdir: Path | None = No
             f"--kubeconfig={kubeconfig}",
             f"--configmap={NS}/haproxy-settings",
             "--max-streams-per-peer=0",
+            *server_args,
         )
         with ServeProcess(*args) as serve:
             assert serve.process is not None
