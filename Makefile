@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv proto test lint unit fast churn demo haproxy bench bench-full clean
+.PHONY: venv proto test lint unit fast churn demo haproxy bench bench-full image clean
 
 venv: $(STAMP)
 
@@ -54,6 +54,12 @@ bench: $(STAMP)
 
 bench-full: $(STAMP)
 	$(PY) -m tests.bench --full
+
+# The image (deploy/Dockerfile) without Docker or a registry: mmdebstrap, podman, buildah,
+# as root. RELEASE=trixie (HAProxy 3.0, default) or bookworm (HAProxy 2.6).
+RELEASE ?= trixie
+image:
+	deploy/build-image --release $(RELEASE)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
