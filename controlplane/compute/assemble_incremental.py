@@ -60,7 +60,20 @@ class WorkloadAssembly:
         self.rebuilt = False  # the last call assembled from scratch (tests, benchmarks)
 
     def _places(self, plan: ServicePlan) -> bool:
-        return plan.workloads is None or self.workload.short_ref in plan.workloads
+        return plan.places(self.workload.short_ref)
+
+    def _claim(self, plan: ServicePlan | None) -> Claim | None:
+        """The plan's claim in this workload (a routed-only placement claims nothing)."""
+        if plan is None or not plan.claims_in(self.workload.short_ref):
+            return None
+        return claim(plan)
+
+    def mode_of(self, name: str) -> str | None:
+        """The mode of the placed backend `name`; None when it is not placed."""
+        index = bisect_left(self._names, name)
+        if index < len(self._names) and self._names[index] == name:
+            return self._specs[index].mode
+        return None
 
     def assemble(
         self,
@@ -69,14 +82,16 @@ class WorkloadAssembly:
         changed: Collection[PlanKey] | None,
         settings: GlobalSettings,
         global_warnings: tuple[RejectedInput, ...],
+        listener_ports: tuple[int, ...] = (),
     ) -> tuple[WorkloadSnapshot, list[RejectedInput]]:
         """The workload's snapshot and lost-claim rejections, as `assemble` gives them for
         the plans in `plans` that this workload serves. `changed` names the keys whose plan
-        changed (added, replaced or removed) since the last call; None: unknown."""
-        inputs = (tuple(peers), settings, global_warnings)
+        changed (added, replaced or removed) since the last call; None: unknown.
+        `listener_ports`: the route model's listeners, which no TCP claim may take."""
+        inputs = (tuple(peers), settings, global_warnings, listener_ports)
         snapshot = self._snapshot
         if snapshot is None or changed is None or inputs != self._inputs:
-            return self._rebuild(peers, plans, settings, global_warnings, inputs)
+            return self._rebuild(peers, plans, settings, global_warnings, inputs, listener_ports)
         moves: list[tuple[PlanKey, ServicePlan | None, ServicePlan | None]] = []
         claims_moved = False
         for key in changed:
@@ -87,7 +102,7 @@ class WorkloadAssembly:
             if old is new:
                 continue
             moves.append((key, old, new))
-            claims_moved = claims_moved or claim(old) != claim(new)
+            claims_moved = claims_moved or self._claim(old) != self._claim(new)
         self.rebuilt = False
         if not moves:
             return snapshot, self._lost_flat
@@ -97,15 +112,17 @@ class WorkloadAssembly:
                 self._claiming.pop(key, None)
                 continue
             self._members[key] = new
-            if claim(new) is None:
+            if self._claim(new) is None:
                 self._claiming.pop(key, None)
             else:
                 self._claiming[key] = new
         http, tcp = self._http, self._tcp
         if claims_moved:
-            http, tcp, lost = frontends(list(self._claiming.values()), settings)
+            http, tcp, lost = frontends(list(self._claiming.values()), settings, listener_ports)
             if lost != self._lost:  # another backend's warnings change: start over
-                return self._rebuild(peers, plans, settings, global_warnings, inputs)
+                return self._rebuild(
+                    peers, plans, settings, global_warnings, inputs, listener_ports
+                )
             http = self._http if http == self._http else http
             tcp = self._tcp if tcp == self._tcp else tcp
             self._http, self._tcp = http, tcp
@@ -154,11 +171,17 @@ class WorkloadAssembly:
         settings: GlobalSettings,
         global_warnings: tuple[RejectedInput, ...],
         inputs: tuple[object, ...],
+        listener_ports: tuple[int, ...],
     ) -> tuple[WorkloadSnapshot, list[RejectedInput]]:
         self._members = {key: plan for key, plan in plans.items() if self._places(plan)}
-        self._claiming = {k: p for k, p in self._members.items() if claim(p) is not None}
+        self._claiming = {k: p for k, p in self._members.items() if self._claim(p) is not None}
         snapshot, lost = assemble_with_claims(
-            self.workload, peers, list(self._members.values()), settings, global_warnings
+            self.workload,
+            peers,
+            list(self._members.values()),
+            settings,
+            global_warnings,
+            listener_ports,
         )
         self._lost = lost
         self._http, self._tcp = snapshot.http_frontend, snapshot.tcp_frontends

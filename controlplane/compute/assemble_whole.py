@@ -22,14 +22,18 @@ from peerplane.names import PEERS_SECTION as PEER_SECTION
 
 
 def frontends(
-    plans: Sequence[ServicePlan], settings: GlobalSettings
+    plans: Sequence[ServicePlan],
+    settings: GlobalSettings,
+    listener_ports: Sequence[int] = (),
 ) -> tuple[HttpFrontend | None, tuple[TcpFrontend, ...], dict[str, list[RejectedInput]]]:
     """The HTTP frontend (None without routes), the TCP frontends, and the rejections of
-    lost claims by backend name: the older Service keeps a contested host or port."""
+    lost claims by backend name: the older Service keeps a contested host or port, and
+    the route model's listeners keep theirs (`listener_ports`)."""
     routes: dict[str, str] = {}
     tcp: dict[int, str] = {}
     lost: dict[str, list[RejectedInput]] = {}
-    reserved = {settings.http_port: "the HTTP frontend", settings.peer_port: "peers"}
+    reserved = {port: "an HTTP route listener" for port in listener_ports}
+    reserved |= {settings.http_port: "the HTTP frontend", settings.peer_port: "peers"}
     claims = [p for p in plans if p.backends and (p.hosts or p.tcp_port is not None)]
     for plan in sorted(claims, key=lambda p: p.age_key):
         target = plan.backends[0].name
@@ -67,13 +71,17 @@ def assemble(
     plans: Sequence[ServicePlan],
     settings: GlobalSettings,
     global_warnings: Sequence[RejectedInput],
+    listener_ports: Sequence[int] = (),
 ) -> tuple[WorkloadSnapshot, list[RejectedInput]]:
-    """The workload's snapshot and the lost-claim rejections.
+    """The workload's snapshot (without the route model's listeners: the Computer adds
+    them) and the lost-claim rejections.
 
     Backends nobody adds warnings to are the planned specs themselves (the encoder reuses
     their bytes); the others are copies with the added warnings after their own.
     """
-    snapshot, lost = assemble_with_claims(workload, peers, plans, settings, global_warnings)
+    snapshot, lost = assemble_with_claims(
+        workload, peers, plans, settings, global_warnings, listener_ports
+    )
     return snapshot, [r for rs in lost.values() for r in rs]
 
 
@@ -83,10 +91,12 @@ def assemble_with_claims(
     plans: Sequence[ServicePlan],
     settings: GlobalSettings,
     global_warnings: Sequence[RejectedInput],
+    listener_ports: Sequence[int] = (),
 ) -> tuple[WorkloadSnapshot, dict[str, list[RejectedInput]]]:
     """`assemble`, the lost-claim rejections by the claiming backend's name."""
-    mine = [p for p in plans if p.workloads is None or workload.short_ref in p.workloads]
-    http, tcp, lost = frontends(mine, settings)
+    ref = workload.short_ref
+    mine = [p for p in plans if p.places(ref)]
+    http, tcp, lost = frontends([p for p in mine if p.claims_in(ref)], settings, listener_ports)
 
     # Warnings this snapshot adds to a backend: Service-wide ones go on the Service's
     # first backend, lost claims on the claiming backend.

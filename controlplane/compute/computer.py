@@ -9,6 +9,7 @@ identical to a fresh computation.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections.abc import Iterable, Mapping
@@ -21,11 +22,15 @@ from controlplane.compute.slots import retire, retired_until
 from controlplane.compute.types import (
     BackendSlots,
     ComputeResult,
+    HttpFrontend,
+    HttpListener,
     RejectedInput,
     WorkloadSnapshot,
 )
-from controlplane.compute.workloads import DEFAULT_SCOPE, WorkloadScope, discover
+from controlplane.compute.workloads import DEFAULT_SCOPE, Workloads, WorkloadScope, discover
 from controlplane.model import ClusterState, ConfigMap, EndpointSlice, Service
+from controlplane.routes.finalize import finalize, referenced
+from controlplane.routes.table import RouteComputer, RouteTable, WorkloadRoutes
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +40,7 @@ class _Cached:
     settings: ConfigMap | None
     planned: Planned
     assign_new: bool
+    routed_to: frozenset[str] = frozenset()
 
     def reusable(
         self,
@@ -44,11 +50,13 @@ class _Cached:
         previous: Mapping[str, BackendSlots],
         assign_new: bool,
         now: float,
+        routed_to: frozenset[str] = frozenset(),
     ) -> bool:
         if self.planned.plan is not None and now >= self.planned.plan.lapses_at:
             return False  # planning now forgets history past its quarantine
         if not (
             self.assign_new == assign_new
+            and self.routed_to == routed_to
             and (self.service is service or self.service == service)
             and self.slices == slices
             and (self.settings is settings or self.settings == settings)
@@ -60,6 +68,21 @@ class _Cached:
             (previous.get(part.name) is part.slots or previous.get(part.name) == part.slots)
             for part in plan.backends
         )
+
+
+NOWHERE: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class _Final:
+    """One workload's listeners as last finalized, with what they were made from."""
+
+    routes: WorkloadRoutes
+    http: HttpFrontend | None
+    names: tuple[str, ...]  # backends the listeners reference
+    modes: tuple[str | None, ...]  # their modes in the snapshot
+    listeners: tuple[HttpListener, ...]
+    rejections: tuple[RejectedInput, ...]  # the table's and finalize's
 
 
 def _slice_name(endpoint_slice: EndpointSlice) -> str:
@@ -132,6 +155,11 @@ class Computer:
         # when nothing of theirs changed, so history is forgotten exactly as a fresh
         # computation forgets it, at the cost of the plans due (a heap, not a scan).
         self._lapses: list[tuple[float, tuple[str, str]]] = []
+        # The route model: the last route table, which Services it routes to, and each
+        # workload's listeners as last made consistent with its snapshot (`finalize`).
+        self._routes = RouteComputer()
+        self._table: RouteTable | None = None
+        self._finals: dict[str, _Final] = {}
         self.planned = 0  # Services planned (not reused) by the last call
         self.checked = 0  # Services looked at (planned, or checked for reuse) by it
 
@@ -248,6 +276,62 @@ class Computer:
             self._retired[name] = kept
             heapq.heappush(self._retired_due, (retired_until(kept, quarantine), name))
 
+    def _route_table(
+        self,
+        state: ClusterState,
+        workloads: Workloads,
+        resolver: Resolver,
+        changed_services: set[tuple[str, str]],
+    ) -> RouteTable:
+        """The route table (the last one while no route input changed)."""
+        ports = resolver.global_settings([])  # reported by the call after planning
+        refs = [workload.short_ref for workload in workloads.peers]
+        return self._routes.compute(
+            state, refs, ports.http_port, ports.peer_port, self._by_key, changed_services
+        )
+
+    def _demand_moved(self, table: RouteTable) -> set[tuple[str, str]]:
+        """Services whose routed workloads differ from the last table's."""
+        last, self._table = self._table, table
+        if last is table:
+            return set()
+        before = last.demand if last is not None else {}
+        after = table.demand
+        moved = {key for key in before.keys() ^ after.keys()}
+        moved.update(key for key in after.keys() & before.keys() if after[key] != before[key])
+        return moved
+
+    def _with_routes(
+        self,
+        key: str,
+        snapshot: WorkloadSnapshot,
+        routes: WorkloadRoutes,
+        assembly: WorkloadAssembly,
+    ) -> WorkloadSnapshot:
+        """The assembled snapshot with the workload's listeners and route warnings. The
+        listeners are made consistent with the snapshot (`finalize`) again only when the
+        table, the HTTP frontend or a referenced backend's mode changed."""
+        last = self._finals.get(key)
+        names = last.names if last is not None and last.routes is routes else referenced(routes)
+        modes = tuple(map(assembly.mode_of, names))
+        http = snapshot.http_frontend
+        if (
+            last is None
+            or last.routes is not routes
+            or last.http is not http
+            or last.modes != modes
+        ):
+            listeners, added = finalize(routes, http, assembly.mode_of)
+            last = _Final(routes, http, names, modes, listeners, (*routes.rejections, *added))
+            self._finals[key] = last
+        if not last.listeners and not last.rejections:
+            return snapshot
+        return dataclasses.replace(
+            snapshot,
+            http_listeners=last.listeners,
+            warnings=(*snapshot.warnings, *last.rejections),
+        )
+
     def compute(
         self,
         state: ClusterState,
@@ -266,6 +350,7 @@ class Computer:
         endpoints it has no slot for are left out and counted in `waiting`.
         """
         dirty = self._index(state)
+        changed_services = set(dirty)
         settings_same = self._settings is state.settings or self._settings == state.settings
         continuing = (
             previous is self._assignment and assign_new == self._assign_new and settings_same
@@ -282,6 +367,10 @@ class Computer:
         self._settings = state.settings
         self._assign_new = assign_new
         resolver = Resolver(state.settings)
+        pod_rejections: list[RejectedInput] = []
+        workloads = discover(state.haproxy_pods, state.replica_sets, pod_rejections, self._scope)
+        table = self._route_table(state, workloads, resolver, changed_services)
+        dirty |= self._demand_moved(table)
         self.planned = 0
         self.checked = len(dirty)
         for key in dirty:
@@ -291,21 +380,25 @@ class Computer:
                 continue
             # Slices sorted by name: input order never matters.
             mine = tuple(sorted(self._slices_by_key.get(key, {}).values(), key=_slice_name))
+            routed = table.demand.get(key, NOWHERE)
             cached = self._cache.get(key)
             if cached is None or not cached.reusable(
-                service, mine, state.settings, previous, assign_new, now
+                service, mine, state.settings, previous, assign_new, now, routed
             ):
                 self.planned += 1
-                planned = plan_service(service, mine, resolver, previous, now, assign_new)
-                self._replace(key, _Cached(service, mine, state.settings, planned, assign_new))
+                planned = plan_service(service, mine, resolver, previous, now, assign_new, routed)
+                self._replace(
+                    key, _Cached(service, mine, state.settings, planned, assign_new, routed)
+                )
 
         rejections = [r for k in self._rejecting for r in self._cache[k].planned.rejections]
+        rejections.extend(pod_rejections)
+        rejections.extend(table.rejections)
         plans = self._plans
         configmap_rejections = [
             r for k in self._configmap_rejecting for r in plans[k].configmap_rejections
         ]
         global_settings = resolver.global_settings(configmap_rejections)
-        workloads = discover(state.haproxy_pods, state.replica_sets, rejections, self._scope)
         global_warnings = _dedupe(configmap_rejections)
         snapshots: dict[str, WorkloadSnapshot] = {}
         assemblies: dict[str, WorkloadAssembly] = {}
@@ -314,12 +407,15 @@ class Computer:
             changed: set[PlanKey] | None = self._changed
             if assembly is None or assembly.workload != workload:
                 assembly, changed = WorkloadAssembly(workload), None
+            routes = table.of(workload.short_ref)
             snapshot, lost = assembly.assemble(
-                peers, plans, changed, global_settings, global_warnings
+                peers, plans, changed, global_settings, global_warnings, routes.ports
             )
             assemblies[workload.key] = assembly
-            snapshots[workload.key] = snapshot
+            snapshots[workload.key] = self._with_routes(workload.key, snapshot, routes, assembly)
             rejections.extend(lost)
+            rejections.extend(self._finals[workload.key].rejections)
+        self._finals = {key: self._finals[key] for key in assemblies}
         self._assemblies = assemblies
         self._changed = set()
         self._update_retired(previous, now, resolver, assign_new, continuing)

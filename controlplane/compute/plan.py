@@ -56,6 +56,18 @@ class ServicePlan:
     # When the first freed slot of its backends passes its quarantine, and planning again
     # would forget it (`assign_slots`): the plan is reusable until then.
     lapses_at: float = math.inf
+    # Workloads ("namespace/name") whose routes (HTTPRoutes, Ingresses) reach the Service:
+    # its backends are placed there too, whatever `workloads` says; its hosts and TCP
+    # port are claimed only where `workloads` places it.
+    routed_to: frozenset[str] = frozenset()
+
+    def places(self, workload: str) -> bool:
+        """Whether the plan's backends are in `workload`'s snapshot."""
+        return self.claims_in(workload) or workload in self.routed_to
+
+    def claims_in(self, workload: str) -> bool:
+        """Whether the plan's hosts and TCP port are claimed in `workload`."""
+        return self.workloads is None or workload in self.workloads
 
     @property
     def age_key(self) -> tuple[str, str, str]:
@@ -192,19 +204,23 @@ def plan_service(
     previous: SlotAssignment,
     now: float,
     assign_new: bool = True,
+    routed_to: frozenset[str] = frozenset(),
 ) -> Planned:
     """`now`: the computation's wall clock, when slots vacated by this plan are freed;
     `assign_new=False`: a follower's plan, whose endpoints without a slot in `previous`
-    wait (counted in `waiting`, not warned about: the warning would change the content)."""
+    wait (counted in `waiting`, not warned about: the warning would change the content);
+    `routed_to`: the workloads whose routes reach the Service (served there even when it
+    is not exposed)."""
     rejections: list[RejectedInput] = []
+    exposed = opted_in(service, rejections)
     if not (
-        opted_in(service, rejections)
+        (exposed or routed_to)
         and _valid_identity(service, rejections)
         and _backend_names_fit(service, rejections)
     ):
         return Planned(None, tuple(rejections))
-    workloads: frozenset[str] | None = None
-    found = lookup(service.annotations, "workloads")
+    workloads: frozenset[str] | None = None if exposed else frozenset()
+    found = lookup(service.annotations, "workloads") if exposed else None
     if found is not None:
         try:
             workloads = parse_workload_refs(found.value)
@@ -214,7 +230,8 @@ def plan_service(
             rejections.append(service_rejection(service, found.key, found.value, reason))
             return Planned(None, tuple(rejections))
     own: list[RejectedInput] = []
-    hosts, tcp_port = _parse_routing(service, own)
+    # Only an exposed Service claims hosts or a TCP port; a routed one is an HTTP backend.
+    hosts, tcp_port = _parse_routing(service, own) if exposed else ((), None)
     mode = "tcp" if tcp_port is not None else "http"
     backends: list[BackendSpec] = []
     configmap: list[RejectedInput] = []
@@ -274,5 +291,6 @@ def plan_service(
         configmap_rejections=tuple(configmap),
         waiting=waiting,
         lapses_at=lapses_at,
+        routed_to=routed_to,
     )
     return Planned(plan, tuple(rejections))

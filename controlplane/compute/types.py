@@ -39,7 +39,7 @@ SlotAssignment = Mapping[str, BackendSlots]
 class RejectedInput:
     """One rejected input, with the object it came from (for logs, metrics and Events)."""
 
-    kind: str  # "Service" or "ConfigMap"
+    kind: str  # "Service", "ConfigMap", "Pod", or a route kind ("HTTPRoute", "Ingress"...)
     namespace: str
     name: str
     key: str
@@ -149,6 +149,67 @@ class TcpFrontend:
 
 
 @dataclass(frozen=True, slots=True)
+class RoutePath:
+    """A rule's path match: "PathPrefix" (element-wise, no trailing "/" but for "/") or
+    "Exact"."""
+
+    type: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedBackend:
+    backend: str  # a backend of the snapshot; "" : unresolved (its share gets a 500)
+    weight: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderChanges:
+    """A RequestHeaderModifier filter."""
+
+    set: tuple[tuple[str, str], ...] = ()
+    add: tuple[tuple[str, str], ...] = ()
+    remove: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    """A RequestRedirect filter; empty or 0 fields keep the request's value."""
+
+    scheme: str = ""
+    hostname: str = ""
+    port: int = 0
+    status_code: int = 302
+    replace_full_path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRule:
+    """One match of one route rule (for one hostname), as the agent applies it: the
+    contract's RouteRule. Every string passed `peerplane.routes`' patterns."""
+
+    source: str  # "HTTPRoute ns/name rule 0 match 1", "Ingress ns/name rule 0 path 2"
+    hostnames: tuple[str, ...]  # () : any host
+    path: RoutePath | None  # None : any path
+    method: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+    query_params: tuple[tuple[str, str], ...] = ()
+    backends: tuple[WeightedBackend, ...] = ()
+    request_headers: HeaderChanges | None = None
+    redirect: Redirect | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HttpListener:
+    """One HTTP port of the route model: its rules in precedence order (the first that
+    matches serves) and the backend of what none matches ("" : 404)."""
+
+    port: int
+    rules: tuple[RouteRule, ...]
+    default_backend: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadSnapshot:
     """Everything one HAProxy workload needs, unversioned and unencoded.
 
@@ -163,6 +224,8 @@ class WorkloadSnapshot:
     http_frontend: HttpFrontend | None
     tcp_frontends: tuple[TcpFrontend, ...]  # sorted by port
     warnings: tuple[RejectedInput, ...]  # not tied to one backend (the settings ConfigMap)
+    # The route model's listeners (controlplane/routes/), sorted by port.
+    http_listeners: tuple[HttpListener, ...] = ()
 
     def backend(self, name: str) -> BackendSpec:
         """The backend called `name` (KeyError when absent)."""

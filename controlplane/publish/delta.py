@@ -1,12 +1,13 @@
 """Deltas: the change from one version's encoded parts to another's, as `SnapshotDelta`
 bytes (docs/design.md, "The agent stream").
 
-`SnapshotDelta` shares its field numbers 1 to 8 with `Snapshot`, so a delta is built from
-the very bytes the encoder made for the snapshot: the framed backends that differ are
-concatenated unchanged, and the peers, frontends and warnings parts are copied only when
-they differ (with their flag). Backends are compared by identity first (the encoder
-shares an unchanged backend's bytes object between versions), then by equality, so
-building a delta is O(backends) in C at worst and copies only what changed.
+`SnapshotDelta` shares its field numbers 1 to 8 and 14 with `Snapshot`, so a delta is
+built from the very bytes the encoder made for the snapshot: the framed backends that
+differ are concatenated unchanged, and the peers, frontends (with the listeners) and
+warnings parts are copied only when they differ (with their flag). Backends are compared
+by identity first (the encoder shares an unchanged backend's bytes object between
+versions), then by equality, so building a delta is O(backends) in C at worst and copies
+only what changed.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ DELTA_FRONTENDS_CHANGED = wire.number(pb.SnapshotDelta, "frontends_changed")
 DELTA_WARNINGS_CHANGED = wire.number(pb.SnapshotDelta, "warnings_changed")
 SERVER_MESSAGE_DELTA = wire.number(pb.ServerMessage, "delta")
 
-# Fields 1 and 4 to 8 must mean the same in both messages for the parts to be reused.
-for _name in ("workload", "peers", "backends", "http_frontend", "tcp_frontends", "warnings"):
+# Fields 1, 4 to 8 and 14 must mean the same in both messages for the parts to be reused.
+_SHARED = ("workload", "peers", "backends", "http_frontend", "tcp_frontends", "warnings")
+for _name in (*_SHARED, "http_listeners"):
     if wire.number(pb.SnapshotDelta, _name) != wire.number(pb.Snapshot, _name):
         raise ImportError(f"SnapshotDelta.{_name} and Snapshot.{_name} have different numbers")
 
@@ -45,7 +47,8 @@ def delta_bytes(
     """The serialized `SnapshotDelta` that turns content `old` into `new` (version set)."""
     changed, removed = changed_backends(old, new)
     peers = new.peers != old.peers
-    frontends = new.frontends != old.frontends
+    # The listeners (field 14) travel with the frontends: one flag, both parts.
+    frontends = new.frontends != old.frontends or new.listeners != old.listeners
     warnings = new.warnings != old.warnings
     parts = [
         new.workload,
@@ -60,6 +63,7 @@ def delta_bytes(
         wire.varint_field(DELTA_PEERS_CHANGED, int(peers)),
         wire.varint_field(DELTA_FRONTENDS_CHANGED, int(frontends)),
         wire.varint_field(DELTA_WARNINGS_CHANGED, int(warnings)),
+        new.listeners if frontends else b"",
     ]
     return b"".join(parts)
 

@@ -3,11 +3,11 @@
 The computation returns `WorkloadSnapshot`s and knows no protobuf; this is the one place
 they become the wire form (docs/design.md, "Architecture"). A snapshot is its
 `ContentParts`: workload, peers, each backend's framed bytes in name order, frontends,
-warnings: the fields in number order, so the bytes equal protobuf's deterministic
-serialization. Encoding 84,000 slots is most of a full computation, so an `Encoder`
-keeps each backend's bytes by the identity of its `BackendSpec`: the incremental
-`Computer` hands back the same spec objects for unchanged Services, and only changed
-backends are encoded again.
+warnings, the route model's listeners: the fields in number order, so the bytes equal
+protobuf's deterministic serialization. Encoding 84,000 slots is most of a full
+computation, so an `Encoder` keeps each backend's bytes by the identity of its
+`BackendSpec`: the incremental `Computer` hands back the same spec objects for unchanged
+Services, and only changed backends are encoded again.
 """
 
 from __future__ import annotations
@@ -17,12 +17,20 @@ from dataclasses import dataclass
 from itertools import compress, count
 from operator import is_not
 
-from controlplane.compute.types import BackendSpec, RejectedInput, WorkloadSnapshot
+from controlplane.compute.types import (
+    BackendSpec,
+    HttpListener,
+    RejectedInput,
+    RouteRule,
+    WorkloadSnapshot,
+)
 from controlplane.publish import wire
 from controlplane.publish.content import SnapshotContent
 from peerplane import protowire
-from peerplane.parts import ContentParts
+from peerplane.parts import ContentParts, listeners_part
 from peerplane.v1 import peerplane_pb2 as pb
+
+PATH_TYPES = {"PathPrefix": pb.PathMatch.PATH_PREFIX, "Exact": pb.PathMatch.EXACT}
 
 # id(spec) -> (spec, its Snapshot.backends entry); the spec is held so its id stays unique.
 _BackendCache = dict[int, tuple[BackendSpec, bytes]]
@@ -96,6 +104,49 @@ def _frontends(snapshot: WorkloadSnapshot) -> bytes:
     return tail.SerializeToString(deterministic=True)
 
 
+def route_rule(rule: RouteRule) -> pb.RouteRule:
+    """One rule as the contract's message."""
+    message = pb.RouteRule(
+        source=rule.source,
+        hostnames=rule.hostnames,
+        method=rule.method,
+        headers=[pb.NameValue(name=n, value=v) for n, v in rule.headers],
+        query_params=[pb.NameValue(name=n, value=v) for n, v in rule.query_params],
+        backends=[pb.WeightedBackend(backend=b.backend, weight=b.weight) for b in rule.backends],
+    )
+    if rule.path is not None:
+        message.path.type = PATH_TYPES[rule.path.type]
+        message.path.value = rule.path.value
+    changes = rule.request_headers
+    if changes is not None:
+        message.request_headers.SetInParent()
+        message.request_headers.set.extend(pb.NameValue(name=n, value=v) for n, v in changes.set)
+        message.request_headers.add.extend(pb.NameValue(name=n, value=v) for n, v in changes.add)
+        message.request_headers.remove.extend(changes.remove)
+    redirect = rule.redirect
+    if redirect is not None:
+        message.redirect.SetInParent()
+        message.redirect.scheme = redirect.scheme
+        message.redirect.hostname = redirect.hostname
+        message.redirect.port = redirect.port
+        message.redirect.status_code = redirect.status_code
+        message.redirect.replace_full_path = redirect.replace_full_path
+    return message
+
+
+def http_listener(listener: HttpListener) -> pb.HttpListener:
+    return pb.HttpListener(
+        port=listener.port,
+        rules=[route_rule(rule) for rule in listener.rules],
+        default_backend=listener.default_backend,
+    )
+
+
+def _listeners(snapshot: WorkloadSnapshot) -> bytes:
+    """Field 14: the route model's listeners (`peerplane.parts.listeners_part`)."""
+    return listeners_part([http_listener(listener) for listener in snapshot.http_listeners])
+
+
 def _snapshot_warnings(snapshot: WorkloadSnapshot) -> bytes:
     """Field 8: the snapshot's own warnings."""
     tail = pb.Snapshot(warnings=[rejected_input(r) for r in snapshot.warnings])
@@ -163,7 +214,7 @@ class Encoder:
             backend_warnings = sum(len(spec.warnings) for spec in snapshot.backends)
         else:
             backends, backend_warnings = found
-        peers = frontends = warnings = None
+        peers = frontends = warnings = listeners = None
         if last is not None:
             before = last.snapshot
             if snapshot.peers is before.peers or snapshot.peers == before.peers:
@@ -175,12 +226,15 @@ class Encoder:
                 frontends = last.parts.frontends
             if snapshot.warnings == before.warnings:
                 warnings = last.parts.warnings
+            if snapshot.http_listeners is before.http_listeners:
+                listeners = last.parts.listeners
         parts = ContentParts(
             workload=pb.Snapshot(workload=snapshot.workload).SerializeToString(),
             peers=_peers(snapshot) if peers is None else peers,
             backends=backends,
             frontends=_frontends(snapshot) if frontends is None else frontends,
             warnings=_snapshot_warnings(snapshot) if warnings is None else warnings,
+            listeners=_listeners(snapshot) if listeners is None else listeners,
         )
         content = SnapshotContent.of_parts(
             snapshot.workload,

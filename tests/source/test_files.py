@@ -19,7 +19,9 @@ from controlplane.ledger.sqlite import ledger_document
 from controlplane.model import ObjectRef
 from controlplane.publish import encode
 from controlplane.source.files import FilesSource, load_manifests
-from nodeagent.config.render import RenderOptions, render
+from nodeagent.config.render import RenderOptions, render_held
+from nodeagent.config.routes import map_file
+from nodeagent.held import Held
 from tests.helpers.haproxy_versions import HAProxyBinary
 from tests.helpers.server_process import ServeProcess, grpcurl
 
@@ -356,7 +358,14 @@ def test_duplicate_haproxy_pod_yields_one_peer_and_a_valid_config(
     snapshot = content.message(1)
     assert [p.name for p in snapshot.peers.peers] == ["haproxy-7x2kq", "haproxy-m4r9t"]
     config = tmp_path / "haproxy.cfg"
-    config.write_text(render(snapshot, RenderOptions(pod_name="haproxy-7x2kq")) + "\n")
+    # The demo's routes (routes.yaml) render into map files beside haproxy.cfg.
+    maps = tmp_path / "maps"
+    maps.mkdir()
+    options = RenderOptions(pod_name="haproxy-7x2kq", maps_dir=str(maps))
+    rendered = render_held(Held.from_snapshot(snapshot), options)
+    for name, entries in rendered.maps.items():
+        (maps / Path(name).name).write_bytes(map_file(entries))
+    config.write_text(rendered.text())
     done = subprocess.run(
         [haproxy_bin.path, "-c", "-f", str(config)],
         capture_output=True,

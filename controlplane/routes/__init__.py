@@ -1,0 +1,14 @@
+"""The route model: Gateway API HTTPRoutes and Ingresses to each workload's HTTP listeners.
+
+Pure functions of `ClusterState` (and the workloads compute found): which classes and
+Gateways are ours and which workload serves them (`placement`), what each HTTPRoute and
+Ingress asks for (`httproute`, `ingress`, with backends resolved in `backends`), ordered by
+the Gateway API's precedence with conflicts dropped (`precedence`), assembled per workload
+(`table`), and the status documents the Lease holder writes (`status`). Every input that
+cannot be served is reported (`RejectedInput`) and the rest is served (docs/annotations.md,
+"Routes").
+"""
+
+from controlplane.routes.table import RouteComputer, RouteTable, compute_routes
+
+__all__ = ["RouteComputer", "RouteTable", "compute_routes"]

@@ -1,0 +1,32 @@
+"""The route model's fixed names: controllers, annotations, condition types and reasons."""
+
+from __future__ import annotations
+
+from controlplane.model import GATEWAY_GROUP
+
+GATEWAY_CONTROLLER = "peerplane.dev/gateway-controller"
+INGRESS_CONTROLLER = "peerplane.dev/ingress-controller"
+WORKLOAD_ANNOTATION = "peerplane.dev/workload"
+"""On a Gateway or an IngressClass: "namespace/name" of the HAProxy workload serving it
+(needless when the cluster has exactly one)."""
+DEFAULT_CLASS_ANNOTATION = "ingressclass.kubernetes.io/is-default-class"
+HTTPROUTE_KIND = (GATEWAY_GROUP, "HTTPRoute")
+SERVICE_KIND = ("", "Service")
+
+# Condition types and reasons of the Gateway API (v1.2 standard channel).
+ACCEPTED = "Accepted"
+PROGRAMMED = "Programmed"
+RESOLVED_REFS = "ResolvedRefs"
+CONFLICTED = "Conflicted"
+NOT_ALLOWED_BY_LISTENERS = "NotAllowedByListeners"
+NO_MATCHING_PARENT = "NoMatchingParent"
+NO_MATCHING_LISTENER_HOSTNAME = "NoMatchingListenerHostname"
+UNSUPPORTED_VALUE = "UnsupportedValue"
+BACKEND_NOT_FOUND = "BackendNotFound"
+REF_NOT_PERMITTED = "RefNotPermitted"
+INVALID_KIND = "InvalidKind"
+UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
+PORT_UNAVAILABLE = "PortUnavailable"
+INVALID_ROUTE_KINDS = "InvalidRouteKinds"
+INVALID_PARAMETERS = "InvalidParameters"
+INVALID = "Invalid"

@@ -1,0 +1,231 @@
+"""Every workload's route table: its HTTP listeners, rejections and routed Services.
+
+`compute_routes` is the pure function of the cluster state. `RouteComputer` keeps its last
+table and computes again only when a route input changed: the route kinds (compared by
+identity first: sources keep unchanged objects), the workloads, the HTTP and peer ports,
+or the ports of a Service a route looked up. An endpoint or annotation change costs one
+comparison per changed Service (docs/design.md, "The route model").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from controlplane.compute.types import HttpListener, RejectedInput
+from controlplane.model import ClusterState, ReferenceGrant, Service, ServicePort
+from controlplane.routes.backends import ServiceKey
+from controlplane.routes.httproute import RouteOutcome, route_outcome
+from controlplane.routes.ingress import IngressOutcome, ingress_outcome
+from controlplane.routes.placement import Placement, place
+from controlplane.routes.precedence import Candidate, Origin, listeners
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadRoutes:
+    listeners: tuple[HttpListener, ...] = ()
+    rejections: tuple[RejectedInput, ...] = ()
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        return tuple(listener.port for listener in self.listeners)
+
+
+EMPTY = WorkloadRoutes()
+
+
+@dataclass(frozen=True, slots=True)
+class RouteTable:
+    placement: Placement
+    routes: Mapping[tuple[str, str], RouteOutcome]  # HTTPRoutes naming one of our Gateways
+    ingresses: Mapping[tuple[str, str], IngressOutcome]  # Ingresses of our classes
+    workloads: Mapping[str, WorkloadRoutes]  # by workload "namespace/name"
+    demand: Mapping[ServiceKey, frozenset[str]]  # routed Service -> workloads serving it
+    rejections: tuple[RejectedInput, ...]  # all, workload or not
+
+    def of(self, workload: str) -> WorkloadRoutes:
+        return self.workloads.get(workload, EMPTY)
+
+
+class _Recording(Mapping[ServiceKey, Service]):
+    """The Services by key, remembering every key looked up (found or not): the only
+    Services whose ports the table depends on."""
+
+    def __init__(self, services: Mapping[ServiceKey, Service]) -> None:
+        self._services = services
+        self.looked: dict[ServiceKey, tuple[ServicePort, ...] | None] = {}
+
+    def __getitem__(self, key: ServiceKey) -> Service:
+        found = self._services.get(key)
+        self.looked[key] = None if found is None else found.ports
+        if found is None:
+            raise KeyError(key)
+        return found
+
+    def __iter__(self) -> Iterator[ServiceKey]:
+        return iter(self._services)
+
+    def __len__(self) -> int:
+        return len(self._services)
+
+
+@dataclass(slots=True)
+class _Workload:
+    candidates: list[Candidate] = field(default_factory=list)
+    defaults: dict[int, str] = field(default_factory=dict)
+    default_owner: dict[int, str] = field(default_factory=dict)
+    rejections: list[RejectedInput] = field(default_factory=list)
+
+
+def _by_namespace(grants: tuple[ReferenceGrant, ...]) -> dict[str, tuple[ReferenceGrant, ...]]:
+    found: dict[str, list[ReferenceGrant]] = {}
+    for grant in grants:
+        found.setdefault(grant.namespace, []).append(grant)
+    return {namespace: tuple(items) for namespace, items in found.items()}
+
+
+def _table(
+    state: ClusterState,
+    workloads: Collection[str],
+    http_port: int,
+    peer_port: int,
+    services: Mapping[ServiceKey, Service],
+) -> RouteTable:
+    placement = place(state, workloads, {peer_port: "peers"})
+    grants = _by_namespace(state.reference_grants)
+    per: dict[str, _Workload] = {}
+    for gateway_place in placement.gateways.values():
+        if gateway_place.workload:
+            mine = per.setdefault(gateway_place.workload, _Workload())
+            for lp in gateway_place.listeners:
+                if lp.usable:
+                    mine.defaults.setdefault(lp.listener.port, "")
+    rejections: list[RejectedInput] = []
+    demand: dict[ServiceKey, set[str]] = {}
+    routes: dict[tuple[str, str], RouteOutcome] = {}
+    # Sorted: each object's outcome is its own, but rejections list in one order.
+    for route in sorted(state.http_routes, key=lambda r: (r.namespace, r.name)):
+        outcome = route_outcome(route, placement, services, grants)
+        if outcome is None:
+            continue
+        routes[route.namespace, route.name] = outcome
+        rejections.extend(outcome.rejections)
+        for workload in outcome.workloads:
+            per.setdefault(workload, _Workload()).rejections.extend(outcome.rejections)
+        for workload, candidates in outcome.candidates.items():
+            per.setdefault(workload, _Workload()).candidates.extend(candidates)
+        for service, workload in outcome.demand:
+            demand.setdefault(service, set()).add(workload)
+    ingresses: dict[tuple[str, str], IngressOutcome] = {}
+    by_age = sorted(
+        state.ingresses, key=lambda i: (i.creation_timestamp or "~", i.namespace, i.name)
+    )
+    for ingress in by_age:
+        found = ingress_outcome(ingress, placement, services, http_port)
+        if found is None:
+            continue
+        ingresses[ingress.namespace, ingress.name] = found
+        rejections.extend(found.rejections)
+        if not found.workload:
+            continue
+        mine = per.setdefault(found.workload, _Workload())
+        mine.rejections.extend(found.rejections)
+        mine.candidates.extend(found.candidates)
+        mine.defaults.setdefault(http_port, "")
+        for service in found.demand:
+            demand.setdefault(service, set()).add(found.workload)
+        if ingress.default_backend is None:
+            continue
+        owner = mine.default_owner.get(http_port)
+        if owner is None:
+            mine.defaults[http_port] = found.default_backend
+            mine.default_owner[http_port] = f"Ingress {ingress.namespace}/{ingress.name}"
+        else:
+            lost = Origin("Ingress", ingress.namespace, ingress.name, "spec.defaultBackend")
+            rejection = lost.rejection(
+                ingress.default_backend.service_name,
+                f"the older {owner} sets the default backend; ignored",
+            )
+            mine.rejections.append(rejection)
+            rejections.append(rejection)
+    tables: dict[str, WorkloadRoutes] = {}
+    for workload in sorted(per):
+        mine = per[workload]
+        conflicts: list[RejectedInput] = []
+        built = listeners(mine.candidates, mine.defaults, conflicts)
+        rejections.extend(conflicts)
+        tables[workload] = WorkloadRoutes(built, (*mine.rejections, *conflicts))
+    return RouteTable(
+        placement=placement,
+        routes=routes,
+        ingresses=ingresses,
+        workloads=tables,
+        demand={service: frozenset(found) for service, found in demand.items()},
+        rejections=tuple(rejections),
+    )
+
+
+def compute_routes(
+    state: ClusterState, workloads: Collection[str], http_port: int, peer_port: int
+) -> RouteTable:
+    """The route table of every workload ("namespace/name" refs) from `state`."""
+    services = {(s.namespace, s.name): s for s in state.services}
+    return _table(state, workloads, http_port, peer_port, services)
+
+
+class RouteComputer:
+    """`compute_routes` that answers its last table while no route input changed.
+
+    `computed` counts the tables computed (not reused), for tests and benchmarks."""
+
+    def __init__(self) -> None:
+        self._inputs: tuple[object, ...] | None = None
+        self._looked: dict[ServiceKey, tuple[ServicePort, ...] | None] = {}
+        self._table: RouteTable | None = None
+        self.computed = 0
+
+    def compute(
+        self,
+        state: ClusterState,
+        workloads: Collection[str],
+        http_port: int,
+        peer_port: int,
+        services: Mapping[ServiceKey, Service],
+        changed_services: Collection[ServiceKey] | None,
+    ) -> RouteTable:
+        """The table; `services` by key as of `state`, `changed_services` the keys whose
+        Service may differ since the last call (None: unknown, look at all looked up)."""
+        inputs = (
+            state.gateway_classes,
+            state.gateways,
+            state.http_routes,
+            state.reference_grants,
+            state.ingresses,
+            state.ingress_classes,
+            state.namespaces,
+            frozenset(workloads),
+            http_port,
+            peer_port,
+        )
+        table = self._table
+        if (
+            table is not None
+            and inputs == self._inputs
+            and not self._ports_moved(services, changed_services)
+        ):
+            return table
+        recording = _Recording(services)
+        table = _table(state, workloads, http_port, peer_port, recording)
+        self._inputs, self._looked, self._table = inputs, recording.looked, table
+        self.computed += 1
+        return table
+
+    def _ports_moved(
+        self, services: Mapping[ServiceKey, Service], changed: Collection[ServiceKey] | None
+    ) -> bool:
+        keys = self._looked.keys() if changed is None else [k for k in changed if k in self._looked]
+        for key in keys:
+            found = services.get(key)
+            if (None if found is None else found.ports) != self._looked[key]:
+                return True
+        return False
