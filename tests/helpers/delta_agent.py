@@ -51,9 +51,11 @@ def apply_delta(held: pb.Snapshot | None, delta: pb.SnapshotDelta) -> pb.Snapsho
     if delta.frontends_changed:
         result.ClearField("http_frontend")
         del result.tcp_frontends[:]
+        del result.http_listeners[:]
         if delta.HasField("http_frontend"):
             result.http_frontend.CopyFrom(delta.http_frontend)
         result.tcp_frontends.extend(delta.tcp_frontends)
+        result.http_listeners.extend(delta.http_listeners)
     if delta.warnings_changed:
         del result.warnings[:]
         result.warnings.extend(delta.warnings)

@@ -1,0 +1,172 @@
+"""The route model's listeners on the wire: Snapshot field 14 byte for byte, sent with the
+frontends in a delta (frontends_changed), and a delta applied to the old snapshot hashes
+as the new full snapshot does."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from controlplane.compute import Computer
+from controlplane.compute.types import (
+    HeaderChanges,
+    HttpListener,
+    Redirect,
+    RoutePath,
+    RouteRule,
+    WeightedBackend,
+)
+from controlplane.model import ClusterState
+from controlplane.publish import Encoder
+from controlplane.publish.content import SnapshotContent
+from controlplane.publish.delta import delta_bytes
+from controlplane.source.convert_routes import gateway_class_from, gateway_from, http_route_from
+from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service
+from tests.helpers.delta_agent import apply_delta
+
+CLASS = gateway_class_from(
+    {"metadata": {"name": "p"}, "spec": {"controllerName": "peerplane.dev/gateway-controller"}}
+)
+GATEWAY = gateway_from(
+    {
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "gatewayClassName": "p",
+            "listeners": [{"name": "http", "port": 8080, "protocol": "HTTP"}],
+        },
+    }
+)
+
+
+def route(path: str, backend: str = "shop") -> object:
+    return http_route_from(
+        {
+            "metadata": {"name": "r", "namespace": "default"},
+            "spec": {
+                "parentRefs": [{"name": "web"}],
+                "rules": [
+                    {
+                        "matches": [{"path": {"type": "PathPrefix", "value": path}}],
+                        "backendRefs": [{"name": backend, "port": 80}],
+                    }
+                ],
+            },
+        }
+    )
+
+
+def state(path: str, endpoints: tuple[str, ...] = ("10.0.0.1",)) -> ClusterState:
+    base = cluster(
+        services=[service("shop"), service("catalog")],
+        slices=[endpoint_slice("shop", endpoints)],
+        pods=DEFAULT_PODS,
+    )
+    return dataclasses.replace(
+        base, gateway_classes=(CLASS,), gateways=(GATEWAY,), http_routes=(route(path),)
+    )
+
+
+def test_every_rule_field_is_encoded_as_the_contract_says() -> None:
+    rule = RouteRule(
+        source="HTTPRoute default/r rule 0 match 0",
+        hostnames=("a.example.com",),
+        path=RoutePath("Exact", "/x"),
+        method="GET",
+        headers=(("x-a", "1"),),
+        query_params=(("q", "2"),),
+        backends=(WeightedBackend("default_shop_http", 3), WeightedBackend("", 1)),
+        request_headers=HeaderChanges(set=(("x-s", "1"),), add=(("x-d", "2"),), remove=("x-r",)),
+    )
+    redirect = RouteRule(
+        "Ingress default/i rule 0 path 0",
+        (),
+        RoutePath("PathPrefix", "/old"),
+        redirect=Redirect("https", "b.example.com", 8443, 301, "/new"),
+    )
+    computer = Computer()
+    snapshot = computer.compute(state("/"), {}).workloads[WORKLOAD]
+    snapshot = dataclasses.replace(
+        snapshot, http_listeners=(HttpListener(8080, (rule, redirect), "default_shop_http"),)
+    )
+    content = Encoder().encode({WORKLOAD: snapshot})[WORKLOAD]
+    message = content.message()
+    expected = pb.HttpListener(port=8080, default_backend="default_shop_http")
+    expected.rules.add(
+        source=rule.source,
+        hostnames=["a.example.com"],
+        path=pb.PathMatch(type=pb.PathMatch.EXACT, value="/x"),
+        method="GET",
+        headers=[pb.NameValue(name="x-a", value="1")],
+        query_params=[pb.NameValue(name="q", value="2")],
+        backends=[
+            pb.WeightedBackend(backend="default_shop_http", weight=3),
+            pb.WeightedBackend(backend="", weight=1),
+        ],
+        request_headers=pb.HeaderModifier(
+            set=[pb.NameValue(name="x-s", value="1")],
+            add=[pb.NameValue(name="x-d", value="2")],
+            remove=["x-r"],
+        ),
+    )
+    expected.rules.add(
+        source=redirect.source,
+        path=pb.PathMatch(type=pb.PathMatch.PATH_PREFIX, value="/old"),
+        redirect=pb.Redirect(
+            scheme="https",
+            hostname="b.example.com",
+            port=8443,
+            status_code=301,
+            replace_full_path="/new",
+        ),
+    )
+    assert list(message.http_listeners) == [expected]
+    # The payload is the message's deterministic serialization, field 14 last.
+    message.ClearField("version")
+    message.ClearField("content_hash")
+    assert content.payload == message.SerializeToString(deterministic=True)
+    assert SnapshotContent.from_message(message).content_hash == content.content_hash
+
+
+def test_a_route_change_is_a_frontends_delta_that_rebuilds_the_full_snapshot() -> None:
+    computer, encoder = Computer(), Encoder()
+    first = computer.compute(state("/a"), {})
+    old = encoder.encode(first.workloads)[WORKLOAD]
+    second = computer.compute(state("/b"), first.assignment)
+    new = encoder.encode(second.workloads)[WORKLOAD]
+    raw = delta_bytes(old.parts, new.parts, old.content_hash, new.content_hash, 2)
+    delta = pb.SnapshotDelta.FromString(raw)
+    assert delta.frontends_changed and not delta.warnings_changed and not delta.peers_changed
+    assert list(delta.backends) == [] and list(delta.removed_backends) == []
+    assert [r.path.value for r in delta.http_listeners[0].rules] == ["/b"]
+    held = old.message(1)
+    rebuilt = apply_delta(held, delta)
+    assert rebuilt.content_hash == new.content_hash
+    assert rebuilt == new.message(2)
+
+
+def test_an_endpoint_change_reuses_the_listeners_bytes_and_sends_no_frontends() -> None:
+    computer, encoder = Computer(), Encoder()
+    first = computer.compute(state("/a"), {})
+    old = encoder.encode(first.workloads)[WORKLOAD]
+    second = computer.compute(state("/a", ("10.0.0.1", "10.0.0.2")), first.assignment)
+    new = encoder.encode(second.workloads)[WORKLOAD]
+    assert new.parts.listeners is old.parts.listeners and new.parts.listeners
+    delta = pb.SnapshotDelta.FromString(
+        delta_bytes(old.parts, new.parts, old.content_hash, new.content_hash, 2)
+    )
+    assert not delta.frontends_changed and list(delta.http_listeners) == []
+    assert [b.name for b in delta.backends] == ["default_shop_http"]
+    assert apply_delta(old.message(1), delta).content_hash == new.content_hash
+
+
+def test_removing_the_last_route_clears_the_listeners() -> None:
+    computer, encoder = Computer(), Encoder()
+    first = computer.compute(state("/a"), {})
+    old = encoder.encode(first.workloads)[WORKLOAD]
+    empty = dataclasses.replace(state("/a"), http_routes=(), gateways=())
+    new = encoder.encode(computer.compute(empty, first.assignment).workloads)[WORKLOAD]
+    delta = pb.SnapshotDelta.FromString(
+        delta_bytes(old.parts, new.parts, old.content_hash, new.content_hash, 2)
+    )
+    assert delta.frontends_changed and list(delta.http_listeners) == []
+    assert list(apply_delta(old.message(1), delta).http_listeners) == []
