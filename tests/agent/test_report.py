@@ -4,6 +4,7 @@ is logged once and never raised."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from nodeagent.haproxy.parse import PeerSession, parse_peer_sessions
-from nodeagent.report import LastApply, Reporter, same
+from nodeagent.report import LastApply, Reporter, report_loop, same
+from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.agent_harness import AgentHarness
 from tests.helpers.haproxy_env import backend, free_port, snapshot
 
@@ -79,3 +81,54 @@ def test_a_failing_read_is_logged_once_and_returns_nothing(
         assert reporter.observe(LastApply()) is None
     assert calls == ["show peers;show table"] * 2
     assert caplog.text.count("cannot read show peers") == 1
+
+
+PEERS_UP = """0x1: [01/Jan/2026:00:00:00] id=localinstance disabled=0 flags=0x28100001
+  0x2: id=pod-b(remote,active) addr=127.0.0.2:10000 last_status=ESTA last_hdshk=0s
+        flags=0x0 appctx:0x3 st0=7 st1=0 task_calls=5 state=EST
+  0x4: id=pod-a(local,inactive) addr=127.0.0.1:10000 last_status=NONE last_hdshk=<NEVER>
+# table: default_shop_http, type: ip, size:1024, used:{used}
+"""
+
+
+@pytest.mark.unit
+def test_reports_go_at_the_start_after_each_apply_and_when_a_read_changes() -> None:
+    """The report task on its own (the reads and sends faked, the timing real): one at
+    the stream's start, none for periodic reads that find nothing new, one when a read
+    finds a change, one after each apply even when nothing changed."""
+    used = [1]
+    sent: list[pb.AgentReport] = []
+    applied = asyncio.Event()
+    reporter = Reporter(lambda _: PEERS_UP.format(used=used[0]), "3.2.26", interval=0.1)
+    reporter.min_gap = 0.01
+
+    async def send(message: pb.AgentMessage) -> None:
+        sent.append(message.report)
+
+    async def scenario() -> None:
+        task = asyncio.create_task(
+            report_loop(reporter, send, applied, lambda: LastApply("runtime", "t"))
+        )
+
+        async def sent_count(count: int) -> None:
+            async with asyncio.timeout(10):
+                while len(sent) < count:
+                    await asyncio.sleep(0.01)
+
+        try:
+            await sent_count(1)
+            await asyncio.sleep(0.5)  # periodic reads (every 0.1 s) that find nothing new
+            assert len(sent) == 1 and sent[0].tables[0].entries == 1
+            used[0] = 7
+            await sent_count(2)
+            assert sent[1].tables[0].entries == 7
+            applied.set()
+            await sent_count(3)
+            assert sent[2].last_applied_by == "runtime" and sent[2].tables[0].entries == 7
+            await asyncio.sleep(0.3)
+            assert len(sent) == 3
+        finally:
+            task.cancel()
+
+    asyncio.run(scenario())
+    assert [(p.name, p.connected) for p in sent[0].peer_sessions] == [("pod-b", True)]
