@@ -18,6 +18,7 @@ from nodeagent.haproxy import version
 from nodeagent.haproxy.driver import command
 from nodeagent.haproxy.parse import ProcInfo, parse_show_proc
 from peerplane.v1 import peerplane_pb2 as pb
+from tests.agent.test_reload_failure import low_fd_haproxy
 from tests.helpers.fleet import (
     HAPROXY_PODS,
     AgentHandle,
@@ -216,3 +217,34 @@ def test_killed_haproxy_restarts_and_refills_its_table_from_the_peer(fleet: Flee
     assert a.config.read_text() == config  # restarted from the last applied snapshot
     for client, pod in pinned.items():
         assert http_get(a.address, HOST, client) == pod
+
+
+def test_haproxy_that_cannot_get_its_descriptors_is_in_list_agents_in_its_words(
+    tmp_path: Path, haproxy_bin: HAProxyBinary
+) -> None:
+    """A whole agent (`nodeagent run --manage-haproxy`) whose HAProxy runs under 1,024
+    open files, below what `maxconn 4096` needs (docs/operations.md, "Open files"): the
+    agent's own limit is higher, so its count lets the config through and HAProxy refuses
+    to start. The operator sees HAProxy's words, not an errno, in ListAgents'
+    last_nack_error and in the agent's log."""
+    wrapper = low_fd_haproxy(tmp_path, haproxy_bin.path, 1024)
+    fleet = Fleet(tmp_path / "fleet", 78, haproxy_bin=wrapper)
+    try:
+        fleet.write_manifests()
+        fleet.start_backends()
+        fleet.start_control_plane()
+        agent = fleet.start_agent(POD_A, ADDR_A)
+
+        def refused() -> str:
+            errors = [a.last_nack_error for a in fleet.agents_status() if a.agent.endswith(POD_A)]
+            return errors[0] if errors else ""
+
+        wait_for(lambda: "Cannot raise FD limit" in refused(), 60, "the NACK in ListAgents")
+        error = refused()
+        assert error.startswith("reload failed: HAProxy did not start: HAProxy master pid="), error
+        assert "limit is 1024." in error and "Errno" not in error
+        assert log_count(agent, "Cannot raise FD limit") >= 2  # HAProxy's line, the NACK's
+        assert log_count(agent, "open-files limit: ") == 1  # what the agent got, at start
+        print(f"ListAgents last_nack_error: {error}")
+    finally:
+        fleet.stop()
