@@ -80,6 +80,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def main(argv: list[str]) -> int:
+    """`controlplane status ARGV` on its own parser (the same flags `controlplane --help`
+    lists), so that it starts without importing what `serve` needs."""
+    parser = argparse.ArgumentParser(
+        prog="controlplane status",
+        description="every agent's sync state and persistence health, worst first",
+    )
+    add_arguments(parser)
+    try:
+        return run_status(parser.parse_args(argv))
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
+
+
 def run_status(args: argparse.Namespace) -> int:
     if args.diff and not args.workload:
         print("controlplane status: --diff needs --workload", file=sys.stderr)
