@@ -276,6 +276,12 @@ class Computer:
             self._retired[name] = kept
             heapq.heappush(self._retired_due, (retired_until(kept, quarantine), name))
 
+    @property
+    def route_table(self) -> RouteTable | None:
+        """The route table of the last computation: what `routes.status.route_statuses`
+        takes so the status writer does not compute it again."""
+        return self._table
+
     def _route_table(
         self,
         state: ClusterState,

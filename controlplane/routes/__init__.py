@@ -6,9 +6,6 @@ Ingress asks for (`httproute`, `ingress`, with backends resolved in `backends`),
 the Gateway API's precedence with conflicts dropped (`precedence`), assembled per workload
 (`table`), and the status documents the Lease holder writes (`status`). Every input that
 cannot be served is reported (`RejectedInput`) and the rest is served (docs/annotations.md,
-"Routes").
+"Routes"). The package imports nothing itself: compute imports its modules, and they
+import compute's types.
 """
-
-from controlplane.routes.table import RouteComputer, RouteTable, compute_routes
-
-__all__ = ["RouteComputer", "RouteTable", "compute_routes"]
