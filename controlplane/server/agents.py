@@ -47,6 +47,7 @@ class AgentSession:
     sent_at: datetime | None = None  # the last snapshot or delta sent (pending since)
     sent_nonce: str = ""  # the nonce `sent_at` belongs to
     report: pb.AgentReport | None = None  # the last AgentReport, bounded
+    reported_at: float = 0.0  # monotonic time `report` was kept
 
     # Read-only views of the protocol state, for inspection and tests.
     @property
@@ -115,11 +116,17 @@ class AgentSession:
         """The pending version was acknowledged; `applied_by` as the Ack says."""
         self.applied_by, self.acked_at = reports.word(applied_by), now or datetime.now(UTC)
 
-    def reported(self, report: pb.AgentReport) -> None:
-        """Keep the agent's report, bounded; its HAProxy version replaces the Hello's."""
-        self.report = reports.bounded(report)
+    def reported(self, report: pb.AgentReport, now: float | None = None) -> bool:
+        """Keep the agent's report, bounded; its HAProxy version replaces the Hello's.
+        False (ignored) when it follows the last one kept within `reports.MIN_GAP_S`: an
+        agent sends at most one a second, so only a misbehaving one is cut short."""
+        moment = time.monotonic() if now is None else now
+        if self.report is not None and moment - self.reported_at < reports.MIN_GAP_S:
+            return False
+        self.report, self.reported_at = reports.bounded(report), moment
         if self.report.haproxy_version:
             self.haproxy_version = self.report.haproxy_version
+        return True
 
 
 class AgentRegistry:

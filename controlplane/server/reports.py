@@ -16,6 +16,7 @@ MAX_TIME_CHARS = 40  # RFC 3339
 MAX_NAME_CHARS = 128  # a peer (pod) or table (backend) name
 MAX_PEERS = 256
 MAX_TABLES = 1024
+MIN_GAP_S = 0.5  # reports kept per stream: at most two a second (agents send one)
 
 
 def word(text: str, limit: int = MAX_WORD_CHARS) -> str:
@@ -25,8 +26,11 @@ def word(text: str, limit: int = MAX_WORD_CHARS) -> str:
 
 def bounded(report: pb.AgentReport) -> pb.AgentReport:
     """A copy of `report` within the bounds: the first MAX_PEERS sessions and the
-    MAX_TABLES fullest tables (the agent sends them by name), each string cut."""
-    tables = sorted(report.tables, key=lambda t: (-t.entries, t.table))[:MAX_TABLES]
+    MAX_TABLES fullest of the first 4 x MAX_TABLES tables (an agent sends at most its
+    4,096 fullest, by name), each string cut."""
+    # The fullest tables of the first few thousand listed: sorting is bounded too.
+    listed = report.tables[: 4 * MAX_TABLES]
+    tables = sorted(listed, key=lambda t: (-t.entries, t.table))[:MAX_TABLES]
     return pb.AgentReport(
         haproxy_version=word(report.haproxy_version, MAX_VERSION_CHARS),
         last_applied_by=word(report.last_applied_by),

@@ -305,7 +305,8 @@ class StreamHandler:
         True when the writer has something to send now (a resync)."""
         kind = message.WhichOneof("message")
         if kind == "report":  # what the agent says about itself: kept, bounded
-            session.reported(message.report)
+            if not session.reported(message.report):
+                log.debug("agent %s: report too soon after the last one; ignored", session.pod)
             return False
         before = session.state
         outcome: protocol.Acked | protocol.Nacked | protocol.Stale | protocol.Ignored

@@ -12,6 +12,7 @@ import pytest
 
 from controlplane.publish.store import SnapshotStore
 from controlplane.server import reports
+from controlplane.server.agents import AgentRegistry
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.server_harness import NS, W1, Harness, run, snapshot
 
@@ -97,8 +98,7 @@ def test_an_odd_report_is_bounded_and_the_stream_goes_on() -> None:
                 tables=[pb.TableEntries(table=f"t{i:05}", entries=i) for i in range(20_000)],
             )
             await agent.call.write(pb.AgentMessage(report=odd))
-            await agent.call.write(pb.AgentMessage(report=pb.AgentReport()))  # empty: fine
-            await agent.call.write(pb.AgentMessage(report=odd))
+            await agent.call.write(pb.AgentMessage(report=odd))  # kept or too soon: the same
             await h.until(
                 lambda: (s := h.session("haproxy-a")) is not None and s.report is not None
             )
@@ -106,7 +106,7 @@ def test_an_odd_report_is_bounded_and_the_stream_goes_on() -> None:
             kept = status.report
             assert len(kept.peer_sessions) == reports.MAX_PEERS
             assert len(kept.tables) == reports.MAX_TABLES
-            assert kept.tables[-1].table == "t19999"  # the fullest tables are kept
+            assert kept.tables[-1].table == "t04095"  # the fullest of the first 4,096 listed
             assert len(status.haproxy_version) < 200 and "\x1b" not in kept.last_applied_by
             h.publish({W1: snapshot(W1, "10.0.0.2")}, {f"{NS}/haproxy-a": W1})
             assert (await agent.recv_snapshot()).snapshot.version == 2
@@ -164,3 +164,15 @@ def test_get_snapshot_of_a_version_evicted_says_so() -> None:
             assert kept.backends[0].slots[0].address == "10.0.0.2"
 
     run(body())
+
+
+def test_reports_closer_than_the_gap_are_ignored() -> None:
+    """An agent sends at most one report a second; one that floods keeps only the first
+    of each half second (the later ones are not even bounded: no work for them)."""
+    session = AgentRegistry().open(pb.Hello(pod_namespace=NS, pod_name="haproxy-a"), "peer")
+    first = pb.AgentReport(haproxy_version="3.0.11")
+    assert session.reported(first, now=100.0)
+    assert not session.reported(pb.AgentReport(haproxy_version="x"), now=100.0 + 0.1)
+    assert session.report == first and session.haproxy_version == "3.0.11"
+    assert session.reported(pb.AgentReport(), now=100.0 + reports.MIN_GAP_S)
+    assert session.report == pb.AgentReport() and session.haproxy_version == "3.0.11"
