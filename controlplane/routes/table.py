@@ -4,7 +4,9 @@
 table and computes again only when a route input changed: the route kinds (compared by
 identity first: sources keep unchanged objects), the workloads, the HTTP and peer ports,
 or the ports of a Service a route looked up. An endpoint or annotation change costs one
-comparison per changed Service (docs/design.md, "The route model").
+comparison per changed Service; an HTTPRoute change costs that route's outcome (the other
+routes keep theirs while nothing they read changed), the grouping and the ordering of the
+workload's rules (docs/design.md, "The route model"; tests/bench/route_table.py).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from controlplane.compute.types import HttpListener, RejectedInput
-from controlplane.model import ClusterState, ReferenceGrant, Service, ServicePort
+from controlplane.model import ClusterState, HTTPRoute, ReferenceGrant, Service, ServicePort
 from controlplane.routes.backends import ServiceKey
 from controlplane.routes.httproute import RouteOutcome, route_outcome
 from controlplane.routes.ingress import IngressOutcome, ingress_outcome
@@ -84,12 +86,19 @@ def _by_namespace(grants: tuple[ReferenceGrant, ...]) -> dict[str, tuple[Referen
     return {namespace: tuple(items) for namespace, items in found.items()}
 
 
+Memo = dict[int, tuple[HTTPRoute, RouteOutcome | None]]
+"""id(route) -> the route and its outcome: reused while nothing else the outcome reads
+(classes, Gateways, grants, namespaces, workloads, ports, looked-up Services) changed."""
+
+
 def _table(
     state: ClusterState,
     workloads: Collection[str],
     http_port: int,
     peer_port: int,
     services: Mapping[ServiceKey, Service],
+    memo: Memo | None = None,
+    reuse: Memo | None = None,
 ) -> RouteTable:
     placement = place(state, workloads, {peer_port: "peers"})
     grants = _by_namespace(state.reference_grants)
@@ -105,7 +114,13 @@ def _table(
     routes: dict[tuple[str, str], RouteOutcome] = {}
     # Sorted: each object's outcome is its own, but rejections list in one order.
     for route in sorted(state.http_routes, key=lambda r: (r.namespace, r.name)):
-        outcome = route_outcome(route, placement, services, grants)
+        kept = reuse.get(id(route)) if reuse is not None else None
+        if kept is not None and kept[0] is route:
+            outcome = kept[1]
+        else:
+            outcome = route_outcome(route, placement, services, grants)
+        if memo is not None:
+            memo[id(route)] = (route, outcome)
         if outcome is None:
             continue
         routes[route.namespace, route.name] = outcome
@@ -179,9 +194,10 @@ class RouteComputer:
     `computed` counts the tables computed (not reused), for tests and benchmarks."""
 
     def __init__(self) -> None:
-        self._inputs: tuple[object, ...] | None = None
+        self._inputs: tuple[tuple[object, ...], object, object] | None = None
         self._looked: dict[ServiceKey, tuple[ServicePort, ...] | None] = {}
         self._table: RouteTable | None = None
+        self._memo: Memo = {}
         self.computed = 0
 
     def compute(
@@ -195,28 +211,31 @@ class RouteComputer:
     ) -> RouteTable:
         """The table; `services` by key as of `state`, `changed_services` the keys whose
         Service may differ since the last call (None: unknown, look at all looked up)."""
-        inputs = (
+        context = (
             state.gateway_classes,
             state.gateways,
-            state.http_routes,
             state.reference_grants,
-            state.ingresses,
             state.ingress_classes,
             state.namespaces,
             frozenset(workloads),
             http_port,
             peer_port,
         )
+        inputs = (context, state.http_routes, state.ingresses)
         table = self._table
-        if (
-            table is not None
-            and inputs == self._inputs
-            and not self._ports_moved(services, changed_services)
-        ):
+        moved = table is not None and self._ports_moved(services, changed_services)
+        if table is not None and inputs == self._inputs and not moved:
             return table
+        # Each unchanged HTTPRoute keeps its outcome while what it reads is unchanged: a
+        # route change costs that route, the grouping and the ordering.
+        last = self._inputs
+        reuse = self._memo if last is not None and last[0] == context and not moved else None
         recording = _Recording(services)
-        table = _table(state, workloads, http_port, peer_port, recording)
-        self._inputs, self._looked, self._table = inputs, recording.looked, table
+        if reuse is not None:
+            recording.looked.update(self._looked)
+        memo: Memo = {}
+        table = _table(state, workloads, http_port, peer_port, recording, memo, reuse)
+        self._inputs, self._looked, self._table, self._memo = inputs, recording.looked, table, memo
         self.computed += 1
         return table
 

@@ -51,6 +51,7 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark("failover", "tests.bench.failover"),
     Benchmark("retention", "tests.bench.retention"),
     Benchmark("status", "tests.bench.status"),
+    Benchmark("route_table", "tests.bench.route_table"),
 ]
 SCALABLE = ("fanout", "churn")  # the benchmarks `--agents` sizes
 FULL_ENV = "BENCH_FULL"  # set to 1: `--full` unless `--quick` is given

@@ -593,3 +593,50 @@ def test_incremental_routes_equal_a_fresh_computation_after_each_change() -> Non
         assert got.workloads == fresh.workloads
         assert got.rejections == fresh.rejections
         previous = got.assignment
+
+
+def test_a_changed_route_among_kept_ones_equals_a_fresh_computation() -> None:
+    """Unchanged routes keep their outcomes (by identity) while nothing they read moved;
+    a ReferenceGrant or Service port change makes every route count again."""
+    kept = [
+        route(f"r{i}", [prefix_rule(f"/p{i}", [to("shop", namespace="team")])]) for i in range(3)
+    ]
+    team = service("shop", namespace="team")
+    grant = reference_grant_from(
+        {
+            "metadata": {"name": "g", "namespace": "team"},
+            "spec": {
+                "from": [
+                    {
+                        "group": "gateway.networking.k8s.io",
+                        "kind": "HTTPRoute",
+                        "namespace": "default",
+                    }
+                ],
+                "to": [{"group": "", "kind": "Service"}],
+            },
+        }
+    )
+    web = gateway()
+    steps = [
+        state(web, *kept, services=(team,)),
+        state(
+            web,
+            *kept[:2],
+            route("r2", [prefix_rule("/new", [to("catalog")])]),
+            services=(team, service("catalog")),
+        ),
+        state(web, *kept[:2], grant, services=(team,)),
+        state(
+            web,
+            *kept[:2],
+            grant,
+            services=(service("shop", namespace="team", ports=(("http", 81),)),),
+        ),
+    ]
+    computer, previous = Computer(), {}
+    for step in steps:
+        got = computer.compute(step, previous)
+        fresh = compute(step, previous)
+        assert got.workloads == fresh.workloads and got.rejections == fresh.rejections
+        previous = got.assignment
