@@ -38,9 +38,28 @@ def _figure(benchmark: str, name: str) -> str:
     return name.removeprefix(f"{benchmark}.")
 
 
-def _params(parameters: Mapping[str, object], width: int = 50) -> str:
-    text = " ".join(f"{k}={v}" for k, v in parameters.items() if k != "what")
+def _params(parameters: Mapping[str, object], first: set[str], width: int = 50) -> str:
+    """The parameters, those in `first` (what tells apart figures of one name) first."""
+    keys = sorted((k for k in parameters if k != "what"), key=lambda k: k not in first)
+    text = " ".join(f"{k}={parameters[k]}" for k in keys)
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _differing(results: Sequence[Result]) -> dict[str, set[str]]:
+    """Per figure name given more than once: the parameters whose values differ."""
+    seen: dict[str, list[Result]] = {}
+    for r in results:
+        seen.setdefault(r.name, []).append(r)
+    return {
+        name: {
+            k
+            for r in group
+            for k in r.parameters
+            if len({repr(other.parameters.get(k)) for other in group}) > 1
+        }
+        for name, group in seen.items()
+        if len(group) > 1
+    }
 
 
 def summary_table(runs: Sequence[Ran], size: str) -> str:
@@ -48,6 +67,7 @@ def summary_table(runs: Sequence[Ran], size: str) -> str:
     parameters), machine facts and the size on top, wall times and failures below."""
     facts = machine()
     head = ("benchmark", "figure", "value", "unit", "target / reference", "parameters")
+    differing = _differing([r for ran in runs for r in ran.results])
     rows = [
         (
             ran.name,
@@ -55,7 +75,7 @@ def summary_table(runs: Sequence[Ran], size: str) -> str:
             fmt_value(r.value),
             r.unit,
             target_for(r.name, ran.targets),
-            _params(r.parameters),
+            _params(r.parameters, differing.get(r.name, set())),
         )
         for ran in runs
         for r in ran.results

@@ -26,6 +26,7 @@ from tests.bench import persistence as persistence_bench
 from tests.bench import retention as retention_bench
 from tests.bench import scale as scale_bench
 from tests.bench import scalefolder, stability
+from tests.bench import summary as bench_summary
 from tests.bench.__main__ import main as bench_main
 from tests.bench.common import Result, big_cluster
 from tests.helpers.fleet import haproxy_binary
@@ -85,6 +86,34 @@ def test_bench_size_switch_and_registry() -> None:
             assert isinstance(pattern, str) and pattern, benchmark.name
     with pytest.raises(SystemExit):
         bench_main(["--quick", "--full"])
+
+
+def test_summary_table_shows_targets_failures_and_what_tells_same_named_figures_apart() -> None:
+    targets = {"scale.*.change_to_ack_p50": "< 300 ms", "scale.*": "other"}
+    assert bench_summary.target_for("scale.n3.delta.change_to_ack_p50", targets) == "< 300 ms"
+    assert bench_summary.target_for("scale.n3.delta.cp_rss", targets) == "other"
+    assert bench_summary.target_for("fanout.x", targets) == ""
+    results = [
+        Result("retention.peak_rss", 63.0, "MiB", {"services": 200, "budgets": "unbounded"}),
+        Result("retention.peak_rss", 49.0, "MiB", {"services": 200, "budgets": "tight"}),
+    ]
+    text = bench_summary.summary_table(
+        [
+            bench_summary.Ran("retention", results, 2.0, "", {"*.peak_rss": "bounded"}),
+            bench_summary.Ran("routes", [], 1.0, "RuntimeError: no HAProxy"),
+        ],
+        "quick",
+    )
+    lines = text.splitlines()
+    assert lines[0].startswith("quick run;")
+    rows = [line.split() for line in lines[3:5]]
+    assert [r[:5] for r in rows] == [
+        ["retention", "peak_rss", "63.00", "MiB", "bounded"],
+        ["retention", "peak_rss", "49.00", "MiB", "bounded"],
+    ]
+    assert rows[0][5] == "budgets=unbounded" and rows[1][5] == "budgets=tight"
+    assert lines[5].split()[:2] == ["routes", "FAILED"] and "no HAProxy" in lines[5]
+    assert lines[-1] == "wall time: 3 s (retention 2 s, routes 1 s)"
 
 
 def _by_name(results: list[Result]) -> dict[str, Result]:
