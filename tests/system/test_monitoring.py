@@ -11,8 +11,9 @@ where it is used. The simplest alert conditions (instant selectors, aggregations
 comparisons) are evaluated on the scraped samples for states the test creates: a
 NACKing agent (its reload cannot bind a port the test holds), agents that do not
 answer (SIGSTOPped: a version stays pending and no agent of the workload is in sync),
-and the healthy fleet, where nothing fires. `for:` durations and the 2-minute staleness
-threshold are not waited for: the value each alert compares is checked instead.
+agents whose control plane is stopped, and the healthy fleet, where nothing fires.
+`for:` durations and the 2-minute staleness threshold are not waited for: the value each
+alert compares is checked instead.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -272,19 +272,29 @@ class Scrapes:
         self.control_plane_port = control_plane_port
         self.agent_ports = agent_ports
 
-    def live(self, agents: bool = True) -> Live:
-        """Every endpoint, or only the control plane's (stopped agents cannot answer)."""
-        texts = {"controlplane": scrape("127.0.0.1", self.control_plane_port)}
+    def live(self, agents: bool = True, control_plane: bool = True) -> Live:
+        """Every endpoint, or leaving out the agents' or the control plane's (a stopped
+        process cannot answer; Prometheus would see its target down)."""
+        texts = {}
+        if control_plane:
+            texts["controlplane"] = scrape("127.0.0.1", self.control_plane_port)
         for pod, port in self.agent_ports.items() if agents else ():
             texts[pod] = scrape(self.fleet.agents[pod].address, port)
         return Live.from_scrapes(texts)
 
-    def until(self, what: str, predicate: Any, timeout: float = 45, agents: bool = True) -> Live:
+    def until(
+        self,
+        what: str,
+        predicate: Any,
+        timeout: float = 45,
+        agents: bool = True,
+        control_plane: bool = True,
+    ) -> Live:
         """Scrape until `predicate(live)` holds; the scrape that satisfied it."""
         seen: dict[str, Live] = {}
 
         def ready() -> bool:
-            seen["live"] = self.live(agents)
+            seen["live"] = self.live(agents, control_plane)
             return bool(predicate(seen["live"]))
 
         wait_for(ready, timeout, what, step=0.25)
@@ -354,12 +364,16 @@ def test_every_alert_and_panel_queries_live_metrics_and_alerts_fire_on_real_stat
     running, scrapes = fleet
     (pod_a, _), (pod_b, _) = HAPROXY_PODS
 
-    # The healthy fleet: every agent synced and ready, nothing fires.
-    healthy = scrapes.until(
-        "both agents synced and ready",
-        lambda live: agents(live, "synced") == 2 and live.value("nodeagent_ready") == 2,
+    # The healthy fleet: every agent synced and ready, nothing fires (once the peer
+    # sessions, reported every few seconds, are established).
+    scrapes.until(
+        "both agents synced and ready, nothing firing",
+        lambda live: (
+            agents(live, "synced") == 2
+            and live.value("nodeagent_ready") == 2
+            and firing(live) == {}
+        ),
     )
-    assert firing(healthy) == {}
 
     # Agent A cannot bind the new Service's port (the test holds it on A's address):
     # its reload fails, it NACKs and retries; B applies the version.
@@ -409,21 +423,40 @@ def test_every_alert_and_panel_queries_live_metrics_and_alerts_fire_on_real_stat
     (age,) = compared("PeerplaneAgentStale", stopped)
     assert age[0] == {"workload": WORKLOAD} and 1.0 < age[1] < 120
 
-    # Resumed: both apply the version, nothing fires any more.
-    started = time.monotonic()
-    recovered = scrapes.until(
-        "both agents synced again",
+    # Resumed: both apply the version.
+    resumed = scrapes.until(
+        "both agents synced after the stop",
         lambda live: agents(live, "synced") == 2 and agents(live, "pending") == 0,
     )
-    assert firing(recovered) == {}, time.monotonic() - started
 
-    # Every query against the last scrape: by now every labelled counter the queries
-    # group by has samples (a NACK, deltas, a rejection happened).
+    # Every query against this scrape: by now every labelled counter the queries group
+    # by has samples (a NACK, deltas, a rejection happened; a restart would reset them).
     queries = [(rule["alert"], rule["expr"]) for rule in rules()] + panel_queries()
     problems = {}
     for where, expr in queries:
-        checked = check(expr, recovered)
+        checked = check(expr, resumed)
         assert checked.metrics, (where, expr)
         if checked.problems:
             problems[f"{where}: {expr}"] = checked.problems
     assert not problems, json.dumps(problems, indent=1)
+
+    # The control plane stopped (SIGTERM, by PID): each agent loses its stream.
+    running.stop_control_plane()
+    alone = scrapes.until(
+        "both agents to notice",
+        lambda live: live.value("nodeagent_connected") == 0,
+        control_plane=False,
+    )
+    alerts = firing(alone)
+    assert alerts == {"PeerplaneAgentDisconnected": [{"pod": pod_a}, {"pod": pod_b}]}, alerts
+
+    # Started again (same state file): the agents reconnect, hear InSync, nothing fires.
+    running.start_control_plane()
+    running.wait_all_acked()
+    # (The new replica reports itself ready within its first second or so.)
+    scrapes.until(
+        "both agents synced again and nothing firing",
+        lambda live: (
+            agents(live, "synced") == 2 and agents(live, "pending") == 0 and firing(live) == {}
+        ),
+    )
