@@ -208,6 +208,29 @@ class Applier:
             kind = changes.Kind.RELOAD
         self._check_descriptors(data, decision.kind)
         cfg = data.decode()
+        before = self._applied_cfg.maps if self._applied_cfg is not None else {}
+        self._write_maps(rendered.maps, before)  # `haproxy -c` and the reload read them
+        try:
+            said = extra(changes.Kind.RELOAD)
+            pid, fresh = self._check_and_activate(cfg, decision, ident, restoring, said)
+        except ApplyError:
+            if self._applied_cfg is not None:  # the running HAProxy's maps, for a restart
+                self._write_maps(before, rendered.maps)
+            raise
+        self._record(snapshot, rendered, save=not restoring)
+        self._check_peers(snapshot, ident)
+        return Result(True, kind, worker_pid=pid, started=fresh)
+
+    def _check_and_activate(
+        self,
+        cfg: str,
+        decision: changes.Decision,
+        ident: str,
+        restoring: bool,
+        said: dict[str, object],
+    ) -> tuple[int | None, bool]:
+        """`haproxy -c`, then the start or reload (or, restoring for an external HAProxy
+        not up yet, only the file): the worker's PID and whether HAProxy was started."""
         try:
             error = validate(cfg, self.haproxy.haproxy_bin, self.haproxy.check_timeout)
         except OSError as e:  # its temp dir or pipes: the host's fault, not the config's
@@ -218,13 +241,9 @@ class Applier:
             raise ApplyError(error, decision.kind)
         if restoring and not self.activation.present():
             self._write_config(cfg)  # an external HAProxy not up yet starts on this file
-            pid, fresh = None, False
-        else:
-            log.info("%s: reload (%s)", ident, decision.reason, extra=extra(changes.Kind.RELOAD))
-            pid, fresh = self._activate(cfg, crash_at=None if restoring else "after-config-write")
-        self._record(snapshot, rendered, save=not restoring)
-        self._check_peers(snapshot, ident)
-        return Result(True, kind, worker_pid=pid, started=fresh)
+            return None, False
+        log.info("%s: reload (%s)", ident, decision.reason, extra=said)
+        return self._activate(cfg, crash_at=None if restoring else "after-config-write")
 
     def _runtime(
         self,

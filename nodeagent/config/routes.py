@@ -22,7 +22,6 @@ line or a map file; a `%` is doubled where HAProxy reads a log-format.
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -183,10 +182,26 @@ def _parse(index: int, r: pb.RouteRule) -> _Rule:
 
 
 def _in_map_order(rules: Sequence[_Rule]) -> bool:
-    """Whether a map lookup gives this layer's first match: precedence never rises along
-    the list, and a config rule comes before a map rule of equal precedence."""
-    ranks = [(r.strength, r.backend is None) for r in rules]
-    return all(a >= b for a, b in itertools.pairwise(ranks))
+    """Whether map lookups and guarded config rules give this layer's first match in list
+    order: no rule of higher precedence follows a map rule, none of lower precedence comes
+    before one, and no config rule with the very same path match follows one (it would win
+    the guard's tie). Rules of equal precedence but other paths never match one request."""
+    lowest = None
+    for rule in rules:  # forwards: what comes before a map rule ranks at least as high
+        if rule.backend is not None and lowest is not None and lowest < rule.strength:
+            return False
+        lowest = rule.strength if lowest is None else min(lowest, rule.strength)
+    highest, later_config = None, set()
+    for rule in reversed(rules):  # backwards: what follows a map rule ranks no higher
+        if rule.backend is not None:
+            if highest is not None and highest > rule.strength:
+                return False
+            if (rule.exact, rule.path) in later_config:
+                return False
+        else:
+            later_config.add((rule.exact, rule.path))
+        highest = rule.strength if highest is None else max(highest, rule.strength)
+    return True
 
 
 def _token_ok(token: str) -> str:

@@ -1,0 +1,150 @@
+"""The route renderer's checks (nodeagent/config/routes.py): every route string is matched
+whole against peerplane/routes.py before it reaches haproxy.cfg, a map file or the runtime
+socket; what the maps hold and what stays in the config.
+
+docs/design.md, "Route rendering and runtime updates"; "Untrusted strings and their sinks"."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from nodeagent.config.changes import MapUpdate
+from nodeagent.config.render import RenderError, RenderOptions, render_held
+from nodeagent.haproxy import HAProxyError
+from nodeagent.haproxy.driver import map_command
+from nodeagent.held import Held
+from peerplane import routes
+from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.haproxy_env import backend, snapshot
+
+pytestmark = pytest.mark.unit  # pure
+
+OPTS = RenderOptions("haproxy-a", maps_dir="/var/lib/maps")
+PREFIX, EXACT = pb.PathMatch.PATH_PREFIX, pb.PathMatch.EXACT
+
+
+def _rule(path: str = "/a", kind: int = PREFIX, to: str = "ns_a_80", **kw: object) -> pb.RouteRule:
+    r = pb.RouteRule(source="HTTPRoute ns/r rule 0", hostnames=["a.example.com"], **kw)  # type: ignore[arg-type]
+    r.path.CopyFrom(pb.PathMatch(type=kind, value=path))  # type: ignore[arg-type]
+    if to:
+        r.backends.add(backend=to, weight=1)
+    return r
+
+
+def _held(*rules: pb.RouteRule, port: int = 8080, default: str = "") -> Held:
+    snap = snapshot(
+        [],
+        [backend("ns_a_80", [("10.0.0.1", 80)]), backend("ns_b_80", [("10.0.0.2", 80)])],
+        tcp=[(5432, "ns_b_80")],
+    )
+    snap.http_listeners.add(port=port, rules=rules, default_backend=default)
+    return Held.from_snapshot(snap)
+
+
+def _set(attr: str, value: object) -> Callable[[pb.RouteRule], None]:
+    def change(r: pb.RouteRule) -> None:
+        target, _, name = attr.rpartition(".")
+        obj = r
+        for part in filter(None, target.split(".")):
+            obj = getattr(obj, part)
+        if isinstance(value, list):
+            getattr(obj, name).extend(value)
+        else:
+            setattr(obj, name, value)
+
+    return change
+
+
+NV = pb.NameValue
+BAD: dict[str, Callable[[pb.RouteRule], None]] = {
+    "host with newline": _set("hostnames", ["a.example.com\nfrontend x"]),
+    "host upper case": _set("hostnames", ["A.example.com"]),
+    "bare wildcard": _set("hostnames", ["*"]),
+    "wildcard inside": _set("hostnames", ["a.*.example.com"]),
+    "path with space": _set("path.value", "/a b"),
+    "path with quote": _set("path.value", '/a"'),
+    "path with hash": _set("path.value", "/a#x"),
+    "path not absolute": _set("path.value", "a"),
+    "method lower case": _set("method", "get"),
+    "header name with colon": _set("headers", [NV(name="X:A", value="1")]),
+    "header value with space": _set("headers", [NV(name="X-A", value="1 2")]),
+    "query value with newline": _set("query_params", [NV(name="q", value="1\n")]),
+    "query name with brace": _set("query_params", [NV(name="q{", value="1")]),
+    "set header with backslash": _set("request_headers.set", [NV(name="X-A", value="a\\b")]),
+    "remove header with space": _set("request_headers.remove", ["X A"]),
+    "redirect scheme": _set("redirect.scheme", "ftp"),
+    "redirect code": _set("redirect.status_code", 307),
+    "redirect host": _set("redirect.hostname", "a..b"),
+    "redirect path": _set("redirect.replace_full_path", "/x y"),
+    "weight": lambda r: r.backends.add(backend="ns_b_80", weight=routes.MAX_WEIGHT + 1),
+    "backend name": lambda r: r.backends.add(backend="ns_b_80 if TRUE", weight=1),
+}
+
+
+@pytest.mark.parametrize("what", sorted(BAD))
+def test_a_bad_route_string_is_refused_with_the_rule_named(what: str) -> None:
+    r = _rule()
+    BAD[what](r)
+    with pytest.raises(RenderError, match="invalid"):
+        render_held(_held(r), OPTS)
+
+
+def test_refusals_outside_a_rule() -> None:
+    with pytest.raises(RenderError, match="unknown backend 'ns_x_80'"):
+        render_held(_held(_rule(to="ns_x_80")), OPTS)
+    with pytest.raises(RenderError, match="unknown backend 'ns_x_80'"):
+        render_held(_held(_rule(), default="ns_x_80"), OPTS)
+    with pytest.raises(RenderError, match="maps directory"):
+        render_held(_held(_rule()), RenderOptions("haproxy-a", maps_dir="/m aps"))
+    with pytest.raises(RenderError, match="TCP frontend port 5432"):
+        render_held(_held(_rule(), port=5432), OPTS)
+    with pytest.raises(RenderError, match="listener port"):
+        render_held(_held(_rule(), port=70000), OPTS)
+
+
+def test_map_rules_are_entries_and_the_rest_config_lines() -> None:
+    rules = [
+        _rule("/x", EXACT),
+        _rule("/a/b"),
+        _rule("/a", method="POST"),
+        _rule("/a"),
+        _rule("/"),
+    ]
+    out = render_held(_held(*rules), OPTS)
+    exact = out.maps["/var/lib/maps/fe_8080.exact.map"]
+    prefix = out.maps["/var/lib/maps/fe_8080.prefix.map"]
+    assert dict(exact) == {"a.example.com/x": f"{2 * routes.MAX_PATH + 2}:ns_a_80"}
+    assert dict(prefix) == {
+        "a.example.com/": "1:ns_a_80",
+        "a.example.com/a/": "2:ns_a_80",
+        "a.example.com/a/b/": "4:ns_a_80",
+    }
+    config = [ln for ln in out.frontends.splitlines() if "str(c" in ln]
+    assert len(config) == 1 and "{ method POST }" in config[0] and "-m int gt 2 }" in config[0]
+
+
+def test_a_layer_whose_order_maps_cannot_give_is_rendered_in_order() -> None:
+    """A shorter prefix listed before a longer one: a longest-prefix lookup would pick the
+    longer, so the whole host's rules become config lines in list order (first match)."""
+    out = render_held(_held(_rule("/a"), _rule("/a/b", to="ns_b_80")), OPTS)
+    assert not out.maps["/var/lib/maps/fe_8080.prefix.map"]
+    config = [ln for ln in out.frontends.splitlines() if "str(c" in ln]
+    assert [("/a/ " in ln, "/a/b/ " in ln) for ln in config] == [(True, False), (False, True)]
+
+
+def test_map_commands_escape_the_separator_and_refuse_the_rest() -> None:
+    path = "/var/lib/maps/fe_80.prefix.map"
+    add = map_command(MapUpdate(path, "add", "a.example.com/x;y/", "4:ns_a_80"))
+    assert add == f"add map {path} a.example.com/x\\;y/ 4:ns_a_80"
+    assert map_command(MapUpdate(path, "del", "a.example.com/")) == f"del map {path} a.example.com/"
+    for bad in (
+        MapUpdate(path, "add", "a.example.com/ x", "1:b"),
+        MapUpdate(path, "add", "a.example.com/\nshutdown", "1:b"),
+        MapUpdate(path, "set", "a.example.com/", ""),
+        MapUpdate(path, "clear", "a.example.com/"),
+        MapUpdate("/var/lib/maps/x map", "add", "k", "v"),
+    ):
+        with pytest.raises(HAProxyError, match="refusing"):
+            map_command(bad)

@@ -1,0 +1,366 @@
+"""The route model on a real HAProxy (each installed version): a routing table built by
+hand (the Gateway API's precedence examples, wildcards, weights, filters, Ingress-style
+paths, default backend, 404), and routes added, re-pointed and removed on a running
+HAProxy through the agent without a reload and without a failed request.
+
+docs/design.md, "Route rendering and runtime updates"."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import http.server
+import json
+import os
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nodeagent.config.changes import Kind
+from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.haproxy_env import Instance, backend, free_port, loopback_net, running_instance
+from tests.helpers.haproxy_env import snapshot as make_snapshot
+from tests.helpers.haproxy_versions import HAProxyBinary
+from tests.kubeapi.objects import wait_until
+
+pytestmark = pytest.mark.haproxy
+
+PREFIX, EXACT = pb.PathMatch.PATH_PREFIX, pb.PathMatch.EXACT
+NAMES = ("a", "b", "c")
+
+
+class _Echo(http.server.BaseHTTPRequestHandler):
+    """Answers with its name, the path it was asked and the request headers it got."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms wait per reply
+
+    def do_GET(self) -> None:
+        self._answer()
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        self._answer()
+
+    def _answer(self) -> None:
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        doc = {"name": self.server.name, "path": self.path, "headers": headers}  # type: ignore[attr-defined]
+        body = json.dumps(doc).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class _EchoServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+
+    def __init__(self, name: str, address: tuple[str, int]) -> None:
+        self.name = name
+        super().__init__(address, _Echo)
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # HAProxy closing an idle connection at the end is no news
+
+
+@contextlib.contextmanager
+def echo_servers(net: str) -> Iterator[dict[str, tuple[str, int]]]:
+    """One echo backend per name on its own address (.11, .12, ...)."""
+    servers = [_EchoServer(n, (f"{net}.{11 + i}", 0)) for i, n in enumerate(NAMES)]
+    threads = [threading.Thread(target=s.serve_forever, args=(0.05,)) for s in servers]
+    for t in threads:
+        t.start()
+    try:
+        yield {s.name: (s.server_address[0], s.server_address[1]) for s in servers}  # type: ignore[misc]
+    finally:
+        for s in servers:
+            s.shutdown()
+            s.server_close()
+        for t in threads:
+            t.join(5)
+
+
+@dataclass
+class Reply:
+    status: int
+    name: str
+    path: str
+    headers: dict[str, str]
+    location: str
+
+
+@dataclass
+class Site:
+    """One agent-managed HAProxy with three echo backends `ns_a_80`, `ns_b_80`, `ns_c_80`."""
+
+    inst: Instance
+    ends: dict[str, tuple[str, int]]
+    peer_port: int
+    ports: tuple[int, int]
+
+    def snapshot(
+        self,
+        listeners: list[pb.HttpListener],
+        version: int,
+        annotation: list[tuple[str, str]] | None = None,
+    ) -> pb.Snapshot:
+        backends = [
+            backend(f"ns_{n}_80", [self.ends[n]], balance="roundrobin", persistence=False)
+            for n in NAMES
+        ]
+        snap = make_snapshot(
+            [("pod-a", self.inst.ip, self.peer_port)],
+            backends,
+            http_port=self.ports[0] if annotation is not None else None,
+            routes=annotation or (),
+            version=version,
+        )
+        snap.http_listeners.extend(listeners)
+        return snap
+
+    def request(
+        self,
+        host: str,
+        path: str,
+        method: str = "GET",
+        headers: dict[str, str] | None = None,
+        port: int | None = None,
+        conn: http.client.HTTPConnection | None = None,
+    ) -> Reply:
+        own = conn is None
+        c = conn or http.client.HTTPConnection(self.inst.ip, port or self.ports[0], timeout=5)
+        try:
+            body = b"x" if method == "POST" else None
+            c.request(method, path, body=body, headers={"Host": host, **(headers or {})})
+            r = c.getresponse()
+            data = r.read()
+            doc = json.loads(data) if r.getheader("Content-Type") == "application/json" else {}
+            return Reply(
+                r.status,
+                doc.get("name", ""),
+                doc.get("path", ""),
+                doc.get("headers", {}),
+                r.getheader("Location") or "",
+            )
+        finally:
+            if own:
+                c.close()
+
+    def served_by(self, host: str, path: str, **kw: object) -> str:
+        reply = self.request(host, path, **kw)  # type: ignore[arg-type]
+        return reply.name if reply.status == 200 else str(reply.status)
+
+
+@pytest.fixture
+def site(tmp_path: Path, haproxy_bin: HAProxyBinary) -> Iterator[Site]:
+    net = loopback_net()
+    with (
+        echo_servers(net) as ends,
+        running_instance(tmp_path / "a", f"{net}.1", "pod-a", binary=haproxy_bin.path) as inst,
+    ):
+        ports = (free_port(inst.ip), free_port(inst.ip))
+        yield Site(inst, ends, free_port(inst.ip), ports)
+
+
+def rule(
+    hosts: list[str],
+    to: str | list[tuple[str, int]] = "",
+    path: str | None = None,
+    kind: int = PREFIX,
+    source: str = "",
+    **kw: object,
+) -> pb.RouteRule:
+    """One rule; `to` is a backend letter or (letter or "" for unresolved, weight) pairs."""
+    r = pb.RouteRule(source=source or f"HTTPRoute ns/r {path}", hostnames=hosts, **kw)  # type: ignore[arg-type]
+    if path is not None:
+        r.path.CopyFrom(pb.PathMatch(type=kind, value=path))  # type: ignore[arg-type]
+    pairs = [(to, 1)] if isinstance(to, str) and to else (to if isinstance(to, list) else [])
+    for name, weight in pairs:
+        r.backends.add(backend=f"ns_{name}_80" if name else "", weight=weight)
+    return r
+
+
+def nv(**pairs: str) -> list[pb.NameValue]:
+    return [pb.NameValue(name=k.replace("_", "-"), value=v) for k, v in pairs.items()]
+
+
+P = "p.example.com"
+
+
+def gateway_listener(port: int) -> pb.HttpListener:
+    """Rules in the precedence order compute gives them (Gateway API: exact host over
+    wildcards, longer wildcard first; Exact path, longest prefix, method, more header
+    matches, more query matches, oldest route first)."""
+    return pb.HttpListener(
+        port=port,
+        rules=[
+            rule([P], "a", "/api", EXACT),
+            rule([P], "b", "/api/v2"),
+            rule([P], "c", "/api", method="POST"),
+            rule([P], "a", "/api", headers=nv(X_Env="canary", X_Team="red")),
+            rule([P], "b", "/api", headers=nv(X_Env="canary")),
+            rule([P], "a", "/api", query_params=nv(v="2", w="1")),
+            rule([P], "b", "/api", query_params=nv(v="2")),
+            rule([P], "c", "/api"),
+            rule([P], "a", "/tie", headers=nv(X_One="1"), source="older route"),
+            rule([P], "b", "/tie", headers=nv(X_Two="1"), source="newer route"),
+            rule(
+                [P],
+                path="/old",
+                redirect=pb.Redirect(scheme="https", status_code=301, replace_full_path="/new"),
+            ),
+            rule(
+                [P],
+                "b",
+                "/hdr",
+                request_headers=pb.HeaderModifier(
+                    set=nv(X_Set="50%"), add=nv(X_Add="yes"), remove=["X-Drop"]
+                ),
+            ),
+            rule(["*.w.example.com"], "a"),
+            rule(["*.example.com"], "b"),
+            rule([], [("a", 1), ("b", 3)], "/weights"),
+            rule([], [("b", 1), ("", 1)], "/half"),
+        ],
+    )
+
+
+def ingress_listener(port: int) -> pb.HttpListener:
+    return pb.HttpListener(
+        port=port,
+        rules=[
+            rule(["i.example.com"], "b", "/bar", EXACT, source="Ingress ns/i rule 0 path 1"),
+            rule(["i.example.com"], "a", "/foo", source="Ingress ns/i rule 0 path 0"),
+        ],
+        default_backend="ns_c_80",
+    )
+
+
+def test_the_routing_table_on_haproxy(site: Site) -> None:
+    port, ingress_port = site.ports
+    snap = site.snapshot(
+        [gateway_listener(port), ingress_listener(ingress_port)],
+        1,
+        annotation=[("legacy.example.com", "ns_c_80"), ("legacy.example.org", "ns_c_80")],
+    )
+    result = site.inst.applier.apply(snap)
+    assert result.ok, result.error
+    maps = site.inst.applier.options.maps_dir
+    files = [f"fe_{p}.{kind}.map" for p in (port, ingress_port) for kind in ("exact", "prefix")]
+    assert sorted(os.listdir(maps)) == sorted([*files, f"fe_{port}.hosts.map"])
+    table = [
+        # (host, path, extra, expected backend or status)
+        (P, "/api", {}, "a"),  # Exact over PathPrefix
+        (P, "/api/v2/x", {}, "b"),  # longest prefix
+        (P, "/api/x", {"method": "POST"}, "c"),  # method
+        (P, "/api/x", {"headers": {"X-Env": "canary", "X-Team": "red"}}, "a"),  # more headers
+        (P, "/api/x", {"headers": {"X-Env": "canary"}}, "b"),
+        (P, "/api/x?v=2&w=1", {}, "a"),  # more query matches
+        (P, "/api/x?v=2", {}, "b"),
+        (P, "/api/x", {}, "c"),
+        (P, "/api/v2", {"method": "POST"}, "b"),  # the longer prefix beats the method
+        (P, "/tie", {"headers": {"X-One": "1", "X-Two": "1"}}, "a"),  # oldest route first
+        (P, "/tie", {"headers": {"X-Two": "1"}}, "b"),
+        (P, "/zzz", {}, "b"),  # the exact host has no match: *.example.com does
+        ("x.w.example.com", "/", {}, "a"),  # wildcard, one label
+        ("y.x.w.example.com", "/", {}, "a"),  # two labels
+        ("w.example.com", "/", {}, "b"),  # not the bare suffix: the shorter wildcard
+        ("example.com", "/", {}, "404"),  # neither wildcard
+        ("legacy.example.com", "/", {}, "b"),  # a listener rule ranks before annotations
+        ("legacy.example.org", "/", {}, "c"),  # the annotation route, merged, last
+        ("nothing.org", "/zzz", {}, "404"),
+        ("P.Example.Com:1234", "/api", {}, "a"),  # host: case and port ignored
+    ]
+    got = [(h, p, site.served_by(h, p, **kw)) for h, p, kw, _ in table]
+    assert got == [(h, p, want) for h, p, _, want in table]
+    # Ingress-style on the other port: Prefix is element-wise; Exact; default backend.
+    ingress = [("/foo", "a"), ("/foo/bar", "a"), ("/foobar", "c"), ("/bar", "b"), ("/bar/", "c")]
+    got_i = [(p, site.served_by("i.example.com", p, port=ingress_port)) for p, _ in ingress]
+    assert got_i == ingress
+    assert site.served_by("other.org", "/foo", port=ingress_port) == "c"
+    # RequestRedirect (ReplaceFullPath keeps the query) and RequestHeaderModifier.
+    moved = site.request(P, "/old/x?q=1")
+    assert (moved.status, moved.location) == (301, f"https://{P}/new?q=1")
+    assert site.request(P, "/old").location == f"https://{P}/new"
+    seen = site.request(P, "/hdr/x", headers={"X-Drop": "1", "X-Set": "old"})
+    assert seen.name == "b" and seen.path == "/hdr/x"
+    assert seen.headers["x-set"] == "50%" and seen.headers["x-add"] == "yes"
+    assert "x-drop" not in seen.headers
+    # Weights: 2,000 requests within 5 points of 1:3; an unresolved share is a 500.
+    conn = http.client.HTTPConnection(site.inst.ip, port, timeout=5)
+    try:
+        shares = Counter(site.request("any.org", "/weights", conn=conn).name for _ in range(2000))
+        half = Counter(site.request("any.org", "/half", conn=conn).status for _ in range(400))
+    finally:
+        conn.close()
+    assert sum(shares.values()) == 2000 and set(shares) == {"a", "b"}
+    assert abs(shares["a"] / 2000 - 0.25) < 0.05, shares
+    assert set(half) == {200, 500} and abs(half[500] / 400 - 0.5) < 0.1, half
+
+
+def test_routes_change_on_a_running_haproxy_without_a_reload(site: Site) -> None:
+    """Added, re-pointed and removed under a request loop: runtime map commands, the same
+    worker, no failed request; the map files say the same, so a reload keeps routing."""
+    port = site.ports[0]
+
+    def listener(*extra: pb.RouteRule) -> pb.HttpListener:
+        return pb.HttpListener(port=port, rules=[rule([P], "a", "/stable"), *extra])
+
+    inst = site.inst
+    first = inst.applier.apply(site.snapshot([listener()], 1))
+    assert first.ok, first.error
+    before = inst.haproxy.show_proc()
+    failures: list[str] = []
+    served = 0
+    stop = threading.Event()
+
+    def load() -> None:
+        nonlocal served
+        while not stop.is_set():
+            try:
+                reply = site.request(P, "/stable")
+                if (reply.status, reply.name) != (200, "a"):
+                    failures.append(f"{reply.status} {reply.name}")
+            except OSError as e:
+                failures.append(repr(e))
+            served += 1
+
+    loop = threading.Thread(target=load)
+    loop.start()
+    try:
+        steps = [
+            (listener(rule([P], "b", "/new")), "b"),  # added
+            (listener(rule([P], "c", "/new")), "c"),  # re-pointed
+            (listener(rule(["*.example.com"], "b", "/new")), "b"),  # moved to a wildcard
+            (listener(), "404"),  # removed
+        ]
+        for version, (new, want) in enumerate(steps, start=2):
+            assert wait_until(lambda v=version: served >= 50 * (v - 1), 10)  # load between
+            result = inst.applier.apply(site.snapshot([new], version))
+            assert result.ok, result.error
+            assert result.kind is Kind.RUNTIME, result
+            assert site.served_by(P, "/new") == want
+        assert site.served_by("w.example.com", "/new") == "404"
+    finally:
+        stop.set()
+        loop.join(10)
+    after = inst.haproxy.show_proc()
+    assert (after.reloads, after.current_worker) == (before.reloads, before.current_worker)
+    assert served >= 200 and failures == []
+    # The map files hold what HAProxy runs: a reload (a method rule is config) keeps it.
+    again = listener(rule([P], "c", "/new"), rule([P], "b", "/post", method="POST"))
+    result = inst.applier.apply(site.snapshot([again], 10))
+    assert result.ok and result.kind is Kind.RELOAD, result
+    wait_until(lambda: inst.haproxy.show_proc().reloads > before.reloads, 5)
+    assert site.served_by(P, "/new") == "c" and site.served_by(P, "/stable") == "a"
+    assert site.served_by(P, "/post", method="POST") == "b"
