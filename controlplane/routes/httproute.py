@@ -371,13 +371,13 @@ def route_outcome(
 ) -> RouteOutcome | None:
     """The outcome of `route`; None when no parentRef names one of our Gateways."""
     ours = []
-    for ref in route.parent_refs:
+    for index, ref in enumerate(route.parent_refs):
         if (ref.group, ref.kind) != (GATEWAY_GROUP, "Gateway"):
             continue
         key = (ref.namespace or route.namespace, ref.name)
         place = placement.gateways.get(key)
         if place is not None:
-            ours.append((ref, key, place))
+            ours.append((index, ref, key, place))
     if not ours:
         return None
     outcome = RouteOutcome()
@@ -409,12 +409,20 @@ def route_outcome(
     elif not rules:
         refused = Verdict(False, names.UNSUPPORTED_VALUE, "no rule of the route can be served")
     age = route.creation_timestamp or "~"
-    for ref, key, place in ours:
+    for index, ref, key, place in ours:
         accepted, attached = (
             (refused, [])
             if refused is not None
             else _parent(route, ref, place, hostnames, placement)
         )
+        if not accepted.ok and refused is None:
+            rejections.append(
+                origin.rejection(
+                    f"{key[0]}/{key[1]}",
+                    f"{accepted.reason}: {accepted.message}; not attached",
+                    f"spec.parentRefs[{index}]",
+                )
+            )
         outcome.parents.append(
             ParentOutcome(
                 ref,

@@ -640,3 +640,19 @@ def test_a_changed_route_among_kept_ones_equals_a_fresh_computation() -> None:
         fresh = compute(step, previous)
         assert got.workloads == fresh.workloads and got.rejections == fresh.rejections
         previous = got.assignment
+
+
+def test_a_route_not_attached_is_reported_in_the_gateways_snapshot() -> None:
+    got = snapshot_of(
+        state(
+            gateway(),
+            route(
+                "r", [prefix_rule("/", [to("shop")])], parent={"name": "web", "sectionName": "tls"}
+            ),
+        )
+    )
+    assert got.http_listeners[0].rules == ()
+    assert reasons(got) == [
+        "HTTPRoute default/r spec.parentRefs[0]: NoMatchingParent: no listener of the Gateway "
+        "has this sectionName and port; not attached"
+    ]
