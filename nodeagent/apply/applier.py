@@ -203,9 +203,12 @@ class Applier:
             kind = changes.Kind.RELOAD
         if kind is changes.Kind.RUNTIME:
             done = self._runtime(snapshot, rendered, data, decision, ident, extra(kind))
-            if done is not None:
+            if isinstance(done, Result):
                 return done
-            kind = changes.Kind.RELOAD
+            kind = changes.Kind.RELOAD  # the reload's reason says why the runtime API did not do
+            decision = dataclasses.replace(
+                decision, reason=f"runtime update failed, reloading: {done} ({decision.reason})"
+            )
         self._check_descriptors(data, decision.kind)
         cfg = data.decode()
         before = self._applied_cfg.maps if self._applied_cfg is not None else {}
@@ -253,12 +256,14 @@ class Applier:
         decision: changes.Decision,
         ident: str,
         extra: dict[str, object],
-    ) -> Result | None:
-        """Slot changes through the runtime API; None when HAProxy refused them (reload).
+    ) -> Result | str:
+        """Slot and route map changes through the runtime API; the failure's words when
+        HAProxy refused them (the caller reloads, with the map files written).
 
         No `haproxy -c` on this path: classify() proved the new file differs from the
-        running, validated one only in server lines, which render() wrote from strictly
-        checked addresses and ports, and HAProxy checks each address again. Validation
+        running, validated one only in server lines and map entries (the frontends' text is
+        unchanged), which render() wrote from strictly checked addresses, ports and route
+        strings, and HAProxy checks each address again. Validation
         would be ~90% of the path (about 100 ms of 115 ms measured)."""
         try:
             log.info("%s: runtime update (%s)", ident, decision.reason, extra=extra)
@@ -268,7 +273,7 @@ class Applier:
                 self.haproxy.set_maps(decision.maps)
         except (OSError, HAProxyError) as e:
             log.warning("%s: runtime update failed (%s); reloading instead", ident, e)
-            return None
+            return str(e) or type(e).__name__
         before = self._applied_cfg.maps if self._applied_cfg is not None else {}
         self._write_maps(rendered.maps, before)  # a later reload or restart reads the same
         self._write_config(data)

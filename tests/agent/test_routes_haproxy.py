@@ -364,3 +364,24 @@ def test_routes_change_on_a_running_haproxy_without_a_reload(site: Site) -> None
     wait_until(lambda: inst.haproxy.show_proc().reloads > before.reloads, 5)
     assert site.served_by(P, "/new") == "c" and site.served_by(P, "/stable") == "a"
     assert site.served_by(P, "/post", method="POST") == "b"
+
+
+def test_a_refused_map_command_falls_back_to_a_reload(
+    site: Site, caplog: pytest.LogCaptureFixture
+) -> None:
+    """HAProxy no longer holds an entry the agent deletes ("Key not found"): the change is
+    applied by a reload that reads the map files, and the reason says why."""
+    port = site.ports[0]
+    inst = site.inst
+    two = pb.HttpListener(port=port, rules=[rule([P], "a", "/x"), rule([P], "b", "/y")])
+    assert inst.applier.apply(site.snapshot([two], 1)).ok
+    prefix = f"{inst.applier.options.maps_dir}/fe_{port}.prefix.map"
+    assert inst.haproxy.runtime(f"del map {prefix} {P}/y/").strip() == ""
+    one = pb.HttpListener(port=port, rules=[rule([P], "c", "/x")])
+    with caplog.at_level("INFO", logger="nodeagent.apply.applier"):
+        result = inst.applier.apply(site.snapshot([one], 2))
+    assert result.ok and result.kind is Kind.RELOAD, result
+    assert "runtime update failed, reloading: map update refused" in caplog.text
+    assert site.served_by(P, "/x") == "c" and site.served_by(P, "/y") == "404"
+    with open(prefix) as f:
+        assert f.read() == f"{P}/x/ 2:ns_c_80\n"
