@@ -150,9 +150,8 @@ async def _run(
         log.error("--source %s: %s", args.source, err)
         await server.stop(0)
         return 2
-    compute, recorder = wiring.event_recording(
-        args, api, Computer(wiring.workload_scope(args)).compute
-    )
+    computer = Computer(wiring.workload_scope(args))
+    compute, recorder = wiring.event_recording(args, api, computer.compute)
     try:
         slots, ledger = wiring.open_ledger(args, api, replica.name, recorder)
     except Exception as err:  # LedgerReadError: a --state file that exists but is unusable
@@ -160,6 +159,7 @@ async def _run(
         await server.stop(0)
         return 2
     leadership = wiring.leadership(args, api)
+    compute, status_writer = wiring.route_status(args, api, compute, computer, leadership, metrics)
     reconciler = Reconciler(
         source,
         store,
@@ -222,6 +222,8 @@ async def _run(
         await leadership.stop()  # releases the Lease after the last slot write
     if recorder is not None:
         recorder.close()
+    if status_writer is not None:
+        status_writer.close()
     return code
 
 

@@ -1,5 +1,5 @@
 """Parsed flags -> the objects `serve` and `compute` run with: workload scope, source,
-slot ledger, authenticator, server options, Event recording, leadership.
+slot ledger, authenticator, server options, Event recording, leadership, route status.
 
 The one Kubernetes ApiClient of the process is made here (`kube_api`), only when a flag
 needs the API, and passed to every user; `controlplane.kube` is imported only then, so
@@ -20,7 +20,7 @@ from controlplane.cli.flags import DEFAULT_SLOTS, SourceSpec, inspection_authent
 from controlplane.compute.workloads import WorkloadScope
 from controlplane.ledger.store import MemoryLedger, SlotLedger
 from controlplane.loop.reconcile import ComputeFn
-from controlplane.model import ObjectRef
+from controlplane.model import ClusterState, ObjectRef
 from controlplane.publish.store import SnapshotStore
 from controlplane.server import ServerOptions, StreamLimits, TlsFiles
 from controlplane.server.auth import Authenticator
@@ -28,9 +28,12 @@ from controlplane.server.tlscheck import check_pem
 from controlplane.source import Source
 
 if TYPE_CHECKING:
+    from controlplane.compute import Computer
+    from controlplane.compute.types import ComputeResult
     from controlplane.kube.events import EventRecorder
     from controlplane.kube.leader import AsyncLeadership
     from controlplane.kube.ledger_watch import LedgerWatch
+    from controlplane.kube.route_status import RouteStatusWriter
     from controlplane.metrics import Metrics
 
 # The log lines keep the logger name operators and tests know from `serve`.
@@ -195,6 +198,36 @@ def event_recording(
 
     recorder = EventRecorder(api, host=os.environ.get("POD_NAME", ""))
     return recording(compute, recorder), recorder
+
+
+def route_status(
+    args: argparse.Namespace,
+    api: KubeApi | None,
+    compute: ComputeFn,
+    computer: Computer,
+    lease: AsyncLeadership | None,
+    metrics: Metrics,
+) -> tuple[ComputeFn, RouteStatusWriter | None]:
+    """With --source kubernetes, the route objects' status is written by the Lease holder
+    (every process without --leader-elect): each result's route table is handed to the
+    writer's thread, which makes the documents (`routes.status.route_statuses`)."""
+    source: SourceSpec = args.source
+    if not source.kubernetes:
+        return compute, None
+    from controlplane.kube.route_status import RouteStatusWriter, Statuses, reporting_status
+    from controlplane.routes.status import route_statuses
+
+    scope = workload_scope(args)
+
+    def leading() -> bool:
+        return lease is None or lease.elector.is_leader
+
+    def prepare(state: ClusterState, result: ComputeResult) -> Callable[[], Statuses]:
+        table = computer.route_table  # this computation's, read before the next one
+        return lambda: route_statuses(state, scope, table)
+
+    writer = RouteStatusWriter(api, leading=leading, on_result=metrics.route_status)
+    return reporting_status(compute, writer, prepare), writer
 
 
 def leadership(args: argparse.Namespace, api: KubeApi | None) -> AsyncLeadership | None:

@@ -20,7 +20,6 @@ HTTPRoute parents, Ingress loadBalancer). This writer makes the cluster say it:
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import logging
 import threading
@@ -459,10 +458,12 @@ def _error_text(error: Exception) -> str:
 def reporting_status(
     compute: ComputeFn,
     writer: RouteStatusWriter,
-    statuses_of: Callable[[ClusterState, ComputeResult], Statuses],
+    prepare: Callable[[ClusterState, ComputeResult], Callable[[], Statuses]],
 ) -> ComputeFn:
-    """`compute` that also hands each result to `writer`: the status documents are made
-    from it in the writer's thread, never in the compute loop's."""
+    """`compute` that also hands each result to `writer`. `prepare(state, result)` runs
+    in the compute loop and only captures what the documents need (the route table of
+    this computation); the documents are made from it in the writer's thread, and only
+    while leading."""
 
     def compute_and_report(
         state: ClusterState, previous: SlotAssignment, *, now: float, assign_new: bool = True
@@ -471,7 +472,7 @@ def reporting_status(
             result = compute(state, previous, now=now)
         else:
             result = compute(state, previous, now=now, assign_new=False)
-        writer.submit_later(functools.partial(statuses_of, state, result))
+        writer.submit_later(prepare(state, result))
         return result
 
     return compute_and_report

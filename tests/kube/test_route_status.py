@@ -6,7 +6,7 @@ kept, and only the Lease holder writing (two replicas)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import pytest
@@ -348,15 +348,18 @@ def test_documents_are_made_in_the_writer_thread_and_only_while_leading(
     leading = threading.Event()
     made: list[str] = []
 
-    def statuses_of(state: ClusterState, result: ComputeResult) -> dict[Key, Obj]:
-        made.append(threading.current_thread().name)
-        return documents()
+    def prepare(state: ClusterState, result: ComputeResult) -> Callable[[], dict[Key, Obj]]:
+        def make() -> dict[Key, Obj]:
+            made.append(threading.current_thread().name)
+            return documents()
+
+        return make
 
     writer = RouteStatusWriter(
         api_client(api.url), leading=leading.is_set, clock=clock, recheck_s=0.05
     )
     try:
-        step = reporting_status(compute, writer, statuses_of)
+        step = reporting_status(compute, writer, prepare)
         step(ClusterState(), {}, now=T0)
         assert writer.flush()
         assert made == [] and status_writes(api) == []
