@@ -153,3 +153,8 @@ def add_render_arguments(rend: argparse.ArgumentParser) -> None:
         f"else {'.'.join(map(str, version.OLDEST_SUPPORTED))}, the oldest supported)",
     )
     rend.add_argument("--haproxy-bin", help="ask this binary its version (haproxy -v)")
+    rend.add_argument(
+        "--maps-dir",
+        help="write the route map files here, where the printed config names them, so "
+        "`haproxy -c` can read them (default: named under /etc/haproxy/maps, not written)",
+    )

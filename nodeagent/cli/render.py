@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from google.protobuf import json_format
 
 from nodeagent.apply.applier import missing_local_peer
 from nodeagent.cli import wiring
-from nodeagent.config.render import RenderError, render
+from nodeagent.config.render import RenderError, render_held
+from nodeagent.config.routes import map_file
 from nodeagent.haproxy import version
+from nodeagent.held import DeltaError, Held
 from peerplane.v1 import peerplane_pb2 as pb
 
 
 def run_render(args: argparse.Namespace) -> int:
-    """Print the config; 1 with HAProxy-free words when the snapshot or version is bad, or
-    when its peers list lacks --pod-name (the check the running agent makes before it)."""
+    """Print the config (and with --maps-dir write the route map files it names); 1 with
+    HAProxy-free words when the snapshot or version is bad, or when its peers list lacks
+    --pod-name (the check the running agent makes before it)."""
     if args.snapshot == "-":
         text = sys.stdin.read()
     else:
@@ -29,8 +33,20 @@ def run_render(args: argparse.Namespace) -> int:
         print(f"nodeagent render: {missing}", file=sys.stderr)
         return 1
     try:
-        sys.stdout.write(render(snapshot, wiring.render_options(args)))
-    except (RenderError, version.VersionError) as e:
+        opts = wiring.render_options(args)
+        rendered = render_held(Held.from_snapshot(snapshot), opts)
+    except (RenderError, version.VersionError, DeltaError) as e:
         print(f"nodeagent render: {e}", file=sys.stderr)
         return 1
+    if args.maps_dir:
+        # The files the config names, as the agent writes them beside its haproxy.cfg.
+        try:
+            os.makedirs(opts.maps_dir, exist_ok=True)
+            for path, entries in rendered.maps.items():
+                with open(path, "wb") as f:
+                    f.write(map_file(entries))
+        except OSError as e:
+            print(f"nodeagent render: cannot write the route maps: {e}", file=sys.stderr)
+            return 1
+    sys.stdout.write(rendered.text())
     return 0

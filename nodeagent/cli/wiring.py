@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nodeagent.apply.applier import Applier
 from nodeagent.apply.saved import StateStore
@@ -55,9 +55,12 @@ def render_version(args: argparse.Namespace) -> version.Version:
 
 def render_options(args: argparse.Namespace) -> RenderOptions:
     """`nodeagent render`'s options (VersionError when the version cannot be had)."""
-    return RenderOptions(
+    opts = RenderOptions(
         args.pod_name, args.bind_address, args.runtime_socket, haproxy_version=render_version(args)
     )
+    if args.maps_dir:
+        opts = replace(opts, maps_dir=os.path.abspath(args.maps_dir).rstrip("/"))
+    return opts
 
 
 def serving_version(haproxy_bin: str) -> tuple[version.Version | None, str]:

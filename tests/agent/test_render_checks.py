@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,35 @@ def test_cli_render_for_a_version(
     assert capsys.readouterr().out == expected
     assert cli.main([*base, "--haproxy-version", "three"]) == 1
     assert "MAJOR.MINOR" in capsys.readouterr().err
+
+
+def test_cli_render_writes_the_route_maps_the_config_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], haproxy_bin: HAProxyBinary
+) -> None:
+    """The demo routes HTTP by host through map files: with --maps-dir the printed config
+    names them there and they are written, so `haproxy -c` checks it on its own; without
+    it they are only named (under /etc/haproxy/maps) and the check cannot open them."""
+    from controlplane import cli as controlplane_cli
+    from tests.helpers.fleet import DEMO, WORKLOAD
+
+    assert (
+        controlplane_cli.main(["compute", "--source", f"files:{DEMO}", "--workload", WORKLOAD]) == 0
+    )
+    path = tmp_path / "snap.json"
+    path.write_text(capsys.readouterr().out)
+    maps = tmp_path / "maps"
+    base = ["render", "--snapshot", str(path), "--pod-name", "haproxy-7x2kq"]
+    assert cli.main([*base, "--haproxy-bin", haproxy_bin.path, "--maps-dir", str(maps)]) == 0
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(capsys.readouterr().out)
+    written = sorted(p.name for p in maps.iterdir())
+    assert written and all(name.startswith("fe_18080.") for name in written)
+    assert all(f"{maps}/{name}" in config.read_text() for name in written)
+    check = subprocess.run(
+        [haproxy_bin.path, "-c", "-f", str(config)], capture_output=True, text=True, timeout=30
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert cli.main(base) == 0
+    assert "/etc/haproxy/maps/fe_18080." in capsys.readouterr().out
+    assert cli.main([*base, "--maps-dir", "/tmp/bad dir"]) == 1
+    assert "invalid maps directory" in capsys.readouterr().err
