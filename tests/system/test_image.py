@@ -150,7 +150,7 @@ def test_compute_render_and_haproxy_check_the_demo(container: Container) -> None
     render = container.sh(
         f"nodeagent render --snapshot /work/snapshot.json --pod-name {POD}"
         f" --bind-address 127.{OCTET}.1.1 --runtime-socket /work/runtime.sock"
-        " --haproxy-bin /usr/sbin/haproxy > /work/haproxy.cfg"
+        " --haproxy-bin /usr/sbin/haproxy --maps-dir /work/maps > /work/haproxy.cfg"
     )
     assert render.returncode == 0, render.stdout
     config = (container.work / "haproxy.cfg").read_text()
