@@ -159,7 +159,9 @@ async def _run(
         await server.stop(0)
         return 2
     leadership = wiring.leadership(args, api)
-    compute, status_writer = wiring.route_status(args, api, compute, computer, leadership, metrics)
+    compute, status_writer = wiring.route_status(
+        args, api, source, compute, computer, leadership, metrics
+    )
     reconciler = Reconciler(
         source,
         store,

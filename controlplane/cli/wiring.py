@@ -203,6 +203,7 @@ def event_recording(
 def route_status(
     args: argparse.Namespace,
     api: KubeApi | None,
+    source: Source,
     compute: ComputeFn,
     computer: Computer,
     lease: AsyncLeadership | None,
@@ -211,8 +212,8 @@ def route_status(
     """With --source kubernetes, the route objects' status is written by the Lease holder
     (every process without --leader-elect): each result's route table is handed to the
     writer's thread, which makes the documents (`routes.status.route_statuses`)."""
-    source: SourceSpec = args.source
-    if not source.kubernetes:
+    spec: SourceSpec = args.source
+    if not spec.kubernetes:
         return compute, None
     from controlplane.kube.route_status import RouteStatusWriter, Statuses, reporting_status
     from controlplane.routes.status import route_statuses
@@ -227,6 +228,9 @@ def route_status(
         return lambda: route_statuses(state, scope, table)
 
     writer = RouteStatusWriter(api, leading=leading, on_result=metrics.route_status)
+    on_route_deleted = getattr(source, "on_route_deleted", None)
+    if on_route_deleted is not None:  # the Kubernetes source: deletions reach the writer
+        on_route_deleted(writer.forget)
     return reporting_status(compute, writer, prepare), writer
 
 

@@ -213,6 +213,7 @@ class RouteStatusWriter:
         self._submitted = 0
         self._handled = 0
         self._stopping = False
+        self._forgotten: set[tuple[str, str, str]] = set()  # (kind, namespace, name) gone
         self._written: dict[Any, Mapping[str, Any]] = {}  # what the cluster says, as far as known
         self._was_leading = False
         self.stats = WriterStats()
@@ -235,6 +236,12 @@ class RouteStatusWriter:
             self._latest = statuses
             self._submitted += 1
             self._cond.notify_all()
+
+    def forget(self, kind: str, namespace: str, name: str) -> None:
+        """The object went: what was written to it no longer holds (one created again
+        under its name is read and written anew). Thread-safe, cheap."""
+        with self._cond:
+            self._forgotten.add((kind, namespace, name))
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until the latest submission was handled (written, or left to a retry)."""
@@ -322,6 +329,11 @@ class RouteStatusWriter:
         """Write what changed since the last round; how many objects failed."""
         self.stats.rounds += 1
         failed = 0
+        with self._cond:
+            gone, self._forgotten = self._forgotten, set()
+        if gone:
+            for key in [k for k in self._written if (k.kind, k.namespace, k.name) in gone]:
+                del self._written[key]
         changed = [(k, v) for k, v in latest.items() if self._written.get(k) != v]
         dropped = [k for k in self._written if k not in latest]
         for key in dropped:

@@ -126,6 +126,7 @@ class KubernetesSource:
                 config_map_from,
                 options,
             )
+        self._route_deleted: Callable[[str, str, str], None] | None = None
         self._route_informers(api, options)
 
     def _route_informers(self, api: client.ApiClient, options: WatchOptions | None) -> None:
@@ -186,17 +187,39 @@ class KubernetesSource:
             found.append(self.settings)
         return found
 
+    def on_route_deleted(self, listener: Callable[[str, str, str], None]) -> None:
+        """Call `listener(kind, namespace, name)` when a GatewayClass, Gateway, HTTPRoute or
+        Ingress goes (before `on_change`): the status writer forgets what it wrote there, so
+        an object deleted and created again within one computation gets its status anew.
+        Set before `start`."""
+        self._route_deleted = listener
+
     def start(self, on_change: Callable[[], None]) -> None:
         """Start every informer; return once all listed, or raise TimeoutError."""
         informers = self._informers()
+        kinds = {
+            id(self.gateway_classes): "GatewayClass",
+            id(self.gateways): "Gateway",
+            id(self.http_routes): "HTTPRoute",
+            id(self.ingresses): "Ingress",
+        }
         for informer in informers:
-            informer.start(on_change)
+            kind = kinds.get(id(informer))
+            informer.start(on_change, None if kind is None else self._deletions(kind))
         deadline = time.monotonic() + self._sync_timeout
         for informer in informers:
             if not informer.wait_synced(max(0.0, deadline - time.monotonic())):
                 problems = "; ".join(informer.errors()) or "no answer"
                 self.stop()
                 raise TimeoutError(f"initial list of {informer.name} failed: {problems}")
+
+    def _deletions(self, kind: str) -> Callable[[tuple[str, str], Any, Any], None]:
+        def item(key: tuple[str, str], before: Any, after: Any) -> None:
+            listener = self._route_deleted
+            if after is None and listener is not None:
+                listener(kind, key[0], key[1])
+
+        return item
 
     def state(self) -> ClusterState:
         pods = _values(self.pods.items())

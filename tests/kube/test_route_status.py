@@ -391,3 +391,27 @@ def test_each_outcome_is_counted_in_the_metrics(api: FakeKubeAPI, clock: Clock) 
         assert count("failed") is None
     finally:
         writer.close()
+
+
+def test_an_object_created_again_under_its_name_gets_its_status_anew(
+    api: FakeKubeAPI, writer: RouteStatusWriter
+) -> None:
+    """Deleted and created again between two computations, the route's document is the
+    same: the source's deletion makes the writer forget it, so it is written again."""
+    writer.submit(documents())
+    assert writer.flush()
+    route = api.get("HTTPRoute", "default", "shop")
+    assert route is not None
+    api.delete("HTTPRoute", "default", "shop")
+    api.apply(
+        {k: v for k, v in route.items() if k != "status"}
+        | {"metadata": {"name": "shop", "namespace": "default"}}
+    )
+    assert stored(api, ROUTE) == {}
+    writer.submit(documents())  # unchanged documents: nothing to do, as far as it knows
+    assert writer.flush()
+    assert stored(api, ROUTE) == {}
+    writer.forget("HTTPRoute", "default", "shop")  # what the source says on the deletion
+    writer.submit(documents())
+    assert writer.flush()
+    assert without_times(stored(api, ROUTE)) == documents()[ROUTE]

@@ -192,3 +192,28 @@ def test_a_bad_route_object_is_reported_and_blocks_no_other(
     errors = source.errors()
     assert any(e.startswith("httproutes default/broken:") for e in errors), errors
     assert any(e.startswith("ingresses default/bad:") for e in errors), errors
+
+
+def test_a_deleted_route_object_is_told_to_the_status_writer(
+    api: FakeKubeAPI,
+) -> None:
+    told: list[tuple[str, str, str]] = []
+    src = KubernetesSource(api_client(api.url), settings=None, options=fast(), sync_timeout=5)
+    src.on_route_deleted(lambda kind, ns, name: told.append((kind, ns, name)))
+    src.start(Changes())
+    try:
+        api.delete("HTTPRoute", "default", "shop")
+        api.delete("Ingress", "default", "shop")
+        api.delete("Gateway", "default", "web")
+        api.delete("GatewayClass", "", "peerplane")
+        api.delete("ReferenceGrant", "default", "allow-a")  # no status: not told
+        api.delete("Namespace", "", "team-a")
+        assert wait_until(lambda: len(told) == 4)
+        assert sorted(told) == [
+            ("Gateway", "default", "web"),
+            ("GatewayClass", "", "peerplane"),
+            ("HTTPRoute", "default", "shop"),
+            ("Ingress", "default", "shop"),
+        ]
+    finally:
+        src.stop()
