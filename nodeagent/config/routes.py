@@ -22,6 +22,7 @@ line or a map file; a `%` is doubled where HAProxy reads a log-format.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -242,6 +243,14 @@ def _listener(
                 named.add(rule.backend)
             else:
                 in_config.setdefault(token, []).append(rule)
+    # Config rules are named by their order among config rules only: a map rule added or
+    # removed before them leaves the frontend's text, and so the runtime path, alone.
+    configured = {r.rid for rules in in_config.values() for r in rules}
+    order = {r.rid: n for n, r in enumerate(r for r in parsed if r.rid in configured)}
+    in_config = {
+        token: [dataclasses.replace(r, rid=f"c{order[r.rid]}") for r in rules]
+        for token, rules in in_config.items()
+    }
     exact_path, prefix_path, hosts_path = map_paths(maps_dir, port)
     files: dict[str, MapEntries] = {
         exact_path: dict(sorted(exact_map.items())),

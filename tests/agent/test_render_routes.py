@@ -148,3 +148,13 @@ def test_map_commands_escape_the_separator_and_refuse_the_rest() -> None:
     ):
         with pytest.raises(HAProxyError, match="refusing"):
             map_command(bad)
+
+
+def test_a_map_rule_added_before_config_rules_leaves_the_config_text() -> None:
+    """Config rules are named by their order among config rules, not in the whole list:
+    a new map rule ranked before them is a map entry and nothing else (runtime)."""
+    post = _rule("/a", method="POST")
+    before = render_held(_held(post, _rule("/b")), OPTS)
+    after = render_held(_held(_rule("/a/longer"), post, _rule("/b")), OPTS)
+    assert after.frontends == before.frontends
+    assert "a.example.com/a/longer/" in after.maps["/var/lib/maps/fe_8080.prefix.map"]

@@ -52,6 +52,7 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark("retention", "tests.bench.retention"),
     Benchmark("status", "tests.bench.status"),
     Benchmark("route_table", "tests.bench.route_table"),
+    Benchmark("route_propagation", "tests.bench.routes"),
 ]
 SCALABLE = ("fanout", "churn")  # the benchmarks `--agents` sizes
 FULL_ENV = "BENCH_FULL"  # set to 1: `--full` unless `--quick` is given
