@@ -365,17 +365,17 @@ class ScaleFleet:
         self, newer: Callable[[pb.AgentStatus], bool], timeout: float
     ) -> list[pb.AgentStatus]:
         """Until both agents ACKed one same content and `newer(status)` holds for each;
-        fails fast when an agent died or logged a gRPC size refusal."""
+        fails fast when an agent died, logged a gRPC size refusal or NACKed the config
+        for descriptors (`HAProxyRefused`)."""
         found: list[pb.AgentStatus] = []
         checked = [time.monotonic()]
 
         def done() -> bool:
             status = self.status()
-            for s in status:
-                if s.last_nack_error and s.last_nack_version > s.acked_version:
-                    if FD_NACK.search(s.last_nack_error):
-                        raise HAProxyRefused(s.agent, s.last_nack_error)
-                    raise RuntimeError(f"{s.agent} NACKed: {s.last_nack_error}")
+            for s in status:  # a descriptor refusal is final; a resync NACK heals
+                refused = s.last_nack_version > s.acked_version
+                if refused and FD_NACK.search(s.last_nack_error):
+                    raise HAProxyRefused(s.agent, s.last_nack_error)
             if time.monotonic() - checked[0] > 1:
                 checked[0] = time.monotonic()
                 self.check_agents()
