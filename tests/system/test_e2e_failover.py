@@ -1,11 +1,14 @@
 """End to end: control plane, two agents, two real HAProxy peered, real backends.
 
-Clients pinned through HAProxy A keep their backend pod when A is lost; scaling the
-backend through the manifests folder never moves a surviving client.
+Clients pinned through HAProxy A keep their backend pod when A is lost, whether they
+reach the Service by its `haproxy.org/hosts` route or through an HTTPRoute (the same
+backend, one stick table); scaling the backend through the manifests folder never moves a
+surviving client.
 """
 
 from __future__ import annotations
 
+import http.client
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,6 +72,43 @@ def test_failover_keeps_every_client_on_its_backend_pod(fleet: Fleet) -> None:
 
     # The TCP service answers through B as well.
     assert tcp_get(b.address, CLIENTS[0]).startswith("db-")
+
+
+ROUTED_HOST = "store.demo.example.com"  # deploy/examples/demo/routes.yaml: /cart -> shop
+
+
+def get_path(haproxy: str, host: str, path: str, source: str, timeout: float = 5) -> str:
+    """GET `path` through `haproxy` from `source` on a fresh connection; the body (200)."""
+    conn = http.client.HTTPConnection(haproxy, 18080, timeout=timeout, source_address=(source, 0))
+    try:
+        conn.request("GET", path, headers={"Host": host, "Connection": "close"})
+        reply = conn.getresponse()
+        body = reply.read().decode().strip()
+        assert reply.status == 200, f"HTTP {reply.status} for {host}{path}: {body[:200]}"
+        return body
+    finally:
+        conn.close()
+
+
+def test_clients_pinned_through_an_httproute_keep_their_pod_after_failover(fleet: Fleet) -> None:
+    """The HTTPRoute's backend is the Service's backend: its source-IP persistence and
+    peers replication hold for clients routed by the Gateway API as for the annotation."""
+    (name_a, _), (name_b, _) = HAPROXY_PODS
+    a, b = fleet.agents[name_a], fleet.agents[name_b]
+    pinned = {c: get_path(a.address, ROUTED_HOST, "/cart", c) for c in CLIENTS}
+    assert all(pod.startswith("shop-") for pod in pinned.values())
+    assert len(set(pinned.values())) > 1, "clients should spread over several pods"
+    for client, pod in pinned.items():
+        assert get_path(a.address, ROUTED_HOST, "/cart/items", client) == pod
+    wait_for(lambda: set(shop_table(fleet, name_b)) == set(CLIENTS), 10, "B to learn them")
+
+    fleet.stop_agent(name_a)
+    with pytest.raises(OSError):
+        get_path(a.address, ROUTED_HOST, "/cart", CLIENTS[0], timeout=1)
+    moved = {c: p for c, p in pinned.items() if get_path(b.address, ROUTED_HOST, "/cart", c) != p}
+    assert moved == {}, "clients moved after failover"
+    # The annotation route reaches the same backend and the same pins.
+    assert {c: http_get(b.address, HOST, c) for c in CLIENTS} == pinned
 
 
 def test_scaling_the_backend_never_moves_a_surviving_client(fleet: Fleet) -> None:
