@@ -381,18 +381,10 @@ class RouteStatusWriter:
             status = merged_status(key.kind, stored, desired, now, self._controller)
             if status == stored:
                 return
-            meta = current.get("metadata") or {}
-            body: Obj = {
-                "apiVersion": current.get("apiVersion"),
-                "kind": current.get("kind") or key.kind,
-                "metadata": {
-                    "name": key.name,
-                    "resourceVersion": meta.get("resourceVersion"),
-                },
-                "status": status,
-            }
-            if key.namespace:
-                body["metadata"]["namespace"] = key.namespace
+            # The object as read, its status replaced: a status update of a built-in
+            # kind (Ingress) takes metadata from the body, so a body of name and
+            # resourceVersion alone could drop labels and annotations.
+            body: Obj = {**current, "status": status}
             try:
                 self._replace(key, resource, body)
             except ApiException as error:

@@ -248,3 +248,21 @@ def test_an_uninstalled_group_is_404_and_deletes_its_objects(
     assert len(networking.list_ingress_for_all_namespaces().items) == 1  # others still served
     api.install_group(GATEWAY_GROUP)
     assert custom.list_cluster_custom_object(GATEWAY_GROUP, "v1", "httproutes")["items"] == []
+
+
+def test_an_ingress_status_write_takes_labels_and_annotations_from_the_body(
+    api: FakeKubeAPI,
+) -> None:
+    """As the real Ingress status strategy (it copies only spec from the stored object): a
+    status body without the labels drops them; a CRD's status write keeps them."""
+    api.apply({**ingress(), "metadata": {**ingress()["metadata"], "labels": {"team": "a"}}})
+    networking = client.NetworkingV1Api(api_client(api.url))
+    current = api.get("Ingress", "default", "shop")
+    assert current is not None
+    bare = {
+        "metadata": {"name": "shop", "namespace": "default"},
+        "status": {"loadBalancer": {"ingress": [{"ip": "127.0.0.11"}]}},
+    }
+    written = networking.replace_namespaced_ingress_status("shop", "default", bare)
+    assert written.metadata.labels is None
+    assert written.metadata.uid == current["metadata"]["uid"]

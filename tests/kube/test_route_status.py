@@ -415,3 +415,21 @@ def test_an_object_created_again_under_its_name_gets_its_status_anew(
     writer.submit(documents())
     assert writer.flush()
     assert without_times(stored(api, ROUTE)) == documents()[ROUTE]
+
+
+def test_a_status_write_keeps_the_objects_labels_and_annotations(
+    api: FakeKubeAPI, writer: RouteStatusWriter
+) -> None:
+    """The Ingress status update takes metadata from the body: the writer sends the object
+    as read, so nothing but the status changes."""
+    labelled = ingress()
+    labelled["metadata"]["labels"] = {"team": "a"}
+    labelled["metadata"]["annotations"] = {"example.com/owner": "team-a"}
+    api.apply(labelled)
+    writer.submit(documents())
+    assert writer.flush()
+    stored_ingress = api.get("Ingress", "default", "shop")
+    assert stored_ingress is not None
+    assert stored_ingress["metadata"]["labels"] == {"team": "a"}
+    assert stored_ingress["metadata"]["annotations"] == {"example.com/owner": "team-a"}
+    assert without_times(stored_ingress["status"]) == documents()[INGRESS]

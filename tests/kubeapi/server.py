@@ -612,6 +612,16 @@ class FakeKubeAPI:
             new = {k: v for k, v in old.items() if k != "status"}
             if "status" in source:
                 new["status"] = copy.deepcopy(source["status"])
+            if plural == "ingresses":
+                # The Ingress status strategy copies only spec from the stored object:
+                # labels and annotations come from the body (a CRD's copies everything).
+                meta = copy.deepcopy(old["metadata"])
+                written = source.get("metadata") or {}
+                for field_name in ("labels", "annotations"):
+                    meta.pop(field_name, None)
+                    if written.get(field_name):
+                        meta[field_name] = copy.deepcopy(written[field_name])
+                new["metadata"] = meta
             _validate_status(plural, name, new.get("status"))
             return self._store_changed(plural, new, old)
 
