@@ -23,9 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.config import descriptors
-from nodeagent.config.render import RenderOptions, render
+from nodeagent.config import descriptors, routes
+from nodeagent.config.render import RenderOptions, render, render_held
 from nodeagent.haproxy import openfiles, version
+from nodeagent.held import Held
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.agent.test_checks import with_check
 from tests.agent.test_client import FakePlane, running, serve, within
@@ -79,12 +80,27 @@ def _configs(net: str) -> dict[str, pb.Snapshot]:
             tcp=[(5432, "default_b_5432"), (5433, "default_b_5432")],
         ),
         "no peers, no frontend": snapshot([], [checked("default_a_http", 3)]),
+        "route listeners": with_listeners(
+            snapshot(peers[:1], [checked("default_a_http", 5)], http_port=8080),
+            {8080: "c.example.com", 8081: "b.example.com"},
+        ),
     }
 
 
-@pytest.mark.parametrize(
-    "case", ["checks on", "checks off", "two peers, tcp frontends", "no peers, no frontend"]
-)
+def with_listeners(snap: pb.Snapshot, hosts: dict[int, str]) -> pb.Snapshot:
+    """One HTTPRoute rule per listener port (8080 shares the annotations' frontend)."""
+    for port, host in hosts.items():
+        rule = snap.http_listeners.add(port=port).rules.add(
+            source=f"HTTPRoute default/a rule 0 port {port}", hostnames=[host]
+        )
+        rule.backends.add(backend=snap.backends[0].name, weight=1)
+    return snap
+
+
+CASES = ["checks on", "checks off", "two peers, tcp frontends", "no peers, no frontend"]
+
+
+@pytest.mark.parametrize("case", [*CASES, "route listeners"])
 def test_estimate_is_what_haproxy_asks_for(
     case: str, haproxy_bin: HAProxyBinary, tmp_path: Path
 ) -> None:
@@ -97,8 +113,13 @@ def test_estimate_is_what_haproxy_asks_for(
         bind_address="127.0.0.1",
         runtime_socket=str(tmp_path / "rt.sock"),
         haproxy_version=served,
+        maps_dir=str(tmp_path / "maps"),
     )
-    cfg = render(snap, opts)
+    rendered = render_held(Held.from_snapshot(snap), opts)
+    (tmp_path / "maps").mkdir()
+    for path, entries in rendered.maps.items():  # HAProxy opens them before it counts
+        Path(path).write_bytes(routes.map_file(entries))
+    cfg = rendered.text()
     threads = openfiles.default_threads(haproxy_bin.path)
     need = descriptors.needs(cfg.encode(), threads, served, reload=False)
     n, _, out = asked(haproxy_bin.path, cfg, tmp_path)
