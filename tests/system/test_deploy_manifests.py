@@ -459,3 +459,41 @@ def test_control_plane_serves_the_shipped_haproxy_workload_and_refuses_strays(
     assert scope.refusal(Workload(namespace, "Pod", "stray")) is not None
     assert scope.refusal(Workload("default", "DaemonSet", "haproxy")) is not None
     assert 1 <= scope.max_workloads <= 32
+
+
+def test_the_open_files_limit_the_daemonset_expects_holds_2000_services_with_checks() -> None:
+    """The manifest's comment names the open-files limit it expects; HAProxy's count for
+    the size the manifests are sized for (2,000 Services x 42 checked slots), with many
+    pods and threads, fits in it (docs/operations.md, "Open files"; the count is checked
+    against HAProxy's own in tests/agent/test_descriptors.py)."""
+    from nodeagent.config import descriptors
+    from nodeagent.config.render import RenderOptions, render
+    from peerplane.v1 import peerplane_pb2 as pb
+
+    text = (DEPLOY / "base" / "haproxy.yaml").read_text()
+    found = re.search(r"These manifests expect >= ([\d,]+)", text)
+    assert found is not None, "haproxy.yaml no longer documents the open-files limit"
+    expected = int(found.group(1).replace(",", ""))
+    check = pb.HealthCheck(interval_ms=2000, rise=2, fall=3)
+    backends = [
+        pb.Backend(
+            name=f"default_svc-{i:05d}_http",
+            mode="http",
+            balance="roundrobin",
+            check=check,
+            slots=[pb.Slot(index=n, server_name=f"SRV_{n}") for n in range(1, 43)],
+        )
+        for i in range(2000)
+    ]
+    pods = [pb.Peer(name=f"haproxy-{n}", address=f"10.0.0.{n}", port=10000) for n in range(1, 33)]
+    snap = pb.Snapshot(
+        workload="haproxy-system/DaemonSet/haproxy",
+        version=1,
+        peers=pb.PeerSection(name="localinstance", port=10000, peers=pods),
+        backends=backends,
+        http_frontend=pb.HttpFrontend(port=80),
+    )
+    cfg = render(snap, RenderOptions("haproxy-1", "10.0.0.1")).encode()
+    need = descriptors.needs(cfg, threads=64, version=(3, 0))  # 32 pods, 64 threads
+    assert need.checks == 84_000
+    assert need.total <= expected, (need.total, expected)
