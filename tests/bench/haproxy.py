@@ -2,7 +2,8 @@
 
 Drives the real node agent's apply path in this process: `nodeagent.apply.applier.Applier` with
 its `HAProxy` driver and `Supervisor`, wired as `nodeagent run --manage-haproxy` wires them
-(same defaults), each managing a real HAProxy 2.6 in master-worker mode. Two instances,
+(same defaults), each managing a real HAProxy 2.6 in master-worker mode; the backend
+has health checks on with the default settings, as users run it. Two instances,
 haproxy-a and haproxy-b, each on its own loopback address (127.41.1.1, 127.41.1.2), peer
 with each other through `peers localinstance` and both apply every snapshot, as two pods
 of one workload do. Backend pods are `tests.helpers.fleet.Backends` (tiny HTTP servers
@@ -47,6 +48,7 @@ from nodeagent.config.changes import Kind
 from nodeagent.config.render import RenderOptions
 from nodeagent.haproxy.driver import HAProxy
 from nodeagent.haproxy.supervisor import Supervisor
+from peerplane import healthcheck
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.bench.common import Child, Result, log, median, percentile
 from tests.helpers.fleet import (
@@ -182,9 +184,17 @@ class Phases:
 def make_snapshot(
     net: Net, version: int, pod: int, expire_ms: int, ports: tuple[int, int]
 ) -> pb.Snapshot:
-    """The workload's snapshot: both HAProxy pods as peers, SRV_1 on backend pod `pod`."""
+    """The workload's snapshot: both HAProxy pods as peers, SRV_1 on backend pod `pod`,
+    health checks on with the default settings (as `compute` renders `check: "true"`)."""
     http_port, peer_port = ports
     shop = backend(BACKEND, [(net.backend_pods[pod][1], BACKEND_PORT)], count=SLOTS)
+    shop.check.CopyFrom(
+        pb.HealthCheck(
+            interval_ms=healthcheck.DEFAULT_INTERVAL_MS,
+            rise=healthcheck.DEFAULT_RISE,
+            fall=healthcheck.DEFAULT_FALL,
+        )
+    )
     shop.persistence.expire_ms = expire_ms
     peers = [(name, ip, peer_port) for name, ip in net.haproxy_pods]
     return snapshot(peers, [shop], http_port=http_port, routes=[(HOST, BACKEND)], version=version)
@@ -423,6 +433,7 @@ def results_of(found: dict[str, dict[str, Any]], binary: str, sync_wait: float) 
             "reloads": data["reloads"],
             "load": "new conn/request",
             "agent": "nodeagent Applier",
+            "health_checks": True,
         }
 
         ms = partial(_median_ms, f"haproxy.{path}", params)
