@@ -23,6 +23,7 @@ line or a map file; a `%` is doubled where HAProxy reads a log-format.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -60,7 +61,7 @@ class RoutedFrontends:
 
 @dataclass(frozen=True, eq=False)
 class _Rule:
-    rid: str  # "c<index>": the variable value that names it once it won
+    rid: str  # "c<n>", a config rule's name once it won ("" until it is one)
     exact: bool
     path: str
     strength: int
@@ -114,8 +115,19 @@ def render_listeners(
     return RoutedFrontends(tuple(lines), maps, frozenset(backends), texts)
 
 
+# Every change re-renders a listener whole; its strings are mostly those of the last
+# render: a bounded cache of checked values keeps 6,000 rules from costing 6,000 host
+# parses per change. Only whether a string passed is kept, never a string that failed.
+_CACHE = 1 << 16
+_route_host = functools.lru_cache(_CACHE)(routes.is_route_host)
+_path = functools.lru_cache(_CACHE)(routes.is_path)
+_proxy_name = functools.lru_cache(_CACHE)(
+    lambda name: limits.PROXY_NAME.fullmatch(name) is not None
+)
+
+
 def _backend_name(name: str) -> str:
-    if not limits.PROXY_NAME.fullmatch(name):
+    if not _proxy_name(name):
         raise RenderError(f"invalid backend name: {name!r}")
     return name
 
@@ -124,17 +136,33 @@ def _refuse(what: str, value: object, source: str) -> RenderError:
     return RenderError(f"rule {source!r}: invalid {what}: {value!r}")
 
 
-def _parse(index: int, r: pb.RouteRule) -> _Rule:
+_checked_rules: dict[bytes, _Rule] = {}
+
+
+def _checked(r: pb.RouteRule) -> _Rule:
+    """`_parse`, remembered by the rule's bytes (bounded): a listener is rendered whole on
+    every change, and all but the changed rules are those of the last render."""
+    key = r.SerializeToString(deterministic=True)
+    found = _checked_rules.get(key)
+    if found is None:
+        found = _parse(pb.RouteRule.FromString(key))  # its own copy: callers may mutate theirs
+        if len(_checked_rules) >= _CACHE:
+            _checked_rules.clear()
+        _checked_rules[key] = found
+    return found
+
+
+def _parse(r: pb.RouteRule) -> _Rule:
     """Check every string of one rule; its path match, precedence and map backend."""
     src = r.source[:200]
     for host in r.hostnames:
-        if not routes.is_route_host(host):
+        if not _route_host(host):
             raise _refuse("hostname", host, src)
     exact, path = False, "/"
     if r.HasField("path"):
         if r.path.type not in (pb.PathMatch.PATH_PREFIX, pb.PathMatch.EXACT):
             raise _refuse("path match type", r.path.type, src)
-        if not routes.is_path(r.path.value):
+        if not _path(r.path.value):
             raise _refuse("path", r.path.value, src)
         exact = r.path.type == pb.PathMatch.EXACT
         path = r.path.value if exact else (r.path.value.rstrip("/") or "/")
@@ -179,7 +207,7 @@ def _parse(index: int, r: pb.RouteRule) -> _Rule:
     plain = not (r.method or r.headers or r.query_params or filters)
     backend = served[0].backend if plain and len(served) == 1 and served[0].backend else None
     strength = (EXACT_STRENGTH if exact else 0) + len(path)
-    return _Rule(f"c{index}", exact, path, strength, backend, r)
+    return _Rule("", exact, path, strength, backend, r)
 
 
 def _in_map_order(rules: Sequence[_Rule]) -> bool:
@@ -205,12 +233,6 @@ def _in_map_order(rules: Sequence[_Rule]) -> bool:
     return True
 
 
-def _token_ok(token: str) -> str:
-    if token != ANY_HOST and not routes.is_route_host(token):
-        raise RenderError(f"invalid hostname: {token!r}")
-    return token
-
-
 def _depth(token: str) -> int:
     return token.count(".")  # "*.b.com": 2 labels after the "*"
 
@@ -224,11 +246,11 @@ def _listener(
     port = listener.port
     if len(listener.rules) > MAX_RULES:
         raise RenderError(f"listener {port}: more than {MAX_RULES} rules")
-    parsed = [_parse(i, r) for i, r in enumerate(listener.rules)]
+    parsed = [_checked(r) for r in listener.rules]
     layers: dict[str, list[_Rule]] = {}
     for rule in parsed:
         for token in dict.fromkeys(rule.rule.hostnames or (ANY_HOST,)):
-            layers.setdefault(_token_ok(token), []).append(rule)
+            layers.setdefault(token, []).append(rule)  # hostnames checked by _parse
     exact_map: dict[str, str] = {}
     prefix_map: dict[str, str] = {}
     in_config: dict[str, list[_Rule]] = {}
@@ -245,10 +267,10 @@ def _listener(
                 in_config.setdefault(token, []).append(rule)
     # Config rules are named by their order among config rules only: a map rule added or
     # removed before them leaves the frontend's text, and so the runtime path, alone.
-    configured = {r.rid for rules in in_config.values() for r in rules}
-    order = {r.rid: n for n, r in enumerate(r for r in parsed if r.rid in configured)}
+    configured = {id(r) for rules in in_config.values() for r in rules}
+    order = {id(r): n for n, r in enumerate(r for r in parsed if id(r) in configured)}
     in_config = {
-        token: [dataclasses.replace(r, rid=f"c{order[r.rid]}") for r in rules]
+        token: [dataclasses.replace(r, rid=f"c{order[id(r)]}") for r in rules]
         for token, rules in in_config.items()
     }
     exact_path, prefix_path, hosts_path = map_paths(maps_dir, port)
