@@ -255,6 +255,8 @@ def test_the_routing_table_on_haproxy(site: Site) -> None:
     )
     result = site.inst.applier.apply(snap)
     assert result.ok, result.error
+    saved = site.inst.applier.store.load()  # what a restarted agent restores
+    assert saved is not None and list(saved.http_listeners) == list(snap.http_listeners)
     maps = site.inst.applier.options.maps_dir
     files = [f"fe_{p}.{kind}.map" for p in (port, ingress_port) for kind in ("exact", "prefix")]
     assert sorted(os.listdir(maps)) == sorted([*files, f"fe_{port}.hosts.map"])
