@@ -10,11 +10,11 @@ from collections.abc import Callable
 
 import pytest
 
-from nodeagent.config.changes import MapUpdate
+from nodeagent.config.changes import MapUpdate, classify
 from nodeagent.config.render import RenderError, RenderOptions, render_held
 from nodeagent.haproxy import HAProxyError
 from nodeagent.haproxy.driver import map_command
-from nodeagent.held import Held
+from nodeagent.held import Held, diff
 from peerplane import routes
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import backend, snapshot
@@ -158,3 +158,28 @@ def test_a_map_rule_added_before_config_rules_leaves_the_config_text() -> None:
     after = render_held(_held(_rule("/a/longer"), post, _rule("/b")), OPTS)
     assert after.frontends == before.frontends
     assert "a.example.com/a/longer/" in after.maps["/var/lib/maps/fe_8080.prefix.map"]
+
+
+def _decide(old: Held, new: Held) -> tuple[str, str]:
+    r0 = render_held(old, OPTS)
+    decision = classify(old, r0, new, render_held(new, OPTS, r0), diff(old, new))
+    return decision.kind.value, decision.reason
+
+
+def test_what_reloads_says_why() -> None:
+    """A new port or a config rule reloads, and the reason names which; a map rule's
+    change is runtime (docs/design.md, the table of route changes)."""
+    base = _held(_rule("/a"))
+    assert _decide(base, _held(_rule("/a", to="ns_b_80"))) == (
+        "runtime",
+        "1 route map entry changed",
+    )
+    kind, why = _decide(base, _held(_rule("/a"), _rule("/b", method="GET")))
+    assert kind == "reload" and why.startswith("HTTP listener 8080: rules rendered into the config")
+    msg = base.message()
+    msg.http_listeners.add(port=8081)
+    kind, why = _decide(base, Held.from_snapshot(msg))
+    assert (kind, why) == ("reload", "HTTP listener port 8081 added (a new port needs a reload)")
+    deep = _rule("/a")
+    deep.hostnames[:] = ["*.a.b.c.example.com"]
+    assert _decide(base, _held(_rule("/a"), deep))[0] == "reload"  # a wildcard 5 labels deep
