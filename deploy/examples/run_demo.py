@@ -2,8 +2,10 @@
 
 A control plane on `deploy/examples/demo/` (a copy, so you can edit it while it runs),
 two agents each supervising its own HAProxy on its pod's address (127.0.1.1, 127.0.1.2),
-the demo backends (shop, catalog, db), then a failover run: a client from a fixed source
-address pinned through HAProxy A keeps its backend pod through HAProxy B after A is lost.
+the demo backends (shop, catalog, db), requests through the routes of `routes.yaml` (an
+HTTPRoute and an Ingress) on both HAProxy instances, then a failover run: clients from fixed
+source addresses pinned through HAProxy A, by a Service annotation and by the HTTPRoute,
+keep their backend pod through HAProxy B after A is lost.
 Clients send nothing to an HAProxy before its agent's `/readyz` answers 200 (its stick
 tables synced from the peers): traffic that arrives earlier may be pinned differently on
 two instances, which is why a load balancer must health-check `/readyz` (docs/operations.md,
@@ -14,6 +16,7 @@ Runs until Ctrl-C (or `--once`), then stops everything it started.
 from __future__ import annotations
 
 import argparse
+import http.client
 import shutil
 import signal
 import subprocess
@@ -41,6 +44,28 @@ from tests.helpers.fleet import (  # noqa: E402
 
 GRPCURL = str(Path(sys.executable).parent / "grpcurl")
 CLIENT = "127.0.9.1"
+ROUTE_CLIENTS = ("127.0.9.11", "127.0.9.12", "127.0.9.13")  # pinned through the HTTPRoute
+STORE = "store.demo.example.com"  # the HTTPRoute's hostname (routes.yaml)
+# (what routes.yaml says, host, path, headers, what must answer: a pod name prefix or a status)
+ROUTES: tuple[tuple[str, str, str, dict[str, str], str], ...] = (
+    ("HTTPRoute store, PathPrefix /cart -> shop", STORE, "/cart/items", {}, "shop-"),
+    (
+        "HTTPRoute store, /api + header x-canary: always -> shop",
+        STORE,
+        "/api/books",
+        {"x-canary": "always"},
+        "shop-",
+    ),
+    ("HTTPRoute store, Exact /old-catalog -> redirect", STORE, "/old-catalog", {}, "301"),
+    (
+        "Ingress catalog, Prefix /catalog -> catalog",
+        "ingress.example.com",
+        "/catalog/1",
+        {},
+        "catalog-",
+    ),
+    ("Ingress catalog, Prefix / -> shop", "ingress.example.com", "/", {}, "shop-"),
+)
 
 
 def heading(text: str) -> None:
@@ -58,6 +83,43 @@ def grpcurl(address: str, *args: str) -> str:
     return done.stdout if done.returncode == 0 else done.stderr
 
 
+def request(haproxy: str, host: str, path: str, source: str, headers: dict[str, str]) -> str:
+    """GET `path` through `haproxy` on a fresh connection from `source`: the answering pod
+    (a 200's body), or the status and its Location (a redirect is not followed)."""
+    conn = http.client.HTTPConnection(haproxy, HTTP_PORT, timeout=5, source_address=(source, 0))
+    try:
+        conn.request("GET", path, headers={"Host": host, "Connection": "close", **headers})
+        reply = conn.getresponse()
+        body = reply.read().decode().strip()
+        if reply.status == 200:
+            return body
+        return f"{reply.status} Location: {reply.getheader('Location')}"
+    finally:
+        conn.close()
+
+
+def routes(fleet: Fleet) -> bool:
+    """Each route of routes.yaml through both HAProxy instances; True when every answer
+    comes from the Service (or with the status) the route names."""
+    ok = True
+    for what, host, path, headers, expected in ROUTES:
+        shown = " ".join(f"-H '{k}: {v}'" for k, v in headers.items())
+        print(f"{what}: GET http://{host}{path} {shown}".rstrip())
+        for label, agent in zip("AB", fleet.agents.values(), strict=True):
+            answer = request(agent.address, host, path, ROUTE_CLIENTS[0], headers)
+            good = answer.startswith(expected)
+            ok = ok and good
+            print(
+                f"  HAProxy {label} ({agent.address}) -> {answer}{'' if good else '  UNEXPECTED'}"
+            )
+    first = next(iter(fleet.agents.values()))
+    answers = [request(first.address, STORE, "/api", ROUTE_CLIENTS[0], {}) for _ in range(20)]
+    services = [a.split("-")[0] for a in answers]
+    counts = ", ".join(f"{s} {services.count(s)}" for s in ("catalog", "shop"))
+    print(f"HTTPRoute store, /api weights catalog 90 shop 10: 20 requests via A -> {counts}")
+    return ok and set(services) <= {"catalog", "shop"}
+
+
 def ready(agent: AgentHandle, label: str) -> None:
     """What a load balancer does: no traffic to this HAProxy before its `/readyz` is 200."""
     print(f"waiting for HAProxy {label}'s {agent.readyz_url} ...", flush=True)
@@ -67,14 +129,16 @@ def ready(agent: AgentHandle, label: str) -> None:
 def failover(fleet: Fleet) -> bool:
     (name_a, address_a), (name_b, _) = HAPROXY_PODS
     a, b = fleet.agents[name_a], fleet.agents[name_b]
-    ready(a, "A")
-    ready(b, "B")
     pod = http_get(a.address, "shop.example.com", CLIENT)
     again = http_get(a.address, "shop.example.com", CLIENT)
     print(f"client {CLIENT} -> HAProxy A ({a.address}:{HTTP_PORT}) -> {pod}, and again -> {again}")
+    pinned = {c: request(a.address, STORE, "/cart", c, {}) for c in ROUTE_CLIENTS}
+    for client, routed in pinned.items():
+        print(f"client {client} -> HAProxy A -> HTTPRoute {STORE}/cart -> {routed}")
 
     def replicated() -> bool:
-        return CLIENT in table_entries(b.runtime("show table default_shop_http"))
+        table = table_entries(b.runtime("show table default_shop_http"))
+        return all(c in table for c in (CLIENT, *ROUTE_CLIENTS))
 
     wait_for(replicated, 10, "the stick-table entry to reach B")
     server = table_entries(b.runtime("show table default_shop_http"))[CLIENT]
@@ -85,6 +149,12 @@ def failover(fleet: Fleet) -> bool:
     print(f"client {CLIENT} -> HAProxy B ({b.address}:{HTTP_PORT}) -> {through_b}")
     ok = through_b == pod
     print("the same backend pod answered: persistence survived" if ok else "MOVED: failure")
+    for client, routed in pinned.items():
+        now = request(b.address, STORE, "/cart", client, {})
+        kept = now == routed
+        ok = ok and kept
+        print(f"client {client} -> HAProxy B -> HTTPRoute {STORE}/cart -> {now}", end="  ")
+        print("(the same pod: pinned through the route)" if kept else "MOVED: failure")
     print("restarting agent A ...")
     fleet.start_agent(name_a, address_a)
     fleet.wait_all_acked()
@@ -134,11 +204,20 @@ def main() -> int:
         print(
             f"curl --interface {CLIENT} -H 'Host: shop.example.com' http://{first.address}:{HTTP_PORT}/"
         )
+        print(
+            f"curl --interface {CLIENT} -H 'Host: {STORE}' http://{first.address}:{HTTP_PORT}/cart"
+            "   # through the HTTPRoute"
+        )
         print(f"echo | nc -s {CLIENT} {first.address} {TCP_PORT}   # the db TCP service")
         print(f"echo 'show table default_shop_http' | socat - UNIX:{first.runtime_socket}")
 
+        heading(f"routes ({fleet.manifests / 'routes.yaml'})")
+        for label, agent in zip("AB", fleet.agents.values(), strict=True):
+            ready(agent, label)
+        routed = routes(fleet)
+
         heading("failover run")
-        ok = failover(fleet)
+        ok = failover(fleet) and routed
         print(f"db over TCP through {first.address}:{TCP_PORT}: {tcp_get(first.address, CLIENT)}")
         if args.once:
             return 0 if ok else 1

@@ -1,7 +1,9 @@
-"""`make demo` runs: the demo script with --once performs the failover run and exits."""
+"""`make demo` runs: the demo script with --once shows the routes of routes.yaml, performs
+the failover run and exits."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,27 @@ import pytest
 from tests.helpers.fleet import haproxy_binary
 
 REPO = Path(__file__).resolve().parents[2]
+# The demo's route lines (routes.yaml) and the Service whose pods must answer them.
+ROUTED = (
+    ("HTTPRoute store, PathPrefix /cart -> shop", r"shop-\d"),
+    ("HTTPRoute store, /api + header x-canary: always -> shop", r"shop-\d"),
+    (
+        "HTTPRoute store, Exact /old-catalog -> redirect",
+        r"301 Location: http://store\.demo\.example\.com:18080/api",
+    ),
+    ("Ingress catalog, Prefix /catalog -> catalog", r"catalog-\d"),
+    ("Ingress catalog, Prefix / -> shop", r"shop-\d"),
+)
+ROUTE_CLIENTS = ("127.0.9.11", "127.0.9.12", "127.0.9.13")
+
+
+def route_answers(out: str, what: str) -> list[str]:
+    """The answers the demo printed for one route: HAProxy A's, then B's."""
+    start = out.index(f"{what}: GET http://")
+    lines = out[start:].splitlines()[1:3]
+    prefixes = ("  HAProxy A (127.0.1.1) -> ", "  HAProxy B (127.0.1.2) -> ")
+    assert [line[: len(p)] for line, p in zip(lines, prefixes, strict=True)] == list(prefixes)
+    return [line[len(p) :] for line, p in zip(lines, prefixes, strict=True)]
 
 
 @pytest.mark.haproxy  # the demo's one HAProxy (on PATH): `make demo` needs only one version
@@ -37,10 +60,30 @@ def test_demo_runs_the_failover_and_stops_everything(tmp_path: Path) -> None:
     assert "persistence survived" in out
     # Clients wait for /readyz as a load balancer would: no request before both are ready
     # (docs/operations.md, "Readiness where traffic is decided").
-    first_request = out.index("client 127.0.9.1 -> HAProxy A")
+    first_request = out.index(f"{ROUTED[0][0]}: GET http://")  # the routes come first
+    assert first_request < out.index("client 127.0.9.1 -> HAProxy A")
     for label, address in (("A", "127.0.1.1"), ("B", "127.0.1.2")):
         line = f"HAProxy {label} ready: GET http://{address}:19101/readyz -> 200 ready"
         assert 0 <= out.find(line) < first_request, out[:first_request][-2000:]
+    # Both HAProxy instances route the HTTPRoute and the Ingress to the Services they name.
+    for what, answer in ROUTED:
+        for got in route_answers(out, what):
+            assert re.fullmatch(answer, got), f"{what}: {got!r}"
+    assert "UNEXPECTED" not in out
+    split = re.search(
+        r"weights catalog 90 shop 10: 20 requests via A -> catalog (\d+), shop (\d+)", out
+    )
+    assert split and int(split.group(1)) + int(split.group(2)) == 20 and int(split.group(1)) > 0
+    # Clients pinned through the HTTPRoute on A are answered by the same pod through B
+    # once A is stopped.
+    stopped = out.index("stopping agent A")
+    for client in ROUTE_CLIENTS:
+        via = f"client {client} -> HAProxy {{}} -> HTTPRoute store.demo.example.com/cart -> "
+        before = re.search(re.escape(via.format("A")) + r"(shop-\d)\n", out[:stopped])
+        after = re.search(re.escape(via.format("B")) + r"(\S+)  (.*)\n", out[stopped:])
+        assert before and after, out[-3000:]
+        assert after.group(1) == before.group(1), f"{client} moved"
+        assert after.group(2) == "(the same pod: pinned through the route)"
     restarted = out.index("restarting agent A")
     assert out.find("HAProxy A ready: GET", restarted) > restarted  # ready again after it
     assert "stopped." in out
