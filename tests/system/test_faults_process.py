@@ -139,7 +139,11 @@ def render_for(fleet: Fleet, agent: AgentHandle, snapshot: pb.Snapshot) -> str:
     """What the agent writes: rendered for the version of the HAProxy it serves with."""
     serving = version.probe(fleet.haproxy_bin) if fleet.haproxy_bin else None
     options = RenderOptions(
-        agent.pod_name, agent.address, str(agent.runtime_socket), haproxy_version=serving
+        agent.pod_name,
+        agent.address,
+        str(agent.runtime_socket),
+        haproxy_version=serving,
+        maps_dir=str(agent.config.parent / "maps"),  # where the applier keeps the route maps
     )
     return render(snapshot, options)
 
