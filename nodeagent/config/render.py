@@ -2,7 +2,8 @@
 
 Pure: no I/O. Every string taken from the snapshot is re-checked against a strict pattern
 before it is written, so a bug or a compromise upstream cannot inject configuration.
-The output is deterministic: agents of one workload differ only in the `localpeer` line.
+The output is deterministic: agents of one workload differ only in the `localpeer` line and
+in the per-instance options (bind address, runtime socket, the directory of the route maps).
 """
 
 from __future__ import annotations
