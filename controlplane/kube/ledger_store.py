@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 PERMANENT = {400: "bad-request", 403: "forbidden", 413: "too-large", 422: "invalid"}
 PARALLEL_MIN = 16  # a save writing at least this many shards writes them concurrently
+OWN_ECHOES = 8  # recent resourceVersions per shard recognised as our own writes
 
 
 class LedgerReadError(Exception):
@@ -116,7 +117,10 @@ class ConfigMapLedger:
         self._saved: dict[str, BackendSlots] = {}  # what the API holds, as we wrote it
         self._digests: dict[str, str] = {}  # backend -> hash of what we hold for it
         self._present: dict[str, _Object] = {}  # backend -> its shard object in the API
-        self._own: dict[str, str] = {}  # backend -> resourceVersion of our last write
+        # backend -> resourceVersions of our recent writes. A watch event may arrive after a
+        # later write (or our delete) of the same shard: it is an echo, not drift. Kept past a
+        # delete until the watch reports that delete, so a late echo is never "someone else".
+        self._own: dict[str, list[str]] = {}
         self._dirty: set[str] = set()
         self._legacy_pending = False
         self._on_drift: Callable[[], None] = lambda: None
@@ -226,7 +230,9 @@ class ConfigMapLedger:
             new_version = str(meta.get("resourceVersion") or "")
             with self._lock:
                 self._present[backend] = _Object(name, new_version)
-                self._own[backend] = new_version
+                echoes = self._own.setdefault(backend, [])
+                echoes.append(new_version)
+                del echoes[:-OWN_ECHOES]
                 if self._digests.get(backend) == digest:
                     self._saved[backend] = slots
                 self.largest_shard = max(self.largest_shard, size)
@@ -275,7 +281,6 @@ class ConfigMapLedger:
             known = self._present.pop(backend, None)
             self._saved.pop(backend, None)
             self._digests.pop(backend, None)
-            self._own.pop(backend, None)
         if known is None:
             return None
         try:
@@ -318,9 +323,11 @@ class ConfigMapLedger:
     def _observed(self, backend: str, shard: Shard | None) -> None:
         """A shard event: is the API still holding what we wrote?"""
         with self._lock:
-            if shard is not None and self._own.get(backend) == shard.version:
+            if shard is not None and shard.version in self._own.get(backend, ()):
                 return  # the echo of our own write
             if shard is None:
+                if backend not in self._present:
+                    self._own.pop(backend, None)  # deleted: no echo of it can follow
                 known = self._present.pop(backend, None)
                 drift = backend in self._saved and known is not None
                 if drift:

@@ -102,6 +102,30 @@ def test_a_change_writes_only_its_backend_and_a_removed_backend_is_deleted(
     assert set(shards(api)) == {shard_name(REF.name, SHOP)}
 
 
+def test_late_echoes_of_our_own_writes_and_delete_are_not_drift(api: FakeKubeAPI) -> None:
+    """The watch may deliver a shard's create after our update of it, or after our delete:
+    those are our own writes, never "rewritten by someone else", and cost no write."""
+    with kube_ledger(api.url) as (ledger, watch):
+        ledger.load()
+        drifts: list[int] = []
+        ledger.on_drift(lambda: drifts.append(1))
+        seen: list[tuple[str, bool]] = []  # told after the ledger: it has seen what we see
+        watch.on_shard(lambda backend, shard: seen.append((backend, shard is None)))
+        api.hold_watches()
+        ledger.save(ASSIGNMENT)
+        moved = dict(ASSIGNMENT)
+        moved[BLOG] = BackendSlots(42, MappingProxyType({("127.0.2.1", 80): 1}))
+        ledger.save(moved)
+        ledger.save({SHOP: ASSIGNMENT[SHOP]})
+        before = len(writes(api))
+        api.release_watches()
+        assert wait_until(lambda: (BLOG, True) in seen, timeout=10)  # the delete came last
+        assert seen == [(SHOP, False), (BLOG, False), (BLOG, False), (BLOG, True)]
+        assert drifts == [] and not ledger.dirty()
+        ledger.save({SHOP: ASSIGNMENT[SHOP]})
+        assert len(writes(api)) == before
+
+
 def test_a_conflict_on_one_shard_rewrites_that_shard_only(api: FakeKubeAPI) -> None:
     with kube_ledger(api.url) as (ledger, _):
         ledger.load()

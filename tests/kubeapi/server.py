@@ -206,6 +206,7 @@ class FakeKubeAPI:
         self._received: dict[str, int] = {}  # plural -> request body bytes received
         self._tokens_known: dict[str, tuple[Obj, tuple[str, ...]]] = {}
         self.token_reviews: list[Obj] = []  # the TokenReview bodies received
+        self._held = False  # hold_watches: events wait until release_watches
         self._absent_groups: set[str] = set()  # API groups not served (CRDs not installed)
         self._httpd = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
@@ -355,6 +356,17 @@ class FakeKubeAPI:
                 watch.stalled = True
             self._cond.notify_all()
 
+    def hold_watches(self) -> None:
+        """Watches keep their connection but deliver nothing until `release_watches`: the
+        late delivery a busy apiserver or a slow network gives, in order, nothing lost."""
+        with self._cond:
+            self._held = True
+
+    def release_watches(self) -> None:
+        with self._cond:
+            self._held = False
+            self._cond.notify_all()
+
     def compact(self) -> None:
         """Forget the history: a watch from any earlier resourceVersion gets 410 Gone."""
         with self._cond:
@@ -500,7 +512,7 @@ class FakeKubeAPI:
         while True:
             with self._cond:
                 while not (
-                    pos < len(self._history)
+                    (pos < len(self._history) and not self._held)
                     or self._closed
                     or watch.dropped
                     or watch.stalled
@@ -515,6 +527,11 @@ class FakeKubeAPI:
                 if watch.expired:
                     yield _expired(str(self._rv), self._compacted)
                     return
+                if self._held:  # nothing, not even a bookmark past what is held back
+                    if time.monotonic() >= deadline:
+                        return
+                    next_bookmark = time.monotonic() + self.bookmark_interval
+                    continue
                 changes, pos, rv = self._history[pos:], len(self._history), self._rv
             for change in changes:
                 event = _event_for(change, watch.plural, query)
