@@ -11,14 +11,17 @@ deltas on the agent side).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from peerplane.parts import (
     ContentParts,
     backend_changes,
+    certificate_changes,
+    framed_certificate,
     frontends_part,
     listeners_part,
     peers_part,
+    tls_listeners_part,
     warnings_part,
 )
 from peerplane.protowire import framed_backend as framed
@@ -37,8 +40,10 @@ class ChangeSet:
     backends: frozenset[str]  # added or changed
     removed: frozenset[str]
     peers: bool
-    frontends: bool  # HTTP and TCP frontends or the HTTP listeners (one delta part)
+    frontends: bool  # HTTP and TCP frontends or the HTTP / TLS listeners (one delta part)
     warnings: bool
+    certificates: frozenset[str] = frozenset()  # added or changed
+    removed_certificates: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,9 @@ class Held:
     parts: ContentParts
     # The route model's HTTP listeners (field 14): they change with the frontends.
     http_listeners: Sequence[pb.HttpListener] = ()
+    # TLS certificates by name (field 15) and passthrough listeners (field 16).
+    certificates: Mapping[str, pb.Certificate] = field(default_factory=dict)
+    tls_listeners: Sequence[pb.TlsPassthroughListener] = ()
 
     @property
     def framed(self) -> Mapping[str, bytes]:
@@ -85,6 +93,11 @@ class Held:
             if b.name in backends:
                 raise DeltaError(f"duplicate backend {b.name!r}")
             backends[b.name] = b
+        certificates: dict[str, pb.Certificate] = {}
+        for c in sorted(snapshot.certificates, key=lambda c: c.name):
+            if c.name in certificates:
+                raise DeltaError(f"duplicate certificate {c.name!r}")
+            certificates[c.name] = c
         peers = snapshot.peers if snapshot.HasField("peers") else None
         http = snapshot.http_frontend if snapshot.HasField("http_frontend") else None
         return cls(
@@ -99,6 +112,8 @@ class Held:
             backends=backends,
             parts=ContentParts.of_message(snapshot, sort_backends=True),
             http_listeners=tuple(snapshot.http_listeners),
+            certificates=certificates,
+            tls_listeners=tuple(snapshot.tls_listeners),
         )
 
     def payload(self) -> bytes:
@@ -122,6 +137,8 @@ class Held:
                 parts.frontends,
                 parts.warnings,
                 parts.listeners,
+                *parts.certificates.values(),
+                parts.tls_listeners,
             )
         )
 
@@ -161,6 +178,7 @@ class Held:
         if added:  # back into name order
             framed_by_name = {name: framed_by_name[name] for name in sorted(framed_by_name)}
         names = tuple(framed_by_name) if added or removed else self.names
+        certificates, framed_certificates, certs_changed, certs_removed = self._certificates(delta)
         old = self.parts
         peers, peers_bytes = self.peers, old.peers
         if delta.peers_changed:
@@ -168,12 +186,15 @@ class Held:
             peers_bytes = peers_part(peers)
         http, tcp, frontends_bytes = self.http_frontend, self.tcp_frontends, old.frontends
         listeners, listeners_bytes = self.http_listeners, old.listeners
+        tls, tls_bytes = self.tls_listeners, old.tls_listeners
         if delta.frontends_changed:  # HTTP and TCP frontends and the listeners, together
             http = delta.http_frontend if delta.HasField("http_frontend") else None
             tcp = tuple(delta.tcp_frontends)
             frontends_bytes = frontends_part(http, tcp)
             listeners = tuple(delta.http_listeners)
             listeners_bytes = listeners_part(listeners)
+            tls = tuple(delta.tls_listeners)
+            tls_bytes = tls_listeners_part(tls)
         warnings, warnings_bytes = self.warnings, old.warnings
         if delta.warnings_changed:
             warnings = tuple(delta.warnings)
@@ -185,6 +206,8 @@ class Held:
             frontends=frontends_bytes,
             warnings=warnings_bytes,
             listeners=listeners_bytes,
+            certificates=framed_certificates,
+            tls_listeners=tls_bytes,
         )
         result = Held(
             workload=self.workload,
@@ -198,6 +221,8 @@ class Held:
             backends=backends,
             parts=parts,
             http_listeners=listeners,
+            certificates=certificates,
+            tls_listeners=tls,
         )
         got = result.computed_hash()
         if got != delta.to_content_hash:
@@ -207,10 +232,45 @@ class Held:
             backends=frozenset(n for n in changed if old.backends.get(n) != framed_by_name[n]),
             removed=frozenset(removed),
             peers=peers_bytes != old.peers,
-            frontends=frontends_bytes != old.frontends or listeners_bytes != old.listeners,
+            frontends=parts.frontends_differ(old),
             warnings=warnings_bytes != old.warnings,
+            certificates=frozenset(
+                n for n in certs_changed if old.certificates.get(n) != framed_certificates[n]
+            ),
+            removed_certificates=certs_removed,
         )
         return result, change
+
+    def _certificates(
+        self, delta: pb.SnapshotDelta
+    ) -> tuple[dict[str, pb.Certificate], dict[str, bytes], set[str], frozenset[str]]:
+        """The certificates and their framed bytes (name order) after `delta`, the names
+        it sent and the names it removed."""
+        if not delta.certificates and not delta.removed_certificates:
+            return dict(self.certificates), dict(self.parts.certificates), set(), frozenset()
+        certificates = dict(self.certificates)
+        framed_by_name = dict(self.parts.certificates)
+        changed: set[str] = set()
+        for c in delta.certificates:
+            if not c.name:
+                raise DeltaError("a certificate without a name")
+            if c.name in changed:
+                raise DeltaError(f"certificate {c.name!r} listed twice")
+            changed.add(c.name)
+            certificates[c.name] = c
+            framed_by_name[c.name] = framed_certificate(c)
+        removed = frozenset(delta.removed_certificates)
+        if len(removed) != len(delta.removed_certificates):
+            raise DeltaError("a removed certificate is named twice")
+        for name in removed:
+            if name in changed:
+                raise DeltaError(f"certificate {name!r} both changed and removed")
+            if name not in certificates:
+                raise DeltaError(f"removed certificate {name!r} is not held")
+            del certificates[name]
+            del framed_by_name[name]
+        ordered = {name: framed_by_name[name] for name in sorted(framed_by_name)}
+        return certificates, ordered, changed, removed
 
 
 def diff(old: Held, new: Held) -> ChangeSet:
@@ -218,13 +278,16 @@ def diff(old: Held, new: Held) -> ChangeSet:
     bytes compare by identity, so after a delta this costs one dict lookup per backend."""
     before, after = old.parts, new.parts
     changed, removed = backend_changes(before, after)
+    certs, certs_removed = certificate_changes(before, after)
     return ChangeSet(
         base=old.content_hash,
         backends=frozenset(changed),
         removed=frozenset(removed),
         peers=before.peers != after.peers,
-        frontends=before.frontends != after.frontends or before.listeners != after.listeners,
+        frontends=after.frontends_differ(before),
         warnings=before.warnings != after.warnings,
+        certificates=frozenset(certs),
+        removed_certificates=frozenset(certs_removed),
     )
 
 

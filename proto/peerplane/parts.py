@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from peerplane.protowire import framed_backend
+from peerplane.protowire import framed_backend, length_delimited
 from peerplane.v1 import peerplane_pb2 as pb
+
+SNAPSHOT_CERTIFICATES = int(pb.Snapshot.DESCRIPTOR.fields_by_name["certificates"].number)
 
 
 def payload_hash(payload: bytes) -> str:
@@ -39,6 +41,11 @@ class ContentParts:
     # Field 14 (the route model's HTTP listeners): changes with `frontends` as one part of a
     # delta (`frontends_changed`), kept apart so the join stays in field order.
     listeners: bytes = b""
+    # Field 15 entries (each certificate's framed bytes) by name, in name order: like the
+    # backends, a delta carries only those that changed.
+    certificates: Mapping[str, bytes] = field(default_factory=dict)
+    # Field 16 (TLS passthrough listeners): changes with `frontends`, like `listeners`.
+    tls_listeners: bytes = b""
 
     def join(self) -> bytes:
         """The payload: the deterministic serialization without version and hash."""
@@ -50,7 +57,17 @@ class ContentParts:
                 self.frontends,
                 self.warnings,
                 self.listeners,
+                *self.certificates.values(),
+                self.tls_listeners,
             )
+        )
+
+    def frontends_differ(self, other: ContentParts) -> bool:
+        """Whether the delta part "frontends" (fields 6, 7, 14 and 16) differs."""
+        return (
+            self.frontends != other.frontends
+            or self.listeners != other.listeners
+            or self.tls_listeners != other.tls_listeners
         )
 
     def content_hash(self) -> str:
@@ -69,6 +86,11 @@ class ContentParts:
             if backend.name in backends:
                 raise ValueError(f"snapshot lists backend {backend.name!r} twice")
             backends[backend.name] = framed_backend(backend)
+        certificates: dict[str, bytes] = {}
+        for certificate in sorted(snapshot.certificates, key=lambda c: c.name):
+            if certificate.name in certificates:
+                raise ValueError(f"snapshot lists certificate {certificate.name!r} twice")
+            certificates[certificate.name] = framed_certificate(certificate)
         return cls(
             workload=workload_part(snapshot.workload),
             peers=peers_part(snapshot.peers if snapshot.HasField("peers") else None),
@@ -79,6 +101,8 @@ class ContentParts:
             ),
             warnings=warnings_part(snapshot.warnings),
             listeners=listeners_part(snapshot.http_listeners),
+            certificates=certificates,
+            tls_listeners=tls_listeners_part(snapshot.tls_listeners),
         )
 
 
@@ -106,6 +130,32 @@ def listeners_part(listeners: Sequence[pb.HttpListener]) -> bytes:
     if not listeners:
         return b""
     return pb.Snapshot(http_listeners=listeners).SerializeToString(deterministic=True)
+
+
+def tls_listeners_part(listeners: Sequence[pb.TlsPassthroughListener]) -> bytes:
+    if not listeners:
+        return b""
+    return pb.Snapshot(tls_listeners=listeners).SerializeToString(deterministic=True)
+
+
+def framed_certificate(certificate: pb.Certificate) -> bytes:
+    """The certificate's entry in a serialized Snapshot: tag, length, deterministic bytes."""
+    return length_delimited(
+        SNAPSHOT_CERTIFICATES, certificate.SerializeToString(deterministic=True)
+    )
+
+
+def certificate_changes(old: ContentParts, new: ContentParts) -> tuple[dict[str, bytes], list[str]]:
+    """The framed certificates of `new` that `old` lacks or holds differently (name
+    order), and the names `old` has and `new` has not (sorted)."""
+    before = old.certificates
+    changed = {
+        name: framed
+        for name, framed in new.certificates.items()
+        if (held := before.get(name)) is not framed and held != framed
+    }
+    removed = sorted(name for name in before if name not in new.certificates)
+    return changed, removed
 
 
 def backend_changes(old: ContentParts, new: ContentParts) -> tuple[dict[str, bytes], list[str]]:

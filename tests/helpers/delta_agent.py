@@ -44,6 +44,13 @@ def apply_delta(held: pb.Snapshot | None, delta: pb.SnapshotDelta) -> pb.Snapsho
         backends[backend.name] = backend
     del result.backends[:]
     result.backends.extend(backends[name] for name in sorted(backends))
+    certificates = {c.name: c for c in held.certificates}
+    for name in delta.removed_certificates:
+        certificates.pop(name, None)
+    for certificate in delta.certificates:
+        certificates[certificate.name] = certificate
+    del result.certificates[:]
+    result.certificates.extend(certificates[name] for name in sorted(certificates))
     if delta.peers_changed:
         result.ClearField("peers")
         if delta.HasField("peers"):
@@ -56,6 +63,8 @@ def apply_delta(held: pb.Snapshot | None, delta: pb.SnapshotDelta) -> pb.Snapsho
             result.http_frontend.CopyFrom(delta.http_frontend)
         result.tcp_frontends.extend(delta.tcp_frontends)
         result.http_listeners.extend(delta.http_listeners)
+        del result.tls_listeners[:]
+        result.tls_listeners.extend(delta.tls_listeners)
     if delta.warnings_changed:
         del result.warnings[:]
         result.warnings.extend(delta.warnings)

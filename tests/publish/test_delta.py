@@ -4,6 +4,8 @@ applying it to the old snapshot gives the new one, hash for hash."""
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,6 +14,7 @@ from controlplane.compute import Computer
 from controlplane.publish import Encoder
 from controlplane.publish.content import SnapshotContent
 from controlplane.publish.delta import changed_backends, delta_bytes, server_message_with_delta
+from nodeagent.held import Held
 from peerplane.parts import ContentParts
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service
@@ -119,6 +122,55 @@ def test_peers_and_warnings_are_sent_when_they_change_and_cleared_frontends_flag
     assert list(delta.warnings) == list(new_message.warnings)
     assert not delta.backends and not delta.removed_backends
     assert apply_delta(old.message(1), delta) == new.message(2)
+
+
+def certificate(name: str, pem: bytes) -> pb.Certificate:
+    return pb.Certificate(
+        name=name, secret=name.replace("_", "/", 1), fingerprint=digest_of(pem), pem=pem
+    )
+
+
+def digest_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_a_rotated_certificate_travels_alone_and_a_removed_one_by_name() -> None:
+    """Certificates are parts like backends: a rotation sends that certificate only, a
+    removal its name; the TLS listeners travel with the frontends."""
+    one = message([backend("a", "127.0.0.1")], hosts=("a.example",))
+    one.certificates.extend([certificate("default_a", b"A1"), certificate("default_b", b"B1")])
+    one.tls_listeners.add(port=8443).routes.add(
+        source="TLSRoute default/db rule 0",
+        hostnames=["db.example"],
+        backends=[pb.WeightedBackend(backend="a", weight=1)],
+    )
+    old = SnapshotContent.from_message(one)
+    assert old.parts.join() == one.SerializeToString(deterministic=True)
+    two = pb.Snapshot()
+    two.CopyFrom(one)
+    del two.certificates[:]
+    two.certificates.extend([certificate("default_a", b"A2"), certificate("default_c", b"C1")])
+    new = SnapshotContent.from_message(two)
+    delta = delta_of(old, new, version=3)
+    assert [c.name for c in delta.certificates] == ["default_a", "default_c"]
+    assert list(delta.removed_certificates) == ["default_b"]
+    assert not delta.frontends_changed and not delta.backends
+    assert apply_delta(old.message(1), delta) == new.message(3)
+    held, change = Held.from_snapshot(old.message(1)).apply(delta)
+    assert held.content_hash == new.content_hash == held.computed_hash()
+    assert change.certificates == {"default_a", "default_c"}
+    assert change.removed_certificates == {"default_b"} and not change.frontends
+    assert held.certificates["default_a"].pem == b"A2"
+    three = pb.Snapshot()
+    three.CopyFrom(two)
+    three.tls_listeners[0].routes[0].hostnames.append("*.db.example")
+    newer = SnapshotContent.from_message(three)
+    delta = delta_of(new, newer, version=4)
+    assert delta.frontends_changed and list(delta.tls_listeners) == list(three.tls_listeners)
+    assert not delta.certificates and not delta.removed_certificates
+    later, change = held.apply(delta)
+    assert change.frontends and later.tls_listeners == tuple(three.tls_listeners)
+    assert later.computed_hash() == newer.content_hash
 
 
 def test_delta_in_a_server_message_takes_a_nonce_prefix() -> None:

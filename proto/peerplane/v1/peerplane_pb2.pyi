@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Snapshot(_message.Message):
-    __slots__ = ("workload", "version", "content_hash", "peers", "backends", "http_frontend", "tcp_frontends", "warnings", "http_listeners")
+    __slots__ = ("workload", "version", "content_hash", "peers", "backends", "http_frontend", "tcp_frontends", "warnings", "http_listeners", "certificates", "tls_listeners")
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +18,8 @@ class Snapshot(_message.Message):
     TCP_FRONTENDS_FIELD_NUMBER: _ClassVar[int]
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
     HTTP_LISTENERS_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATES_FIELD_NUMBER: _ClassVar[int]
+    TLS_LISTENERS_FIELD_NUMBER: _ClassVar[int]
     workload: str
     version: int
     content_hash: str
@@ -27,7 +29,9 @@ class Snapshot(_message.Message):
     tcp_frontends: _containers.RepeatedCompositeFieldContainer[TcpFrontend]
     warnings: _containers.RepeatedCompositeFieldContainer[RejectedInput]
     http_listeners: _containers.RepeatedCompositeFieldContainer[HttpListener]
-    def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., peers: _Optional[_Union[PeerSection, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[Backend, _Mapping]]] = ..., http_frontend: _Optional[_Union[HttpFrontend, _Mapping]] = ..., tcp_frontends: _Optional[_Iterable[_Union[TcpFrontend, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ..., http_listeners: _Optional[_Iterable[_Union[HttpListener, _Mapping]]] = ...) -> None: ...
+    certificates: _containers.RepeatedCompositeFieldContainer[Certificate]
+    tls_listeners: _containers.RepeatedCompositeFieldContainer[TlsPassthroughListener]
+    def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., peers: _Optional[_Union[PeerSection, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[Backend, _Mapping]]] = ..., http_frontend: _Optional[_Union[HttpFrontend, _Mapping]] = ..., tcp_frontends: _Optional[_Iterable[_Union[TcpFrontend, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ..., http_listeners: _Optional[_Iterable[_Union[HttpListener, _Mapping]]] = ..., certificates: _Optional[_Iterable[_Union[Certificate, _Mapping]]] = ..., tls_listeners: _Optional[_Iterable[_Union[TlsPassthroughListener, _Mapping]]] = ...) -> None: ...
 
 class PeerSection(_message.Message):
     __slots__ = ("name", "port", "peers")
@@ -126,22 +130,82 @@ class HostRoute(_message.Message):
     def __init__(self, host: _Optional[str] = ..., backend: _Optional[str] = ...) -> None: ...
 
 class TcpFrontend(_message.Message):
-    __slots__ = ("port", "backend")
+    __slots__ = ("port", "backend", "source", "accept_proxy")
     PORT_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_PROXY_FIELD_NUMBER: _ClassVar[int]
     port: int
     backend: str
-    def __init__(self, port: _Optional[int] = ..., backend: _Optional[str] = ...) -> None: ...
+    source: str
+    accept_proxy: bool
+    def __init__(self, port: _Optional[int] = ..., backend: _Optional[str] = ..., source: _Optional[str] = ..., accept_proxy: _Optional[bool] = ...) -> None: ...
 
 class HttpListener(_message.Message):
-    __slots__ = ("port", "rules", "default_backend")
+    __slots__ = ("port", "rules", "default_backend", "tls", "accept_proxy")
     PORT_FIELD_NUMBER: _ClassVar[int]
     RULES_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_BACKEND_FIELD_NUMBER: _ClassVar[int]
+    TLS_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_PROXY_FIELD_NUMBER: _ClassVar[int]
     port: int
     rules: _containers.RepeatedCompositeFieldContainer[RouteRule]
     default_backend: str
-    def __init__(self, port: _Optional[int] = ..., rules: _Optional[_Iterable[_Union[RouteRule, _Mapping]]] = ..., default_backend: _Optional[str] = ...) -> None: ...
+    tls: TlsTermination
+    accept_proxy: bool
+    def __init__(self, port: _Optional[int] = ..., rules: _Optional[_Iterable[_Union[RouteRule, _Mapping]]] = ..., default_backend: _Optional[str] = ..., tls: _Optional[_Union[TlsTermination, _Mapping]] = ..., accept_proxy: _Optional[bool] = ...) -> None: ...
+
+class TlsTermination(_message.Message):
+    __slots__ = ("certificates",)
+    CERTIFICATES_FIELD_NUMBER: _ClassVar[int]
+    certificates: _containers.RepeatedCompositeFieldContainer[CertificateBinding]
+    def __init__(self, certificates: _Optional[_Iterable[_Union[CertificateBinding, _Mapping]]] = ...) -> None: ...
+
+class CertificateBinding(_message.Message):
+    __slots__ = ("certificate", "hostnames")
+    CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAMES_FIELD_NUMBER: _ClassVar[int]
+    certificate: str
+    hostnames: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, certificate: _Optional[str] = ..., hostnames: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Certificate(_message.Message):
+    __slots__ = ("name", "secret", "fingerprint", "serial", "not_after", "dns_names", "pem")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    SERIAL_FIELD_NUMBER: _ClassVar[int]
+    NOT_AFTER_FIELD_NUMBER: _ClassVar[int]
+    DNS_NAMES_FIELD_NUMBER: _ClassVar[int]
+    PEM_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    secret: str
+    fingerprint: str
+    serial: str
+    not_after: str
+    dns_names: _containers.RepeatedScalarFieldContainer[str]
+    pem: bytes
+    def __init__(self, name: _Optional[str] = ..., secret: _Optional[str] = ..., fingerprint: _Optional[str] = ..., serial: _Optional[str] = ..., not_after: _Optional[str] = ..., dns_names: _Optional[_Iterable[str]] = ..., pem: _Optional[bytes] = ...) -> None: ...
+
+class TlsPassthroughListener(_message.Message):
+    __slots__ = ("port", "routes", "accept_proxy")
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    ROUTES_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_PROXY_FIELD_NUMBER: _ClassVar[int]
+    port: int
+    routes: _containers.RepeatedCompositeFieldContainer[SniRoute]
+    accept_proxy: bool
+    def __init__(self, port: _Optional[int] = ..., routes: _Optional[_Iterable[_Union[SniRoute, _Mapping]]] = ..., accept_proxy: _Optional[bool] = ...) -> None: ...
+
+class SniRoute(_message.Message):
+    __slots__ = ("source", "hostnames", "backends")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAMES_FIELD_NUMBER: _ClassVar[int]
+    BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    hostnames: _containers.RepeatedScalarFieldContainer[str]
+    backends: _containers.RepeatedCompositeFieldContainer[WeightedBackend]
+    def __init__(self, source: _Optional[str] = ..., hostnames: _Optional[_Iterable[str]] = ..., backends: _Optional[_Iterable[_Union[WeightedBackend, _Mapping]]] = ...) -> None: ...
 
 class RouteRule(_message.Message):
     __slots__ = ("source", "hostnames", "path", "method", "headers", "query_params", "backends", "request_headers", "redirect")
@@ -338,7 +402,7 @@ class ServerMessage(_message.Message):
     def __init__(self, nonce: _Optional[str] = ..., snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., in_sync: _Optional[_Union[InSync, _Mapping]] = ..., waiting: _Optional[_Union[Waiting, _Mapping]] = ..., delta: _Optional[_Union[SnapshotDelta, _Mapping]] = ...) -> None: ...
 
 class SnapshotDelta(_message.Message):
-    __slots__ = ("workload", "version", "to_content_hash", "peers", "backends", "http_frontend", "tcp_frontends", "warnings", "from_content_hash", "removed_backends", "peers_changed", "frontends_changed", "warnings_changed", "http_listeners")
+    __slots__ = ("workload", "version", "to_content_hash", "peers", "backends", "http_frontend", "tcp_frontends", "warnings", "from_content_hash", "removed_backends", "peers_changed", "frontends_changed", "warnings_changed", "http_listeners", "certificates", "tls_listeners", "removed_certificates")
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TO_CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
@@ -353,6 +417,9 @@ class SnapshotDelta(_message.Message):
     FRONTENDS_CHANGED_FIELD_NUMBER: _ClassVar[int]
     WARNINGS_CHANGED_FIELD_NUMBER: _ClassVar[int]
     HTTP_LISTENERS_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATES_FIELD_NUMBER: _ClassVar[int]
+    TLS_LISTENERS_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_CERTIFICATES_FIELD_NUMBER: _ClassVar[int]
     workload: str
     version: int
     to_content_hash: str
@@ -367,7 +434,10 @@ class SnapshotDelta(_message.Message):
     frontends_changed: bool
     warnings_changed: bool
     http_listeners: _containers.RepeatedCompositeFieldContainer[HttpListener]
-    def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ..., to_content_hash: _Optional[str] = ..., peers: _Optional[_Union[PeerSection, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[Backend, _Mapping]]] = ..., http_frontend: _Optional[_Union[HttpFrontend, _Mapping]] = ..., tcp_frontends: _Optional[_Iterable[_Union[TcpFrontend, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ..., from_content_hash: _Optional[str] = ..., removed_backends: _Optional[_Iterable[str]] = ..., peers_changed: _Optional[bool] = ..., frontends_changed: _Optional[bool] = ..., warnings_changed: _Optional[bool] = ..., http_listeners: _Optional[_Iterable[_Union[HttpListener, _Mapping]]] = ...) -> None: ...
+    certificates: _containers.RepeatedCompositeFieldContainer[Certificate]
+    tls_listeners: _containers.RepeatedCompositeFieldContainer[TlsPassthroughListener]
+    removed_certificates: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ..., to_content_hash: _Optional[str] = ..., peers: _Optional[_Union[PeerSection, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[Backend, _Mapping]]] = ..., http_frontend: _Optional[_Union[HttpFrontend, _Mapping]] = ..., tcp_frontends: _Optional[_Iterable[_Union[TcpFrontend, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ..., from_content_hash: _Optional[str] = ..., removed_backends: _Optional[_Iterable[str]] = ..., peers_changed: _Optional[bool] = ..., frontends_changed: _Optional[bool] = ..., warnings_changed: _Optional[bool] = ..., http_listeners: _Optional[_Iterable[_Union[HttpListener, _Mapping]]] = ..., certificates: _Optional[_Iterable[_Union[Certificate, _Mapping]]] = ..., tls_listeners: _Optional[_Iterable[_Union[TlsPassthroughListener, _Mapping]]] = ..., removed_certificates: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class InSync(_message.Message):
     __slots__ = ("version", "content_hash")
