@@ -179,14 +179,26 @@ class RouteGroupKind:
 
 
 @dataclass(frozen=True, slots=True)
+class SecretRef:
+    """A listener's `tls.certificateRefs` entry, as written ("" namespace: the Gateway's)."""
+
+    name: str
+    namespace: str = ""
+    group: str = ""  # "" : the core group
+    kind: str = "Secret"
+
+
+@dataclass(frozen=True, slots=True)
 class GatewayListener:
     name: str
     port: int
-    protocol: str  # HTTP is served; HTTPS, TLS, TCP, UDP are reported as unsupported
+    protocol: str  # HTTP, HTTPS, TLS and TCP are served; UDP and others are reported
     hostname: str = ""  # "" when absent: every host
     allowed_from: str = "Same"  # allowedRoutes.namespaces.from: Same, All or Selector
     allowed_selector: LabelSelector | None = None  # with allowed_from "Selector"
     allowed_kinds: tuple[RouteGroupKind, ...] = ()  # () : the protocol's kinds (HTTPRoute)
+    tls_mode: str = ""  # tls.mode: Terminate (the default with a tls block) or Passthrough
+    certificate_refs: tuple[SecretRef, ...] = ()  # tls.certificateRefs, in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +322,68 @@ class HTTPRoute:
 
 
 @dataclass(frozen=True, slots=True)
+class L4Rule:
+    """A TLSRoute or TCPRoute rule: only backends (HTTPBackendRef's shape, no filters)."""
+
+    backend_refs: tuple[HTTPBackendRef, ...] = ()
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TLSRoute:
+    """gateway.networking.k8s.io TLSRoute: SNI hostnames to backends, not terminated."""
+
+    namespace: str
+    name: str
+    parent_refs: tuple[ParentRef, ...]
+    hostnames: tuple[str, ...] = ()
+    rules: tuple[L4Rule, ...] = ()
+    generation: int = 0
+    creation_timestamp: str = ""
+    annotations: Mapping[str, str] = field(default_factory=frozen_map)
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class TCPRoute:
+    """gateway.networking.k8s.io TCPRoute: a listener's port to backends."""
+
+    namespace: str
+    name: str
+    parent_refs: tuple[ParentRef, ...]
+    rules: tuple[L4Rule, ...] = ()
+    generation: int = 0
+    creation_timestamp: str = ""
+    annotations: Mapping[str, str] = field(default_factory=frozen_map)
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class TLSSecret:
+    """A Secret a listener or an Ingress may reference for its certificate. Sources keep
+    Secrets of type kubernetes.io/tls (and others by name only, to report the type):
+    `cert_pem` is data["tls.crt"], `key_pem` data["tls.key"], both decoded from base64,
+    never logged. Whether they parse, match and are in date is compute's to say."""
+
+    namespace: str
+    name: str
+    type: str = "kubernetes.io/tls"
+    cert_pem: bytes = field(default=b"", repr=False)
+    key_pem: bytes = field(default=b"", repr=False)
+    resource_version: str = ""
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True)
 class ReferenceGrantFrom:
     group: str
     kind: str
@@ -367,12 +441,19 @@ class IngressRule:
 
 
 @dataclass(frozen=True, slots=True)
+class IngressTLS:
+    hosts: tuple[str, ...] = ()  # () : the certificate's own names
+    secret_name: str = ""  # "" : none (reported)
+
+
+@dataclass(frozen=True, slots=True)
 class Ingress:
     namespace: str
     name: str
     ingress_class_name: str = ""  # "" : the default class
     default_backend: IngressBackend | None = None
     rules: tuple[IngressRule, ...] = ()
+    tls: tuple[IngressTLS, ...] = ()
     generation: int = 0
     creation_timestamp: str = ""
     annotations: Mapping[str, str] = field(default_factory=frozen_map)
@@ -403,3 +484,7 @@ class ClusterState:
     ingresses: tuple[Ingress, ...] = ()
     ingress_classes: tuple[IngressClass, ...] = ()
     namespaces: tuple[Namespace, ...] = ()
+    # TLS: passthrough and TCP routes, and the Secrets listeners and Ingresses reference.
+    tls_routes: tuple[TLSRoute, ...] = ()
+    tcp_routes: tuple[TCPRoute, ...] = ()
+    secrets: tuple[TLSSecret, ...] = ()

@@ -146,6 +146,8 @@ class HttpFrontend:
 class TcpFrontend:
     port: int
     backend: str
+    source: str = ""  # "TCPRoute ns/name rule 0"; "" : a Service's haproxy.org/tcp-port
+    accept_proxy: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,13 +202,54 @@ class RouteRule:
 
 
 @dataclass(frozen=True, slots=True)
+class CertificateBinding:
+    """A crt-list line: a certificate and the SNI names it is presented for."""
+
+    certificate: str  # a Certificate's name in the snapshot
+    hostnames: tuple[str, ...] = ()  # () : the certificate's own names
+
+
+@dataclass(frozen=True, slots=True)
+class Certificate:
+    """A validated certificate and key from a kubernetes.io/tls Secret: the contract's
+    Certificate. `pem` (chain, then key) is never logged or shown; `fingerprint` is."""
+
+    name: str  # "<namespace>_<secret>": the agent's file name (peerplane.names pattern)
+    secret: str  # "namespace/name"
+    fingerprint: str  # SHA-256 hex of pem
+    serial: str
+    not_after: str  # RFC 3339
+    dns_names: tuple[str, ...]
+    pem: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class HttpListener:
     """One HTTP port of the route model: its rules in precedence order (the first that
-    matches serves) and the backend of what none matches ("" : 404)."""
+    matches serves) and the backend of what none matches ("" : 404). With `tls` the port
+    terminates TLS, the first binding's certificate being the default."""
 
     port: int
     rules: tuple[RouteRule, ...]
     default_backend: str = ""
+    tls: tuple[CertificateBinding, ...] = ()
+    accept_proxy: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SniRoute:
+    """A TLSRoute rule on a passthrough listener: SNI names to mode-tcp backends."""
+
+    source: str  # "TLSRoute ns/name rule 0"
+    hostnames: tuple[str, ...]  # () : any
+    backends: tuple[WeightedBackend, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TlsPassthroughListener:
+    port: int
+    routes: tuple[SniRoute, ...]  # precedence order: exact names, then longer wildcards
+    accept_proxy: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +269,8 @@ class WorkloadSnapshot:
     warnings: tuple[RejectedInput, ...]  # not tied to one backend (the settings ConfigMap)
     # The route model's listeners (controlplane/routes/), sorted by port.
     http_listeners: tuple[HttpListener, ...] = ()
+    certificates: tuple[Certificate, ...] = ()  # sorted by name; only this workload's
+    tls_listeners: tuple[TlsPassthroughListener, ...] = ()  # sorted by port
 
     def backend(self, name: str) -> BackendSpec:
         """The backend called `name` (KeyError when absent)."""
