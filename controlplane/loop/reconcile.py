@@ -1,11 +1,13 @@
 """The reconcile loop: source changes -> debounced compute -> persist slots -> publish.
 
 Sources call `on_change` from their own threads, often in bursts (a rollout touches
-hundreds of objects). The loop waits for ~100 ms of quiet, but never more than ~1 s after
-the first unhandled change, then computes once (in a worker thread: compute is pure but
-may be heavy). The new slot assignment is persisted *before* the snapshots that use it
-are published, so a control plane that restarts or fails over continues exactly the
-slots agents already run.
+hundreds of objects). A change that finds the loop idle (no computation in the last ~100
+ms) is computed at once: one route or endpoint change reaches the agents without waiting.
+Changes arriving while a computation runs, or right after one, are coalesced: the loop
+waits for ~100 ms of quiet, but never more than ~1 s after the first unhandled change, then
+computes once (in a worker thread: compute is pure but may be heavy). The new slot
+assignment is persisted *before* the snapshots that use it are published, so a control
+plane that restarts or fails over continues exactly the slots agents already run.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import math
 import threading
 import time
 from collections.abc import Collection, Mapping
@@ -131,6 +134,7 @@ class Reconciler:
         self._done = asyncio.Condition()
         self._first_change: float | None = None
         self._last_change = 0.0
+        self._idle_since = -math.inf  # when the last computation finished (loop time)
         self._scheduled = False  # a _mark call is queued on the loop (coalesces bursts)
         self._lock = threading.Lock()
         self._assignment: SlotAssignment = {}
@@ -206,6 +210,9 @@ class Reconciler:
                 waiter.cancel()
 
     async def _debounce(self) -> None:
+        first = self._first_change if self._first_change is not None else self._last_change
+        if first - self._idle_since >= self._quiet_s:
+            return  # the loop was idle: this change is not part of a burst we are in
         while not self._stopping.is_set():
             first = self._first_change if self._first_change is not None else self._last_change
             deadline = min(self._last_change + self._quiet_s, first + self._max_delay_s)
@@ -221,6 +228,7 @@ class Reconciler:
         try:
             await self._step()
         finally:
+            self._idle_since = self._loop.time()
             async with self._done:
                 self._finished += 1
                 self._done.notify_all()

@@ -1,14 +1,16 @@
 """Learning that files under a folder changed: notifications, with polling as fallback.
 
-`watchfiles` (Rust `notify`: inotify on Linux) reports which paths changed, typically
-within its 50 ms grouping step; with `force_polling` (or WATCHFILES_FORCE_POLLING set, or
-where notifications do not work) it polls file metadata itself. Events can still be lost
-(an inotify queue overflow, a watch limit reached, a change made while the watch was being
-set up), so a rescan runs once the watch is set up and then every `rescan_interval`. When
-the folder itself is removed or replaced (checked every second: a watch follows the old
-inode) the watch is started again on the new one; when the watcher fails the loop logs it
-once, rescans, and retries, backing off up to `rescan_interval` while it keeps failing. The
-thread never dies of one bad pass: `on_changes` raising is logged and the watch goes on.
+`watchfiles` (Rust `notify`: inotify on Linux) reports which paths changed, within its
+grouping step (10 ms of no further change, 1.6 s at most: an editor's or `kubectl cp`'s
+several writes arrive as one change, and one new file is noticed without waiting); with
+`force_polling` (or WATCHFILES_FORCE_POLLING set, or where notifications do not work) it
+polls file metadata itself. Events can still be lost (an inotify queue overflow, a watch
+limit reached, a change made while the watch was being set up), so a rescan runs once the
+watch is set up and then every `rescan_interval`. When the folder itself is removed or
+replaced (checked every second: a watch follows the old inode) the watch is started again
+on the new one; when the watcher fails the loop logs it once, rescans, and retries, backing
+off up to `rescan_interval` while it keeps failing. The thread never dies of one bad pass:
+`on_changes` raising is logged and the watch goes on.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from pathlib import Path
 import watchfiles
 
 log = logging.getLogger(__name__)
+
+GROUPING_STEP_MS = 10  # watchfiles' default is 50 ms: most of a route's propagation time
 
 OnChanges = Callable[[set[Path] | None], None]
 """Called with the paths that changed, or None for "rescan everything"."""
@@ -95,6 +99,7 @@ class FolderWatch:
             stop_event=self._stopped,
             force_polling=self._force_polling,
             poll_delay_ms=max(1, int(self._poll_interval * 1000)),
+            step=GROUPING_STEP_MS,
             rust_timeout=max(1, int(min(self._rescan_interval, 1.0) * 1000)),
             yield_on_timeout=True,
             raise_interrupt=False,

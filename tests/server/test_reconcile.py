@@ -32,11 +32,11 @@ class Loop:
 
 
 @asynccontextmanager
-async def reconcile_loop(retry_s: float = 1.0) -> AsyncIterator[Loop]:
+async def reconcile_loop(retry_s: float = 1.0, **debounce: float) -> AsyncIterator[Loop]:
     store = SnapshotStore()
     source, compute = FakeSource(), FakeCompute()
     slots = RecordingLedger(store)
-    reconciler = Reconciler(source, store, slots, compute, retry_s=retry_s)
+    reconciler = Reconciler(source, store, slots, compute, retry_s=retry_s, **debounce)
     source.start(reconciler.on_change)
     task = asyncio.create_task(reconciler.run())
     try:
@@ -75,6 +75,21 @@ def test_a_burst_of_changes_gives_a_handful_of_computations() -> None:
             await loop.reconciler.wait_computed(2, WAIT_S)
             assert 2 <= loop.reconciler.computations <= 5
             assert len(loop.compute.calls) == loop.reconciler.computations
+
+    run(body())
+
+
+def test_a_change_finding_the_loop_idle_is_computed_without_waiting_for_quiet() -> None:
+    """A lone route or endpoint change is not held for the debounce: with 2 s of quiet
+    asked for, a change after 2 s of idleness is computed well before 2 s pass."""
+
+    async def body() -> None:
+        async with reconcile_loop(quiet_s=2.0, max_delay_s=60.0) as loop:
+            await loop.reconciler.wait_computed(1, WAIT_S)
+            assert loop.source.on_change is not None
+            await asyncio.sleep(2.1)
+            loop.source.on_change()
+            await loop.reconciler.wait_computed(2, 1.5)
 
     run(body())
 
