@@ -3,11 +3,13 @@
 The computation returns `WorkloadSnapshot`s and knows no protobuf; this is the one place
 they become the wire form (docs/design.md, "Architecture"). A snapshot is its
 `ContentParts`: workload, peers, each backend's framed bytes in name order, frontends,
-warnings, the route model's listeners: the fields in number order, so the bytes equal
-protobuf's deterministic serialization. Encoding 84,000 slots is most of a full
-computation, so an `Encoder` keeps each backend's bytes by the identity of its
-`BackendSpec`: the incremental `Computer` hands back the same spec objects for unchanged
-Services, and only changed backends are encoded again.
+warnings, the route model's listeners, each certificate's framed bytes in name order, the
+TLS passthrough listeners: the fields in number order, so the bytes equal protobuf's
+deterministic serialization. Encoding 84,000 slots is most of a full computation, so an
+`Encoder` keeps each backend's bytes by the identity of its `BackendSpec`: the incremental
+`Computer` hands back the same spec objects for unchanged Services, and only changed
+backends are encoded again. Certificates are kept the same way, by the identity of their
+`Certificate`: a rotated one is encoded alone, so a delta carries it alone.
 """
 
 from __future__ import annotations
@@ -19,21 +21,32 @@ from operator import is_not
 
 from controlplane.compute.types import (
     BackendSpec,
+    Certificate,
+    CertificateBinding,
     HttpListener,
     RejectedInput,
     RouteRule,
+    TlsPassthroughListener,
+    WeightedBackend,
     WorkloadSnapshot,
 )
 from controlplane.publish import wire
 from controlplane.publish.content import SnapshotContent
 from peerplane import protowire
-from peerplane.parts import ContentParts, listeners_part
+from peerplane.parts import (
+    ContentParts,
+    framed_certificate,
+    listeners_part,
+    tls_listeners_part,
+)
 from peerplane.v1 import peerplane_pb2 as pb
 
 PATH_TYPES = {"PathPrefix": pb.PathMatch.PATH_PREFIX, "Exact": pb.PathMatch.EXACT}
 
 # id(spec) -> (spec, its Snapshot.backends entry); the spec is held so its id stays unique.
 _BackendCache = dict[int, tuple[BackendSpec, bytes]]
+# id(certificate) -> (certificate, its Snapshot.certificates entry), likewise.
+_CertificateCache = dict[int, tuple[Certificate, bytes]]
 
 
 def rejected_input(rejection: RejectedInput) -> pb.RejectedInput:
@@ -100,7 +113,12 @@ def _frontends(snapshot: WorkloadSnapshot) -> bytes:
         for route in http.routes:
             tail.http_frontend.routes.add(host=route.host, backend=route.backend)
     for frontend in snapshot.tcp_frontends:
-        tail.tcp_frontends.add(port=frontend.port, backend=frontend.backend)
+        tail.tcp_frontends.add(
+            port=frontend.port,
+            backend=frontend.backend,
+            source=frontend.source,
+            accept_proxy=frontend.accept_proxy,
+        )
     return tail.SerializeToString(deterministic=True)
 
 
@@ -139,12 +157,63 @@ def http_listener(listener: HttpListener) -> pb.HttpListener:
         port=listener.port,
         rules=[route_rule(rule) for rule in listener.rules],
         default_backend=listener.default_backend,
+        tls=tls_termination(listener.tls),
+        accept_proxy=listener.accept_proxy,
     )
 
 
 def _listeners(snapshot: WorkloadSnapshot) -> bytes:
     """Field 14: the route model's listeners (`peerplane.parts.listeners_part`)."""
     return listeners_part([http_listener(listener) for listener in snapshot.http_listeners])
+
+
+def tls_termination(bindings: tuple[CertificateBinding, ...]) -> pb.TlsTermination | None:
+    """A listener's crt-list (the first binding the default certificate); None: plain HTTP."""
+    if not bindings:
+        return None
+    return pb.TlsTermination(
+        certificates=[
+            pb.CertificateBinding(certificate=b.certificate, hostnames=b.hostnames)
+            for b in bindings
+        ]
+    )
+
+
+def certificate_bytes(certificate: Certificate) -> bytes:
+    """The `Snapshot.certificates` entry of `certificate` (framed, deterministic)."""
+    return framed_certificate(
+        pb.Certificate(
+            name=certificate.name,
+            secret=certificate.secret,
+            fingerprint=certificate.fingerprint,
+            serial=certificate.serial,
+            not_after=certificate.not_after,
+            dns_names=certificate.dns_names,
+            pem=certificate.pem,
+        )
+    )
+
+
+def _weighted(backends: tuple[WeightedBackend, ...]) -> list[pb.WeightedBackend]:
+    return [pb.WeightedBackend(backend=b.backend, weight=b.weight) for b in backends]
+
+
+def tls_listener(listener: TlsPassthroughListener) -> pb.TlsPassthroughListener:
+    return pb.TlsPassthroughListener(
+        port=listener.port,
+        routes=[
+            pb.SniRoute(
+                source=route.source, hostnames=route.hostnames, backends=_weighted(route.backends)
+            )
+            for route in listener.routes
+        ],
+        accept_proxy=listener.accept_proxy,
+    )
+
+
+def _tls_listeners(snapshot: WorkloadSnapshot) -> bytes:
+    """Field 16: the TLS passthrough listeners (`peerplane.parts.tls_listeners_part`)."""
+    return tls_listeners_part([tls_listener(listener) for listener in snapshot.tls_listeners])
 
 
 def _snapshot_warnings(snapshot: WorkloadSnapshot) -> bytes:
@@ -169,19 +238,23 @@ class Encoder:
     Backend bytes are kept by the identity of their spec; a workload whose backends are
     the last call's in the same names and order but for a few replaced specs is encoded
     from its last parts in O(replaced) (the specs compared by identity in C), and its
-    peers, frontends and warnings bytes are reused when their objects are the same (the
-    incremental assembly keeps them). The cache holds the specs of the last call plus
-    those replaced since its last sweep, at most twice the current backends.
+    peers, frontends, warnings, listeners and certificates bytes are reused when their
+    objects are the same (the incremental assembly keeps them); certificates, like
+    backends, are kept by the identity of each `Certificate`. The cache holds the specs of
+    the last call plus those replaced since its last sweep, at most twice the current
+    backends.
     """
 
     def __init__(self) -> None:
         self._backends: _BackendCache = {}
+        self._certificates: _CertificateCache = {}
         self._workloads: dict[str, _Encoded] = {}
         self.encoded = 0  # backends encoded (not reused) by the last call
+        self.encoded_certificates = 0  # certificates encoded (not reused) by the last call
 
     def encode(self, snapshots: Mapping[str, WorkloadSnapshot]) -> dict[str, SnapshotContent]:
         """Every workload's content, in the order given."""
-        self.encoded = 0
+        self.encoded = self.encoded_certificates = 0
         cache = self._backends
         current = {
             key: self._content(s, self._workloads.get(key), cache) for key, s in snapshots.items()
@@ -195,7 +268,23 @@ class Encoder:
                 for spec in s.backends
                 if (hit := cache.get(id(spec))) is not None
             }
+        certificates = self._certificates
+        if len(certificates) > 2 * sum(len(s.certificates) for s in snapshots.values()) + 16:
+            self._certificates = {
+                id(certificate): kept
+                for s in snapshots.values()
+                for certificate in s.certificates
+                if (kept := certificates.get(id(certificate))) is not None
+            }
         return {key: content for key, (content, _) in current.items()}
+
+    def _certificate_bytes(self, certificate: Certificate) -> bytes:
+        hit = self._certificates.get(id(certificate))
+        if hit is None or hit[0] is not certificate:
+            hit = (certificate, certificate_bytes(certificate))
+            self._certificates[id(certificate)] = hit
+            self.encoded_certificates += 1
+        return hit[1]
 
     def _bytes(self, spec: BackendSpec, cache: _BackendCache) -> bytes:
         hit = cache.get(id(spec))
@@ -214,7 +303,8 @@ class Encoder:
             backend_warnings = sum(len(spec.warnings) for spec in snapshot.backends)
         else:
             backends, backend_warnings = found
-        peers = frontends = warnings = listeners = None
+        peers = frontends = warnings = listeners = tls_listeners = None
+        certificates: Mapping[str, bytes] | None = None
         if last is not None:
             before = last.snapshot
             if snapshot.peers is before.peers or snapshot.peers == before.peers:
@@ -228,6 +318,14 @@ class Encoder:
                 warnings = last.parts.warnings
             if snapshot.http_listeners is before.http_listeners:
                 listeners = last.parts.listeners
+            if snapshot.certificates is before.certificates:
+                certificates = last.parts.certificates
+            if snapshot.tls_listeners is before.tls_listeners:
+                tls_listeners = last.parts.tls_listeners
+        if certificates is None:
+            certificates = {
+                c.name: self._certificate_bytes(c) for c in sorted(snapshot.certificates, key=_name)
+            }
         parts = ContentParts(
             workload=pb.Snapshot(workload=snapshot.workload).SerializeToString(),
             peers=_peers(snapshot) if peers is None else peers,
@@ -235,6 +333,8 @@ class Encoder:
             frontends=_frontends(snapshot) if frontends is None else frontends,
             warnings=_snapshot_warnings(snapshot) if warnings is None else warnings,
             listeners=_listeners(snapshot) if listeners is None else listeners,
+            certificates=certificates,
+            tls_listeners=_tls_listeners(snapshot) if tls_listeners is None else tls_listeners,
         )
         content = SnapshotContent.of_parts(
             snapshot.workload,
@@ -262,6 +362,10 @@ class Encoder:
             backends[spec.name] = self._bytes(spec, cache)
             warnings += len(spec.warnings) - len(before.warnings)
         return backends, warnings
+
+
+def _name(certificate: Certificate) -> str:
+    return certificate.name
 
 
 def encode(snapshots: Mapping[str, WorkloadSnapshot]) -> dict[str, SnapshotContent]:
