@@ -38,6 +38,12 @@ MAX_WEIGHT = 1_000_000
 
 WILDCARD_PREFIX = "*."
 
+# A TLS certificate's name: `<namespace>_<secret name>` (a namespace holds no `_`), the
+# agent's file name for it (`<certs dir>/<name>.pem`) and a word of its runtime commands.
+CERTIFICATE_NAME = re.compile(
+    r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?_[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?"
+)
+
 
 def is_path(text: str) -> bool:
     """A path match value, a redirect's full path (whole-string match)."""
@@ -62,6 +68,10 @@ def is_query_value(text: str) -> bool:
 
 def is_method(text: str) -> bool:
     return text in METHODS
+
+
+def is_certificate_name(text: str) -> bool:
+    return CERTIFICATE_NAME.fullmatch(text) is not None
 
 
 def is_wildcard_host(text: str) -> bool:
