@@ -14,6 +14,7 @@ backends are encoded again. Certificates are kept the same way, by the identity 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, count
@@ -41,6 +42,8 @@ from peerplane.parts import (
 )
 from peerplane.v1 import peerplane_pb2 as pb
 
+LISTENER_RULES = wire.number(pb.HttpListener, "rules")
+SNAPSHOT_LISTENERS = wire.number(pb.Snapshot, "http_listeners")
 PATH_TYPES = {"PathPrefix": pb.PathMatch.PATH_PREFIX, "Exact": pb.PathMatch.EXACT}
 
 # id(spec) -> (spec, its Snapshot.backends entry); the spec is held so its id stays unique.
@@ -249,17 +252,23 @@ class Encoder:
         self._backends: _BackendCache = {}
         self._certificates: _CertificateCache = {}
         self._workloads: dict[str, _Encoded] = {}
+        # id(RouteRule) -> the rule and its framed bytes: a route change encodes its rules
+        # only; a listener is the join of its rules' bytes (`_listeners_bytes`).
+        self._rules: dict[int, tuple[RouteRule, bytes]] = {}
+        self.encoded_rules = 0  # route rules encoded (not reused) by the last call
         self.encoded = 0  # backends encoded (not reused) by the last call
         self.encoded_certificates = 0  # certificates encoded (not reused) by the last call
 
     def encode(self, snapshots: Mapping[str, WorkloadSnapshot]) -> dict[str, SnapshotContent]:
         """Every workload's content, in the order given."""
         self.encoded = self.encoded_certificates = 0
+        self.encoded_rules = 0
         cache = self._backends
         current = {
             key: self._content(s, self._workloads.get(key), cache) for key, s in snapshots.items()
         }
         self._workloads = {key: encoded for key, (_, encoded) in current.items()}
+        self._sweep_rules(snapshots)
         live = sum(len(s.backends) for s in snapshots.values())
         if len(cache) > 2 * live + 64:  # sweep: keep the specs in use
             self._backends = {
@@ -293,6 +302,48 @@ class Encoder:
             cache[id(spec)] = hit
             self.encoded += 1
         return hit[1]
+
+    def _listeners_bytes(self, snapshot: WorkloadSnapshot) -> bytes:
+        """Field 14, as `_listeners` makes it, from each rule's cached bytes: a listener's
+        fields in number order are its port, its rules, then the rest."""
+        if not snapshot.http_listeners:
+            return b""
+        cache = self._rules
+        out: list[bytes] = []
+        for listener in snapshot.http_listeners:
+            rules: list[bytes] = []
+            for rule in listener.rules:
+                hit = cache.get(id(rule))
+                if hit is None or hit[0] is not rule:
+                    framed = route_rule(rule).SerializeToString(deterministic=True)
+                    hit = (rule, protowire.length_delimited(LISTENER_RULES, framed))
+                    cache[id(rule)] = hit
+                    self.encoded_rules += 1
+                rules.append(hit[1])
+            rest = http_listener(dataclasses.replace(listener, rules=()))
+            rest.ClearField("port")
+            body = b"".join(
+                (
+                    pb.HttpListener(port=listener.port).SerializeToString(),
+                    *rules,
+                    rest.SerializeToString(deterministic=True),
+                )
+            )
+            out.append(protowire.length_delimited(SNAPSHOT_LISTENERS, body))
+        return b"".join(out)
+
+    def _sweep_rules(self, snapshots: Mapping[str, WorkloadSnapshot]) -> None:
+        """Keep the rules in use once the cache holds twice as many."""
+        listeners = [listener for s in snapshots.values() for listener in s.http_listeners]
+        if len(self._rules) <= 2 * sum(len(listener.rules) for listener in listeners) + 64:
+            return
+        cache = self._rules
+        self._rules = {
+            id(rule): hit
+            for listener in listeners
+            for rule in listener.rules
+            if (hit := cache.get(id(rule))) is not None
+        }
 
     def _content(
         self, snapshot: WorkloadSnapshot, last: _Encoded | None, cache: _BackendCache
@@ -332,7 +383,7 @@ class Encoder:
             backends=backends,
             frontends=_frontends(snapshot) if frontends is None else frontends,
             warnings=_snapshot_warnings(snapshot) if warnings is None else warnings,
-            listeners=_listeners(snapshot) if listeners is None else listeners,
+            listeners=self._listeners_bytes(snapshot) if listeners is None else listeners,
             certificates=certificates,
             tls_listeners=_tls_listeners(snapshot) if tls_listeners is None else tls_listeners,
         )

@@ -15,7 +15,8 @@ parameters conflict: the first keeps them, the other is dropped and reported.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from operator import attrgetter
 
 from controlplane.compute.types import HttpListener, RejectedInput, RouteRule
 from controlplane.compute.values import shown
@@ -39,15 +40,29 @@ class Origin:
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
+    """One rule for one hostname on one port. Its sort key and conflict key are computed
+    once, when the object's outcome is: a route change re-ranks that route's candidates
+    only, and ordering a port is one sort over keys already made."""
+
     port: int
     rule: RouteRule
     origin: Origin
     age: str  # creationTimestamp; "~" (after every timestamp) when unknown
     order: tuple[int, int]  # rule and match (or path) index within the object
+    key: tuple[object, ...] = field(init=False, repr=False, compare=False)
+    match: tuple[object, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", _rank(self))
+        object.__setattr__(self, "match", match_key(self.rule))
 
 
 def rank(candidate: Candidate) -> tuple[object, ...]:
     """The sort key: a smaller key takes precedence."""
+    return candidate.key
+
+
+def _rank(candidate: Candidate) -> tuple[object, ...]:
     rule = candidate.rule
     host = rule.hostnames[0] if rule.hostnames else ""
     exact_host = len(host) if host and not host.startswith(WILDCARD_PREFIX) else 0
@@ -84,6 +99,9 @@ def match_key(rule: RouteRule) -> tuple[object, ...]:
     )
 
 
+_KEY = attrgetter("key")
+
+
 def listeners(
     candidates: Iterable[Candidate],
     defaults: Mapping[int, str],
@@ -98,8 +116,8 @@ def listeners(
     for port in sorted(by_port):
         taken: dict[tuple[object, ...], Candidate] = {}
         rules: list[RouteRule] = []
-        for candidate in sorted(by_port[port], key=rank):
-            key = match_key(candidate.rule)
+        for candidate in sorted(by_port[port], key=_KEY):
+            key = candidate.match
             winner = taken.get(key)
             if winner is None:
                 taken[key] = candidate
