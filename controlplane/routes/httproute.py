@@ -32,8 +32,10 @@ from controlplane.model import (
     ParentRef,
     ReferenceGrant,
     Service,
+    TCPRoute,
+    TLSRoute,
 )
-from controlplane.routes import names
+from controlplane.routes import names, protocols
 from controlplane.routes.backends import Resolved, ServiceKey, granted, service_port
 from controlplane.routes.hostnames import intersect
 from controlplane.routes.placement import (
@@ -208,11 +210,12 @@ def _filters(
 
 def resolve_backend(
     ref: HTTPBackendRef,
-    route: HTTPRoute,
+    route: HTTPRoute | TLSRoute | TCPRoute,
     services: Mapping[ServiceKey, Service],
     grants: Mapping[str, tuple[ReferenceGrant, ...]],
 ) -> Resolved:
     """A backendRef to a Service port's backend, or why not (ResolvedRefs reasons)."""
+    kind = type(route).__name__
     namespace = ref.namespace or route.namespace
     if (ref.group, ref.kind) != names.SERVICE_KIND:
         return Resolved(
@@ -221,13 +224,13 @@ def resolve_backend(
             message=f"backendRef kind {ref.group}/{ref.kind} is not a core Service",
         )
     if namespace != route.namespace and not granted(
-        grants, "HTTPRoute", route.namespace, namespace, ref.name
+        grants, kind, route.namespace, namespace, ref.name
     ):
         return Resolved(
             "",
             reason=names.REF_NOT_PERMITTED,
             message=(
-                f"no ReferenceGrant in {namespace} lets HTTPRoutes of {route.namespace} "
+                f"no ReferenceGrant in {namespace} lets {kind}s of {route.namespace} "
                 f"reference Service {ref.name}"
             ),
         )
@@ -318,14 +321,16 @@ def _rule(
     )
 
 
-def _parent(
-    route: HTTPRoute,
+def attach(
+    route: HTTPRoute | TLSRoute | TCPRoute,
     ref: ParentRef,
     place: GatewayPlace,
     hostnames: tuple[str, ...],
     placement: Placement,
 ) -> tuple[Verdict, list[tuple[ListenerPlace, tuple[str, ...]]]]:
-    """Whether the route attaches through `ref`, and to which listeners with which hosts."""
+    """Whether the route attaches through `ref`, and to which listeners (those carrying its
+    kind) with which hosts."""
+    kind = (GATEWAY_GROUP, type(route).__name__)
     if not place.accepted.ok:
         return Verdict(
             False, names.NO_MATCHING_PARENT, f"Gateway not accepted: {place.accepted.message}"
@@ -342,12 +347,18 @@ def _parent(
             names.NO_MATCHING_PARENT,
             "no listener of the Gateway has this sectionName and port",
         ), []
-    allowed = [lp for lp in named if lp.usable and allows_namespace(lp, route.namespace, placement)]
+    allowed = [
+        lp
+        for lp in named
+        if lp.usable
+        and kind in protocols.route_kinds(lp.listener)
+        and allows_namespace(lp, route.namespace, placement)
+    ]
     if not allowed:
         return Verdict(
             False,
             names.NOT_ALLOWED_BY_LISTENERS,
-            f"no listener allows HTTPRoutes from namespace {route.namespace}",
+            f"no listener allows {kind[1]}s from namespace {route.namespace}",
         ), []
     attached = []
     for lp in allowed:
@@ -413,7 +424,7 @@ def route_outcome(
         accepted, attached = (
             (refused, [])
             if refused is not None
-            else _parent(route, ref, place, hostnames, placement)
+            else attach(route, ref, place, hostnames, placement)
         )
         if not accepted.ok and refused is None:
             rejections.append(

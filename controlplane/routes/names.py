@@ -30,3 +30,6 @@ PORT_UNAVAILABLE = "PortUnavailable"
 INVALID_ROUTE_KINDS = "InvalidRouteKinds"
 INVALID_PARAMETERS = "InvalidParameters"
 INVALID = "Invalid"
+TLSROUTE_KIND = (GATEWAY_GROUP, "TLSRoute")
+TCPROUTE_KIND = (GATEWAY_GROUP, "TCPRoute")
+PROTOCOL_CONFLICT = "ProtocolConflict"

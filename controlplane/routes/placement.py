@@ -9,6 +9,7 @@ annotation, or is the cluster's only HAProxy workload.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
@@ -19,7 +20,7 @@ from controlplane.model import (
     LabelSelector,
     ObjectRef,
 )
-from controlplane.routes import names
+from controlplane.routes import names, protocols
 from peerplane import routes as patterns
 
 
@@ -40,10 +41,11 @@ class ListenerPlace:
     listener: GatewayListener
     accepted: Verdict
     resolved: Verdict  # ResolvedRefs: the allowed route kinds
+    conflict: str = ""  # why it conflicts with another listener on its port (not served)
 
     @property
     def usable(self) -> bool:
-        return self.accepted.ok and self.resolved.ok
+        return self.accepted.ok and self.resolved.ok and not self.conflict
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,14 @@ class Placement:
     ingress_classes: Mapping[str, Verdict]  # ours; ok: message is the workload ref
     default_ingress_class: str  # "" when none of ours is the default
     namespace_labels: Mapping[str, Mapping[str, str]]
+
+
+ACCEPT_PROXY_ANNOTATION = "peerplane.dev/accept-proxy-protocol"
+
+
+def accept_proxy(gateway: Gateway) -> bool:
+    """Whether every listener of `gateway` takes the PROXY protocol (opt-in annotation)."""
+    return gateway.annotations.get(ACCEPT_PROXY_ANNOTATION, "").strip().lower() == "true"
 
 
 def resolve_workload(annotations: Mapping[str, str], workloads: Collection[str]) -> Verdict:
@@ -128,11 +138,14 @@ def _listener_place(
     gateway: Gateway, listener: GatewayListener, reserved: Mapping[int, str]
 ) -> ListenerPlace:
     accepted = Verdict(True, names.ACCEPTED, "listener accepted")
-    if listener.protocol != "HTTP":
+    l4_problem = protocols.l4_problem(listener)
+    if l4_problem is not None:
+        accepted = Verdict(False, *l4_problem)
+    elif listener.protocol not in ("HTTP", *protocols.L4_PROTOCOLS):
         accepted = Verdict(
             False,
             names.UNSUPPORTED_PROTOCOL,
-            f"protocol {listener.protocol} is not served (HTTP only)",
+            f"protocol {listener.protocol} is not served (HTTP, TLS and TCP are)",
         )
     elif listener.port in reserved:
         accepted = Verdict(
@@ -153,9 +166,11 @@ def _listener_place(
             "allowedRoutes.namespaces is not Same, All or Selector with a selector",
         )
     resolved = Verdict(True, names.RESOLVED_REFS, "route kinds resolved")
-    kinds = listener.allowed_kinds
-    if kinds and not any((k.group, k.kind) == names.HTTPROUTE_KIND for k in kinds):
-        resolved = Verdict(False, names.INVALID_ROUTE_KINDS, "only HTTPRoute is served")
+    if listener.allowed_kinds and not protocols.route_kinds(listener):
+        served = ", ".join(kind for _, kind in protocols.protocol_kinds(listener))
+        resolved = Verdict(
+            False, names.INVALID_ROUTE_KINDS, f"only {served or 'no route kind'} is served here"
+        )
     return ListenerPlace(gateway, listener, accepted, resolved)
 
 
@@ -174,10 +189,14 @@ def place(
         if gateway.gateway_class_name not in classes:
             continue
         workload = resolve_workload(gateway.annotations, workloads)
-        listeners = tuple(_listener_place(gateway, lst, reserved) for lst in gateway.listeners)
+        conflicted = protocols.conflicts(gateway.listeners)
+        listeners = tuple(
+            dataclasses.replace(lp, conflict=conflicted.get(lp.listener.name, ""))
+            for lp in (_listener_place(gateway, lst, reserved) for lst in gateway.listeners)
+        )
         if not workload.ok:
             accepted = workload
-        elif not any(lp.accepted.ok for lp in listeners):
+        elif not any(lp.accepted.ok and not lp.conflict for lp in listeners):
             accepted = Verdict(False, "ListenersNotValid", "no listener can be served")
         else:
             accepted = Verdict(

@@ -19,7 +19,7 @@ from typing import Any
 from controlplane.compute.settings import Resolver
 from controlplane.compute.workloads import DEFAULT_SCOPE, WorkloadScope, discover
 from controlplane.model import GATEWAY_GROUP, ClusterState, ParentRef
-from controlplane.routes import names
+from controlplane.routes import names, protocols
 from controlplane.routes.placement import GatewayPlace, ListenerPlace, Verdict
 from controlplane.routes.table import RouteTable, compute_routes
 
@@ -71,12 +71,16 @@ def _listener(
         programmed = Verdict(False, names.INVALID, accepted.message)
     elif not lp.resolved.ok:
         programmed = Verdict(False, names.INVALID, lp.resolved.message)
+    elif lp.conflict:
+        programmed = Verdict(False, names.INVALID, lp.conflict)
     elif not gateway_ok:
         programmed = Verdict(False, names.INVALID, "Gateway not accepted")
-    kinds = lp.listener.allowed_kinds
-    supported = [{"group": GATEWAY_GROUP, "kind": "HTTPRoute"}]
-    if kinds and not any((k.group, k.kind) == names.HTTPROUTE_KIND for k in kinds):
-        supported = []
+    supported = [{"group": g, "kind": k} for g, k in protocols.route_kinds(lp.listener)]
+    conflicted = (
+        Verdict(True, names.PROTOCOL_CONFLICT, lp.conflict)
+        if lp.conflict
+        else Verdict(False, "NoConflicts", "no conflict")
+    )
     return {
         "name": lp.listener.name,
         "supportedKinds": supported,
@@ -85,7 +89,7 @@ def _listener(
             condition(names.ACCEPTED, accepted, generation),
             condition(names.PROGRAMMED, programmed, generation),
             condition(names.RESOLVED_REFS, lp.resolved, generation),
-            condition(names.CONFLICTED, Verdict(False, "NoConflicts", "no conflict"), generation),
+            condition(names.CONFLICTED, conflicted, generation),
         ],
     }
 

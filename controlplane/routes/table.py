@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from controlplane.compute.types import HttpListener, RejectedInput
 from controlplane.model import ClusterState, HTTPRoute, ReferenceGrant, Service, ServicePort
+from controlplane.routes import protocols
 from controlplane.routes.backends import ServiceKey
 from controlplane.routes.httproute import RouteOutcome, route_outcome
 from controlplane.routes.ingress import IngressOutcome, ingress_outcome
@@ -107,7 +108,7 @@ def _table(
         if gateway_place.workload:
             mine = per.setdefault(gateway_place.workload, _Workload())
             for lp in gateway_place.listeners:
-                if lp.usable:
+                if lp.usable and lp.listener.protocol in protocols.HTTP_PROTOCOLS:
                     mine.defaults.setdefault(lp.listener.port, "")
     rejections: list[RejectedInput] = []
     demand: dict[ServiceKey, set[str]] = {}
