@@ -24,12 +24,6 @@ DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?")
 MAX_HOST_NAME = 253
 
-# A TLS certificate: "<namespace>_<Secret name>" (a namespace holds no "_"); the agent's
-# file is `certs/<name>.pem`, so no "/" and no leading "." can pass.
-CERTIFICATE_NAME = re.compile(
-    r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?_[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?"
-)
-
 
 def server_name(index: int) -> str:
     """The server name of slot `index`."""
@@ -48,15 +42,6 @@ def is_dns_label(text: str) -> bool:
 
 def is_dns_subdomain(text: str) -> bool:
     return DNS_SUBDOMAIN.fullmatch(text) is not None
-
-
-def certificate_name(namespace: str, secret: str) -> str:
-    """The certificate name of a Secret (check it with `is_certificate_name`)."""
-    return f"{namespace}_{secret}"
-
-
-def is_certificate_name(text: str) -> bool:
-    return CERTIFICATE_NAME.fullmatch(text) is not None
 
 
 def is_host_name(text: str) -> bool:
