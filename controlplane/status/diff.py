@@ -1,6 +1,8 @@
 """What changed between two versions of a workload's snapshot, readable: peers, each
-backend (added, removed, its settings, each slot), frontends, route listeners and
-warnings. Pure: two `Snapshot` messages in, lines out."""
+backend (added, removed, its settings, each slot), frontends, route listeners (with their
+TLS certificates and PROXY protocol), certificates (fingerprint, serial, notAfter: never
+the PEM), TLS passthrough listeners and warnings. Pure: two `Snapshot` messages in, lines
+out."""
 
 from __future__ import annotations
 
@@ -105,6 +107,9 @@ def diff(old: pb.Snapshot, new: pb.Snapshot) -> list[str]:
     if list(old.http_listeners) != list(new.http_listeners):
         rules = (sum(len(x.rules) for x in s.http_listeners) for s in (old, new))
         lines.append("http listeners: {} -> {} rules".format(*rules))
+        lines += _listener_tls(old, new)
+    lines += _certificates(old, new)
+    lines += _tls_listeners(old, new)
     if list(old.warnings) != list(new.warnings):
         lines.append(f"warnings: {len(old.warnings)} -> {len(new.warnings)}")
         lines += [
@@ -125,4 +130,111 @@ _NOT_FRONTENDS = (
     "backends",
     "warnings",
     "http_listeners",
+    "certificates",
+    "tls_listeners",
 )
+FINGERPRINT_CHARS = 16  # of the SHA-256 hex: enough to tell two certificates apart
+
+
+def _fingerprint(certificate: pb.Certificate) -> str:
+    return escape(certificate.fingerprint[:FINGERPRINT_CHARS]) or "(none)"
+
+
+def _certificate(certificate: pb.Certificate) -> str:
+    """What a certificate is, without its PEM: Secret, fingerprint, serial, names."""
+    names = ", ".join(escape(n) for n in certificate.dns_names) or "no DNS names"
+    return (
+        f"Secret {escape(certificate.secret)}, fingerprint {_fingerprint(certificate)}, "
+        f"serial {escape(certificate.serial)}, not after {escape(certificate.not_after)}, "
+        f"{names}"
+    )
+
+
+def _certificates(old: pb.Snapshot, new: pb.Snapshot) -> list[str]:
+    """Added, removed and renewed certificates (a renewal: its fingerprint changed)."""
+    before = {c.name: c for c in old.certificates}
+    after = {c.name: c for c in new.certificates}
+    lines = []
+    for name in sorted(before.keys() | after.keys()):
+        a, b = before.get(name), after.get(name)
+        if a is None and b is not None:
+            lines.append(f"  + {escape(name)}: {_certificate(b)}")
+        elif b is None and a is not None:
+            lines.append(f"  - {escape(name)}: fingerprint {_fingerprint(a)}")
+        elif a is not None and b is not None and _shown(a) != _shown(b):
+            changes = [
+                f"fingerprint {_fingerprint(a)} -> {_fingerprint(b)}",
+                f"serial {escape(a.serial)} -> {escape(b.serial)}",
+            ]
+            if a.not_after != b.not_after:
+                changes.append(f"not after {escape(a.not_after)} -> {escape(b.not_after)}")
+            if list(a.dns_names) != list(b.dns_names):
+                names = (" ".join(escape(n) for n in c.dns_names) or "none" for c in (a, b))
+                changes.append("names {} -> {}".format(*names))
+            if a.secret != b.secret:
+                changes.append(f"Secret {escape(a.secret)} -> {escape(b.secret)}")
+            lines.append(f"  ~ {escape(name)}: " + ", ".join(changes))
+    return ["certificates:", *lines] if lines else []
+
+
+def _shown(certificate: pb.Certificate) -> tuple[object, ...]:
+    """A certificate's fields but its PEM (inspection answers clear it anyway)."""
+    c = certificate
+    return (c.secret, c.fingerprint, c.serial, c.not_after, tuple(c.dns_names))
+
+
+def _bindings(listener: pb.HttpListener | None) -> str:
+    if listener is None or not listener.HasField("tls"):
+        return "plain"
+    shown = []
+    for binding in listener.tls.certificates:
+        names = " ".join(escape(n) for n in binding.hostnames) or "its own names"
+        shown.append(f"{escape(binding.certificate)} ({names})")
+    return "tls " + ", ".join(shown)
+
+
+def _listener_tls(old: pb.Snapshot, new: pb.Snapshot) -> list[str]:
+    """Per HTTP port: its certificates (the first the default) and PROXY protocol, when
+    they changed."""
+    before = {x.port: x for x in old.http_listeners}
+    after = {x.port: x for x in new.http_listeners}
+    lines = []
+    for port in sorted(before.keys() | after.keys()):
+        a, b = before.get(port), after.get(port)
+        changes = []
+        if _bindings(a) != _bindings(b):
+            changes.append(f"{_bindings(a)} -> {_bindings(b)}")
+        proxy = tuple(x is not None and x.accept_proxy for x in (a, b))
+        if proxy[0] != proxy[1]:
+            changes.append("accept-proxy {} -> {}".format(*("on" if p else "off" for p in proxy)))
+        if changes:
+            lines.append(f"  port {port}: " + "; ".join(changes))
+    return lines
+
+
+def _passthrough(listener: pb.TlsPassthroughListener) -> str:
+    routes = "; ".join(
+        "{} -> {}".format(
+            " ".join(escape(n) for n in route.hostnames) or "any SNI",
+            " ".join(f"{escape(b.backend) or '(unresolved)'}*{b.weight}" for b in route.backends)
+            or "(none)",
+        )
+        for route in listener.routes
+    )
+    proxy = ", accept-proxy" if listener.accept_proxy else ""
+    return _short(f"{routes or 'no routes'}{proxy}")
+
+
+def _tls_listeners(old: pb.Snapshot, new: pb.Snapshot) -> list[str]:
+    before = {x.port: x for x in old.tls_listeners}
+    after = {x.port: x for x in new.tls_listeners}
+    lines = []
+    for port in sorted(before.keys() | after.keys()):
+        a, b = before.get(port), after.get(port)
+        if a is None and b is not None:
+            lines.append(f"  + {port}: {_passthrough(b)}")
+        elif b is None and a is not None:
+            lines.append(f"  - {port}")
+        elif a is not None and b is not None and a != b:
+            lines.append(f"  ~ {port}: {_passthrough(a)} -> {_passthrough(b)}")
+    return ["tls passthrough listeners:", *lines] if lines else []

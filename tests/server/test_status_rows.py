@@ -124,3 +124,43 @@ def test_diff_names_each_change_per_backend_and_slot() -> None:
     assert "  slot 1 (SRV_1): 10.1.0.1:80 -> 10.1.0.2:80" in lines
     same = snap(1, "10.1.0.1", "roundrobin", 2)
     assert diff.diff(same, same)[1] == "same content"
+
+
+def test_diff_shows_certificates_and_tls_listeners_never_the_pem() -> None:
+    def snap(version: int, fingerprint: str, proxy: bool, sni: str) -> pb.Snapshot:
+        s = pb.Snapshot(workload=W, version=version, content_hash=f"{version:064x}")
+        s.certificates.add(
+            name="default_web-tls",
+            secret="default/web-tls",
+            fingerprint=fingerprint,
+            serial=f"{version:x}",
+            not_after="2027-03-01T00:00:00Z",
+            dns_names=["web.example"],
+            pem=b"-----BEGIN PRIVATE KEY-----\nsecret\n",
+        )
+        if version == 1:
+            s.certificates.add(name="shop_api-tls", secret="shop/api-tls", fingerprint="ab" * 32)
+        listener = s.http_listeners.add(port=8443, accept_proxy=proxy)
+        listener.tls.certificates.add(certificate="default_web-tls", hostnames=["web.example"])
+        s.tls_listeners.add(port=9443).routes.add(
+            hostnames=[sni], backends=[pb.WeightedBackend(backend="default_db_tcp", weight=1)]
+        )
+        return s
+
+    lines = diff.diff(snap(1, "11" * 32, False, "db.example"), snap(2, "22" * 32, True, "*.db"))
+    assert "certificates:" in lines
+    assert (
+        "  ~ default_web-tls: fingerprint 1111111111111111 -> 2222222222222222, serial 1 -> 2"
+    ) in lines
+    assert "  - shop_api-tls: fingerprint abababababababab" in lines
+    assert "  port 8443: accept-proxy off -> on" in lines
+    assert "  ~ 9443: db.example -> default_db_tcp*1 -> *.db -> default_db_tcp*1" in lines
+    assert not any("PRIVATE" in line or "secret" in line for line in lines)
+    added = diff.diff(pb.Snapshot(workload=W, content_hash="0" * 64), snap(2, "22" * 32, True, "x"))
+    assert (
+        "  + default_web-tls: Secret default/web-tls, fingerprint 2222222222222222, serial 2, "
+        "not after 2027-03-01T00:00:00Z, web.example"
+    ) in added
+    assert (
+        "  port 8443: plain -> tls default_web-tls (web.example); accept-proxy off -> on" in added
+    )
