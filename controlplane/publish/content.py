@@ -94,3 +94,13 @@ class SnapshotContent:
 def content_hash(snapshot: pb.Snapshot) -> str:
     """SHA-256 of the deterministic serialization, version and hash cleared."""
     return SnapshotContent.from_message(snapshot).content_hash
+
+
+def without_keys(snapshot: pb.Snapshot) -> pb.Snapshot:
+    """`snapshot` with every certificate's `pem` (chain and private key) cleared, in place:
+    what inspection shows. Name, Secret, fingerprint, serial, notAfter and DNS names stay,
+    and so does `content_hash`, the hash of the real content (pem included), so an
+    operator compares it with what the agents acknowledged."""
+    for certificate in snapshot.certificates:
+        certificate.ClearField("pem")
+    return snapshot

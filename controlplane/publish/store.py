@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from controlplane.publish import delta, wire
-from controlplane.publish.content import SnapshotContent
+from controlplane.publish.content import SnapshotContent, without_keys
 from peerplane.parts import ContentParts
 from peerplane.v1 import peerplane_pb2 as pb
 
@@ -59,8 +59,10 @@ class Published:
         return self.content.content_hash
 
     def snapshot(self) -> pb.Snapshot:
-        """The versioned message (parsed on demand: inspection only)."""
-        return self.content.message(version=self.version)
+        """The versioned message as inspection shows it: every certificate's pem cleared,
+        the content hash the real one's (parsed on demand: inspection only; the streams
+        send `message_bytes`)."""
+        return without_keys(self.content.message(version=self.version))
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,12 +356,13 @@ class SnapshotStore:
 
     def snapshot_at(self, workload: str, version: int) -> pb.Snapshot | None:
         """Version `version` of `workload` while it is retained (inspection: `controlplane
-        status --diff`), else None; parsed on demand."""
+        status --diff`), else None; parsed on demand, certificates without pem as
+        `Published.snapshot` shows them."""
         for content_hash, kept in self._retained.get(workload, {}).items():
             if kept.version == version:
                 snapshot = pb.Snapshot.FromString(kept.parts.join())
                 snapshot.version, snapshot.content_hash = version, content_hash
-                return snapshot
+                return without_keys(snapshot)
         return None
 
     def versions_held(self, workload: str) -> list[int]:

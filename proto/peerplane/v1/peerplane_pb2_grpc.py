@@ -77,7 +77,10 @@ class PeerPlaneServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetSnapshot(self, request, context):
-        """The current snapshot of one workload.
+        """The current snapshot of one workload (or a recent version). Every
+        Certificate is shown without `pem` (name, Secret, fingerprint, serial,
+        not_after and DNS names only); content_hash is still the hash of the real
+        snapshot, pem included: the one the agents acknowledge.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
