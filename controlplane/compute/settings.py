@@ -144,6 +144,17 @@ HTTP_PORT = Setting(
     "http-port", _any_mode(parse_port), 80, "ConfigMap", "`80`",
     "Port of the HTTP frontend.",
 )  # fmt: skip
+HTTPS_PORT = Setting(
+    "https-port", _any_mode(parse_port), 443, "ConfigMap", "`443`",
+    "Port where an Ingress with `spec.tls` is served in HTTPS (its rules are served on "
+    "`http-port` too).",
+)  # fmt: skip
+ACCEPT_PROXY = Setting(
+    "accept-proxy-protocol", _any_mode(parse_bool), False, "ConfigMap", "`false`",
+    "Ports not from a Gateway (`http-port`, `https-port`, `haproxy.org/tcp-port`) take the "
+    "PROXY protocol (v1 or v2) from the load balancer in front, which keeps the client's "
+    "address.",
+)  # fmt: skip
 PEER_PORT = Setting(
     "peer-port", _any_mode(parse_port), 10000, "ConfigMap", "`10000`",
     "Port of the `peers localinstance` section on every HAProxy pod.",
@@ -166,6 +177,8 @@ SETTINGS: tuple[Setting[Any], ...] = (
     CHECK_FALL,
     CHECK_HTTP,
     HTTP_PORT,
+    HTTPS_PORT,
+    ACCEPT_PROXY,
     PEER_PORT,
 )
 BY_KEY: Mapping[str, Setting[Any]] = {row.key: row for row in SETTINGS}
@@ -223,6 +236,8 @@ class GlobalSettings:
 
     http_port: int
     peer_port: int
+    https_port: int = HTTPS_PORT.default  # 0: none (the default collided)
+    accept_proxy: bool = ACCEPT_PROXY.default  # on the ports not from Gateways
 
 
 class Resolver:
@@ -313,7 +328,8 @@ class Resolver:
         return settings if enabled else None
 
     def global_settings(self, rejections: list[RejectedInput]) -> GlobalSettings:
-        """The HTTP frontend port and the peer port; they may never collide."""
+        """The HTTP, HTTPS and peer ports (they may never collide) and whether the ports
+        not from Gateways take the PROXY protocol."""
 
         def not_http_default(port: int) -> None:
             if port == HTTP_PORT.default:
@@ -326,4 +342,16 @@ class Resolver:
                 raise Invalid(f"port {port} is the peer port")
 
         http = self._configmap_value(HTTP_PORT, "http", rejections, not_peer)
-        return GlobalSettings(http_port=http, peer_port=peer)
+
+        def not_peer_nor_http(port: int) -> None:
+            not_peer(port)
+            if port == http:
+                raise Invalid(f"port {port} is the HTTP port")
+
+        https = self._configmap_value(HTTPS_PORT, "http", rejections, not_peer_nor_http)
+        if https in (peer, http):  # the default collides with a port the ConfigMap set
+            https = 0  # none: an Ingress's spec.tls is reported, not served
+        accept_proxy = self._configmap_value(ACCEPT_PROXY, "http", rejections)
+        return GlobalSettings(
+            http_port=http, peer_port=peer, https_port=https, accept_proxy=accept_proxy
+        )

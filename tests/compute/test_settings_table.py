@@ -159,7 +159,10 @@ def test_with_nothing_set_the_resolver_returns_the_table_defaults() -> None:
         ),
     )
     assert resolver.global_settings(rejections) == GlobalSettings(
-        http_port=defaults["http-port"], peer_port=defaults["peer-port"]
+        http_port=defaults["http-port"],
+        peer_port=defaults["peer-port"],
+        https_port=defaults["https-port"],
+        accept_proxy=defaults["accept-proxy-protocol"],
     )
     assert rejections == []
 
@@ -183,3 +186,21 @@ def test_every_backend_wide_row_is_read_from_the_service_then_the_configmap(
     bad_configmap = ConfigMap(configmap.namespace, configmap.name, {row.key: bad})
     Resolver(bad_configmap).backend(_service(), "http", rejections)
     assert [(r.kind, r.key) for r in rejections] == [("ConfigMap", row.key)]
+
+
+def test_the_https_port_may_not_take_the_http_or_peer_port() -> None:
+    def settings(**data: str) -> tuple[GlobalSettings, list[RejectedInput]]:
+        rejections: list[RejectedInput] = []
+        configmap = ConfigMap(namespace="haproxy-system", name="haproxy-settings", data=data)
+        return Resolver(configmap).global_settings(rejections), rejections
+
+    found, rejections = settings(**{"https-port": "8443", "accept-proxy-protocol": "true"})
+    assert (found.https_port, found.accept_proxy, rejections) == (8443, True, [])
+    found, rejections = settings(**{"https-port": "80"})
+    assert found.https_port == 443
+    assert [r.reason for r in rejections] == ["port 80 is the HTTP port"]
+    found, rejections = settings(**{"https-port": "10000"})
+    assert found.https_port == 443
+    assert [r.reason for r in rejections] == ["port 10000 is the peer port"]
+    found, rejections = settings(**{"http-port": "443"})  # the default collides: none
+    assert (found.http_port, found.https_port, rejections) == (443, 0, [])
