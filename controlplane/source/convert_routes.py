@@ -1,4 +1,5 @@
-"""Route objects (Gateway API, Ingress, Namespace; plain JSON dicts) to model types.
+"""Route objects (Gateway API, Ingress, Namespace, TLS Secrets; plain JSON dicts) to
+model types.
 
 The same contract as `convert`: a document of the wrong shape raises `ManifestError` with
 a one-line reason, never another exception (tests/source/test_manifests_fuzz.py). What the
@@ -6,11 +7,14 @@ CRDs or the API server default is filled in here (a match without a path is Path
 "/", a backendRef without a weight weighs 1), and what they would refuse to store (a port
 past 65535, a weight past 1,000,000) is refused. Values compute may not serve (a regex,
 an unknown filter, a hostname that is not one) are kept as written: compute reports them
-and serves the rest of the route.
+and serves the rest of the route. A Secret's certificate and key never reach a message:
+what is wrong with them (absent, not base64) leaves them empty for compute to report.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -31,6 +35,8 @@ from controlplane.model import (
     IngressClass,
     IngressPath,
     IngressRule,
+    IngressTLS,
+    L4Rule,
     LabelSelector,
     Namespace,
     NameValueMatch,
@@ -41,7 +47,11 @@ from controlplane.model import (
     ReferenceGrantTo,
     RequestRedirect,
     RouteGroupKind,
+    SecretRef,
     SelectorRequirement,
+    TCPRoute,
+    TLSRoute,
+    TLSSecret,
 )
 from controlplane.source.convert import (
     Manifest,
@@ -61,6 +71,8 @@ T = TypeVar("T")
 
 MAX_WEIGHT = 1_000_000
 SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
+TLS_MODES = frozenset({"Terminate", "Passthrough"})
+TLS_SECRET_TYPE = "kubernetes.io/tls"
 
 
 def _items(value: Any, what: str, convert: Callable[[Mapping[str, Any], str], T]) -> tuple[T, ...]:
@@ -173,6 +185,28 @@ def _route_kind(item: Mapping[str, Any], where: str) -> RouteGroupKind:
     )
 
 
+def _certificate_ref(item: Mapping[str, Any], where: str) -> SecretRef:
+    return SecretRef(
+        name=_required(item.get("name"), f"{where}.name"),
+        namespace=_str(item.get("namespace"), f"{where}.namespace"),
+        group=_str(item.get("group"), f"{where}.group"),
+        kind=_str(item.get("kind"), f"{where}.kind", "Secret") or "Secret",
+    )
+
+
+def _listener_tls(item: Mapping[str, Any], where: str) -> tuple[str, tuple[SecretRef, ...]]:
+    """(mode, certificateRefs) of a listener's `tls` block; ("", ()) without one. The CRD
+    defaults the mode to Terminate and refuses any other than Terminate and Passthrough."""
+    if item.get("tls") is None:
+        return "", ()
+    tls = _map(item.get("tls"), f"{where}.tls")
+    mode = _str(tls.get("mode"), f"{where}.tls.mode", "Terminate") or "Terminate"
+    if mode not in TLS_MODES:
+        raise ManifestError(f"{where}.tls.mode {shown(mode)} is not one of {sorted(TLS_MODES)}")
+    refs = _items(tls.get("certificateRefs"), f"{where}.tls.certificateRefs", _certificate_ref)
+    return mode, refs
+
+
 def _listener(item: Mapping[str, Any], where: str) -> GatewayListener:
     allowed = _map(item.get("allowedRoutes"), f"{where}.allowedRoutes")
     namespaces = _map(allowed.get("namespaces"), f"{where}.allowedRoutes.namespaces")
@@ -182,6 +216,7 @@ def _listener(item: Mapping[str, Any], where: str) -> GatewayListener:
         selector = label_selector_from(
             namespaces.get("selector"), f"{where}.allowedRoutes.namespaces.selector"
         )
+    tls_mode, certificate_refs = _listener_tls(item, where)
     return GatewayListener(
         name=_required(item.get("name"), f"{where}.name"),
         port=_port(item.get("port"), f"{where}.port"),
@@ -190,6 +225,8 @@ def _listener(item: Mapping[str, Any], where: str) -> GatewayListener:
         allowed_from=allowed_from or "Same",
         allowed_selector=selector,
         allowed_kinds=_items(allowed.get("kinds"), f"{where}.allowedRoutes.kinds", _route_kind),
+        tls_mode=tls_mode,
+        certificate_refs=certificate_refs,
     )
 
 
@@ -345,6 +382,55 @@ def http_route_from(obj: Manifest) -> HTTPRoute:
     )
 
 
+def _l4_backend_ref(item: Mapping[str, Any], where: str) -> HTTPBackendRef:
+    """A TLSRoute or TCPRoute backendRef: an HTTPRoute's without filters (the CRD has no
+    such field, so the API server drops one written)."""
+    return _backend_ref({k: v for k, v in item.items() if k != "filters"}, where)
+
+
+def _l4_rule(item: Mapping[str, Any], where: str) -> L4Rule:
+    refs = _items(item.get("backendRefs"), f"{where}.backendRefs", _l4_backend_ref)
+    if not refs:
+        raise ManifestError(f"{where}.backendRefs is empty (a rule needs at least one)")
+    return L4Rule(backend_refs=refs, name=_str(item.get("name"), f"{where}.name"))
+
+
+def _l4_rules(spec: Mapping[str, Any], kind: str) -> tuple[L4Rule, ...]:
+    rules = _items(spec.get("rules"), "spec.rules", _l4_rule)
+    if not rules:
+        raise ManifestError(f"spec.rules is empty (a {kind} needs at least one)")
+    return rules
+
+
+def tls_route_from(obj: Manifest) -> TLSRoute:
+    meta = _metadata(obj)
+    spec = _spec(obj)
+    return TLSRoute(
+        namespace=_namespace(meta),
+        name=meta["name"],
+        parent_refs=_items(spec.get("parentRefs"), "spec.parentRefs", _parent_ref),
+        hostnames=_strings(spec.get("hostnames"), "spec.hostnames"),
+        rules=_l4_rules(spec, "TLSRoute"),
+        generation=_generation(meta),
+        creation_timestamp=_timestamp(meta),
+        annotations=_annotations(meta),
+    )
+
+
+def tcp_route_from(obj: Manifest) -> TCPRoute:
+    meta = _metadata(obj)
+    spec = _spec(obj)
+    return TCPRoute(
+        namespace=_namespace(meta),
+        name=meta["name"],
+        parent_refs=_items(spec.get("parentRefs"), "spec.parentRefs", _parent_ref),
+        rules=_l4_rules(spec, "TCPRoute"),
+        generation=_generation(meta),
+        creation_timestamp=_timestamp(meta),
+        annotations=_annotations(meta),
+    )
+
+
 def _grant_from(item: Mapping[str, Any], where: str) -> ReferenceGrantFrom:
     return ReferenceGrantFrom(
         group=_str(item.get("group"), f"{where}.group"),
@@ -432,6 +518,13 @@ def _ingress_rule(item: Mapping[str, Any], where: str) -> IngressRule:
     )
 
 
+def _ingress_tls(item: Mapping[str, Any], where: str) -> IngressTLS:
+    return IngressTLS(
+        hosts=_strings(item.get("hosts"), f"{where}.hosts"),
+        secret_name=_str(item.get("secretName"), f"{where}.secretName"),
+    )
+
+
 def ingress_from(obj: Manifest) -> Ingress:
     meta = _metadata(obj)
     spec = _spec(obj)
@@ -444,7 +537,68 @@ def ingress_from(obj: Manifest) -> Ingress:
         if default is None
         else _ingress_backend(default, "spec.defaultBackend"),
         rules=_items(spec.get("rules"), "spec.rules", _ingress_rule),
+        tls=_items(spec.get("tls"), "spec.tls", _ingress_tls),
         generation=_generation(meta),
         creation_timestamp=_timestamp(meta),
         annotations=_annotations(meta),
+    )
+
+
+# ------------------------------------------------------------------ Secrets
+
+
+def _decoded(data: Mapping[str, Any], key: str) -> bytes:
+    """data[key] decoded from base64; b"" when absent, not a string or not base64 (compute
+    reports an empty certificate or key). Never raises: the value is key material."""
+    value = data.get(key)
+    if not isinstance(value, str):
+        return b""
+    try:  # Go's decoder, the API server's, skips line breaks: so does this one
+        return base64.b64decode(value.replace("\n", "").replace("\r", ""), validate=True)
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def _plain(string_data: Mapping[str, Any], key: str) -> bytes | None:
+    """stringData[key] as bytes (a manifest may carry the PEM as text; the API server
+    moves it into data); None when absent or not a string."""
+    value = string_data.get(key)
+    if not isinstance(value, str):
+        return None
+    try:
+        return value.encode()
+    except UnicodeEncodeError:  # a lone surrogate from a hostile document
+        return b""
+
+
+def _secret_value(obj: Manifest, key: str) -> bytes:
+    """stringData[key] when there (it wins, as the API server merges it), else data[key]."""
+    string_data = obj.get("stringData")
+    if isinstance(string_data, Mapping):
+        plain = _plain(string_data, key)
+        if plain is not None:
+            return plain
+    data = obj.get("data")
+    return _decoded(data, key) if isinstance(data, Mapping) else b""
+
+
+def tls_secret_from(obj: Manifest) -> TLSSecret:
+    """A core v1 Secret: of type kubernetes.io/tls with its certificate and key as bytes,
+    of any other type by name and type only (compute reports the type). Only a Secret that
+    cannot be named raises; its data never reaches a ManifestError."""
+    meta = _metadata(obj)
+    kind = obj.get("type")
+    secret_type = kind if isinstance(kind, str) else ""
+    if kind is None:
+        secret_type = "Opaque"  # the API server's default
+    cert = key = b""
+    if secret_type == TLS_SECRET_TYPE:
+        cert, key = (_secret_value(obj, name) for name in ("tls.crt", "tls.key"))
+    return TLSSecret(
+        namespace=_namespace(meta),
+        name=meta["name"],
+        type=secret_type,
+        cert_pem=cert,
+        key_pem=key,
+        resource_version=_text(meta.get("resourceVersion"), "metadata.resourceVersion"),
     )

@@ -47,6 +47,9 @@ from controlplane.source.convert_routes import (
     ingress_from,
     namespace_from,
     reference_grant_from,
+    tcp_route_from,
+    tls_route_from,
+    tls_secret_from,
 )
 from controlplane.source.folder_walk import MANIFEST_SUFFIXES, Identity, internal, walk
 from controlplane.source.folder_watch import FolderWatch
@@ -139,10 +142,18 @@ ROUTE_KINDS: dict[tuple[str, str], Callable[[Any], Converted]] = {
     ("networking.k8s.io", "Ingress"): ingress_from,
     ("networking.k8s.io", "IngressClass"): ingress_class_from,
     ("", "Namespace"): namespace_from,
+    (GATEWAY_API, "TLSRoute"): tls_route_from,
+    (GATEWAY_API, "TCPRoute"): tcp_route_from,
+    ("", "Secret"): tls_secret_from,
 }
 """The route model's kinds by (API group, kind): a Gateway of another group (Istio's
 networking.istio.io) is not the Gateway API's and is ignored like any other kind."""
 SERVED_VERSIONS = {GATEWAY_API: ("v1", "v1beta1"), "networking.k8s.io": ("v1",), "": ("v1",)}
+KIND_VERSIONS = {
+    (GATEWAY_API, "TLSRoute"): ("v1alpha2", "v1alpha3", "v1"),
+    (GATEWAY_API, "TCPRoute"): ("v1alpha2",),
+}
+"""The experimental channel's kinds, served at their own versions."""
 
 
 def _route_converter(document: dict[str, Any], kind: str) -> Callable[[Any], Converted] | None:
@@ -157,8 +168,9 @@ def _route_converter(document: dict[str, Any], kind: str) -> Callable[[Any], Con
         raise ManifestError(f"apiVersion is not a string but {shown(api_version)}")
     group, _, version = api_version.rpartition("/")
     converter = ROUTE_KINDS.get((group, kind))
-    if converter is not None and version not in SERVED_VERSIONS[group]:
-        served = ", ".join(f"{group}/{v}".lstrip("/") for v in SERVED_VERSIONS[group])
+    versions = KIND_VERSIONS.get((group, kind)) or SERVED_VERSIONS.get(group, ())
+    if converter is not None and version not in versions:
+        served = ", ".join(f"{group}/{v}".lstrip("/") for v in versions)
         raise ManifestError(f"{kind} apiVersion {shown(api_version)} is not read (use {served})")
     return converter
 
@@ -185,7 +197,7 @@ def _convert(document: Any) -> Converted | None:
         raise ManifestError(f"kind List: items is not a list but {shown(document.get('items'))}")
     if not isinstance(kind, str):
         raise ManifestError("kind is missing")
-    # Other kinds (Deployment, DaemonSet, Secret...) carry nothing the model needs.
+    # Other kinds (Deployment, DaemonSet...) carry nothing the model needs.
     return None
 
 

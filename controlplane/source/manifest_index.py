@@ -34,13 +34,26 @@ from controlplane.model import (
     ReferenceGrant,
     ReplicaSet,
     Service,
+    TCPRoute,
+    TLSRoute,
+    TLSSecret,
 )
 from controlplane.source.convert import selector_matches
 
 RouteObject = (
-    GatewayClass | Gateway | HTTPRoute | ReferenceGrant | Ingress | IngressClass | Namespace
+    GatewayClass
+    | Gateway
+    | HTTPRoute
+    | ReferenceGrant
+    | Ingress
+    | IngressClass
+    | Namespace
+    | TLSRoute
+    | TCPRoute
+    | TLSSecret
 )
-"""The route model's kinds: kept as they are, each in its own ClusterState field."""
+"""The route model's kinds (and the Secrets they name): kept as they are, each in its own
+ClusterState field."""
 Converted = Service | EndpointSlice | Pod | ReplicaSet | ConfigMap | RouteObject
 ROUTE_FIELDS: dict[type, str] = {
     GatewayClass: "gateway_classes",
@@ -50,6 +63,9 @@ ROUTE_FIELDS: dict[type, str] = {
     Ingress: "ingresses",
     IngressClass: "ingress_classes",
     Namespace: "namespaces",
+    TLSRoute: "tls_routes",
+    TCPRoute: "tcp_routes",
+    TLSSecret: "secrets",
 }
 """The ClusterState (and `_View`) field of each route kind."""
 Key = tuple[str, str, str]
@@ -83,6 +99,9 @@ class _View:
     ingresses: tuple[Ingress, ...] = ()
     ingress_classes: tuple[IngressClass, ...] = ()
     namespaces: tuple[Namespace, ...] = ()
+    tls_routes: tuple[TLSRoute, ...] = ()
+    tcp_routes: tuple[TCPRoute, ...] = ()
+    secrets: tuple[TLSSecret, ...] = ()
 
 
 @dataclass(order=True, frozen=True, slots=True)

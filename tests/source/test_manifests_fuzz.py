@@ -37,6 +37,9 @@ from controlplane.model import (
     ReferenceGrant,
     ReplicaSet,
     Service,
+    TCPRoute,
+    TLSRoute,
+    TLSSecret,
 )
 from controlplane.source.convert import (
     ManifestError,
@@ -54,6 +57,9 @@ from controlplane.source.convert_routes import (
     ingress_from,
     namespace_from,
     reference_grant_from,
+    tcp_route_from,
+    tls_route_from,
+    tls_secret_from,
 )
 from controlplane.source.files import load_manifests
 from controlplane.source.yamlload import MAX_ALIAS_NODES, MAX_DEPTH, LoadError, load_text
@@ -167,7 +173,18 @@ TEMPLATES: dict[str, tuple[dict[str, Any], Callable[[Mapping[str, Any]], object]
                             },
                             "kinds": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"}],
                         },
-                    }
+                    },
+                    {
+                        "name": "https",
+                        "port": 443,
+                        "protocol": "HTTPS",
+                        "tls": {
+                            "mode": "Terminate",
+                            "certificateRefs": [
+                                {"group": "", "kind": "Secret", "name": "web", "namespace": "a"}
+                            ],
+                        },
+                    },
                 ],
                 "addresses": [{"type": "IPAddress", "value": "10.0.0.9"}],
             },
@@ -251,6 +268,7 @@ TEMPLATES: dict[str, tuple[dict[str, Any], Callable[[Mapping[str, Any]], object]
             "spec": {
                 "ingressClassName": "peerplane",
                 "defaultBackend": {"service": {"name": "web", "port": {"number": 80}}},
+                "tls": [{"hosts": ["shop.example.com"], "secretName": "shop-tls"}],
                 "rules": [
                     {
                         "host": "shop.example.com",
@@ -276,6 +294,42 @@ TEMPLATES: dict[str, tuple[dict[str, Any], Callable[[Mapping[str, Any]], object]
         {"kind": "Namespace", "metadata": {"name": "shop", "labels": {"team": "shop"}}},
         namespace_from,
         Namespace,
+    ),
+    "TLSRoute": (
+        {
+            "kind": "TLSRoute",
+            "metadata": {"name": "db", "namespace": "data", "generation": 1},
+            "spec": {
+                "parentRefs": [{"name": "web", "namespace": "infra", "sectionName": "tls"}],
+                "hostnames": ["db.example.com"],
+                "rules": [{"name": "r", "backendRefs": [{"name": "db", "port": 5432}]}],
+            },
+        },
+        tls_route_from,
+        TLSRoute,
+    ),
+    "TCPRoute": (
+        {
+            "kind": "TCPRoute",
+            "metadata": {"name": "pg", "namespace": "data"},
+            "spec": {
+                "parentRefs": [{"name": "web", "port": 5432}],
+                "rules": [{"backendRefs": [{"name": "db", "port": 5432, "weight": 2}]}],
+            },
+        },
+        tcp_route_from,
+        TCPRoute,
+    ),
+    "Secret": (
+        {
+            "kind": "Secret",
+            "metadata": {"name": "web", "namespace": "a", "resourceVersion": "5"},
+            "type": "kubernetes.io/tls",
+            "data": {"tls.crt": "Y2VydA==", "tls.key": "a2V5"},
+            "stringData": {"tls.key": "key"},
+        },
+        tls_secret_from,
+        TLSSecret,
     ),
 }
 
