@@ -32,7 +32,7 @@ def frontends(
     routes: dict[str, str] = {}
     tcp: dict[int, str] = {}
     lost: dict[str, list[RejectedInput]] = {}
-    reserved = {port: "an HTTP route listener" for port in listener_ports}
+    reserved = {port: "a Gateway or Ingress route listener" for port in listener_ports}
     reserved |= {settings.http_port: "the HTTP frontend", settings.peer_port: "peers"}
     claims = [p for p in plans if p.backends and (p.hosts or p.tcp_port is not None)]
     for plan in sorted(claims, key=lambda p: p.age_key):

@@ -25,11 +25,15 @@ from controlplane.compute.types import (
     HttpFrontend,
     HttpListener,
     RejectedInput,
+    TcpFrontend,
+    TlsPassthroughListener,
     WorkloadSnapshot,
 )
 from controlplane.compute.workloads import DEFAULT_SCOPE, Workloads, WorkloadScope, discover
 from controlplane.model import ClusterState, ConfigMap, EndpointSlice, Service
 from controlplane.routes.finalize import finalize, referenced
+from controlplane.routes.l4 import WorkloadL4
+from controlplane.routes.l4 import finalize as finalize_l4
 from controlplane.routes.table import RouteComputer, RouteTable, WorkloadRoutes
 
 
@@ -41,6 +45,7 @@ class _Cached:
     planned: Planned
     assign_new: bool
     routed_to: frozenset[str] = frozenset()
+    tcp_names: frozenset[str] = frozenset()
 
     def reusable(
         self,
@@ -51,12 +56,14 @@ class _Cached:
         assign_new: bool,
         now: float,
         routed_to: frozenset[str] = frozenset(),
+        tcp_names: frozenset[str] = frozenset(),
     ) -> bool:
         if self.planned.plan is not None and now >= self.planned.plan.lapses_at:
             return False  # planning now forgets history past its quarantine
         if not (
             self.assign_new == assign_new
             and self.routed_to == routed_to
+            and self.tcp_names == tcp_names
             and (self.service is service or self.service == service)
             and self.slices == slices
             and (self.settings is settings or self.settings == settings)
@@ -83,6 +90,22 @@ class _Final:
     modes: tuple[str | None, ...]  # their modes in the snapshot
     listeners: tuple[HttpListener, ...]
     rejections: tuple[RejectedInput, ...]  # the table's and finalize's
+
+
+@dataclass(frozen=True, slots=True)
+class _L4Final:
+    """One workload's TLS passthrough listeners and route TCP frontends as last
+    finalized, with what they were made from."""
+
+    routes: WorkloadL4
+    modes: tuple[str | None, ...]  # of `routes.names` in the snapshot
+    tls: tuple[TlsPassthroughListener, ...]
+    tcp: tuple[TcpFrontend, ...]
+    rejections: tuple[RejectedInput, ...]
+
+
+def _port(frontend: TcpFrontend) -> int:
+    return frontend.port
 
 
 def _slice_name(endpoint_slice: EndpointSlice) -> str:
@@ -160,6 +183,7 @@ class Computer:
         self._routes = RouteComputer()
         self._table: RouteTable | None = None
         self._finals: dict[str, _Final] = {}
+        self._l4_finals: dict[str, _L4Final] = {}
         self.planned = 0  # Services planned (not reused) by the last call
         self.checked = 0  # Services looked at (planned, or checked for reuse) by it
 
@@ -305,6 +329,13 @@ class Computer:
         after = table.demand
         moved = {key for key in before.keys() ^ after.keys()}
         moved.update(key for key in after.keys() & before.keys() if after[key] != before[key])
+        tcp_before = last.l4.tcp_names if last is not None else {}
+        tcp_after = table.l4.tcp_names
+        moved.update(
+            key
+            for key in tcp_before.keys() | tcp_after.keys()
+            if tcp_before.get(key) != tcp_after.get(key)
+        )
         return moved
 
     def _with_routes(
@@ -335,6 +366,33 @@ class Computer:
         return dataclasses.replace(
             snapshot,
             http_listeners=last.listeners,
+            warnings=(*snapshot.warnings, *last.rejections),
+        )
+
+    def _with_l4(
+        self,
+        key: str,
+        snapshot: WorkloadSnapshot,
+        routes: WorkloadL4,
+        assembly: WorkloadAssembly,
+    ) -> WorkloadSnapshot:
+        """The snapshot with the workload's TLS passthrough listeners and route TCP
+        frontends (made consistent with its backends' modes, `l4.finalize`)."""
+        last = self._l4_finals.get(key)
+        modes = tuple(map(assembly.mode_of, routes.names))
+        if last is None or last.routes is not routes or last.modes != modes:
+            tls, tcp, added = finalize_l4(routes, assembly.mode_of)
+            last = _L4Final(routes, modes, tls, tcp, (*routes.rejections, *added))
+            self._l4_finals[key] = last
+        if not (last.tls or last.tcp or last.rejections):
+            return snapshot
+        frontends = snapshot.tcp_frontends
+        if last.tcp:
+            frontends = tuple(sorted((*frontends, *last.tcp), key=_port))
+        return dataclasses.replace(
+            snapshot,
+            tls_listeners=last.tls,
+            tcp_frontends=frontends,
             warnings=(*snapshot.warnings, *last.rejections),
         )
 
@@ -387,14 +445,18 @@ class Computer:
             # Slices sorted by name: input order never matters.
             mine = tuple(sorted(self._slices_by_key.get(key, {}).values(), key=_slice_name))
             routed = table.demand.get(key, NOWHERE)
+            tcp_names = table.l4.tcp_names.get(key, NOWHERE)
             cached = self._cache.get(key)
             if cached is None or not cached.reusable(
-                service, mine, state.settings, previous, assign_new, now, routed
+                service, mine, state.settings, previous, assign_new, now, routed, tcp_names
             ):
                 self.planned += 1
-                planned = plan_service(service, mine, resolver, previous, now, assign_new, routed)
+                planned = plan_service(
+                    service, mine, resolver, previous, now, assign_new, routed, tcp_names
+                )
                 self._replace(
-                    key, _Cached(service, mine, state.settings, planned, assign_new, routed)
+                    key,
+                    _Cached(service, mine, state.settings, planned, assign_new, routed, tcp_names),
                 )
 
         rejections = [r for k in self._rejecting for r in self._cache[k].planned.rejections]
@@ -414,14 +476,21 @@ class Computer:
             if assembly is None or assembly.workload != workload:
                 assembly, changed = WorkloadAssembly(workload), None
             routes = table.of(workload.short_ref)
+            l4_routes = table.l4.of(workload.short_ref)
+            ports = routes.ports
+            if l4_routes.ports:
+                ports = tuple(sorted({*ports, *l4_routes.ports}))
             snapshot, lost = assembly.assemble(
-                peers, plans, changed, global_settings, global_warnings, routes.ports
+                peers, plans, changed, global_settings, global_warnings, ports
             )
             assemblies[workload.key] = assembly
-            snapshots[workload.key] = self._with_routes(workload.key, snapshot, routes, assembly)
+            snapshot = self._with_routes(workload.key, snapshot, routes, assembly)
+            snapshots[workload.key] = self._with_l4(workload.key, snapshot, l4_routes, assembly)
             rejections.extend(lost)
             rejections.extend(self._finals[workload.key].rejections)
+            rejections.extend(self._l4_finals[workload.key].rejections)
         self._finals = {key: self._finals[key] for key in assemblies}
+        self._l4_finals = {key: self._l4_finals[key] for key in assemblies}
         self._assemblies = assemblies
         self._changed = set()
         self._update_retired(previous, now, resolver, assign_new, continuing)

@@ -205,12 +205,15 @@ def plan_service(
     now: float,
     assign_new: bool = True,
     routed_to: frozenset[str] = frozenset(),
+    tcp_names: frozenset[str] = frozenset(),
 ) -> Planned:
     """`now`: the computation's wall clock, when slots vacated by this plan are freed;
     `assign_new=False`: a follower's plan, whose endpoints without a slot in `previous`
     wait (counted in `waiting`, not warned about: the warning would change the content);
     `routed_to`: the workloads whose routes reach the Service (served there even when it
-    is not exposed)."""
+    is not exposed); `tcp_names`: its backends TLSRoutes or TCPRoutes reach and no HTTP
+    route does, planned in mode tcp like a `haproxy.org/tcp-port` Service's when the
+    Service is not exposed (an exposed Service keeps the mode its annotations give)."""
     rejections: list[RejectedInput] = []
     exposed = opted_in(service, rejections)
     if not (
@@ -230,7 +233,8 @@ def plan_service(
             rejections.append(service_rejection(service, found.key, found.value, reason))
             return Planned(None, tuple(rejections))
     own: list[RejectedInput] = []
-    # Only an exposed Service claims hosts or a TCP port; a routed one is an HTTP backend.
+    # Only an exposed Service claims hosts or a TCP port; a routed one is an HTTP backend
+    # but for the ports only TLSRoutes and TCPRoutes reach (`tcp_names`).
     hosts, tcp_port = _parse_routing(service, own) if exposed else ((), None)
     mode = "tcp" if tcp_port is not None else "http"
     backends: list[BackendSpec] = []
@@ -250,7 +254,8 @@ def plan_service(
             continue
         name = backend_name(service, port)
         found_warnings: list[RejectedInput] = []
-        settings = resolver.backend(service, mode, found_warnings)
+        port_mode = "tcp" if not exposed and name in tcp_names else mode
+        settings = resolver.backend(service, port_mode, found_warnings)
         endpoints = ready_endpoints(slices, port)
         quarantine_s = quarantine_seconds(settings.persistence, settings.expire_ms)
         slots = assign_slots(
@@ -278,7 +283,7 @@ def plan_service(
         mine = tuple(w for w in found_warnings if w.kind == "Service")
         # ConfigMap rejections are listed once per snapshot, not on every backend.
         configmap.extend(w for w in found_warnings if w.kind != "Service")
-        backends.append(backend_spec(name, service, port, mode, settings, slots, mine))
+        backends.append(backend_spec(name, service, port, port_mode, settings, slots, mine))
         rejections.extend(mine)
     rejections.extend(own)
     plan = ServicePlan(

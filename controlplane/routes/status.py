@@ -3,9 +3,9 @@
 `route_statuses` gives, for every object peerplane answers for, the whole `status` body:
 our GatewayClasses (Accepted), our Gateways (Accepted, Programmed, each listener's
 conditions and attachedRoutes, the addresses: `spec.addresses` when given, else the
-serving workload's HAProxy pod IPs), each HTTPRoute naming one of our Gateways (one
-`parents[]` entry per such parentRef, with Accepted and ResolvedRefs) and each Ingress of
-our classes (`loadBalancer.ingress`). Conditions carry no lastTransitionTime: the writer
+serving workload's HAProxy pod IPs), each HTTPRoute, TLSRoute and TCPRoute naming one
+of our Gateways (one `parents[]` entry per such parentRef, with Accepted and
+ResolvedRefs) and each Ingress of our classes (`loadBalancer.ingress`). Conditions carry no lastTransitionTime: the writer
 keeps the old time when status and reason are unchanged, else sets now. An HTTPRoute's
 entries for other controllers' parents are not ours: the writer keeps them.
 """
@@ -20,6 +20,7 @@ from controlplane.compute.settings import Resolver
 from controlplane.compute.workloads import DEFAULT_SCOPE, WorkloadScope, discover
 from controlplane.model import GATEWAY_GROUP, ClusterState, ParentRef
 from controlplane.routes import names, protocols
+from controlplane.routes.httproute import ParentOutcome
 from controlplane.routes.placement import GatewayPlace, ListenerPlace, Verdict
 from controlplane.routes.table import RouteTable, compute_routes
 
@@ -122,6 +123,31 @@ def _gateway(
     }
 
 
+def _route_parents(
+    parents: Sequence[ParentOutcome],
+    generation: int,
+    attached: dict[tuple[str, str], dict[str, int]],
+) -> dict[str, Any]:
+    """A route's status (HTTPRoute, TLSRoute, TCPRoute): one entry per parentRef naming one
+    of our Gateways; counts the listeners it attached to in `attached`."""
+    written = []
+    for parent in parents:
+        counts = attached.setdefault(parent.gateway, {})
+        for listener in parent.listeners:
+            counts[listener] = counts.get(listener, 0) + 1
+        written.append(
+            {
+                "parentRef": _parent_ref(parent.ref),
+                "controllerName": names.GATEWAY_CONTROLLER,
+                "conditions": [
+                    condition(names.ACCEPTED, parent.accepted, generation),
+                    condition(names.RESOLVED_REFS, parent.resolved, generation),
+                ],
+            }
+        )
+    return {"parents": written}
+
+
 def route_statuses(
     state: ClusterState,
     scope: WorkloadScope = DEFAULT_SCOPE,
@@ -144,23 +170,15 @@ def route_statuses(
     attached: dict[tuple[str, str], dict[str, int]] = {}
     by_route = {(r.namespace, r.name): r for r in state.http_routes}
     for key, outcome in table.routes.items():
-        route = by_route[key]
-        parents = []
-        for parent in outcome.parents:
-            counts = attached.setdefault(parent.gateway, {})
-            for listener in parent.listeners:
-                counts[listener] = counts.get(listener, 0) + 1
-            parents.append(
-                {
-                    "parentRef": _parent_ref(parent.ref),
-                    "controllerName": names.GATEWAY_CONTROLLER,
-                    "conditions": [
-                        condition(names.ACCEPTED, parent.accepted, route.generation),
-                        condition(names.RESOLVED_REFS, parent.resolved, route.generation),
-                    ],
-                }
-            )
-        out[StatusKey(GATEWAY_GROUP, "HTTPRoute", *key)] = {"parents": parents}
+        out[StatusKey(GATEWAY_GROUP, "HTTPRoute", *key)] = _route_parents(
+            outcome.parents, by_route[key].generation, attached
+        )
+    generations = {("TLSRoute", r.namespace, r.name): r.generation for r in state.tls_routes}
+    generations.update({("TCPRoute", r.namespace, r.name): r.generation for r in state.tcp_routes})
+    for (kind, namespace, name), l4_outcome in table.l4.routes.items():
+        out[StatusKey(GATEWAY_GROUP, kind, namespace, name)] = _route_parents(
+            l4_outcome.parents, generations[kind, namespace, name], attached
+        )
     for key, place in placement.gateways.items():
         out[StatusKey(GATEWAY_GROUP, "Gateway", *key)] = _gateway(
             place, attached.get(key, {}), addresses

@@ -20,6 +20,9 @@ from controlplane.routes import protocols
 from controlplane.routes.backends import ServiceKey
 from controlplane.routes.httproute import RouteOutcome, route_outcome
 from controlplane.routes.ingress import IngressOutcome, ingress_outcome
+from controlplane.routes.l4 import EMPTY_TABLE as EMPTY_L4
+from controlplane.routes.l4 import L4Table, l4_table
+from controlplane.routes.l4 import Memo as L4Memo
 from controlplane.routes.placement import Placement, place
 from controlplane.routes.precedence import Candidate, Origin, listeners
 
@@ -45,6 +48,9 @@ class RouteTable:
     workloads: Mapping[str, WorkloadRoutes]  # by workload "namespace/name"
     demand: Mapping[ServiceKey, frozenset[str]]  # routed Service -> workloads serving it
     rejections: tuple[RejectedInput, ...]  # all, workload or not
+    # TLSRoutes and TCPRoutes: their outcomes, each workload's passthrough listeners and
+    # TCP frontends, and the backends to plan in mode tcp (`l4.tcp_names`).
+    l4: L4Table = EMPTY_L4
 
     def of(self, workload: str) -> WorkloadRoutes:
         return self.workloads.get(workload, EMPTY)
@@ -100,6 +106,8 @@ def _table(
     services: Mapping[ServiceKey, Service],
     memo: Memo | None = None,
     reuse: Memo | None = None,
+    l4_memo: L4Memo | None = None,
+    l4_reuse: L4Memo | None = None,
 ) -> RouteTable:
     placement = place(state, workloads, {peer_port: "peers"})
     grants = _by_namespace(state.reference_grants)
@@ -171,6 +179,11 @@ def _table(
         built = listeners(mine.candidates, mine.defaults, conflicts)
         rejections.extend(conflicts)
         tables[workload] = WorkloadRoutes(built, (*mine.rejections, *conflicts))
+    http = {workload: found.listeners for workload, found in tables.items()}
+    l4_routes = l4_table(state, placement, services, grants, http, http_port, l4_memo, l4_reuse)
+    rejections.extend(l4_routes.rejections)
+    for service, workload in l4_routes.demand:
+        demand.setdefault(service, set()).add(workload)
     return RouteTable(
         placement=placement,
         routes=routes,
@@ -178,6 +191,7 @@ def _table(
         workloads=tables,
         demand={service: frozenset(found) for service, found in demand.items()},
         rejections=tuple(rejections),
+        l4=l4_routes,
     )
 
 
@@ -195,10 +209,11 @@ class RouteComputer:
     `computed` counts the tables computed (not reused), for tests and benchmarks."""
 
     def __init__(self) -> None:
-        self._inputs: tuple[tuple[object, ...], object, object] | None = None
+        self._inputs: tuple[object, ...] | None = None
         self._looked: dict[ServiceKey, tuple[ServicePort, ...] | None] = {}
         self._table: RouteTable | None = None
         self._memo: Memo = {}
+        self._l4_memo: L4Memo = {}
         self.computed = 0
 
     def compute(
@@ -222,7 +237,7 @@ class RouteComputer:
             http_port,
             peer_port,
         )
-        inputs = (context, state.http_routes, state.ingresses)
+        inputs = (context, state.http_routes, state.ingresses, state.tls_routes, state.tcp_routes)
         table = self._table
         moved = table is not None and self._ports_moved(services, changed_services)
         if table is not None and inputs == self._inputs and not moved:
@@ -235,8 +250,13 @@ class RouteComputer:
         if reuse is not None:
             recording.looked.update(self._looked)
         memo: Memo = {}
-        table = _table(state, workloads, http_port, peer_port, recording, memo, reuse)
+        l4_memo: L4Memo = {}
+        l4_reuse = self._l4_memo if reuse is not None else None
+        table = _table(
+            state, workloads, http_port, peer_port, recording, memo, reuse, l4_memo, l4_reuse
+        )
         self._inputs, self._looked, self._table, self._memo = inputs, recording.looked, table, memo
+        self._l4_memo = l4_memo
         self.computed += 1
         return table
 

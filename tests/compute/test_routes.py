@@ -430,7 +430,7 @@ def test_a_listener_port_wins_over_a_services_tcp_port() -> None:
     assert got.tcp_frontends == ()
     assert (
         got.backend("default_db_http").warnings[-1].reason
-        == "port already used by an HTTP route listener"
+        == "port already used by a Gateway or Ingress route listener"
     )
 
 

@@ -1,0 +1,592 @@
+"""TLSRoutes and TCPRoutes to each workload's TLS passthrough listeners and TCP frontends.
+
+A TLSRoute attaches as an HTTPRoute does (`httproute.attach`: sectionName, port,
+allowedRoutes, hostnames intersected with a TLS listener's) and gives one `SniRoute` per
+rule and SNI name on each port it reaches, ordered exact names before wildcards, longer
+first, then the older route (creationTimestamp, namespace/name, rule); the same name twice
+on a port: the first keeps it, the other is dropped and reported. A TCPRoute gives its TCP
+listener's port one frontend: the oldest route attached keeps the port, the others are
+reported. A TCP frontend has one backend (the agent renders `default_backend`, no weights):
+the first backendRef of the first rule with a weight above 0 is served, the others are
+reported.
+
+Ports: a TLS or TCP listener on a port the workload serves in HTTP (a Gateway HTTP
+listener, the Ingress port, the `http-port` setting) is not served, nor one whose port
+an older Gateway's listener of the other family holds; both reported on the Gateway. The
+Services reached are mode-tcp backends (`tcp_names`), unless a route reaches the same
+Service port in HTTP: HTTP keeps it, and `finalize` leaves the TCP reference unresolved
+(connections closed) and reports it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from controlplane.compute.types import (
+    HttpListener,
+    RejectedInput,
+    SniRoute,
+    TcpFrontend,
+    TlsPassthroughListener,
+    WeightedBackend,
+)
+from controlplane.compute.values import shown
+from controlplane.model import (
+    ANNOTATION_PREFIX,
+    GATEWAY_GROUP,
+    ClusterState,
+    HTTPBackendRef,
+    ReferenceGrant,
+    Service,
+    TCPRoute,
+    TLSRoute,
+)
+from controlplane.routes import names
+from controlplane.routes.backends import ServiceKey
+from controlplane.routes.httproute import ParentOutcome, attach, resolve_backend
+from controlplane.routes.placement import (
+    ACCEPT_PROXY_ANNOTATION,
+    Placement,
+    Verdict,
+    accept_proxy,
+)
+from controlplane.routes.precedence import Origin
+from peerplane import routes as patterns
+from peerplane.routes import WILDCARD_PREFIX
+
+L4Route = TLSRoute | TCPRoute
+RouteKey = tuple[str, str, str]  # (kind, namespace, name)
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """One SNI name (TLS) or one frontend (TCP) a route asks of a workload's port."""
+
+    workload: str
+    port: int
+    host: str  # TLS: the SNI name, "" any; TCP: ""
+    backends: tuple[WeightedBackend, ...]
+    source: str  # "TLSRoute ns/name rule 0"
+    origin: Origin
+    order: tuple[str, str, str, int]  # age, namespace, name, rule
+
+
+@dataclass(slots=True)
+class L4Outcome:
+    """Everything one TLSRoute or TCPRoute gives."""
+
+    kind: str
+    parents: list[ParentOutcome] = field(default_factory=list)
+    entries: list[_Entry] = field(default_factory=list)
+    rejections: list[RejectedInput] = field(default_factory=list)
+    demand: set[tuple[ServiceKey, str]] = field(default_factory=set)
+    names: dict[str, ServiceKey] = field(default_factory=dict)  # backends resolved
+
+    @property
+    def workloads(self) -> set[str]:
+        return {p.workload for p in self.parents if p.workload}
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadL4:
+    """One workload's passthrough listeners and route TCP frontends, before `finalize`."""
+
+    tls_listeners: tuple[TlsPassthroughListener, ...] = ()
+    tcp_frontends: tuple[TcpFrontend, ...] = ()
+    rejections: tuple[RejectedInput, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every backend name the listeners and frontends use, sorted."""
+        found = {b.backend for t in self.tls_listeners for r in t.routes for b in r.backends}
+        found.update(frontend.backend for frontend in self.tcp_frontends)
+        found.discard("")
+        return tuple(sorted(found))
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        found = {listener.port for listener in self.tls_listeners}
+        found.update(frontend.port for frontend in self.tcp_frontends)
+        return tuple(sorted(found))
+
+
+EMPTY_WORKLOAD = WorkloadL4()
+
+
+@dataclass(frozen=True, slots=True)
+class L4Table:
+    routes: Mapping[RouteKey, L4Outcome] = field(default_factory=dict)
+    workloads: Mapping[str, WorkloadL4] = field(default_factory=dict)
+    demand: frozenset[tuple[ServiceKey, str]] = frozenset()  # (Service, workload)
+    # Service -> its backend names to plan in mode tcp (reached in TCP and not in HTTP).
+    tcp_names: Mapping[ServiceKey, frozenset[str]] = field(default_factory=dict)
+    rejections: tuple[RejectedInput, ...] = ()
+
+    def of(self, workload: str) -> WorkloadL4:
+        return self.workloads.get(workload, EMPTY_WORKLOAD)
+
+
+EMPTY_TABLE = L4Table()
+
+Memo = dict[int, tuple[L4Route, L4Outcome | None]]
+"""id(route) -> the route and its outcome, reused as `table.Memo` is."""
+
+
+def _rule_backends(
+    route: L4Route,
+    rule_index: int,
+    refs: Iterable[tuple[int, HTTPBackendRef]],
+    services: Mapping[ServiceKey, Service],
+    grants: Mapping[str, tuple[ReferenceGrant, ...]],
+    outcome: L4Outcome,
+    origin: Origin,
+) -> tuple[tuple[WeightedBackend, ...], set[ServiceKey], Verdict | None]:
+    """The backends of refs (numbered in their rule), unresolved ones "" and reported."""
+    backends: list[WeightedBackend] = []
+    found_services: set[ServiceKey] = set()
+    unresolved: Verdict | None = None
+    for number, ref in refs:
+        found = resolve_backend(ref, route, services, grants)
+        backends.append(WeightedBackend(found.backend, ref.weight))
+        if found.service is not None:
+            found_services.add(found.service)
+            outcome.names[found.backend] = found.service
+            continue
+        if unresolved is None:
+            unresolved = Verdict(False, found.reason, found.message)
+        outcome.rejections.append(
+            origin.rejection(
+                ref.name,
+                f"{found.message}: its connections are closed",
+                f"spec.rules[{rule_index}].backendRefs[{number}]",
+            )
+        )
+    return tuple(backends), found_services, unresolved
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    index: int
+    backends: tuple[WeightedBackend, ...]
+    services: frozenset[ServiceKey]
+
+
+def _tcp_rule(
+    route: TCPRoute,
+    services: Mapping[ServiceKey, Service],
+    grants: Mapping[str, tuple[ReferenceGrant, ...]],
+    outcome: L4Outcome,
+    origin: Origin,
+) -> tuple[list[_Rule], Verdict | None]:
+    """A TCPRoute's one served backend: the first rule's first backendRef weighted above
+    0; every other rule and backendRef reported."""
+    for index in range(1, len(route.rules)):
+        outcome.rejections.append(
+            origin.rejection(
+                "rules",
+                "a TCP frontend serves one rule (the first): ignored",
+                f"spec.rules[{index}]",
+            )
+        )
+    if not route.rules:
+        return [], None
+    refs = list(enumerate(route.rules[0].backend_refs))
+    chosen = [(n, ref) for n, ref in refs if ref.weight > 0][:1]
+    for number, ref in refs:
+        if (number, ref) not in chosen:
+            outcome.rejections.append(
+                origin.rejection(
+                    ref.name,
+                    "a TCP frontend has one backend (no weights): the first backendRef with "
+                    "a weight above 0 is served; this one is not",
+                    f"spec.rules[0].backendRefs[{number}]",
+                )
+            )
+    backends, found, unresolved = _rule_backends(
+        route, 0, chosen, services, grants, outcome, origin
+    )
+    served = tuple(WeightedBackend(b.backend, 1) for b in backends)
+    return [_Rule(0, served, frozenset(found))], unresolved
+
+
+def _tls_rules(
+    route: TLSRoute,
+    services: Mapping[ServiceKey, Service],
+    grants: Mapping[str, tuple[ReferenceGrant, ...]],
+    outcome: L4Outcome,
+    origin: Origin,
+) -> tuple[list[_Rule], Verdict | None]:
+    rules: list[_Rule] = []
+    unresolved: Verdict | None = None
+    for index, rule in enumerate(route.rules):
+        backends, found, missing = _rule_backends(
+            route, index, enumerate(rule.backend_refs), services, grants, outcome, origin
+        )
+        unresolved = unresolved or missing
+        rules.append(_Rule(index, backends, frozenset(found)))
+    return rules, unresolved
+
+
+def route_outcome(
+    route: L4Route,
+    placement: Placement,
+    services: Mapping[ServiceKey, Service],
+    grants: Mapping[str, tuple[ReferenceGrant, ...]],
+) -> L4Outcome | None:
+    """The outcome of a TLSRoute or TCPRoute; None when no parentRef names one of our
+    Gateways."""
+    ours = []
+    for index, ref in enumerate(route.parent_refs):
+        if (ref.group, ref.kind) != (GATEWAY_GROUP, "Gateway"):
+            continue
+        key = (ref.namespace or route.namespace, ref.name)
+        place = placement.gateways.get(key)
+        if place is not None:
+            ours.append((index, ref, key, place))
+    if not ours:
+        return None
+    kind = type(route).__name__
+    outcome = L4Outcome(kind)
+    origin = Origin(kind, route.namespace, route.name, "spec")
+    for annotation in route.annotations:
+        if annotation.startswith(ANNOTATION_PREFIX):
+            outcome.rejections.append(
+                origin.rejection(
+                    annotation,
+                    "haproxy.org annotations belong on the Service; ignored here",
+                    annotation,
+                )
+            )
+    hostnames: tuple[str, ...] = ()
+    refused: Verdict | None = None
+    if isinstance(route, TLSRoute):
+        hostnames = tuple(h for h in route.hostnames if patterns.is_route_host(h))
+        for index, host in enumerate(route.hostnames):
+            if host not in hostnames:
+                outcome.rejections.append(
+                    origin.rejection(
+                        host,
+                        "not a lower-case host name or *. wildcard; dropped",
+                        f"spec.hostnames[{index}]",
+                    )
+                )
+        if route.hostnames and not hostnames:
+            refused = Verdict(
+                False, names.UNSUPPORTED_VALUE, "no hostname of the route can be served"
+            )
+        rules, unresolved = _tls_rules(route, services, grants, outcome, origin)
+    else:
+        rules, unresolved = _tcp_rule(route, services, grants, outcome, origin)
+    if not rules and refused is None:
+        refused = Verdict(False, names.UNSUPPORTED_VALUE, "the route has no rule")
+    resolved = unresolved or Verdict(True, names.RESOLVED_REFS, "all references resolved")
+    age = route.creation_timestamp or "~"
+    source = f"{kind} {route.namespace}/{route.name}"
+    for index, ref, key, place in ours:
+        accepted, attached = (
+            (refused, [])
+            if refused is not None
+            else attach(route, ref, place, hostnames, placement)
+        )
+        if not accepted.ok and refused is None:
+            outcome.rejections.append(
+                origin.rejection(
+                    f"{key[0]}/{key[1]}",
+                    f"{accepted.reason}: {accepted.message}; not attached",
+                    f"spec.parentRefs[{index}]",
+                )
+            )
+        outcome.parents.append(
+            ParentOutcome(
+                ref,
+                key,
+                place.workload,
+                accepted,
+                resolved,
+                tuple(lp.listener.name for lp, _ in attached),
+            )
+        )
+        for rule in rules:
+            if attached:
+                outcome.demand.update((service, place.workload) for service in rule.services)
+            for lp, common in attached:
+                for host in common if kind == "TLSRoute" and common else ("",):
+                    outcome.entries.append(
+                        _Entry(
+                            place.workload,
+                            lp.listener.port,
+                            host,
+                            rule.backends,
+                            f"{source} rule {rule.index}",
+                            Origin(kind, route.namespace, route.name, f"spec.rules[{rule.index}]"),
+                            (age, route.namespace, route.name, rule.index),
+                        )
+                    )
+    return outcome
+
+
+def http_names(listeners: Iterable[HttpListener]) -> set[str]:
+    """Every backend name HTTP listeners reach."""
+    found = set()
+    for listener in listeners:
+        found.add(listener.default_backend)
+        for rule in listener.rules:
+            found.update(backend.backend for backend in rule.backends)
+    found.discard("")
+    return found
+
+
+def _gateway_rejection(
+    namespace: str, name: str, index: int, value: str, reason: str
+) -> RejectedInput:
+    return RejectedInput(
+        "Gateway", namespace, name, f"spec.listeners[{index}]", shown(value), reason
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Port:
+    protocol: str
+    accept_proxy: bool
+    owner: str  # "Gateway ns/name"
+
+
+def _ports(
+    placement: Placement,
+    http_ports: Mapping[str, Iterable[int]],
+    http_port: int,
+    rejections: list[RejectedInput],
+) -> dict[tuple[str, int], _Port]:
+    """(workload, port) -> the TLS or TCP port served there; listeners that cannot have
+    their port reported. Older Gateways first."""
+    ports: dict[tuple[str, int], _Port] = {}
+    by_age = sorted(
+        placement.gateways.values(),
+        key=lambda g: (g.gateway.creation_timestamp or "~", g.gateway.namespace, g.gateway.name),
+    )
+    for place in by_age:
+        gateway = place.gateway
+        if not place.workload:
+            continue
+        proxy = accept_proxy(gateway)
+        owner = f"Gateway {gateway.namespace}/{gateway.name}"
+        for index, lp in enumerate(place.listeners):
+            listener = lp.listener
+            if not lp.usable or listener.protocol not in ("TLS", "TCP"):
+                continue
+            port = listener.port
+            held = ports.get((place.workload, port))
+            reason = ""
+            if port == http_port or port in http_ports.get(place.workload, ()):
+                reason = f"port {port} is served in HTTP by this HAProxy workload"
+            elif held is not None and held.protocol != listener.protocol:
+                reason = f"port {port} is a {held.protocol} listener of the older {held.owner}"
+            elif held is not None and held.accept_proxy != proxy:
+                rejections.append(
+                    _gateway_rejection(
+                        gateway.namespace,
+                        gateway.name,
+                        index,
+                        listener.name,
+                        f"{ACCEPT_PROXY_ANNOTATION} differs from the older {held.owner}'s "
+                        f"on port {port}, which the port keeps",
+                    )
+                )
+            if reason:
+                rejections.append(
+                    _gateway_rejection(
+                        gateway.namespace,
+                        gateway.name,
+                        index,
+                        listener.name,
+                        f"{reason}: listener not served",
+                    )
+                )
+                continue
+            ports.setdefault((place.workload, port), _Port(listener.protocol, proxy, owner))
+    return ports
+
+
+def _sni_rank(entry: _Entry) -> tuple[object, ...]:
+    """Exact names before wildcards, longer first, any name last; then the older route."""
+    host = entry.host
+    return (not host, host.startswith(WILDCARD_PREFIX), -len(host), entry.order)
+
+
+def _lost(entry: _Entry, value: str, reason: str) -> RejectedInput:
+    return entry.origin.rejection(value, reason)
+
+
+def _tls_listener(
+    port: int, entries: list[_Entry], proxy: bool, rejections: list[RejectedInput]
+) -> TlsPassthroughListener:
+    taken: dict[str, _Entry] = {}
+    routes: list[SniRoute] = []
+    for entry in sorted(entries, key=_sni_rank):
+        winner = taken.get(entry.host)
+        if winner is None:
+            taken[entry.host] = entry
+            routes.append(
+                SniRoute(entry.source, (entry.host,) if entry.host else (), entry.backends)
+            )
+        elif winner.source != entry.source:
+            rejections.append(
+                _lost(
+                    entry,
+                    entry.host or "*",
+                    f"SNI name on port {port} already routed by {winner.source}, which takes "
+                    "precedence (older): dropped",
+                )
+            )
+    return TlsPassthroughListener(port, tuple(routes), proxy)
+
+
+def _tcp_frontend(
+    port: int, entries: list[_Entry], proxy: bool, rejections: list[RejectedInput]
+) -> TcpFrontend:
+    ordered = sorted(entries, key=lambda e: e.order)
+    winner = ordered[0]
+    for entry in ordered[1:]:
+        if entry.source != winner.source:
+            rejections.append(
+                _lost(
+                    entry,
+                    str(port),
+                    f"port {port} already routed by the older {winner.source}: not served",
+                )
+            )
+    backend = winner.backends[0].backend if winner.backends else ""
+    return TcpFrontend(port, backend, winner.source, proxy)
+
+
+def l4_table(
+    state: ClusterState,
+    placement: Placement,
+    services: Mapping[ServiceKey, Service],
+    grants: Mapping[str, tuple[ReferenceGrant, ...]],
+    http: Mapping[str, tuple[HttpListener, ...]],
+    http_port: int,
+    memo: Memo | None = None,
+    reuse: Memo | None = None,
+) -> L4Table:
+    """Every workload's TLS passthrough listeners and route TCP frontends. `http`: each
+    workload's HTTP listeners (their ports are not for TLS or TCP, their backends stay
+    HTTP); `memo`/`reuse` as `table._table`'s."""
+    rejections: list[RejectedInput] = []
+    ports = _ports(
+        placement, {w: [x.port for x in ls] for w, ls in http.items()}, http_port, rejections
+    )
+    outcomes: dict[RouteKey, L4Outcome] = {}
+    routes: list[L4Route] = [*state.tls_routes, *state.tcp_routes]
+    for route in sorted(routes, key=lambda r: (type(r).__name__, r.namespace, r.name)):
+        kept = reuse.get(id(route)) if reuse is not None else None
+        if kept is not None and kept[0] is route:
+            outcome = kept[1]
+        else:
+            outcome = route_outcome(route, placement, services, grants)
+        if memo is not None:
+            memo[id(route)] = (route, outcome)
+        if outcome is not None:
+            outcomes[outcome.kind, route.namespace, route.name] = outcome
+    per: dict[tuple[str, int], list[_Entry]] = {key: [] for key in ports}
+    mine: dict[str, list[RejectedInput]] = {}
+    demand: set[tuple[ServiceKey, str]] = set()
+    reached: dict[str, ServiceKey] = {}
+    for outcome in outcomes.values():
+        rejections.extend(outcome.rejections)
+        for workload in outcome.workloads:
+            mine.setdefault(workload, []).extend(outcome.rejections)
+        protocol = "TLS" if outcome.kind == "TLSRoute" else "TCP"
+        for entry in outcome.entries:
+            held = ports.get((entry.workload, entry.port))
+            if held is not None and held.protocol == protocol:
+                per[entry.workload, entry.port].append(entry)
+        demand |= outcome.demand
+        reached.update(outcome.names)
+    tls: dict[str, list[TlsPassthroughListener]] = {}
+    tcp: dict[str, list[TcpFrontend]] = {}
+    for (workload, port), entries in sorted(per.items()):
+        held = ports[workload, port]
+        lost: list[RejectedInput] = []
+        if held.protocol == "TLS":
+            tls.setdefault(workload, []).append(
+                _tls_listener(port, entries, held.accept_proxy, lost)
+            )
+        elif entries:
+            tcp.setdefault(workload, []).append(
+                _tcp_frontend(port, entries, held.accept_proxy, lost)
+            )
+        rejections.extend(lost)
+        mine.setdefault(workload, []).extend(lost)
+    in_http = set().union(*(http_names(ls) for ls in http.values()))
+    tcp_names: dict[ServiceKey, set[str]] = {}
+    for name, service in reached.items():
+        if name not in in_http:
+            tcp_names.setdefault(service, set()).add(name)
+    workloads = {
+        workload: WorkloadL4(
+            tuple(tls.get(workload, ())),
+            tuple(tcp.get(workload, ())),
+            tuple(mine.get(workload, ())),
+        )
+        for workload in sorted({*tls, *tcp, *mine})
+    }
+    return L4Table(
+        routes=outcomes,
+        workloads=workloads,
+        demand=frozenset(demand),
+        tcp_names={service: frozenset(found) for service, found in tcp_names.items()},
+        rejections=tuple(rejections),
+    )
+
+
+def _source_rejection(source: str, value: str, reason: str) -> RejectedInput:
+    kind, ref = source.split(" ")[:2]
+    namespace, _, name = ref.partition("/")
+    return RejectedInput(kind, namespace, name, "backend", shown(value), reason)
+
+
+_NOT_TCP = (
+    "backend not served in mode tcp (an HTTP route or the Service's own annotations reach "
+    "this Service port in HTTP, which keeps it; or the Service is refused): connections closed"
+)
+
+
+def finalize(
+    routes: WorkloadL4, mode_of: Callable[[str], str | None]
+) -> tuple[tuple[TlsPassthroughListener, ...], tuple[TcpFrontend, ...], tuple[RejectedInput, ...]]:
+    """The passthrough listeners and route TCP frontends as the snapshot carries them: a
+    backend that is not a mode-tcp backend of the snapshot becomes unresolved (reported)."""
+    rejections: list[RejectedInput] = []
+
+    def served(source: str, backend: str) -> str:
+        if backend and mode_of(backend) != "tcp":
+            rejections.append(_source_rejection(source, backend, _NOT_TCP))
+            return ""
+        return backend
+
+    listeners = tuple(
+        dataclasses.replace(
+            listener,
+            routes=tuple(
+                dataclasses.replace(
+                    route,
+                    backends=tuple(
+                        WeightedBackend(served(route.source, b.backend), b.weight)
+                        for b in route.backends
+                    ),
+                )
+                for route in listener.routes
+            ),
+        )
+        for listener in routes.tls_listeners
+    )
+    frontends = tuple(
+        dataclasses.replace(frontend, backend=served(frontend.source, frontend.backend))
+        for frontend in routes.tcp_frontends
+    )
+    if not rejections:
+        return routes.tls_listeners, routes.tcp_frontends, ()
+    return listeners, frontends, tuple(rejections)
