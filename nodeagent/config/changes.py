@@ -13,6 +13,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from nodeagent.config import certs
 from nodeagent.config.render import Rendered
 from nodeagent.config.routes import MapEntries
 from nodeagent.held import ChangeSet, Held
@@ -52,6 +53,10 @@ class Decision:
     updates: tuple[ServerUpdate, ...] = ()
     reason: str = ""
     maps: tuple[MapUpdate, ...] = ()
+    # Certificate and crt-list steps (nodeagent/config/certs.py), and whether certificate
+    # files change without HAProxy being told (a certificate no crt-list names).
+    certs: tuple[certs.CertUpdate, ...] = ()
+    cert_files: bool = False
 
 
 def map_updates(
@@ -141,6 +146,19 @@ def classify(
         if found_maps is None:
             return Decision(Kind.RELOAD, reason="route map files changed")
         maps = found_maps
+    steps: tuple[certs.CertUpdate, ...] = ()
+    cert_files = bool(change.certificates or change.removed_certificates)
+    if change.frontends or cert_files:
+        found_steps = certs.cert_updates(
+            new_cfg.options.certs_dir,
+            old_cfg.crt_lists,
+            new_cfg.crt_lists,
+            new.certificates,
+            change.certificates,
+        )
+        if isinstance(found_steps, str):
+            return Decision(Kind.RELOAD, reason=found_steps)
+        steps = found_steps
     if change.removed:
         return Decision(Kind.RELOAD, reason=f"{len(change.removed)} backend(s) removed")
     updates: list[ServerUpdate] = []
@@ -156,8 +174,11 @@ def classify(
         if not found:
             return Decision(Kind.RELOAD, reason=f"backend {name} changed outside the slots")
         updates += found
-    if not updates and not maps:
+    if not updates and not maps and not steps and not cert_files:
         return Decision(Kind.NOTHING, reason="rendered config identical")
     said = [f"{len(updates)} slot(s)"] if updates else []
     said += [f"{len(maps)} route map entr{'y' if len(maps) == 1 else 'ies'}"] if maps else []
-    return Decision(Kind.RUNTIME, tuple(updates), f"{' and '.join(said)} changed", maps)
+    said += [f"{len(steps)} certificate step(s)"] if steps else []
+    said += ["certificate files"] if cert_files and not steps else []
+    reason = f"{' and '.join(said)} changed"
+    return Decision(Kind.RUNTIME, tuple(updates), reason, maps, steps, cert_files)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from nodeagent.config import routes
+from nodeagent.config import certs, routes
 from nodeagent.config.errors import RenderError
 from nodeagent.haproxy import version
 from nodeagent.held import ChangeSet, DeltaError, Held
@@ -53,6 +53,9 @@ class RenderOptions:
     # Where the route model's map files are (the applier: beside haproxy.cfg); haproxy.cfg
     # names them, HAProxy reads them at a start or reload.
     maps_dir: str = "/etc/haproxy/maps"
+    # Where the certificates and the HTTPS listeners' crt-lists are (the applier: beside
+    # haproxy.cfg), as `maps_dir`.
+    certs_dir: str = "/etc/haproxy/certs"
 
 
 def _check(pattern: re.Pattern[str], value: str, what: str) -> str:
@@ -183,6 +186,7 @@ class Frontends:
     maps: Mapping[str, routes.MapEntries]
     routed: frozenset[str]
     texts: Mapping[int, str]  # each listener frontend's text, by port
+    crt_lists: certs.CrtLists = field(default_factory=dict)  # HTTPS listeners' crt-lists
 
 
 def _frontends(held: Held, opts: RenderOptions) -> Frontends:
@@ -191,7 +195,12 @@ def _frontends(held: Held, opts: RenderOptions) -> Frontends:
     http, listeners = held.http_frontend, held.http_listeners
     ports = {listener.port for listener in listeners}
     merged = http if http is not None and http.port in ports else None
-    bind = lambda port: _bind(opts, port)  # noqa: E731
+    crt_lists = certs.crt_lists(listeners)
+
+    def bind(port: int) -> str:
+        """A listener's bind line after `bind`: address, port, then its options."""
+        return _bind(opts, port) + certs.bind_tls(opts.certs_dir, port, crt_lists)
+
     routed = routes.render_listeners(listeners, merged, opts.maps_dir, bind)
     tcp_ports = {fe.port for fe in held.tcp_frontends}
     if ports & tcp_ports:
@@ -205,6 +214,7 @@ def _frontends(held: Held, opts: RenderOptions) -> Frontends:
         routed.maps,
         routed.backends,
         routed.texts,
+        crt_lists,
     )
 
 
@@ -373,6 +383,11 @@ class Rendered:
         """The route model's map files: path -> entries, written beside haproxy.cfg."""
         return self.routed.maps
 
+    @property
+    def crt_lists(self) -> certs.CrtLists:
+        """The HTTPS listeners' crt-lists by port, written beside haproxy.cfg."""
+        return self.routed.crt_lists
+
     def backend(self, name: str) -> str:
         """One backend's section."""
         return self.encoded[name].decode()
@@ -429,6 +444,7 @@ def render_held(
         peers = _section(held.peers_part, _peers(held.peers))
     if frontends is None:
         frontends = _frontends(held, opts)
+    certs.check_bound(frontends.crt_lists, held.certificates)
     unknown = [name for name in frontends.routed if name not in held.backends]
     if unknown:
         raise RenderError(f"route to unknown backend {min(unknown)!r}")

@@ -1,0 +1,178 @@
+"""TLS termination of the route model's HTTP listeners -> crt-lists, bind options, and the
+runtime API commands that move HAProxy from one set of certificates to the next.
+
+Pure. Each HTTPS listener port P reads `<certs dir>/fe_P.crtlist`, one line per binding in
+the snapshot's order (the first is the default certificate: the one a client gets whose
+SNI matches no line, or who sends none), each line `<certs dir>/<name>.pem [sni...]`.
+A renewed certificate, a binding added or removed, are runtime API commands (`set ssl
+cert` + `commit ssl cert`, `new ssl cert`, `add ssl crt-list`, `del ssl crt-list`, `del
+ssl cert`, the same on 2.6, 3.0 and 3.2); a changed default certificate reloads, as a new
+HTTPS port does (its bind line is new config text).
+
+Every name and filter is re-checked against `peerplane.routes` before it is written: those
+patterns admit no space, quote, backslash or `#`, so nothing needs quoting in a bind line,
+a crt-list or a runtime command.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from nodeagent.config.errors import RenderError
+from peerplane import routes
+from peerplane.v1 import peerplane_pb2 as pb
+
+# HTTP/2 and HTTP/1.1 offered by ALPN: mode http frontends speak both on 2.6, 3.0 and 3.2.
+ALPN = "h2,http/1.1"
+_CERTS_DIR = re.compile(r"/[A-Za-z0-9_./-]{1,200}")
+
+
+@dataclass(frozen=True)
+class CrtLine:
+    """One crt-list line: a certificate and its SNI filters (none: the certificate's own
+    names)."""
+
+    name: str
+    filters: tuple[str, ...] = ()
+
+
+CrtLists = Mapping[int, tuple[CrtLine, ...]]  # port -> its crt-list's lines, in order
+
+
+def cert_path(certs_dir: str, name: str) -> str:
+    return f"{certs_dir}/{name}.pem"
+
+
+def crtlist_path(certs_dir: str, port: int) -> str:
+    return f"{certs_dir}/fe_{port}.crtlist"
+
+
+def crtlist_line(certs_dir: str, line: CrtLine) -> str:
+    return " ".join([cert_path(certs_dir, line.name), *line.filters])
+
+
+def crtlist_file(certs_dir: str, lines: Sequence[CrtLine]) -> bytes:
+    """A crt-list's bytes, `certs_dir` naming where its certificates are."""
+    return "".join(crtlist_line(certs_dir, line) + "\n" for line in lines).encode()
+
+
+def check_certs_dir(certs_dir: str) -> str:
+    if not _CERTS_DIR.fullmatch(certs_dir):
+        raise RenderError(f"invalid certificates directory: {certs_dir!r}")
+    return certs_dir
+
+
+def check_name(name: str) -> str:
+    if not routes.is_certificate_name(name):
+        raise RenderError(f"invalid certificate name: {name[:80]!r}")
+    return name
+
+
+def crt_lists(listeners: Sequence[pb.HttpListener]) -> dict[int, tuple[CrtLine, ...]]:
+    """The crt-list of every listener with TLS, by port, every string checked."""
+    out: dict[int, tuple[CrtLine, ...]] = {}
+    for listener in listeners:
+        if not listener.HasField("tls"):
+            continue
+        port = listener.port
+        lines: list[CrtLine] = []
+        for binding in listener.tls.certificates:
+            name = check_name(binding.certificate)
+            for host in binding.hostnames:
+                if not routes.is_route_host(host):
+                    raise RenderError(f"certificate {name} on port {port}: invalid SNI {host!r}")
+            lines.append(CrtLine(name, tuple(binding.hostnames)))
+        if not lines:
+            raise RenderError(f"HTTPS listener {port} has no certificate")
+        if len({line.name for line in lines}) != len(lines):
+            raise RenderError(f"HTTPS listener {port} binds a certificate twice")
+        out[port] = tuple(lines)
+    return out
+
+
+def bind_tls(certs_dir: str, port: int, lists: CrtLists) -> str:
+    """The bind line's TLS options of a listener port ("" for plain HTTP)."""
+    if port not in lists:
+        return ""
+    return f" ssl crt-list {crtlist_path(check_certs_dir(certs_dir), port)} alpn {ALPN}"
+
+
+def check_bound(lists: CrtLists, certificates: Mapping[str, pb.Certificate]) -> None:
+    """Every certificate a crt-list names is in the snapshot, and every certificate's
+    name is one the agent may write as a file name."""
+    for name in certificates:
+        check_name(name)
+    for port, lines in sorted(lists.items()):
+        for line in lines:
+            if line.name not in certificates:
+                raise RenderError(f"HTTPS listener {port}: unknown certificate {line.name}")
+
+
+def bound(lists: CrtLists) -> frozenset[str]:
+    """The certificates HAProxy loads: those some crt-list names."""
+    return frozenset(line.name for lines in lists.values() for line in lines)
+
+
+@dataclass(frozen=True)
+class CertUpdate:
+    """One runtime API step on certificates. `op`: "load" (a certificate no crt-list named:
+    `new ssl cert`, `set ssl cert`, `commit ssl cert`), "set" (a renewed one: `set` and
+    `commit`), "add" / "del" (a crt-list line: `add ssl crt-list` / `del ssl crt-list`),
+    "unload" (`del ssl cert`, once no crt-list names it)."""
+
+    op: str
+    name: str
+    path: str  # the certificate's file
+    crtlist: str = ""  # add / del: the crt-list's file
+    line: str = ""  # add: the crt-list line
+    fingerprint: str = ""  # what logs and errors name instead of the certificate
+    pem: bytes = field(default=b"", repr=False)
+
+
+def cert_updates(
+    certs_dir: str,
+    old_lists: CrtLists,
+    new_lists: CrtLists,
+    new_certs: Mapping[str, pb.Certificate],
+    changed: frozenset[str],
+) -> tuple[CertUpdate, ...] | str:
+    """The runtime steps from the old crt-lists and certificates to the new ones, in the
+    order they must run; a reason to reload instead when a crt-list's default (first) line
+    changes, or when a port gains or loses TLS (its bind line changes: the frontends'
+    text says so first). `changed`: the certificates whose bytes differ."""
+    if old_lists.keys() != new_lists.keys():
+        return "HTTPS listener ports changed"
+    was, now = bound(old_lists), bound(new_lists)
+
+    def update(op: str, name: str, **kw: str) -> CertUpdate:
+        cert = new_certs.get(name)
+        fingerprint = cert.fingerprint if cert is not None else ""
+        pem = cert.pem if cert is not None and op in ("load", "set") else b""
+        return CertUpdate(
+            op, name, cert_path(certs_dir, name), fingerprint=fingerprint, pem=pem, **kw
+        )
+
+    out = [update("load", n) for n in sorted(now - was)]
+    out += [update("set", n) for n in sorted((changed & was) & now)]
+    dels: list[CertUpdate] = []
+    adds: list[CertUpdate] = []
+    for port in sorted(new_lists):
+        before, after = old_lists[port], new_lists[port]
+        if before == after:
+            continue
+        if before[0] != after[0]:
+            return f"HTTPS listener {port}: default certificate changed (first crt-list line)"
+        crtlist = crtlist_path(certs_dir, port)
+        kept = set(before) & set(after)
+        removed = [line for line in before if line not in kept]
+        added = [line for line in after if line not in kept]
+        dels += [update("del", line.name, crtlist=crtlist) for line in removed]
+        adds += [
+            update("add", line.name, crtlist=crtlist, line=crtlist_line(certs_dir, line))
+            for line in added
+        ]
+    out += dels + adds
+    out += [update("unload", n) for n in sorted(was - now)]
+    return tuple(out)

@@ -1,0 +1,159 @@
+"""TLS termination in the renderer and the change classifier (nodeagent/config/certs.py,
+certcheck.py): the HTTPS bind line, crt-lists in binding order, names and SNI filters
+checked before anything is written, the agent's own check of each certificate and key,
+and which certificate changes go through the runtime API and which reload."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from nodeagent.config import certcheck, certs
+from nodeagent.config.changes import Kind, classify
+from nodeagent.config.render import RenderError, RenderOptions, render_held
+from nodeagent.held import Held, diff
+from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.haproxy_env import backend, snapshot
+from tests.helpers.tls_agent import certificate, https_listener
+from tests.helpers.tls_certs import Leaf, make_ca
+
+pytestmark = pytest.mark.unit  # pure
+
+DIR = "/var/lib/agent/certs"
+OPTS = RenderOptions("haproxy-a", maps_dir="/var/lib/agent/maps", certs_dir=DIR)
+CA = make_ca()
+LEAVES = {
+    "a": CA.issue("a.example.com"),
+    "b": CA.issue("b.example.com"),
+    "w": CA.issue("*.w.example.com"),
+}
+
+
+def _held(
+    bindings: list[tuple[str, list[str]]],
+    leaves: dict[str, Leaf] | None = None,
+    port: int = 8443,
+    extra: list[pb.HttpListener] | None = None,
+) -> Held:
+    snap = snapshot([], [backend("ns_a_80", [("10.0.0.1", 80)])])
+    for name, leaf in sorted((leaves or LEAVES).items()):
+        snap.certificates.append(certificate(f"ns_{name}", leaf))
+    listener = https_listener(port, [(f"ns_{n}", hosts) for n, hosts in bindings])
+    listener.default_backend = "ns_a_80"
+    snap.http_listeners.extend([listener, *(extra or [])])
+    return Held.from_snapshot(snap)
+
+
+def test_an_https_listener_binds_its_crt_list_in_binding_order() -> None:
+    held = _held([("a", ["a.example.com"]), ("w", ["*.w.example.com"]), ("b", [])])
+    rendered = render_held(held, OPTS)
+    assert f"  bind 0.0.0.0:8443 ssl crt-list {DIR}/fe_8443.crtlist alpn h2,http/1.1" in (
+        rendered.text().splitlines()
+    )
+    lines = rendered.crt_lists[8443]
+    assert certs.crtlist_file(DIR, lines).decode().splitlines() == [
+        f"{DIR}/ns_a.pem a.example.com",  # the first: the default certificate
+        f"{DIR}/ns_w.pem *.w.example.com",
+        f"{DIR}/ns_b.pem",  # no filter: the certificate's own names
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "sni"),
+    [
+        ("ns_a\nbind :1", "a.example.com"),
+        ("../etc/passwd", "a.example.com"),
+        ("NS_A", "a.example.com"),
+        ("nsa", "a.example.com"),
+        ("ns_a", "a.example.com x"),
+        ("ns_a", "a.example.com\n"),
+        ("ns_a", "!a.example.com"),
+        ("ns_a", "*"),
+    ],
+)
+def test_a_bad_certificate_name_or_sni_filter_is_refused(name: str, sni: str) -> None:
+    snap = snapshot([], [backend("ns_a_80", [("10.0.0.1", 80)])])
+    snap.certificates.append(certificate("ns_a", LEAVES["a"]))
+    snap.certificates[0].name = name
+    snap.http_listeners.append(https_listener(8443, [(name, [sni])]))
+    with pytest.raises(RenderError):
+        render_held(Held.from_snapshot(snap), OPTS)
+
+
+def test_a_binding_of_a_certificate_not_in_the_snapshot_is_refused() -> None:
+    held = _held([("a", []), ("zz", [])])
+    with pytest.raises(RenderError, match="unknown certificate ns_zz"):
+        render_held(held, OPTS)
+
+
+def test_the_agent_checks_each_certificate_itself() -> None:
+    good = LEAVES["a"]
+    assert certcheck.problem(good.cert_pem + good.key_pem) is None
+    chained = good.cert_pem + CA.pem + good.key_pem
+    assert certcheck.problem(chained) is None
+    foreign = good.with_foreign_key()
+    assert certcheck.problem(foreign.cert_pem + foreign.key_pem) == (
+        "the private key does not match the certificate"
+    )
+    expired = CA.issue("old.example.com", expired=True)
+    assert "expired" in (certcheck.problem(expired.cert_pem + expired.key_pem) or "")
+    assert certcheck.problem(good.cert_pem) == "no private key in the PEM"
+    assert certcheck.problem(good.key_pem) == "no certificate in the PEM"
+    assert certcheck.problem(b"not pem") == "no certificate in the PEM"
+    broken = good.cert_pem.replace(b"MII", b"AAA", 1) + good.key_pem
+    assert certcheck.problem(broken) == "a certificate of the chain does not parse"
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=400)
+    assert "expired" in (certcheck.problem(good.cert_pem + good.key_pem, later) or "")
+    # A payload ends at the first empty line: none is sent.
+    spaced = good.cert_pem + b"\n\n" + good.key_pem
+    assert "\n\n" not in certcheck.payload(spaced)
+
+
+def test_a_certificate_keeps_its_pem_out_of_reprs() -> None:
+    held = _held([("a", []), ("b", ["b.example.com"])])
+    old = render_held(held, OPTS)
+    renewed = _held(
+        [("a", []), ("b", ["b.example.com"])], {**LEAVES, "b": CA.issue("b.example.com")}
+    )
+    decision = classify(held, old, renewed, render_held(renewed, OPTS), diff(held, renewed))
+    assert decision.certs and "PRIVATE" not in repr(decision)
+
+
+def _decide(before: Held, after: Held) -> tuple[Kind, list[tuple[str, str]], str]:
+    decision = classify(
+        before, render_held(before, OPTS), after, render_held(after, OPTS), diff(before, after)
+    )
+    return decision.kind, [(u.op, u.name) for u in decision.certs], decision.reason
+
+
+def test_which_certificate_changes_go_through_the_runtime_api() -> None:
+    two = [("a", ["a.example.com"]), ("b", ["b.example.com"])]
+    base = _held(two)
+    renewed = {**LEAVES, "b": CA.issue("b.example.com")}
+    assert _decide(base, _held(two, renewed))[:2] == (Kind.RUNTIME, [("set", "ns_b")])
+    # A certificate newly bound: loaded, then its crt-list line added.
+    three = [*two, ("w", ["*.w.example.com"])]
+    kind, steps, _ = _decide(base, _held(three))
+    assert (kind, steps) == (Kind.RUNTIME, [("load", "ns_w"), ("add", "ns_w")])
+    # Unbound: its line removed, then the certificate.
+    assert _decide(_held(three), base)[:2] == (Kind.RUNTIME, [("del", "ns_w"), ("unload", "ns_w")])
+    # Filters changed: the line replaced, the certificate kept.
+    other = [("a", ["a.example.com"]), ("b", ["b.example.com", "c.example.com"])]
+    assert _decide(base, _held(other))[:2] == (Kind.RUNTIME, [("del", "ns_b"), ("add", "ns_b")])
+    # A certificate no crt-list names: only its file changes.
+    one = [("a", ["a.example.com"])]
+    assert _decide(_held(one), _held(one, renewed)) == (
+        Kind.RUNTIME,
+        [],
+        "certificate files changed",
+    )
+    # The default certificate replaced, a new HTTPS port: reloads, said why.
+    kind, _, reason = _decide(base, _held([("b", ["b.example.com"]), ("a", ["a.example.com"])]))
+    assert (kind, reason) == (
+        Kind.RELOAD,
+        "HTTPS listener 8443: default certificate changed (first crt-list line)",
+    )
+    more = _held(two, extra=[https_listener(9443, [("ns_a", [])])])
+    kind, _, reason = _decide(base, more)
+    assert kind is Kind.RELOAD and "9443 added" in reason
