@@ -221,7 +221,7 @@ def load_text(text: str) -> list[Any]:
     except LoadError:
         raise
     except yaml.YAMLError as err:
-        raise LoadError(_one_line(str(err))) from None
+        raise LoadError(_one_line(str(_without_snippets(err)))) from None
     except (ValueError, OverflowError, RecursionError, MemoryError) as err:
         # Scalars PyYAML fails to build (an integer of 5,000 digits, a 13th month).
         raise LoadError(_one_line(f"{type(err).__name__}: {err}")) from None
@@ -258,6 +258,16 @@ def load_file(path: Path) -> list[Any]:
     except UnicodeDecodeError as err:
         raise LoadError(f"not UTF-8 text: {err.reason} at byte {err.start}") from None
     return load_text(text)
+
+
+def _without_snippets(err: yaml.YAMLError) -> yaml.YAMLError:
+    """`err` without the quoted lines the Python parser puts under its marks: line and
+    column say where, and the text there may be a Secret's key."""
+    for name in ("context_mark", "problem_mark"):
+        mark = getattr(err, name, None)
+        if isinstance(mark, yaml.error.Mark):  # libyaml's marks carry no text
+            mark.buffer = None
+    return err
 
 
 def _one_line(text: str, limit: int = 300) -> str:
