@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from peerplane.runtime.untrusted import redact_pem
+
 MAX_NACK_ERROR_CHARS = 4096  # NACK text kept for ListAgents and logged
 
 
@@ -279,7 +281,7 @@ def on_nack(
     sent = _answered(state, nonce, "Nack")
     if sent is None:
         return replace(state, ignored_messages=state.ignored_messages + 1), Stale("Nack", nonce)
-    kept = error.strip()[:MAX_NACK_ERROR_CHARS]
+    kept = redact_pem(error.strip()[:MAX_NACK_ERROR_CHARS])  # shown by ListAgents, logged
     owed = resync and bool(sent.base)
     state = replace(
         state,

@@ -8,7 +8,8 @@ milliseconds), `level`, `logger`, `message` and the decision fields the call pas
 
 Both formats pass the message and every string field through `untrusted.clean`: bounded
 and on one line whatever a client or a manifest put in them (a newline in a pod name must
-not forge a second log line, an ANSI escape must not reach the terminal).
+not forge a second log line, an ANSI escape must not reach the terminal), and without PEM
+blocks, as are tracebacks (an exception quoting a private key must not log it).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from peerplane.runtime.untrusted import LOG_MESSAGE_CHARS, clean
+from peerplane.runtime.untrusted import LOG_MESSAGE_CHARS, clean, redact_pem
 
 LOG_FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -28,6 +29,10 @@ class JsonFormatter(logging.Formatter):
     def __init__(self, names: tuple[str, ...]) -> None:
         super().__init__()
         self.names = names
+
+    def formatException(self, ei: Any) -> str:
+        """The traceback without PEM blocks (an exception's text may quote a key)."""
+        return redact_pem(super().formatException(ei))
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = datetime.fromtimestamp(record.created, UTC)
@@ -56,7 +61,8 @@ class TextFormatter(logging.Formatter):
         msg, args = record.msg, record.args
         record.msg, record.args = clean(record.getMessage(), LOG_MESSAGE_CHARS), None
         try:
-            return super().format(record)
+            # The traceback (maybe cached by another handler) without PEM blocks.
+            return redact_pem(super().format(record))
         finally:  # other handlers may format the same record
             record.msg, record.args = msg, args
 

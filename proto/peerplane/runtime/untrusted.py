@@ -4,7 +4,9 @@ A client (an agent's Hello or NACK, an inspection request, a token) or a manifes
 any text in a field. Written raw, a newline forges a log line in the text format, an ANSI
 escape rewrites the operator's terminal, and a 900 KB name writes megabytes per line or
 overflows a gRPC status. Every sink on both sides uses `clean` (or the log formatter,
-which applies it to every message and field), so the rule lives in one place.
+which applies it to every message and field), so the rule lives in one place; it also
+removes any PEM block (`redact_pem`), so a certificate's private key quoted by an error
+never reaches a log or a reply.
 """
 
 from __future__ import annotations
@@ -32,6 +34,20 @@ def _escape(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
+# A PEM block, or its start when the text was cut before its end (a private key's body,
+# or a certificate chain sent with one): wherever an error text, a NACK or a repr quotes
+# one, it is replaced whole, so no key material reaches a log, a reply or a status.
+_PEM = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}-----.*?(?:-----END [A-Z0-9 ]{0,40}-----|\Z)", re.S)
+PEM_REMOVED = "[PEM removed]"
+
+
+def redact_pem(text: str) -> str:
+    """`text` with every PEM block (or a cut one's start) replaced by "[PEM removed]"."""
+    if "-----BEGIN " not in text:  # the common case: one scan in C
+        return text
+    return _PEM.sub(PEM_REMOVED, text)
+
+
 def escape(text: str) -> str:
     """`text` on one line with every control character visible (`\\n`, `\\x1b`, ...)."""
     return _UNSAFE.sub(_escape, text)
@@ -45,8 +61,8 @@ def clean(value: object, limit: int = LOG_FIELD_CHARS) -> str:
     """
     text = value if isinstance(value, str) else str(value)
     if len(text) > limit:
-        return f"{escape(text[:limit])}...[{len(text) - limit} more chars]"
-    return escape(text)
+        return f"{escape(redact_pem(text[:limit]))}...[{len(text) - limit} more chars]"
+    return escape(redact_pem(text))
 
 
 def shown(value: object, limit: int = 60, *, quoted: bool = False) -> str:
@@ -57,7 +73,9 @@ def shown(value: object, limit: int = 60, *, quoted: bool = False) -> str:
     unbounded time or stack). The one rule for values in warnings, manifest errors and
     ledger errors; `clean` is its form for log fields (it says how much was cut)."""
     if isinstance(value, str):
-        text = escape(value[: limit + 1])  # escaping only lengthens: limit+1 chars decide
+        # Escaping only lengthens (and redacting a PEM block only shortens what it
+        # replaces): limit+1 chars decide.
+        text = escape(redact_pem(value[: limit + 1]))
         cut = len(text) > limit
         text = text[:limit] + ("..." if cut else "")
         return f"'{text}'" if quoted else text
