@@ -65,7 +65,7 @@ class Held:
     # The route model's HTTP listeners (field 14): they change with the frontends.
     http_listeners: Sequence[pb.HttpListener] = ()
     # TLS certificates by name (field 15) and passthrough listeners (field 16).
-    certificates: Mapping[str, pb.Certificate] = field(default_factory=dict)
+    certificates: Mapping[str, pb.Certificate] = field(default_factory=dict, repr=False)
     tls_listeners: Sequence[pb.TlsPassthroughListener] = ()
 
     @property

@@ -47,8 +47,9 @@ class Published:
     version: int
     content: SnapshotContent
     # ServerMessage(snapshot=...), built once per version for every stream by appending
-    # the version to the computed bytes: the snapshot is never serialized again.
-    message_bytes: bytes
+    # the version to the computed bytes: the snapshot is never serialized again. Not in
+    # the repr: it holds the certificates' private keys.
+    message_bytes: bytes = field(repr=False)
     # time.monotonic() at publication (push-latency metric); not part of the content.
     published_at: float = field(default=0.0, compare=False)
     # Content hashes a delta to this version can start from (retained, this one excluded).

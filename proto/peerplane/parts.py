@@ -43,7 +43,8 @@ class ContentParts:
     listeners: bytes = b""
     # Field 15 entries (each certificate's framed bytes) by name, in name order: like the
     # backends, a delta carries only those that changed.
-    certificates: Mapping[str, bytes] = field(default_factory=dict)
+    # repr=False: they hold the private keys.
+    certificates: Mapping[str, bytes] = field(default_factory=dict, repr=False)
     # Field 16 (TLS passthrough listeners): changes with `frontends`, like `listeners`.
     tls_listeners: bytes = b""
 

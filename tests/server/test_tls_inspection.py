@@ -25,6 +25,7 @@ from controlplane.publish import Encoder
 from controlplane.publish.content import SnapshotContent
 from controlplane.publish.store import SnapshotStore
 from controlplane.server import ControlPlaneServer
+from nodeagent.held import Held
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service
 from tests.helpers.server_harness import NS, Harness, run
@@ -210,3 +211,19 @@ def test_inspection_answers_clear_pem_and_keep_the_real_hash() -> None:
     older = store.snapshot_at(WORKLOAD, 1)
     assert older is not None and older.content_hash == content.content_hash
     assert older.certificates[0].pem == b"" and older.certificates[0].fingerprint
+
+
+def test_no_repr_shows_a_key() -> None:
+    """What a log or a traceback could print of the objects holding certificates."""
+    leaf = CA.issue("web.example")
+    certificate = certificate_of(leaf)
+    snapshot = with_tls(base(), (certificate,), BACKEND)
+    content = Encoder().encode({WORKLOAD: snapshot})[WORKLOAD]
+    store = SnapshotStore()
+    store.publish({WORKLOAD: content})
+    held = Held.from_snapshot(content.message(1))
+    shown = [repr(x) for x in (certificate, snapshot, content, content.parts, held)]
+    shown.append(repr(store.get(WORKLOAD)))
+    body = [line for line in leaf.key_pem.decode().splitlines() if "-----" not in line]
+    for text in shown:
+        assert "PRIVATE KEY" not in text and not any(line in text for line in body), text[:80]
