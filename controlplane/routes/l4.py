@@ -357,10 +357,10 @@ def _ports(
     placement: Placement,
     http_ports: Mapping[str, Iterable[int]],
     http_port: int,
-    rejections: list[RejectedInput],
+    rejections: dict[str, list[RejectedInput]],
 ) -> dict[tuple[str, int], _Port]:
     """(workload, port) -> the TLS or TCP port served there; listeners that cannot have
-    their port reported. Older Gateways first."""
+    their port reported (by workload). Older Gateways first."""
     ports: dict[tuple[str, int], _Port] = {}
     by_age = sorted(
         placement.gateways.values(),
@@ -384,7 +384,7 @@ def _ports(
             elif held is not None and held.protocol != listener.protocol:
                 reason = f"port {port} is a {held.protocol} listener of the older {held.owner}"
             elif held is not None and held.accept_proxy != proxy:
-                rejections.append(
+                rejections.setdefault(place.workload, []).append(
                     _gateway_rejection(
                         gateway.namespace,
                         gateway.name,
@@ -395,7 +395,7 @@ def _ports(
                     )
                 )
             if reason:
-                rejections.append(
+                rejections.setdefault(place.workload, []).append(
                     _gateway_rejection(
                         gateway.namespace,
                         gateway.name,
@@ -474,10 +474,9 @@ def l4_table(
     """Every workload's TLS passthrough listeners and route TCP frontends. `http`: each
     workload's HTTP listeners (their ports are not for TLS or TCP, their backends stay
     HTTP); `memo`/`reuse` as `table._table`'s."""
-    rejections: list[RejectedInput] = []
-    ports = _ports(
-        placement, {w: [x.port for x in ls] for w, ls in http.items()}, http_port, rejections
-    )
+    mine: dict[str, list[RejectedInput]] = {}
+    ports = _ports(placement, {w: [x.port for x in ls] for w, ls in http.items()}, http_port, mine)
+    rejections = [r for found in mine.values() for r in found]
     outcomes: dict[RouteKey, L4Outcome] = {}
     routes: list[L4Route] = [*state.tls_routes, *state.tcp_routes]
     for route in sorted(routes, key=lambda r: (type(r).__name__, r.namespace, r.name)):
@@ -491,7 +490,6 @@ def l4_table(
         if outcome is not None:
             outcomes[outcome.kind, route.namespace, route.name] = outcome
     per: dict[tuple[str, int], list[_Entry]] = {key: [] for key in ports}
-    mine: dict[str, list[RejectedInput]] = {}
     demand: set[tuple[ServiceKey, str]] = set()
     reached: dict[str, ServiceKey] = {}
     for outcome in outcomes.values():
