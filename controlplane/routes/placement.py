@@ -13,14 +13,23 @@ import dataclasses
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from controlplane.compute.types import Certificate
 from controlplane.model import (
     ClusterState,
     Gateway,
     GatewayListener,
     LabelSelector,
     ObjectRef,
+    ReferenceGrant,
 )
 from controlplane.routes import names, protocols
+from controlplane.routes.certificates import CertificateCache
+from controlplane.routes.termination import (
+    CERTIFICATE_REASONS,
+    SecretLookup,
+    by_namespace,
+    listener_tls,
+)
 from peerplane import routes as patterns
 
 
@@ -40,12 +49,19 @@ class ListenerPlace:
     gateway: Gateway
     listener: GatewayListener
     accepted: Verdict
-    resolved: Verdict  # ResolvedRefs: the allowed route kinds
+    resolved: Verdict  # ResolvedRefs: the allowed route kinds, an HTTPS listener's certificates
     conflict: str = ""  # why it conflicts with another listener on its port (not served)
+    certificates: tuple[Certificate, ...] = ()  # HTTPS: the valid certificateRefs, in order
 
     @property
     def usable(self) -> bool:
-        return self.accepted.ok and self.resolved.ok and not self.conflict
+        """Routes attach: accepted, not conflicted, its refs resolved (an HTTPS listener
+        with some bad certificateRefs is still served with its valid ones)."""
+        if not self.accepted.ok or self.conflict:
+            return False
+        return self.resolved.ok or (
+            self.resolved.reason in CERTIFICATE_REASONS and bool(self.certificates)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,17 +151,28 @@ def allows_namespace(place: ListenerPlace, namespace: str, placement: Placement)
 
 
 def _listener_place(
-    gateway: Gateway, listener: GatewayListener, reserved: Mapping[int, str]
+    gateway: Gateway,
+    listener: GatewayListener,
+    reserved: Mapping[int, str],
+    secrets: SecretLookup,
+    grants: Mapping[str, tuple[ReferenceGrant, ...]],
 ) -> ListenerPlace:
     accepted = Verdict(True, names.ACCEPTED, "listener accepted")
     l4_problem = protocols.l4_problem(listener)
     if l4_problem is not None:
         accepted = Verdict(False, *l4_problem)
-    elif listener.protocol not in ("HTTP", *protocols.L4_PROTOCOLS):
+    elif listener.protocol not in (*protocols.HTTP_PROTOCOLS, *protocols.L4_PROTOCOLS):
         accepted = Verdict(
             False,
             names.UNSUPPORTED_PROTOCOL,
-            f"protocol {listener.protocol} is not served (HTTP, TLS and TCP are)",
+            f"protocol {listener.protocol} is not served (HTTP, HTTPS, TLS and TCP are)",
+        )
+    elif listener.protocol == "HTTPS" and listener.tls_mode not in ("", "Terminate"):
+        accepted = Verdict(
+            False,
+            names.UNSUPPORTED_PROTOCOL,
+            f"protocol HTTPS terminates TLS: tls.mode {listener.tls_mode} is not served "
+            "(pass TLS through with a TLS listener)",
         )
     elif listener.port in reserved:
         accepted = Verdict(
@@ -171,14 +198,61 @@ def _listener_place(
         resolved = Verdict(
             False, names.INVALID_ROUTE_KINDS, f"only {served or 'no route kind'} is served here"
         )
-    return ListenerPlace(gateway, listener, accepted, resolved)
+    certificates: tuple[Certificate, ...] = ()
+    if listener.protocol == "HTTPS" and accepted.ok and resolved.ok:
+        tls = listener_tls(gateway, listener, secrets, grants)
+        certificates = tls.certificates
+        resolved = Verdict(*tls.verdict)
+    return ListenerPlace(gateway, listener, accepted, resolved, certificates=certificates)
+
+
+def _plain_and_tls(gateways: Mapping[tuple[str, str], GatewayPlace]) -> dict[int, str]:
+    """id(ListenerPlace) -> why it conflicts: a workload's HTTP and HTTPS listeners on one
+    port (one frontend is plain or TLS), across its Gateways."""
+    by_port: dict[tuple[str, int], list[ListenerPlace]] = {}
+    for key in sorted(gateways):
+        gateway_place = gateways[key]
+        if not gateway_place.workload:
+            continue
+        for lp in gateway_place.listeners:
+            if lp.accepted.ok and not lp.conflict and lp.listener.protocol in ("HTTP", "HTTPS"):
+                by_port.setdefault((gateway_place.workload, lp.listener.port), []).append(lp)
+    found: dict[int, str] = {}
+    for (_, port), sharing in by_port.items():
+        if len({lp.listener.protocol for lp in sharing}) < 2:
+            continue
+        told = ", ".join(
+            f"{lp.listener.protocol} {lp.gateway.namespace}/{lp.gateway.name} "
+            f"listener {lp.listener.name}"
+            for lp in sharing
+        )
+        for lp in sharing:
+            found[id(lp)] = (
+                f"port {port} carries both HTTP and HTTPS listeners ({told}): not served"
+            )
+    return found
+
+
+def _gateway_accepted(workload: Verdict, listeners: tuple[ListenerPlace, ...]) -> Verdict:
+    if not workload.ok:
+        return workload
+    if not any(lp.accepted.ok and not lp.conflict for lp in listeners):
+        return Verdict(False, "ListenersNotValid", "no listener can be served")
+    return Verdict(True, names.ACCEPTED, f"served by HAProxy workload {workload.message}")
 
 
 def place(
-    state: ClusterState, workloads: Collection[str], reserved: Mapping[int, str]
+    state: ClusterState,
+    workloads: Collection[str],
+    reserved: Mapping[int, str],
+    secrets: SecretLookup | None = None,
 ) -> Placement:
     """Our classes and Gateways with their workloads; `reserved` maps the ports no
-    listener may take (the peers port) to their user."""
+    listener may take (the peers port) to their user. `secrets`: the Secrets HTTPS
+    listeners read, at compute's clock (default: `state.secrets` at 0, parsed here)."""
+    if secrets is None:
+        secrets = SecretLookup(state.secrets, CertificateCache(), 0.0)
+    grants = by_namespace(state.reference_grants)
     classes = {
         c.name: Verdict(True, names.ACCEPTED, "handled by peerplane")
         for c in state.gateway_classes
@@ -192,19 +266,32 @@ def place(
         conflicted = protocols.conflicts(gateway.listeners)
         listeners = tuple(
             dataclasses.replace(lp, conflict=conflicted.get(lp.listener.name, ""))
-            for lp in (_listener_place(gateway, lst, reserved) for lst in gateway.listeners)
-        )
-        if not workload.ok:
-            accepted = workload
-        elif not any(lp.accepted.ok and not lp.conflict for lp in listeners):
-            accepted = Verdict(False, "ListenersNotValid", "no listener can be served")
-        else:
-            accepted = Verdict(
-                True, names.ACCEPTED, f"served by HAProxy workload {workload.message}"
+            for lp in (
+                _listener_place(gateway, lst, reserved, secrets, grants)
+                for lst in gateway.listeners
             )
-        gateways[gateway.namespace, gateway.name] = GatewayPlace(
-            gateway, workload.message if workload.ok else "", accepted, listeners
         )
+        gateways[gateway.namespace, gateway.name] = GatewayPlace(
+            gateway,
+            workload.message if workload.ok else "",
+            _gateway_accepted(workload, listeners),
+            listeners,
+        )
+    mixed = _plain_and_tls(gateways)
+    if mixed:
+        for key, gateway_place in gateways.items():
+            if not any(id(lp) in mixed for lp in gateway_place.listeners):
+                continue
+            listeners = tuple(
+                dataclasses.replace(lp, conflict=mixed[id(lp)]) if id(lp) in mixed else lp
+                for lp in gateway_place.listeners
+            )
+            workload = resolve_workload(gateway_place.gateway.annotations, workloads)
+            gateways[key] = dataclasses.replace(
+                gateway_place,
+                listeners=listeners,
+                accepted=_gateway_accepted(workload, listeners),
+            )
     ingress_classes: dict[str, Verdict] = {}
     defaults: list[tuple[str, str]] = []
     for ingress_class in state.ingress_classes:

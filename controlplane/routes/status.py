@@ -5,9 +5,10 @@ our GatewayClasses (Accepted), our Gateways (Accepted, Programmed, each listener
 conditions and attachedRoutes, the addresses: `spec.addresses` when given, else the
 serving workload's HAProxy pod IPs), each HTTPRoute, TLSRoute and TCPRoute naming one
 of our Gateways (one `parents[]` entry per such parentRef, with Accepted and
-ResolvedRefs) and each Ingress of our classes (`loadBalancer.ingress`). Conditions carry no lastTransitionTime: the writer
-keeps the old time when status and reason are unchanged, else sets now. An HTTPRoute's
-entries for other controllers' parents are not ours: the writer keeps them.
+ResolvedRefs) and each Ingress of our classes (`loadBalancer.ingress`). Conditions carry
+no lastTransitionTime: the writer keeps the old time when status and reason are
+unchanged, else sets now. An HTTPRoute's entries for other controllers' parents are not
+ours: the writer keeps them.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def _listener(
     programmed = Verdict(True, names.PROGRAMMED, "listener programmed")
     if not accepted.ok:
         programmed = Verdict(False, names.INVALID, accepted.message)
-    elif not lp.resolved.ok:
+    elif not lp.resolved.ok and not lp.usable:  # some bad certificateRefs: still served
         programmed = Verdict(False, names.INVALID, lp.resolved.message)
     elif lp.conflict:
         programmed = Verdict(False, names.INVALID, lp.conflict)

@@ -148,7 +148,7 @@ def test_routes_of_other_controllers_and_gateways_get_no_status() -> None:
 
 def test_gateway_conditions_listeners_attached_routes_and_addresses() -> None:
     listeners = gateway()
-    https = dataclasses.replace(listeners.listeners[0], name="tls", port=8443, protocol="HTTPS")
+    https = dataclasses.replace(listeners.listeners[0], name="tls", port=8443, protocol="UDP")
     web = dataclasses.replace(listeners, listeners=(*listeners.listeners, https), generation=4)
     statuses = route_statuses(state(web, route("r", SERVED), route("r2", SERVED)))
     body = statuses[GATEWAY]
