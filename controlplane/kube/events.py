@@ -30,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from controlplane.compute.types import ComputeResult, RejectedInput, SlotAssignment
 from controlplane.loop.reconcile import ComputeFn
 from controlplane.model import ClusterState
+from peerplane.runtime.untrusted import redact_pem
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def reason_for(rejection: RejectedInput) -> str:
 
 def message_for(rejection: RejectedInput) -> str:
     text = f"{rejection.key}={rejection.value!r} rejected: {rejection.reason}"
-    return text[:MESSAGE_LIMIT]
+    return redact_pem(text[:MESSAGE_LIMIT])  # a value quoting a Secret's key shows none
 
 
 def _now() -> str:

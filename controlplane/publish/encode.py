@@ -40,6 +40,7 @@ from peerplane.parts import (
     listeners_part,
     tls_listeners_part,
 )
+from peerplane.runtime.untrusted import redact_pem
 from peerplane.v1 import peerplane_pb2 as pb
 
 LISTENER_RULES = wire.number(pb.HttpListener, "rules")
@@ -53,8 +54,13 @@ _CertificateCache = dict[int, tuple[Certificate, bytes]]
 
 
 def rejected_input(rejection: RejectedInput) -> pb.RejectedInput:
+    """A warning as the snapshot carries it (and GetSnapshot shows it): a value or reason
+    quoting a Secret's key shows "[PEM removed]" instead."""
     return pb.RejectedInput(
-        object=rejection.object, key=rejection.key, value=rejection.value, reason=rejection.reason
+        object=rejection.object,
+        key=rejection.key,
+        value=redact_pem(rejection.value),
+        reason=redact_pem(rejection.reason),
     )
 
 

@@ -8,7 +8,10 @@ import logging
 
 import pytest
 
+from controlplane.compute.types import RejectedInput
+from controlplane.kube.events import message_for
 from controlplane.logformat import JsonFormatter as ControlJson
+from controlplane.publish.encode import rejected_input
 from nodeagent.logformat import JsonFormatter as AgentJson
 from peerplane.runtime.logjson import TextFormatter
 from peerplane.runtime.untrusted import PEM_REMOVED, clean, redact_pem, shown
@@ -74,3 +77,13 @@ def test_a_nack_quoting_a_key_shows_no_key_in_list_agents_nor_the_log(
     (nack,) = [r for r in caplog.records if "rejected" in r.getMessage()]
     for formatter in (TextFormatter(), ControlJson()):
         assert leaks(formatter.format(nack)) == []
+
+
+def test_a_rejection_quoting_a_key_shows_none_in_its_event_or_the_snapshot() -> None:
+    rejection = RejectedInput(
+        "Secret", "default", "web-tls", "tls.crt", PEM, f"not a certificate: {PEM[:300]}"
+    )
+    assert leaks(message_for(rejection)) == []
+    warning = rejected_input(rejection)
+    assert leaks(warning.value) == [] and leaks(warning.reason) == []
+    assert warning.value.startswith(PEM_REMOVED)
