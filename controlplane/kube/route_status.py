@@ -2,7 +2,8 @@
 
 `controlplane.routes.status.route_statuses` says, per object, the whole `status` it
 should have (GatewayClass and Gateway conditions, Gateway listeners and addresses,
-HTTPRoute parents, Ingress loadBalancer). This writer makes the cluster say it:
+HTTPRoute, TLSRoute and TCPRoute parents, Ingress loadBalancer). This writer makes the
+cluster say it:
 
 - only while this replica holds the Lease (`leading()`; always without election), and
   after taking it every object is read again (the previous leader may have written);
@@ -11,7 +12,7 @@ HTTPRoute parents, Ingress loadBalancer). This writer makes the cluster say it:
 - cost follows the change: a document equal to the one last made true is not looked
   at; a changed one is read, and written only when it differs from what is stored;
 - a condition keeps the stored `lastTransitionTime` while its status and reason are
-  unchanged, else gets now; HTTPRoute `parents` entries of other controllers are kept;
+  unchanged, else gets now; route `parents` entries of other controllers are kept;
 - a write is a PUT with the resourceVersion read: a 409 reads again and retries, a
   missing object (404) is skipped, any other failure is retried later with backoff;
   one object's failure never holds up the others.
@@ -74,8 +75,14 @@ RESOURCES: Mapping[tuple[str, str], _Resource] = {
     (GATEWAY_GROUP, "GatewayClass"): _Resource("v1", "gatewayclasses", cluster_scoped=True),
     (GATEWAY_GROUP, "Gateway"): _Resource("v1", "gateways"),
     (GATEWAY_GROUP, "HTTPRoute"): _Resource("v1", "httproutes"),
+    (GATEWAY_GROUP, "TLSRoute"): _Resource("v1alpha2", "tlsroutes"),
+    (GATEWAY_GROUP, "TCPRoute"): _Resource("v1alpha2", "tcproutes"),
     (NETWORKING_GROUP, "Ingress"): _Resource("v1", "ingresses"),
 }
+
+
+ROUTE_KINDS = frozenset({"HTTPRoute", "TLSRoute", "TCPRoute"})
+"""Kinds whose status is shared per parent: other controllers' `parents` entries stay."""
 
 
 class StatusConflict(Exception):
@@ -148,10 +155,10 @@ def _conditions(desired: list[Any], stored: Any, now: str) -> list[Any]:
 def merged_status(
     kind: str, stored: Mapping[str, Any], desired: Mapping[str, Any], now: str, controller: str
 ) -> Obj:
-    """The status to store: `desired` with transition times carried over; an HTTPRoute
-    keeps the `parents` entries other controllers wrote (status is shared per parent)."""
+    """The status to store: `desired` with transition times carried over; a route keeps
+    the `parents` entries other controllers wrote (status is shared per parent)."""
     status = with_transition_times(desired, stored, now)
-    if kind == "HTTPRoute":
+    if kind in ROUTE_KINDS:
         ours = {controller} | {
             str(p.get("controllerName"))
             for p in status.get("parents") or []
@@ -338,7 +345,7 @@ class RouteStatusWriter:
         dropped = [k for k in self._written if k not in latest]
         for key in dropped:
             del self._written[key]
-            if key.kind == "HTTPRoute":  # no longer attached to our Gateways: our parents go
+            if key.kind in ROUTE_KINDS:  # no longer attached to our Gateways: our parents go
                 changed.append((key, {"parents": []}))
         for key, desired in changed:
             if not self._leading():
