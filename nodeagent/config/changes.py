@@ -13,7 +13,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nodeagent.config import certs
+from nodeagent.config import certs, passthrough
 from nodeagent.config.render import Rendered
 from nodeagent.config.routes import MapEntries
 from nodeagent.held import ChangeSet, Held
@@ -79,23 +79,48 @@ def map_updates(
     return tuple(out)
 
 
+_HTTP_RULES = (
+    "rules rendered into the config changed (method, header or query matches, filters,"
+    " weights, unresolved backends, a new wildcard depth, the default backend or annotation"
+    " routes)"
+)
+_CHANGED = {
+    passthrough.TLS_LISTENER: (
+        "routes rendered into the config changed (weights, a new wildcard depth)"
+    ),
+    passthrough.TCP_FRONTEND: "backend changed",
+}
+
+
 def _frontends_reason(old_cfg: Rendered, new_cfg: Rendered) -> str:
     """Why changed frontends reload, in words an operator can act on."""
-    before, after = old_cfg.routed.texts, new_cfg.routed.texts
+    old_l4, new_l4 = old_cfg.routed.layer4, new_cfg.routed.layer4
+    before = {port: ("HTTP listener", text) for port, text in old_cfg.routed.texts.items()}
+    after = {port: ("HTTP listener", text) for port, text in new_cfg.routed.texts.items()}
+    for layer4, into in ((old_l4, before), (new_l4, after)):
+        if layer4 is not None:
+            into.update((port, (layer4.kinds[port], text)) for port, text in layer4.texts.items())
     added = sorted(after.keys() - before.keys())
     if added:
-        return f"HTTP listener port {added[0]} added (a new port needs a reload)"
+        return f"{after[added[0]][0]} port {added[0]} added (a new port needs a reload)"
     removed = sorted(before.keys() - after.keys())
     if removed:
-        return f"HTTP listener port {removed[0]} removed"
+        return f"{before[removed[0]][0]} port {removed[0]} removed"
     for port in sorted(after):
-        if before[port] != after[port]:
-            return (
-                f"HTTP listener {port}: rules rendered into the config changed (method, header"
-                " or query matches, filters, weights, unresolved backends, a new wildcard"
-                " depth, the default backend or annotation routes)"
-            )
+        (was, old_text), (what, text) = before[port], after[port]
+        if was != what:
+            return f"port {port}: {was} replaced by a {what}"
+        if old_text == text:
+            continue
+        if _without_proxy(old_text) == _without_proxy(text):
+            on = "on" if passthrough.ACCEPT_PROXY + "\n" in text + "\n" else "off"
+            return f"{what} {port}: PROXY protocol (accept-proxy) turned {on}, a bind option"
+        return f"{what} {port}: {_CHANGED.get(what, _HTTP_RULES)}"
     return "frontends changed"
+
+
+def _without_proxy(text: str) -> str:
+    return text.replace(passthrough.ACCEPT_PROXY + "\n", "\n")
 
 
 def _shape(backend: pb.Backend) -> pb.Backend:

@@ -9,10 +9,10 @@ in the per-instance options (bind address, runtime socket, the directory of the 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from nodeagent.config import certs, routes
+from nodeagent.config import certs, passthrough, routes
 from nodeagent.config.errors import RenderError
 from nodeagent.haproxy import version
 from nodeagent.held import ChangeSet, DeltaError, Held
@@ -187,11 +187,14 @@ class Frontends:
     routed: frozenset[str]
     texts: Mapping[int, str]  # each listener frontend's text, by port
     crt_lists: certs.CrtLists = field(default_factory=dict)  # HTTPS listeners' crt-lists
+    tls_key: bytes = b""  # the TLS passthrough listeners' part
+    layer4: passthrough.Layer4 | None = None  # the passthrough and TCP frontends
 
 
 def _frontends(held: Held, opts: RenderOptions) -> Frontends:
     """HTTP frontends (a listener's port takes the annotation routes of the same port as
-    its last layer; otherwise they keep their own frontend) and TCP frontends."""
+    its last layer; otherwise they keep their own frontend), TLS passthrough and TCP
+    frontends (nodeagent/config/passthrough.py)."""
     http, listeners = held.http_frontend, held.http_listeners
     ports = {listener.port for listener in listeners}
     merged = http if http is not None and http.port in ports else None
@@ -201,43 +204,41 @@ def _frontends(held: Held, opts: RenderOptions) -> Frontends:
         """A listener's bind line after `bind`: address, port, then its options."""
         return _bind(opts, port) + certs.bind_tls(opts.certs_dir, port, crt_lists)
 
-    routed = routes.render_listeners(listeners, merged, opts.maps_dir, bind)
-    tcp_ports = {fe.port for fe in held.tcp_frontends}
-    if ports & tcp_ports:
-        raise RenderError(f"HTTP listener on TCP frontend port {min(ports & tcp_ports)}")
+    proxied = {listener.port for listener in listeners if listener.accept_proxy}
+
+    def proxy_bind(port: int) -> str:
+        """With `accept-proxy` where the listener expects a PROXY protocol header."""
+        return bind(port) + passthrough.proxy_option(port in proxied)
+
+    routed = routes.render_listeners(listeners, merged, opts.maps_dir, proxy_bind)
+    layer4 = passthrough.render(
+        held.tls_listeners, held.tcp_frontends, opts.maps_dir, lambda port: _bind(opts, port)
+    )
+    both = ports & layer4.kinds.keys()
+    if both:
+        raise RenderError(f"HTTP listener on {layer4.kinds[min(both)]} port {min(both)}")
     legacy = _http_frontend(http, opts) if merged is None else []
-    lines = legacy + list(routed.lines) + _tcp_frontends(held.tcp_frontends, opts)
+    lines = legacy + list(routed.lines) + list(layer4.lines)
     return Frontends(
         held.frontends_part,
         held.listeners_part,
         _section(held.frontends_part, lines),
-        routed.maps,
-        routed.backends,
+        {**routed.maps, **layer4.maps},
+        routed.backends | layer4.backends,
         routed.texts,
         crt_lists,
+        tls_key=held.parts.tls_listeners,
+        layer4=layer4,
     )
 
 
 def _reusable_frontends(previous: Frontends, held: Held) -> Frontends | None:
     same = _reusable(previous.section, held.frontends_part) is not None
-    listeners = held.listeners_part
-    if same and (previous.listeners_key is listeners or previous.listeners_key == listeners):
+    listeners, tls = held.listeners_part, held.parts.tls_listeners
+    same = same and (previous.listeners_key is listeners or previous.listeners_key == listeners)
+    if same and (previous.tls_key is tls or previous.tls_key == tls):
         return previous
     return None
-
-
-def _tcp_frontends(frontends: Sequence[pb.TcpFrontend], opts: RenderOptions) -> list[str]:
-    lines: list[str] = []
-    for fe in sorted(frontends, key=lambda f: f.port):
-        backend = _check(_PROXY_NAME, fe.backend, "backend name")
-        lines += [
-            f"frontend fe_tcp_{_port(fe.port, 'frontend')}",
-            "  mode tcp",
-            f"  bind {_bind(opts, fe.port)}",
-            f"  default_backend {backend}",
-            "",
-        ]
-    return lines
 
 
 def _server(backend: str, slot: pb.Slot, options: str = "") -> str:
