@@ -19,13 +19,14 @@ import time
 from collections.abc import Mapping
 
 from nodeagent.apply import activation, saved
+from nodeagent.apply.certfiles import CertFiles
 from nodeagent.apply.faults import crash_point
 from nodeagent.apply.outcome import ApplyError, Result
 from nodeagent.config import changes
 from nodeagent.config.descriptors import Budget
 from nodeagent.config.render import PEERS_SECTION, Rendered, RenderError, RenderOptions, render_held
 from nodeagent.config.routes import MapEntries, map_file
-from nodeagent.haproxy import HAProxyError, sockrepair
+from nodeagent.haproxy import HAProxyError, sockrepair, sslcerts
 from nodeagent.haproxy.driver import HAProxy, validate
 from nodeagent.haproxy.supervisor import Supervisor
 from nodeagent.held import ChangeSet, DeltaError, Held, diff
@@ -55,8 +56,11 @@ class Applier:
         budget: Budget | None = None,
     ) -> None:
         # The route model's map files live beside haproxy.cfg: HAProxy reads both.
-        maps_dir = os.path.join(os.path.dirname(os.path.abspath(config_path)), "maps")
-        self.options = dataclasses.replace(options, maps_dir=maps_dir)
+        # So do the certificates and the HTTPS listeners' crt-lists.
+        here = os.path.dirname(os.path.abspath(config_path))
+        maps_dir, certs_dir = os.path.join(here, "maps"), os.path.join(here, "certs")
+        self.options = dataclasses.replace(options, maps_dir=maps_dir, certs_dir=certs_dir)
+        self.certs = CertFiles(certs_dir)
         self.config_path = config_path
         self.store = store
         self.haproxy = haproxy
@@ -176,6 +180,8 @@ class Applier:
             rendered = render_held(snapshot, self.options, self._applied_cfg, change)
         except RenderError as e:
             raise ApplyError(f"render: {e}") from None
+        # Before HAProxy or any file it reads sees them (the old certificates keep serving).
+        self.certs.check(snapshot, change.certificates if old is not None and change else None)
         data = rendered.data()  # the file; its text only on the reload path
         decision = changes.Decision(changes.Kind.RELOAD, reason="nothing applied yet")
         if old is not None and change is not None:
@@ -215,12 +221,16 @@ class Applier:
         self._write_maps(rendered.maps, before)  # `haproxy -c` and the reload read them
         try:
             said = extra(changes.Kind.RELOAD)
-            pid, fresh = self._check_and_activate(cfg, decision, ident, restoring, said)
+            pid, fresh = self._check_and_activate(
+                cfg, decision, ident, restoring, said, snapshot, rendered
+            )
         except ApplyError:
             if self._applied_cfg is not None:  # the running HAProxy's maps, for a restart
                 self._write_maps(before, rendered.maps)
+                self._restore_certs(snapshot, rendered)
             raise
         self._record(snapshot, rendered, save=not restoring)
+        self.certs.prune(snapshot, rendered.crt_lists)
         self._check_peers(snapshot, ident)
         return Result(True, kind, worker_pid=pid, started=fresh)
 
@@ -231,17 +241,25 @@ class Applier:
         ident: str,
         restoring: bool,
         said: dict[str, object],
+        snapshot: Held,
+        rendered: Rendered,
     ) -> tuple[int | None, bool]:
-        """`haproxy -c`, then the start or reload (or, restoring for an external HAProxy
-        not up yet, only the file): the worker's PID and whether HAProxy was started."""
+        """`haproxy -c` (on staged copies of the certificates that change), then the
+        certificate files, then the start or reload (or, restoring for an external HAProxy
+        not up yet, only the files): the worker's PID and whether HAProxy was started."""
+        lists = rendered.crt_lists
         try:
-            error = validate(cfg, self.haproxy.haproxy_bin, self.haproxy.check_timeout)
+            with self.certs.staged(snapshot, lists, self.applied) as for_check:
+                checked = for_check(cfg)
+                error = validate(checked, self.haproxy.haproxy_bin, self.haproxy.check_timeout)
         except OSError as e:  # its temp dir or pipes: the host's fault, not the config's
             raise ApplyError(f"cannot run haproxy -c: {e}", decision.kind, retryable=True) from e
         if error:
             self.metrics.validation_failures.inc()
             self.metrics.refused("check", error)
             raise ApplyError(error, decision.kind)
+        before_lists = self._applied_cfg.crt_lists if self._applied_cfg is not None else {}
+        self.certs.write(snapshot, lists, self.applied, before_lists)  # checked: now live
         if restoring and not self.activation.present():
             self._write_config(cfg)  # an external HAProxy not up yet starts on this file
             return None, False
@@ -271,14 +289,28 @@ class Applier:
                 self.haproxy.set_servers(decision.updates)
             if decision.maps:
                 self.haproxy.set_maps(decision.maps)
+            if decision.certs:
+                sslcerts.update_certificates(self.haproxy.runtime, decision.certs)
         except (OSError, HAProxyError) as e:
             log.warning("%s: runtime update failed (%s); reloading instead", ident, e)
             return str(e) or type(e).__name__
         before = self._applied_cfg.maps if self._applied_cfg is not None else {}
         self._write_maps(rendered.maps, before)  # a later reload or restart reads the same
+        before_lists = self._applied_cfg.crt_lists if self._applied_cfg is not None else {}
+        self.certs.write(snapshot, rendered.crt_lists, self.applied, before_lists)
         self._write_config(data)
         self._record(snapshot, rendered)
+        self.certs.prune(snapshot, rendered.crt_lists)
         return Result(True, changes.Kind.RUNTIME, worker_pid=self._worker_pid())
+
+    def _restore_certs(self, snapshot: Held, rendered: Rendered) -> None:
+        """After a failed reload: the files of the certificates HAProxy runs, for a restart
+        (best effort: the NACK already says what failed)."""
+        before_lists = self._applied_cfg.crt_lists if self._applied_cfg is not None else {}
+        try:
+            self.certs.write(self.applied, before_lists, snapshot, rendered.crt_lists)
+        except ApplyError as e:
+            log.error("certificates of the running config not put back: %s", e.reason)
 
     def _activate(self, cfg: str, crash_at: str | None = None) -> tuple[int | None, bool]:
         """Write the file and make HAProxy run it: first start or hitless reload; the new

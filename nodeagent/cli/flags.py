@@ -158,3 +158,9 @@ def add_render_arguments(rend: argparse.ArgumentParser) -> None:
         help="write the route map files here, where the printed config names them, so "
         "`haproxy -c` can read them (default: named under /etc/haproxy/maps, not written)",
     )
+    rend.add_argument(
+        "--certs-dir",
+        help="write the HTTPS listeners' crt-lists and the certificates that hold PEM here "
+        "(mode 0600), where the printed config names them (default: named under "
+        "/etc/haproxy/certs, not written; GetSnapshot answers hold no PEM)",
+    )

@@ -60,6 +60,8 @@ def render_options(args: argparse.Namespace) -> RenderOptions:
     )
     if args.maps_dir:
         opts = replace(opts, maps_dir=os.path.abspath(args.maps_dir).rstrip("/"))
+    if args.certs_dir:
+        opts = replace(opts, certs_dir=os.path.abspath(args.certs_dir).rstrip("/"))
     return opts
 
 

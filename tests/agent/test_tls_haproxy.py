@@ -1,0 +1,295 @@
+"""TLS termination on a real HAProxy (each installed version), through the agent's apply
+path: the certificate chosen by SNI (two hosts, a wildcard, the default for an unknown SNI
+and for none), a renewed certificate served without a reload and without a failed request
+while connections made before keep theirs, certificates bound and unbound through the
+runtime API, and a bad certificate NACKed while the others keep serving."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import stat
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from google.protobuf import json_format
+
+from nodeagent import cli
+from nodeagent.config.changes import Kind
+from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.haproxy_env import (
+    Instance,
+    backend,
+    free_port,
+    identity_server,
+    running_instance,
+    snapshot,
+)
+from tests.helpers.haproxy_versions import HAProxyBinary
+from tests.helpers.tls_agent import (
+    certificate,
+    client_context,
+    https_connection,
+    https_listener,
+    peer_serial,
+    served_serial,
+)
+from tests.helpers.tls_certs import Leaf, make_ca
+from tests.kubeapi.objects import wait_until
+
+pytestmark = pytest.mark.haproxy
+
+CA = make_ca()
+HOSTS = {"d": "default.example.com", "a": "a.example.com", "b": "b.example.com"}
+
+
+@dataclass
+class Site:
+    """One agent-managed HAProxy with an HTTPS listener in front of one backend."""
+
+    inst: Instance
+    end: tuple[str, int]
+    port: int
+    peer_port: int
+    leaves: dict[str, Leaf] = field(default_factory=dict)
+    version: int = 0
+
+    def snapshot(
+        self, bindings: list[tuple[str, list[str]]], **replaced: pb.Certificate
+    ) -> pb.Snapshot:
+        self.version += 1
+        snap = snapshot(
+            [("pod-a", self.inst.ip, self.peer_port)],
+            [backend("ns_web_80", [self.end], balance="roundrobin", persistence=False)],
+            version=self.version,
+        )
+        named = {f"ns_{k}": certificate(f"ns_{k}", leaf) for k, leaf in self.leaves.items()}
+        named.update(replaced)
+        snap.certificates.extend(c for _, c in sorted(named.items()))
+        snap.http_listeners.append(https_listener(self.port, bindings))
+        snap.http_listeners[0].default_backend = "ns_web_80"
+        return snap
+
+    def serial(self, sni: str | None) -> str:
+        return served_serial(self.inst.ip, self.port, sni)
+
+    def get(self, sni: str) -> int:
+        conn = https_connection(self.inst.ip, self.port, sni)
+        try:
+            conn.request("GET", "/", headers={"Host": sni})
+            response = conn.getresponse()
+            response.read()
+            return response.status
+        finally:
+            conn.close()
+
+
+@pytest.fixture
+def site(tmp_path: Path, haproxy_bin: HAProxyBinary) -> Iterator[Site]:
+    net = f"127.58.{random.randint(1, 250)}"
+    with (
+        identity_server(f"{net}.11", "web") as web_port,
+        running_instance(tmp_path / "a", f"{net}.1", "pod-a", binary=haproxy_bin.path) as inst,
+    ):
+        leaves = {k: CA.issue(h) for k, h in HOSTS.items()}
+        leaves["w"] = CA.issue("*.w.example.com")
+        ports = free_port(inst.ip), free_port(inst.ip)
+        site = Site(inst, (f"{net}.11", web_port), *ports, leaves=leaves)
+        yield site
+
+
+BINDINGS = [
+    ("ns_d", []),  # the default: no filter, its own name
+    ("ns_a", [HOSTS["a"]]),
+    ("ns_b", [HOSTS["b"]]),
+    ("ns_w", ["*.w.example.com"]),
+]
+
+
+def _mode(path: str) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_the_certificate_is_chosen_by_sni(site: Site) -> None:
+    result = site.inst.applier.apply(site.snapshot(BINDINGS))
+    assert result.ok, result.error
+    serials = {k: leaf.serial_hex for k, leaf in site.leaves.items()}
+    assert site.serial("a.example.com") == serials["a"]
+    assert site.serial("b.example.com") == serials["b"]
+    assert site.serial("x.w.example.com") == serials["w"]
+    # An SNI wildcard filter stands for one label, as a wildcard certificate does.
+    assert site.serial("y.x.w.example.com") == serials["d"]
+    assert site.serial("unknown.example.org") == serials["d"]
+    assert site.serial(None) == serials["d"]
+    assert site.get("a.example.com") == 200
+    ctx = client_context()
+    ctx.set_alpn_protocols(["h2", "http/1.1"])
+    with ctx.wrap_socket(
+        socket.create_connection((site.inst.ip, site.port), timeout=5),
+        server_hostname="a.example.com",
+    ) as tls:
+        assert tls.selected_alpn_protocol() == "h2"
+    certs_dir = site.inst.applier.options.certs_dir
+    assert _mode(certs_dir) == 0o700
+    files = sorted(os.listdir(certs_dir))
+    assert files == [f"fe_{site.port}.crtlist", "ns_a.pem", "ns_b.pem", "ns_d.pem", "ns_w.pem"]
+    assert {_mode(os.path.join(certs_dir, f)) for f in files} == {0o600}
+
+
+def test_a_renewed_certificate_is_served_without_a_reload(site: Site) -> None:
+    inst = site.inst
+    assert inst.applier.apply(site.snapshot(BINDINGS)).ok
+    before = inst.haproxy.show_proc()
+    old_serial = site.leaves["b"].serial_hex
+    kept = https_connection(inst.ip, site.port, "b.example.com")  # made before the rotation
+    kept.request("GET", "/", headers={"Host": "b.example.com"})
+    assert kept.getresponse().read() and peer_serial(kept) == old_serial
+    failures: list[str] = []
+    served = 0
+    stop = threading.Event()
+
+    def load() -> None:
+        nonlocal served
+        while not stop.is_set():
+            try:
+                status = site.get("b.example.com")  # a new handshake each time
+                if status != 200:
+                    failures.append(str(status))
+            except OSError as e:
+                failures.append(repr(e))
+            served += 1
+
+    loop = threading.Thread(target=load)
+    loop.start()
+    try:
+        assert wait_until(lambda: served >= 20, 10)
+        site.leaves["b"] = CA.issue("b.example.com")
+        result = inst.applier.apply(site.snapshot(BINDINGS))
+        assert result.ok and result.kind is Kind.RUNTIME, result
+        assert site.serial("b.example.com") == site.leaves["b"].serial_hex
+        mark = served
+        assert wait_until(lambda: served >= mark + 20, 10)
+    finally:
+        stop.set()
+        loop.join(10)
+    kept.request("GET", "/", headers={"Host": "b.example.com"})  # the same connection
+    assert kept.getresponse().status == 200 and peer_serial(kept) == old_serial
+    kept.close()
+    after = inst.haproxy.show_proc()
+    assert (after.reloads, after.current_worker) == (before.reloads, before.current_worker)
+    assert failures == [] and served >= 40
+    path = os.path.join(inst.applier.options.certs_dir, "ns_b.pem")
+    with open(path, "rb") as f:
+        assert f.read() == site.leaves["b"].cert_pem + site.leaves["b"].key_pem
+    assert _mode(path) == 0o600
+
+
+def test_certificates_are_bound_and_unbound_through_the_runtime_api(site: Site) -> None:
+    inst = site.inst
+    three = BINDINGS[:3]
+    assert inst.applier.apply(site.snapshot(three)).ok
+    before = inst.haproxy.show_proc()
+    serials = {k: leaf.serial_hex for k, leaf in site.leaves.items()}
+    assert site.serial("x.w.example.com") == serials["d"]
+    bound = inst.applier.apply(site.snapshot(BINDINGS))  # the wildcard newly bound
+    assert bound.ok and bound.kind is Kind.RUNTIME, bound
+    assert site.serial("x.w.example.com") == serials["w"]
+    del site.leaves["b"]
+    unbound = inst.applier.apply(site.snapshot([BINDINGS[0], BINDINGS[1], BINDINGS[3]]))
+    assert unbound.ok and unbound.kind is Kind.RUNTIME, unbound
+    assert site.serial("b.example.com") == serials["d"]
+    assert site.serial("a.example.com") == serials["a"]
+    after = inst.haproxy.show_proc()
+    assert (after.reloads, after.current_worker) == (before.reloads, before.current_worker)
+    certs_dir = inst.applier.options.certs_dir
+    assert "ns_b.pem" not in os.listdir(certs_dir)  # no longer in the snapshot
+    with open(os.path.join(certs_dir, f"fe_{site.port}.crtlist")) as f:
+        assert [line.split()[0].rsplit("/", 1)[1] for line in f] == [
+            "ns_d.pem",
+            "ns_a.pem",
+            "ns_w.pem",
+        ]
+    # A new default certificate: a reload, said why; the files are what it reads.
+    swapped = inst.applier.apply(site.snapshot([BINDINGS[1], BINDINGS[0]]))
+    assert swapped.ok and swapped.kind is Kind.RELOAD, swapped
+    assert site.serial(None) == serials["a"] and site.serial("nothing.org") == serials["a"]
+    assert site.serial(HOSTS["d"]) == serials["d"]  # its own name, no filter
+
+
+def test_a_bad_certificate_is_refused_and_the_others_keep_serving(site: Site) -> None:
+    inst = site.inst
+    assert inst.applier.apply(site.snapshot(BINDINGS)).ok
+    certs_dir = inst.applier.options.certs_dir
+    with open(os.path.join(certs_dir, "ns_a.pem"), "rb") as f:
+        a_file = f.read()
+    old = dict(site.leaves)
+    site.leaves["a"] = CA.issue("a.example.com")  # a good renewal beside a bad one
+    foreign = site.leaves["b"].with_foreign_key()
+    bad = certificate("ns_b", foreign)
+    result = inst.applier.apply(site.snapshot(BINDINGS, ns_b=bad))
+    assert not result.ok and not result.retryable
+    assert result.error.startswith("certificate ns_b (sha256 ")
+    assert result.error.endswith("the private key does not match the certificate")
+    assert "PRIVATE" not in result.error and "CERTIFICATE-" not in result.error
+    assert site.serial("a.example.com") == old["a"].serial_hex  # the old one serves
+    assert site.serial("b.example.com") == old["b"].serial_hex
+    with open(os.path.join(certs_dir, "ns_a.pem"), "rb") as f:
+        assert f.read() == a_file  # nothing HAProxy reads has changed
+    # An expired one, with a new HTTPS port (a reload): refused as well, before haproxy -c.
+    expired = certificate("ns_b", CA.issue("b.example.com", expired=True))
+    snap = site.snapshot(BINDINGS, ns_b=expired)
+    snap.http_listeners.append(https_listener(free_port(inst.ip), [("ns_a", [])]))
+    refused = inst.applier.apply(snap)
+    assert not refused.ok and "ns_b" in refused.error and "expired" in refused.error
+    assert sorted(os.listdir(certs_dir)) == sorted(
+        [f"fe_{site.port}.crtlist", "ns_a.pem", "ns_b.pem", "ns_d.pem", "ns_w.pem"]
+    )
+
+
+def test_a_refused_certificate_command_falls_back_to_a_reload(site: Site) -> None:
+    """HAProxy no longer holds a certificate the agent renews: the renewal is applied by a
+    reload that reads the files, and the reason says why."""
+    inst = site.inst
+    assert inst.applier.apply(site.snapshot(BINDINGS)).ok
+    path = os.path.join(inst.applier.options.certs_dir, "ns_w.pem")
+    crtlist = os.path.join(inst.applier.options.certs_dir, f"fe_{site.port}.crtlist")
+    assert "deleted" in inst.haproxy.runtime(f"del ssl crt-list {crtlist} {path}")
+    assert "deleted" in inst.haproxy.runtime(f"del ssl cert {path}")
+    site.leaves["w"] = CA.issue("*.w.example.com")
+    result = inst.applier.apply(site.snapshot(BINDINGS))
+    assert result.ok and result.kind is Kind.RELOAD, result
+    assert site.serial("x.w.example.com") == site.leaves["w"].serial_hex
+
+
+def test_cli_render_writes_the_certificates_the_config_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], haproxy_bin: HAProxyBinary
+) -> None:
+    """`nodeagent render --certs-dir` writes the crt-lists and the certificates holding
+    PEM, checked as the agent checks them, so `haproxy -c` reads the printed config alone."""
+    leaves = {k: CA.issue(h) for k, h in HOSTS.items()}
+    snap = snapshot([], [backend("ns_web_80", [("127.0.0.1", 8080)])])
+    snap.certificates.extend(certificate(f"ns_{k}", leaf) for k, leaf in sorted(leaves.items()))
+    snap.http_listeners.append(https_listener(8443, [(f"ns_{k}", []) for k in sorted(leaves)]))
+    path = tmp_path / "snap.json"
+    path.write_text(json_format.MessageToJson(snap))
+    certs_dir = tmp_path / "certs"
+    base = ["render", "--snapshot", str(path), "--pod-name", "haproxy-a"]
+    dirs = ["--certs-dir", str(certs_dir), "--maps-dir", str(tmp_path / "maps")]
+    assert cli.main([*base, "--haproxy-bin", haproxy_bin.path, *dirs]) == 0
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(capsys.readouterr().out)
+    assert sorted(os.listdir(certs_dir)) == ["fe_8443.crtlist", "ns_a.pem", "ns_b.pem", "ns_d.pem"]
+    assert {_mode(str(certs_dir / name)) for name in os.listdir(certs_dir)} == {0o600}
+    check = subprocess.run(
+        [haproxy_bin.path, "-c", "-f", str(config)], capture_output=True, text=True, timeout=30
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    snap.certificates[0].pem = leaves["a"].cert_pem + leaves["b"].key_pem
+    path.write_text(json_format.MessageToJson(snap))
+    assert cli.main([*base, "--certs-dir", str(tmp_path / "other")]) == 1
+    assert "certificate ns_a (sha256" in capsys.readouterr().err
