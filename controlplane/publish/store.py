@@ -146,15 +146,22 @@ def _unshared(old: ContentParts, new: ContentParts) -> tuple[list[bytes], list[b
 
 
 def _fixed_bytes(old: ContentParts, new: ContentParts) -> int:
-    """Bytes of `old`'s parts other than backends that `new` does not share, and its
-    backends dict (never shared)."""
+    """Bytes of `old`'s parts other than backends that `new` does not share (a rotated
+    certificate's old bytes among them), and its backends dict (never shared)."""
     others = (
         (old.workload, new.workload),
         (old.peers, new.peers),
         (old.frontends, new.frontends),
         (old.warnings, new.warnings),
+        (old.listeners, new.listeners),
+        (old.tls_listeners, new.tls_listeners),
     )
-    return sum(len(a) for a, b in others if a is not b) + sys.getsizeof(old.backends)
+    certificates = sum(
+        len(framed)
+        for name, framed in old.certificates.items()
+        if new.certificates.get(name) is not framed
+    )
+    return sum(len(a) for a, b in others if a is not b) + certificates + sys.getsizeof(old.backends)
 
 
 class SnapshotStore:

@@ -227,3 +227,21 @@ def test_no_repr_shows_a_key() -> None:
     body = [line for line in leaf.key_pem.decode().splitlines() if "-----" not in line]
     for text in shown:
         assert "PRIVATE KEY" not in text and not any(line in text for line in body), text[:80]
+
+
+def test_a_rotated_certificates_old_bytes_count_in_the_retention_budget() -> None:
+    """The old version kept for deltas holds the replaced certificate alone: its bytes
+    count against `retained_bytes`, the unchanged one's (shared) do not."""
+    web = certificate_of(CA.issue("web.example"))
+    api = certificate_of(CA.issue("api.example"), "shop/api-tls")
+    encoder, store = Encoder(), SnapshotStore()
+    first = with_tls(base(), (web, api), BACKEND)
+    old = encoder.encode({WORKLOAD: first})[WORKLOAD]
+    store.publish({WORKLOAD: old})
+    before = store.retained_bytes
+    renewed = certificate_of(CA.issue("web.example"))
+    second = dataclasses.replace(first, certificates=(renewed, api))
+    store.publish({WORKLOAD: encoder.encode({WORKLOAD: second})[WORKLOAD]})
+    held_alone = len(old.parts.certificates["default_web-tls"])
+    assert held_alone > len(web.pem) and store.retained_bytes - before >= held_alone
+    assert store.retained_bytes - before < held_alone + len(api.pem)
