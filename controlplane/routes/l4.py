@@ -130,6 +130,12 @@ class L4Table:
 
 EMPTY_TABLE = L4Table()
 
+_UNSERVED = {
+    "TLSRoute": "its connections are closed",
+    "TCPRoute": "the port is not served (no frontend without a backend: connections refused)",
+}
+"""What an unresolved backend costs, by route kind."""
+
 Memo = dict[int, tuple[L4Route, L4Outcome | None]]
 """id(route) -> the route and its outcome, reused as `table.Memo` is."""
 
@@ -159,7 +165,7 @@ def _rule_backends(
         outcome.rejections.append(
             origin.rejection(
                 ref.name,
-                f"{found.message}: its connections are closed",
+                f"{found.message}: {_UNSERVED[outcome.kind]}",
                 f"spec.rules[{rule_index}].backendRefs[{number}]",
             )
         )
@@ -548,7 +554,7 @@ def _source_rejection(source: str, value: str, reason: str) -> RejectedInput:
 
 _NOT_TCP = (
     "backend not served in mode tcp (an HTTP route or the Service's own annotations reach "
-    "this Service port in HTTP, which keeps it; or the Service is refused): connections closed"
+    "this Service port in HTTP, which keeps it; or the Service is refused)"
 )
 
 
@@ -556,12 +562,16 @@ def finalize(
     routes: WorkloadL4, mode_of: Callable[[str], str | None]
 ) -> tuple[tuple[TlsPassthroughListener, ...], tuple[TcpFrontend, ...], tuple[RejectedInput, ...]]:
     """The passthrough listeners and route TCP frontends as the snapshot carries them: a
-    backend that is not a mode-tcp backend of the snapshot becomes unresolved (reported)."""
+    backend that is not a mode-tcp backend of the snapshot becomes unresolved (reported);
+    a TCP frontend left without a backend is not in the snapshot (the contract's TCP
+    frontends always name one), its port not bound."""
     rejections: list[RejectedInput] = []
 
     def served(source: str, backend: str) -> str:
         if backend and mode_of(backend) != "tcp":
-            rejections.append(_source_rejection(source, backend, _NOT_TCP))
+            kind = source.split(" ")[0]
+            reason = f"{_NOT_TCP}: {_UNSERVED.get(kind, 'not served')}"
+            rejections.append(_source_rejection(source, backend, reason))
             return ""
         return backend
 
@@ -585,6 +595,7 @@ def finalize(
         dataclasses.replace(frontend, backend=served(frontend.source, frontend.backend))
         for frontend in routes.tcp_frontends
     )
+    frontends = tuple(frontend for frontend in frontends if frontend.backend)
     if not rejections:
-        return routes.tls_listeners, routes.tcp_frontends, ()
+        return routes.tls_listeners, frontends, ()
     return listeners, frontends, tuple(rejections)

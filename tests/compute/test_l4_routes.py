@@ -266,7 +266,27 @@ def test_a_service_port_reached_in_http_and_tcp_keeps_http_and_the_tcp_reference
         WeightedBackend("default_shop_http", 0),
     )
     (closed,) = [w for w in got.warnings if w.kind == "TLSRoute"]
-    assert closed.value == "default_shop_https" and "connections closed" in closed.reason
+    assert closed.value == "default_shop_https" and closed.reason.endswith(
+        "its connections are closed"
+    )
+
+
+def test_a_tcproute_to_a_port_http_keeps_leaves_its_port_unbound() -> None:
+    got = snapshot_of(
+        cluster(
+            gw(listener("pg", 5432, "TCP"), listener("http", 8080, "HTTP")),
+            route("web", [prefix_rule("/", [to("shop", 80)])], parent={"name": "edge"}),
+            tcp_route("r", (ref("shop", 80),)),
+        )
+    )
+    assert got.backend("default_shop_http").mode == "http"
+    assert got.tcp_frontends == ()
+    assert [h.port for h in got.http_listeners] == [8080]
+    (refused,) = [w for w in got.warnings if w.kind == "TCPRoute"]
+    assert refused.value == "default_shop_http"
+    assert refused.reason.endswith(
+        "the port is not served (no frontend without a backend: connections refused)"
+    )
 
 
 def test_cross_namespace_backend_needs_a_reference_grant() -> None:
@@ -277,7 +297,13 @@ def test_cross_namespace_backend_needs_a_reference_grant() -> None:
         services=(other,),
     )
     got = snapshot_of(shared)
-    assert got.tcp_frontends == (TcpFrontend(5432, "", "TCPRoute default/r rule 0"),)
+    assert got.tcp_frontends == ()  # no frontend without a backend: the port is not bound
+    (refused,) = [w for w in got.warnings if w.kind == "TCPRoute"]
+    assert refused.key == "spec.rules[0].backendRefs[0]"
+    assert refused.reason.startswith("no ReferenceGrant in data lets TCPRoutes of default")
+    assert refused.reason.endswith(
+        "the port is not served (no frontend without a backend: connections refused)"
+    )
     (entry,) = route_statuses(shared)[StatusKey(GROUP, "TCPRoute", "default", "r")]["parents"]
     assert [(c["type"], c["status"], c["reason"]) for c in entry["conditions"]] == [
         ("Accepted", "True", "Accepted"),
