@@ -62,9 +62,12 @@ class TlsIdentityServer(socketserver.ThreadingTCPServer):
 
 
 @contextlib.contextmanager
-def tls_servers(servers: dict[str, tuple[str, Leaf]]) -> Iterator[dict[str, tuple[str, int]]]:
-    """One TLS identity server per name on its address; yields each one's endpoint."""
-    running = [TlsIdentityServer(name, (ip, 0), leaf) for name, (ip, leaf) in servers.items()]
+def tls_servers(
+    servers: dict[str, tuple[str, Leaf]], port: int = 0
+) -> Iterator[dict[str, tuple[str, int]]]:
+    """One TLS identity server per name on its address (and `port`, or one the system
+    picks); yields each one's endpoint."""
+    running = [TlsIdentityServer(name, (ip, port), leaf) for name, (ip, leaf) in servers.items()]
     threads = [threading.Thread(target=s.serve_forever, args=(0.05,)) for s in running]
     for t in threads:
         t.start()
