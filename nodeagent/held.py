@@ -10,8 +10,9 @@ deltas on the agent side).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from peerplane.parts import (
     ContentParts,
@@ -153,27 +154,10 @@ class Held:
             raise DeltaError(f"it applies to {delta.from_content_hash[:12] or 'nothing'}")
         if delta.workload != self.workload:
             raise DeltaError(f"workload {delta.workload!r} is not {self.workload!r}")
-        backends = dict(self.backends)
-        framed_by_name = dict(self.parts.backends)  # replaced and removed keep the order
-        changed: set[str] = set()
-        for b in delta.backends:
-            if not b.name:
-                raise DeltaError("a backend without a name")
-            if b.name in changed:
-                raise DeltaError(f"backend {b.name!r} listed twice")
-            changed.add(b.name)
-            backends[b.name] = b
-            framed_by_name[b.name] = framed(b)
-        removed = set(delta.removed_backends)
-        if len(removed) != len(delta.removed_backends):
-            raise DeltaError("a removed backend is named twice")
-        for name in removed:
-            if name in changed:
-                raise DeltaError(f"backend {name!r} both changed and removed")
-            if name not in self.backends:
-                raise DeltaError(f"removed backend {name!r} is not held")
-            del backends[name]
-            del framed_by_name[name]
+        backends, framed_by_name, changed, removed = _named_changes(
+            "backend", self.backends, self.parts.backends, delta.backends,
+            delta.removed_backends, framed,
+        )  # fmt: skip
         added = any(name not in self.backends for name in changed)
         if added:  # back into name order
             framed_by_name = {name: framed_by_name[name] for name in sorted(framed_by_name)}
@@ -248,29 +232,55 @@ class Held:
         it sent and the names it removed."""
         if not delta.certificates and not delta.removed_certificates:
             return dict(self.certificates), dict(self.parts.certificates), set(), frozenset()
-        certificates = dict(self.certificates)
-        framed_by_name = dict(self.parts.certificates)
-        changed: set[str] = set()
-        for c in delta.certificates:
-            if not c.name:
-                raise DeltaError("a certificate without a name")
-            if c.name in changed:
-                raise DeltaError(f"certificate {c.name!r} listed twice")
-            changed.add(c.name)
-            certificates[c.name] = c
-            framed_by_name[c.name] = framed_certificate(c)
-        removed = frozenset(delta.removed_certificates)
-        if len(removed) != len(delta.removed_certificates):
-            raise DeltaError("a removed certificate is named twice")
-        for name in removed:
-            if name in changed:
-                raise DeltaError(f"certificate {name!r} both changed and removed")
-            if name not in certificates:
-                raise DeltaError(f"removed certificate {name!r} is not held")
-            del certificates[name]
-            del framed_by_name[name]
+        certificates, framed_by_name, changed, removed = _named_changes(
+            "certificate", self.certificates, self.parts.certificates, delta.certificates,
+            delta.removed_certificates, framed_certificate,
+        )  # fmt: skip
         ordered = {name: framed_by_name[name] for name in sorted(framed_by_name)}
         return certificates, ordered, changed, removed
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+M = TypeVar("M", bound=_Named)
+
+
+def _named_changes(
+    what: str,
+    held: Mapping[str, M],
+    held_framed: Mapping[str, bytes],
+    sent: Iterable[M],
+    removed_names: Sequence[str],
+    frame: Callable[[M], bytes],
+) -> tuple[dict[str, M], dict[str, bytes], set[str], frozenset[str]]:
+    """Messages kept by name (backends, certificates) after a delta replaced the `sent`
+    ones whole and dropped `removed_names`: the messages, their framed bytes (held order,
+    additions last), the names sent and the names removed; DeltaError on a contradiction."""
+    messages = dict(held)
+    framed_by_name = dict(held_framed)  # replaced and removed keep the order
+    changed: set[str] = set()
+    for message in sent:
+        if not message.name:
+            raise DeltaError(f"a {what} without a name")
+        if message.name in changed:
+            raise DeltaError(f"{what} {message.name!r} listed twice")
+        changed.add(message.name)
+        messages[message.name] = message
+        framed_by_name[message.name] = frame(message)
+    removed = frozenset(removed_names)
+    if len(removed) != len(removed_names):
+        raise DeltaError(f"a removed {what} is named twice")
+    for name in removed:
+        if name in changed:
+            raise DeltaError(f"{what} {name!r} both changed and removed")
+        if name not in held:
+            raise DeltaError(f"removed {what} {name!r} is not held")
+        del messages[name]
+        del framed_by_name[name]
+    return messages, framed_by_name, changed, removed
 
 
 def diff(old: Held, new: Held) -> ChangeSet:
