@@ -5,7 +5,11 @@ the snapshots compute returns and the status documents route_statuses gives."""
 from __future__ import annotations
 
 import dataclasses
+import random
 from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from controlplane.compute import Computer, WorkloadSnapshot, compute
 from controlplane.compute.types import SniRoute, TcpFrontend, WeightedBackend
@@ -22,6 +26,7 @@ from controlplane.model import (
 )
 from controlplane.routes.status import StatusKey, route_statuses
 from controlplane.source.convert_routes import reference_grant_from
+from peerplane import routes as patterns
 from tests.helpers.builders import WORKLOAD, service
 from tests.helpers.route_builders import prefix_rule, route, state, to
 
@@ -443,3 +448,62 @@ def test_a_tlsroute_change_recomputes_the_table_and_matches_a_fresh_computation(
     # An endpoint-only change does not compute the table again.
     computer.compute(dataclasses.replace(changed, endpoint_slices=()), {})
     assert computer._routes.computed == before + 1
+
+
+# ---------------------------------------------------------------- properties
+
+NAMES = ["a.example.com", "b.example.com", "*.example.com", "x.a.example.com", "*.a.example.com"]
+HOSTILE = ["A.example.com", "a\nb", "*", "é.example.com", "", "a.example.com."]
+HOSTS = st.sampled_from([*NAMES, *HOSTILE])
+
+
+@st.composite
+def tls_routes(draw: st.DrawFn) -> list[TLSRoute]:
+    found = []
+    for index in range(draw(st.integers(1, 6))):
+        found.append(
+            tls_route(
+                f"r{index}",
+                *draw(
+                    st.lists(
+                        st.sampled_from(
+                            [ref("shop"), ref("db", 5432), ref("missing"), ref("shop", 80)]
+                        ),
+                        min_size=1,
+                        max_size=3,
+                    )
+                ),
+                hostnames=tuple(draw(st.lists(HOSTS, max_size=3))),
+                created=draw(st.sampled_from([OLD, NEW])),
+            )
+        )
+    return found
+
+
+def _rank(route: SniRoute) -> tuple[bool, bool, int]:
+    host = route.hostnames[0] if route.hostnames else ""
+    return (not host, host.startswith("*."), -len(host))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(routes=tls_routes(), seed=st.integers(0, 1000))
+def test_sni_routes_are_valid_unique_ordered_and_independent_of_input_order(
+    routes: list[TLSRoute], seed: int
+) -> None:
+    listeners = (listener(), listener("wild", 8443, hostname="*.example.com"))
+    got = snapshot_of(cluster(gw(*listeners), *routes))
+    shuffled = list(routes)
+    random.Random(seed).shuffle(shuffled)
+    assert snapshot_of(cluster(gw(*listeners), *shuffled)) == got
+    for passthrough in got.tls_listeners:
+        hosts = [r.hostnames for r in passthrough.routes]
+        assert len(hosts) == len(set(hosts))
+        assert all(patterns.is_route_host(h) for r in passthrough.routes for h in r.hostnames)
+        assert [_rank(r) for r in passthrough.routes] == sorted(map(_rank, passthrough.routes))
+        names = {b.backend for r in passthrough.routes for b in r.backends} - {""}
+        assert all(got.backend(name).mode == "tcp" for name in names)
+    # One Computer through every prefix of the routes gives what a fresh one gives.
+    computer = Computer()
+    for end in range(1, len(routes) + 1):
+        step = cluster(gw(*listeners), *routes[:end])
+        assert computer.compute(step, {}).workloads == compute(step, {}).workloads
