@@ -312,12 +312,21 @@ class Computer:
         workloads: Workloads,
         resolver: Resolver,
         changed_services: set[tuple[str, str]],
+        now: float,
     ) -> RouteTable:
         """The route table (the last one while no route input changed)."""
         ports = resolver.global_settings([])  # reported by the call after planning
         refs = [workload.short_ref for workload in workloads.peers]
         return self._routes.compute(
-            state, refs, ports.http_port, ports.peer_port, self._by_key, changed_services
+            state,
+            refs,
+            ports.http_port,
+            ports.peer_port,
+            self._by_key,
+            changed_services,
+            https_port=ports.https_port,
+            accept_proxy=ports.accept_proxy,
+            now=now,
         )
 
     def _demand_moved(self, table: RouteTable) -> set[tuple[str, str]]:
@@ -366,6 +375,7 @@ class Computer:
         return dataclasses.replace(
             snapshot,
             http_listeners=last.listeners,
+            certificates=routes.certificates,  # only those its own listeners bind
             warnings=(*snapshot.warnings, *last.rejections),
         )
 
@@ -433,7 +443,7 @@ class Computer:
         resolver = Resolver(state.settings)
         pod_rejections: list[RejectedInput] = []
         workloads = discover(state.haproxy_pods, state.replica_sets, pod_rejections, self._scope)
-        table = self._route_table(state, workloads, resolver, changed_services)
+        table = self._route_table(state, workloads, resolver, changed_services, now)
         dirty |= self._demand_moved(table)
         self.planned = 0
         self.checked = len(dirty)

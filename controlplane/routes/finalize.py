@@ -89,7 +89,7 @@ def finalize(
         default = listener.default_backend
         if default in missing:
             default, changed = "", True
-        listeners.append(HttpListener(listener.port, tuple(rules), default))
+        listeners.append(dataclasses.replace(listener, rules=tuple(rules), default_backend=default))
     if not changed:
         return routes.listeners, ()
     return tuple(listeners), tuple(rejections)

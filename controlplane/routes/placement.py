@@ -156,6 +156,7 @@ def _listener_place(
     reserved: Mapping[int, str],
     secrets: SecretLookup,
     grants: Mapping[str, tuple[ReferenceGrant, ...]],
+    plain: Mapping[int, str],
 ) -> ListenerPlace:
     accepted = Verdict(True, names.ACCEPTED, "listener accepted")
     l4_problem = protocols.l4_problem(listener)
@@ -173,6 +174,12 @@ def _listener_place(
             names.UNSUPPORTED_PROTOCOL,
             f"protocol HTTPS terminates TLS: tls.mode {listener.tls_mode} is not served "
             "(pass TLS through with a TLS listener)",
+        )
+    elif listener.protocol == "HTTPS" and listener.port in plain:
+        accepted = Verdict(
+            False,
+            names.PORT_UNAVAILABLE,
+            f"port {listener.port} is {plain[listener.port]}, served in plain HTTP",
         )
     elif listener.port in reserved:
         accepted = Verdict(
@@ -246,10 +253,12 @@ def place(
     workloads: Collection[str],
     reserved: Mapping[int, str],
     secrets: SecretLookup | None = None,
+    plain: Mapping[int, str] | None = None,
 ) -> Placement:
     """Our classes and Gateways with their workloads; `reserved` maps the ports no
-    listener may take (the peers port) to their user. `secrets`: the Secrets HTTPS
-    listeners read, at compute's clock (default: `state.secrets` at 0, parsed here)."""
+    listener may take (the peers port) to their user, `plain` those no HTTPS listener
+    may take (the settings' http-port). `secrets`: the Secrets HTTPS listeners read, at
+    compute's clock (default: `state.secrets` at 0, parsed here)."""
     if secrets is None:
         secrets = SecretLookup(state.secrets, CertificateCache(), 0.0)
     grants = by_namespace(state.reference_grants)
@@ -267,7 +276,7 @@ def place(
         listeners = tuple(
             dataclasses.replace(lp, conflict=conflicted.get(lp.listener.name, ""))
             for lp in (
-                _listener_place(gateway, lst, reserved, secrets, grants)
+                _listener_place(gateway, lst, reserved, secrets, grants, plain or {})
                 for lst in gateway.listeners
             )
         )

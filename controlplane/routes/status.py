@@ -153,13 +153,22 @@ def route_statuses(
     state: ClusterState,
     scope: WorkloadScope = DEFAULT_SCOPE,
     table: RouteTable | None = None,
+    now: float = 0.0,
 ) -> dict[StatusKey, dict[str, Any]]:
     """Every status body peerplane writes, by object. `table`: the route table compute
-    made of `state` (computed here when not given)."""
+    made of `state` (computed here at `now`, compute's clock, when not given)."""
     addresses = workload_addresses(state, scope)
     if table is None:
         ports = Resolver(state.settings).global_settings([])
-        table = compute_routes(state, list(addresses), ports.http_port, ports.peer_port)
+        table = compute_routes(
+            state,
+            list(addresses),
+            ports.http_port,
+            ports.peer_port,
+            https_port=ports.https_port,
+            accept_proxy=ports.accept_proxy,
+            now=now,
+        )
     placement = table.placement
     out: dict[StatusKey, dict[str, Any]] = {}
     by_class = {c.name: c for c in state.gateway_classes}

@@ -3,21 +3,34 @@
 `compute_routes` is the pure function of the cluster state. `RouteComputer` keeps its last
 table and computes again only when a route input changed: the route kinds (compared by
 identity first: sources keep unchanged objects), the workloads, the HTTP and peer ports,
-or the ports of a Service a route looked up. An endpoint or annotation change costs one
-comparison per changed Service; an HTTPRoute change costs that route's outcome (the other
-routes keep theirs while nothing they read changed), the grouping and the ordering of the
-workload's rules (docs/design.md, "The route model"; tests/bench/route_table.py).
+the ports of a Service a route looked up, a Secret a listener or an Ingress looked up
+(each parsed once per object), or the clock passing a used certificate's start or end.
+An endpoint or annotation change costs one comparison per changed Service; an HTTPRoute
+change costs that route's outcome (the other routes keep theirs while nothing they read
+changed), the grouping and the ordering of the workload's rules (docs/design.md, "The
+route model"; tests/bench/route_table.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from controlplane.compute.types import HttpListener, RejectedInput
-from controlplane.model import ClusterState, HTTPRoute, ReferenceGrant, Service, ServicePort
+from controlplane.compute.types import Certificate, HttpListener, RejectedInput
+from controlplane.model import (
+    ClusterState,
+    HTTPRoute,
+    ReferenceGrant,
+    Service,
+    ServicePort,
+    TLSSecret,
+)
 from controlplane.routes import protocols
 from controlplane.routes.backends import ServiceKey
+from controlplane.routes.certificates import CertificateCache
+from controlplane.routes.crtlist import Edge, WorkloadTLS, bind_gateways, bind_ingress
 from controlplane.routes.httproute import RouteOutcome, route_outcome
 from controlplane.routes.ingress import IngressOutcome, ingress_outcome
 from controlplane.routes.l4 import EMPTY_TABLE as EMPTY_L4
@@ -25,12 +38,14 @@ from controlplane.routes.l4 import L4Table, l4_table
 from controlplane.routes.l4 import Memo as L4Memo
 from controlplane.routes.placement import Placement, place
 from controlplane.routes.precedence import Candidate, Origin, listeners
+from controlplane.routes.termination import SecretKey, SecretLookup
 
 
 @dataclass(frozen=True, slots=True)
 class WorkloadRoutes:
     listeners: tuple[HttpListener, ...] = ()
     rejections: tuple[RejectedInput, ...] = ()
+    certificates: tuple[Certificate, ...] = ()  # those the listeners bind, sorted by name
 
     @property
     def ports(self) -> tuple[int, ...]:
@@ -84,6 +99,7 @@ class _Workload:
     defaults: dict[int, str] = field(default_factory=dict)
     default_owner: dict[int, str] = field(default_factory=dict)
     rejections: list[RejectedInput] = field(default_factory=list)
+    https: bool = False  # an Ingress is served on the https port
 
 
 def _by_namespace(grants: tuple[ReferenceGrant, ...]) -> dict[str, tuple[ReferenceGrant, ...]]:
@@ -108,8 +124,12 @@ def _table(
     reuse: Memo | None = None,
     l4_memo: L4Memo | None = None,
     l4_reuse: L4Memo | None = None,
+    edge: Edge | None = None,
+    placement: Placement | None = None,
 ) -> RouteTable:
-    placement = place(state, workloads, {peer_port: "peers"})
+    edge = edge or Edge.of(state)
+    if placement is None:
+        placement = _place(state, workloads, http_port, peer_port, edge)
     grants = _by_namespace(state.reference_grants)
     per: dict[str, _Workload] = {}
     for gateway_place in placement.gateways.values():
@@ -119,6 +139,10 @@ def _table(
                 if lp.usable and lp.listener.protocol in protocols.HTTP_PROTOCOLS:
                     mine.defaults.setdefault(lp.listener.port, "")
     rejections: list[RejectedInput] = []
+    tls_of, told = bind_gateways(placement)
+    for workload, rejection in told:
+        per.setdefault(workload, _Workload()).rejections.append(rejection)
+        rejections.append(rejection)
     demand: dict[ServiceKey, set[str]] = {}
     routes: dict[tuple[str, str], RouteOutcome] = {}
     # Sorted: each object's outcome is its own, but rejections list in one order.
@@ -156,6 +180,15 @@ def _table(
         mine.rejections.extend(found.rejections)
         mine.candidates.extend(found.candidates)
         mine.defaults.setdefault(http_port, "")
+        tls = tls_of.setdefault(found.workload, WorkloadTLS())
+        https, told_tls = bind_ingress(ingress, edge, http_port, tls)
+        mine.rejections.extend(told_tls)
+        rejections.extend(told_tls)
+        if https:  # spec.tls: the rules on the https port too
+            port = edge.https_port
+            mine.candidates.extend(dataclasses.replace(c, port=port) for c in found.candidates)
+            mine.defaults.setdefault(port, "")
+            mine.https = True
         for service in found.demand:
             demand.setdefault(service, set()).add(found.workload)
         if ingress.default_backend is None:
@@ -175,10 +208,17 @@ def _table(
     tables: dict[str, WorkloadRoutes] = {}
     for workload in sorted(per):
         mine = per[workload]
+        if mine.https and http_port in mine.default_owner:
+            mine.defaults[edge.https_port] = mine.defaults[http_port]
         conflicts: list[RejectedInput] = []
         built = listeners(mine.candidates, mine.defaults, conflicts)
+        certificates: tuple[Certificate, ...] = ()
+        crt_lists = tls_of.get(workload)
+        if crt_lists is not None:
+            built = crt_lists.apply(built, conflicts)
+            certificates = crt_lists.bound(built)
         rejections.extend(conflicts)
-        tables[workload] = WorkloadRoutes(built, (*mine.rejections, *conflicts))
+        tables[workload] = WorkloadRoutes(built, (*mine.rejections, *conflicts), certificates)
     http = {workload: found.listeners for workload, found in tables.items()}
     l4_routes = l4_table(state, placement, services, grants, http, http_port, l4_memo, l4_reuse)
     rejections.extend(l4_routes.rejections)
@@ -195,12 +235,40 @@ def _table(
     )
 
 
+def _place(
+    state: ClusterState, workloads: Collection[str], http_port: int, peer_port: int, edge: Edge
+) -> Placement:
+    plain = {http_port: "the settings' http-port"}
+    return place(state, workloads, {peer_port: "peers"}, edge.secrets, plain)
+
+
 def compute_routes(
-    state: ClusterState, workloads: Collection[str], http_port: int, peer_port: int
+    state: ClusterState,
+    workloads: Collection[str],
+    http_port: int,
+    peer_port: int,
+    *,
+    https_port: int = 443,
+    accept_proxy: bool = False,
+    now: float = 0.0,
 ) -> RouteTable:
-    """The route table of every workload ("namespace/name" refs) from `state`."""
+    """The route table of every workload ("namespace/name" refs) from `state`; `now`:
+    compute's clock (certificates are served between their dates)."""
     services = {(s.namespace, s.name): s for s in state.services}
-    return _table(state, workloads, http_port, peer_port, services)
+    secrets = SecretLookup(state.secrets, CertificateCache(), now)
+    edge = Edge(secrets, https_port, accept_proxy, state.settings)
+    return _table(state, workloads, http_port, peer_port, services, edge=edge)
+
+
+def _served_https(placement: Placement) -> tuple[tuple[str, str, str, bool], ...]:
+    """Whether each HTTPS listener is served: what HTTPRoute outcomes read of the
+    certificates (a route attaches to a served listener only)."""
+    return tuple(
+        (*key, lp.listener.name, lp.usable)
+        for key, gateway_place in placement.gateways.items()
+        for lp in gateway_place.listeners
+        if lp.listener.protocol == "HTTPS"
+    )
 
 
 class RouteComputer:
@@ -214,6 +282,12 @@ class RouteComputer:
         self._table: RouteTable | None = None
         self._memo: Memo = {}
         self._l4_memo: L4Memo = {}
+        # The Secrets: parsed once per object; those the last table looked up (the only
+        # ones it depends on), and when the clock next changes one's answer.
+        self._certificates = CertificateCache()
+        self._secrets: tuple[TLSSecret, ...] = ()
+        self._secrets_looked: dict[SecretKey, TLSSecret | None] = {}
+        self._changes_at = math.inf
         self.computed = 0
 
     def compute(
@@ -224,9 +298,14 @@ class RouteComputer:
         peer_port: int,
         services: Mapping[ServiceKey, Service],
         changed_services: Collection[ServiceKey] | None,
+        *,
+        https_port: int = 443,
+        accept_proxy: bool = False,
+        now: float = 0.0,
     ) -> RouteTable:
         """The table; `services` by key as of `state`, `changed_services` the keys whose
-        Service may differ since the last call (None: unknown, look at all looked up)."""
+        Service may differ since the last call (None: unknown, look at all looked up);
+        `now`: compute's clock."""
         context = (
             state.gateway_classes,
             state.gateways,
@@ -236,29 +315,73 @@ class RouteComputer:
             frozenset(workloads),
             http_port,
             peer_port,
+            https_port,
+            accept_proxy,
+            state.settings,
         )
         inputs = (context, state.http_routes, state.ingresses, state.tls_routes, state.tcp_routes)
         table = self._table
         moved = table is not None and self._ports_moved(services, changed_services)
-        if table is not None and inputs == self._inputs and not moved:
+        secrets_moved = self._secrets_moved(state.secrets, now)
+        if table is not None and inputs == self._inputs and not moved and not secrets_moved:
+            self._secrets = state.secrets  # what the table read of them is unchanged
             return table
         # Each unchanged HTTPRoute keeps its outcome while what it reads is unchanged: a
-        # route change costs that route, the grouping and the ordering.
+        # route change costs that route, the grouping and the ordering. Of the Secrets,
+        # outcomes read only whether each HTTPS listener is served.
+        if state.secrets is not self._secrets:
+            self._certificates.keep_only(state.secrets)
+        secrets = SecretLookup(state.secrets, self._certificates, now)
+        placement = _place(state, workloads, http_port, peer_port, Edge(secrets))
         last = self._inputs
-        reuse = self._memo if last is not None and last[0] == context and not moved else None
+        reuse = (
+            self._memo
+            if last is not None
+            and last[0] == context
+            and not moved
+            and (
+                table is None
+                or not secrets_moved
+                or _served_https(table.placement) == _served_https(placement)
+            )
+            else None
+        )
         recording = _Recording(services)
         if reuse is not None:
             recording.looked.update(self._looked)
         memo: Memo = {}
         l4_memo: L4Memo = {}
         l4_reuse = self._l4_memo if reuse is not None else None
+        edge = Edge(secrets, https_port, accept_proxy, state.settings)
         table = _table(
-            state, workloads, http_port, peer_port, recording, memo, reuse, l4_memo, l4_reuse
+            state,
+            workloads,
+            http_port,
+            peer_port,
+            recording,
+            memo,
+            reuse,
+            l4_memo,
+            l4_reuse,
+            edge=edge,
+            placement=placement,
         )
         self._inputs, self._looked, self._table, self._memo = inputs, recording.looked, table, memo
+        self._secrets, self._secrets_looked = state.secrets, secrets.looked
+        self._changes_at = secrets.changes_at
         self._l4_memo = l4_memo
         self.computed += 1
         return table
+
+    def _secrets_moved(self, secrets: tuple[TLSSecret, ...], now: float) -> bool:
+        """Whether a Secret the last table looked up is another object (or gone, or
+        new), or the clock passed a looked-up certificate's start or end."""
+        if now >= self._changes_at:
+            return True
+        if secrets is self._secrets or not self._secrets_looked:
+            return False
+        index = {(s.namespace, s.name): s for s in secrets}
+        return any(index.get(key) is not found for key, found in self._secrets_looked.items())
 
     def _ports_moved(
         self, services: Mapping[ServiceKey, Service], changed: Collection[ServiceKey] | None

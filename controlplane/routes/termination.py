@@ -1,45 +1,32 @@
-"""TLS termination on a workload's HTTP listeners: which certificates each HTTPS listener
-and each Ingress `spec.tls` entry binds, and the crt-list of each port (pure).
+"""TLS termination: the certificates a Gateway HTTPS listener's `certificateRefs` resolve
+to, and the Secrets one computation read (pure).
 
-A Gateway HTTPS listener (`tls.mode: Terminate`) binds its `certificateRefs`: core Secrets,
-in the Gateway's namespace or granted by a ReferenceGrant (from Gateway, to Secret) in
-theirs, each valid at compute's clock (`certificates`). Its ResolvedRefs condition is
-False when any is not (InvalidCertificateRef, or RefNotPermitted for an ungranted one);
-the listener is served while at least one is. An Ingress's `spec.tls` entries bind their
-Secret (the Ingress's namespace) to their hosts on the https port; a bad one is reported
-and its hosts get the port's default certificate.
-
-Every listener of a port shares one crt-list: bindings for named hosts before catch-all
-ones, the port's default certificate (the first certificate of the first catch-all
-listener, else of the first listener) as the first binding. A port is plain HTTP or TLS:
-a workload's HTTP and HTTPS listeners on one port are conflicted (ProtocolConflict).
+A listener (`tls.mode: Terminate`) binds core Secrets of the Gateway's namespace, or of
+another namespace when a ReferenceGrant there (from Gateway, to Secret) allows it, each
+valid at compute's clock (`certificates`). Its ResolvedRefs condition is False when any
+is not (InvalidCertificateRef, or RefNotPermitted for an ungranted one); it is served
+while at least one is (`placement.ListenerPlace.usable`). How the certificates become each
+port's crt-list: `crtlist`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from controlplane.compute.types import (
     Certificate,
-    CertificateBinding,
-    HttpListener,
-    RejectedInput,
 )
-from controlplane.compute.values import shown
 from controlplane.model import (
     GATEWAY_GROUP,
     Gateway,
     GatewayListener,
-    Ingress,
     ReferenceGrant,
     TLSSecret,
 )
 from controlplane.routes import names
 from controlplane.routes.certificates import CertificateCache
-from peerplane import routes as patterns
 
 SecretKey = tuple[str, str]  # (namespace, name)
 INVALID_CERTIFICATE_REF = "InvalidCertificateRef"
@@ -160,160 +147,3 @@ def listener_tls(
         elif all(c.name != certificate.name for c in found):
             found.append(certificate)
     return ListenerTLS(tuple(found), tuple(problems))
-
-
-def listener_rejections(
-    gateway: Gateway, listener: GatewayListener, tls: ListenerTLS
-) -> list[RejectedInput]:
-    """The failed refs as warnings on the Gateway (they become Events)."""
-    return [
-        RejectedInput(
-            "Gateway",
-            gateway.namespace,
-            gateway.name,
-            f"spec.listeners[{listener.name}].tls.certificateRefs[{p.index}]",
-            shown(p.ref),
-            f"{p.reason}: {p.message}",
-        )
-        for p in tls.problems
-    ]
-
-
-@dataclass(frozen=True, slots=True)
-class Asker:
-    """An object choosing whether a port takes the PROXY protocol, and by which key."""
-
-    kind: str  # "Gateway" or "ConfigMap"
-    namespace: str
-    name: str
-    key: str
-
-    def rejection(self, reason: str) -> RejectedInput:
-        return RejectedInput(self.kind, self.namespace, self.name, self.key, "true", reason)
-
-
-@dataclass(slots=True)
-class _Port:
-    """What the listeners of one port ask of its TLS and PROXY protocol."""
-
-    named: list[CertificateBinding] = field(default_factory=list)  # with hostnames
-    catch_all: list[CertificateBinding] = field(default_factory=list)
-    default: str = ""  # the first certificate of the first catch-all source
-    first: str = ""  # the first certificate of the first source
-    proxy: dict[bool, list[Asker]] = field(default_factory=dict)  # value -> who asks it
-
-
-@dataclass(slots=True)
-class WorkloadTLS:
-    """One workload's TLS bindings and PROXY protocol choices by port, collected from its
-    listeners and Ingresses in precedence order, then applied to its HTTP listeners."""
-
-    ports: dict[int, _Port] = field(default_factory=dict)
-    certificates: dict[str, Certificate] = field(default_factory=dict)
-
-    def bind(
-        self, port: int, certificates: Iterable[Certificate], hostnames: tuple[str, ...]
-    ) -> None:
-        """The certificates of one source (a listener, an Ingress tls entry) for its
-        hostnames (() : any host, the certificates' own names)."""
-        edge = self.ports.setdefault(port, _Port())
-        for certificate in certificates:
-            self.certificates[certificate.name] = certificate
-            if not edge.first:
-                edge.first = certificate.name
-            if not hostnames and not edge.default:
-                edge.default = certificate.name
-            binding = CertificateBinding(certificate.name, hostnames)
-            target = edge.named if hostnames else edge.catch_all
-            if binding not in target:
-                target.append(binding)
-
-    def proxy(self, port: int, accept: bool, who: Asker) -> None:
-        """`who` asks `accept` of the PROXY protocol on `port`."""
-        asking = self.ports.setdefault(port, _Port()).proxy.setdefault(accept, [])
-        if who not in asking:
-            asking.append(who)
-
-    def tls_ports(self) -> frozenset[int]:
-        return frozenset(port for port, edge in self.ports.items() if edge.first)
-
-    def bindings(self, port: int) -> tuple[CertificateBinding, ...]:
-        """The crt-list of `port`: the default certificate first, then named hosts, then
-        catch-all ones."""
-        edge = self.ports.get(port)
-        if edge is None or not edge.first:
-            return ()
-        ordered = [*edge.named, *edge.catch_all]
-        default = edge.default or edge.first
-        head = next(b for b in ordered if b.certificate == default)
-        if edge.default:  # a catch-all binding: its own names
-            head = CertificateBinding(default, ())
-        return (head, *(b for b in ordered if b != head))
-
-    def apply(
-        self, listeners: tuple[HttpListener, ...], rejections: list[RejectedInput]
-    ) -> tuple[HttpListener, ...]:
-        """`listeners` with their ports' TLS bindings and PROXY protocol. A port asked
-        both with and without the PROXY protocol takes none, reported."""
-        done: list[HttpListener] = []
-        for listener in listeners:
-            edge = self.ports.get(listener.port)
-            if edge is None:
-                done.append(listener)
-                continue
-            asking, refusing = edge.proxy.get(True, []), edge.proxy.get(False, [])
-            accept = bool(asking) and not refusing
-            if asking and refusing:
-                others = ", ".join(f"{who.kind} {who.namespace}/{who.name}" for who in refusing)
-                reason = (
-                    f"port {listener.port} is shared with {others}, without the PROXY "
-                    "protocol: not taken"
-                )
-                rejections.extend(who.rejection(reason) for who in asking)
-            tls = self.bindings(listener.port)
-            if tls or accept:
-                listener = dataclasses.replace(listener, tls=tls, accept_proxy=accept)
-            done.append(listener)
-        return tuple(done)
-
-    def bound(self, listeners: Iterable[HttpListener]) -> tuple[Certificate, ...]:
-        """The certificates the listeners bind, sorted by name."""
-        used = {b.certificate for listener in listeners for b in listener.tls}
-        return tuple(self.certificates[name] for name in sorted(used))
-
-
-def ingress_tls(
-    ingress: Ingress, lookup: SecretLookup, port: int, tls: WorkloadTLS
-) -> list[RejectedInput]:
-    """Bind each `spec.tls` entry's certificate to its hosts on `port`; what cannot be
-    bound is reported (its hosts get the port's default certificate)."""
-    rejections: list[RejectedInput] = []
-
-    def reject(key: str, value: str, reason: str) -> None:
-        rejections.append(
-            RejectedInput("Ingress", ingress.namespace, ingress.name, key, shown(value), reason)
-        )
-
-    for index, entry in enumerate(ingress.tls):
-        where = f"spec.tls[{index}]"
-        hosts: list[str] = []
-        for number, host in enumerate(entry.hosts):
-            if patterns.is_route_host(host):
-                hosts.append(host)
-            else:
-                reject(
-                    f"{where}.hosts[{number}]", host, "not a lower-case host name or *. wildcard"
-                )
-        if entry.hosts and not hosts:
-            continue
-        if not entry.secret_name:
-            reason = "no secretName: these hosts get the default certificate"
-            reject(f"{where}.secretName", "", reason)
-            continue
-        certificate = lookup.certificate(ingress.namespace, entry.secret_name)
-        if isinstance(certificate, str):
-            reason = f"{certificate}: these hosts get the default certificate"
-            reject(f"{where}.secretName", entry.secret_name, reason)
-            continue
-        tls.bind(port, (certificate,), tuple(hosts))
-    return rejections
