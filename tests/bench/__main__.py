@@ -53,6 +53,7 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark("status", "tests.bench.status"),
     Benchmark("route_table", "tests.bench.route_table"),
     Benchmark("route_propagation", "tests.bench.routes"),
+    Benchmark("tls", "tests.bench.tls"),
 ]
 SCALABLE = ("fanout", "churn")  # the benchmarks `--agents` sizes
 FULL_ENV = "BENCH_FULL"  # set to 1: `--full` unless `--quick` is given

@@ -27,6 +27,7 @@ from tests.bench import retention as retention_bench
 from tests.bench import scale as scale_bench
 from tests.bench import scalefolder, stability
 from tests.bench import summary as bench_summary
+from tests.bench import tls as tls_bench
 from tests.bench.__main__ import main as bench_main
 from tests.bench.common import Result, big_cluster
 from tests.helpers.fleet import haproxy_binary
@@ -443,3 +444,17 @@ def test_retention_bench_bounds_what_the_unbounded_store_lets_grow() -> None:
     for figures in (unbounded, bounded):
         assert figures["deltas"] + figures["snapshots"] == 120
     assert unbounded["snapshots"] == 0 < bounded["snapshots"]
+
+
+def test_tls_bench_rotates_through_the_runtime_api_without_a_failed_request(
+    haproxy_bin: HAProxyBinary,
+) -> None:
+    # Own octet (not the benchmark's) so a concurrent `make bench` never collides.
+    sizes = {"handshake_s": 1, "requests": 50, "rotations": 2}
+    found = _by_name(tls_bench.run(octet=59, binary=haproxy_bin.path, sizes=sizes))
+    assert found["tls.handshakes_per_s"].value > 0 and found["tls.requests_per_s"].value > 0
+    assert found["tls.requests_per_s_backend"].value > 0
+    assert found["tls.requests_failed"].value == 0
+    rotation = found["tls.rotation_p99"]
+    assert rotation.parameters == {"rotations": 2, "applied_by": ["runtime"]}
+    assert found["tls.rotation_reloads"].value == 0
