@@ -78,11 +78,19 @@ class _Stopped(Exception):
 class OptionalGroup:
     """An API group the cluster may not serve (CRDs not installed). Its informers take a
     404 for "no objects"; the group logs once when the first goes missing and once when
-    the last comes back, not once per collection and retry."""
+    the last comes back, not once per collection and retry.
 
-    def __init__(self, group: str, consequence: str) -> None:
+    `what` names it in those lines (default "API group <group>") and `level` is the level
+    of the first: kinds many clusters lack by choice (the Gateway API's experimental
+    channel) say so at INFO, not as a warning."""
+
+    def __init__(
+        self, group: str, consequence: str, *, what: str = "", level: int = logging.WARNING
+    ) -> None:
         self.group = group
         self._consequence = consequence
+        self._what = what or f"API group {group}"
+        self._level = level
         self._lock = threading.Lock()
         self._absent: set[str] = set()
 
@@ -91,7 +99,7 @@ class OptionalGroup:
             first = not self._absent
             self._absent.add(collection)
         if first:
-            log.warning("API group %s is not served (404): %s", self.group, self._consequence)
+            log.log(self._level, "%s is not served (404): %s", self._what, self._consequence)
 
     def present(self, collection: str) -> None:
         with self._lock:
@@ -99,7 +107,7 @@ class OptionalGroup:
             self._absent.discard(collection)
             last = was and not self._absent
         if last:
-            log.info("API group %s is served now", self.group)
+            log.info("%s is served now", self._what)
 
     @property
     def missing(self) -> bool:

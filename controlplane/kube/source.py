@@ -6,7 +6,11 @@ ReplicaSets carry from its pod template) and the one settings ConfigMap (a field
 on its name). The route model's inputs too: GatewayClasses, Gateways, HTTPRoutes and
 ReferenceGrants (gateway.networking.k8s.io, an `OptionalGroup`: a cluster without the
 Gateway API CRDs is served from Ingress and annotations, said once), Ingresses,
-IngressClasses and Namespaces (their labels select a Gateway listener's routes).
+IngressClasses and Namespaces (their labels select a Gateway listener's routes). TLSRoutes
+and TCPRoutes (v1alpha2, the experimental channel: an `OptionalGroup` of their own, said
+at INFO, since most clusters install the standard channel only), and the Secrets of type
+kubernetes.io/tls in every namespace (a field selector: no other Secret is ever read, so
+one referenced by a listener but of another type is "not found" to compute).
 Handlers only update the informer caches and call `on_change`; `state()` assembles an
 immutable `ClusterState` from the caches.
 """
@@ -14,6 +18,7 @@ immutable `ClusterState` from the caches.
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -37,6 +42,9 @@ from controlplane.model import (
     ReferenceGrant,
     ReplicaSet,
     Service,
+    TCPRoute,
+    TLSRoute,
+    TLSSecret,
 )
 from controlplane.source.convert import (
     DEFAULT_HAPROXY_SELECTOR,
@@ -56,6 +64,9 @@ from controlplane.source.convert_routes import (
     ingress_from,
     namespace_from,
     reference_grant_from,
+    tcp_route_from,
+    tls_route_from,
+    tls_secret_from,
 )
 
 GATEWAY_VERSION = "v1"
@@ -64,6 +75,13 @@ GATEWAY_API_ABSENT = (
     "the Gateway API CRDs are not installed; serving Ingress and Service annotations "
     "without GatewayClass, Gateway, HTTPRoute and ReferenceGrant"
 )
+EXPERIMENTAL_VERSION = "v1alpha2"  # TLSRoute and TCPRoute: the experimental channel
+EXPERIMENTAL_KINDS = f"{GATEWAY_GROUP}/{EXPERIMENTAL_VERSION} (TLSRoute, TCPRoute)"
+EXPERIMENTAL_ABSENT = (
+    "the Gateway API experimental channel's CRDs are not installed; serving no TLS "
+    "passthrough (TLSRoute) and no TCP (TCPRoute) routes"
+)
+TLS_SECRETS = "type=kubernetes.io/tls"
 
 T = TypeVar("T")
 
@@ -159,6 +177,32 @@ class KubernetesSource:
             options,
             self.gateway_api,
         )
+        # Their own group: a cluster with the standard channel only lacks just these.
+        self.experimental = OptionalGroup(
+            GATEWAY_GROUP, EXPERIMENTAL_ABSENT, what=EXPERIMENTAL_KINDS, level=logging.INFO
+        )
+        self.tls_routes: Informer[TLSRoute] = Informer(
+            "tlsroutes",
+            gateway_kind("tlsroutes", EXPERIMENTAL_VERSION),
+            tls_route_from,
+            options,
+            self.experimental,
+        )
+        self.tcp_routes: Informer[TCPRoute] = Informer(
+            "tcproutes",
+            gateway_kind("tcproutes", EXPERIMENTAL_VERSION),
+            tcp_route_from,
+            options,
+            self.experimental,
+        )
+        self.secrets: Informer[TLSSecret] = Informer(
+            "secrets",
+            functools.partial(
+                client.CoreV1Api(api).list_secret_for_all_namespaces, field_selector=TLS_SECRETS
+            ),
+            tls_secret_from,
+            options,
+        )
         self.ingresses: Informer[Ingress] = Informer(
             "ingresses", networking.list_ingress_for_all_namespaces, ingress_from, options
         )
@@ -179,6 +223,9 @@ class KubernetesSource:
             self.gateways,
             self.http_routes,
             self.reference_grants,
+            self.tls_routes,
+            self.tcp_routes,
+            self.secrets,
             self.ingresses,
             self.ingress_classes,
             self.namespaces,
@@ -188,10 +235,10 @@ class KubernetesSource:
         return found
 
     def on_route_deleted(self, listener: Callable[[str, str, str], None]) -> None:
-        """Call `listener(kind, namespace, name)` when a GatewayClass, Gateway, HTTPRoute or
-        Ingress goes (before `on_change`): the status writer forgets what it wrote there, so
-        an object deleted and created again within one computation gets its status anew.
-        Set before `start`."""
+        """Call `listener(kind, namespace, name)` when a GatewayClass, Gateway, HTTPRoute,
+        TLSRoute, TCPRoute or Ingress goes (before `on_change`): the status writer forgets
+        what it wrote there, so an object deleted and created again within one computation
+        gets its status anew. Set before `start`."""
         self._route_deleted = listener
 
     def start(self, on_change: Callable[[], None]) -> None:
@@ -201,6 +248,8 @@ class KubernetesSource:
             id(self.gateway_classes): "GatewayClass",
             id(self.gateways): "Gateway",
             id(self.http_routes): "HTTPRoute",
+            id(self.tls_routes): "TLSRoute",
+            id(self.tcp_routes): "TCPRoute",
             id(self.ingresses): "Ingress",
         }
         for informer in informers:
@@ -243,6 +292,9 @@ class KubernetesSource:
             ingresses=_values(self.ingresses.items()),
             ingress_classes=_values(self.ingress_classes.items()),
             namespaces=_values(self.namespaces.items()),
+            tls_routes=_values(self.tls_routes.items()),
+            tcp_routes=_values(self.tcp_routes.items()),
+            secrets=_values(self.secrets.items()),
         )
 
     def errors(self) -> list[str]:

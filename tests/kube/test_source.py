@@ -39,9 +39,10 @@ FAST = WatchOptions(
     backoff_jitter=0.05,
 )
 SETTINGS = ObjectRef("haproxy-system", "haproxy-settings")
-# Services, EndpointSlices, pods, ReplicaSets, the settings ConfigMap, and the route
-# model's seven kinds (tests/kube/test_source_routes.py).
-WATCHED = 12
+# Services, EndpointSlices, pods, ReplicaSets, the settings ConfigMap, the route
+# model's seven kinds (tests/kube/test_source_routes.py), TLSRoutes, TCPRoutes and TLS
+# Secrets.
+WATCHED = 15
 
 
 class Changes:

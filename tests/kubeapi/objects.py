@@ -224,3 +224,54 @@ def ingress(
         "metadata": {"name": name, "namespace": ns, "annotations": dict(annotations or {})},
         "spec": spec,
     }
+
+
+EXPERIMENTAL_API = "gateway.networking.k8s.io/v1alpha2"
+
+
+def tls_route(
+    name: str = "db",
+    ns: str = "default",
+    *,
+    gateway_name: str = "web",
+    section: str = "",
+    hostnames: tuple[str, ...] = ("db.example.com",),
+    backend: str = "db",
+    port: int = 5432,
+) -> Obj:
+    parent: Obj = {"name": gateway_name}
+    if section:
+        parent["sectionName"] = section
+    return {
+        "kind": "TLSRoute",
+        "apiVersion": EXPERIMENTAL_API,
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "parentRefs": [parent],
+            "hostnames": list(hostnames),
+            "rules": [{"backendRefs": [{"name": backend, "port": port}]}],
+        },
+    }
+
+
+def tcp_route(
+    name: str = "pg",
+    ns: str = "default",
+    *,
+    gateway_name: str = "web",
+    section: str = "",
+    backend: str = "db",
+    port: int = 5432,
+) -> Obj:
+    parent: Obj = {"name": gateway_name}
+    if section:
+        parent["sectionName"] = section
+    return {
+        "kind": "TCPRoute",
+        "apiVersion": EXPERIMENTAL_API,
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "parentRefs": [parent],
+            "rules": [{"backendRefs": [{"name": backend, "port": port}]}],
+        },
+    }

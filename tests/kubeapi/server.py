@@ -4,14 +4,19 @@ List (resourceVersion, limit/continue, label and field selectors), watch (chunke
 lines: ADDED/MODIFIED/DELETED/BOOKMARK, ERROR 410 for an expired resourceVersion), get,
 create, replace (409 on a stale resourceVersion), merge patch and delete. The real
 server's limits hold: a request body over 3 MiB gets 413, ConfigMap and Secret data over
-1 MiB, an object name that is not a DNS subdomain or a bad label value 422 Invalid, with
-the API server's own messages. Test hooks
+1 MiB, an object name that is not a DNS subdomain or a bad label value 422 Invalid, a
+kubernetes.io/tls Secret without tls.crt or tls.key 422 Invalid, Secret data that is not
+base64 400, a field selector the collection does not support 400, with the API server's
+own messages. Secrets take `stringData` into `data` on write, as the real server does.
+Test hooks
 mutate objects and misbehave on purpose: drop or stall watches, expire history, inject
 error statuses. Loopback only; every connection is closed by `stop()`.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import copy
 import itertools
@@ -46,6 +51,9 @@ PLURALS = {
     "ReferenceGrant": "referencegrants",
     "Ingress": "ingresses",
     "IngressClass": "ingressclasses",
+    "Secret": "secrets",
+    "TLSRoute": "tlsroutes",
+    "TCPRoute": "tcproutes",
 }
 KINDS = {plural: kind for kind, plural in PLURALS.items()}
 
@@ -56,6 +64,7 @@ API_PATHS = {
     "services": "api/v1",
     "pods": "api/v1",
     "configmaps": "api/v1",
+    "secrets": "api/v1",
     "events": "api/v1",
     "namespaces": "api/v1",
     "endpointslices": "apis/discovery.k8s.io/v1",
@@ -66,6 +75,9 @@ API_PATHS = {
     "gateways": f"apis/{GATEWAY_GROUP}/v1",
     "httproutes": f"apis/{GATEWAY_GROUP}/v1",
     "referencegrants": f"apis/{GATEWAY_GROUP}/v1beta1",
+    # The experimental channel's kinds: `remove_kind` models a cluster without them.
+    "tlsroutes": f"apis/{GATEWAY_GROUP}/v1alpha2",
+    "tcproutes": f"apis/{GATEWAY_GROUP}/v1alpha2",
     "ingresses": "apis/networking.k8s.io/v1",
     "ingressclasses": "apis/networking.k8s.io/v1",
 }
@@ -73,7 +85,9 @@ CLUSTER_SCOPED = frozenset({"namespaces", "gatewayclasses", "ingressclasses", "t
 # Kinds with a `/status` subresource as the real server has it: a write to the main
 # resource keeps the stored `.status`, a write to `/status` changes only `.status`, and
 # `metadata.generation` counts changes of everything but metadata and status.
-STATUS_KINDS = frozenset({"gatewayclasses", "gateways", "httproutes", "ingresses"})
+STATUS_KINDS = frozenset(
+    {"gatewayclasses", "gateways", "httproutes", "tlsroutes", "tcproutes", "ingresses"}
+)
 GENERATION_KINDS = STATUS_KINDS | {"referencegrants", "ingressclasses"}
 # The Gateway API CRDs' limits on status (metav1.Condition and the list sizes).
 MAX_CONDITIONS = 8
@@ -85,6 +99,26 @@ CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")
 _CONDITION_REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)")
 
+# The field selectors each collection supports (the apiserver's field label conversion):
+# any other is 400 BadRequest, "field label not supported".
+FIELD_LABELS = {"metadata.name", "metadata.namespace"}
+PLURAL_FIELD_LABELS = {
+    "secrets": FIELD_LABELS | {"type"},
+    "pods": FIELD_LABELS | {"spec.nodeName", "status.phase", "status.podIP"},
+    "events": FIELD_LABELS
+    | {
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "reason",
+        "type",
+    },
+}
+TLS_SECRET = "kubernetes.io/tls"
+TLS_SECRET_KEYS = ("tls.crt", "tls.key")
+_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+
 # The real API server's limits (apimachinery validation and the apiserver's request
 # filter), enforced so a test fails where a cluster would.
 MAX_REQUEST_BYTES = 3 * 1024 * 1024  # request body -> 413
@@ -94,7 +128,7 @@ _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
 _ROUTE = re.compile(
-    r"^/(?P<group>api/v1|apis/[^/]+/v1(?:beta1)?)(?:/namespaces/(?P<ns>[^/]+))?"
+    r"^/(?P<group>api/v1|apis/[^/]+/v1(?:beta1|alpha2)?)(?:/namespaces/(?P<ns>[^/]+))?"
     r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>status))?)?$"
 )
 
@@ -129,6 +163,8 @@ class _Query:
             return False
         labels = meta.get("labels") or {}
         flat = {"metadata.name": meta.get("name", ""), "metadata.namespace": meta.get("namespace")}
+        if obj.get("kind") == "Secret":
+            flat["type"] = obj.get("type", "Opaque")
         return _match(self.labels, labels) and _match(self.fields, flat)
 
 
@@ -208,6 +244,7 @@ class FakeKubeAPI:
         self.token_reviews: list[Obj] = []  # the TokenReview bodies received
         self._held = False  # hold_watches: events wait until release_watches
         self._absent_groups: set[str] = set()  # API groups not served (CRDs not installed)
+        self._absent_plurals: set[str] = set()  # single kinds not served (`remove_kind`)
         self._httpd = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
@@ -276,10 +313,32 @@ class FakeKubeAPI:
         with self._cond:
             self._absent_groups.discard(group)
 
-    def served(self, group_path: str) -> bool:
-        """Whether a path prefix like `apis/<group>/<version>` is served now."""
+    def remove_kind(self, kind: str) -> None:
+        """Uninstall one kind's CRD (a cluster with the Gateway API's standard channel only
+        lacks TLSRoute and TCPRoute): as `remove_group`, for that collection alone."""
+        plural = PLURALS[kind]
+        with self._cond:
+            self._absent_plurals.add(plural)
+            for namespace, name in list(self._objects[plural]):
+                self._remove(plural, namespace, name)
+            for watch in self._watches:
+                if watch.plural == plural:
+                    watch.dropped = True
+                    _shutdown(watch.conn)
+            self._cond.notify_all()
+
+    def install_kind(self, kind: str) -> None:
+        """Serve `kind` again (its collection starts empty)."""
+        with self._cond:
+            self._absent_plurals.discard(PLURALS[kind])
+
+    def served(self, group_path: str, plural: str = "") -> bool:
+        """Whether a path prefix like `apis/<group>/<version>` (and `plural` under it) is
+        served now."""
         parts = group_path.split("/")
         with self._cond:
+            if plural in self._absent_plurals:
+                return False
             return not (len(parts) == 3 and parts[1] in self._absent_groups)
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
@@ -564,6 +623,8 @@ class FakeKubeAPI:
             meta.pop("namespace", None)
         if plural in STATUS_KINDS:
             body.pop("status", None)  # a create ignores status, as the real server does
+        if plural == "secrets":
+            body = _secret_written(body)
         _validate(plural, body)
         with self._cond:
             if (namespace, meta.get("name", "")) in self._objects[plural]:
@@ -578,11 +639,15 @@ class FakeKubeAPI:
         meta["namespace"] = namespace
         if plural in CLUSTER_SCOPED:
             meta.pop("namespace", None)
+        if plural == "secrets":
+            body = _secret_written(body)
         _validate(plural, body)
         with self._cond:
             old = self._objects[plural].get((namespace, name))
             if old is None:
                 raise _Failure(404, "NotFound", f'{plural} "{name}" not found')
+            if plural == "secrets":
+                _secret_type_kept(old, body)
             wanted = meta.get("resourceVersion")
             if wanted and wanted != old["metadata"]["resourceVersion"]:
                 raise _Failure(
@@ -605,6 +670,9 @@ class FakeKubeAPI:
             if plural in STATUS_KINDS:
                 body = {k: v for k, v in body.items() if k != "status"}
             merged = _merge(old, body)
+            if plural == "secrets":
+                merged = _secret_written(merged)
+                _secret_type_kept(old, merged)
             _validate(plural, merged)
             return self._store_changed(plural, merged, old)
 
@@ -685,7 +753,11 @@ class FakeKubeAPI:
 
 
 class _QuietServer(ThreadingHTTPServer):
-    """Connections the client resets or the tests drop are expected, not errors."""
+    """Connections the client resets or the tests drop are expected, not errors. The
+    listen backlog is a server's, not socketserver's 5: fifteen informers connecting at
+    once must not wait for a SYN retry."""
+
+    request_queue_size = 128
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         error = sys.exc_info()[1]
@@ -722,6 +794,11 @@ def _validate(plural: str, obj: Obj) -> None:
                 invalid + f'metadata.labels: Invalid value: "{str(value)[:100]}": a valid '
                 "label must be an empty string or consist of alphanumeric characters",
             )
+    if plural == "secrets" and obj.get("type") == TLS_SECRET:
+        data = obj.get("data") or {}
+        for key in TLS_SECRET_KEYS:
+            if key not in data:
+                raise _Failure(422, "Invalid", invalid + f"data[{key}]: Required value")
     if plural in ("configmaps", "secrets"):
         size = data_bytes(obj)
         if size > MAX_DATA_BYTES:
@@ -731,6 +808,67 @@ def _validate(plural: str, obj: Obj) -> None:
                 "Invalid",
                 invalid + f"{where}: Too long: must have at most {MAX_DATA_BYTES} bytes",
             )
+
+
+def _secret_written(body: Obj) -> Obj:
+    """A Secret as the API server stores it: type Opaque when none is given, `stringData`
+    moved into `data` (base64, winning over data), every data value base64 (else 400, as
+    the JSON decoding of a []byte field answers) and every key a valid one (422)."""
+    body = copy.deepcopy(body)
+    body.setdefault("type", "Opaque")
+    data = body.get("data") or {}
+    name = str((body.get("metadata") or {}).get("name") or "")
+    for value in data.values():
+        at = _base64_error(value)
+        if at is not None:
+            raise _Failure(
+                400,
+                "BadRequest",
+                'Secret in version "v1" cannot be handled as a Secret: illegal base64 data '
+                f"at input byte {at}",
+            )
+    for key, value in (body.pop("stringData", None) or {}).items():
+        data[key] = base64.b64encode(str(value).encode()).decode()
+    for key in data:
+        if not _SECRET_KEY.fullmatch(str(key)):
+            raise _Failure(
+                422,
+                "Invalid",
+                f'Secret "{name}" is invalid: data[{str(key)[:100]}]: Invalid value: a valid '
+                "config key must consist of alphanumeric characters, '-', '_' or '.'",
+            )
+    if data:
+        body["data"] = data
+    return body
+
+
+def _base64_error(value: Any) -> int | None:
+    """None when `value` decodes as Go's StdEncoding decodes it (line breaks skipped), else
+    the input byte its "illegal base64 data at input byte N" names (the first character
+    outside the alphabet, or where the last incomplete quantum starts)."""
+    if not isinstance(value, str):
+        return 0
+    text = value.replace("\r", "").replace("\n", "")
+    for at, char in enumerate(text):
+        if not (char.isascii() and (char.isalnum() or char in "+/=")):
+            return at
+    try:
+        base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return len(text) - len(text) % 4
+    return None
+
+
+def _secret_type_kept(old: Obj, new: Obj) -> None:
+    """A Secret's type cannot change (422 Invalid: field is immutable)."""
+    before, after = old.get("type", "Opaque"), new.get("type", "Opaque")
+    if before != after:
+        name = (new.get("metadata") or {}).get("name", "")
+        raise _Failure(
+            422,
+            "Invalid",
+            f'Secret "{name}" is invalid: type: Invalid value: "{after}": field is immutable',
+        )
 
 
 def _spec_of(obj: Obj) -> Obj:
@@ -902,7 +1040,7 @@ def _handler_for(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
             plural, ns, name, sub = route["plural"], route["ns"], route["name"], route["sub"]
             if (
                 route["group"] != API_PATHS[plural]
-                or not api.served(route["group"])
+                or not api.served(route["group"], plural)
                 or (plural in CLUSTER_SCOPED and ns is not None)
                 or (plural not in CLUSTER_SCOPED and name is not None and ns is None)
                 or (sub is not None and plural not in STATUS_KINDS)
@@ -919,7 +1057,7 @@ def _handler_for(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
                         raise _Failure(405, "MethodNotAllowed", "tokenreviews: create only")
                     self._reply(201, api.review(body))
                 elif watching:
-                    self._watch(plural, _query(ns, query), query)
+                    self._watch(plural, _query(plural, ns, query), query)
                 elif sub is not None and method in ("PUT", "PATCH"):
                     patch = method == "PATCH"
                     self._reply(
@@ -930,7 +1068,8 @@ def _handler_for(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
                 elif method == "GET" and name is None:
                     limit = int(query.get("limit", "0"))
                     token = query.get("continue", "")
-                    self._reply(200, api.list_objects(plural, _query(ns, query), limit, token))
+                    found = api.list_objects(plural, _query(plural, ns, query), limit, token)
+                    self._reply(200, found)
                 elif method == "GET":
                     self._reply(200, api.read(plural, ns or "", name))
                 elif method == "POST":
@@ -1004,9 +1143,14 @@ def _flag(value: str | None) -> bool:
     return (value or "").lower() in ("1", "t", "true")
 
 
-def _query(namespace: str | None, params: dict[str, str]) -> _Query:
+def _query(plural: str, namespace: str | None, params: dict[str, str]) -> _Query:
+    fields = _parse_selector(params.get("fieldSelector", ""))
+    supported = PLURAL_FIELD_LABELS.get(plural, FIELD_LABELS)
+    for key, _, _ in fields:
+        if key not in supported:
+            raise _Failure(400, "BadRequest", f'"field label not supported: {key}"')
     return _Query(
         namespace=namespace,
         labels=_parse_selector(params.get("labelSelector", "")),
-        fields=_parse_selector(params.get("fieldSelector", "")),
+        fields=fields,
     )
