@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import re
 import socket
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +53,7 @@ class Edge:
     def snapshot(
         self,
         version: int,
-        routes: list[tuple[list[str], str]],
+        routes: list[tuple[list[str], str | list[tuple[str, int]]]],
         extra: list[pb.TlsPassthroughListener] = (),  # type: ignore[assignment]
         accept_proxy: bool = False,
         http: list[tuple[str, int]] | None = None,
@@ -70,10 +71,12 @@ class Edge:
             version=version,
         )
         snap.tcp_frontends[0].source = "TCPRoute ns/db rule 0"
+        snap.tcp_frontends[0].accept_proxy = accept_proxy
         listener = snap.tls_listeners.add(port=self.ports[0], accept_proxy=accept_proxy)
         for hosts, to in routes:
-            r = listener.routes.add(source=f"TLSRoute ns/{to} rule 0", hostnames=hosts)
-            r.backends.add(backend=f"ns_{to}_443", weight=1)
+            r = listener.routes.add(source=f"TLSRoute ns/{hosts} rule 0", hostnames=hosts)
+            for name, weight in [(to, 1)] if isinstance(to, str) else to:
+                r.backends.add(backend=f"ns_{name}_443" if name else "", weight=weight)
         snap.tls_listeners.extend(extra)
         if http is not None:
             rule = pb.RouteRule(source="HTTPRoute ns/h rule 0")
@@ -150,6 +153,14 @@ def test_passthrough_by_sni_and_routes_changed_at_runtime(edge: Edge) -> None:
         assert {sni: edge.hello(sni).split(" ")[0] for sni in want} == want
     after = inst.haproxy.show_proc()
     assert (after.reloads, after.current_worker) == (before.reloads, before.current_worker)
+    # Weights (a rule split by rand, as HTTP weights; an unresolved share is closed): a
+    # config change, so a reload.
+    split = [("a", 1), ("b", 2), ("", 1)]
+    result = inst.applier.apply(edge.snapshot(9, [(["*.example.com"], split)]))
+    assert result.ok and result.kind is Kind.RELOAD, result
+    shares = Counter(edge.hello("s.example.com").split(" ")[0] for _ in range(400))
+    assert set(shares) == {A, B, "closed"}, shares
+    assert abs(shares[B] / 400 - 0.5) < 0.1 and abs(shares[A] / 400 - 0.25) < 0.1, shares
     # A second passthrough port is a bind: a reload, and the first port keeps its routes.
     port = free_port(inst.ip)
     second = pb.TlsPassthroughListener(port=port, routes=[pb.SniRoute(hostnames=[B])])
@@ -161,7 +172,7 @@ def test_passthrough_by_sni_and_routes_changed_at_runtime(edge: Edge) -> None:
 
 def test_a_proxy_v2_source_keys_persistence(edge: Edge) -> None:
     """Clients behind a load balancer that sends PROXY v2: HAProxy takes the client
-    address from the header, so the stick tables (HTTP and passthrough) hold the claimed
+    address from the header, so the stick tables (HTTP, passthrough, TCP) hold the claimed
     addresses, never the balancer's, and a claimed client keeps its pod whichever
     balancer address it comes through."""
     inst = edge.inst
@@ -186,8 +197,12 @@ def test_a_proxy_v2_source_keys_persistence(edge: Edge) -> None:
                 header = proxy_v2((client, 40000 + n), (inst.ip, edge.ports[0]))
                 got = edge.hello(A, source=balancer, header=header)
                 tls_pods.setdefault(client, set()).add(got)
+                header = proxy_v2((client, 40000 + n), (inst.ip, edge.ports[1]))
+                got = edge.hello(None, port=edge.ports[1], source=balancer, header=header)
+                tls_pods[client].add(got)  # the TCP frontend: the same backend and table
         # Without the header a proxied port closes the connection.
         assert edge.hello(A) == "closed"
+        assert edge.hello(A, port=edge.ports[1]) == "closed"
     assert all(len(pods) == 1 for pods in http_pods.values()), http_pods
     assert all(len(pods) == 1 for pods in tls_pods.values()), tls_pods
     assert {next(iter(p)) for p in tls_pods.values()} <= {f"{A} a", f"{A} a2"}
