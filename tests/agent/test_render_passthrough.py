@@ -200,3 +200,12 @@ def test_a_changed_passthrough_listener_is_rendered_again_from_the_cache() -> No
     fresh = render_held(after, OPTS)
     assert again.frontends == fresh.frontends and again.maps == fresh.maps != first.maps
     assert "*.w.example.com" in again.maps[SNI_MAP]
+
+
+def test_an_https_listener_takes_accept_proxy_after_its_tls_options() -> None:
+    snap = _snap(A, http_port=8443 + 1, accept_proxy=True)
+    snap.http_listeners[0].tls.certificates.add(certificate="ns_web-tls")
+    snap.certificates.add(name="ns_web-tls", secret="ns/web-tls")
+    _, out = _render(snap)
+    (bind,) = [ln for ln in out.frontends.splitlines() if ln.startswith("  bind 0.0.0.0:8444")]
+    assert bind.startswith("  bind 0.0.0.0:8444 ssl crt-list ") and bind.endswith(" accept-proxy")
