@@ -46,6 +46,10 @@ ALLOWED_READ = {
     ("gateway.networking.k8s.io", "gateways"),
     ("gateway.networking.k8s.io", "httproutes"),
     ("gateway.networking.k8s.io", "referencegrants"),
+    ("gateway.networking.k8s.io", "tlsroutes"),
+    ("gateway.networking.k8s.io", "tcproutes"),
+    # TLS certificates (the source lists and watches type=kubernetes.io/tls only).
+    ("", "secrets"),
 }
 AGENT_FLAGS = {
     "--control-plane",
@@ -142,6 +146,8 @@ def test_rbac_grants_nothing_beyond_what_the_control_plane_uses(base: list[Obj])
         ("gateway.networking.k8s.io", "gatewayclasses/status", "update", ()),
         ("gateway.networking.k8s.io", "gateways/status", "update", ()),
         ("gateway.networking.k8s.io", "httproutes/status", "update", ()),
+        ("gateway.networking.k8s.io", "tlsroutes/status", "update", ()),
+        ("gateway.networking.k8s.io", "tcproutes/status", "update", ()),
     }
     granted: set[tuple[str, str, str, tuple[str, ...], str]] = set()
     for obj in base:
