@@ -108,6 +108,22 @@ def _port(frontend: TcpFrontend) -> int:
     return frontend.port
 
 
+@dataclass(frozen=True, slots=True)
+class _Proxied:
+    """One workload's frontends as last given the settings' PROXY protocol, with what
+    they were made from."""
+
+    tcp: tuple[TcpFrontend, ...]
+    listeners: tuple[HttpListener, ...]
+    http: HttpFrontend | None
+    tcp_out: tuple[TcpFrontend, ...]
+    listeners_out: tuple[HttpListener, ...]
+
+
+def _listener_port(listener: HttpListener) -> int:
+    return listener.port
+
+
 def _slice_name(endpoint_slice: EndpointSlice) -> str:
     return endpoint_slice.name
 
@@ -184,6 +200,7 @@ class Computer:
         self._table: RouteTable | None = None
         self._finals: dict[str, _Final] = {}
         self._l4_finals: dict[str, _L4Final] = {}
+        self._proxied: dict[str, _Proxied] = {}
         self.planned = 0  # Services planned (not reused) by the last call
         self.checked = 0  # Services looked at (planned, or checked for reuse) by it
 
@@ -379,6 +396,39 @@ class Computer:
             warnings=(*snapshot.warnings, *last.rejections),
         )
 
+    def _with_proxy(self, key: str, snapshot: WorkloadSnapshot, accept: bool) -> WorkloadSnapshot:
+        """The settings' accept-proxy-protocol on the ports not from Gateways the route
+        table leaves out: the Services' `haproxy.org/tcp-port` frontends, and the
+        `haproxy.org/hosts` routes' port (a listener without rules of its own where the
+        table has none, which takes them as its last layer). Kept by identity while its
+        inputs are, so the encoder reuses their bytes."""
+        if not accept:
+            return snapshot
+        tcp, listeners, http = (
+            snapshot.tcp_frontends,
+            snapshot.http_listeners,
+            snapshot.http_frontend,
+        )
+        last = self._proxied.get(key)
+        if last is None or not (
+            last.tcp is tcp and last.listeners is listeners and last.http is http
+        ):
+            tcp_out = tuple(
+                f if f.source or f.accept_proxy else dataclasses.replace(f, accept_proxy=True)
+                for f in tcp
+            )
+            out = listeners
+            if http is not None and all(lst.port != http.port for lst in listeners):
+                own = HttpListener(http.port, (), "", accept_proxy=True)
+                out = tuple(sorted((*listeners, own), key=_listener_port))
+            last = _Proxied(tcp, listeners, http, tcp_out, out)
+            self._proxied[key] = last
+        if last.tcp_out == tcp and last.listeners_out is listeners:
+            return snapshot
+        return dataclasses.replace(
+            snapshot, tcp_frontends=last.tcp_out, http_listeners=last.listeners_out
+        )
+
     def _with_l4(
         self,
         key: str,
@@ -495,12 +545,16 @@ class Computer:
             )
             assemblies[workload.key] = assembly
             snapshot = self._with_routes(workload.key, snapshot, routes, assembly)
-            snapshots[workload.key] = self._with_l4(workload.key, snapshot, l4_routes, assembly)
+            snapshot = self._with_l4(workload.key, snapshot, l4_routes, assembly)
+            snapshots[workload.key] = self._with_proxy(
+                workload.key, snapshot, global_settings.accept_proxy
+            )
             rejections.extend(lost)
             rejections.extend(self._finals[workload.key].rejections)
             rejections.extend(self._l4_finals[workload.key].rejections)
         self._finals = {key: self._finals[key] for key in assemblies}
         self._l4_finals = {key: self._l4_finals[key] for key in assemblies}
+        self._proxied = {key: self._proxied[key] for key in assemblies if key in self._proxied}
         self._assemblies = assemblies
         self._changed = set()
         self._update_retired(previous, now, resolver, assign_new, continuing)

@@ -22,7 +22,7 @@ from controlplane.compute.types import Certificate, CertificateBinding, Rejected
 from controlplane.model import ClusterState, ConfigMap, TLSSecret
 from controlplane.routes.status import route_statuses
 from controlplane.source.convert_routes import gateway_from, reference_grant_from
-from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, endpoint_slice
+from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, endpoint_slice, service
 from tests.helpers.route_builders import edge_pod, ingress, path, prefix_rule, route, state, to
 from tests.helpers.tls_certs import Leaf, make_ca
 
@@ -568,6 +568,25 @@ def test_a_port_asked_with_and_without_the_proxy_protocol_takes_none() -> None:
         "peerplane.dev/accept-proxy-protocol",
     )
     assert "Gateway default/other, without the PROXY protocol" in warning.reason
+
+
+def test_the_settings_proxy_protocol_reaches_tcp_port_services_and_the_hosts_routes() -> None:
+    config = ConfigMap(*SETTINGS_CM, data={"accept-proxy-protocol": "true"})
+    services = (
+        service("db", annotations={"haproxy.org/tcp-port": "5432"}, ports=(("pg", 5432),)),
+        service("shop", annotations={"haproxy.org/hosts": "shop.example.com"}),
+    )
+    computer = Computer()
+    cluster_state = cluster(services=services, config=config)
+    got = computer.compute(cluster_state, {}, now=NOW).workloads[WORKLOAD]
+    assert [(f.port, f.accept_proxy) for f in got.tcp_frontends] == [(5432, True)]
+    assert got.http_frontend is not None and got.http_frontend.port == 80
+    (own,) = got.http_listeners  # takes the hosts routes as its last layer
+    assert (own.port, own.rules, own.accept_proxy) == (80, (), True)
+    again = computer.compute(cluster_state, {}, now=NOW + 1).workloads[WORKLOAD]
+    assert again.http_listeners is got.http_listeners  # kept for the encoder
+    off = compute(cluster(services=services), {}, now=NOW).workloads[WORKLOAD]
+    assert off.http_listeners == () and not off.tcp_frontends[0].accept_proxy
 
 
 # ---------------------------------------------------------------- workloads and changes
