@@ -249,9 +249,10 @@ class Applier:
         not up yet, only the files): the worker's PID and whether HAProxy was started."""
         lists = rendered.crt_lists
         try:
-            with self.certs.staged(snapshot, lists, self.applied) as for_check:
-                checked = for_check(cfg)
+            with self.certs.staged(snapshot, lists, self.applied) as staging:
+                checked = staging.config(cfg)
                 error = validate(checked, self.haproxy.haproxy_bin, self.haproxy.check_timeout)
+                error = staging.said(error) if error else error
         except OSError as e:  # its temp dir or pipes: the host's fault, not the config's
             raise ApplyError(f"cannot run haproxy -c: {e}", decision.kind, retryable=True) from e
         if error:

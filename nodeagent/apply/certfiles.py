@@ -14,7 +14,8 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 from nodeagent.apply.outcome import ApplyError
 from nodeagent.config import certcheck, certs
@@ -25,6 +26,24 @@ from peerplane.v1 import peerplane_pb2 as pb
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 _STAGING = ".staging-"
+
+
+@dataclass(frozen=True)
+class Staging:
+    """Where a reload's check reads the certificates that change."""
+
+    live: str  # the certificates directory
+    staging: str  # "" when nothing is staged (no HTTPS listener)
+
+    def config(self, cfg: str) -> str:
+        """The config to check: its crt-lists are the staged ones."""
+        if not self.staging:
+            return cfg
+        return cfg.replace(f" crt-list {self.live}/", f" crt-list {self.staging}/")
+
+    def said(self, text: str) -> str:
+        """HAProxy's words about the staged files, naming the live ones."""
+        return text.replace(self.staging, self.live) if self.staging else text
 
 
 def _certificates(held: Held | None) -> Mapping[str, pb.Certificate]:
@@ -64,14 +83,12 @@ class CertFiles:
         os.chmod(self.certs_dir, DIR_MODE)
 
     @contextlib.contextmanager
-    def staged(
-        self, held: Held, lists: certs.CrtLists, before: Held | None
-    ) -> Iterator[Callable[[str], str]]:
+    def staged(self, held: Held, lists: certs.CrtLists, before: Held | None) -> Iterator[Staging]:
         """A staging copy of the changed certificates and of every crt-list (naming the
-        staged files for those, the live ones for the others); yields what turns the
-        config's text into the one to check, which reads them. Removed afterwards."""
+        staged files for those, the live ones for the others), for the check of the config
+        `Staging.config` gives. Removed afterwards."""
         if not lists:
-            yield lambda cfg: cfg
+            yield Staging(self.certs_dir, "")
             return
         self._dir()
         staging = tempfile.mkdtemp(prefix=_STAGING, dir=self.certs_dir)
@@ -87,8 +104,7 @@ class CertFiles:
                     for line in lines
                 )
                 atomic_write(certs.crtlist_path(staging, port), text.encode(), FILE_MODE)
-            live, staged = f" crt-list {self.certs_dir}/", f" crt-list {staging}/"
-            yield lambda cfg: cfg.replace(live, staged)
+            yield Staging(self.certs_dir, staging)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 

@@ -38,6 +38,7 @@ from tests.helpers.tls_agent import (
     https_listener,
     peer_serial,
     served_serial,
+    weak_rsa_certificate,
 )
 from tests.helpers.tls_certs import Leaf, make_ca
 from tests.kubeapi.objects import wait_until
@@ -249,6 +250,35 @@ def test_a_bad_certificate_is_refused_and_the_others_keep_serving(site: Site) ->
     assert sorted(os.listdir(certs_dir)) == sorted(
         [f"fe_{site.port}.crtlist", "ns_a.pem", "ns_b.pem", "ns_d.pem", "ns_w.pem"]
     )
+
+
+def test_what_only_haproxy_refuses_is_caught_before_the_live_files_change(site: Site) -> None:
+    """A 1,024-bit RSA key passes the agent's own check; HAProxy refuses it. As a renewal
+    (runtime: `commit ssl cert` refuses, the fallback reload's `haproxy -c` too) and with a
+    new HTTPS port (reload: `haproxy -c` on the staged files): NACKed in HAProxy's words
+    naming the live file, the running certificate and every live file unchanged, no reload."""
+    inst = site.inst
+    assert inst.applier.apply(site.snapshot(BINDINGS)).ok
+    before = inst.haproxy.show_proc()
+    certs_dir = inst.applier.options.certs_dir
+
+    def files() -> dict[str, bytes]:
+        return {name: (Path(certs_dir) / name).read_bytes() for name in os.listdir(certs_dir)}
+
+    live = files()
+    weak = weak_rsa_certificate("ns_b", HOSTS["b"])
+    renewal = inst.applier.apply(site.snapshot(BINDINGS, ns_b=weak))
+    snap = site.snapshot(BINDINGS, ns_b=weak)
+    snap.http_listeners.append(https_listener(free_port(inst.ip), [("ns_a", [])]))
+    new_port = inst.applier.apply(snap)
+    for result in (renewal, new_port):
+        assert not result.ok, result
+        assert f"{certs_dir}/ns_b.pem" in result.error and ".staging" not in result.error
+        assert "PRIVATE" not in result.error
+    assert files() == live
+    assert site.serial(HOSTS["b"]) == site.leaves["b"].serial_hex
+    after = inst.haproxy.show_proc()
+    assert (after.reloads, after.current_worker) == (before.reloads, before.current_worker)
 
 
 def test_a_refused_certificate_command_falls_back_to_a_reload(site: Site) -> None:

@@ -4,12 +4,16 @@ client is served (the certificate's serial for an SNI, a request over TLS)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import http.client
 import socket
 import ssl
 
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
 
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.tls_certs import Leaf
@@ -31,6 +35,38 @@ def certificate(name: str, leaf: Leaf, *, key_pem: bytes | None = None) -> pb.Ce
             for n in leaf.cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
             if isinstance(n, x509.DNSName)
         ],
+        pem=pem,
+    )
+
+
+def weak_rsa_certificate(name: str, host: str) -> pb.Certificate:
+    """A self-signed certificate with a 1,024-bit RSA key: it parses, its key matches and it
+    is valid, but the OpenSSL HAProxy runs with refuses so small a key (only `haproxy -c`
+    or a `commit ssl cert` finds out)."""
+    key = rsa.generate_private_key(65537, 1024)
+    now = dt.datetime.now(dt.UTC)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .sign(key, hashes.SHA256())
+    )
+    pem = cert.public_bytes(serialization.Encoding.PEM) + key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    namespace, _, secret = name.partition("_")
+    return pb.Certificate(
+        name=name,
+        secret=f"{namespace}/{secret}",
+        fingerprint=hashlib.sha256(pem).hexdigest(),
+        serial=format(cert.serial_number, "x"),
         pem=pem,
     )
 
