@@ -284,7 +284,9 @@ class FakeKubeAPI:
     def apply(self, obj: Obj) -> Obj:
         """Create or replace `obj` (its kind names the collection); returns the stored copy.
         Of a kind with a `/status` subresource, an `obj` without `status` keeps the stored
-        one, as `kubectl apply` of a manifest does."""
+        one, as `kubectl apply` of a manifest does. Not validated: a test may store what a
+        real server would refuse (a tls Secret whose data is not base64), to see a client
+        cope with it."""
         plural = PLURALS[obj["kind"]]
         meta = obj.get("metadata") or {}
         with self._cond:
