@@ -176,3 +176,25 @@ def cert_updates(
     out += dels + adds
     out += [update("unload", n) for n in sorted(was - now)]
     return tuple(out)
+
+
+_SAID = {"set": "renewed", "load": "bound", "unload": "unbound"}
+
+
+def describe(steps: Sequence[CertUpdate], most: int = 4) -> str:
+    """What the steps do, by certificate name (names only: never a certificate's bytes),
+    e.g. "certificates (renewed default_web-tls; bound default_api-tls)"."""
+    said: dict[str, list[str]] = {}
+    for step in steps:
+        word = _SAID.get(step.op)
+        if word is not None:
+            said.setdefault(word, []).append(step.name)
+    lines = sum(1 for step in steps if step.op in ("add", "del"))
+    parts = [
+        f"{word} {', '.join(names[:most])}"
+        + (f" +{len(names) - most}" if len(names) > most else "")
+        for word, names in said.items()
+    ]
+    if lines and not said:
+        parts.append(f"{lines} crt-list line(s)")
+    return f"certificates ({'; '.join(parts)})"

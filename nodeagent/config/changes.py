@@ -203,7 +203,7 @@ def classify(
         return Decision(Kind.NOTHING, reason="rendered config identical")
     said = [f"{len(updates)} slot(s)"] if updates else []
     said += [f"{len(maps)} route map entr{'y' if len(maps) == 1 else 'ies'}"] if maps else []
-    said += [f"{len(steps)} certificate step(s)"] if steps else []
+    said += [certs.describe(steps)] if steps else []
     said += ["certificate files"] if cert_files and not steps else []
     reason = f"{' and '.join(said)} changed"
     return Decision(Kind.RUNTIME, tuple(updates), reason, maps, steps, cert_files)

@@ -134,8 +134,9 @@ def test_which_certificate_changes_go_through_the_runtime_api() -> None:
     assert _decide(base, _held(two, renewed))[:2] == (Kind.RUNTIME, [("set", "ns_b")])
     # A certificate newly bound: loaded, then its crt-list line added.
     three = [*two, ("w", ["*.w.example.com"])]
-    kind, steps, _ = _decide(base, _held(three))
+    kind, steps, reason = _decide(base, _held(three))
     assert (kind, steps) == (Kind.RUNTIME, [("load", "ns_w"), ("add", "ns_w")])
+    assert reason == "certificates (bound ns_w) changed"
     # Unbound: its line removed, then the certificate.
     assert _decide(_held(three), base)[:2] == (Kind.RUNTIME, [("del", "ns_w"), ("unload", "ns_w")])
     # Filters changed: the line replaced, the certificate kept.
@@ -157,3 +158,26 @@ def test_which_certificate_changes_go_through_the_runtime_api() -> None:
     more = _held(two, extra=[https_listener(9443, [("ns_a", [])])])
     kind, _, reason = _decide(base, more)
     assert kind is Kind.RELOAD and "9443 added" in reason
+
+
+def test_a_delta_renewing_one_certificate_is_one_runtime_step() -> None:
+    """What the stream delivers: a SnapshotDelta carrying only the renewed certificate."""
+    bindings = [("a", ["a.example.com"]), ("b", ["b.example.com"])]
+    base = _held(bindings)
+    renewed = _held(bindings, {**LEAVES, "b": CA.issue("b.example.com")})
+    delta = pb.SnapshotDelta(
+        workload=base.workload,
+        version=2,
+        from_content_hash=base.content_hash,
+        to_content_hash=renewed.computed_hash(),
+        certificates=[renewed.certificates["ns_b"]],
+    )
+    after, change = base.apply(delta)
+    assert (change.certificates, change.frontends) == (frozenset({"ns_b"}), False)
+    old_cfg = render_held(base, OPTS)
+    new_cfg = render_held(after, OPTS, old_cfg, change)
+    decision = classify(base, old_cfg, after, new_cfg, change)
+    assert decision.kind is Kind.RUNTIME
+    assert [(u.op, u.name, u.path) for u in decision.certs] == [("set", "ns_b", f"{DIR}/ns_b.pem")]
+    assert decision.certs[0].pem == renewed.certificates["ns_b"].pem
+    assert decision.reason == "certificates (renewed ns_b) changed"
