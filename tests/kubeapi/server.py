@@ -802,7 +802,7 @@ def _validate(plural: str, obj: Obj) -> None:
             if key not in data:
                 raise _Failure(422, "Invalid", invalid + f"data[{key}]: Required value")
     if plural in ("configmaps", "secrets"):
-        size = data_bytes(obj)
+        size = data_bytes(obj) if plural == "configmaps" else secret_bytes(obj)
         if size > MAX_DATA_BYTES:
             where = "[]" if plural == "configmaps" else "data"
             raise _Failure(
@@ -819,6 +819,14 @@ def _secret_written(body: Obj) -> Obj:
     body = copy.deepcopy(body)
     body.setdefault("type", "Opaque")
     data = body.get("data") or {}
+    string_data = body.get("stringData") or {}
+    if not isinstance(data, dict) or not isinstance(string_data, dict):
+        raise _Failure(
+            400,
+            "BadRequest",
+            'Secret in version "v1" cannot be handled as a Secret: data and stringData '
+            "must be objects",
+        )
     name = str((body.get("metadata") or {}).get("name") or "")
     for value in data.values():
         at = _base64_error(value)
@@ -829,7 +837,8 @@ def _secret_written(body: Obj) -> Obj:
                 'Secret in version "v1" cannot be handled as a Secret: illegal base64 data '
                 f"at input byte {at}",
             )
-    for key, value in (body.pop("stringData", None) or {}).items():
+    body.pop("stringData", None)
+    for key, value in string_data.items():
         data[key] = base64.b64encode(str(value).encode()).decode()
     for key in data:
         if not _SECRET_KEY.fullmatch(str(key)):
@@ -951,6 +960,15 @@ def data_bytes(obj: Obj) -> int:
         len(str(k).encode()) + len(str(v).encode())
         for field_name in ("data", "binaryData", "stringData")
         for k, v in (obj.get(field_name) or {}).items()
+    )
+
+
+def secret_bytes(obj: Obj) -> int:
+    """The size the API server limits of a Secret: its data values, decoded (a Secret is
+    validated after its base64 is decoded; keys do not count)."""
+    return sum(
+        len(base64.b64decode(str(v).replace("\n", "").replace("\r", "")))
+        for v in (obj.get("data") or {}).values()
     )
 
 
