@@ -142,7 +142,10 @@ def test_the_certificate_is_chosen_by_sni(site: Site) -> None:
     assert {_mode(os.path.join(certs_dir, f)) for f in files} == {0o600}
 
 
-def test_a_renewed_certificate_is_served_without_a_reload(site: Site) -> None:
+def test_a_renewed_certificate_is_served_without_a_reload(
+    site: Site, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("DEBUG")
     inst = site.inst
     assert inst.applier.apply(site.snapshot(BINDINGS)).ok
     before = inst.haproxy.show_proc()
@@ -188,6 +191,9 @@ def test_a_renewed_certificate_is_served_without_a_reload(site: Site) -> None:
     with open(path, "rb") as f:
         assert f.read() == site.leaves["b"].cert_pem + site.leaves["b"].key_pem
     assert _mode(path) == 0o600
+    # The logs name the certificate and its fingerprint, never its bytes.
+    assert "runtime set certificate ns_b sha256" in caplog.text
+    assert "PRIVATE KEY" not in caplog.text and "BEGIN CERTIFICATE" not in caplog.text
 
 
 def test_certificates_are_bound_and_unbound_through_the_runtime_api(site: Site) -> None:
