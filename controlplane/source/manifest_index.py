@@ -111,9 +111,14 @@ class _Claim:
     where: str = field(compare=False)
 
 
+KIND_NAMES: dict[type, str] = {TLSSecret: "Secret"}
+"""The Kubernetes kind of a model type named otherwise (a duplicate names the kind)."""
+
+
 def key_of(obj: Converted) -> Key:
     """Cluster-scoped kinds (GatewayClass, IngressClass, Namespace) have namespace ""."""
-    return (type(obj).__name__, getattr(obj, "namespace", ""), obj.name)
+    kind = KIND_NAMES.get(type(obj)) or type(obj).__name__
+    return (kind, getattr(obj, "namespace", ""), obj.name)
 
 
 class ManifestIndex:

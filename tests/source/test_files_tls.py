@@ -110,7 +110,7 @@ def test_unread_versions_duplicates_and_bad_routes_are_reported_without_key_byte
         f"{bad}: document 2: spec.rules is empty (a TLSRoute needs at least one)",
     ]
     (duplicate,) = loaded.errors[2:]
-    assert duplicate.startswith(f"duplicate TLSSecret infra/web-tls: {bad} (document 3) skipped")
+    assert duplicate.startswith(f"duplicate Secret infra/web-tls: {bad} (document 3) skipped")
     (kept,) = [s for s in loaded.state.secrets if s.name == "web-tls"]
     assert kept.cert_pem == LEAF.cert_pem  # the file that sorts first
     text = "\n".join(loaded.errors)
