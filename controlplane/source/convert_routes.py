@@ -587,9 +587,9 @@ def tls_secret_from(obj: Manifest) -> TLSSecret:
     of any other type by name and type only (compute reports the type). Only a Secret that
     cannot be named raises; its data never reaches a ManifestError."""
     meta = _metadata(obj)
-    kind = obj.get("type")
-    secret_type = kind if isinstance(kind, str) else ""
-    if kind is None:
+    written = obj.get("type")
+    secret_type = written if isinstance(written, str) else ""
+    if written is None:
         secret_type = "Opaque"  # the API server's default
     cert = key = b""
     if secret_type == TLS_SECRET_TYPE:
