@@ -23,7 +23,9 @@ from controlplane.compute import compute
 from controlplane.compute.settings import SETTINGS as TABLE
 from controlplane.model import ClusterState
 from controlplane.publish import encode
-from nodeagent.config.render import RenderOptions, render
+from nodeagent.config.render import RenderOptions, render, render_held
+from nodeagent.config.routes import map_file
+from nodeagent.held import Held
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import cluster, endpoint_slice, haproxy_pod, service
 from tests.helpers.builders import settings as configmap
@@ -70,6 +72,8 @@ VALID = {
     "hosts": ("shop2.example.com", "a.example.com,b.example.com"),
     "tcp-port": ("8443", "9000"),
     "http-port": ("8080", "80"),
+    "https-port": ("9443", "443"),
+    "accept-proxy-protocol": ("true", "false"),
     "peer-port": ("10001", "10000"),
 }
 ALL_VALID = tuple(v for values in VALID.values() for v in values)
@@ -113,7 +117,7 @@ ALLOWED = [
         r"frontend fe_http",
         r"frontend fe_tcp_\d{1,5}",
         r"  mode (http|tcp)",
-        rf"  bind {ADDR}",
+        rf"  bind {ADDR}( accept-proxy)?",
         rf"  use_backend {PROXY} if \{{ hdr\(host\),field\(1,:\),lower -m str {HOST} \}}",
         rf"  default_backend {PROXY}",
         rf"backend {PROXY}",
@@ -152,6 +156,28 @@ def head_sections(lines: list[str]) -> list[str]:
 
 
 BASELINE_HEAD = head_sections(clean_render())
+
+
+def proxied_http_lines() -> frozenset[str]:
+    """The lines of the `haproxy.org/hosts` frontend when the settings take the PROXY
+    protocol: a route listener without rules of its own (fixed text but for the maps'
+    port), for both http-ports the strategy draws."""
+    found: set[str] = set()
+    for port in VALID["http-port"]:
+        data = {"accept-proxy-protocol": "true", "http-port": port}
+        state = cluster(
+            services=[service("shop", annotations={"haproxy.org/hosts": "shop.example.com"})],
+            pods=[haproxy_pod("haproxy-a", "127.0.1.1")],
+            config=configmap(**data),
+        )
+        (content,) = encode(compute(state, {}).workloads).values()
+        lines = render(content.message(1), RenderOptions(pod_name="haproxy-a")).split("\n")
+        found.update(line for line in lines if line.startswith("  http-request "))
+        found.add("  use_backend %[var(txn.be)] if { var(txn.be) -m found }")
+    return frozenset(found)
+
+
+PROXIED_HTTP = proxied_http_lines()
 
 
 @st.composite
@@ -204,7 +230,8 @@ def check_shape(snapshot: pb.Snapshot, text: str) -> None:
     for index, line in enumerate(lines):
         assert line.isascii() and line.isprintable(), repr(line)
         if not start <= index < start + len(head):  # global/defaults: compared verbatim
-            assert any(p.fullmatch(line) for p in ALLOWED), f"unexpected line {line!r}"
+            allowed = line in PROXIED_HTTP or any(p.fullmatch(line) for p in ALLOWED)
+            assert allowed, f"unexpected line {line!r}"
     local = [line for line in head if line.startswith("  localpeer ")]
     assert [line for line in head if line not in local] == [
         line for line in BASELINE_HEAD if not line.startswith("  localpeer ")
@@ -257,9 +284,21 @@ def test_haproxy_accepts_what_hostile_input_renders(
     state: ClusterState, tmp_path_factory: pytest.TempPathFactory, haproxy_bin: HAProxyBinary
 ) -> None:
     directory: Path = tmp_path_factory.mktemp("fuzz")
-    for index, (_snapshot, text) in enumerate(rendered_configs(state)):
+    configs = [
+        (snapshot, peer.name)
+        for content in encode(compute(state, {}).workloads).values()
+        for snapshot in [content.message(1)]
+        for peer in snapshot.peers.peers or [pb.Peer(name="haproxy-a")]
+    ]
+    for index, (snapshot, pod_name) in enumerate(configs):
+        # With its route map files (a listener when the settings take the PROXY protocol).
+        opts = RenderOptions(pod_name=pod_name, maps_dir=str(directory / f"maps-{index}"))
+        rendered = render_held(Held.from_snapshot(snapshot), opts)
+        for path, entries in rendered.maps.items():
+            Path(path).parent.mkdir(exist_ok=True)
+            Path(path).write_bytes(map_file(entries))
         config = directory / f"haproxy-{index}.cfg"
-        config.write_text(text + "\n")
+        config.write_text(rendered.text() + "\n")
         done = subprocess.run(
             [haproxy_bin.path, "-c", "-f", str(config)],
             capture_output=True,
