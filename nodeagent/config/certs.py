@@ -86,9 +86,7 @@ def crt_lists(listeners: Sequence[pb.HttpListener]) -> dict[int, tuple[CrtLine, 
             lines.append(CrtLine(name, tuple(binding.hostnames)))
         if not lines:
             raise RenderError(f"HTTPS listener {port} has no certificate")
-        if len({line.name for line in lines}) != len(lines):
-            raise RenderError(f"HTTPS listener {port} binds a certificate twice")
-        out[port] = tuple(lines)
+        out[port] = tuple(lines)  # a certificate may be bound twice (other host filters)
     return out
 
 
@@ -164,6 +162,9 @@ def cert_updates(
             continue
         if before[0] != after[0]:
             return f"HTTPS listener {port}: default certificate changed (first crt-list line)"
+        twice = _bound_twice(before) | _bound_twice(after)
+        if twice:  # `del ssl crt-list` would have to name the line: not worth it
+            return f"HTTPS listener {port}: certificate {min(twice)} bound on two lines changed"
         crtlist = crtlist_path(certs_dir, port)
         kept = set(before) & set(after)
         removed = [line for line in before if line not in kept]
@@ -176,6 +177,11 @@ def cert_updates(
     out += dels + adds
     out += [update("unload", n) for n in sorted(was - now)]
     return tuple(out)
+
+
+def _bound_twice(lines: Sequence[CrtLine]) -> set[str]:
+    names = [line.name for line in lines]
+    return {name for name in names if names.count(name) > 1}
 
 
 _SAID = {"set": "renewed", "load": "bound", "unload": "unbound"}

@@ -155,6 +155,16 @@ def test_which_certificate_changes_go_through_the_runtime_api() -> None:
         Kind.RELOAD,
         "HTTPS listener 8443: default certificate changed (first crt-list line)",
     )
+    # A certificate on two lines (the default, and for another host too): its renewal
+    # is runtime, a change of its lines reloads.
+    twice = [("a", []), ("b", ["b.example.com"]), ("a", ["alias.example.com"])]
+    renewed_a = {**LEAVES, "a": CA.issue("a.example.com")}
+    assert _decide(_held(twice), _held(twice, renewed_a))[:2] == (Kind.RUNTIME, [("set", "ns_a")])
+    kind, _, reason = _decide(_held(twice), _held(twice[:2]))
+    assert (kind, reason) == (
+        Kind.RELOAD,
+        "HTTPS listener 8443: certificate ns_a bound on two lines changed",
+    )
     more = _held(two, extra=[https_listener(9443, [("ns_a", [])])])
     kind, _, reason = _decide(base, more)
     assert kind is Kind.RELOAD and "9443 added" in reason
