@@ -239,11 +239,19 @@ def test_haproxy_that_cannot_get_its_descriptors_is_in_list_agents_in_its_words(
         fleet.start_control_plane()
         agent = fleet.start_agent(POD_A, ADDR_A)
 
+        seen: list[str] = []
+
         def refused() -> str:
             errors = [a.last_nack_error for a in fleet.agents_status() if a.agent.endswith(POD_A)]
+            if errors and (not seen or seen[-1] != errors[0]):
+                seen.append(errors[0])
             return errors[0] if errors else ""
 
-        wait_for(lambda: "Cannot raise FD limit" in refused(), 60, "the NACK in ListAgents")
+        try:
+            wait_for(lambda: "Cannot raise FD limit" in refused(), 90, "the NACK in ListAgents")
+        except TimeoutError as timeout:  # say what was seen instead (a loaded machine)
+            tail = agent.log.read_text(errors="replace")[-3000:]
+            raise AssertionError(f"NACKs seen: {seen!r}; agent log ends:\n{tail}") from timeout
         error = refused()
         assert error.startswith("reload failed: HAProxy did not start: HAProxy master pid="), error
         assert "limit is 1024." in error and "Errno" not in error
