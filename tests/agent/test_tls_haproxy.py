@@ -22,6 +22,7 @@ from google.protobuf import json_format
 from nodeagent import cli
 from nodeagent.config.changes import Kind
 from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.deltas import delta_between, hashed
 from tests.helpers.haproxy_env import (
     Instance,
     backend,
@@ -331,3 +332,24 @@ def test_cli_render_writes_the_certificates_the_config_names(
     path.write_text(json_format.MessageToJson(snap))
     assert cli.main([*base, "--certs-dir", str(tmp_path / "other")]) == 1
     assert "certificate ns_a (sha256" in capsys.readouterr().err
+
+
+def test_a_delta_carrying_a_renewed_certificate_rotates_it_at_runtime(site: Site) -> None:
+    """As the stream delivers it: a SnapshotDelta with only the renewed certificate, applied
+    to the held snapshot, then by the applier from its change set."""
+    inst = site.inst
+    v1 = hashed(site.snapshot(BINDINGS))
+    assert inst.applier.apply(v1).ok
+    site.leaves["a"] = CA.issue(HOSTS["a"])
+    v2 = hashed(site.snapshot(BINDINGS))
+    delta = delta_between(v1, v2)
+    assert [c.name for c in delta.certificates] == ["ns_a"] and not delta.frontends_changed
+    base = inst.applier.applied_held
+    assert base is not None
+    held, change = base.apply(delta)
+    result = inst.applier.apply(held, change)
+    assert result.ok and result.kind is Kind.RUNTIME, result
+    assert (
+        site.serial(HOSTS["a"]) == site.serial("alias.example.com") == site.leaves["a"].serial_hex
+    )
+    assert inst.applier.store.load() == v2

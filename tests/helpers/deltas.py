@@ -69,6 +69,11 @@ def delta_between(old: pb.Snapshot, new: pb.Snapshot) -> pb.SnapshotDelta:
     if _part(old, "warnings") != _part(new, "warnings"):
         d.warnings_changed = True
         d.warnings.extend(new.warnings)
+    certs = {c.name: c.SerializeToString(deterministic=True) for c in old.certificates}
+    for c in sorted(new.certificates, key=lambda c: c.name):
+        if certs.get(c.name) != c.SerializeToString(deterministic=True):
+            d.certificates.append(c)
+    d.removed_certificates.extend(sorted(certs.keys() - {c.name for c in new.certificates}))
     return d
 
 
