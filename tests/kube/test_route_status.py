@@ -30,6 +30,8 @@ from tests.kubeapi.objects import (
     gateway_class,
     http_route,
     ingress,
+    tcp_route,
+    tls_route,
     wait_until,
 )
 
@@ -434,3 +436,28 @@ def test_a_status_write_keeps_the_objects_labels_and_annotations(
     assert stored_ingress["metadata"]["labels"] == {"team": "a"}
     assert stored_ingress["metadata"]["annotations"] == {"example.com/owner": "team-a"}
     assert without_times(stored_ingress["status"]) == documents()[INGRESS]
+
+
+def test_tlsroute_and_tcproute_statuses_go_to_their_status_subresources(
+    api: FakeKubeAPI, writer: RouteStatusWriter
+) -> None:
+    """The experimental channel's kinds (v1alpha2): parents written, other controllers'
+    entries kept, ours removed when the route no longer names our Gateways."""
+    tls, tcp = Key(GW, "TLSRoute", "default", "db"), Key(GW, "TCPRoute", "default", "pg")
+    other = parent("theirs", controller="example.com/other")
+    for c in other["conditions"]:
+        c["lastTransitionTime"] = "2026-01-01T00:00:00Z"
+    api.apply({**tls_route(), "status": {"parents": [other]}})
+    api.apply(tcp_route())
+    writer.submit({tls: {"parents": [parent()]}, tcp: {"parents": [parent()]}})
+    assert writer.flush()
+    assert without_times(stored(api, tls)) == without_times({"parents": [other, parent()]})
+    assert without_times(stored(api, tcp)) == {"parents": [parent()]}
+    assert sorted(p for p in status_writes(api) if "v1alpha2" in p) == [
+        f"/apis/{GW}/v1alpha2/namespaces/default/tcproutes/pg/status",
+        f"/apis/{GW}/v1alpha2/namespaces/default/tlsroutes/db/status",
+    ]
+    writer.submit({})
+    assert writer.flush()
+    assert without_times(stored(api, tls)) == without_times({"parents": [other]})
+    assert stored(api, tcp) == {"parents": []}
