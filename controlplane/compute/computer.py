@@ -384,7 +384,7 @@ class Computer:
             or last.http is not http
             or last.modes != modes
         ):
-            listeners, added = finalize(routes, http, assembly.mode_of)
+            listeners, added = finalize(routes, http, assembly.mode_of, names)
             last = _Final(routes, http, names, modes, listeners, (*routes.rejections, *added))
             self._finals[key] = last
         if not last.listeners and not last.rejections:

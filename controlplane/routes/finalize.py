@@ -27,9 +27,12 @@ from controlplane.routes.table import WorkloadRoutes
 def referenced(routes: WorkloadRoutes) -> tuple[str, ...]:
     """Every backend name the listeners use, sorted."""
     found = {listener.default_backend for listener in routes.listeners}
-    for listener in routes.listeners:
-        for rule in listener.rules:
-            found.update(backend.backend for backend in rule.backends)
+    found.update(
+        backend.backend
+        for listener in routes.listeners
+        for rule in listener.rules
+        for backend in rule.backends
+    )
     found.discard("")
     return tuple(sorted(found))
 
@@ -55,10 +58,13 @@ def finalize(
     routes: WorkloadRoutes,
     http_frontend: HttpFrontend | None,
     mode_of: Callable[[str], str | None],
+    names: tuple[str, ...] | None = None,
 ) -> tuple[tuple[HttpListener, ...], tuple[RejectedInput, ...]]:
     """The listeners as the snapshot carries them and the rejections this adds;
-    `routes.listeners` itself when nothing changes."""
-    missing = {name for name in referenced(routes) if mode_of(name) != "http"}
+    `routes.listeners` itself when nothing changes. `names`: `referenced(routes)` when
+    the caller has it already."""
+    used = referenced(routes) if names is None else names
+    missing = {name for name in used if mode_of(name) != "http"}
     hosts = frozenset(r.host for r in http_frontend.routes) if http_frontend else frozenset()
     http_port = http_frontend.port if http_frontend else None
     if not missing and not hosts:
