@@ -1,6 +1,7 @@
 """TLS test certificates for the edge (the route model), made in Python on the spot: a
 private CA, leaf certificates for given names (valid, expired, or with a key that is not
-theirs), and the kubernetes.io/tls Secret that carries one. Keys are EC P-256: quick to make, and every HAProxy version takes them."""
+theirs), and the kubernetes.io/tls Secret that carries one. Keys are EC P-256: quick to
+make, and every HAProxy version takes them."""
 
 from __future__ import annotations
 
