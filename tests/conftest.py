@@ -1,17 +1,25 @@
 """Suite-wide fixtures: the HAProxy versions every real-HAProxy test runs against, and
-the root logger put back after each test."""
+the root logger put back after each test. Property tests draw the same examples on every
+run (a gate must not fail on what a new random draw finds); PEERPLANE_FUZZ_RANDOM=1
+explores new ones."""
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from tests.helpers.haproxy_versions import HAProxyBinary, installed
 from tests.helpers.levels import mark_haproxy
 
 _ran: set[str] = set()
+
+settings.register_profile("gate", derandomize=True, print_blob=True)
+settings.register_profile("explore", print_blob=True)
+settings.load_profile("explore" if os.environ.get("PEERPLANE_FUZZ_RANDOM") else "gate")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
