@@ -1,0 +1,97 @@
+"""End to end over HTTPS: control plane, two agents, two real HAProxy peered, the demo's
+HTTPS part (deploy/examples/demo-https/: a Gateway listener with tls.mode Terminate and an
+Ingress with spec.tls, both to shop) with its kubernetes.io/tls Secret in the folder.
+
+Clients verify the served certificate against the test CA (SNI, names) and get the
+Secret's serial; clients pinned through HAProxy A keep their shop pod through B when A is
+lost, as over HTTP (test_e2e_failover.py) and through a passthrough listener
+(test_e2e_passthrough_failover.py). A renewed Secret (new serial, same names) is served by
+both instances without a reload while requests go on, none failing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.fleet import BACKENDS, HAPROXY_PODS, Fleet
+from tests.helpers.haproxy_versions import HAProxyBinary
+from tests.helpers.https_fleet import (
+    GATEWAY_HOST,
+    INGRESS_HOST,
+    SHOP_TABLE,
+    RequestLoop,
+    https_get,
+    issue,
+    reloads,
+    verifying_context,
+    wait_served,
+    write_https,
+    write_secret,
+)
+from tests.helpers.pinning import failover_keeps_pins
+from tests.helpers.tls_certs import Leaf, TestCA, make_ca
+
+pytestmark = pytest.mark.haproxy
+
+OCTET = 66
+CLIENTS = [f"127.{OCTET}.9.{i}" for i in range(1, 13)]
+SHOP_PODS = {name for name, *_ in BACKENDS if name.startswith("shop-")}
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, haproxy_bin: HAProxyBinary) -> Iterator[tuple[Fleet, TestCA, Leaf]]:
+    ca = make_ca()
+    leaf = issue(ca)
+    running = Fleet(tmp_path, OCTET, haproxy_bin=haproxy_bin.path)
+    write_https(running.manifests, leaf)
+    try:
+        running.start()
+        yield running, ca, leaf
+    finally:
+        running.stop()
+
+
+def test_https_clients_pinned_through_a_keep_their_pod_after_failover(
+    fleet: tuple[Fleet, TestCA, Leaf],
+) -> None:
+    running, ca, leaf = fleet
+    ctx = verifying_context(ca)
+    snapshot = running.snapshot()
+    assert [c.serial for c in snapshot.certificates] == [leaf.serial_hex]
+    assert not snapshot.certificates[0].pem  # inspection never shows the key
+
+    def pod_via(haproxy: str, client: str) -> str:
+        answer = https_get(ctx, haproxy, GATEWAY_HOST, client)
+        assert answer.serial == leaf.serial_hex  # the Secret's certificate, verified
+        return answer.body
+
+    # The Ingress's spec.tls host: the same certificate on the same port, shop answers.
+    for agent in running.agents.values():
+        answer = https_get(ctx, agent.address, INGRESS_HOST, CLIENTS[0])
+        assert answer.body in SHOP_PODS and answer.serial == leaf.serial_hex
+    failover_keeps_pins(running, CLIENTS, SHOP_TABLE, pod_via)
+
+
+def test_a_renewed_secret_is_served_by_both_instances_without_a_reload_or_a_failed_request(
+    fleet: tuple[Fleet, TestCA, Leaf],
+) -> None:
+    running, ca, leaf = fleet
+    ctx = verifying_context(ca)
+    agents = [running.agents[name] for name, _ in HAPROXY_PODS]
+    haproxies = [a.address for a in agents]
+    renewed = issue(ca)
+    assert renewed.serial_hex != leaf.serial_hex
+    before = reloads(agents)
+    with RequestLoop(ctx, haproxies, GATEWAY_HOST) as loop:
+        loop.wait_sent(20)  # requests before the rotation
+        changed = write_secret(running.manifests, renewed)
+        wait_served(ctx, haproxies, GATEWAY_HOST, renewed.serial_hex, changed, timeout=30)
+        wait_served(ctx, haproxies, INGRESS_HOST, renewed.serial_hex, changed, timeout=30)
+        running.wait_all_acked()
+        loop.wait_sent(loop.sent + 20)  # and after it
+    assert loop.failures == []
+    assert loop.serials == {leaf.serial_hex, renewed.serial_hex}
+    assert reloads(agents) - before == 0
