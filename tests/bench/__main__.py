@@ -54,6 +54,7 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark("route_table", "tests.bench.route_table"),
     Benchmark("route_propagation", "tests.bench.routes"),
     Benchmark("tls", "tests.bench.tls"),
+    Benchmark("tls_rotation", "tests.bench.tls_rotation"),
 ]
 SCALABLE = ("fanout", "churn")  # the benchmarks `--agents` sizes
 FULL_ENV = "BENCH_FULL"  # set to 1: `--full` unless `--quick` is given

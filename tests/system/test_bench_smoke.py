@@ -28,6 +28,7 @@ from tests.bench import scale as scale_bench
 from tests.bench import scalefolder, stability
 from tests.bench import summary as bench_summary
 from tests.bench import tls as tls_bench
+from tests.bench import tls_rotation as tls_rotation_bench
 from tests.bench.__main__ import main as bench_main
 from tests.bench.common import Result, big_cluster
 from tests.helpers.fleet import haproxy_binary
@@ -458,3 +459,15 @@ def test_tls_bench_rotates_through_the_runtime_api_without_a_failed_request(
     rotation = found["tls.rotation_p99"]
     assert rotation.parameters == {"rotations": 2, "applied_by": ["runtime"]}
     assert found["tls.rotation_reloads"].value == 0
+
+
+def test_tls_rotation_bench_renews_the_secret_file_through_both_instances_without_a_reload(
+    haproxy_bin: HAProxyBinary,
+) -> None:
+    # Own octet (not the benchmark's) so a concurrent `make bench` never collides.
+    found = _by_name(tls_rotation_bench.run(octet=69, binary=haproxy_bin.path, rotations=2))
+    assert found["tls_rotation.latency_p99"].parameters["rotations"] == 2
+    assert found["tls_rotation.latency_p99"].value >= found["tls_rotation.latency_p50"].value > 0
+    assert found["tls_rotation.reloads"].value == 0
+    assert found["tls_rotation.failed_requests"].value == 0
+    assert found["tls_rotation.failed_requests"].parameters["requests"] > 0
