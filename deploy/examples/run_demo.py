@@ -3,9 +3,14 @@
 A control plane on `deploy/examples/demo/` (a copy, so you can edit it while it runs),
 two agents each supervising its own HAProxy on its pod's address (127.0.1.1, 127.0.1.2),
 the demo backends (shop, catalog, db), requests through the routes of `routes.yaml` (an
-HTTPRoute and an Ingress) on both HAProxy instances, then a failover run: clients from fixed
-source addresses pinned through HAProxy A, by a Service annotation and by the HTTPRoute,
-keep their backend pod through HAProxy B after A is lost.
+HTTPRoute and an Ingress) on both HAProxy instances, the same over HTTPS (`demo-https/`: a
+Gateway HTTPS listener and an Ingress with spec.tls, their certificate made here at start),
+then a failover run: clients from fixed source addresses pinned through HAProxy A, by a
+Service annotation, by the HTTPRoute and over HTTPS, keep their backend pod through
+HAProxy B after A is lost.
+No key is kept in the repository: the demo makes a CA and a certificate for the HTTPS
+hosts when it starts (cryptography), writes the kubernetes.io/tls Secret into its runtime
+manifests folder and the CA (no key) beside it for `curl --cacert`.
 Clients send nothing to an HAProxy before its agent's `/readyz` answers 200 (its stick
 tables synced from the peers): traffic that arrives earlier may be pinned differently on
 two instances, which is why a load balancer must health-check `/readyz` (docs/operations.md,
@@ -19,6 +24,7 @@ import argparse
 import http.client
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -41,11 +47,28 @@ from tests.helpers.fleet import (  # noqa: E402
     tcp_get,
     wait_for,
 )
+from tests.helpers.https_fleet import (  # noqa: E402
+    GATEWAY_HOST,
+    HTTPS_PORT,
+    INGRESS_HOST,
+    SECRET_FILE,
+    https_get,
+    issue,
+    verifying_context,
+    write_https,
+)
+from tests.helpers.tls_certs import make_ca  # noqa: E402
 
 GRPCURL = str(Path(sys.executable).parent / "grpcurl")
 CLIENT = "127.0.9.1"
 ROUTE_CLIENTS = ("127.0.9.11", "127.0.9.12", "127.0.9.13")  # pinned through the HTTPRoute
 STORE = "store.demo.example.com"  # the HTTPRoute's hostname (routes.yaml)
+HTTPS_CLIENTS = ("127.0.9.21", "127.0.9.22", "127.0.9.23")  # pinned over HTTPS
+# (what demo-https/https.yaml says, the host: SNI and Host)
+HTTPS_ROUTES = (
+    ("HTTPS Gateway listener, HTTPRoute secure-store -> shop", GATEWAY_HOST),
+    ("HTTPS Ingress secure-shop (spec.tls) -> shop", INGRESS_HOST),
+)
 # (what routes.yaml says, host, path, headers, what must answer: a pod name prefix or a status)
 ROUTES: tuple[tuple[str, str, str, dict[str, str], str], ...] = (
     ("HTTPRoute store, PathPrefix /cart -> shop", STORE, "/cart/items", {}, "shop-"),
@@ -120,13 +143,30 @@ def routes(fleet: Fleet) -> bool:
     return ok and set(services) <= {"catalog", "shop"}
 
 
+def https_routes(fleet: Fleet, ctx: ssl.SSLContext, serial: str) -> bool:
+    """Each HTTPS host through both HAProxy instances, verified against the demo CA: True
+    when shop answers with the Secret's certificate."""
+    ok = True
+    for what, host in HTTPS_ROUTES:
+        print(f"{what}: GET https://{host}:{HTTPS_PORT}/")
+        for label, agent in zip("AB", fleet.agents.values(), strict=True):
+            answer = https_get(ctx, agent.address, host, HTTPS_CLIENTS[0])
+            good = answer.body.startswith("shop-") and answer.serial == serial
+            ok = ok and good
+            print(
+                f"  HAProxy {label} ({agent.address}) -> {answer.body}, certificate serial "
+                f"{answer.serial} (verified){'' if good else '  UNEXPECTED'}"
+            )
+    return ok
+
+
 def ready(agent: AgentHandle, label: str) -> None:
     """What a load balancer does: no traffic to this HAProxy before its `/readyz` is 200."""
     print(f"waiting for HAProxy {label}'s {agent.readyz_url} ...", flush=True)
     print(f"HAProxy {label} ready: GET {agent.readyz_url} -> 200 {agent.wait_ready(60)}")
 
 
-def failover(fleet: Fleet) -> bool:
+def failover(fleet: Fleet, ctx: ssl.SSLContext) -> bool:
     (name_a, address_a), (name_b, _) = HAPROXY_PODS
     a, b = fleet.agents[name_a], fleet.agents[name_b]
     pod = http_get(a.address, "shop.example.com", CLIENT)
@@ -135,10 +175,13 @@ def failover(fleet: Fleet) -> bool:
     pinned = {c: request(a.address, STORE, "/cart", c, {}) for c in ROUTE_CLIENTS}
     for client, routed in pinned.items():
         print(f"client {client} -> HAProxy A -> HTTPRoute {STORE}/cart -> {routed}")
+    secure = {c: https_get(ctx, a.address, GATEWAY_HOST, c).body for c in HTTPS_CLIENTS}
+    for client, routed in secure.items():
+        print(f"client {client} -> HAProxy A -> HTTPS {GATEWAY_HOST} -> {routed}")
 
     def replicated() -> bool:
         table = table_entries(b.runtime("show table default_shop_http"))
-        return all(c in table for c in (CLIENT, *ROUTE_CLIENTS))
+        return all(c in table for c in (CLIENT, *ROUTE_CLIENTS, *HTTPS_CLIENTS))
 
     wait_for(replicated, 10, "the stick-table entry to reach B")
     server = table_entries(b.runtime("show table default_shop_http"))[CLIENT]
@@ -155,6 +198,12 @@ def failover(fleet: Fleet) -> bool:
         ok = ok and kept
         print(f"client {client} -> HAProxy B -> HTTPRoute {STORE}/cart -> {now}", end="  ")
         print("(the same pod: pinned through the route)" if kept else "MOVED: failure")
+    for client, routed in secure.items():
+        now = https_get(ctx, b.address, GATEWAY_HOST, client).body
+        kept = now == routed
+        ok = ok and kept
+        print(f"client {client} -> HAProxy B -> HTTPS {GATEWAY_HOST} -> {now}", end="  ")
+        print("(the same pod: pinned over HTTPS)" if kept else "MOVED: failure")
     print("restarting agent A ...")
     fleet.start_agent(name_a, address_a)
     fleet.wait_all_acked()
@@ -176,6 +225,12 @@ def main() -> int:
     fleet = Fleet(workdir, octet=0, readiness=True)
     try:
         heading("starting: control plane, 2 agents + HAProxy, backends")
+        ca = make_ca("peerplane demo CA")
+        leaf = issue(ca)
+        ca_file = workdir / "demo-ca.pem"
+        ca_file.write_bytes(ca.pem)  # the CA's certificate only: what clients trust
+        write_https(fleet.manifests, leaf)
+        ctx = verifying_context(ca)
         fleet.start()
         address = fleet.control_plane_address
         print(f"control plane: {address} (log {workdir / 'controlplane.log'})")
@@ -183,6 +238,11 @@ def main() -> int:
             print(f"agent {name}: HAProxy on {agent.address} (log {agent.log})")
             print(f"  readiness (what a load balancer health-checks): {agent.readyz_url}")
         print(f"manifests (edit them, the control plane follows): {fleet.manifests}")
+        print(
+            f"HTTPS: Secret default/demo-tls ({fleet.manifests / SECRET_FILE}) made at start, "
+            f"certificate serial {leaf.serial_hex} for {GATEWAY_HOST} and {INGRESS_HOST}, "
+            f"signed by the demo CA {ca_file}"
+        )
 
         heading("workloads (grpcurl ListWorkloads)")
         print(grpcurl(address, "peerplane.v1.PeerPlane/ListWorkloads"))
@@ -209,6 +269,11 @@ def main() -> int:
             "   # through the HTTPRoute"
         )
         print(f"echo | nc -s {CLIENT} {first.address} {TCP_PORT}   # the db TCP service")
+        for host in (GATEWAY_HOST, INGRESS_HOST):
+            print(
+                f"curl --cacert {ca_file} --resolve {host}:{HTTPS_PORT}:{first.address} "
+                f"https://{host}:{HTTPS_PORT}/   # HTTPS, the certificate checked"
+            )
         print(f"echo 'show table default_shop_http' | socat - UNIX:{first.runtime_socket}")
 
         heading(f"routes ({fleet.manifests / 'routes.yaml'})")
@@ -216,8 +281,11 @@ def main() -> int:
             ready(agent, label)
         routed = routes(fleet)
 
+        heading(f"HTTPS routes ({fleet.manifests / 'https.yaml'})")
+        routed = https_routes(fleet, ctx, leaf.serial_hex) and routed
+
         heading("failover run")
-        ok = failover(fleet) and routed
+        ok = failover(fleet, ctx) and routed
         print(f"db over TCP through {first.address}:{TCP_PORT}: {tcp_get(first.address, CLIENT)}")
         if args.once:
             return 0 if ok else 1

@@ -1,5 +1,6 @@
-"""`make demo` runs: the demo script with --once shows the routes of routes.yaml, performs
-the failover run and exits."""
+"""`make demo` runs: the demo script with --once shows the routes of routes.yaml and the
+HTTPS ones of demo-https/ (a certificate it made at start, verified against its CA),
+performs the failover run and exits."""
 
 from __future__ import annotations
 
@@ -25,11 +26,16 @@ ROUTED = (
     ("Ingress catalog, Prefix / -> shop", r"shop-\d"),
 )
 ROUTE_CLIENTS = ("127.0.9.11", "127.0.9.12", "127.0.9.13")
+HTTPS_CLIENTS = ("127.0.9.21", "127.0.9.22", "127.0.9.23")
+HTTPS_ROUTED = (
+    "HTTPS Gateway listener, HTTPRoute secure-store -> shop",
+    "HTTPS Ingress secure-shop (spec.tls) -> shop",
+)
 
 
-def route_answers(out: str, what: str) -> list[str]:
+def route_answers(out: str, what: str, scheme: str = "http") -> list[str]:
     """The answers the demo printed for one route: HAProxy A's, then B's."""
-    start = out.index(f"{what}: GET http://")
+    start = out.index(f"{what}: GET {scheme}://")
     lines = out[start:].splitlines()[1:3]
     prefixes = ("  HAProxy A (127.0.1.1) -> ", "  HAProxy B (127.0.1.2) -> ")
     assert [line[: len(p)] for line, p in zip(lines, prefixes, strict=True)] == list(prefixes)
@@ -69,6 +75,23 @@ def test_demo_runs_the_failover_and_stops_everything(tmp_path: Path) -> None:
     for what, answer in ROUTED:
         for got in route_answers(out, what):
             assert re.fullmatch(answer, got), f"{what}: {got!r}"
+    # Over HTTPS: both hosts through both instances, shop answering with the certificate of
+    # the Secret the demo made (its serial printed at start), checked against the demo CA.
+    made = re.search(
+        r"HTTPS: Secret default/demo-tls \((\S+)\) made at start, certificate "
+        r"serial ([0-9a-f]+) .* signed by the demo CA (\S+)\n",
+        out,
+    )
+    assert made, out[:3000]
+    secret_file, serial, ca_file = made.groups()
+    assert secret_file.startswith(str(tmp_path)) and ca_file.startswith(str(tmp_path))
+    for what in HTTPS_ROUTED:
+        for got in route_answers(out, what, "https"):
+            assert re.fullmatch(rf"shop-\d, certificate serial {serial} \(verified\)", got), got
+    for host in ("secure.demo.example.com", "secure.example.com"):
+        curl = f"curl --cacert {ca_file} --resolve {host}:18443:127.0.1.1 https://{host}:18443/"
+        assert curl in out
+    assert "PRIVATE KEY" not in out and "BEGIN" not in out  # no PEM shown, ever
     assert "UNEXPECTED" not in out
     split = re.search(
         r"weights catalog 90 shop 10: 20 requests via A -> catalog (\d+), shop (\d+)", out
@@ -84,6 +107,13 @@ def test_demo_runs_the_failover_and_stops_everything(tmp_path: Path) -> None:
         assert before and after, out[-3000:]
         assert after.group(1) == before.group(1), f"{client} moved"
         assert after.group(2) == "(the same pod: pinned through the route)"
+    for client in HTTPS_CLIENTS:
+        via = f"client {client} -> HAProxy {{}} -> HTTPS secure.demo.example.com -> "
+        before = re.search(re.escape(via.format("A")) + r"(shop-\d)\n", out[:stopped])
+        after = re.search(re.escape(via.format("B")) + r"(\S+)  (.*)\n", out[stopped:])
+        assert before and after, out[-3000:]
+        assert after.group(1) == before.group(1), f"{client} moved"
+        assert after.group(2) == "(the same pod: pinned over HTTPS)"
     restarted = out.index("restarting agent A")
     assert out.find("HAProxy A ready: GET", restarted) > restarted  # ready again after it
     assert "stopped." in out
