@@ -21,20 +21,13 @@ from controlplane.compute.types import (
     WeightedBackend,
 )
 from controlplane.compute.values import shown
+from controlplane.routes.l4 import http_names
 from controlplane.routes.table import WorkloadRoutes
 
 
 def referenced(routes: WorkloadRoutes) -> tuple[str, ...]:
     """Every backend name the listeners use, sorted."""
-    found = {listener.default_backend for listener in routes.listeners}
-    found.update(
-        backend.backend
-        for listener in routes.listeners
-        for rule in listener.rules
-        for backend in rule.backends
-    )
-    found.discard("")
-    return tuple(sorted(found))
+    return tuple(sorted(http_names(routes.listeners)))
 
 
 def _rejection(rule: RouteRule, key: str, value: str, reason: str) -> RejectedInput:

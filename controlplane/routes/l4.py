@@ -335,11 +335,14 @@ def route_outcome(
 
 def http_names(listeners: Iterable[HttpListener]) -> set[str]:
     """Every backend name HTTP listeners reach."""
-    found = set()
-    for listener in listeners:
-        found.add(listener.default_backend)
-        for rule in listener.rules:
-            found.update(backend.backend for backend in rule.backends)
+    listeners = tuple(listeners)
+    found = {listener.default_backend for listener in listeners}
+    found.update(
+        backend.backend
+        for listener in listeners
+        for rule in listener.rules
+        for backend in rule.backends
+    )
     found.discard("")
     return found
 
@@ -524,7 +527,9 @@ def l4_table(
             )
         rejections.extend(lost)
         mine.setdefault(workload, []).extend(lost)
-    in_http = set().union(*(http_names(ls) for ls in http.values()))
+    # Only when a TLS or TCP route reaches a backend: with none (most clusters, and any
+    # HTTPRoute change there) this pass over every HTTP rule is not made.
+    in_http = set().union(*(http_names(ls) for ls in http.values())) if reached else set()
     tcp_names: dict[ServiceKey, set[str]] = {}
     for name, service in reached.items():
         if name not in in_http:
