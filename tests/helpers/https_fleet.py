@@ -78,6 +78,52 @@ class Answer:
     serial: str  # hex, of the certificate the handshake got
 
 
+@dataclass
+class KeepAlive:
+    """One HTTPS connection kept open across requests (HTTP/1.1 keep-alive)."""
+
+    conn: http.client.HTTPSConnection
+    host: str
+    serial: str  # of the certificate its handshake got
+
+    def get(self, close: bool = False) -> Answer:
+        """GET / (`close`: asking the server to close the connection after it)."""
+        headers = {"Host": self.host, **({"Connection": "close"} if close else {})}
+        self.conn.request("GET", "/", headers=headers)
+        reply = self.conn.getresponse()
+        body = reply.read().decode().strip()
+        if reply.status != 200:
+            raise RuntimeError(f"HTTP {reply.status} for {self.host}: {body[:200]}")
+        return Answer(body, self.serial)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def keepalive(
+    ctx: ssl.SSLContext,
+    haproxy: str,
+    host: str,
+    source: str | None = None,
+    port: int = HTTPS_PORT,
+    timeout: float = 5,
+) -> KeepAlive:
+    """An HTTPS connection to `haproxy` for `host` (SNI, verified) from `source` (any
+    when None), open until closed."""
+    raw = socket.create_connection((haproxy, port), timeout, (source, 0) if source else None)
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        tls = ctx.wrap_socket(raw, server_hostname=host)
+    except BaseException:
+        raw.close()
+        raise
+    der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=ctx)
+    conn.sock = tls
+    return KeepAlive(conn, host, format(x509.load_der_x509_certificate(der).serial_number, "x"))
+
+
 def https_get(
     ctx: ssl.SSLContext,
     haproxy: str,
@@ -88,27 +134,11 @@ def https_get(
 ) -> Answer:
     """GET / with SNI and Host `host` through `haproxy` on a fresh connection from
     `source` (any when None); raises on a failed handshake, verification or non-200."""
-    raw = socket.create_connection((haproxy, port), timeout, (source, 0) if source else None)
-    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    connection = keepalive(ctx, haproxy, host, source, port, timeout)
     try:
-        tls = ctx.wrap_socket(raw, server_hostname=host)
-    except BaseException:
-        raw.close()
-        raise
-    conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=ctx)
-    conn.sock = tls
-    try:
-        der = tls.getpeercert(binary_form=True)
-        assert der is not None
-        serial = format(x509.load_der_x509_certificate(der).serial_number, "x")
-        conn.request("GET", "/", headers={"Host": host, "Connection": "close"})
-        reply = conn.getresponse()
-        body = reply.read().decode().strip()
-        if reply.status != 200:
-            raise RuntimeError(f"HTTP {reply.status} from {haproxy} for {host}: {body[:200]}")
-        return Answer(body, serial)
+        return connection.get(close=True)
     finally:
-        conn.close()
+        connection.close()
 
 
 def served_serial(ctx: ssl.SSLContext, haproxy: str, host: str, port: int = HTTPS_PORT) -> str:

@@ -25,6 +25,7 @@ from tests.helpers.https_fleet import (
     RequestLoop,
     https_get,
     issue,
+    keepalive,
     reloads,
     verifying_context,
     wait_served,
@@ -85,6 +86,7 @@ def test_a_renewed_secret_is_served_by_both_instances_without_a_reload_or_a_fail
     renewed = issue(ca)
     assert renewed.serial_hex != leaf.serial_hex
     before = reloads(agents)
+    opened = keepalive(ctx, haproxies[0], GATEWAY_HOST)  # connected before the renewal
     with RequestLoop(ctx, haproxies, GATEWAY_HOST) as loop:
         loop.wait_sent(20)  # requests before the rotation
         changed = write_secret(running.manifests, renewed)
@@ -92,6 +94,12 @@ def test_a_renewed_secret_is_served_by_both_instances_without_a_reload_or_a_fail
         wait_served(ctx, haproxies, INGRESS_HOST, renewed.serial_hex, changed, timeout=30)
         running.wait_all_acked()
         loop.wait_sent(loop.sent + 20)  # and after it
+    try:  # the connection opened before keeps going, on the certificate it was made with
+        for _ in range(2):
+            assert opened.get().body in SHOP_PODS
+        assert opened.serial == leaf.serial_hex
+    finally:
+        opened.close()
     assert loop.failures == []
     assert loop.serials == {leaf.serial_hex, renewed.serial_hex}
     assert reloads(agents) - before == 0
