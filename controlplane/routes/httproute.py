@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from controlplane.compute.types import (
     HeaderChanges,
@@ -321,6 +322,99 @@ def _rule(
     )
 
 
+Parent = tuple[int, ParentRef, tuple[str, str], GatewayPlace]
+"""A parentRef naming one of our Gateways: its index, itself, the Gateway's key, its place."""
+
+
+def our_parents(route: HTTPRoute | TLSRoute | TCPRoute, placement: Placement) -> list[Parent]:
+    """The route's parentRefs that name one of our Gateways."""
+    ours: list[Parent] = []
+    for index, ref in enumerate(route.parent_refs):
+        if (ref.group, ref.kind) != (GATEWAY_GROUP, "Gateway"):
+            continue
+        key = (ref.namespace or route.namespace, ref.name)
+        place = placement.gateways.get(key)
+        if place is not None:
+            ours.append((index, ref, key, place))
+    return ours
+
+
+def ignored_annotations(
+    route: HTTPRoute | TLSRoute | TCPRoute, origin: Origin
+) -> list[RejectedInput]:
+    """Backend-wide annotations on a route: they belong on the Service."""
+    return [
+        origin.rejection(
+            annotation, "haproxy.org annotations belong on the Service; ignored here", annotation
+        )
+        for annotation in route.annotations
+        if annotation.startswith(ANNOTATION_PREFIX)
+    ]
+
+
+def served_hostnames(
+    hostnames: tuple[str, ...], origin: Origin, rejections: list[RejectedInput]
+) -> tuple[str, ...]:
+    """The hostnames that pass the strict pattern; each other one is reported."""
+    served = tuple(h for h in hostnames if patterns.is_route_host(h))
+    for index, host in enumerate(hostnames):
+        if host not in served:
+            rejections.append(
+                origin.rejection(
+                    host,
+                    "not a lower-case host name or *. wildcard; dropped",
+                    f"spec.hostnames[{index}]",
+                )
+            )
+    return served
+
+
+class _Outcome(Protocol):
+    @property
+    def parents(self) -> list[ParentOutcome]: ...
+
+    @property
+    def rejections(self) -> list[RejectedInput]: ...
+
+
+def attach_parent(
+    route: HTTPRoute | TLSRoute | TCPRoute,
+    parent: Parent,
+    hostnames: tuple[str, ...],
+    placement: Placement,
+    verdicts: tuple[Verdict | None, Verdict],
+    origin: Origin,
+    outcome: _Outcome,
+) -> list[tuple[ListenerPlace, tuple[str, ...]]]:
+    """Attach the route through one parentRef: the listeners and hosts it attaches to.
+    `verdicts`: why the route is refused as a whole (None: it is not), and its ResolvedRefs.
+    Its ParentOutcome and any rejection go into `outcome`."""
+    refused, resolved = verdicts
+    index, ref, key, place = parent
+    accepted, attached = (
+        (refused, []) if refused is not None else attach(route, ref, place, hostnames, placement)
+    )
+    if not accepted.ok and refused is None:
+        outcome.rejections.append(
+            origin.rejection(
+                f"{key[0]}/{key[1]}",
+                f"{accepted.reason}: {accepted.message}; not attached",
+                f"spec.parentRefs[{index}]",
+            )
+        )
+    outcome.parents.append(
+        ParentOutcome(
+            ref,
+            key,
+            place.workload,
+            accepted,
+            resolved,
+            tuple(lp.listener.name for lp, _ in attached),
+        )
+    )
+    return attached
+
+
 def attach(
     route: HTTPRoute | TLSRoute | TCPRoute,
     ref: ParentRef,
@@ -381,38 +475,14 @@ def route_outcome(
     grants: Mapping[str, tuple[ReferenceGrant, ...]],
 ) -> RouteOutcome | None:
     """The outcome of `route`; None when no parentRef names one of our Gateways."""
-    ours = []
-    for index, ref in enumerate(route.parent_refs):
-        if (ref.group, ref.kind) != (GATEWAY_GROUP, "Gateway"):
-            continue
-        key = (ref.namespace or route.namespace, ref.name)
-        place = placement.gateways.get(key)
-        if place is not None:
-            ours.append((index, ref, key, place))
+    ours = our_parents(route, placement)
     if not ours:
         return None
     outcome = RouteOutcome()
     rejections = outcome.rejections
     origin = Origin("HTTPRoute", route.namespace, route.name, "metadata.annotations")
-    for annotation in route.annotations:
-        if annotation.startswith(ANNOTATION_PREFIX):
-            rejections.append(
-                origin.rejection(
-                    annotation,
-                    "haproxy.org annotations belong on the Service; ignored here",
-                    annotation,
-                )
-            )
-    hostnames = tuple(h for h in route.hostnames if patterns.is_route_host(h))
-    for index, host in enumerate(route.hostnames):
-        if host not in hostnames:
-            rejections.append(
-                origin.rejection(
-                    host,
-                    "not a lower-case host name or *. wildcard; dropped",
-                    f"spec.hostnames[{index}]",
-                )
-            )
+    rejections.extend(ignored_annotations(route, origin))
+    hostnames = served_hostnames(route.hostnames, origin, rejections)
     rules, resolved = _rules(route, services, grants, rejections)
     refused: Verdict | None = None
     if route.hostnames and not hostnames:
@@ -420,30 +490,11 @@ def route_outcome(
     elif not rules:
         refused = Verdict(False, names.UNSUPPORTED_VALUE, "no rule of the route can be served")
     age = route.creation_timestamp or "~"
-    for index, ref, key, place in ours:
-        accepted, attached = (
-            (refused, [])
-            if refused is not None
-            else attach(route, ref, place, hostnames, placement)
+    for parent in ours:
+        attached = attach_parent(
+            route, parent, hostnames, placement, (refused, resolved), origin, outcome
         )
-        if not accepted.ok and refused is None:
-            rejections.append(
-                origin.rejection(
-                    f"{key[0]}/{key[1]}",
-                    f"{accepted.reason}: {accepted.message}; not attached",
-                    f"spec.parentRefs[{index}]",
-                )
-            )
-        outcome.parents.append(
-            ParentOutcome(
-                ref,
-                key,
-                place.workload,
-                accepted,
-                resolved,
-                tuple(lp.listener.name for lp, _ in attached),
-            )
-        )
+        place = parent[3]
         if not attached:
             continue
         mine = outcome.candidates.setdefault(place.workload, [])

@@ -34,8 +34,6 @@ from controlplane.compute.types import (
 )
 from controlplane.compute.values import shown
 from controlplane.model import (
-    ANNOTATION_PREFIX,
-    GATEWAY_GROUP,
     ClusterState,
     HTTPBackendRef,
     ReferenceGrant,
@@ -45,7 +43,14 @@ from controlplane.model import (
 )
 from controlplane.routes import names
 from controlplane.routes.backends import ServiceKey
-from controlplane.routes.httproute import ParentOutcome, attach, resolve_backend
+from controlplane.routes.httproute import (
+    ParentOutcome,
+    attach_parent,
+    ignored_annotations,
+    our_parents,
+    resolve_backend,
+    served_hostnames,
+)
 from controlplane.routes.placement import (
     ACCEPT_PROXY_ANNOTATION,
     Placement,
@@ -53,7 +58,6 @@ from controlplane.routes.placement import (
     accept_proxy,
 )
 from controlplane.routes.precedence import Origin
-from peerplane import routes as patterns
 from peerplane.routes import WILDCARD_PREFIX
 
 L4Route = TLSRoute | TCPRoute
@@ -243,41 +247,17 @@ def route_outcome(
 ) -> L4Outcome | None:
     """The outcome of a TLSRoute or TCPRoute; None when no parentRef names one of our
     Gateways."""
-    ours = []
-    for index, ref in enumerate(route.parent_refs):
-        if (ref.group, ref.kind) != (GATEWAY_GROUP, "Gateway"):
-            continue
-        key = (ref.namespace or route.namespace, ref.name)
-        place = placement.gateways.get(key)
-        if place is not None:
-            ours.append((index, ref, key, place))
+    ours = our_parents(route, placement)
     if not ours:
         return None
     kind = type(route).__name__
     outcome = L4Outcome(kind)
     origin = Origin(kind, route.namespace, route.name, "spec")
-    for annotation in route.annotations:
-        if annotation.startswith(ANNOTATION_PREFIX):
-            outcome.rejections.append(
-                origin.rejection(
-                    annotation,
-                    "haproxy.org annotations belong on the Service; ignored here",
-                    annotation,
-                )
-            )
+    outcome.rejections.extend(ignored_annotations(route, origin))
     hostnames: tuple[str, ...] = ()
     refused: Verdict | None = None
     if isinstance(route, TLSRoute):
-        hostnames = tuple(h for h in route.hostnames if patterns.is_route_host(h))
-        for index, host in enumerate(route.hostnames):
-            if host not in hostnames:
-                outcome.rejections.append(
-                    origin.rejection(
-                        host,
-                        "not a lower-case host name or *. wildcard; dropped",
-                        f"spec.hostnames[{index}]",
-                    )
-                )
+        hostnames = served_hostnames(route.hostnames, origin, outcome.rejections)
         if route.hostnames and not hostnames:
             refused = Verdict(
                 False, names.UNSUPPORTED_VALUE, "no hostname of the route can be served"
@@ -290,30 +270,11 @@ def route_outcome(
     resolved = unresolved or Verdict(True, names.RESOLVED_REFS, "all references resolved")
     age = route.creation_timestamp or "~"
     source = f"{kind} {route.namespace}/{route.name}"
-    for index, ref, key, place in ours:
-        accepted, attached = (
-            (refused, [])
-            if refused is not None
-            else attach(route, ref, place, hostnames, placement)
+    for parent in ours:
+        attached = attach_parent(
+            route, parent, hostnames, placement, (refused, resolved), origin, outcome
         )
-        if not accepted.ok and refused is None:
-            outcome.rejections.append(
-                origin.rejection(
-                    f"{key[0]}/{key[1]}",
-                    f"{accepted.reason}: {accepted.message}; not attached",
-                    f"spec.parentRefs[{index}]",
-                )
-            )
-        outcome.parents.append(
-            ParentOutcome(
-                ref,
-                key,
-                place.workload,
-                accepted,
-                resolved,
-                tuple(lp.listener.name for lp, _ in attached),
-            )
-        )
+        place = parent[3]
         for rule in rules:
             if attached:
                 outcome.demand.update((service, place.workload) for service in rule.services)
