@@ -239,19 +239,9 @@ def tls_route(
     backend: str = "db",
     port: int = 5432,
 ) -> Obj:
-    parent: Obj = {"name": gateway_name}
-    if section:
-        parent["sectionName"] = section
-    return {
-        "kind": "TLSRoute",
-        "apiVersion": EXPERIMENTAL_API,
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "parentRefs": [parent],
-            "hostnames": list(hostnames),
-            "rules": [{"backendRefs": [{"name": backend, "port": port}]}],
-        },
-    }
+    route = _l4_route("TLSRoute", name, ns, gateway_name, section, backend, port)
+    route["spec"]["hostnames"] = list(hostnames)
+    return route
 
 
 def tcp_route(
@@ -263,11 +253,17 @@ def tcp_route(
     backend: str = "db",
     port: int = 5432,
 ) -> Obj:
+    return _l4_route("TCPRoute", name, ns, gateway_name, section, backend, port)
+
+
+def _l4_route(
+    kind: str, name: str, ns: str, gateway_name: str, section: str, backend: str, port: int
+) -> Obj:
     parent: Obj = {"name": gateway_name}
     if section:
         parent["sectionName"] = section
     return {
-        "kind": "TCPRoute",
+        "kind": kind,
         "apiVersion": EXPERIMENTAL_API,
         "metadata": {"name": name, "namespace": ns},
         "spec": {
