@@ -345,6 +345,7 @@ def test_settings_configmap_documents_the_defaults(base: list[Obj]) -> None:
         "check-rise": "2",
         "check-fall": "3",
         "http-port": "80",
+        "https-port": "443",
         "peer-port": "10000",
     }
     text = (DEPLOY / "base" / "settings.yaml").read_text()
