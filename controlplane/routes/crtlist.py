@@ -129,7 +129,20 @@ class WorkloadTLS:
             head = CertificateBinding(edge.default, ())
         else:
             head = next(b for b in ordered if b.certificate == edge.first)
-        return (head, *(b for b in ordered if b != head))
+        lines = (head, *(b for b in ordered if b != head))
+        named = [host for b in edge.named for host in b.hostnames]
+        return tuple(self._excluding(b, named) for b in lines) if named else lines
+
+    def _excluding(self, binding: CertificateBinding, named: list[str]) -> CertificateBinding:
+        """A catch-all binding with "!name" for each of its certificate's own names that a
+        named binding answers: HAProxy gives a name to the first line holding it, and the
+        default certificate's line comes first, so without this a listener's certificate
+        for its own hostname could lose to the default one that also names it."""
+        if binding.hostnames:
+            return binding
+        own = self.certificates[binding.certificate].dns_names
+        taken = tuple(f"!{n}" for n in own if any(patterns.host_matches(h, n) for h in named))
+        return CertificateBinding(binding.certificate, taken) if taken else binding
 
     def apply(
         self, listeners: tuple[HttpListener, ...], rejections: list[RejectedInput]

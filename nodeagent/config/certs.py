@@ -80,8 +80,8 @@ def crt_lists(listeners: Sequence[pb.HttpListener]) -> dict[int, tuple[CrtLine, 
         lines: list[CrtLine] = []
         for binding in listener.tls.certificates:
             name = check_name(binding.certificate)
-            for host in binding.hostnames:
-                if not routes.is_route_host(host):
+            for host in binding.hostnames:  # "!name": not for this name (a catch-all line)
+                if not routes.is_route_host(host.removeprefix("!")):
                     raise RenderError(f"certificate {name} on port {port}: invalid SNI {host!r}")
             lines.append(CrtLine(name, tuple(binding.hostnames)))
         if not lines:

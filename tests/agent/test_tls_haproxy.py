@@ -145,6 +145,19 @@ def test_the_certificate_is_chosen_by_sni(site: Site) -> None:
     assert {_mode(os.path.join(certs_dir, f)) for f in files} == {0o600}
 
 
+def test_a_default_certificate_excluding_a_name_leaves_it_to_its_own_line(site: Site) -> None:
+    """HAProxy gives a name to the first crt-list line holding it, and the default
+    certificate comes first: one that also names a.example.com excludes it ("!name"), so
+    the listener bound to a.example.com serves its own certificate."""
+    site.leaves["wide"] = CA.issue("default.example.com", HOSTS["a"])
+    bindings = [("ns_wide", [f"!{HOSTS['a']}"]), ("ns_a", [HOSTS["a"]])]
+    result = site.inst.applier.apply(site.snapshot(bindings))
+    assert result.ok, result.error
+    assert site.serial(HOSTS["a"]) == site.leaves["a"].serial_hex
+    assert site.serial("default.example.com") == site.leaves["wide"].serial_hex
+    assert site.serial("unknown.example.org") == site.leaves["wide"].serial_hex
+
+
 def test_a_renewed_certificate_is_served_without_a_reload(
     site: Site, caplog: pytest.LogCaptureFixture
 ) -> None:

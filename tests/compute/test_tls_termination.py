@@ -385,6 +385,26 @@ def test_bindings_named_hosts_before_catch_all_and_the_first_catch_all_is_the_de
     assert [c.name for c in got.certificates] == ["default_other", "default_shop", "default_wild"]
 
 
+def test_a_catch_all_certificate_leaves_names_bound_by_a_listener_to_that_listener() -> None:
+    """HAProxy gives a name to the first crt-list line holding it, and the default
+    certificate comes first: its own names that a hostname listener binds are excluded."""
+    wide = CA.issue("www.example.com", "shop.example.com")
+    got = snapshot_of(
+        cluster(
+            gateway(
+                listener("a", hostname="shop.example.com", refs=(ref("shop"),)),
+                listener("any", refs=(ref("wide"),)),
+            ),
+            route("r", [prefix_rule("/", [to("shop")])]),
+            secrets=(secret("shop"), secret("wide", wide)),
+        )
+    )
+    assert got.http_listeners[0].tls == (
+        CertificateBinding("default_wide", ("!shop.example.com",)),
+        CertificateBinding("default_shop", ("shop.example.com",)),
+    )
+
+
 def test_without_a_catch_all_listener_the_first_listener_gives_the_default() -> None:
     got = snapshot_of(
         cluster(
