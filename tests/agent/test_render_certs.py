@@ -68,7 +68,9 @@ def test_an_https_listener_binds_its_crt_list_in_binding_order() -> None:
         ("nsa", "a.example.com"),
         ("ns_a", "a.example.com x"),
         ("ns_a", "a.example.com\n"),
-        ("ns_a", "!a.example.com"),
+        ("ns_a", "!!a.example.com"),
+        ("ns_a", "!"),
+        ("ns_a", "!a.example.com x"),
         ("ns_a", "*"),
     ],
 )
