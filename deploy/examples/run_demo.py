@@ -7,7 +7,8 @@ HTTPRoute and an Ingress) on both HAProxy instances, the same over HTTPS (`demo-
 Gateway HTTPS listener and an Ingress with spec.tls, their certificate made here at start),
 then a failover run: clients from fixed source addresses pinned through HAProxy A, by a
 Service annotation, by the HTTPRoute and over HTTPS, keep their backend pod through
-HAProxy B after A is lost.
+HAProxy B after A is lost. Before it, the Secret is renewed in its file: both instances
+serve the new certificate without a reload.
 No key is kept in the repository: the demo makes a CA and a certificate for the HTTPS
 hosts when it starts (cryptography), writes the kubernetes.io/tls Secret into its runtime
 manifests folder and the CA (no key) beside it for `curl --cacert`.
@@ -54,10 +55,13 @@ from tests.helpers.https_fleet import (  # noqa: E402
     SECRET_FILE,
     https_get,
     issue,
+    reloads,
     verifying_context,
+    wait_served,
     write_https,
+    write_secret,
 )
-from tests.helpers.tls_certs import make_ca  # noqa: E402
+from tests.helpers.tls_certs import TestCA, make_ca  # noqa: E402
 
 GRPCURL = str(Path(sys.executable).parent / "grpcurl")
 CLIENT = "127.0.9.1"
@@ -158,6 +162,23 @@ def https_routes(fleet: Fleet, ctx: ssl.SSLContext, serial: str) -> bool:
                 f"{answer.serial} (verified){'' if good else '  UNEXPECTED'}"
             )
     return ok
+
+
+def rotation(fleet: Fleet, ctx: ssl.SSLContext, ca: TestCA) -> bool:
+    """Renew the Secret (new serial, same names) in its file: both HAProxy instances serve
+    it without a reload (the runtime API's `set ssl cert` + `commit ssl cert`)."""
+    agents = list(fleet.agents.values())
+    haproxies = [a.address for a in agents]
+    renewed = issue(ca)
+    before = reloads(agents)
+    print(f"rewriting {fleet.manifests / SECRET_FILE}: serial {renewed.serial_hex}")
+    changed = write_secret(fleet.manifests, renewed)
+    took = wait_served(ctx, haproxies, GATEWAY_HOST, renewed.serial_hex, changed, timeout=30)
+    fleet.wait_all_acked()
+    reloaded = reloads(agents) - before
+    print(f"served by both HAProxy instances {took * 1000:.0f} ms after the file changed")
+    print(f"HAProxy reloads: {reloaded} (the runtime API: set ssl cert, commit ssl cert)")
+    return reloaded == 0
 
 
 def ready(agent: AgentHandle, label: str) -> None:
@@ -283,6 +304,9 @@ def main() -> int:
 
         heading(f"HTTPS routes ({fleet.manifests / 'https.yaml'})")
         routed = https_routes(fleet, ctx, leaf.serial_hex) and routed
+
+        heading("certificate rotation: a renewed Secret, no reload")
+        routed = rotation(fleet, ctx, ca) and routed
 
         heading("failover run")
         ok = failover(fleet, ctx) and routed

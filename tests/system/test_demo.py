@@ -91,6 +91,11 @@ def test_demo_runs_the_failover_and_stops_everything(tmp_path: Path) -> None:
     for host in ("secure.demo.example.com", "secure.example.com"):
         curl = f"curl --cacert {ca_file} --resolve {host}:18443:127.0.1.1 https://{host}:18443/"
         assert curl in out
+    # The Secret renewed in its file: its new serial served by both, no reload.
+    renewed = re.search(rf"rewriting {re.escape(secret_file)}: serial ([0-9a-f]+)\n", out)
+    assert renewed and renewed.group(1) != serial
+    assert re.search(r"served by both HAProxy instances \d+ ms after the file changed\n", out)
+    assert "HAProxy reloads: 0 (the runtime API" in out
     assert "PRIVATE KEY" not in out and "BEGIN" not in out  # no PEM shown, ever
     assert "UNEXPECTED" not in out
     split = re.search(
