@@ -1,34 +1,52 @@
 """Route propagation: a new HTTPRoute to its first 200 through both HAProxies, with
-thousands of HTTPRoutes loaded, and a route re-pointed under a request loop.
+thousands of HTTPRoutes loaded, and a route re-pointed under a request loop; from a
+folder of manifests and from the Kubernetes API, side by side.
 
-Runs the real fleet (`tests.helpers.fleet.Fleet`, octet 47): `controlplane serve --source
-files:DIR` on the demo's manifests plus one file of N HTTPRoutes (each its own host under
-the demo Gateway's `*.demo.example.com`, one path to shop or catalog), and two `nodeagent
-run --manage-haproxy` agents. Each trial writes one more file holding one new HTTPRoute
-(atomic rename) and polls both HAProxies every 5 ms with that route's host until each
-answered 200: the figure includes noticing the file, the debounce (0.1 s of quiet), the
-route table, the delta, the agents' runtime map commands. Reloads of both masters are
-counted over the trials (a new map rule is a runtime change: 0 expected). Then a route is
-re-pointed between shop and catalog while a loop sends about 200 requests a second
-through both HAProxies: failed requests and reloads counted. Quick: 300 routes and 5
-trials; full: 3,000 routes and 20 trials.
+Runs the real fleet (`tests.helpers.fleet.Fleet`) twice, on the demo's manifests plus N
+HTTPRoutes (each its own host under the demo Gateway's `*.demo.example.com`, one path to
+shop or catalog), with two `nodeagent run --manage-haproxy` agents:
+- folder (octet 47): `controlplane serve --source files:DIR`; each route is a file
+  written atomically (rename); the figure includes noticing the file and the debounce.
+- kube (octet 48, figures `route_propagation.kube.*`): as production runs it,
+  `--source kubernetes --leader-elect` with the slot ledger in ConfigMap shards, against
+  the fake API server in its own process (`routeskube`) holding the same manifests as
+  objects; each route is POSTed to it (a re-point is a GET and a PUT), as kubectl does.
+  The trials start once the Lease holder wrote every HTTPRoute's status.
+Each trial writes one new HTTPRoute and polls both HAProxies every 5 ms with its host
+until each answered 200: the figure includes the source's notice, the route table, the
+delta, the agents' runtime map commands. `new_route_published_p50` splits it: the write
+to the control plane's "published" event (its `--log-format json` log, millisecond
+times), the rest is delivery and the agents. Reloads of both masters are counted over
+the trials (a new map rule is a runtime change: 0 expected). Then a route is re-pointed
+between shop and catalog while a loop sends about 200 requests a second through both
+HAProxies: failed requests and reloads counted. Quick: 300 routes and 5 trials; full:
+3,000 routes and 20 trials.
 """
 
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+
+import yaml
 
 from nodeagent.haproxy.driver import HAProxy
 from tests.bench.common import Result, log, median, percentile
+from tests.bench.routeskube import LEDGER, NAMESPACE, ApiRoutes, RouteCluster
 from tests.helpers.fleet import HAPROXY_PODS, HTTP_PORT, Fleet, haproxy_binary, wait_for
+from tests.kubeapi.objects import write_kubeconfig
 
-OCTET = 47  # 127.47.x.y: apart from the tests and the other benchmarks
+OCTET = 47  # 127.47.x.y (folder) and 127.48.x.y (kube): apart from the tests and benchmarks
+VARIANTS = ("folder", "kube")
 QUICK_ROUTES, FULL_ROUTES = 300, 3000
 QUICK_TRIALS, FULL_TRIALS = 5, 20
 POLL_S = 0.005
@@ -39,6 +57,10 @@ TARGETS = {
     "route_propagation.new_route_first_200_p99": "< 250 ms",
     "route_propagation.repoint_failed_requests": "0",
     "route_propagation.reloads": "0",
+    "route_propagation.kube.new_route_first_200_p50": "< 100 ms",
+    "route_propagation.kube.new_route_first_200_p99": "< 250 ms",
+    "route_propagation.kube.repoint_failed_requests": "0",
+    "route_propagation.kube.reloads": "0",
 }
 
 
@@ -75,10 +97,47 @@ def status(haproxy: str, host: str, path: str = "/") -> tuple[int, str]:
         conn.close()
 
 
+class FolderRoutes:
+    """HTTPRoutes written as files of the manifests folder, one file each, atomically
+    (the folder source never sees half a file)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def write(self, name: str, host: str, service: str) -> float:
+        """The moment the route's file appeared (`time.perf_counter`)."""
+        path = self.folder / f"{name}.yaml"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(http_route(name, host, "/", service))
+        start = time.perf_counter()
+        os.replace(tmp, path)
+        return start
+
+
+class KubeRoutes:
+    """HTTPRoutes written through the Kubernetes API: a POST for a new one, a GET and a
+    PUT for one written before (`kubectl create`, `kubectl replace`)."""
+
+    def __init__(self, url: str) -> None:
+        self.api = ApiRoutes(url)
+        self.written: set[str] = set()
+
+    def write(self, name: str, host: str, service: str) -> float:
+        """The moment the POST or PUT went out (`time.perf_counter`)."""
+        route = yaml.safe_load(http_route(name, host, "/", service).removesuffix("---\n"))
+        if name in self.written:
+            return self.api.replace(route)
+        start = self.api.create(route)
+        self.written.add(name)
+        return start
+
+
 class Bench:
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: Fleet, routes: FolderRoutes | KubeRoutes) -> None:
         self.fleet = fleet
+        self.routes = routes
         self.haproxies = [agent.address for agent in fleet.agents.values()]
+        self.written_at: list[float] = []  # wall clock (`time.time`) of each trial's write
 
     def reloads(self) -> int:
         """Reloads of every agent's HAProxy master so far (`show proc`)."""
@@ -87,26 +146,19 @@ class Bench:
             for agent in self.fleet.agents.values()
         )
 
-    def write(self, name: str, text: str) -> float:
-        """Write one manifest atomically; the moment it appeared."""
-        path = self.fleet.manifests / name
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        start = time.perf_counter()
-        os.replace(tmp, path)
-        return start
-
-    def applied(self, name: str, text: str, timeout: float = 60) -> None:
-        """Write a manifest and wait until a new content is published and every agent
+    def applied(self, name: str, host: str, service: str, timeout: float = 60) -> None:
+        """Write an HTTPRoute and wait until a new content is published and every agent
         acknowledged it."""
         before = self.fleet.snapshot().content_hash
-        self.write(name, text)
+        self.routes.write(name, host, service)
         wait_for(lambda: self.fleet.snapshot().content_hash != before, timeout, "a new snapshot")
         self.fleet.wait_all_acked(timeout)
 
     def first_200(self, name: str, host: str, timeout: float = 30) -> float:
-        """Seconds from a new HTTPRoute's file to a 200 for its host through every HAProxy."""
-        start = self.write(name, http_route(name.removesuffix(".yaml"), host, "/", "shop"))
+        """Seconds from a new HTTPRoute's write to a 200 for its host through every HAProxy."""
+        wall, perf = time.time(), time.perf_counter()
+        start = self.routes.write(name, host, "shop")
+        self.written_at.append(wall + (start - perf))
         waiting = set(self.haproxies)
         deadline = start + timeout
         while waiting:
@@ -120,6 +172,31 @@ class Bench:
         return time.perf_counter() - start
 
 
+def published_at(log: Path) -> list[float]:
+    """Wall clock of every "published" event in a `--log-format json` serve log."""
+    found = []
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("event") == "published":
+            stamp = str(record["time"]).replace("Z", "+00:00")
+            found.append(datetime.fromisoformat(stamp).timestamp())
+    return sorted(found)
+
+
+def publish_lags(written: Sequence[float], published: Sequence[float]) -> list[float]:
+    """Per write: seconds to the first publication at or after it (log times are cut to
+    milliseconds: 1 ms of slack); writes never published are left out."""
+    lags = []
+    for at in written:
+        later = [p for p in published if p >= at - 0.001]
+        if later:
+            lags.append(max(0.0, later[0] - at))
+    return lags
+
+
 def _manifest(count: int) -> str:
     services = ("shop", "catalog")
     return "".join(
@@ -128,8 +205,10 @@ def _manifest(count: int) -> str:
     )
 
 
-def repoint_under_load(bench: Bench, host: str) -> tuple[int, int, int, list[str]]:
-    """Re-point `host` between shop and catalog REPOINTS times under the request loop:
+def repoint_under_load(
+    bench: Bench, host: str, repoints: int = REPOINTS
+) -> tuple[int, int, int, list[str]]:
+    """Re-point `host` between shop and catalog `repoints` times under the request loop:
     (requests, failed, reloads, the first failures)."""
     stop = threading.Event()
     sent, failed = 0, 0
@@ -151,9 +230,8 @@ def repoint_under_load(bench: Bench, host: str) -> tuple[int, int, int, list[str
     thread = threading.Thread(target=loop)
     thread.start()
     try:
-        for i in range(REPOINTS):
-            service = ("catalog", "shop")[i % 2]
-            bench.applied("repoint.yaml", http_route("repoint", host, "/", service))
+        for i in range(repoints):
+            bench.applied("repoint", host, ("catalog", "shop")[i % 2])
             time.sleep(0.5)
     finally:
         stop.set()
@@ -161,60 +239,162 @@ def repoint_under_load(bench: Bench, host: str) -> tuple[int, int, int, list[str
     return sent, failed, bench.reloads() - before, failures[:5]
 
 
-def run(quick: bool = False, octet: int = OCTET, binary: str | None = None) -> list[Result]:
-    if binary is None and haproxy_binary() is None:
-        raise RuntimeError("haproxy not found")
-    routes = QUICK_ROUTES if quick else FULL_ROUTES
-    trials = QUICK_TRIALS if quick else FULL_TRIALS
-    work = Path(tempfile.mkdtemp(prefix="bench-routes-"))
-    fleet = Fleet(work, octet, haproxy_bin=binary)
-    samples: list[float] = []
+@dataclass
+class Measured:
+    """One variant's figures."""
+
+    samples: list[float] = field(default_factory=list)  # seconds, write to first 200
+    lags: list[float] = field(default_factory=list)  # seconds, write to "published"
+    reloads: int = 0
+    repoints: int = REPOINTS
+    sent: int = 0
+    failed: int = 0
+    repoint_reloads: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+def kube_server_args(workdir: Path) -> list[str]:
+    """`controlplane serve` as production runs it: the Kubernetes source, leader election,
+    the slot ledger in ConfigMap shards."""
+    return [
+        f"--kubeconfig={workdir / 'kubeconfig'}",
+        "--leader-elect",
+        f"--lease-namespace={NAMESPACE}",
+        f"--configmap={NAMESPACE}/haproxy-settings",
+        f"--slots-configmap={NAMESPACE}/{LEDGER}",
+    ]
+
+
+def measure(
+    kube: bool, routes: int, trials: int, octet: int, binary: str | None, repoints: int = REPOINTS
+) -> Measured:
+    """One fleet with `routes` HTTPRoutes loaded from the folder or the fake API server:
+    `trials` new routes to their first 200, then the re-points under the request loop."""
+    work = Path(tempfile.mkdtemp(prefix="bench-routes-kube-" if kube else "bench-routes-"))
+    logs = ["--log-format", "json"]
+    cluster: RouteCluster | None = None
+    if kube:
+        fleet = Fleet(
+            work,
+            octet,
+            haproxy_bin=binary,
+            server_args=[*kube_server_args(work), *logs],
+            state_file=False,
+            serve_timeout=60 + routes * 0.02,
+            source="kubernetes",
+        )
+    else:
+        fleet = Fleet(work, octet, haproxy_bin=binary, server_args=logs)
+    found = Measured(repoints=repoints)
     try:
         fleet.write_manifests()
         (fleet.manifests / "bulk-routes.yaml").write_text(_manifest(routes))
+        writer: FolderRoutes | KubeRoutes = FolderRoutes(fleet.manifests)
+        if kube:
+            cluster = RouteCluster(work / "kubeapi.log")
+            cluster.load(fleet.manifests)
+            write_kubeconfig(cluster.url, work / "kubeconfig")
+            writer = KubeRoutes(cluster.url)
         fleet.start_backends()
         fleet.start_control_plane()
         for name, address in HAPROXY_PODS:
             fleet.start_agent(name, address)
-        fleet.wait_all_acked(120)
-        bench = Bench(fleet)
+        fleet.wait_all_acked(120 + routes * 0.02)
+        bench = Bench(fleet, writer)
         # Every HAProxy serves a bulk route before the trials start.
         for haproxy in bench.haproxies:
             code, body = status(haproxy, "b1.demo.example.com", "/p1")
             if code != 200:
                 raise RuntimeError(f"bulk route not served by {haproxy}: {code} {body[:200]}")
-        bench.applied("repoint.yaml", http_route("repoint", "moving.demo.example.com", "/", "shop"))
+        bench.applied("repoint", "moving.demo.example.com", "shop")
+        if cluster is not None:
+            # The Lease holder writes every route's status once; the trials start after.
+            counts = cluster
+            wait_for(
+                lambda: (c := counts.routes())["with_status"] == c["routes"],
+                60 + routes * 0.05,
+                "the status of every HTTPRoute",
+                step=0.5,
+            )
         reloads_before = bench.reloads()
         for trial in range(trials):
-            samples.append(bench.first_200(f"new-{trial}.yaml", f"n{trial}.demo.example.com"))
+            found.samples.append(bench.first_200(f"new-{trial}", f"n{trial}.demo.example.com"))
             time.sleep(0.3)
-        reloads = bench.reloads() - reloads_before
-        sent, failed, repoint_reloads, failures = repoint_under_load(
-            bench, "moving.demo.example.com"
-        )
-        p50, p99 = median(samples) * 1000, percentile(samples, 99) * 1000
-        log(
-            f"route_propagation: {routes} HTTPRoutes, first 200 p50 {p50:.0f} ms p99 "
-            f"{p99:.0f} ms, reloads {reloads}; re-pointed {REPOINTS}x under {sent} requests: "
-            f"{failed} failed {failures}, {repoint_reloads} reloads"
+        found.reloads = bench.reloads() - reloads_before
+        found.lags = publish_lags(bench.written_at, published_at(work / "controlplane.log"))
+        found.sent, found.failed, found.repoint_reloads, found.failures = repoint_under_load(
+            bench, "moving.demo.example.com", repoints
         )
     finally:
         fleet.stop()
+        if cluster is not None:
+            cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
+    return found
+
+
+def results(prefix: str, found: Measured, routes: int, trials: int) -> list[Result]:
+    """One variant's figures under `prefix` ("route_propagation" or its ".kube")."""
     params = {"routes": routes, "trials": trials, "agents": 2, "poll_ms": POLL_S * 1000}
-    loop = {"routes": routes, "repoints": REPOINTS, "requests": sent, "rate": LOOP_RATE}
+    loop = {"routes": routes, "repoints": found.repoints, "requests": found.sent, "rate": LOOP_RATE}
+    lags = found.lags or [float("nan")]
     return [
-        Result("route_propagation.new_route_first_200_p50", median(samples) * 1000, "ms", params),
+        Result(f"{prefix}.new_route_first_200_p50", median(found.samples) * 1000, "ms", params),
         Result(
-            "route_propagation.new_route_first_200_p99",
-            percentile(samples, 99) * 1000,
+            f"{prefix}.new_route_first_200_p99",
+            percentile(found.samples, 99) * 1000,
             "ms",
             params,
         ),
-        Result("route_propagation.reloads", reloads, "", params),
-        Result("route_propagation.repoint_failed_requests", failed, "", loop),
-        Result("route_propagation.repoint_reloads", repoint_reloads, "", loop),
+        Result(f"{prefix}.new_route_published_p50", median(lags) * 1000, "ms", params),
+        Result(f"{prefix}.reloads", found.reloads, "", params),
+        Result(f"{prefix}.repoint_failed_requests", found.failed, "", loop),
+        Result(f"{prefix}.repoint_reloads", found.repoint_reloads, "", loop),
     ]
+
+
+def describe(variant: str, routes: int, found: Measured) -> str:
+    p50, p99 = median(found.samples) * 1000, percentile(found.samples, 99) * 1000
+    lags = found.lags or [float("nan")]
+    return (
+        f"route_propagation {variant}: {routes} HTTPRoutes, first 200 p50 {p50:.0f} ms p99 "
+        f"{p99:.0f} ms (write to published p50 {median(lags) * 1000:.0f} ms max "
+        f"{max(lags) * 1000:.0f} ms), reloads {found.reloads}; re-pointed {found.repoints}x under "
+        f"{found.sent} requests: {found.failed} failed {found.failures}, "
+        f"{found.repoint_reloads} reloads"
+    )
+
+
+def run(
+    quick: bool = False,
+    octet: int = OCTET,
+    binary: str | None = None,
+    sizes: tuple[int, int, int] | None = None,
+    variants: Sequence[str] = VARIANTS,
+) -> list[Result]:
+    """Every variant in `variants` in turn (folder on `octet`, kube on `octet` + 1);
+    `sizes` (routes, trials, re-points) replaces the quick or full ones (the smoke
+    test's)."""
+    if binary is None and haproxy_binary() is None:
+        raise RuntimeError("haproxy not found")
+    routes = QUICK_ROUTES if quick else FULL_ROUTES
+    trials = QUICK_TRIALS if quick else FULL_TRIALS
+    repoints = REPOINTS
+    if sizes is not None:
+        routes, trials, repoints = sizes
+    found: list[Result] = []
+    lines = []
+    for i, variant in enumerate(VARIANTS):
+        if variant not in variants:
+            continue
+        measured = measure(variant == "kube", routes, trials, octet + i, binary, repoints)
+        lines.append(describe(variant, routes, measured))
+        log(lines[-1])
+        prefix = "route_propagation" + ("" if variant == "folder" else f".{variant}")
+        found += results(prefix, measured, routes, trials)
+    for line in lines:  # side by side at the end
+        log(line)
+    return found
 
 
 if __name__ == "__main__":

@@ -24,14 +24,15 @@ from tests.bench import fanout as fanout_bench
 from tests.bench import haproxy as haproxy_bench
 from tests.bench import persistence as persistence_bench
 from tests.bench import retention as retention_bench
+from tests.bench import routes as routes_bench
+from tests.bench import routeskube, scalefolder, stability
 from tests.bench import scale as scale_bench
-from tests.bench import scalefolder, stability
 from tests.bench import summary as bench_summary
 from tests.bench import tls as tls_bench
 from tests.bench import tls_rotation as tls_rotation_bench
 from tests.bench.__main__ import main as bench_main
 from tests.bench.common import Result, big_cluster
-from tests.helpers.fleet import haproxy_binary
+from tests.helpers.fleet import HAPROXY_PODS, Fleet, haproxy_binary
 from tests.helpers.haproxy_versions import HAProxyBinary
 
 
@@ -471,3 +472,41 @@ def test_tls_rotation_bench_renews_the_secret_file_through_both_instances_withou
     assert found["tls_rotation.reloads"].value == 0
     assert found["tls_rotation.failed_requests"].value == 0
     assert found["tls_rotation.failed_requests"].parameters["requests"] > 0
+
+
+def test_route_cluster_objects_are_the_fleet_manifests_but_the_daemonset(tmp_path: Path) -> None:
+    fleet = Fleet(tmp_path, 50)
+    fleet.write_manifests()
+    objects = list(routeskube.folder_objects(fleet.manifests))
+    kinds = [obj["kind"] for obj in objects]
+    assert "DaemonSet" not in kinds
+    assert {"Service", "EndpointSlice", "Pod", "ConfigMap", "Gateway", "HTTPRoute"} <= set(kinds)
+    pods = {o["metadata"]["name"]: o["status"]["podIP"] for o in objects if o["kind"] == "Pod"}
+    assert pods == {name: fleet.ip(address) for name, address in HAPROXY_PODS}
+
+
+def test_route_propagation_publish_lag_is_each_write_to_the_next_publication() -> None:
+    assert routes_bench.publish_lags([10.0, 20.0, 30.0], [9.0, 10.0004, 20.05]) == pytest.approx(
+        [0.0004, 0.05]
+    )
+    assert routes_bench.publish_lags([10.0], [9.9995]) == [0.0]  # log times are cut to ms
+
+
+def test_route_propagation_bench_kube_variant_creates_routes_through_the_api_without_a_reload(
+    haproxy_bin: HAProxyBinary,
+) -> None:
+    """The Kubernetes variant at a tiny size (the folder variant runs the same trials and
+    loop, only its writes differ): routes POSTed and PUT to the fake API server reach
+    both HAProxies, at runtime."""
+    # Own octets (not the benchmark's) so a concurrent `make bench` never collides.
+    found = _by_name(
+        routes_bench.run(octet=49, binary=haproxy_bin.path, sizes=(20, 2, 2), variants=["kube"])
+    )
+    assert not [name for name in found if not name.startswith("route_propagation.kube.")]
+    first = found["route_propagation.kube.new_route_first_200_p50"]
+    assert first.parameters["routes"] == 20 and first.value > 0
+    assert found["route_propagation.kube.new_route_published_p50"].value >= 0
+    assert found["route_propagation.kube.reloads"].value == 0
+    assert found["route_propagation.kube.repoint_failed_requests"].value == 0
+    assert found["route_propagation.kube.repoint_failed_requests"].parameters["requests"] > 0
+    assert found["route_propagation.kube.repoint_reloads"].value == 0
