@@ -574,6 +574,7 @@ class Computer:
             pod_workloads=workloads.pod_workloads,
             waiting=_waiting(snapshots, [plans[k] for k in self._waiting_keys]),
             touched=touched,
+            recompute_at=self._routes.changes_at,
         )
 
 

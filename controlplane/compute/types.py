@@ -6,6 +6,7 @@ turns a `WorkloadSnapshot` into the wire bytes (docs/design.md, "Architecture").
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -304,3 +305,6 @@ class ComputeResult:
     pod_workloads: Mapping[str, str]
     waiting: Mapping[str, int] = field(default_factory=dict)
     touched: frozenset[str] | None = None
+    # Wall-clock seconds when the same inputs give another answer (a certificate starts or
+    # expires): the loop computes again then, with no change from the cluster.
+    recompute_at: float = math.inf

@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# A timed recomputation runs this long after the instant (a certificate's notAfter has a
+# one-second resolution), at most this far ahead (a clock set forward is noticed in a day).
+WAKE_MARGIN_S = 1.0
+MAX_WAKE_S = 86400.0
 # A step that encoded at least this many backends rebuilt enough of the heap to freeze it.
 FREEZE_MIN_ENCODED = 500
 
@@ -135,6 +139,7 @@ class Reconciler:
         self._first_change: float | None = None
         self._last_change = 0.0
         self._idle_since = -math.inf  # when the last computation finished (loop time)
+        self._wake: asyncio.TimerHandle | None = None  # `_wake_at`'s timer
         self._scheduled = False  # a _mark call is queued on the loop (coalesces bursts)
         self._lock = threading.Lock()
         self._assignment: SlotAssignment = {}
@@ -191,6 +196,8 @@ class Reconciler:
     def stop(self) -> None:
         """Make `run()` return after the step in progress."""
         self._stopping.set()
+        if self._wake is not None:
+            self._wake.cancel()
 
     async def wait_computed(self, count: int, timeout: float) -> None:
         """Wait until `count` computations have finished (TimeoutError otherwise)."""
@@ -318,9 +325,21 @@ class Reconciler:
             # Keep the very object compute returned: the incremental Computer recognises it.
             self._assignment = result.assignment
         self.waiting = result.waiting
+        self._wake_at(result.recompute_at)
         self._publish(result, contents)
         self._log_problems(result.rejections, self._source.errors())
         self._settle_heap()
+
+    def _wake_at(self, when: float) -> None:
+        """Compute again at wall-clock `when` (a certificate's start or end), with no change
+        from the source: an expired certificate stops being served on time. One timer;
+        a later computation moves it."""
+        if self._wake is not None:
+            self._wake.cancel()
+            self._wake = None
+        if when != math.inf:
+            delay = min(max(0.0, when - time.time()) + WAKE_MARGIN_S, MAX_WAKE_S)
+            self._wake = self._loop.call_later(delay, self.on_change)
 
     def _unpersisted(self, error: Exception) -> None:
         """A save failed: publish nothing (persist before publish is the guarantee), say

@@ -373,6 +373,12 @@ class RouteComputer:
         self.computed += 1
         return table
 
+    @property
+    def changes_at(self) -> float:
+        """When the clock next changes the last table's answer (a used certificate's start
+        or end, wall-clock seconds); inf when never."""
+        return self._changes_at
+
     def _secrets_moved(self, secrets: tuple[TLSSecret, ...], now: float) -> bool:
         """Whether a Secret the last table looked up is another object (or gone, or
         new), or the clock passed a looked-up certificate's start or end."""

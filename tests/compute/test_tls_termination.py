@@ -695,9 +695,11 @@ def test_unrelated_changes_do_not_recompute_the_route_table() -> None:
 def test_the_table_is_made_again_when_a_certificate_expires() -> None:
     computer = Computer()
     cluster_state = _two_certificates(secret("shop"))
-    got = computer.compute(cluster_state, {}, now=NOW).workloads[WORKLOAD]
+    result = computer.compute(cluster_state, {}, now=NOW)
+    got = result.workloads[WORKLOAD]
     assert [c.name for c in got.certificates] == ["default_shop", "default_wild"]
     end = SHOP.cert.not_valid_after_utc.timestamp()
+    assert result.recompute_at == end  # SHOP ends first: the loop wakes up then
     later = computer.compute(cluster_state, {}, now=end).workloads[WORKLOAD]
     assert [c.name for c in later.certificates] == ["default_wild"]
     assert later.http_listeners[0].tls == (CertificateBinding("default_wild", ()),)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -80,6 +81,7 @@ class FakeCompute:
         self.calls: list[float] = []  # time.monotonic() of each call
         self.previous: list[SlotAssignment] = []
         self.nows: list[float] = []  # the `now` each call was given
+        self.recompute_at = math.inf  # ComputeResult.recompute_at of every answer
         self._lock = threading.Lock()
 
     def __call__(
@@ -96,6 +98,7 @@ class FakeCompute:
             assignment=assignment_for(self.addresses),
             rejections=self.rejections,
             pod_workloads={f"{NS}/haproxy-a": W1},
+            recompute_at=self.recompute_at,
         )
 
 

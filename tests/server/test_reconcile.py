@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import math
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -90,6 +91,21 @@ def test_a_change_finding_the_loop_idle_is_computed_without_waiting_for_quiet() 
             await asyncio.sleep(2.1)
             loop.source.on_change()
             await loop.reconciler.wait_computed(2, 1.5)
+
+    run(body())
+
+
+def test_the_loop_computes_again_when_the_result_says_the_clock_changes_it() -> None:
+    """A certificate that expires (or starts) changes what is served with no change in the
+    cluster: the loop wakes up then and computes again, once."""
+
+    async def body() -> None:
+        async with reconcile_loop() as loop:
+            loop.compute.recompute_at = time.time()  # due now
+            await loop.reconciler.wait_computed(1, WAIT_S)
+            loop.compute.recompute_at = math.inf
+            await loop.reconciler.wait_computed(2, WAIT_S)
+            assert loop.reconciler.computations == 2
 
     run(body())
 
