@@ -212,7 +212,7 @@ def test_daemonset_matches_the_agent_and_the_haproxy_selector(base: list[Obj]) -
     by_name = {c["name"]: c for c in spec["containers"]}
     haproxy, agent = by_name["haproxy"], by_name["agent"]
     ports = {p["name"]: p["containerPort"] for p in haproxy["ports"]}
-    assert ports == {"http": 80, "peers": 10000}
+    assert ports == {"http": 80, "https": 443, "peers": 10000}
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in agent["env"]}
     assert env["POD_NAME"] == "metadata.name"
     assert env["POD_NAMESPACE"] == "metadata.namespace"
