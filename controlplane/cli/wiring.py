@@ -216,16 +216,17 @@ def route_status(
     if not spec.kubernetes:
         return compute, None
     from controlplane.kube.route_status import RouteStatusWriter, Statuses, reporting_status
-    from controlplane.routes.status import route_statuses
+    from controlplane.routes.status import StatusMemo, route_statuses
 
     scope = workload_scope(args)
+    memo = StatusMemo()  # used in the writer's thread only
 
     def leading() -> bool:
         return lease is None or lease.elector.is_leader
 
     def prepare(state: ClusterState, result: ComputeResult) -> Callable[[], Statuses]:
         table = computer.route_table  # this computation's, read before the next one
-        return lambda: route_statuses(state, scope, table)
+        return lambda: route_statuses(state, scope, table, memo=memo)
 
     writer = RouteStatusWriter(api, leading=leading, on_result=metrics.route_status)
     on_route_deleted = getattr(source, "on_route_deleted", None)

@@ -341,7 +341,8 @@ class RouteStatusWriter:
         if gone:
             for key in [k for k in self._written if (k.kind, k.namespace, k.name) in gone]:
                 del self._written[key]
-        changed = [(k, v) for k, v in latest.items() if self._written.get(k) != v]
+        written = self._written  # bodies of unchanged routes are the very same dicts
+        changed = [(k, v) for k, v in latest.items() if (w := written.get(k)) is not v and w != v]
         dropped = [k for k in self._written if k not in latest]
         for key in dropped:
             del self._written[key]

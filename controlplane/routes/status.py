@@ -124,18 +124,21 @@ def _gateway(
     }
 
 
-def _route_parents(
-    parents: Sequence[ParentOutcome],
-    generation: int,
-    attached: dict[tuple[str, str], dict[str, int]],
-) -> dict[str, Any]:
-    """A route's status (HTTPRoute, TLSRoute, TCPRoute): one entry per parentRef naming one
-    of our Gateways; counts the listeners it attached to in `attached`."""
-    written = []
+def _count_attached(
+    parents: Sequence[ParentOutcome], attached: dict[tuple[str, str], dict[str, int]]
+) -> None:
+    """Count in `attached` the listeners each parentRef attached to (Gateway status)."""
     for parent in parents:
         counts = attached.setdefault(parent.gateway, {})
         for listener in parent.listeners:
             counts[listener] = counts.get(listener, 0) + 1
+
+
+def _route_parents(parents: Sequence[ParentOutcome], generation: int) -> dict[str, Any]:
+    """A route's status (HTTPRoute, TLSRoute, TCPRoute): one entry per parentRef naming one
+    of our Gateways."""
+    written = []
+    for parent in parents:
         written.append(
             {
                 "parentRef": _parent_ref(parent.ref),
@@ -149,14 +152,52 @@ def _route_parents(
     return {"parents": written}
 
 
+class StatusMemo:
+    """Route status bodies kept by their outcome's identity and the route's generation:
+    the route table keeps an unchanged route's outcome object, so with thousands of routes
+    a change builds the bodies of the routes it touched, and hands the others' very same
+    dicts (the writer compares them by identity first). One per writer; not thread-safe."""
+
+    def __init__(self) -> None:
+        self._bodies: dict[int, tuple[object, int, dict[str, Any]]] = {}
+        self._next: dict[int, tuple[object, int, dict[str, Any]]] = {}
+        self.built = 0  # bodies built (not reused) by the last call, for tests
+
+    def start(self) -> None:
+        self._next, self.built = {}, 0
+
+    def body(
+        self, outcome: object, parents: Sequence[ParentOutcome], generation: int
+    ) -> dict[str, Any]:
+        hit = self._bodies.get(id(outcome))
+        if hit is None or hit[0] is not outcome or hit[1] != generation:
+            hit = (outcome, generation, _route_parents(parents, generation))
+            self.built += 1
+        self._next[id(outcome)] = hit
+        return hit[2]
+
+    def finish(self) -> None:
+        """Keep the bodies of this call's outcomes only."""
+        self._bodies, self._next = self._next, {}
+
+
+def _sort_key(item: tuple[StatusKey, Any]) -> tuple[str, str, str, str]:
+    key = item[0]
+    return (key.group, key.kind, key.namespace, key.name)
+
+
 def route_statuses(
     state: ClusterState,
     scope: WorkloadScope = DEFAULT_SCOPE,
     table: RouteTable | None = None,
     now: float = 0.0,
+    memo: StatusMemo | None = None,
 ) -> dict[StatusKey, dict[str, Any]]:
     """Every status body peerplane writes, by object. `table`: the route table compute
-    made of `state` (computed here at `now`, compute's clock, when not given)."""
+    made of `state` (computed here at `now`, compute's clock, when not given). `memo`:
+    the caller's across calls, so unchanged routes' bodies are not built again."""
+    memo = memo or StatusMemo()
+    memo.start()
     addresses = workload_addresses(state, scope)
     if table is None:
         ports = Resolver(state.settings).global_settings([])
@@ -180,15 +221,18 @@ def route_statuses(
     attached: dict[tuple[str, str], dict[str, int]] = {}
     by_route = {(r.namespace, r.name): r for r in state.http_routes}
     for key, outcome in table.routes.items():
-        out[StatusKey(GATEWAY_GROUP, "HTTPRoute", *key)] = _route_parents(
-            outcome.parents, by_route[key].generation, attached
+        _count_attached(outcome.parents, attached)
+        out[StatusKey(GATEWAY_GROUP, "HTTPRoute", *key)] = memo.body(
+            outcome, outcome.parents, by_route[key].generation
         )
     generations = {("TLSRoute", r.namespace, r.name): r.generation for r in state.tls_routes}
     generations.update({("TCPRoute", r.namespace, r.name): r.generation for r in state.tcp_routes})
     for (kind, namespace, name), l4_outcome in table.l4.routes.items():
-        out[StatusKey(GATEWAY_GROUP, kind, namespace, name)] = _route_parents(
-            l4_outcome.parents, generations[kind, namespace, name], attached
+        _count_attached(l4_outcome.parents, attached)
+        out[StatusKey(GATEWAY_GROUP, kind, namespace, name)] = memo.body(
+            l4_outcome, l4_outcome.parents, generations[kind, namespace, name]
         )
+    memo.finish()
     for key, place in placement.gateways.items():
         out[StatusKey(GATEWAY_GROUP, "Gateway", *key)] = _gateway(
             place, attached.get(key, {}), addresses
@@ -198,4 +242,4 @@ def route_statuses(
         out[StatusKey("networking.k8s.io", "Ingress", *key)] = {
             "loadBalancer": {"ingress": [{"ip": ip} for ip in ips]} if ips else {}
         }
-    return dict(sorted(out.items()))
+    return dict(sorted(out.items(), key=_sort_key))

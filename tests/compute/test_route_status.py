@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
+from controlplane.compute import Computer
 from controlplane.model import GATEWAY_GROUP
-from controlplane.routes.status import StatusKey, route_statuses
+from controlplane.routes.status import StatusKey, StatusMemo, route_statuses
 from controlplane.source.convert_routes import gateway_class_from, reference_grant_from
+from tests.bench.route_table import http_route, routed_cluster
 from tests.helpers.builders import DEFAULT_PODS, service
 from tests.helpers.route_builders import (
     edge_pod,
@@ -237,3 +239,24 @@ def test_ingress_load_balancer_is_the_workloads_pod_ips() -> None:
     assert StatusKey("networking.k8s.io", "Ingress", "default", "o") not in route_statuses(
         state(other)
     )
+
+
+def test_a_route_change_builds_that_routes_status_alone() -> None:
+    """With thousands of routes the writer gets, for each unchanged route, the very dict
+    it wrote last time (its outcome is the same object): only the changed route's body is
+    built again, and equal to what a fresh call builds."""
+    computer, memo = Computer(), StatusMemo()
+    cluster_state = routed_cluster(40)
+    computer.compute(cluster_state, {})
+    table = computer.route_table
+    first = route_statuses(cluster_state, table=table, memo=memo)
+    assert memo.built == 40
+    changed = list(cluster_state.http_routes)
+    changed[7] = http_route(7, version=1)
+    cluster_state = dataclasses.replace(cluster_state, http_routes=tuple(changed))
+    computer.compute(cluster_state, {})
+    second = route_statuses(cluster_state, table=computer.route_table, memo=memo)
+    assert memo.built == 1
+    key = StatusKey(GATEWAY_GROUP, "HTTPRoute", "default", "r-8")
+    assert second[key] is first[key]
+    assert second == route_statuses(cluster_state, table=computer.route_table)
