@@ -463,6 +463,11 @@ class Informer(Generic[T]):
                     self._bad[key] = after.reason
                 self._items.pop(key, None)
                 after = None
+            elif before is not None and before == after:
+                # A change the model does not see (a status write, a label we do not
+                # read): keep the very object, so whatever compute keeps by identity (a
+                # route's outcome) stays valid.
+                return False
             else:
                 self._items[key] = after
         if before == after:

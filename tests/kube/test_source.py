@@ -17,6 +17,7 @@ from controlplane.kube.client import load_api_client
 from controlplane.kube.informer import Informer, WatchOptions
 from controlplane.kube.source import KubernetesSource
 from controlplane.model import ClusterState, ObjectRef
+from controlplane.source.convert import service_from
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import (
     api_client,
@@ -358,6 +359,34 @@ def test_malformed_objects_in_the_initial_list_are_reported_and_skipped(
         assert wait_until(lambda: "news" in [s.name for s in src.state().services])
     finally:
         src.stop()
+
+
+def test_a_change_the_model_does_not_see_keeps_the_very_object(api: FakeKubeAPI) -> None:
+    """A status write or a label the model does not read changes nothing: the informer
+    keeps the object it had (compute keeps route outcomes by identity: with thousands of
+    routes, the route status writer's own writes must not make them all new), and does
+    not call on_change."""
+    core = client.CoreV1Api(api_client(api.url))
+    informer = Informer("services", core.list_service_for_all_namespaces, service_from, FAST)
+    api.apply(service("shop"))
+    changes: list[int] = []
+    informer.start(lambda: changes.append(1))
+    try:
+        assert informer.wait_synced(5)
+        held = informer.items()[("default", "shop")]
+        count = len(informer.items())
+        unread = service("shop")
+        unread["metadata"]["labels"] = {"team": "web"}  # not in the model
+        api.apply(unread)
+        api.apply(service("news"))  # delivered after the label change
+        assert wait_until(lambda: len(informer.items()) == count + 1)
+        assert informer.items()[("default", "shop")] is held
+        calls = len(changes)
+        api.apply(service("shop", timeout_server="9s"))  # read by the model
+        assert wait_until(lambda: informer.items()[("default", "shop")] is not held)
+        assert wait_until(lambda: len(changes) > calls)
+    finally:
+        informer.stop()
 
 
 def test_a_converter_failure_is_reported_and_never_stops_the_watch(api: FakeKubeAPI) -> None:
