@@ -67,6 +67,7 @@ class _Rule:
     strength: int
     backend: str | None  # set when the rule is a map rule
     rule: pb.RouteRule
+    tokens: tuple[str, ...] = ()  # the host layers it belongs to: its hostnames, or any host
 
 
 def map_paths(maps_dir: str, port: int) -> tuple[str, str, str]:
@@ -207,7 +208,49 @@ def _parse(r: pb.RouteRule) -> _Rule:
     plain = not (r.method or r.headers or r.query_params or filters)
     backend = served[0].backend if plain and len(served) == 1 and served[0].backend else None
     strength = (EXACT_STRENGTH if exact else 0) + len(path)
-    return _Rule("", exact, path, strength, backend, r)
+    tokens = tuple(dict.fromkeys(r.hostnames or (ANY_HOST,)))
+    return _Rule("", exact, path, strength, backend, r, tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class _LayerEntries:
+    """One host layer's map entries (in order, the first of a key winning), the backends
+    they name, and the rules left to config lines."""
+
+    rules: tuple[_Rule, ...]
+    exact: dict[str, str]
+    prefix: dict[str, str]
+    backends: frozenset[str]
+    config: tuple[_Rule, ...]
+
+
+_layers: dict[str, _LayerEntries] = {}
+
+
+def _layer_entries(token: str, rules: tuple[_Rule, ...]) -> _LayerEntries:
+    """`token`'s layer, remembered while its rules are the very same checked objects (a
+    change re-renders a listener whole; with thousands of hosts, one host's layer moved)."""
+    found = _layers.get(token)
+    if found is not None and found.rules == rules:  # _Rule compares by identity
+        return found
+    mapped = _in_map_order(rules)
+    exact: dict[str, str] = {}
+    prefix: dict[str, str] = {}
+    backends: set[str] = set()
+    config: list[_Rule] = []
+    for rule in rules:
+        if mapped and rule.backend is not None:
+            key = f"{token}{rule.path}" if rule.exact else f"{token}{rule.path.rstrip('/')}/"
+            target = exact if rule.exact else prefix
+            target.setdefault(key, f"{rule.strength}:{rule.backend}")  # first one wins
+            backends.add(rule.backend)
+        else:
+            config.append(rule)
+    found = _LayerEntries(rules, exact, prefix, frozenset(backends), tuple(config))
+    if len(_layers) >= _CACHE:
+        _layers.clear()
+    _layers[token] = found
+    return found
 
 
 def _in_map_order(rules: Sequence[_Rule]) -> bool:
@@ -249,22 +292,19 @@ def _listener(
     parsed = [_checked(r) for r in listener.rules]
     layers: dict[str, list[_Rule]] = {}
     for rule in parsed:
-        for token in dict.fromkeys(rule.rule.hostnames or (ANY_HOST,)):
+        for token in rule.tokens:
             layers.setdefault(token, []).append(rule)  # hostnames checked by _parse
     exact_map: dict[str, str] = {}
     prefix_map: dict[str, str] = {}
     in_config: dict[str, list[_Rule]] = {}
     named: set[str] = set()
     for token, rules in layers.items():
-        mapped = _in_map_order(rules)
-        for rule in rules:
-            if mapped and rule.backend is not None:
-                key = f"{token}{rule.path}" if rule.exact else f"{token}{rule.path.rstrip('/')}/"
-                target = exact_map if rule.exact else prefix_map
-                target.setdefault(key, f"{rule.strength}:{rule.backend}")  # first one wins
-                named.add(rule.backend)
-            else:
-                in_config.setdefault(token, []).append(rule)
+        layer = _layer_entries(token, tuple(rules))
+        exact_map.update(layer.exact)  # keys start with the token: no two layers share one
+        prefix_map.update(layer.prefix)
+        named.update(layer.backends)
+        if layer.config:
+            in_config[token] = list(layer.config)
     # Config rules are named by their order among config rules only: a map rule added or
     # removed before them leaves the frontend's text, and so the runtime path, alone.
     configured = {id(r) for rules in in_config.values() for r in rules}

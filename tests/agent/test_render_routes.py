@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
+from nodeagent.config import routes as rendered_routes
 from nodeagent.config.changes import MapUpdate, classify
 from nodeagent.config.render import RenderError, RenderOptions, render_held
 from nodeagent.haproxy import HAProxyError
@@ -183,3 +184,27 @@ def test_what_reloads_says_why() -> None:
     deep = _rule("/a")
     deep.hostnames[:] = ["*.a.b.c.example.com"]
     assert _decide(base, _held(_rule("/a"), deep))[0] == "reload"  # a wildcard 5 labels deep
+
+
+def _host_rule(host: str, path: str, to: str = "ns_a_80", **kw: object) -> pb.RouteRule:
+    r = _rule(path, to=to, **kw)
+    r.hostnames[:] = [host]
+    return r
+
+
+def test_a_layer_kept_from_the_last_render_gives_what_a_fresh_render_gives() -> None:
+    """Each host layer's entries are kept while its checked rules are the same objects:
+    after a change to one host (its map rule re-pointed, a config rule added to another),
+    the render equals one made with nothing kept."""
+    hosts = [f"h{i}.example.com" for i in range(30)]
+    rules = [_host_rule(h, "/") for h in hosts]
+    render_held(_held(*rules), OPTS)
+    changed = list(rules)
+    changed[3] = _host_rule(hosts[3], "/", to="ns_b_80")
+    changed.insert(7, _host_rule(hosts[6], "/", method="POST"))
+    kept = render_held(_held(*changed), OPTS)
+    rendered_routes._layers.clear()
+    fresh = render_held(_held(*changed), OPTS)
+    assert kept.maps == fresh.maps and kept.frontends == fresh.frontends
+    prefix = kept.maps["/var/lib/maps/fe_8080.prefix.map"]
+    assert prefix["h3.example.com/"].endswith(":ns_b_80")
