@@ -199,6 +199,7 @@ class GatewayListener:
     allowed_kinds: tuple[RouteGroupKind, ...] = ()  # () : the protocol's kinds (HTTPRoute)
     tls_mode: str = ""  # tls.mode: Terminate (the default with a tls block) or Passthrough
     certificate_refs: tuple[SecretRef, ...] = ()  # tls.certificateRefs, in order
+    tls_ignored: tuple[str, ...] = ()  # tls fields set and not served: "options", ...
 
 
 @dataclass(frozen=True, slots=True)

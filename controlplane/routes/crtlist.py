@@ -198,6 +198,10 @@ def bind_gateways(
         proxy = accept_proxy(gateway)
         for lp in gateway_place.listeners:
             listener = lp.listener
+            for field_name in listener.tls_ignored if lp.accepted.ok else ():
+                where = f"spec.listeners[{listener.name}].tls.{field_name}"
+                reason = "not served by peerplane (the listener is, without it); ignored"
+                told.append((workload, RejectedInput("Gateway", *key, where, "", reason)))
             if listener.protocol not in protocols.HTTP_PROTOCOLS or not lp.accepted.ok:
                 continue
             if listener.protocol == "HTTPS" and not lp.conflict and not lp.resolved.ok:

@@ -194,17 +194,25 @@ def _certificate_ref(item: Mapping[str, Any], where: str) -> SecretRef:
     )
 
 
-def _listener_tls(item: Mapping[str, Any], where: str) -> tuple[str, tuple[SecretRef, ...]]:
-    """(mode, certificateRefs) of a listener's `tls` block; ("", ()) without one. The CRD
-    defaults the mode to Terminate and refuses any other than Terminate and Passthrough."""
+# A listener's tls fields peerplane does not serve: set, they are reported and ignored.
+TLS_NOT_SERVED = ("options", "frontendValidation")
+
+
+def _listener_tls(
+    item: Mapping[str, Any], where: str
+) -> tuple[str, tuple[SecretRef, ...], tuple[str, ...]]:
+    """(mode, certificateRefs, the fields set that are not served) of a listener's `tls`
+    block; ("", (), ()) without one. The CRD defaults the mode to Terminate and refuses any
+    other than Terminate and Passthrough."""
     if item.get("tls") is None:
-        return "", ()
+        return "", (), ()
     tls = _map(item.get("tls"), f"{where}.tls")
     mode = _str(tls.get("mode"), f"{where}.tls.mode", "Terminate") or "Terminate"
     if mode not in TLS_MODES:
         raise ManifestError(f"{where}.tls.mode {shown(mode)} is not one of {sorted(TLS_MODES)}")
     refs = _items(tls.get("certificateRefs"), f"{where}.tls.certificateRefs", _certificate_ref)
-    return mode, refs
+    ignored = tuple(field for field in TLS_NOT_SERVED if tls.get(field))
+    return mode, refs, ignored
 
 
 def _listener(item: Mapping[str, Any], where: str) -> GatewayListener:
@@ -216,7 +224,7 @@ def _listener(item: Mapping[str, Any], where: str) -> GatewayListener:
         selector = label_selector_from(
             namespaces.get("selector"), f"{where}.allowedRoutes.namespaces.selector"
         )
-    tls_mode, certificate_refs = _listener_tls(item, where)
+    tls_mode, certificate_refs, tls_ignored = _listener_tls(item, where)
     return GatewayListener(
         name=_required(item.get("name"), f"{where}.name"),
         port=_port(item.get("port"), f"{where}.port"),
@@ -227,6 +235,7 @@ def _listener(item: Mapping[str, Any], where: str) -> GatewayListener:
         allowed_kinds=_items(allowed.get("kinds"), f"{where}.allowedRoutes.kinds", _route_kind),
         tls_mode=tls_mode,
         certificate_refs=certificate_refs,
+        tls_ignored=tls_ignored,
     )
 
 

@@ -148,6 +148,22 @@ def test_https_listener_serves_its_routes_with_its_certificate() -> None:
     assert got.warnings == ()
 
 
+def test_tls_options_and_frontend_validation_are_reported_and_the_listener_served() -> None:
+    """Fields of the listener's tls block peerplane does not serve are said, not dropped
+    in silence; the listener is served with its certificate all the same."""
+    https = listener("https", refs=(ref("shop-tls"),))
+    https["tls"]["options"] = {"example.com/cipher-suites": "TLS_AES_256_GCM_SHA384"}
+    https["tls"]["frontendValidation"] = {"caCertificateRefs": [{"name": "ca"}]}
+    got = snapshot_of(cluster(gateway(https), SERVED, secrets=(secret("shop-tls"),)))
+    assert got.http_listeners[0].tls == (CertificateBinding("default_shop-tls", ()),)
+    keys = sorted(w.key for w in got.warnings if w.object == "Gateway default/web")
+    assert keys == [
+        "spec.listeners[https].tls.frontendValidation",
+        "spec.listeners[https].tls.options",
+    ]
+    assert all("not served" in w.reason for w in got.warnings)
+
+
 def test_listener_hostname_binds_its_certificates_to_that_name() -> None:
     got = snapshot_of(
         cluster(
