@@ -102,6 +102,23 @@ class _Workload:
     https: bool = False  # an Ingress is served on the https port
 
 
+def _of(per: dict[str, _Workload], workload: str) -> _Workload:
+    """`per[workload]`, made when missing (setdefault would build one every call: a
+    dataclass of five containers, thousands of times per route change)."""
+    found = per.get(workload)
+    if found is None:
+        found = per[workload] = _Workload()
+    return found
+
+
+def _add(demand: dict[ServiceKey, set[str]], service: ServiceKey, workload: str) -> None:
+    found = demand.get(service)
+    if found is None:
+        demand[service] = {workload}
+    else:
+        found.add(workload)
+
+
 def _by_namespace(grants: tuple[ReferenceGrant, ...]) -> dict[str, tuple[ReferenceGrant, ...]]:
     found: dict[str, list[ReferenceGrant]] = {}
     for grant in grants:
@@ -134,14 +151,14 @@ def _table(
     per: dict[str, _Workload] = {}
     for gateway_place in placement.gateways.values():
         if gateway_place.workload:
-            mine = per.setdefault(gateway_place.workload, _Workload())
+            mine = _of(per, gateway_place.workload)
             for lp in gateway_place.listeners:
                 if lp.usable and lp.listener.protocol in protocols.HTTP_PROTOCOLS:
                     mine.defaults.setdefault(lp.listener.port, "")
     rejections: list[RejectedInput] = []
     tls_of, told = bind_gateways(placement)
     for workload, rejection in told:
-        per.setdefault(workload, _Workload()).rejections.append(rejection)
+        _of(per, workload).rejections.append(rejection)
         rejections.append(rejection)
     demand: dict[ServiceKey, set[str]] = {}
     routes: dict[tuple[str, str], RouteOutcome] = {}
@@ -157,13 +174,14 @@ def _table(
         if outcome is None:
             continue
         routes[route.namespace, route.name] = outcome
-        rejections.extend(outcome.rejections)
-        for workload in outcome.workloads:
-            per.setdefault(workload, _Workload()).rejections.extend(outcome.rejections)
+        if outcome.rejections:  # most routes have none: their workloads are not looked at
+            rejections.extend(outcome.rejections)
+            for workload in outcome.workloads:
+                _of(per, workload).rejections.extend(outcome.rejections)
         for workload, candidates in outcome.candidates.items():
-            per.setdefault(workload, _Workload()).candidates.extend(candidates)
+            _of(per, workload).candidates.extend(candidates)
         for service, workload in outcome.demand:
-            demand.setdefault(service, set()).add(workload)
+            _add(demand, service, workload)
     ingresses: dict[tuple[str, str], IngressOutcome] = {}
     by_age = sorted(
         state.ingresses, key=lambda i: (i.creation_timestamp or "~", i.namespace, i.name)
@@ -176,7 +194,7 @@ def _table(
         rejections.extend(found.rejections)
         if not found.workload:
             continue
-        mine = per.setdefault(found.workload, _Workload())
+        mine = _of(per, found.workload)
         mine.rejections.extend(found.rejections)
         mine.candidates.extend(found.candidates)
         mine.defaults.setdefault(http_port, "")
@@ -190,7 +208,7 @@ def _table(
             mine.defaults.setdefault(port, "")
             mine.https = True
         for service in found.demand:
-            demand.setdefault(service, set()).add(found.workload)
+            _add(demand, service, found.workload)
         if ingress.default_backend is None:
             continue
         owner = mine.default_owner.get(http_port)
@@ -223,7 +241,7 @@ def _table(
     l4_routes = l4_table(state, placement, services, grants, http, http_port, l4_memo, l4_reuse)
     rejections.extend(l4_routes.rejections)
     for service, workload in l4_routes.demand:
-        demand.setdefault(service, set()).add(workload)
+        _add(demand, service, workload)
     return RouteTable(
         placement=placement,
         routes=routes,
