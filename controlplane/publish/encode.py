@@ -14,11 +14,11 @@ backends are encoded again. Certificates are kept the same way, by the identity 
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, count
 from operator import is_not
+from typing import TypeVar
 
 from controlplane.compute.types import (
     BackendSpec,
@@ -37,7 +37,6 @@ from peerplane import protowire
 from peerplane.parts import (
     ContentParts,
     framed_certificate,
-    listeners_part,
     tls_listeners_part,
 )
 from peerplane.runtime.untrusted import redact_pem
@@ -46,6 +45,8 @@ from peerplane.v1 import peerplane_pb2 as pb
 LISTENER_RULES = wire.number(pb.HttpListener, "rules")
 SNAPSHOT_LISTENERS = wire.number(pb.Snapshot, "http_listeners")
 PATH_TYPES = {"PathPrefix": pb.PathMatch.PATH_PREFIX, "Exact": pb.PathMatch.EXACT}
+
+Cached = TypeVar("Cached")
 
 # id(spec) -> (spec, its Snapshot.backends entry); the spec is held so its id stays unique.
 _BackendCache = dict[int, tuple[BackendSpec, bytes]]
@@ -161,19 +162,15 @@ def route_rule(rule: RouteRule) -> pb.RouteRule:
     return message
 
 
-def http_listener(listener: HttpListener) -> pb.HttpListener:
-    return pb.HttpListener(
-        port=listener.port,
-        rules=[route_rule(rule) for rule in listener.rules],
+def _listener_tail(listener: HttpListener) -> bytes:
+    """A listener's fields after its rules (3 to 5), deterministic: its serialization is
+    port, then the rules' framed bytes, then these."""
+    tail = pb.HttpListener(
         default_backend=listener.default_backend,
         tls=tls_termination(listener.tls),
         accept_proxy=listener.accept_proxy,
     )
-
-
-def _listeners(snapshot: WorkloadSnapshot) -> bytes:
-    """Field 14: the route model's listeners (`peerplane.parts.listeners_part`)."""
-    return listeners_part([http_listener(listener) for listener in snapshot.http_listeners])
+    return tail.SerializeToString(deterministic=True)
 
 
 def tls_termination(bindings: tuple[CertificateBinding, ...]) -> pb.TlsTermination | None:
@@ -274,23 +271,26 @@ class Encoder:
             key: self._content(s, self._workloads.get(key), cache) for key, s in snapshots.items()
         }
         self._workloads = {key: encoded for key, (_, encoded) in current.items()}
-        self._sweep_rules(snapshots)
-        live = sum(len(s.backends) for s in snapshots.values())
-        if len(cache) > 2 * live + 64:  # sweep: keep the specs in use
-            self._backends = {
-                id(spec): hit
-                for s in snapshots.values()
-                for spec in s.backends
-                if (hit := cache.get(id(spec))) is not None
-            }
-        certificates = self._certificates
-        if len(certificates) > 2 * sum(len(s.certificates) for s in snapshots.values()) + 16:
-            self._certificates = {
-                id(certificate): kept
-                for s in snapshots.values()
-                for certificate in s.certificates
-                if (kept := certificates.get(id(certificate))) is not None
-            }
+        workloads = snapshots.values()
+        self._backends = _swept(
+            cache,
+            sum(len(s.backends) for s in workloads),
+            (spec for s in workloads for spec in s.backends),
+            64,
+        )
+        self._certificates = _swept(
+            self._certificates,
+            sum(len(s.certificates) for s in workloads),
+            (certificate for s in workloads for certificate in s.certificates),
+            16,
+        )
+        listeners = [listener for s in workloads for listener in s.http_listeners]
+        self._rules = _swept(
+            self._rules,
+            sum(len(listener.rules) for listener in listeners),
+            (rule for listener in listeners for rule in listener.rules),
+            64,
+        )
         return {key: content for key, (content, _) in current.items()}
 
     def _certificate_bytes(self, certificate: Certificate) -> bytes:
@@ -310,8 +310,9 @@ class Encoder:
         return hit[1]
 
     def _listeners_bytes(self, snapshot: WorkloadSnapshot) -> bytes:
-        """Field 14, as `_listeners` makes it, from each rule's cached bytes: a listener's
-        fields in number order are its port, its rules, then the rest."""
+        """Field 14 (`peerplane.parts.listeners_part` of the listeners), joined from each
+        rule's cached bytes: a listener's fields in number order are its port, its rules,
+        then the rest."""
         if not snapshot.http_listeners:
             return b""
         cache = self._rules
@@ -326,30 +327,15 @@ class Encoder:
                     cache[id(rule)] = hit
                     self.encoded_rules += 1
                 rules.append(hit[1])
-            rest = http_listener(dataclasses.replace(listener, rules=()))
-            rest.ClearField("port")
             body = b"".join(
                 (
                     pb.HttpListener(port=listener.port).SerializeToString(),
                     *rules,
-                    rest.SerializeToString(deterministic=True),
+                    _listener_tail(listener),
                 )
             )
             out.append(protowire.length_delimited(SNAPSHOT_LISTENERS, body))
         return b"".join(out)
-
-    def _sweep_rules(self, snapshots: Mapping[str, WorkloadSnapshot]) -> None:
-        """Keep the rules in use once the cache holds twice as many."""
-        listeners = [listener for s in snapshots.values() for listener in s.http_listeners]
-        if len(self._rules) <= 2 * sum(len(listener.rules) for listener in listeners) + 64:
-            return
-        cache = self._rules
-        self._rules = {
-            id(rule): hit
-            for listener in listeners
-            for rule in listener.rules
-            if (hit := cache.get(id(rule))) is not None
-        }
 
     def _content(
         self, snapshot: WorkloadSnapshot, last: _Encoded | None, cache: _BackendCache
@@ -419,6 +405,17 @@ class Encoder:
             backends[spec.name] = self._bytes(spec, cache)
             warnings += len(spec.warnings) - len(before.warnings)
         return backends, warnings
+
+
+def _swept(
+    cache: dict[int, tuple[Cached, bytes]], live: int, in_use: Iterable[Cached], slack: int
+) -> dict[int, tuple[Cached, bytes]]:
+    """`cache` (kept by object identity) itself while it holds at most twice the `live`
+    objects (plus `slack`); past that, only the entries of the objects `in_use` (a lazy
+    iterable: walked only then)."""
+    if len(cache) <= 2 * live + slack:
+        return cache
+    return {id(item): hit for item in in_use if (hit := cache.get(id(item))) is not None}
 
 
 def _name(certificate: Certificate) -> str:
