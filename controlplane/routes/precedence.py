@@ -57,12 +57,8 @@ class Candidate:
         object.__setattr__(self, "match", match_key(self.rule))
 
 
-def rank(candidate: Candidate) -> tuple[object, ...]:
-    """The sort key: a smaller key takes precedence."""
-    return candidate.key
-
-
 def _rank(candidate: Candidate) -> tuple[object, ...]:
+    """The sort key (`Candidate.key`): a smaller key takes precedence."""
     rule = candidate.rule
     host = rule.hostnames[0] if rule.hostnames else ""
     exact_host = len(host) if host and not host.startswith(WILDCARD_PREFIX) else 0
