@@ -6,7 +6,9 @@ out."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from operator import attrgetter
+from typing import TypeVar
 
 from google.protobuf import text_format
 from google.protobuf.message import Message
@@ -15,6 +17,24 @@ from peerplane.runtime.untrusted import escape
 from peerplane.v1 import peerplane_pb2 as pb
 
 MAX_VALUE_CHARS = 120
+
+
+K = TypeVar("K", int, str)
+M = TypeVar("M")
+
+_NAME = attrgetter("name")
+_PORT = attrgetter("port")
+_INDEX = attrgetter("index")
+
+
+def _pairs(
+    old: Iterable[M], new: Iterable[M], key: Callable[[M], K]
+) -> Iterator[tuple[K, M | None, M | None]]:
+    """Each key of either side in order, with its item on each side (None: absent)."""
+    before = {key(item): item for item in old}
+    after = {key(item): item for item in new}
+    for found in sorted(before.keys() | after.keys()):
+        yield found, before.get(found), after.get(found)
 
 
 def _short(message: object) -> str:
@@ -69,10 +89,7 @@ def _peers(old: pb.Snapshot, new: pb.Snapshot) -> list[str]:
 
 def _backend(old: pb.Backend, new: pb.Backend) -> list[str]:
     lines = [f"  {line}" for line in _fields(old, new, skip=("slots", "warnings"))]
-    before = {s.index: s for s in old.slots}
-    after = {s.index: s for s in new.slots}
-    for index in sorted(before.keys() | after.keys()):
-        a, b = before.get(index), after.get(index)
+    for index, a, b in _pairs(old.slots, new.slots, _INDEX):
         if a != b:
             name = b.server_name if b is not None else a.server_name if a is not None else ""
             lines.append(f"  slot {index} ({escape(name)}): {_slot(a)} -> {_slot(b)}")
@@ -90,10 +107,7 @@ def diff(old: pb.Snapshot, new: pb.Snapshot) -> list[str]:
     if old.content_hash == new.content_hash:
         return [*lines, "same content"]
     lines += _peers(old, new)
-    before = {b.name: b for b in old.backends}
-    after = {b.name: b for b in new.backends}
-    for name in sorted(before.keys() | after.keys()):
-        a, b = before.get(name), after.get(name)
+    for name, a, b in _pairs(old.backends, new.backends, _NAME):
         if a is None and b is not None:
             used = sum(s.enabled for s in b.slots)
             lines.append(f"backend {escape(name)}: added ({used}/{len(b.slots)} slots used)")
@@ -152,11 +166,8 @@ def _certificate(certificate: pb.Certificate) -> str:
 
 def _certificates(old: pb.Snapshot, new: pb.Snapshot) -> list[str]:
     """Added, removed and renewed certificates (a renewal: its fingerprint changed)."""
-    before = {c.name: c for c in old.certificates}
-    after = {c.name: c for c in new.certificates}
     lines = []
-    for name in sorted(before.keys() | after.keys()):
-        a, b = before.get(name), after.get(name)
+    for name, a, b in _pairs(old.certificates, new.certificates, _NAME):
         if a is None and b is not None:
             lines.append(f"  + {escape(name)}: {_certificate(b)}")
         elif b is None and a is not None:
@@ -196,11 +207,8 @@ def _bindings(listener: pb.HttpListener | None) -> str:
 def _listener_tls(old: pb.Snapshot, new: pb.Snapshot) -> list[str]:
     """Per HTTP port: its certificates (the first the default) and PROXY protocol, when
     they changed."""
-    before = {x.port: x for x in old.http_listeners}
-    after = {x.port: x for x in new.http_listeners}
     lines = []
-    for port in sorted(before.keys() | after.keys()):
-        a, b = before.get(port), after.get(port)
+    for port, a, b in _pairs(old.http_listeners, new.http_listeners, _PORT):
         changes = []
         if _bindings(a) != _bindings(b):
             changes.append(f"{_bindings(a)} -> {_bindings(b)}")
@@ -226,11 +234,8 @@ def _passthrough(listener: pb.TlsPassthroughListener) -> str:
 
 
 def _tls_listeners(old: pb.Snapshot, new: pb.Snapshot) -> list[str]:
-    before = {x.port: x for x in old.tls_listeners}
-    after = {x.port: x for x in new.tls_listeners}
     lines = []
-    for port in sorted(before.keys() | after.keys()):
-        a, b = before.get(port), after.get(port)
+    for port, a, b in _pairs(old.tls_listeners, new.tls_listeners, _PORT):
         if a is None and b is not None:
             lines.append(f"  + {port}: {_passthrough(b)}")
         elif b is None and a is not None:
