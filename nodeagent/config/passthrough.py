@@ -23,8 +23,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from nodeagent.config.errors import RenderError
-from nodeagent.config.routes import ANY_HOST, WILDCARD_DEPTHS, MapEntries
-from peerplane import limits, routes
+from nodeagent.config.routes import (
+    ANY_HOST,
+    WILDCARD_DEPTHS,
+    MapEntries,
+    backend_name,
+    wildcard_depth,
+)
+from peerplane import routes
 from peerplane.v1 import peerplane_pb2 as pb
 
 TLS_LISTENER = "TLS passthrough listener"
@@ -98,7 +104,7 @@ def render(
             f"frontend fe_tcp_{port}",
             "  mode tcp",
             f"  bind {bind(port)}{proxy_option(fe.accept_proxy)}",
-            f"  default_backend {_backend(fe.backend)}",
+            f"  default_backend {backend_name(fe.backend)}",
             "",
         ]
         lines += section
@@ -112,21 +118,11 @@ def _port(port: int, what: str) -> int:
     return port
 
 
-def _backend(name: str) -> str:
-    if not limits.PROXY_NAME.fullmatch(name):
-        raise RenderError(f"invalid backend name: {name!r}")
-    return name
-
-
 def _hostnames(route: pb.SniRoute) -> list[str]:
     for host in route.hostnames:
         if not routes.is_route_host(host):
             raise RenderError(f"route {route.source[:200]!r}: invalid hostname: {host!r}")
     return list(dict.fromkeys(route.hostnames)) or [ANY_HOST]
-
-
-def _depth(token: str) -> int:
-    return token.count(".")  # "*.b.com": 2 labels after the "*"
 
 
 def _passthrough(
@@ -148,7 +144,7 @@ def _passthrough(
             count += 1
         for token in tokens:
             entries.setdefault(token, value)  # the first route of a name serves it
-    wildcards = {_depth(t) for t in entries if t.startswith(routes.WILDCARD_PREFIX)}
+    wildcards = {wildcard_depth(t) for t in entries if t.startswith(routes.WILDCARD_PREFIX)}
     lines = [
         f"frontend {frontend_name(port)}",
         "  mode tcp",
@@ -188,7 +184,7 @@ def _target(route: pb.SniRoute, group: int, named: set[str]) -> tuple[str, list[
         if b.weight > routes.MAX_WEIGHT:
             raise RenderError(f"route {route.source[:200]!r}: invalid weight: {b.weight}")
         if b.backend:
-            _backend(b.backend)
+            backend_name(b.backend)
     total = sum(b.weight for b in served)
     if not served or total >= _WEIGHT_TOTAL:
         return _CLOSED, []

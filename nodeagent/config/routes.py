@@ -127,7 +127,8 @@ _proxy_name = functools.lru_cache(_CACHE)(
 )
 
 
-def _backend_name(name: str) -> str:
+def backend_name(name: str) -> str:
+    """`name` when it is a valid HAProxy proxy name (checks remembered); else RenderError."""
     if not _proxy_name(name):
         raise RenderError(f"invalid backend name: {name!r}")
     return name
@@ -177,7 +178,7 @@ def _parse(r: pb.RouteRule) -> _Rule:
             raise _refuse("query match", f"{q.name}={q.value}", src)
     for b in r.backends:
         if b.backend:
-            _backend_name(b.backend)
+            backend_name(b.backend)
         if b.weight > routes.MAX_WEIGHT:
             raise _refuse("weight", b.weight, src)
     if r.HasField("request_headers"):
@@ -276,7 +277,7 @@ def _in_map_order(rules: Sequence[_Rule]) -> bool:
     return True
 
 
-def _depth(token: str) -> int:
+def wildcard_depth(token: str) -> int:
     return token.count(".")  # "*.b.com": 2 labels after the "*"
 
 
@@ -328,7 +329,7 @@ def _listener(
     exact_tokens = sorted(t for t in layers if t != ANY_HOST and not t.startswith("*."))
     lines += _layer(exact_tokens, in_config, exact_path, prefix_path)
     wildcards = [t for t in layers if t.startswith("*.")]
-    for depth in sorted({*WILDCARD_DEPTHS, *map(_depth, wildcards)}, reverse=True):
+    for depth in sorted({*WILDCARD_DEPTHS, *map(wildcard_depth, wildcards)}, reverse=True):
         lines += [
             "  http-request unset-var(txn.k)",
             "  http-request unset-var(txn.w)",
@@ -337,7 +338,7 @@ def _listener(
             f"  http-request set-var(txn.k) str(*.),concat(,txn.w,) if {_UNDECIDED}"
             " { var(txn.w) -m found }",
         ]
-        tokens = sorted(t for t in wildcards if _depth(t) == depth)
+        tokens = sorted(t for t in wildcards if wildcard_depth(t) == depth)
         lines += _layer(tokens, in_config, exact_path, prefix_path)
     lines.append(f"  http-request set-var(txn.k) str({ANY_HOST}) if {_UNDECIDED}")
     lines += _layer([ANY_HOST] if ANY_HOST in layers else [], in_config, exact_path, prefix_path)
@@ -346,7 +347,7 @@ def _listener(
         for route in sorted(annotation.routes, key=lambda r: (r.host, r.backend)):
             if not names.is_host_name(route.host):
                 raise RenderError(f"invalid host: {route.host!r}")
-            hosts.setdefault(route.host, _backend_name(route.backend))
+            hosts.setdefault(route.host, backend_name(route.backend))
         files[hosts_path] = hosts
         named.update(hosts.values())
         lines += [
@@ -362,7 +363,7 @@ def _listener(
         lines.append("  http-request return status 404 if !{ var(txn.be) -m found }")
     lines.append("  use_backend %[var(txn.be)] if { var(txn.be) -m found }")
     if default:
-        lines.append(f"  default_backend {_backend_name(default)}")
+        lines.append(f"  default_backend {backend_name(default)}")
         named.add(default)
     return [*lines, ""], files, named
 
