@@ -11,7 +11,6 @@ dates.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import math
 import re
 from collections.abc import Iterable
@@ -25,6 +24,7 @@ from cryptography.x509.oid import NameOID
 from controlplane.compute.types import Certificate
 from controlplane.model import TLSSecret
 from peerplane import routes as patterns
+from peerplane.certs import fingerprint, key_matches
 
 TLS_TYPE = "kubernetes.io/tls"
 
@@ -144,9 +144,7 @@ def parse(secret: TLSSecret) -> Parsed:
     if not isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey):
         return _refused("tls.key is neither an RSA nor an EC key")
     leaf = chain[0]
-    spki = serialization.PublicFormat.SubjectPublicKeyInfo
-    der = serialization.Encoding.DER
-    if key.public_key().public_bytes(der, spki) != leaf.public_key().public_bytes(der, spki):
+    if not key_matches(key, leaf):
         return _refused("tls.key is not the key of the first certificate of tls.crt")
     # Written again from what was parsed: the file HAProxy loads holds exactly what was
     # checked, and nothing else the Secret carried.
@@ -159,7 +157,7 @@ def parse(secret: TLSSecret) -> Parsed:
         Certificate(
             name=name,
             secret=f"{secret.namespace}/{secret.name}",
-            fingerprint=hashlib.sha256(pem).hexdigest(),
+            fingerprint=fingerprint(pem),
             serial=format(leaf.serial_number, "x"),
             not_after=not_after.strftime("%Y-%m-%dT%H:%M:%SZ"),
             dns_names=_names(leaf),

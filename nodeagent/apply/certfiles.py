@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from nodeagent.apply.outcome import ApplyError
 from nodeagent.config import certcheck, certs
 from nodeagent.held import Held
+from peerplane.certs import fingerprint
 from peerplane.runtime.durable import atomic_write
 from peerplane.v1 import peerplane_pb2 as pb
 
@@ -64,7 +65,7 @@ class CertFiles:
             pem = held.certificates[name].pem
             why = certcheck.problem(pem)
             if why is not None:
-                fp = certcheck.fingerprint(pem)
+                fp = fingerprint(pem)
                 raise ApplyError(f"certificate {name} (sha256 {fp[:16]}): {why}")
 
     def _changed(self, held: Held, before: Held | None) -> list[str]:

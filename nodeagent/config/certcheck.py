@@ -10,22 +10,18 @@ bytes.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import re
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+
+from peerplane.certs import key_matches
 
 # PEM blocks: a label, base64 lines, the same label; nothing else is read.
 _BLOCK = re.compile(
     rb"-----BEGIN ([A-Z0-9 ]{1,40})-----\r?\n[A-Za-z0-9+/=\r\n]*?-----END \1-----", re.S
 )
 MAX_PEM = 1 << 20  # a chain of a few certificates and a key is a few KB
-
-
-def fingerprint(pem: bytes) -> str:
-    """SHA-256 (hex) of the PEM: what logs, errors and inspection name."""
-    return hashlib.sha256(pem).hexdigest()
 
 
 def problem(pem: bytes, now: dt.datetime | None = None) -> str | None:
@@ -52,12 +48,11 @@ def problem(pem: bytes, now: dt.datetime | None = None) -> str | None:
     except (ValueError, TypeError):
         return "the private key does not parse (or is encrypted)"
     leaf = certificates[0]
-    raw, spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     try:
-        mine = key.public_key().public_bytes(raw, spki)
+        matches = key_matches(key, leaf)
     except (AttributeError, ValueError):
         return "the private key is of a type HAProxy does not serve"
-    if mine != leaf.public_key().public_bytes(raw, spki):
+    if not matches:
         return "the private key does not match the certificate"
     when = now or dt.datetime.now(dt.UTC)
     if leaf.not_valid_after_utc <= when:
