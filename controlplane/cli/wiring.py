@@ -228,7 +228,12 @@ def route_status(
         table = computer.route_table  # this computation's, read before the next one
         return lambda: route_statuses(state, scope, table, memo=memo)
 
-    writer = RouteStatusWriter(api, leading=leading, on_result=metrics.route_status)
+    writer = RouteStatusWriter(
+        api,
+        leading=leading,
+        on_result=metrics.route_status,
+        served_versions=getattr(source, "served_versions", None),
+    )
     on_route_deleted = getattr(source, "on_route_deleted", None)
     if on_route_deleted is not None:  # the Kubernetes source: deletions reach the writer
         on_route_deleted(writer.forget)

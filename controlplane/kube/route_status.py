@@ -75,14 +75,21 @@ RESOURCES: Mapping[tuple[str, str], _Resource] = {
     (GATEWAY_GROUP, "GatewayClass"): _Resource("v1", "gatewayclasses", cluster_scoped=True),
     (GATEWAY_GROUP, "Gateway"): _Resource("v1", "gateways"),
     (GATEWAY_GROUP, "HTTPRoute"): _Resource("v1", "httproutes"),
-    (GATEWAY_GROUP, "TLSRoute"): _Resource("v1alpha2", "tlsroutes"),
-    (GATEWAY_GROUP, "TCPRoute"): _Resource("v1alpha2", "tcproutes"),
+    (GATEWAY_GROUP, "TLSRoute"): _Resource("v1", "tlsroutes"),
+    (GATEWAY_GROUP, "TCPRoute"): _Resource("v1", "tcproutes"),
     (NETWORKING_GROUP, "Ingress"): _Resource("v1", "ingresses"),
 }
 
 
 ROUTE_KINDS = frozenset({"HTTPRoute", "TLSRoute", "TCPRoute"})
 """Kinds whose status is shared per parent: other controllers' `parents` entries stay."""
+
+
+class VersionSource(Protocol):
+    """What names the version a kind is served at (`kube.served_version.ServedVersion`)."""
+
+    @property
+    def version(self) -> str: ...
 
 
 class StatusConflict(Exception):
@@ -202,9 +209,14 @@ class RouteStatusWriter:
         retry_s: float = 1.0,
         retry_max_s: float = 30.0,
         on_result: Callable[[str], None] = lambda result: None,
+        served_versions: Mapping[str, VersionSource] | None = None,
     ) -> None:
-        """`on_result` is told each object's outcome: written, conflict, missing, failed."""
+        """`on_result` is told each object's outcome: written, conflict, missing, failed.
+        `served_versions` (kind -> what the source's informer lists through) gives the
+        version a kind is read and written at when the cluster decides it (TLSRoute and
+        TCPRoute: v1 or v1alpha2)."""
         self._on_result = on_result
+        self._served_versions = dict(served_versions or {})
         self._custom = client.CustomObjectsApi(api)
         self._networking = client.NetworkingV1Api(api)
         self._leading = leading
@@ -371,7 +383,7 @@ class RouteStatusWriter:
 
     def _ensure(self, key: StatusKeyLike, desired: Mapping[str, Any]) -> None:
         """Make the stored status equal `desired` (read, compare, PUT; 409 reads again)."""
-        resource = RESOURCES.get((key.group, key.kind))
+        resource = self._resource(key)
         if resource is None:
             raise ValueError(f"no status subresource known for {key.group}/{key.kind}")
         for _ in range(CONFLICT_ATTEMPTS):
@@ -411,6 +423,13 @@ class RouteStatusWriter:
         raise StatusConflict(f"still conflicting after {CONFLICT_ATTEMPTS} attempts")
 
     # ------------------------------------------------------------------ API
+
+    def _resource(self, key: StatusKeyLike) -> _Resource | None:
+        resource = RESOURCES.get((key.group, key.kind))
+        served = self._served_versions.get(key.kind) if key.group == GATEWAY_GROUP else None
+        if resource is None or served is None:
+            return resource
+        return _Resource(served.version, resource.plural, resource.cluster_scoped)
 
     def _read(self, key: StatusKeyLike, resource: _Resource) -> Obj:
         self.stats.reads += 1

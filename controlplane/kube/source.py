@@ -7,8 +7,9 @@ on its name). The route model's inputs too: GatewayClasses, Gateways, HTTPRoutes
 ReferenceGrants (gateway.networking.k8s.io, an `OptionalGroup`: a cluster without the
 Gateway API CRDs is served from Ingress and annotations, said once), Ingresses,
 IngressClasses and Namespaces (their labels select a Gateway listener's routes). TLSRoutes
-and TCPRoutes (v1alpha2, the experimental channel: an `OptionalGroup` of their own, said
-at INFO, since most clusters install the standard channel only), and the Secrets of type
+and TCPRoutes (v1 since Gateway API v1.5's standard channel, v1alpha2 in older
+experimental installs: `ServedVersion` asks which; an `OptionalGroup` of their own, said at
+INFO, since older standard installs lack them), and the Secrets of type
 kubernetes.io/tls in every namespace (a field selector: no other Secret is ever read, so
 one referenced by a listener but of another type is "not found" to compute).
 Handlers only update the informer caches and call `on_change`; `state()` assembles an
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 from kubernetes import client
 
 from controlplane.kube.informer import Informer, OptionalGroup, WatchOptions
+from controlplane.kube.served_version import ServedVersion
 from controlplane.model import (
     GATEWAY_GROUP,
     ClusterState,
@@ -75,11 +77,13 @@ GATEWAY_API_ABSENT = (
     "the Gateway API CRDs are not installed; serving Ingress and Service annotations "
     "without GatewayClass, Gateway, HTTPRoute and ReferenceGrant"
 )
-EXPERIMENTAL_VERSION = "v1alpha2"  # TLSRoute and TCPRoute: the experimental channel
-EXPERIMENTAL_KINDS = f"{GATEWAY_GROUP}/{EXPERIMENTAL_VERSION} (TLSRoute, TCPRoute)"
-EXPERIMENTAL_ABSENT = (
-    "the Gateway API experimental channel's CRDs are not installed; serving no TLS "
-    "passthrough (TLSRoute) and no TCP (TCPRoute) routes"
+# TLSRoute and TCPRoute: v1 in the standard channel since Gateway API v1.5, v1alpha2 in
+# older experimental installs (`ServedVersion` asks which).
+L4_ROUTE_KINDS = f"{GATEWAY_GROUP} TLSRoute and TCPRoute (v1 or v1alpha2)"
+L4_ROUTES_ABSENT = (
+    "the Gateway API's TLSRoute and TCPRoute CRDs are not installed (standard channel "
+    "v1.5+, or the experimental channel before); serving no TLS passthrough (TLSRoute) "
+    "and no TCP (TCPRoute) routes"
 )
 TLS_SECRETS = "type=kubernetes.io/tls"
 
@@ -177,23 +181,27 @@ class KubernetesSource:
             options,
             self.gateway_api,
         )
-        # Their own group: a cluster with the standard channel only lacks just these.
-        self.experimental = OptionalGroup(
-            GATEWAY_GROUP, EXPERIMENTAL_ABSENT, what=EXPERIMENTAL_KINDS, level=logging.INFO
+        # Their own group: a cluster with an older standard channel lacks just these.
+        self.l4_routes = OptionalGroup(
+            GATEWAY_GROUP, L4_ROUTES_ABSENT, what=L4_ROUTE_KINDS, level=logging.INFO
         )
+        self.served_versions = {
+            "TLSRoute": ServedVersion(custom, "tlsroutes"),
+            "TCPRoute": ServedVersion(custom, "tcproutes"),
+        }
         self.tls_routes: Informer[TLSRoute] = Informer(
             "tlsroutes",
-            gateway_kind("tlsroutes", EXPERIMENTAL_VERSION),
+            self.served_versions["TLSRoute"],
             tls_route_from,
             options,
-            self.experimental,
+            self.l4_routes,
         )
         self.tcp_routes: Informer[TCPRoute] = Informer(
             "tcproutes",
-            gateway_kind("tcproutes", EXPERIMENTAL_VERSION),
+            self.served_versions["TCPRoute"],
             tcp_route_from,
             options,
-            self.experimental,
+            self.l4_routes,
         )
         self.secrets: Informer[TLSSecret] = Informer(
             "secrets",

@@ -151,9 +151,10 @@ networking.istio.io) is not the Gateway API's and is ignored like any other kind
 SERVED_VERSIONS = {GATEWAY_API: ("v1", "v1beta1"), "networking.k8s.io": ("v1",), "": ("v1",)}
 KIND_VERSIONS = {
     (GATEWAY_API, "TLSRoute"): ("v1alpha2", "v1alpha3", "v1"),
-    (GATEWAY_API, "TCPRoute"): ("v1alpha2",),
+    (GATEWAY_API, "TCPRoute"): ("v1alpha2", "v1"),
 }
-"""The experimental channel's kinds, served at their own versions."""
+"""TLSRoute and TCPRoute: v1 in the standard channel since Gateway API v1.5, the
+experimental channel's versions before."""
 
 
 def _route_converter(document: dict[str, Any], kind: str) -> Callable[[Any], Converted] | None:

@@ -22,7 +22,7 @@ from tests.kubeapi.objects import api_client, http_route, tcp_route, tls_route
 from tests.kubeapi.server import GATEWAY_GROUP, MAX_DATA_BYTES
 
 Obj = dict[str, Any]
-EXPERIMENTAL = "v1alpha2"
+L4_VERSION = "v1"  # TLSRoute and TCPRoute in the standard channel since v1.5
 LEAF = make_ca().issue("shop.example.com")
 
 
@@ -158,31 +158,33 @@ def test_string_data_goes_into_data_and_the_type_cannot_change(
     assert status == 422  # a patch is validated as merged
 
 
-def test_tls_and_tcp_routes_are_served_at_v1alpha2_with_status_and_generation(
+def test_tls_and_tcp_routes_are_served_at_v1_with_status_and_generation(
     api: FakeKubeAPI, custom: client.CustomObjectsApi
 ) -> None:
     for plural, name in (("tlsroutes", "db"), ("tcproutes", "pg")):
-        listed = custom.list_cluster_custom_object(GATEWAY_GROUP, EXPERIMENTAL, plural)
+        listed = custom.list_cluster_custom_object(GATEWAY_GROUP, L4_VERSION, plural)
         assert [i["metadata"]["name"] for i in listed["items"]] == [name]
         stored = custom.get_namespaced_custom_object(
-            GATEWAY_GROUP, EXPERIMENTAL, "default", plural, name
+            GATEWAY_GROUP, L4_VERSION, "default", plural, name
         )
         assert stored["metadata"]["generation"] == 1
         stored["status"] = {"parents": []}
         written = custom.replace_namespaced_custom_object_status(
-            GATEWAY_GROUP, EXPERIMENTAL, "default", plural, name, stored
+            GATEWAY_GROUP, L4_VERSION, "default", plural, name, stored
         )
         assert written["status"] == {"parents": []} and written["metadata"]["generation"] == 1
         written["spec"]["rules"][0]["backendRefs"][0]["port"] = 6432
         written.pop("status")
         changed = custom.replace_namespaced_custom_object(
-            GATEWAY_GROUP, EXPERIMENTAL, "default", plural, name, written
+            GATEWAY_GROUP, L4_VERSION, "default", plural, name, written
         )
         assert changed["metadata"]["generation"] == 2 and changed["status"] == {"parents": []}
         status, _ = refused(
-            lambda plural=plural: custom.list_cluster_custom_object(GATEWAY_GROUP, "v1", plural)
+            lambda plural=plural: custom.list_cluster_custom_object(
+                GATEWAY_GROUP, "v1alpha2", plural
+            )
         )
-        assert status == 404  # the experimental kinds are not served at v1
+        assert status == 404  # v1.5+'s standard channel: `served: false` at v1alpha2
 
 
 def test_one_kind_removed_alone_is_404_while_its_group_is_served(
@@ -193,7 +195,7 @@ def test_one_kind_removed_alone_is_404_while_its_group_is_served(
     for plural in ("tlsroutes", "tcproutes"):
         status, _ = refused(
             lambda plural=plural: custom.list_cluster_custom_object(
-                GATEWAY_GROUP, EXPERIMENTAL, plural
+                GATEWAY_GROUP, L4_VERSION, plural
             )
         )
         assert status == 404
@@ -201,14 +203,12 @@ def test_one_kind_removed_alone_is_404_while_its_group_is_served(
     routes = custom.list_cluster_custom_object(GATEWAY_GROUP, "v1", "httproutes")
     assert [r["metadata"]["name"] for r in routes["items"]] == ["shop"]
     api.install_kind("TLSRoute")
-    assert (
-        custom.list_cluster_custom_object(GATEWAY_GROUP, EXPERIMENTAL, "tlsroutes")["items"] == []
-    )
+    assert custom.list_cluster_custom_object(GATEWAY_GROUP, L4_VERSION, "tlsroutes")["items"] == []
     # Removing the group removes the experimental kinds with it.
     api.apply(tls_route())
     api.remove_group(GATEWAY_GROUP)
     assert api.list("TLSRoute") == []
     status, _ = refused(
-        lambda: custom.list_cluster_custom_object(GATEWAY_GROUP, EXPERIMENTAL, "tlsroutes")
+        lambda: custom.list_cluster_custom_object(GATEWAY_GROUP, L4_VERSION, "tlsroutes")
     )
     assert status == 404

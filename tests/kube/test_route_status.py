@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import pytest
+from kubernetes.client import CustomObjectsApi
 from prometheus_client import CollectorRegistry
 
 from controlplane.compute import compute
@@ -21,6 +22,7 @@ from controlplane.kube.route_status import (
     reporting_status,
     rfc3339,
 )
+from controlplane.kube.served_version import ServedVersion
 from controlplane.metrics import Metrics
 from controlplane.model import ClusterState
 from tests.kubeapi import FakeKubeAPI
@@ -441,8 +443,9 @@ def test_a_status_write_keeps_the_objects_labels_and_annotations(
 def test_tlsroute_and_tcproute_statuses_go_to_their_status_subresources(
     api: FakeKubeAPI, writer: RouteStatusWriter
 ) -> None:
-    """The experimental channel's kinds (v1alpha2): parents written, other controllers'
-    entries kept, ours removed when the route no longer names our Gateways."""
+    """TLSRoute and TCPRoute (v1, the standard channel since Gateway API v1.5): parents
+    written, other controllers' entries kept, ours removed when the route no longer names
+    our Gateways."""
     tls, tcp = Key(GW, "TLSRoute", "default", "db"), Key(GW, "TCPRoute", "default", "pg")
     other = parent("theirs", controller="example.com/other")
     for c in other["conditions"]:
@@ -453,11 +456,37 @@ def test_tlsroute_and_tcproute_statuses_go_to_their_status_subresources(
     assert writer.flush()
     assert without_times(stored(api, tls)) == without_times({"parents": [other, parent()]})
     assert without_times(stored(api, tcp)) == {"parents": [parent()]}
-    assert sorted(p for p in status_writes(api) if "v1alpha2" in p) == [
-        f"/apis/{GW}/v1alpha2/namespaces/default/tcproutes/pg/status",
-        f"/apis/{GW}/v1alpha2/namespaces/default/tlsroutes/db/status",
+    assert sorted(p for p in status_writes(api) if "routes/" in p and "http" not in p) == [
+        f"/apis/{GW}/v1/namespaces/default/tcproutes/pg/status",
+        f"/apis/{GW}/v1/namespaces/default/tlsroutes/db/status",
     ]
     writer.submit({})
     assert writer.flush()
     assert without_times(stored(api, tls)) == without_times({"parents": [other]})
     assert stored(api, tcp) == {"parents": []}
+
+
+def test_an_older_experimental_install_gets_l4_route_status_at_v1alpha2(
+    api: FakeKubeAPI, clock: Clock
+) -> None:
+    """Before Gateway API v1.5 TLSRoute and TCPRoute were served at v1alpha2 only: the
+    writer writes at the version the source's `ServedVersion` found by listing."""
+    api.serve_at("TLSRoute", "v1alpha2")
+    api.apply({**tls_route(), "apiVersion": f"{GW}/v1alpha2"})
+    client_ = api_client(api.url)
+    served = ServedVersion(CustomObjectsApi(client_), "tlsroutes")
+    assert served(_preload_content=False).status == 200
+    assert served.version == "v1alpha2"
+    w = RouteStatusWriter(
+        client_, clock=clock, recheck_s=0.05, retry_s=0.05, served_versions={"TLSRoute": served}
+    )
+    try:
+        tls = Key(GW, "TLSRoute", "default", "db")
+        w.submit({tls: {"parents": [parent()]}})
+        assert w.flush()
+        assert without_times(stored(api, tls)) == {"parents": [parent()]}
+        assert [p for p in status_writes(api) if "tlsroutes" in p] == [
+            f"/apis/{GW}/v1alpha2/namespaces/default/tlsroutes/db/status"
+        ]
+    finally:
+        w.close()

@@ -131,7 +131,7 @@ def test_l4_route_changes_arrive_by_watch_and_a_bad_one_blocks_no_other(
     assert any(e.startswith("tcproutes default/broken:") for e in source.errors())
 
 
-def test_standard_channel_only_serves_http_routes_and_says_so_once_at_info(
+def test_a_cluster_without_tls_and_tcp_routes_serves_http_routes_and_says_so_once_at_info(
     api: FakeKubeAPI, caplog: pytest.LogCaptureFixture
 ) -> None:
     api.remove_kind("TLSRoute")
@@ -143,7 +143,7 @@ def test_standard_channel_only_serves_http_routes_and_says_so_once_at_info(
         assert [r.name for r in state.http_routes] == ["shop"]
         assert state.tls_routes == () and state.tcp_routes == ()
         assert list(secrets(src)) == ["shop-tls"]
-        assert src.experimental.missing and not src.gateway_api.missing
+        assert src.l4_routes.missing and not src.gateway_api.missing
         assert src.errors() == []
         assert wait_until(
             lambda: sum(1 for m, p in api.requests if "/tcproutes" in p and m == "GET") >= 3
@@ -151,20 +151,20 @@ def test_standard_channel_only_serves_http_routes_and_says_so_once_at_info(
         absent = [r for r in caplog.records if "is not served" in r.getMessage()]
         assert [r.levelno for r in absent] == [logging.INFO]
         assert "TLSRoute" in absent[0].getMessage()
-        experimental = ("tlsroutes", "tcproutes", "TLSRoute", "v1alpha2")
+        experimental = ("tlsroutes", "tcproutes", "TLSRoute", "v1alpha2", "v1")
         loud = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
         assert not [m for m in loud if any(word in m for word in experimental)], loud
         # HTTPRoutes keep arriving meanwhile.
         api.apply(http_route("blog", hostnames=("blog.example.com",)))
         assert wait_until(lambda: len(src.state().http_routes) == 2)
-        # The experimental channel installed later: read at the next check, no restart.
+        # The CRDs installed later: read at the next check, no restart.
         api.install_kind("TLSRoute")
         api.install_kind("TCPRoute")
         api.apply(tls_route())
         api.apply(tcp_route())
         assert wait_until(lambda: [r.name for r in src.state().tls_routes] == ["db"])
         assert wait_until(lambda: [r.name for r in src.state().tcp_routes] == ["pg"])
-        assert wait_until(lambda: not src.experimental.missing)
+        assert wait_until(lambda: not src.l4_routes.missing)
     finally:
         src.stop()
 

@@ -226,7 +226,7 @@ def ingress(
     }
 
 
-EXPERIMENTAL_API = "gateway.networking.k8s.io/v1alpha2"
+L4_ROUTE_API = "gateway.networking.k8s.io/v1"  # TLSRoute, TCPRoute: standard since v1.5
 
 
 def tls_route(
@@ -264,7 +264,7 @@ def _l4_route(
         parent["sectionName"] = section
     return {
         "kind": kind,
-        "apiVersion": EXPERIMENTAL_API,
+        "apiVersion": L4_ROUTE_API,
         "metadata": {"name": name, "namespace": ns},
         "spec": {
             "parentRefs": [parent],

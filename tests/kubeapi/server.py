@@ -75,9 +75,10 @@ API_PATHS = {
     "gateways": f"apis/{GATEWAY_GROUP}/v1",
     "httproutes": f"apis/{GATEWAY_GROUP}/v1",
     "referencegrants": f"apis/{GATEWAY_GROUP}/v1beta1",
-    # The experimental channel's kinds: `remove_kind` models a cluster without them.
-    "tlsroutes": f"apis/{GATEWAY_GROUP}/v1alpha2",
-    "tcproutes": f"apis/{GATEWAY_GROUP}/v1alpha2",
+    # The standard channel's v1 since Gateway API v1.5 (`serve_at` moves them to an older
+    # experimental install's v1alpha2); `remove_kind` models a cluster without them.
+    "tlsroutes": f"apis/{GATEWAY_GROUP}/v1",
+    "tcproutes": f"apis/{GATEWAY_GROUP}/v1",
     "ingresses": "apis/networking.k8s.io/v1",
     "ingressclasses": "apis/networking.k8s.io/v1",
 }
@@ -245,6 +246,7 @@ class FakeKubeAPI:
         self._held = False  # hold_watches: events wait until release_watches
         self._absent_groups: set[str] = set()  # API groups not served (CRDs not installed)
         self._absent_plurals: set[str] = set()  # single kinds not served (`remove_kind`)
+        self.api_paths = dict(API_PATHS)  # collection -> group/version served (`serve_at`)
         self._httpd = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
@@ -333,6 +335,14 @@ class FakeKubeAPI:
         """Serve `kind` again (its collection starts empty)."""
         with self._cond:
             self._absent_plurals.discard(PLURALS[kind])
+
+    def serve_at(self, kind: str, version: str) -> None:
+        """Serve `kind` at `version` of its group only (TLSRoute at v1alpha2: an older
+        experimental-channel install), as a CRD's `served` flags do."""
+        plural = PLURALS[kind]
+        with self._cond:
+            group = self.api_paths[plural].rsplit("/", 1)[0]
+            self.api_paths[plural] = f"{group}/{version}"
 
     def served(self, group_path: str, plural: str = "") -> bool:
         """Whether a path prefix like `apis/<group>/<version>` (and `plural` under it) is
@@ -1059,7 +1069,7 @@ def _handler_for(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
                 return
             plural, ns, name, sub = route["plural"], route["ns"], route["name"], route["sub"]
             if (
-                route["group"] != API_PATHS[plural]
+                route["group"] != api.api_paths[plural]
                 or not api.served(route["group"], plural)
                 or (plural in CLUSTER_SCOPED and ns is not None)
                 or (plural not in CLUSTER_SCOPED and name is not None and ns is None)

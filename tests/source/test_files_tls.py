@@ -95,7 +95,7 @@ def test_unread_versions_duplicates_and_bad_routes_are_reported_without_key_byte
     folder(tmp_path)
     bad = tmp_path / "zz-bad.yaml"
     bad.write_text(
-        "apiVersion: gateway.networking.k8s.io/v1\nkind: TCPRoute\n"
+        "apiVersion: gateway.networking.k8s.io/v1beta1\nkind: TCPRoute\n"
         "metadata: {name: new, namespace: infra}\n"
         "spec: {rules: [{backendRefs: [{name: db, port: 1}]}]}\n"
         "---\n"
@@ -105,8 +105,8 @@ def test_unread_versions_duplicates_and_bad_routes_are_reported_without_key_byte
     )
     loaded = load_manifests(tmp_path, SETTINGS)
     assert loaded.errors[:2] == [
-        f"{bad}: document 1: TCPRoute apiVersion 'gateway.networking.k8s.io/v1' is not read "
-        "(use gateway.networking.k8s.io/v1alpha2)",
+        f"{bad}: document 1: TCPRoute apiVersion 'gateway.networking.k8s.io/v1beta1' is not "
+        "read (use gateway.networking.k8s.io/v1alpha2, gateway.networking.k8s.io/v1)",
         f"{bad}: document 2: spec.rules is empty (a TLSRoute needs at least one)",
     ]
     (duplicate,) = loaded.errors[2:]
