@@ -148,7 +148,8 @@ class Metrics:
         )
         self.ledger_problems = Gauge(
             "peerplane_slot_ledger_problems",
-            "Shards of the slot ledger not as the leader wrote them (deleted, edited, corrupt)",
+            "Shards of the slot ledger not as the leader wrote them (deleted, edited, corrupt)"
+            " and labelled objects not read (not a shard under its canonical name)",
             registry=r,
         )
         self.ledger_write_failures = Counter(

@@ -271,7 +271,7 @@ class HeaderModifier:
 class RequestRedirect:
     scheme: str = ""
     hostname: str = ""
-    port: int = 0
+    port: int | None = None  # None: absent (keep the request's); as written otherwise
     status_code: int = 302
     path_type: str = ""  # "" (keep the path), ReplaceFullPath, ReplacePrefixMatch (reported)
     path_value: str = ""

@@ -123,7 +123,8 @@ def open_ledger(
         from controlplane.kube.ledger_store import ConfigMapLedger
         from controlplane.kube.ledger_watch import LedgerWatch
 
-        watch = LedgerWatch(api, ref)
+        stray = recorder.ledger_stray if recorder is not None else None
+        watch = LedgerWatch(api, ref, on_stray=stray)
         refused = recorder.ledger_refused if recorder is not None else None
         return ConfigMapLedger(api, ref, watch, writer=writer, refused=refused), watch
     if args.state is None:

@@ -49,7 +49,10 @@ IGNORED_ANNOTATION = "IgnoredAnnotation"
 ANNOTATION_PREFIX = "haproxy.org/"
 ROUTE_KINDS = frozenset({"Ingress", "HTTPRoute", "Gateway"})
 # Event reasons by rejection key, where the kind's reason would mislead.
-KEY_REASONS = {"slot-ledger": "SlotLedgerWriteRefused"}
+KEY_REASONS = {
+    "slot-ledger": "SlotLedgerWriteRefused",
+    "slot-ledger-stray": "SlotLedgerObjectIgnored",
+}
 MESSAGE_LIMIT = 1024
 # The involved object's apiVersion, so `kubectl describe` finds the Event.
 API_VERSIONS = {
@@ -144,6 +147,12 @@ class EventRecorder:
         """The API refused a slot ledger write for good: a Warning Event on that shard
         (ConfigMap `namespace/name`), once per interval like every other."""
         self.record([RejectedInput("ConfigMap", namespace, name, "slot-ledger", "", message)])
+
+    def ledger_stray(self, namespace: str, name: str, message: str) -> None:
+        """A ConfigMap carries the slot ledger's label but is not a backend's shard under
+        its canonical name (a restored backup, a renamed copy): it is not read, and says
+        so with a Warning Event on it."""
+        self.record([RejectedInput("ConfigMap", namespace, name, "slot-ledger-stray", "", message)])
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every queued Event was sent (or failed); False on timeout."""

@@ -8,6 +8,9 @@ leader's assignment is what is being published), never the others. Shards of bac
 longer in the assignment are deleted. The watch tells the leader of every shard event;
 one whose content is not what the leader wrote (deleted, edited, corrupt, written by a
 former leader) marks that backend dirty and wakes the loop, which writes it again at once.
+A labelled object under any other name (a restored backup) is not a shard: the watch
+reports it and never shows it here, so the leader neither continues, rewrites nor deletes
+it.
 
 A refused write raises `LedgerWriteError`, permanent for what retrying cannot fix (422
 invalid, 413 too large, 403 forbidden, 400): the reconcile loop says so once per cause,

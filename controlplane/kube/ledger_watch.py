@@ -8,6 +8,13 @@ good copy stays in the view, the problem is reported (`problems()`: ListWorkload
 Event) and the leader, told through `on_shard`, writes its own again at once. A deleted
 backend's kept copy is dropped once no computation uses it (`retain`). Until the first
 list the ledger is unread (`current()` is None): a follower is not ready then.
+
+A backend's shard is read only from its canonical name (`shard_name`): a labelled object
+under another name (a restored backup, a renamed copy, one naming another backend) is a
+*stray*. Were it read, whichever object listed last would win and a stale copy would be
+served after a restart; so it is never read for slots, never shown to the leader (no
+drift, no rewrite, no delete) and only reported: `problems()`, a warning once per object
+and `on_stray` (a Warning Event on it).
 """
 
 from __future__ import annotations
@@ -29,12 +36,14 @@ from controlplane.ledger.shards import (
     ledger_label,
     legacy_from,
     shard_from,
+    shard_name,
 )
 from controlplane.model import ObjectRef
 
 log = logging.getLogger(__name__)
 
 ShardListener = Callable[[str, Shard | None], None]  # backend, the shard now (None: deleted)
+StrayListener = Callable[[str, str, str], None]  # namespace, object name, what is wrong
 
 
 class LedgerWatch:
@@ -46,8 +55,12 @@ class LedgerWatch:
         ref: ObjectRef,
         options: WatchOptions | None = None,
         clock: Callable[[], float] = time.time,
+        on_stray: StrayListener | None = None,
     ) -> None:
+        """`on_stray(namespace, name, message)`: told once of each labelled object that is
+        not a shard under its canonical name (an Event on it)."""
         self.ref = ref
+        self._on_stray = on_stray
         core = client.CoreV1Api(api)
         lister = functools.partial(core.list_namespaced_config_map, ref.namespace)
         self._shards: Informer[Shard] = Informer(
@@ -68,6 +81,7 @@ class LedgerWatch:
         self._problems: dict[str, str] = {}  # backend -> what is wrong with its shard
         self._deleted: set[str] = set()  # backends kept after their shard was deleted
         self._said: set[str] = set()  # deleted backends whose loss was logged
+        self._strays: dict[str, str] = {}  # object name -> why it is not read
         self._legacy: Legacy | None = None  # the last readable single object
         self._legacy_now: Legacy | None = None  # as it is now (for its problems)
         self._view: SlotAssignment | None = None  # built on demand, dropped on change
@@ -100,19 +114,49 @@ class LedgerWatch:
             self._view = None
 
     def _on_shard(self, key: Key, before: Shard | None, after: Shard | None) -> None:
-        backend = (after or before or _NO_SHARD).backend
-        if not backend:
+        # Only a backend's canonical object is its shard; any other labelled object is a
+        # stray, reported and otherwise invisible (were it read, the last listed would win).
+        old = before if before is not None and self._canonical(before) else None
+        new = after if after is not None and self._canonical(after) else None
+        stray = self._stray_problem(after) if after is not None and new is None else ""
+        with self._lock:
+            said_stray = self._strays.get(key[1], "")
+            if stray:
+                self._strays[key[1]] = stray
+            else:
+                self._strays.pop(key[1], None)
+        if stray and stray != said_stray:
+            log.warning("slot ledger: %s", stray)
+            if self._on_stray is not None:
+                self._on_stray(key[0], key[1], stray)
+        if old is None and new is None:
             return
+        backend = (new or old or _NO_SHARD).backend
         with self._lock:
             said = self._problems.get(backend)
-            self._update(key, backend, before, after)
+            self._update(key, backend, old, new)
             found = self._problems.get(backend)
         # A deletion is said once a computation still uses the backend (`retain`): the
         # leader deletes the shards of Services that are gone, which is no problem.
         if found and found != said and backend not in self._deleted:
             log.warning("slot ledger: %s", found)
         for listener in self._listeners:
-            listener(backend, after)
+            listener(backend, new)
+
+    def _canonical(self, shard: Shard) -> bool:
+        """Whether `shard` is under the one name its backend's shard has."""
+        return bool(shard.backend) and shard.name == shard_name(self.ref.name, shard.backend)
+
+    def _stray_problem(self, shard: Shard) -> str:
+        """What a labelled object that is not a canonical shard is, in one line."""
+        where = f"configmap {self.ref.namespace}/{shard.name}"
+        if not shard.backend:
+            what = shard.problem or "it names no backend"
+            return f"{where} carries the ledger label but is no shard ({what}); not read"
+        return (
+            f"{where} claims backend {shard.backend!r}, whose shard is "
+            f"{shard_name(self.ref.name, shard.backend)}; not read (a copy under another name)"
+        )
 
     def _update(self, key: Key, backend: str, before: Shard | None, after: Shard | None) -> None:
         """Keep the shard (or the loss of it) in the view; under the lock."""
@@ -191,7 +235,7 @@ class LedgerWatch:
     def problems(self) -> list[str]:
         """What is wrong with the ledger now, one line per shard (and why it is unread)."""
         with self._lock:
-            found = sorted(self._problems.values())
+            found = sorted([*self._problems.values(), *self._strays.values()])
             legacy = self._legacy_now
         if legacy is not None and not legacy.migrated and legacy.problems:
             found += [f"configmap {self.ref}: {p}" for p in legacy.problems]

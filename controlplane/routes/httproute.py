@@ -4,8 +4,9 @@ each of its parentRefs (for the status) and every rejection.
 What cannot be served is reported and left out, the rest served: an invalid hostname is
 dropped (all invalid: the route is not accepted); a match with a regular expression, a
 bad path, header, query parameter or method is dropped; a rule with an unsupported or
-invalid filter is dropped; a backendRef that does not resolve keeps its weight and gets
-a 500 for its share (ResolvedRefs False).
+invalid filter (a redirect port outside 1-65535 too) or a backendRef weight outside
+0-1,000,000 is dropped; a backendRef that does not resolve keeps its weight and gets a
+500 for its share (ResolvedRefs False).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from controlplane.compute.types import (
     RouteRule,
     WeightedBackend,
 )
+from controlplane.compute.values import shown
 from controlplane.model import (
     ANNOTATION_PREFIX,
     GATEWAY_GROUP,
@@ -182,6 +184,8 @@ def _filters(
                 problem = f"scheme {wanted.scheme} (http or https only)"
             elif wanted.hostname and not hosts.is_host_name(wanted.hostname):
                 problem = "hostname is not a lower-case host name"
+            elif wanted.port is not None and not 1 <= wanted.port <= 65535:
+                problem = f"port {shown(str(wanted.port), 20)} is not in 1-65535"
             elif wanted.status_code not in patterns.REDIRECT_CODES:
                 problem = f"status code {wanted.status_code} (301 or 302 only)"
             elif wanted.path_type not in ("", "ReplaceFullPath"):
@@ -195,7 +199,7 @@ def _filters(
                 redirect = Redirect(
                     wanted.scheme,
                     wanted.hostname,
-                    wanted.port,
+                    wanted.port or 0,
                     wanted.status_code,
                     wanted.path_value,
                 )
@@ -279,6 +283,18 @@ def _rule(
     rejections: list[RejectedInput],
 ) -> tuple[_Rule, Verdict | None] | None:
     where = origin.key
+    for number, ref in enumerate(rule.backend_refs):
+        if not 0 <= ref.weight <= patterns.MAX_WEIGHT:
+            # The split written cannot be kept: the rule is not served rather than served
+            # with another (what an invalid filter does too).
+            rejections.append(
+                origin.rejection(
+                    str(ref.weight),
+                    f"weight is not in 0-{patterns.MAX_WEIGHT}; rule not served",
+                    f"{where}.backendRefs[{number}].weight",
+                )
+            )
+            return None
     done = _filters(rule.filters, where, origin, rejections)
     if done is None:
         return None

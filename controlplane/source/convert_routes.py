@@ -5,7 +5,9 @@ The same contract as `convert`: a document of the wrong shape raises `ManifestEr
 a one-line reason, never another exception (tests/source/test_manifests_fuzz.py). What the
 CRDs or the API server default is filled in here (a match without a path is PathPrefix
 "/", a backendRef without a weight weighs 1), and what they would refuse to store (a port
-past 65535, a weight past 1,000,000) is refused. Values compute may not serve (a regex,
+past 65535, a weight past 1,000,000) is refused, but for an HTTPRoute rule's values: an
+HTTPRoute's redirect port and backendRef weights are kept as written, so compute refuses
+that rule alone and the route's other rules serve. Values compute may not serve (a regex,
 an unknown filter, a hostname that is not one) are kept as written: compute reports them
 and serves the rest of the route. A Secret's certificate and key never reach a message:
 what is wrong with them (absent, not base64) leaves them empty for compute to report.
@@ -66,10 +68,11 @@ from controlplane.source.convert import (
     _text,
     shown,
 )
+from peerplane import routes as patterns
 
 T = TypeVar("T")
 
-MAX_WEIGHT = 1_000_000
+MAX_WEIGHT = patterns.MAX_WEIGHT
 SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
 TLS_MODES = frozenset({"Terminate", "Passthrough"})
 TLS_SECRET_TYPE = "kubernetes.io/tls"
@@ -101,6 +104,12 @@ def _port(value: Any, what: str, required: bool = True) -> int:
     if not 1 <= port <= 65535:
         raise ManifestError(f"{what} {shown(port)} is not in 1-65535")
     return port
+
+
+def _number(value: Any, what: str) -> int | None:
+    """An integer as written (its range is compute's to check, one rule at a time); None
+    when absent."""
+    return None if value is None else _int(value, what)
 
 
 def _generation(meta: Mapping[str, Any]) -> int:
@@ -329,7 +338,7 @@ def _redirect(value: Any, what: str) -> RequestRedirect:
     return RequestRedirect(
         scheme=_str(redirect.get("scheme"), f"{what}.scheme"),
         hostname=_str(redirect.get("hostname"), f"{what}.hostname"),
-        port=_port(redirect.get("port"), f"{what}.port", required=False),
+        port=_number(redirect.get("port"), f"{what}.port"),
         status_code=302 if code is None else _int(code, f"{what}.statusCode"),
         path_type=path_type,
         path_value=path_value,
@@ -349,11 +358,9 @@ def _filter(item: Mapping[str, Any], where: str) -> HTTPRouteFilter:
 
 
 def _backend_ref(item: Mapping[str, Any], where: str) -> HTTPBackendRef:
-    weight = item.get("weight")
-    if weight is not None:
-        _int(weight, f"{where}.weight")
-        if not 0 <= weight <= MAX_WEIGHT:
-            raise ManifestError(f"{where}.weight {shown(weight)} is not in 0-{MAX_WEIGHT}")
+    """An HTTPRoute backendRef, its weight as written (compute refuses its rule for one
+    outside 0-1,000,000)."""
+    weight = _number(item.get("weight"), f"{where}.weight")
     return HTTPBackendRef(
         name=_required(item.get("name"), f"{where}.name"),
         group=_str(item.get("group"), f"{where}.group"),
@@ -393,8 +400,12 @@ def http_route_from(obj: Manifest) -> HTTPRoute:
 
 def _l4_backend_ref(item: Mapping[str, Any], where: str) -> HTTPBackendRef:
     """A TLSRoute or TCPRoute backendRef: an HTTPRoute's without filters (the CRD has no
-    such field, so the API server drops one written)."""
-    return _backend_ref({k: v for k, v in item.items() if k != "filters"}, where)
+    such field, so the API server drops one written). A weight outside 0-1,000,000 refuses
+    the object, as the API server would."""
+    ref = _backend_ref({k: v for k, v in item.items() if k != "filters"}, where)
+    if not 0 <= ref.weight <= MAX_WEIGHT:
+        raise ManifestError(f"{where}.weight {shown(ref.weight)} is not in 0-{MAX_WEIGHT}")
+    return ref
 
 
 def _l4_rule(item: Mapping[str, Any], where: str) -> L4Rule:

@@ -355,6 +355,56 @@ def test_unsupported_matches_and_filters_are_reported_and_the_rest_served() -> N
     ]
 
 
+def redirect(**fields: Any) -> dict[str, Any]:
+    return {"type": "RequestRedirect", "requestRedirect": fields}
+
+
+@pytest.mark.parametrize(
+    ("bad_rule", "warning"),
+    [
+        (
+            {"matches": [prefix("/r")], "filters": [redirect(port=99_999)]},
+            "spec.rules[1].filters[0]: port 99999 is not in 1-65535",
+        ),
+        (
+            {"matches": [prefix("/r")], "filters": [redirect(port=0)]},
+            "spec.rules[1].filters[0]: port 0 is not in 1-65535",
+        ),
+        (
+            {
+                "matches": [prefix("/r")],
+                "backendRefs": [to("shop", weight=9), to("shop", weight=-5)],
+            },
+            "spec.rules[1].backendRefs[1].weight: weight is not in 0-1000000",
+        ),
+        (
+            {"matches": [prefix("/r")], "backendRefs": [to("shop", weight=1_000_001)]},
+            "spec.rules[1].backendRefs[0].weight: weight is not in 0-1000000",
+        ),
+    ],
+    ids=["redirect-port-99999", "redirect-port-0", "weight-negative", "weight-too-large"],
+)
+def test_a_value_the_schema_refuses_drops_its_rule_alone(
+    bad_rule: dict[str, Any], warning: str
+) -> None:
+    """What the CRD's schema refuses (a redirect port outside 1-65535, a weight outside
+    0-1,000,000) refused the whole route in folder mode; it refuses that rule only, the
+    rule's written split never served as another."""
+    rules = [
+        {"matches": [prefix("/good")], "backendRefs": [to("shop")]},
+        bad_rule,
+        {"matches": [prefix("/also")], "filters": [redirect(port=8443)]},
+    ]
+    got = snapshot_of(state(gateway(), route("r", rules)))
+    assert sources(got) == [
+        "HTTPRoute default/r rule 0 match 0",
+        "HTTPRoute default/r rule 2 match 0",
+    ]
+    redirected = rules_of(got)[1].redirect
+    assert redirected is not None and redirected.port == 8443
+    assert reasons(got) == [f"HTTPRoute default/r {warning}; rule not served"]
+
+
 def test_unresolved_backends_keep_their_weight_with_no_name() -> None:
     rules = [
         {

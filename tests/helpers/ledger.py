@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 from controlplane.kube.informer import WatchOptions
 from controlplane.kube.ledger_store import ConfigMapLedger
-from controlplane.kube.ledger_watch import LedgerWatch
+from controlplane.kube.ledger_watch import LedgerWatch, StrayListener
 from controlplane.model import ObjectRef
 from tests.kubeapi.objects import api_client
 
@@ -23,10 +23,14 @@ def kube_ledger(
     clock: Callable[[], float] | None = None,
     on_change: Callable[[], None] = lambda: None,
     writer: str = "test",
+    on_stray: StrayListener | None = None,
 ) -> Iterator[tuple[ConfigMapLedger, LedgerWatch]]:
     """A started watch and the ledger writing through it; stopped on exit."""
     api = api_client(url)
-    watch = LedgerWatch(api, ref, FAST, clock) if clock else LedgerWatch(api, ref, FAST)
+    if clock:
+        watch = LedgerWatch(api, ref, FAST, clock, on_stray=on_stray)
+    else:
+        watch = LedgerWatch(api, ref, FAST, on_stray=on_stray)
     ledger = ConfigMapLedger(api, ref, watch, writer=writer, request_timeout=2.0, read_timeout=5.0)
     watch.start(on_change)
     try:

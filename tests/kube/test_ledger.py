@@ -18,6 +18,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from controlplane.compute.types import BackendSlots, SlotAssignment
+from controlplane.kube.events import EventRecorder
 from controlplane.kube.ledger_store import LedgerReadError
 from controlplane.ledger.codec import assignment_to_json
 from controlplane.ledger.shards import (
@@ -352,3 +353,138 @@ def test_the_sharded_ledger_persists_10000_services_of_20_endpoints(api: FakeKub
     with kube_ledger(api.url) as (successor, _):
         loaded, problems = successor.load()
     assert problems == [] and len(loaded) == 10_000 and loaded[name] == one[name]
+
+
+GROWN: SlotAssignment = {  # an endpoint added since the copy was made
+    **ASSIGNMENT,
+    SHOP: BackendSlots(
+        count=42,
+        slots=MappingProxyType({**ASSIGNMENT[SHOP].slots, ("127.0.1.3", 8080): 3}),
+    ),
+}
+
+
+def stray_copy(api: FakeKubeAPI, name: str, data: dict[str, str] | None = None) -> None:
+    """A signed copy of the shop shard (as it is now, or `data` saved from it earlier)
+    under `name` with the ledger label: a restored backup, a renamed copy."""
+    canonical = api.get("ConfigMap", REF.namespace, shard_name(REF.name, SHOP))
+    assert canonical is not None
+    copy = config_map(name, REF.namespace)
+    copy["metadata"]["labels"] = dict(canonical["metadata"]["labels"])
+    copy["data"] = dict(data if data is not None else canonical["data"])
+    api.apply(copy)
+
+
+STRAY = f"{shard_name(REF.name, SHOP)}.bak"
+
+
+def test_a_restarted_follower_serves_the_shard_not_a_stale_copy_under_another_name(
+    api: FakeKubeAPI,
+) -> None:
+    """A signed copy of a shard saved earlier under another name was taken as the
+    backend's good copy when it came last (a list's objects reach the watch in no set
+    order): a restarted follower served stale slots (an endpoint added since was
+    missing) and said nothing. Only the canonical name is read; the copy is reported,
+    once, and left alone."""
+    with kube_ledger(api.url) as (leader, _):
+        leader.load()
+        leader.save(ASSIGNMENT)
+        stray_copy(api, STRAY)
+        leader.save(GROWN)
+    told: list[tuple[str, str, str]] = []
+    with kube_ledger(api.url, on_stray=lambda *said: told.append(said)) as (_, follower):
+        assert wait_until(lambda: follower.current() is not None, 5)
+        view = follower.current()
+        assert view is not None and plain(view.assignment) == plain(GROWN)
+        assert set(follower.shards()) == {SHOP, BLOG}
+        assert follower.shards()[SHOP].name == shard_name(REF.name, SHOP)
+        (problem,) = follower.problems()
+        assert STRAY in problem and "not read" in problem
+        assert told == [(REF.namespace, STRAY, problem)]
+    assert STRAY in shards(api), "an operator's copy is not deleted"
+
+
+def test_a_stale_copy_arriving_after_the_shard_does_not_win(api: FakeKubeAPI) -> None:
+    """The same copy restored while a follower runs: its watch event comes after the
+    canonical shard's, and was taken (signed, so "a leader wrote it")."""
+    with kube_ledger(api.url) as (leader, _):
+        leader.load()
+        leader.save(ASSIGNMENT)
+        saved = api.get("ConfigMap", REF.namespace, shard_name(REF.name, SHOP))
+        assert saved is not None
+        leader.save(GROWN)
+        with kube_ledger(api.url) as (_, follower):
+            assert wait_until(lambda: follower.current() is not None, 5)
+            stray_copy(api, STRAY, saved["data"])
+            assert wait_until(lambda: bool(follower.problems()), 5)
+            view = follower.current()
+            assert view is not None and plain(view.assignment) == plain(GROWN)
+            api.delete("ConfigMap", REF.namespace, STRAY)
+            assert wait_until(lambda: follower.problems() == [], 5), "gone: not reported"
+            assert follower.current() is not None
+
+
+def test_the_leader_neither_continues_nor_rewrites_a_stray_copy(api: FakeKubeAPI) -> None:
+    """A restarted leader continues the canonical shards (not the copy), sees no drift
+    when the copy changes, and never writes or deletes it."""
+    stray = STRAY
+    with kube_ledger(api.url) as (ledger, _):
+        ledger.load()
+        ledger.save(ASSIGNMENT)
+        stray_copy(api, stray)
+        ledger.save(GROWN)
+    drifts: list[int] = []
+    with kube_ledger(api.url) as (ledger, watch):
+        ledger.on_drift(lambda: drifts.append(1))
+        assignment, problems = ledger.load()
+        assert plain(assignment) == plain(GROWN)
+        assert len(problems) == 1 and stray in problems[0]
+        seen: list[str] = []
+        watch.on_shard(lambda backend, shard: seen.append(backend))
+        before = len(writes(api))
+        ledger.save(GROWN)
+        assert len(writes(api)) == before, "nothing changed: nothing written"
+        edited = api.get("ConfigMap", REF.namespace, stray)
+        assert edited is not None
+        edited["data"][SLOTS_KEY] = "{not json"  # the copy edited: still not the leader's
+        api.apply(edited)
+        ledger.save(ASSIGNMENT)  # an event the watch delivers after the copy's
+        assert wait_until(lambda: SHOP in seen, 5)
+        assert seen == [SHOP], "the copy is never shown to the leader"
+        assert drifts == [] and not ledger.dirty()
+        assert [p for _, p in writes(api)[before:] if stray in p] == []
+    assert stray in shards(api)
+
+
+def test_a_labelled_object_that_is_no_shard_is_reported_and_ignored(api: FakeKubeAPI) -> None:
+    odd = config_map("peerplane-slots-notes", REF.namespace)
+    odd["metadata"]["labels"] = {LEDGER_LABEL: REF.name}
+    odd["data"] = {"readme": "kept by hand"}
+    api.apply(odd)
+    with kube_ledger(api.url) as (ledger, watch):
+        assignment, problems = ledger.load()
+        assert assignment == {}
+        assert len(problems) == 1 and "peerplane-slots-notes" in problems[0]
+        assert "key backend is missing" in problems[0]
+        api.delete("ConfigMap", REF.namespace, "peerplane-slots-notes")
+        assert wait_until(lambda: watch.problems() == [], 5), "gone: no longer reported"
+
+
+def test_a_stray_copy_is_a_warning_event_on_it(api: FakeKubeAPI) -> None:
+    stray = STRAY
+    with kube_ledger(api.url) as (ledger, _):
+        ledger.load()
+        ledger.save(ASSIGNMENT)
+        stray_copy(api, stray)
+    recorder = EventRecorder(api_client(api.url), host="cp-0")
+    try:
+        with kube_ledger(api.url, on_stray=recorder.ledger_stray) as (_, watch):
+            assert wait_until(lambda: bool(watch.problems()), 5)
+            assert recorder.flush()
+    finally:
+        recorder.close()
+    (event,) = api.list("Event")
+    assert event["reason"] == "SlotLedgerObjectIgnored" and event["type"] == "Warning"
+    assert event["involvedObject"]["kind"] == "ConfigMap"
+    assert event["involvedObject"]["name"] == stray
+    assert shard_name(REF.name, SHOP) in event["message"]

@@ -170,3 +170,52 @@ def test_a_ledger_write_the_api_refuses_is_said_once_and_makes_the_leader_not_re
         assert wait_until(lambda: health(serve.address) == "SERVING", 40)
         assert "127.0.2.9" in shop_slots(serve.address)[1].values()
         serve.wait_for(re.compile(r"slot ledger persisted again"))
+
+
+def test_a_restarted_leader_serves_its_shard_not_a_stale_copy_under_another_name(
+    api: FakeKubeAPI, kubeconfig: Path
+) -> None:
+    """A backup of a shard restored under another name with the ledger label was read as
+    the backend's shard when it came last: a restarted replica continued stale slots and
+    moved clients. Now the copy is ignored, listed in ledger_problems and an Event."""
+    args = [a for a in serve_args(kubeconfig) if a != "--leader-elect"]
+    shard = "peerplane-slots.default.shop.http"
+    with ServeProcess(*args) as first:
+        assert wait_until(lambda: health(first.address) == "SERVING", 10)
+        assert wait_until(lambda: api.get("ConfigMap", NS, shard) is not None, 10)
+        stale = api.get("ConfigMap", NS, shard)
+        assert stale is not None
+        api.apply(endpoint_slice("shop", {"127.0.2.2": True, "127.0.2.9": True}))
+        assert wait_until(lambda: shop_slots(first.address)[1] == {2: "127.0.2.2", 3: "127.0.2.9"})
+        api.apply(endpoint_slice("shop", {"127.0.2.2": True, "127.0.2.9": True, "127.0.2.7": True}))
+        # Built from the stale copy instead, 127.0.2.7 would take never-used slot 3.
+        current = {1: "127.0.2.7", 2: "127.0.2.2", 3: "127.0.2.9"}
+        assert wait_until(lambda: shop_slots(first.address)[1] == current)
+        copy = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": f"{shard}.bak",
+                "namespace": NS,
+                "labels": stale["metadata"]["labels"],
+            },
+            "data": stale["data"],
+        }
+        api.apply(copy)
+        assert first.terminate() == 0
+    with ServeProcess(*args) as second:
+        assert wait_until(lambda: health(second.address) == "SERVING", 10)
+        assert shop_slots(second.address)[1] == current
+        reply = json.loads(
+            grpcurl(second.address, "peerplane.v1.PeerPlane/ListWorkloads", data="{}")
+        )
+        (problem,) = reply["replica"]["ledger_problems"]
+        assert f"{shard}.bak" in problem and "not read" in problem
+        assert wait_until(
+            lambda: any(
+                e["reason"] == "SlotLedgerObjectIgnored"
+                and e["involvedObject"]["name"] == f"{shard}.bak"
+                for e in api.list("Event")
+            ),
+            5,
+        )

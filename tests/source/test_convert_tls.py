@@ -167,6 +167,10 @@ def test_tcp_route_parents_and_backends() -> None:
             {"rules": [{"backendRefs": [{"name": "db", "port": 70000}]}]},
             "backendRefs[0].port 70000 is not in 1-65535",
         ),
+        (
+            {"rules": [{"backendRefs": [{"name": "db", "port": 1, "weight": -5}]}]},
+            "backendRefs[0].weight -5 is not in 0-1000000",
+        ),
         ({"parentRefs": [{}], "rules": []}, "spec.parentRefs[0].name is missing"),
         ({"rules": "all"}, "spec.rules is not a list"),
     ],

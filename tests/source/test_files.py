@@ -237,6 +237,46 @@ def test_compute_reports_hostile_manifests_and_computes_the_rest(tmp_path: Path)
     assert len(json.loads(done.stdout)[0]["backends"]) == 3
 
 
+OUT_OF_RANGE_RULES = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: mixed, namespace: default, creationTimestamp: "2026-01-03T00:00:00Z"}
+spec:
+  parentRefs: [{name: web}]
+  hostnames: [mixed.demo.example.com]
+  rules:
+    - matches: [{path: {type: PathPrefix, value: /good}}]
+      backendRefs: [{name: shop, port: 80}]
+    - matches: [{path: {type: PathPrefix, value: /moved}}]
+      filters:
+        - {type: RequestRedirect, requestRedirect: {port: 99999}}
+    - matches: [{path: {type: PathPrefix, value: /split}}]
+      backendRefs: [{name: shop, port: 80, weight: 90}, {name: catalog, port: 80, weight: -5}]
+"""
+
+
+def test_a_rule_value_out_of_range_refuses_that_rule_and_the_good_rules_serve(
+    tmp_path: Path,
+) -> None:
+    """A redirect port of 99999 or a weight of -5 refused the whole HTTPRoute, its good
+    rules with it. Now that rule alone is refused and reported, as a hostile path is."""
+    folder = tmp_path / "m"
+    shutil.copytree(DEMO, folder)
+    (folder / "mixed.yaml").write_text(OUT_OF_RANGE_RULES)
+    loaded = load_manifests(folder, SETTINGS)
+    assert loaded.errors == []
+    snapshot = compute(loaded.state, {}).workloads[WORKLOAD]
+    (listener,) = [lst for lst in snapshot.http_listeners if lst.port == 18080]
+    mixed = [r for r in listener.rules if r.source.startswith("HTTPRoute default/mixed ")]
+    assert [(r.source, r.path.value) for r in mixed] == [
+        ("HTTPRoute default/mixed rule 0 match 0", "/good")
+    ]
+    assert [f"{w.key}: {w.reason}" for w in snapshot.warnings if w.name == "mixed"] == [
+        "spec.rules[1].filters[0]: port 99999 is not in 1-65535; rule not served",
+        "spec.rules[2].backendRefs[1].weight: weight is not in 0-1000000; rule not served",
+    ]
+
+
 def test_oversized_file_is_refused_unread(tmp_path: Path) -> None:
     from controlplane.source.yamlload import MAX_FILE_BYTES
 
