@@ -44,7 +44,9 @@ from controlplane.routes.termination import SecretLookup
 from peerplane import routes as patterns
 
 ACCEPT_PROXY_KEY = "accept-proxy-protocol"  # the settings ConfigMap's
-DEFAULT_SAID = "these hosts get the settings' default-certificate, or fail the handshake without one"
+DEFAULT_SAID = (
+    "these hosts get the settings' default-certificate, or fail the handshake without one"
+)
 
 
 @dataclass(frozen=True, slots=True)
