@@ -131,6 +131,7 @@ class _Port:
     """What the listeners of one port ask of its TLS and PROXY protocol."""
 
     bound: list[_Bound] = field(default_factory=list)  # in precedence order
+    keys: set[tuple[str, tuple[str, ...], str]] = field(default_factory=set)  # of `bound`
     proxy: dict[bool, list[Asker]] = field(default_factory=dict)  # value -> who asks it
     plain: str = ""  # who serves the port in plain HTTP ("Gateway ns/name listener l")
     tls_only: list[RejectedInput] = field(default_factory=list)  # said when no certificate
@@ -170,13 +171,10 @@ class WorkloadTLS:
         edge = self.port(port)
         for certificate in certificates:
             self.certificates[certificate.name] = certificate
-            bound = _Bound(source, certificate, hostnames)
-            if not any(
-                (b.certificate.name, b.hostnames, b.source.namespace)
-                == (certificate.name, hostnames, source.namespace)
-                for b in edge.bound
-            ):
-                edge.bound.append(bound)
+            key = (certificate.name, hostnames, source.namespace)
+            if key not in edge.keys:  # the same line twice from one namespace: once
+                edge.keys.add(key)
+                edge.bound.append(_Bound(source, certificate, hostnames))
 
     def proxy(self, port: int, accept: bool, who: Asker) -> None:
         """`who` asks `accept` of the PROXY protocol on `port`."""
@@ -193,22 +191,24 @@ class WorkloadTLS:
             return PortTLS()
         refused = sni.refusals((b.source, b.names) for b in edge.bound)
         named: list[CertificateBinding] = []
-        answered: dict[str, list[str]] = {}  # namespace -> the hosts its named lines take
+        answered: dict[str, set[str]] = {}  # namespace -> the hosts its named lines take
         for b in edge.bound:
             if b.hostnames:
                 kept = tuple(n for n in b.hostnames if (b.source, n) not in refused)
                 if kept:
                     named.append(CertificateBinding(b.certificate.name, kept))
-                    answered.setdefault(b.source.namespace, []).extend(kept)
+                    answered.setdefault(b.source.namespace, set()).update(kept)
         catch_all: list[CertificateBinding] = []
         for b in edge.bound:
             if b.hostnames:
                 continue
-            mine = answered.get(b.source.namespace, [])
+            mine = answered.get(b.source.namespace, set())
             kept = tuple(
                 n
                 for n in b.certificate.dns_names
-                if (b.source, n) not in refused and not any(sni.covers(h, n) for h in mine)
+                if (b.source, n) not in refused
+                and n not in mine
+                and sni.covering_wildcard(n) not in mine
             )
             if kept:
                 catch_all.append(CertificateBinding(b.certificate.name, kept))
@@ -273,11 +273,11 @@ class WorkloadTLS:
                 key = (source.namespace, source.name, source.listener)
                 told = self.conflicts.get(key)
                 self.conflicts[key] = f"{told}; {reason}" if told else reason
-            rejection = RejectedInput(
-                source.kind, source.namespace, source.name, source.where, refusal.name, reason
+            rejections.append(
+                RejectedInput(
+                    source.kind, source.namespace, source.name, source.where, refusal.name, reason
+                )
             )
-            if rejection not in rejections:
-                rejections.append(rejection)
 
     def bound(self, listeners: Iterable[HttpListener]) -> tuple[Certificate, ...]:
         """The certificates the listeners bind, sorted by name."""

@@ -71,12 +71,6 @@ def covering_wildcard(name: str) -> str:
     return f"{patterns.WILDCARD_PREFIX}{parent}" if dot and parent else ""
 
 
-def covers(held: str, name: str) -> bool:
-    """Whether a line holding `held` answers the SNI `name` (or the line holding `name`):
-    equal, or the wildcard one label above an exact name."""
-    return held == name or (bool(held) and covering_wildcard(name) == held)
-
-
 def refusals(claims: Iterable[tuple[Source, tuple[str, ...]]]) -> dict[tuple[Source, str], Refusal]:
     """The (source, name) pairs refused among `claims` (each a source and the SNI names it
     would present), deciding oldest first; refused names hold nothing."""
