@@ -30,6 +30,7 @@ from controlplane.compute.values import (
     parse_hosts,
     parse_port,
     parse_positive_int,
+    parse_secret_ref,
     parse_size,
     parse_time_ms,
     parse_workload_refs,
@@ -155,6 +156,13 @@ ACCEPT_PROXY = Setting(
     "PROXY protocol (v1 or v2) from the load balancer in front, which keeps the client's "
     "address.",
 )  # fmt: skip
+DEFAULT_CERTIFICATE = Setting(
+    "default-certificate", _any_mode(parse_secret_ref), "", "ConfigMap",
+    "none (`strict-sni`)",
+    "`namespace/name` of the kubernetes.io/tls Secret every HTTPS port presents to a client "
+    "whose SNI matches no listener's name or who sends none; unset (or unusable, reported): "
+    "no default, such a handshake fails, so no tenant's certificate becomes the default.",
+)  # fmt: skip
 PEER_PORT = Setting(
     "peer-port", _any_mode(parse_port), 10000, "ConfigMap", "`10000`",
     "Port of the `peers localinstance` section on every HAProxy pod.",
@@ -179,6 +187,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     HTTP_PORT,
     HTTPS_PORT,
     ACCEPT_PROXY,
+    DEFAULT_CERTIFICATE,
     PEER_PORT,
 )
 BY_KEY: Mapping[str, Setting[Any]] = {row.key: row for row in SETTINGS}
@@ -238,6 +247,7 @@ class GlobalSettings:
     peer_port: int
     https_port: int = HTTPS_PORT.default  # 0: none (the default collided)
     accept_proxy: bool = ACCEPT_PROXY.default  # on the ports not from Gateways
+    default_certificate: str = ""  # "namespace/name" of its Secret; "": none (strict SNI)
 
 
 class Resolver:
@@ -353,5 +363,14 @@ class Resolver:
             https = 0  # none: an Ingress's spec.tls is reported, not served
         accept_proxy = self._configmap_value(ACCEPT_PROXY, "http", rejections)
         return GlobalSettings(
-            http_port=http, peer_port=peer, https_port=https, accept_proxy=accept_proxy
+            http_port=http,
+            peer_port=peer,
+            https_port=https,
+            accept_proxy=accept_proxy,
+            default_certificate=self.default_certificate(rejections),
         )
+
+    def default_certificate(self, rejections: list[RejectedInput]) -> str:
+        """The "namespace/name" of the Secret every HTTPS port presents when no SNI
+        matches; "" : none (the operator chose none, or wrote no namespace/name)."""
+        return self._configmap_value(DEFAULT_CERTIFICATE, "http", rejections)

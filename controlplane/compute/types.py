@@ -228,13 +228,15 @@ class Certificate:
 class HttpListener:
     """One HTTP port of the route model: its rules in precedence order (the first that
     matches serves) and the backend of what none matches ("" : 404). With `tls` the port
-    terminates TLS, the first binding's certificate being the default."""
+    terminates TLS, the first binding's certificate being the default unless `strict_sni`
+    (no default: a client whose SNI matches no binding fails the handshake)."""
 
     port: int
     rules: tuple[RouteRule, ...]
     default_backend: str = ""
     tls: tuple[CertificateBinding, ...] = ()
     accept_proxy: bool = False
+    strict_sni: bool = False
 
 
 @dataclass(frozen=True, slots=True)

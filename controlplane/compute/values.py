@@ -190,6 +190,15 @@ def parse_workload_refs(text: str) -> frozenset[str]:
     return frozenset(refs)
 
 
+def parse_secret_ref(text: str) -> str:
+    """One "namespace/name" of a Secret, as written (spaces around it dropped)."""
+    item = text.strip()
+    namespace, sep, name = item.partition("/")
+    if not sep or not is_dns_label(namespace) or not is_dns_subdomain(name):
+        raise Invalid(f"{item!r} is not namespace/name of a Secret")
+    return item
+
+
 _PORT_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$")
 
 

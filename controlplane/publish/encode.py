@@ -167,21 +167,25 @@ def _listener_tail(listener: HttpListener) -> bytes:
     port, then the rules' framed bytes, then these."""
     tail = pb.HttpListener(
         default_backend=listener.default_backend,
-        tls=tls_termination(listener.tls),
+        tls=tls_termination(listener.tls, listener.strict_sni),
         accept_proxy=listener.accept_proxy,
     )
     return tail.SerializeToString(deterministic=True)
 
 
-def tls_termination(bindings: tuple[CertificateBinding, ...]) -> pb.TlsTermination | None:
-    """A listener's crt-list (the first binding the default certificate); None: plain HTTP."""
+def tls_termination(
+    bindings: tuple[CertificateBinding, ...], strict_sni: bool = False
+) -> pb.TlsTermination | None:
+    """A listener's crt-list (the first binding the default certificate unless
+    `strict_sni`); None: plain HTTP."""
     if not bindings:
         return None
     return pb.TlsTermination(
         certificates=[
             pb.CertificateBinding(certificate=b.certificate, hostnames=b.hostnames)
             for b in bindings
-        ]
+        ],
+        strict_sni=strict_sni,
     )
 
 

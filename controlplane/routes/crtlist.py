@@ -3,10 +3,18 @@
 The served HTTPS listeners of a workload's Gateways bind their certificates to their
 hostname (none: the certificates' own names), and an Ingress's `spec.tls` entries bind
 their Secret (the Ingress's namespace) to their hosts on the settings' https port; a bad
-entry is reported on the Ingress and its hosts get the port's default certificate. Every
-listener of a port shares one crt-list: bindings for named hosts before catch-all ones,
-the port's default certificate (the first certificate of the first catch-all listener,
-else of the first listener) as the first binding (HAProxy's default certificate).
+entry is reported on the Ingress. Every listener of a port shares one crt-list, each
+line naming its SNI names explicitly: named hosts before catch-all ones, a catch-all
+certificate's own names but those a named binding of its namespace answers.
+
+One namespace per SNI name (`sni`): a binding of another namespace than the name's
+oldest binder is refused that name, reported on its object (an Ingress: a warning and
+an Event; a Gateway listener: an Event and `Conflicted` / `HostnameConflict`).
+
+The default certificate (no SNI, or one no line holds) is the operator's: the settings'
+`default-certificate`, first line, with "!name" filters only, so it serves no name by
+SNI and never takes one from a listener. Without it, no default: `strict_sni`, and such
+a handshake fails. No tenant's certificate becomes the default by sorting first.
 
 The PROXY protocol: a Gateway's `peerplane.dev/accept-proxy-protocol` annotation for its
 listeners' ports, the settings' `accept-proxy-protocol` for the Ingress ports. A port
@@ -19,6 +27,7 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from controlplane.compute.settings import DEFAULT_CERTIFICATE, Resolver
 from controlplane.compute.types import (
     Certificate,
     CertificateBinding,
@@ -27,13 +36,17 @@ from controlplane.compute.types import (
 )
 from controlplane.compute.values import shown
 from controlplane.model import ClusterState, ConfigMap, Ingress
-from controlplane.routes import protocols
+from controlplane.routes import protocols, sni
 from controlplane.routes.certificates import CertificateCache
 from controlplane.routes.placement import ACCEPT_PROXY_ANNOTATION, Placement, accept_proxy
+from controlplane.routes.sni import Source
 from controlplane.routes.termination import SecretLookup
 from peerplane import routes as patterns
 
 ACCEPT_PROXY_KEY = "accept-proxy-protocol"  # the settings ConfigMap's
+DEFAULT_SAID = (
+    "these hosts get the settings' default-certificate, or fail the handshake without one"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +70,34 @@ class Edge:
             "ConfigMap", cm.namespace if cm else "", cm.name if cm else "", ACCEPT_PROXY_KEY
         )
 
+    def default_certificate(self) -> DefaultCertificate:
+        """The settings' `default-certificate`, looked up (so a change to its Secret makes
+        the table again); a malformed value is reported with the other settings."""
+        ref = Resolver(self.settings).default_certificate([])
+        if not ref or self.settings is None:
+            return DefaultCertificate()
+        namespace, _, name = ref.partition("/")
+        found = self.secrets.certificate(namespace, name)
+        if isinstance(found, str):
+            cm = self.settings
+            reason = (
+                f"{found}: no default certificate, a client whose SNI no listener names "
+                "(or who sends none) fails the handshake"
+            )
+            key = DEFAULT_CERTIFICATE.key
+            rejection = RejectedInput("ConfigMap", cm.namespace, cm.name, key, shown(ref), reason)
+            return DefaultCertificate(problem=rejection)
+        return DefaultCertificate(found)
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultCertificate:
+    """The operator's default certificate of every HTTPS port (None: none, `strict_sni`),
+    or why the one named cannot be."""
+
+    certificate: Certificate | None = None
+    problem: RejectedInput | None = None
+
 
 @dataclass(frozen=True, slots=True)
 class Asker:
@@ -71,17 +112,38 @@ class Asker:
         return RejectedInput(self.kind, self.namespace, self.name, self.key, "true", reason)
 
 
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    """One source's certificate for SNI names: its hostnames, else (a catch-all) the
+    certificate's own names."""
+
+    source: Source
+    certificate: Certificate
+    hostnames: tuple[str, ...]  # () : a catch-all
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.hostnames or self.certificate.dns_names
+
+
 @dataclass(slots=True)
 class _Port:
     """What the listeners of one port ask of its TLS and PROXY protocol."""
 
-    named: list[CertificateBinding] = field(default_factory=list)  # with hostnames
-    catch_all: list[CertificateBinding] = field(default_factory=list)
-    default: str = ""  # the first certificate of the first catch-all source
-    first: str = ""  # the first certificate of the first source
+    bound: list[_Bound] = field(default_factory=list)  # in precedence order
+    keys: set[tuple[str, tuple[str, ...], str]] = field(default_factory=set)  # of `bound`
     proxy: dict[bool, list[Asker]] = field(default_factory=dict)  # value -> who asks it
     plain: str = ""  # who serves the port in plain HTTP ("Gateway ns/name listener l")
     tls_only: list[RejectedInput] = field(default_factory=list)  # said when no certificate
+
+
+@dataclass(frozen=True, slots=True)
+class PortTLS:
+    """A port's crt-list, whether it has no default, and the names refused to sources."""
+
+    bindings: tuple[CertificateBinding, ...] = ()
+    strict_sni: bool = False
+    refused: tuple[sni.Refusal, ...] = ()
 
 
 @dataclass(slots=True)
@@ -91,26 +153,28 @@ class WorkloadTLS:
 
     ports: dict[int, _Port] = field(default_factory=dict)
     certificates: dict[str, Certificate] = field(default_factory=dict)
+    # Gateway listener (namespace, name, listener) -> why some of its names are refused.
+    conflicts: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
     def port(self, port: int) -> _Port:
         return self.ports.setdefault(port, _Port())
 
     def bind(
-        self, port: int, certificates: Iterable[Certificate], hostnames: tuple[str, ...]
+        self,
+        port: int,
+        certificates: Iterable[Certificate],
+        hostnames: tuple[str, ...],
+        source: Source,
     ) -> None:
         """The certificates of one source (a listener, an Ingress tls entry) for its
         hostnames (() : any host, the certificates' own names)."""
         edge = self.port(port)
         for certificate in certificates:
             self.certificates[certificate.name] = certificate
-            if not edge.first:
-                edge.first = certificate.name
-            if not hostnames and not edge.default:
-                edge.default = certificate.name
-            binding = CertificateBinding(certificate.name, hostnames)
-            target = edge.named if hostnames else edge.catch_all
-            if binding not in target:
-                target.append(binding)
+            key = (certificate.name, hostnames, source.namespace)
+            if key not in edge.keys:  # the same line twice from one namespace: once
+                edge.keys.add(key)
+                edge.bound.append(_Bound(source, certificate, hostnames))
 
     def proxy(self, port: int, accept: bool, who: Asker) -> None:
         """`who` asks `accept` of the PROXY protocol on `port`."""
@@ -118,38 +182,56 @@ class WorkloadTLS:
         if who not in asking:
             asking.append(who)
 
-    def bindings(self, port: int) -> tuple[CertificateBinding, ...]:
-        """The crt-list of `port`: the default certificate first, then named hosts, then
-        catch-all ones."""
+    def tls(self, port: int, default: Certificate | None = None) -> PortTLS:
+        """The crt-list of `port`: the operator's default certificate first (serving no
+        name by SNI), then named hosts, then catch-all ones, each line with the names it
+        is not refused; `strict_sni` without a default certificate."""
         edge = self.ports.get(port)
-        if edge is None or not edge.first:
-            return ()
-        ordered = [*edge.named, *edge.catch_all]
-        if edge.default:  # the first catch-all binding: the certificate's own names
-            head = CertificateBinding(edge.default, ())
-        else:
-            head = next(b for b in ordered if b.certificate == edge.first)
-        lines = (head, *(b for b in ordered if b != head))
-        named = [host for b in edge.named for host in b.hostnames]
-        return tuple(self._excluding(b, named) for b in lines) if named else lines
-
-    def _excluding(self, binding: CertificateBinding, named: list[str]) -> CertificateBinding:
-        """A catch-all binding with "!name" for each of its certificate's own names that a
-        named binding answers: HAProxy gives a name to the first line holding it, and the
-        default certificate's line comes first, so without this a listener's certificate
-        for its own hostname could lose to the default one that also names it."""
-        if binding.hostnames:
-            return binding
-        own = self.certificates[binding.certificate].dns_names
-        taken = tuple(f"!{n}" for n in own if any(patterns.host_matches(h, n) for h in named))
-        return CertificateBinding(binding.certificate, taken) if taken else binding
+        if edge is None or not edge.bound:
+            return PortTLS()
+        refused = sni.refusals((b.source, b.names) for b in edge.bound)
+        named: list[CertificateBinding] = []
+        answered: dict[str, set[str]] = {}  # namespace -> the hosts its named lines take
+        for b in edge.bound:
+            if b.hostnames:
+                kept = tuple(n for n in b.hostnames if (b.source, n) not in refused)
+                if kept:
+                    named.append(CertificateBinding(b.certificate.name, kept))
+                    answered.setdefault(b.source.namespace, set()).update(kept)
+        catch_all: list[CertificateBinding] = []
+        for b in edge.bound:
+            if b.hostnames:
+                continue
+            mine = answered.get(b.source.namespace, set())
+            kept = tuple(
+                n
+                for n in b.certificate.dns_names
+                if (b.source, n) not in refused
+                and n not in mine
+                and sni.covering_wildcard(n) not in mine
+            )
+            if kept:
+                catch_all.append(CertificateBinding(b.certificate.name, kept))
+        lines = list(dict.fromkeys([*named, *catch_all]))
+        if not lines:
+            return PortTLS(refused=tuple(refused.values()))
+        if default is not None:
+            self.certificates[default.name] = default
+            head = tuple(f"!{n}" for n in default.dns_names)
+            lines.insert(0, CertificateBinding(default.name, head))
+        return PortTLS(tuple(lines), default is None, tuple(refused.values()))
 
     def apply(
-        self, listeners: tuple[HttpListener, ...], rejections: list[RejectedInput]
+        self,
+        listeners: tuple[HttpListener, ...],
+        rejections: list[RejectedInput],
+        default: DefaultCertificate | None = None,
     ) -> tuple[HttpListener, ...]:
         """`listeners` with their ports' TLS bindings and PROXY protocol. A port asked
         both with and without the PROXY protocol takes none, reported; a port served in
-        HTTPS for Ingresses alone without any certificate is not served, reported."""
+        HTTPS for Ingresses alone without any certificate is not served, reported; a name
+        refused to a source is reported on its object."""
+        default = default or DefaultCertificate()
         done: list[HttpListener] = []
         for listener in listeners:
             edge = self.ports.get(listener.port)
@@ -165,14 +247,37 @@ class WorkloadTLS:
                     "protocol: not taken"
                 )
                 rejections.extend(who.rejection(reason) for who in asking)
-            tls = self.bindings(listener.port)
-            if not tls and edge.tls_only:
+            found = self.tls(listener.port, default.certificate)
+            self._report(listener.port, found.refused, rejections)
+            if not found.bindings and edge.tls_only:
                 rejections.extend(edge.tls_only)
                 continue
-            if tls or accept:
-                listener = dataclasses.replace(listener, tls=tls, accept_proxy=accept)
+            if found.bindings and default.problem is not None:
+                rejections.append(default.problem)
+            if found.bindings or accept:
+                listener = dataclasses.replace(
+                    listener, tls=found.bindings, accept_proxy=accept, strict_sni=found.strict_sni
+                )
             done.append(listener)
         return tuple(done)
+
+    def _report(
+        self, port: int, refused: Iterable[sni.Refusal], rejections: list[RejectedInput]
+    ) -> None:
+        """Each refused name on its source's object; a Gateway listener's in `conflicts`
+        too (its status)."""
+        for refusal in refused:
+            source = refusal.source
+            reason = refusal.reason(port)
+            if source.listener:
+                key = (source.namespace, source.name, source.listener)
+                told = self.conflicts.get(key)
+                self.conflicts[key] = f"{told}; {reason}" if told else reason
+            rejections.append(
+                RejectedInput(
+                    source.kind, source.namespace, source.name, source.where, refusal.name, reason
+                )
+            )
 
     def bound(self, listeners: Iterable[HttpListener]) -> tuple[Certificate, ...]:
         """The certificates the listeners bind, sorted by name."""
@@ -196,7 +301,7 @@ def bind_gateways(
         gateway = gateway_place.gateway
         asker = Asker("Gateway", gateway.namespace, gateway.name, ACCEPT_PROXY_ANNOTATION)
         proxy = accept_proxy(gateway)
-        for lp in gateway_place.listeners:
+        for index, lp in enumerate(gateway_place.listeners):
             listener = lp.listener
             for field_name in listener.tls_ignored if lp.accepted.ok else ():
                 where = f"spec.listeners[{listener.name}].tls.{field_name}"
@@ -214,7 +319,16 @@ def bind_gateways(
             tls.proxy(listener.port, proxy, asker)
             if listener.protocol == "HTTPS":
                 hostnames = (listener.hostname,) if listener.hostname else ()
-                tls.bind(listener.port, lp.certificates, hostnames)
+                at = "hostname" if listener.hostname else "tls.certificateRefs"
+                source = Source(
+                    "Gateway",
+                    *key,
+                    f"spec.listeners[{listener.name}].{at}",
+                    gateway.creation_timestamp,
+                    index,
+                    listener.name,
+                )
+                tls.bind(listener.port, lp.certificates, hostnames, source)
             elif not tls.port(listener.port).plain:
                 where = f"Gateway {gateway.namespace}/{gateway.name} listener {listener.name}"
                 tls.port(listener.port).plain = where
@@ -257,7 +371,7 @@ def ingress_tls(
     ingress: Ingress, lookup: SecretLookup, port: int, tls: WorkloadTLS
 ) -> list[RejectedInput]:
     """Bind each `spec.tls` entry's certificate to its hosts on `port`; what cannot be
-    bound is reported (its hosts get the port's default certificate)."""
+    bound is reported (its hosts get the operator's default certificate, if any)."""
     rejections: list[RejectedInput] = []
 
     def reject(key: str, value: str, reason: str) -> None:
@@ -278,13 +392,22 @@ def ingress_tls(
         if entry.hosts and not hosts:
             continue
         if not entry.secret_name:
-            reason = "no secretName: these hosts get the default certificate"
+            reason = f"no secretName: {DEFAULT_SAID}"
             reject(f"{where}.secretName", "", reason)
             continue
         certificate = lookup.certificate(ingress.namespace, entry.secret_name)
         if isinstance(certificate, str):
-            reason = f"{certificate}: these hosts get the default certificate"
+            reason = f"{certificate}: {DEFAULT_SAID}"
             reject(f"{where}.secretName", entry.secret_name, reason)
             continue
-        tls.bind(port, (certificate,), tuple(hosts))
+        at = "hosts" if hosts else "secretName"
+        source = Source(
+            "Ingress",
+            ingress.namespace,
+            ingress.name,
+            f"{where}.{at}",
+            ingress.creation_timestamp,
+            index,
+        )
+        tls.bind(port, (certificate,), tuple(hosts), source)
     return rejections

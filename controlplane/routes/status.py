@@ -65,8 +65,10 @@ def _parent_ref(ref: ParentRef) -> dict[str, Any]:
 
 
 def _listener(
-    lp: ListenerPlace, gateway_ok: bool, attached: int, generation: int
+    lp: ListenerPlace, gateway_ok: bool, attached: int, generation: int, tls_conflict: str = ""
 ) -> dict[str, Any]:
+    """A listener's status; `tls_conflict`: why some SNI names of its certificates are
+    refused (Conflicted, HostnameConflict; it is still programmed with the others)."""
     accepted = lp.accepted
     programmed = Verdict(True, names.PROGRAMMED, "listener programmed")
     if not accepted.ok:
@@ -78,11 +80,12 @@ def _listener(
     elif not gateway_ok:
         programmed = Verdict(False, names.INVALID, "Gateway not accepted")
     supported = [{"group": g, "kind": k} for g, k in protocols.route_kinds(lp.listener)]
-    conflicted = (
-        Verdict(True, names.PROTOCOL_CONFLICT, lp.conflict)
-        if lp.conflict
-        else Verdict(False, "NoConflicts", "no conflict")
-    )
+    if lp.conflict:
+        conflicted = Verdict(True, names.PROTOCOL_CONFLICT, lp.conflict)
+    elif tls_conflict:
+        conflicted = Verdict(True, names.HOSTNAME_CONFLICT, tls_conflict)
+    else:
+        conflicted = Verdict(False, "NoConflicts", "no conflict")
     return {
         "name": lp.listener.name,
         "supportedKinds": supported,
@@ -97,7 +100,10 @@ def _listener(
 
 
 def _gateway(
-    place: GatewayPlace, attached: Mapping[str, int], addresses: Mapping[str, Sequence[str]]
+    place: GatewayPlace,
+    attached: Mapping[str, int],
+    addresses: Mapping[str, Sequence[str]],
+    tls_conflicts: Mapping[tuple[str, str, str], str],
 ) -> dict[str, Any]:
     gateway = place.gateway
     generation = gateway.generation
@@ -118,7 +124,13 @@ def _gateway(
             condition(names.PROGRAMMED, programmed, generation),
         ],
         "listeners": [
-            _listener(lp, ok, attached.get(lp.listener.name, 0), generation)
+            _listener(
+                lp,
+                ok,
+                attached.get(lp.listener.name, 0),
+                generation,
+                tls_conflicts.get((gateway.namespace, gateway.name, lp.listener.name), ""),
+            )
             for lp in place.listeners
         ],
     }
@@ -235,7 +247,7 @@ def route_statuses(
     memo.finish()
     for key, place in placement.gateways.items():
         out[StatusKey(GATEWAY_GROUP, "Gateway", *key)] = _gateway(
-            place, attached.get(key, {}), addresses
+            place, attached.get(key, {}), addresses, table.tls_conflicts
         )
     for key, found in table.ingresses.items():
         ips = addresses.get(found.workload, ()) if found.workload else ()

@@ -63,6 +63,9 @@ class RouteTable:
     workloads: Mapping[str, WorkloadRoutes]  # by workload "namespace/name"
     demand: Mapping[ServiceKey, frozenset[str]]  # routed Service -> workloads serving it
     rejections: tuple[RejectedInput, ...]  # all, workload or not
+    # Gateway listener (namespace, name, listener) -> why SNI names of its certificates
+    # are refused (another namespace's older binding serves them): its Conflicted status.
+    tls_conflicts: Mapping[tuple[str, str, str], str] = field(default_factory=dict)
     # TLSRoutes and TCPRoutes: their outcomes, each workload's passthrough listeners and
     # TCP frontends, and the backends to plan in mode tcp (`l4.tcp_names`).
     l4: L4Table = EMPTY_L4
@@ -224,6 +227,8 @@ def _table(
             mine.rejections.append(rejection)
             rejections.append(rejection)
     tables: dict[str, WorkloadRoutes] = {}
+    default_certificate = edge.default_certificate()
+    tls_conflicts: dict[tuple[str, str, str], str] = {}
     for workload in sorted(per):
         mine = per[workload]
         if mine.https and http_port in mine.default_owner:
@@ -233,8 +238,9 @@ def _table(
         certificates: tuple[Certificate, ...] = ()
         crt_lists = tls_of.get(workload)
         if crt_lists is not None:
-            built = crt_lists.apply(built, conflicts)
+            built = crt_lists.apply(built, conflicts, default_certificate)
             certificates = crt_lists.bound(built)
+            tls_conflicts.update(crt_lists.conflicts)
         rejections.extend(conflicts)
         tables[workload] = WorkloadRoutes(built, (*mine.rejections, *conflicts), certificates)
     http = {workload: found.listeners for workload, found in tables.items()}
@@ -249,6 +255,7 @@ def _table(
         workloads=tables,
         demand={service: frozenset(found) for service, found in demand.items()},
         rejections=tuple(rejections),
+        tls_conflicts=tls_conflicts,
         l4=l4_routes,
     )
 

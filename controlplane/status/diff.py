@@ -201,7 +201,8 @@ def _bindings(listener: pb.HttpListener | None) -> str:
     for binding in listener.tls.certificates:
         names = " ".join(escape(n) for n in binding.hostnames) or "its own names"
         shown.append(f"{escape(binding.certificate)} ({names})")
-    return "tls " + ", ".join(shown)
+    strict = "strict-sni, " if listener.tls.strict_sni else ""
+    return f"tls {strict}" + ", ".join(shown)
 
 
 def _listener_tls(old: pb.Snapshot, new: pb.Snapshot) -> list[str]:

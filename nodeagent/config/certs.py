@@ -3,7 +3,9 @@ runtime API commands that move HAProxy from one set of certificates to the next.
 
 Pure. Each HTTPS listener port P reads `<certs dir>/fe_P.crtlist`, one line per binding in
 the snapshot's order (the first is the default certificate: the one a client gets whose
-SNI matches no line, or who sends none), each line `<certs dir>/<name>.pem [sni...]`.
+SNI matches no line, or who sends none), each line `<certs dir>/<name>.pem [sni...]`. A
+listener with `strict_sni` has no default: its bind line says `strict-sni`, and a client
+whose SNI matches no line fails the handshake (2.6, 3.0 and 3.2 alike).
 A renewed certificate, a binding added or removed, are runtime API commands (`set ssl
 cert` + `commit ssl cert`, `new ssl cert`, `add ssl crt-list`, `del ssl crt-list`, `del
 ssl cert`, the same on 2.6, 3.0 and 3.2); a changed default certificate reloads, as a new
@@ -90,11 +92,22 @@ def crt_lists(listeners: Sequence[pb.HttpListener]) -> dict[int, tuple[CrtLine, 
     return out
 
 
-def bind_tls(certs_dir: str, port: int, lists: CrtLists) -> str:
-    """The bind line's TLS options of a listener port ("" for plain HTTP)."""
+def strict_sni_ports(listeners: Sequence[pb.HttpListener]) -> frozenset[int]:
+    """The HTTPS listener ports without a default certificate."""
+    return frozenset(
+        listener.port
+        for listener in listeners
+        if listener.HasField("tls") and listener.tls.strict_sni
+    )
+
+
+def bind_tls(certs_dir: str, port: int, lists: CrtLists, strict_sni: bool = False) -> str:
+    """The bind line's TLS options of a listener port ("" for plain HTTP); `strict_sni`:
+    no default certificate."""
     if port not in lists:
         return ""
-    return f" ssl crt-list {crtlist_path(check_certs_dir(certs_dir), port)} alpn {ALPN}"
+    path = crtlist_path(check_certs_dir(certs_dir), port)
+    return f" ssl crt-list {path} alpn {ALPN}" + (" strict-sni" if strict_sni else "")
 
 
 def check_bound(lists: CrtLists, certificates: Mapping[str, pb.Certificate]) -> None:

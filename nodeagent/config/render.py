@@ -199,10 +199,12 @@ def _frontends(held: Held, opts: RenderOptions) -> Frontends:
     ports = {listener.port for listener in listeners}
     merged = http if http is not None and http.port in ports else None
     crt_lists = certs.crt_lists(listeners)
+    strict = certs.strict_sni_ports(listeners)
 
     def bind(port: int) -> str:
         """A listener's bind line after `bind`: address, port, then its options."""
-        return _bind(opts, port) + certs.bind_tls(opts.certs_dir, port, crt_lists)
+        tls = certs.bind_tls(opts.certs_dir, port, crt_lists, port in strict)
+        return _bind(opts, port) + tls
 
     proxied = {listener.port for listener in listeners if listener.accept_proxy}
 

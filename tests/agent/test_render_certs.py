@@ -35,12 +35,14 @@ def _held(
     leaves: dict[str, Leaf] | None = None,
     port: int = 8443,
     extra: list[pb.HttpListener] | None = None,
+    strict_sni: bool = False,
 ) -> Held:
     snap = snapshot([], [backend("ns_a_80", [("10.0.0.1", 80)])])
     for name, leaf in sorted((leaves or LEAVES).items()):
         snap.certificates.append(certificate(f"ns_{name}", leaf))
     listener = https_listener(port, [(f"ns_{n}", hosts) for n, hosts in bindings])
     listener.default_backend = "ns_a_80"
+    listener.tls.strict_sni = strict_sni
     snap.http_listeners.extend([listener, *(extra or [])])
     return Held.from_snapshot(snap)
 
@@ -57,6 +59,18 @@ def test_an_https_listener_binds_its_crt_list_in_binding_order() -> None:
         f"{DIR}/ns_w.pem *.w.example.com",
         f"{DIR}/ns_b.pem",  # no filter: the certificate's own names
     ]
+
+
+def test_a_listener_without_default_certificate_binds_strict_sni_and_turning_it_reloads() -> None:
+    """`strict_sni`: no default certificate, a handshake no line matches fails; the bind
+    line says so, and a change of it is a change of the frontends' text (a reload)."""
+    bindings = [("a", ["a.example.com"]), ("b", ["b.example.com"])]
+    default, strict = _held(bindings), _held(bindings, strict_sni=True)
+    line = f"  bind 0.0.0.0:8443 ssl crt-list {DIR}/fe_8443.crtlist alpn h2,http/1.1"
+    assert f"{line} strict-sni" in render_held(strict, OPTS).text().splitlines()
+    assert line in render_held(default, OPTS).text().splitlines()
+    kind, _, reason = _decide(default, strict)
+    assert kind is Kind.RELOAD and "8443" in reason, reason
 
 
 @pytest.mark.parametrize(

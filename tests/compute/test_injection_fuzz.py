@@ -75,6 +75,7 @@ VALID = {
     "https-port": ("9443", "443"),
     "accept-proxy-protocol": ("true", "false"),
     "peer-port": ("10001", "10000"),
+    "default-certificate": ("haproxy-system/default-tls", "default/missing"),
 }
 ALL_VALID = tuple(v for values in VALID.values() for v in values)
 

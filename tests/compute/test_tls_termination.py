@@ -136,7 +136,8 @@ def test_https_listener_serves_its_routes_with_its_certificate() -> None:
     (https,) = got.http_listeners
     assert https.port == 8443
     assert [r.source for r in https.rules] == ["HTTPRoute default/r rule 0 match 0"]
-    assert https.tls == (CertificateBinding("default_shop-tls", ()),)
+    assert https.tls == (CertificateBinding("default_shop-tls", ("shop.example.com",)),)
+    assert https.strict_sni  # no default-certificate in the settings: no default
     assert not https.accept_proxy
     (certificate,) = got.certificates
     assert (certificate.name, certificate.secret, certificate.dns_names) == (
@@ -155,7 +156,9 @@ def test_tls_options_and_frontend_validation_are_reported_and_the_listener_serve
     https["tls"]["options"] = {"example.com/cipher-suites": "TLS_AES_256_GCM_SHA384"}
     https["tls"]["frontendValidation"] = {"caCertificateRefs": [{"name": "ca"}]}
     got = snapshot_of(cluster(gateway(https), SERVED, secrets=(secret("shop-tls"),)))
-    assert got.http_listeners[0].tls == (CertificateBinding("default_shop-tls", ()),)
+    assert got.http_listeners[0].tls == (
+        CertificateBinding("default_shop-tls", ("shop.example.com",)),
+    )
     keys = sorted(w.key for w in got.warnings if w.object == "Gateway default/web")
     assert keys == [
         "spec.listeners[https].tls.frontendValidation",
@@ -307,7 +310,7 @@ def test_a_bad_certificate_ref_is_reported_and_the_listener_served_with_the_othe
     )
     got = snapshot_of(cluster_state)
     (https,) = got.http_listeners
-    assert https.tls == (CertificateBinding("default_shop-tls", ()),)
+    assert https.tls == (CertificateBinding("default_shop-tls", ("shop.example.com",)),)
     assert [c.name for c in got.certificates] == ["default_shop-tls"]
     assert [r.source for r in https.rules] == ["HTTPRoute default/r rule 0 match 0"]
     (warning,) = got.warnings
@@ -351,7 +354,7 @@ def test_a_cross_namespace_secret_with_a_reference_grant_is_served() -> None:
             secrets=(secret("bad", namespace="certs"),),
         )
     )
-    assert got.http_listeners[0].tls == (CertificateBinding("certs_bad", ()),)
+    assert got.http_listeners[0].tls == (CertificateBinding("certs_bad", ("shop.example.com",)),)
     assert [c.secret for c in got.certificates] == ["certs/bad"]
     assert got.warnings == ()
 
@@ -379,7 +382,9 @@ def test_an_https_listener_without_certificate_refs_is_not_served() -> None:
 # ---------------------------------------------------------------- crt-lists
 
 
-def test_bindings_named_hosts_before_catch_all_and_the_first_catch_all_is_the_default() -> None:
+def test_bindings_named_hosts_before_catch_all_each_line_naming_its_names() -> None:
+    """A catch-all line names its certificate's own names: with no SNI filter HAProxy
+    would take the subject's CN too, which no ownership check has seen."""
     got = snapshot_of(
         cluster(
             gateway(
@@ -393,17 +398,19 @@ def test_bindings_named_hosts_before_catch_all_and_the_first_catch_all_is_the_de
     )
     (https,) = got.http_listeners
     assert https.tls == (
-        CertificateBinding("default_wild", ()),  # the default: first of the first catch-all
         CertificateBinding("default_shop", ("shop.example.com",)),
         CertificateBinding("default_other", ("*.b.example.com",)),
-        CertificateBinding("default_other", ()),
+        CertificateBinding("default_wild", ("*.example.com", "example.com")),
+        CertificateBinding("default_other", ("other.example.com",)),
     )
+    assert https.strict_sni
     assert [c.name for c in got.certificates] == ["default_other", "default_shop", "default_wild"]
 
 
 def test_a_catch_all_certificate_leaves_names_bound_by_a_listener_to_that_listener() -> None:
-    """HAProxy gives a name to the first crt-list line holding it, and the default
-    certificate comes first: its own names that a hostname listener binds are excluded."""
+    """HAProxy gives a name to the first crt-list line holding it: a catch-all
+    certificate's line leaves out its own names that a hostname listener of its namespace
+    binds (a line with "!name" filters alone would serve no name at all)."""
     wide = CA.issue("www.example.com", "shop.example.com")
     got = snapshot_of(
         cluster(
@@ -416,12 +423,13 @@ def test_a_catch_all_certificate_leaves_names_bound_by_a_listener_to_that_listen
         )
     )
     assert got.http_listeners[0].tls == (
-        CertificateBinding("default_wide", ("!shop.example.com",)),
         CertificateBinding("default_shop", ("shop.example.com",)),
+        CertificateBinding("default_wide", ("www.example.com",)),
     )
 
 
-def test_without_a_catch_all_listener_the_first_listener_gives_the_default() -> None:
+def test_without_a_default_certificate_setting_no_listener_gives_the_default() -> None:
+    """Neither the first listener nor a catch-all one: no SNI match, no certificate."""
     got = snapshot_of(
         cluster(
             gateway(
@@ -436,6 +444,7 @@ def test_without_a_catch_all_listener_the_first_listener_gives_the_default() -> 
         CertificateBinding("default_other", ("other.example.com",)),
         CertificateBinding("default_shop", ("shop.example.com",)),
     )
+    assert got.http_listeners[0].strict_sni
 
 
 def test_two_gateways_on_one_port_share_one_crt_list() -> None:
@@ -448,8 +457,8 @@ def test_two_gateways_on_one_port_share_one_crt_list() -> None:
         )
     )
     assert got.http_listeners[0].tls == (
-        CertificateBinding("default_wild", ()),
         CertificateBinding("default_shop", ("shop.example.com",)),
+        CertificateBinding("default_wild", ("*.example.com", "example.com")),
     )
 
 
@@ -511,7 +520,7 @@ def test_ingress_without_tls_is_served_on_http_only() -> None:
     assert [lst.port for lst in got.http_listeners] == [80]
 
 
-def test_a_bad_ingress_secret_is_reported_and_its_hosts_get_the_default_certificate() -> None:
+def test_a_bad_ingress_secret_is_reported_and_the_others_are_served() -> None:
     bad = secret("bad", SHOP.with_foreign_key())
     cluster_state = cluster(
         tls_ingress("shop", [{"hosts": ["shop.example.com"], "secretName": "bad"}]),
@@ -527,7 +536,7 @@ def test_a_bad_ingress_secret_is_reported_and_its_hosts_get_the_default_certific
     got = result.workloads[WORKLOAD]
     https = got.http_listeners[1]
     assert https.port == 443
-    assert https.tls == (CertificateBinding("default_wild-tls", ()),)
+    assert https.tls == (CertificateBinding("default_wild-tls", ("*.example.com", "example.com")),)
     assert {r.hostnames for r in https.rules} == {("shop.example.com",), ("www.example.com",)}
     (warning,) = got.warnings
     assert warning == RejectedInput(
@@ -537,7 +546,7 @@ def test_a_bad_ingress_secret_is_reported_and_its_hosts_get_the_default_certific
         "spec.tls[0].secretName",
         "bad",
         "tls.key is not the key of the first certificate of tls.crt: these hosts get the "
-        "default certificate",
+        "settings' default-certificate, or fail the handshake without one",
     )
     assert warning in result.rejections
     assert_no_secret_text(texts_of(got, {}), bad)
@@ -549,7 +558,8 @@ def test_an_ingress_whose_https_port_has_no_certificate_is_not_served_in_https()
     )
     assert [lst.port for lst in got.http_listeners] == [80]
     assert [w.reason for w in got.warnings] == [
-        "Secret not found: these hosts get the default certificate",
+        "Secret not found: these hosts get the settings' default-certificate, or fail the "
+        "handshake without one",
         "no certificate for the https-port 443: not served in HTTPS",
     ]
 
@@ -718,7 +728,9 @@ def test_the_table_is_made_again_when_a_certificate_expires() -> None:
     assert result.recompute_at == end  # SHOP ends first: the loop wakes up then
     later = computer.compute(cluster_state, {}, now=end).workloads[WORKLOAD]
     assert [c.name for c in later.certificates] == ["default_wild"]
-    assert later.http_listeners[0].tls == (CertificateBinding("default_wild", ()),)
+    assert later.http_listeners[0].tls == (
+        CertificateBinding("default_wild", ("*.example.com", "example.com")),
+    )
     assert "certificate expired at" in later.warnings[0].reason
 
 

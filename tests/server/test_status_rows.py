@@ -164,3 +164,9 @@ def test_diff_shows_certificates_and_tls_listeners_never_the_pem() -> None:
     assert (
         "  port 8443: plain -> tls default_web-tls (web.example); accept-proxy off -> on" in added
     )
+    strict = snap(3, "22" * 32, True, "x")
+    strict.http_listeners[0].tls.strict_sni = True  # no default certificate
+    assert (
+        "  port 8443: tls default_web-tls (web.example) -> tls strict-sni, default_web-tls "
+        "(web.example)"
+    ) in diff.diff(snap(2, "22" * 32, True, "x"), strict)

@@ -156,10 +156,12 @@ class HttpListener(_message.Message):
     def __init__(self, port: _Optional[int] = ..., rules: _Optional[_Iterable[_Union[RouteRule, _Mapping]]] = ..., default_backend: _Optional[str] = ..., tls: _Optional[_Union[TlsTermination, _Mapping]] = ..., accept_proxy: _Optional[bool] = ...) -> None: ...
 
 class TlsTermination(_message.Message):
-    __slots__ = ("certificates",)
+    __slots__ = ("certificates", "strict_sni")
     CERTIFICATES_FIELD_NUMBER: _ClassVar[int]
+    STRICT_SNI_FIELD_NUMBER: _ClassVar[int]
     certificates: _containers.RepeatedCompositeFieldContainer[CertificateBinding]
-    def __init__(self, certificates: _Optional[_Iterable[_Union[CertificateBinding, _Mapping]]] = ...) -> None: ...
+    strict_sni: bool
+    def __init__(self, certificates: _Optional[_Iterable[_Union[CertificateBinding, _Mapping]]] = ..., strict_sni: _Optional[bool] = ...) -> None: ...
 
 class CertificateBinding(_message.Message):
     __slots__ = ("certificate", "hostnames")
