@@ -53,6 +53,7 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark("status", "tests.bench.status"),
     Benchmark("route_table", "tests.bench.route_table"),
     Benchmark("route_propagation", "tests.bench.routes"),
+    Benchmark("api_servers", "tests.bench.apiservers"),
     Benchmark("tls", "tests.bench.tls"),
     Benchmark("tls_rotation", "tests.bench.tls_rotation"),
 ]

@@ -17,6 +17,7 @@ from controlplane.model import ClusterState
 from controlplane.publish import encode
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.bench import __main__ as bench_cli
+from tests.bench import apiservers as apiservers_bench
 from tests.bench import deltas as bench_deltas
 from tests.bench import e2e as e2e_bench
 from tests.bench import failover as failover_bench
@@ -510,3 +511,13 @@ def test_route_propagation_bench_kube_variant_creates_routes_through_the_api_wit
     assert found["route_propagation.kube.repoint_failed_requests"].value == 0
     assert found["route_propagation.kube.repoint_failed_requests"].parameters["requests"] > 0
     assert found["route_propagation.kube.repoint_reloads"].value == 0
+
+
+def test_api_servers_bench_measures_the_fake_and_a_real_api_server_side_by_side() -> None:
+    """Both variants write the same cluster, the leader writes a shard per backend, and
+    every endpoint move reaches both agents (behaviour only; figures are the bench's)."""
+    results = {r.name: r.value for r in apiservers_bench.run(sizes=(4, 2))}
+    for kind in ("fake", "real"):
+        assert results[f"api_servers.{kind}.shards"] == 4
+        assert results[f"api_servers.{kind}.first_ack_s"] > 0
+        assert results[f"api_servers.{kind}.endpoint_change_ack_p99_ms"] > 0
