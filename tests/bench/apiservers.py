@@ -6,7 +6,8 @@ client code (the Kubernetes Python client, eight writers); then `controlplane se
 --source kubernetes --leader-elect` starts with the slot ledger in ConfigMap shards (its
 leader creates one shard per backend before the first snapshot), two stream agents
 (tests/helpers/replicas.py `StreamAgent`: they ACK every snapshot, no HAProxy behind them)
-connect, and one endpoint of Service `shop` moves MOVES times, one write each.
+connect, one endpoint of Service `shop` moves MOVES times, one write each, then MOVES new
+HTTPRoutes (to Services no route used before) are created one at a time.
 
 - fake: `tests/kubeapi` in a process of its own (`python -m tests.bench.apiservers fake`);
 - real: `tests/cluster/up`'s etcd, kube-apiserver (RBAC, admission) and controller manager.
@@ -14,7 +15,8 @@ connect, and one endpoint of Service `shop` moves MOVES times, one write each.
 Figures (`api_servers.<variant>.*`): `load_s` (writing the cluster), `first_ack_s` (serve's
 start to both agents holding the first snapshot, all shards written), `shards`,
 `endpoint_change_ack_p50_ms` / `_p99_ms` (the EndpointSlice write to both agents holding
-the moved address). Endpoint addresses are 10.x (a real EndpointSlice may not carry a
+the moved address), `route_create_ack_p50_ms` / `_p99_ms` (an HTTPRoute's create to both
+agents holding a new snapshot). Endpoint addresses are 10.x (a real EndpointSlice may not carry a
 loopback one) and nothing is sent to them: the agents have no HAProxy. The control plane
 authenticates as the cluster's admin in both (the RBAC path is tests/realkube's).
 """
@@ -86,6 +88,42 @@ def service_objects(index: int) -> tuple[Obj, Obj]:
     return svc, slice_
 
 
+GATEWAY_API = "gateway.networking.k8s.io/v1"
+
+
+def gateway_objects() -> list[Obj]:
+    return [
+        {
+            "apiVersion": GATEWAY_API,
+            "kind": "GatewayClass",
+            "metadata": {"name": "peerplane"},
+            "spec": {"controllerName": "peerplane.dev/gateway-controller"},
+        },
+        {
+            "apiVersion": GATEWAY_API,
+            "kind": "Gateway",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {
+                "gatewayClassName": "peerplane",
+                "listeners": [{"name": "http", "port": 18080, "protocol": "HTTP"}],
+            },
+        },
+    ]
+
+
+def http_route(index: int) -> Obj:
+    return {
+        "apiVersion": GATEWAY_API,
+        "kind": "HTTPRoute",
+        "metadata": {"name": f"route-{index}", "namespace": "default"},
+        "spec": {
+            "parentRefs": [{"name": "web"}],
+            "hostnames": [f"r{index}.routes.example"],
+            "rules": [{"backendRefs": [{"name": f"svc-{index + 1}", "port": 80}]}],
+        },
+    }
+
+
 def settings() -> Obj:
     return {
         "apiVersion": "v1",
@@ -102,6 +140,7 @@ class Writer:
         self.core = client.CoreV1Api(api)
         self.discovery = client.DiscoveryV1Api(api)
         self.apps = client.AppsV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
 
     def create(self, obj: Obj) -> None:
         ns = obj["metadata"].get("namespace", "")
@@ -115,6 +154,15 @@ class Writer:
             self.core.create_namespaced_config_map(ns, obj, **quiet)
         elif kind == "Namespace":
             self.core.create_namespace(obj, **quiet)
+        elif kind == "GatewayClass":
+            self.custom.create_cluster_custom_object(
+                "gateway.networking.k8s.io", "v1", "gatewayclasses", obj, **quiet
+            )
+        elif kind in ("Gateway", "HTTPRoute"):
+            plural = kind.lower() + "s"
+            self.custom.create_namespaced_custom_object(
+                "gateway.networking.k8s.io", "v1", ns, plural, obj, **quiet
+            )
         else:
             raise ValueError(kind)
 
@@ -182,6 +230,8 @@ def load(writer: Writer, services: int, real: RealCluster | None) -> float:
     start = time.perf_counter()
     writer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     writer.create(settings())
+    for obj in gateway_objects():
+        writer.create(obj)
     haproxy_pods(writer, real)
     objects = [obj for index in range(services) for obj in service_objects(index)]
     with ThreadPoolExecutor(WRITERS) as pool:
@@ -280,6 +330,18 @@ def measure(kind: str, services: int, moves: int) -> dict[str, float]:
                 )
                 latencies.append((held - began) * 1000)
                 old = new
+            routes: list[float] = []
+            for index in range(min(moves, services - 1)):
+                before = {id(a): a.last().content_hash for a in agents}
+                began = time.monotonic()
+                writer.create(http_route(index))
+
+                def new_held(began: float = began, before: dict[int, str] = before) -> bool:
+                    return all(changed(a, before[id(a)], began) is not None for a in agents)
+
+                assert wait_until(new_held, 30, 0.002), f"route {index} not held"
+                held = max(changed(a, before[id(a)], began) or 0.0 for a in agents)
+                routes.append((held - began) * 1000)
             shards = variant.shards()
     finally:
         for agent in agents:
@@ -291,7 +353,17 @@ def measure(kind: str, services: int, moves: int) -> dict[str, float]:
         "shards": float(shards),
         "endpoint_change_ack_p50_ms": percentile(latencies, 50),
         "endpoint_change_ack_p99_ms": percentile(latencies, 99),
+        "route_create_ack_p50_ms": percentile(routes, 50),
+        "route_create_ack_p99_ms": percentile(routes, 99),
     }
+
+
+def changed(agent: StreamAgent, old_hash: str, since: float) -> float | None:
+    """When `agent` first held another content than `old_hash`, at or after `since`."""
+    return next(
+        (h.at for h in list(agent.snapshots) if h.at >= since and h.content_hash != old_hash),
+        None,
+    )
 
 
 UNITS = {
@@ -300,6 +372,8 @@ UNITS = {
     "shards": "",
     "endpoint_change_ack_p50_ms": "ms",
     "endpoint_change_ack_p99_ms": "ms",
+    "route_create_ack_p50_ms": "ms",
+    "route_create_ack_p99_ms": "ms",
 }
 
 
