@@ -27,9 +27,9 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q
 
-# The fast loop: no real HAProxy, no whole-system test (tests/README.md).
+# The fast loop: no real HAProxy, no real API server, no whole-system test (tests/README.md).
 fast: $(STAMP)
-	$(BIN)/pytest -q -m "not system and not haproxy"
+	$(BIN)/pytest -q -m "not system and not haproxy and not realkube"
 
 # The full persistence churn system test (30 events and a third instance joining);
 # `make test` runs its shorter variant (18 events, no join).
