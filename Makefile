@@ -38,8 +38,11 @@ churn: $(STAMP)
 
 test: lint unit
 
+# KUBE=real: the same demo on a real API server (tests/cluster/up; root, Go for the
+# first build of the cluster's binaries).
+KUBE ?= folder
 demo: $(STAMP) haproxy
-	$(PY) deploy/examples/run_demo.py
+	$(PY) deploy/examples/run_demo.py --kube $(KUBE)
 
 # HAProxy 2.6 from Debian: installed when we are root, explained otherwise.
 haproxy:

@@ -17,12 +17,21 @@ tables synced from the peers): traffic that arrives earlier may be pinned differ
 two instances, which is why a load balancer must health-check `/readyz` (docs/operations.md,
 "Readiness where traffic is decided").
 Runs until Ctrl-C (or `--once`), then stops everything it started.
+
+`--kube real` (`make demo KUBE=real`, as root) runs the same on a real API server instead
+of the folder: `tests/cluster/up`'s etcd, kube-apiserver and controller manager, deploy/
+applied as users apply it, the demo's objects applied (its EndpointSlices' 127.0.x.y pod
+addresses become 10.0.x.y, since a real API server refuses loopback endpoints; the backend
+pods serve them in a network namespace of the demo's own, tests/helpers/netns.py), two
+control-plane replicas with leader election on a Lease, authenticated with a TokenRequest
+token of the shipped ServiceAccount, and the renewed certificate applied as a Secret.
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
+import os
 import shutil
 import signal
 import ssl
@@ -30,18 +39,22 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from tests.helpers.cluster_demo import DemoCluster, off_loopback  # noqa: E402
 from tests.helpers.fleet import (  # noqa: E402
+    BACKENDS,
     HAPROXY_PODS,
     HTTP_PORT,
     TCP_PORT,
     WORKLOAD,
     AgentHandle,
     Fleet,
+    free_port,
     haproxy_binary,
     http_get,
     table_entries,
@@ -61,7 +74,7 @@ from tests.helpers.https_fleet import (  # noqa: E402
     write_https,
     write_secret,
 )
-from tests.helpers.tls_certs import TestCA, make_ca  # noqa: E402
+from tests.helpers.tls_certs import Leaf, TestCA, make_ca  # noqa: E402
 
 GRPCURL = str(Path(sys.executable).parent / "grpcurl")
 CLIENT = "127.0.9.1"
@@ -164,19 +177,29 @@ def https_routes(fleet: Fleet, ctx: ssl.SSLContext, serial: str) -> bool:
     return ok
 
 
-def rotation(fleet: Fleet, ctx: ssl.SSLContext, ca: TestCA) -> bool:
-    """Renew the Secret (new serial, same names) in its file: both HAProxy instances serve
-    it without a reload (the runtime API's `set ssl cert` + `commit ssl cert`)."""
+def rotation(
+    fleet: Fleet,
+    ctx: ssl.SSLContext,
+    ca: TestCA,
+    renew: Callable[[Leaf], float],
+    where: str,
+    kube: bool = False,
+) -> bool:
+    """Renew the Secret (new serial, same names) `where` (`renew` writes it and says when;
+    `kube`: applied to the API server):
+    both HAProxy instances serve it without a reload (the runtime API's `set ssl cert` +
+    `commit ssl cert`)."""
     agents = list(fleet.agents.values())
     haproxies = [a.address for a in agents]
     renewed = issue(ca)
     before = reloads(agents)
-    print(f"rewriting {fleet.manifests / SECRET_FILE}: serial {renewed.serial_hex}")
-    changed = write_secret(fleet.manifests, renewed)
+    print(f"{'applying' if kube else 'rewriting'} {where}: serial {renewed.serial_hex}")
+    changed = renew(renewed)
     took = wait_served(ctx, haproxies, GATEWAY_HOST, renewed.serial_hex, changed, timeout=30)
     fleet.wait_all_acked()
     reloaded = reloads(agents) - before
-    print(f"served by both HAProxy instances {took * 1000:.0f} ms after the file changed")
+    changed_what = "the API server took the Secret" if kube else "the file changed"
+    print(f"served by both HAProxy instances {took * 1000:.0f} ms after {changed_what}")
     print(f"HAProxy reloads: {reloaded} (the runtime API: set ssl cert, commit ssl cert)")
     return reloaded == 0
 
@@ -232,35 +255,95 @@ def failover(fleet: Fleet, ctx: ssl.SSLContext) -> bool:
     return ok
 
 
+def start_on(real: DemoCluster, fleet: Fleet) -> None:
+    """`Fleet.start` for a real cluster: the backend pods in their network namespace on
+    their 10.0.x.y addresses, two control-plane replicas on one Lease (the agents stream
+    from the first), the agents."""
+    with real.pod_network():
+        for name, address, port, kind in BACKENDS:
+            fleet.backends.start(name, off_loopback(address), port, kind)
+    fleet.start_control_plane()
+    second = free_port()
+    fleet._spawn(
+        [
+            sys.executable,
+            "-m",
+            "controlplane.cli",
+            "serve",
+            "--source",
+            "kubernetes",
+            "--listen",
+            f"127.0.0.1:{second}",
+            "--insecure",
+            *fleet.server_args,
+        ],
+        fleet.workdir / "controlplane-2.log",
+    )
+    print(f"second control-plane replica: 127.0.0.1:{second} (log controlplane-2.log)")
+    for name, address in HAPROXY_PODS:
+        fleet.start_agent(name, address)
+    fleet.wait_all_acked(60)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--once", action="store_true", help="exit after the failover run")
     parser.add_argument("--workdir", type=Path, help="where logs, configs and state go")
+    parser.add_argument(
+        "--kube",
+        choices=("folder", "real"),
+        default="folder",
+        help="the cluster: a manifests folder (default), or a real API server (root)",
+    )
     args = parser.parse_args()
     if haproxy_binary() is None:
         print("HAProxy is not installed: apt-get install haproxy (2.6)", file=sys.stderr)
         return 1
+    if args.kube == "real" and os.geteuid() != 0:
+        print("--kube real needs root (a network namespace for the pods)", file=sys.stderr)
+        return 1
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="peerplane-demo-"))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    fleet = Fleet(workdir, octet=0, readiness=True)
+    ca = make_ca("peerplane demo CA")
+    leaf = issue(ca)
+    real: DemoCluster | None = None
+    if args.kube == "real":
+        heading("starting a real cluster: etcd, kube-apiserver, kube-controller-manager")
+        real = DemoCluster(workdir, leaf, HAPROXY_PODS, BACKENDS)
+        print(f"kubectl --kubeconfig {real.cluster.kubeconfig} get gateways,httproutes,ingress -A")
+        fleet = Fleet(
+            workdir,
+            octet=0,
+            readiness=True,
+            source="kubernetes",
+            server_args=real.serve_args(),
+            state_file=False,
+        )
+    else:
+        fleet = Fleet(workdir, octet=0, readiness=True)
     try:
         heading("starting: control plane, 2 agents + HAProxy, backends")
-        ca = make_ca("peerplane demo CA")
-        leaf = issue(ca)
         ca_file = workdir / "demo-ca.pem"
         ca_file.write_bytes(ca.pem)  # the CA's certificate only: what clients trust
-        write_https(fleet.manifests, leaf)
         ctx = verifying_context(ca)
-        fleet.start()
+        if real is None:
+            write_https(fleet.manifests, leaf)
+            fleet.start()
+        else:
+            start_on(real, fleet)
         address = fleet.control_plane_address
         print(f"control plane: {address} (log {workdir / 'controlplane.log'})")
         for name, agent in fleet.agents.items():
             print(f"agent {name}: HAProxy on {agent.address} (log {agent.log})")
             print(f"  readiness (what a load balancer health-checks): {agent.readyz_url}")
-        print(f"manifests (edit them, the control plane follows): {fleet.manifests}")
+        if real is None:
+            print(f"manifests (edit them, the control plane follows): {fleet.manifests}")
+        else:
+            print(f"cluster (kubectl apply, the control plane follows): {real.cluster.kubeconfig}")
+        secret = fleet.manifests / SECRET_FILE if real is None else "applied to the cluster"
         print(
-            f"HTTPS: Secret default/demo-tls ({fleet.manifests / SECRET_FILE}) made at start, "
+            f"HTTPS: Secret default/demo-tls ({secret}) made at start, "
             f"certificate serial {leaf.serial_hex} for {GATEWAY_HOST} and {INGRESS_HOST}, "
             f"signed by the demo CA {ca_file}"
         )
@@ -297,16 +380,21 @@ def main() -> int:
             )
         print(f"echo 'show table default_shop_http' | socat - UNIX:{first.runtime_socket}")
 
-        heading(f"routes ({fleet.manifests / 'routes.yaml'})")
+        heading("routes (demo/routes.yaml)")
         for label, agent in zip("AB", fleet.agents.values(), strict=True):
             ready(agent, label)
         routed = routes(fleet)
 
-        heading(f"HTTPS routes ({fleet.manifests / 'https.yaml'})")
+        heading("HTTPS routes (demo-https/https.yaml)")
         routed = https_routes(fleet, ctx, leaf.serial_hex) and routed
 
         heading("certificate rotation: a renewed Secret, no reload")
-        routed = rotation(fleet, ctx, ca) and routed
+        if real is None:
+            where = str(fleet.manifests / SECRET_FILE)
+            routed = rotation(fleet, ctx, ca, lambda r: write_secret(fleet.manifests, r), where)
+        else:
+            renew = real.renew
+            routed = rotation(fleet, ctx, ca, renew, "Secret default/demo-tls", True) and routed
 
         heading("failover run")
         ok = failover(fleet, ctx) and routed
@@ -323,6 +411,8 @@ def main() -> int:
     finally:
         print("\nstopping ...", flush=True)
         fleet.stop()
+        if real is not None:
+            real.close()
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
         print("stopped.")

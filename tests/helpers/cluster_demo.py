@@ -11,11 +11,17 @@ run_demo.py does.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import time
 from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import client
 
+from tests.helpers.cluster import RealCluster
+from tests.helpers.netns import PodNetwork
 from tests.helpers.tls_certs import Leaf, make_ca, tls_secret
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +35,7 @@ DEMO_FILES = (
     EXAMPLES / "demo-https" / "https.yaml",
 )
 Obj = dict[str, Any]
+NAMESPACE = "haproxy-system"
 
 
 def off_loopback(address: str) -> str:
@@ -40,9 +47,11 @@ def documents(path: Path) -> list[Obj]:
     return [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
 
 
-def demo_objects() -> tuple[list[Obj], Leaf]:
-    """The demo's objects for a real cluster, and the leaf its Secret `demo-tls` carries."""
-    leaf = make_ca("peerplane demo CA").issue("*.demo.example.com", "secure.example.com")
+def demo_objects(leaf: Leaf | None = None) -> tuple[list[Obj], Leaf]:
+    """The demo's objects for a real cluster, and the leaf its Secret `demo-tls` carries
+    (made here unless given)."""
+    if leaf is None:
+        leaf = make_ca("peerplane demo CA").issue("*.demo.example.com", "secure.example.com")
     objects: list[Obj] = []
     for path in DEMO_FILES:
         for obj in documents(path):
@@ -53,3 +62,95 @@ def demo_objects() -> tuple[list[Obj], Leaf]:
             objects.append(obj)
     objects.append(tls_secret("demo-tls", leaf))
     return objects, leaf
+
+
+def haproxy_pods(cluster: RealCluster, pods: tuple[tuple[str, str], ...]) -> None:
+    """The demo's HAProxy pods, by its names, owned by the installed DaemonSet `haproxy`
+    (no Node is registered, so its controller makes none of its own and leaves these
+    alone), Running on their loopback addresses (a pod address may be loopback)."""
+    apps = client.AppsV1Api(cluster.api_client())
+    daemon_set = apps.read_namespaced_daemon_set("haproxy", NAMESPACE)
+    labels = dict(daemon_set.spec.template.metadata.labels)
+    owner = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "name": "haproxy",
+        "uid": daemon_set.metadata.uid,
+        "controller": True,
+    }
+    cluster.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": NAMESPACE,
+                    "labels": labels,
+                    "ownerReferences": [owner],
+                },
+                "spec": {
+                    "nodeName": f"node-{name[-5:]}",
+                    "containers": [{"name": "haproxy", "image": "haproxy"}],
+                },
+            }
+            for name, _ in pods
+        ]
+    )
+    for name, ip in pods:
+        cluster.run_pod(NAMESPACE, name, ip)
+
+
+class DemoCluster:
+    """`make demo KUBE=real`'s cluster: a real one from tests/cluster/up, deploy/ installed,
+    the demo's objects applied (endpoints off loopback), its backend pods' addresses in a
+    network namespace of their own (tests/helpers/netns.py), the control plane's kubeconfig
+    a TokenRequest token of the shipped ServiceAccount. Root only (the namespace)."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        leaf: Leaf,
+        pods: tuple[tuple[str, str], ...],
+        backends: tuple[tuple[str, str, int, str], ...],
+    ) -> None:
+        self.cluster = RealCluster.up(workdir / "cluster")
+        self.network: PodNetwork | None = None
+        try:
+            self.cluster.apply(self.cluster.kubectl("kustomize", str(ROOT / "deploy")))
+            haproxy_pods(self.cluster, pods)
+            objects, _ = demo_objects(leaf)
+            self.cluster.apply(objects)
+            self.kubeconfig = self.cluster.service_account_kubeconfig(
+                NAMESPACE, "peerplane-controlplane", workdir / "controlplane.kubeconfig"
+            )
+            addresses = [off_loopback(address) for _, address, _, _ in backends]
+            self.network = PodNetwork(f"ppdemo{os.getpid()}", addresses)
+        except BaseException:
+            self.close()
+            raise
+
+    def pod_network(self) -> contextlib.AbstractContextManager[None]:
+        """Sockets made in this block listen in the pods' network namespace."""
+        assert self.network is not None
+        return self.network.inside()
+
+    def serve_args(self) -> list[str]:
+        """What deploy/base/controlplane.yaml runs `serve` with, but the kubeconfig."""
+        return [
+            f"--kubeconfig={self.kubeconfig}",
+            "--leader-elect",
+            f"--lease-namespace={NAMESPACE}",
+            f"--configmap={NAMESPACE}/haproxy-settings",
+        ]
+
+    def renew(self, leaf: Leaf) -> float:
+        """Apply the renewed Secret; the moment (perf_counter) the apply started."""
+        start = time.perf_counter()
+        self.cluster.apply([tls_secret("demo-tls", leaf)])
+        return start
+
+    def close(self) -> None:
+        if self.network is not None:
+            self.network.close()
+        self.cluster.down()

@@ -4,6 +4,7 @@ performs the failover run and exits."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -44,7 +45,22 @@ def route_answers(out: str, what: str, scheme: str = "http") -> list[str]:
 
 @pytest.mark.haproxy  # the demo's one HAProxy (on PATH): `make demo` needs only one version
 @pytest.mark.skipif(haproxy_binary() is None, reason="needs the haproxy binary")
-def test_demo_runs_the_failover_and_stops_everything(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "kube",
+    [
+        "folder",
+        pytest.param(
+            "real",
+            marks=[
+                pytest.mark.realkube,
+                pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace: root"),
+            ],
+        ),
+    ],
+)
+def test_demo_runs_the_failover_and_stops_everything(tmp_path: Path, kube: str) -> None:
+    """`make demo` and `make demo KUBE=real` (a real API server, tests/cluster/up, with
+    the shipped RBAC and two control-plane replicas on a Lease): the same answers."""
     done = subprocess.run(
         [
             sys.executable,
@@ -52,10 +68,12 @@ def test_demo_runs_the_failover_and_stops_everything(tmp_path: Path) -> None:
             "--once",
             "--workdir",
             str(tmp_path),
+            "--kube",
+            kube,
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -78,13 +96,22 @@ def test_demo_runs_the_failover_and_stops_everything(tmp_path: Path) -> None:
     # Over HTTPS: both hosts through both instances, shop answering with the certificate of
     # the Secret the demo made (its serial printed at start), checked against the demo CA.
     made = re.search(
-        r"HTTPS: Secret default/demo-tls \((\S+)\) made at start, certificate "
+        r"HTTPS: Secret default/demo-tls \(([^)]+)\) made at start, certificate "
         r"serial ([0-9a-f]+) .* signed by the demo CA (\S+)\n",
         out,
     )
     assert made, out[:3000]
     secret_file, serial, ca_file = made.groups()
-    assert secret_file.startswith(str(tmp_path)) and ca_file.startswith(str(tmp_path))
+    assert ca_file.startswith(str(tmp_path))
+    if kube == "folder":
+        assert secret_file.startswith(str(tmp_path))
+    else:
+        assert secret_file == "applied to the cluster"
+        secret_file = "Secret default/demo-tls"
+        logs = [tmp_path / "controlplane.log", tmp_path / "controlplane-2.log"]
+        denied = [line for log in logs for line in log.read_text().splitlines() if "403" in line]
+        assert not denied, denied  # the shipped RBAC, a real token
+        assert not list((tmp_path / "cluster").glob("pids"))  # the cluster is down
     for what in HTTPS_ROUTED:
         for got in route_answers(out, what, "https"):
             assert re.fullmatch(rf"shop-\d, certificate serial {serial} \(verified\)", got), got
@@ -92,9 +119,11 @@ def test_demo_runs_the_failover_and_stops_everything(tmp_path: Path) -> None:
         curl = f"curl --cacert {ca_file} --resolve {host}:18443:127.0.1.1 https://{host}:18443/"
         assert curl in out
     # The Secret renewed in its file: its new serial served by both, no reload.
-    renewed = re.search(rf"rewriting {re.escape(secret_file)}: serial ([0-9a-f]+)\n", out)
+    verb = "rewriting" if kube == "folder" else "applying"
+    renewed = re.search(rf"{verb} {re.escape(secret_file)}: serial ([0-9a-f]+)\n", out)
     assert renewed and renewed.group(1) != serial
-    assert re.search(r"served by both HAProxy instances \d+ ms after the file changed\n", out)
+    changed = "the file changed" if kube == "folder" else "the API server took the Secret"
+    assert re.search(rf"served by both HAProxy instances \d+ ms after {changed}\n", out)
     assert "HAProxy reloads: 0 (the runtime API" in out
     assert "PRIVATE KEY" not in out and "BEGIN" not in out  # no PEM shown, ever
     assert "UNEXPECTED" not in out

@@ -1,0 +1,94 @@
+"""A network namespace of our own for pod addresses a real API server accepts.
+
+A real EndpointSlice may not carry a loopback address, so pods on a real cluster need
+addresses off 127.0.0.0/8. `PodNetwork` makes a namespace, a veth pair into it, gives the
+namespace's end every pod address asked for, and routes exactly those addresses (one /32
+route each) from the host into it: traffic to them never leaves the machine, and nothing
+else is routed. Listening sockets are made inside it with `inside()` (setns(2) on the
+calling thread), so the demo's in-process backends serve there. Root only; `close()`
+removes the namespace, the pair and the routes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import subprocess
+from collections.abc import Iterator
+
+CLONE_NEWNET = 0x40000000
+HOST_SIDE = "10.254.254.1"
+POD_SIDE = "10.254.254.2"
+
+
+def _ip(*args: str, netns: str | None = None) -> None:
+    prefix = ["ip", "netns", "exec", netns] if netns else []
+    subprocess.run([*prefix, "ip", *args], check=True, capture_output=True, text=True)
+
+
+def _setns(fd: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+
+
+class PodNetwork:
+    """`addresses` reachable from the host through a veth into namespace `name`."""
+
+    def __init__(self, name: str, addresses: list[str]) -> None:
+        self.name = name
+        self.addresses = sorted(set(addresses))
+        self._host = f"{name[:10]}h"
+        self._pod = f"{name[:10]}p"
+        self._routed: list[str] = []
+        _ip("netns", "add", name)
+        try:
+            _ip("link", "add", self._host, "type", "veth", "peer", "name", self._pod)
+            _ip("link", "set", self._pod, "netns", name)
+            _ip("addr", "add", f"{HOST_SIDE}/32", "peer", f"{POD_SIDE}/32", "dev", self._host)
+            _ip("link", "set", self._host, "up")
+            _ip("link", "set", "lo", "up", netns=name)
+            _ip(
+                "addr",
+                "add",
+                f"{POD_SIDE}/32",
+                "peer",
+                f"{HOST_SIDE}/32",
+                "dev",
+                self._pod,
+                netns=name,
+            )
+            _ip("link", "set", self._pod, "up", netns=name)
+            for address in self.addresses:
+                _ip("addr", "add", f"{address}/32", "dev", self._pod, netns=name)
+                _ip("route", "add", f"{address}/32", "via", POD_SIDE, "dev", self._host)
+                self._routed.append(address)
+        except BaseException:
+            self.close()
+            raise
+
+    @contextlib.contextmanager
+    def inside(self) -> Iterator[None]:
+        """Sockets made in this block (on this thread) live in the namespace."""
+        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        target = os.open(f"/var/run/netns/{self.name}", os.O_RDONLY)
+        try:
+            _setns(target)
+            try:
+                yield
+            finally:
+                _setns(home)
+        finally:
+            os.close(target)
+            os.close(home)
+
+    def close(self) -> None:
+        for address in self._routed:
+            subprocess.run(
+                ["ip", "route", "del", f"{address}/32"], check=False, capture_output=True
+            )
+        self._routed.clear()
+        subprocess.run(["ip", "link", "del", self._host], check=False, capture_output=True)
+        subprocess.run(["ip", "netns", "del", self.name], check=False, capture_output=True)
