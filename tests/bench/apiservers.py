@@ -303,7 +303,12 @@ def measure(kind: str, services: int, moves: int) -> dict[str, float]:
         )
         with ServeProcess(*args) as serve:
             start = time.monotonic()
-            agents = [StreamAgent(serve.address, pod) for pod, _ in PODS]
+            # An agent reconnects as the real one does: a replica refuses streams until it
+            # has written its ledger and published its first computation.
+            agents = [
+                StreamAgent(serve.address, pod, reconnect=lambda: serve.address)
+                for pod, _ in PODS
+            ]
             full = len(service_objects(0)[1]["endpoints"])
             ready = wait_until(
                 lambda: all(a.first_with(lambda slots: len(slots) == full) for a in agents),
