@@ -316,7 +316,7 @@ def test_a_hostile_control_plane_is_refused_and_writes_nothing_outside_the_agent
 
         answers = asyncio.run(within(scenario(), 120))
         assert answers[0].WhichOneof("message") == "ack", answers[0]
-        for (field, snap), answer in zip(hostile, answers[1:-1], strict=True):
+        for (field, _snap), answer in zip(hostile, answers[1:-1], strict=True):
             kind = answer.WhichOneof("message")
             if kind == "nack":  # refused by name; HAProxy keeps what it ran
                 said = "lacks this pod" if field == "peers.peers.name" else REFUSAL[field]
