@@ -476,6 +476,20 @@ class FakeKubeAPI:
             self._storms.clear()
             self._slow.clear()
 
+    def versions(self, kind: str, namespace: str, name: str) -> list[Obj]:
+        """Every version one object was written as, oldest first (deletions left out), as
+        long as `compact` has not dropped them: what every watcher could have seen."""
+        plural = PLURALS[kind]
+        with self._cond:
+            return [
+                copy.deepcopy(c.obj)
+                for c in self._history
+                if c.plural == plural
+                and c.type != "DELETED"
+                and c.obj.get("metadata", {}).get("namespace", "") == namespace
+                and c.obj.get("metadata", {}).get("name") == name
+            ]
+
     def watch_requests(self, kind: str) -> int:
         plural = PLURALS[kind]
         return sum(1 for m, p in self.requests if m == "WATCH" and f"/{plural}" in p)
