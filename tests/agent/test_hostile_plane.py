@@ -28,6 +28,7 @@ from peerplane.v1 import peerplane_pb2 as pb
 from tests.agent.test_client import FakePlane, running, serve, within
 from tests.agent.test_routes_haproxy import gateway_listener, rule
 from tests.helpers.agent_harness import AgentHarness
+from tests.helpers.deltas import delta_between, hashed
 from tests.helpers.haproxy_env import backend, free_port, http_get, identity_server, snapshot
 from tests.helpers.tls_agent import certificate, https_listener
 from tests.helpers.tls_certs import make_ca
@@ -262,6 +263,19 @@ def test_every_string_field_is_refused_by_name_or_stays_on_its_line(payload: str
     assert {field_name(p) for p in string_fields(base)} <= REFUSAL.keys() | DISPLAY_ONLY
     for field in ("certificates.name", "http_listeners.tls.certificates.certificate"):
         assert outcomes[field] == "refused"
+
+
+@pytest.mark.unit  # pure
+@pytest.mark.parametrize("field", ["removed_backends", "removed_certificates"])
+@pytest.mark.parametrize("payload", PAYLOADS[:5], ids=["newline", "crlf", "dotdot", "abs", "nul"])
+def test_a_delta_removing_a_hostile_name_is_refused_with_resync(field: str, payload: str) -> None:
+    """Removals name what the agent holds, never a file: a name it does not hold is a
+    delta it cannot apply (NACK with resync: the full snapshot follows)."""
+    base = hashed(rich_snapshot(), version=1)
+    delta = delta_between(base, hashed(rich_snapshot(), version=2))
+    getattr(delta, field).append(payload)
+    with pytest.raises(DeltaError, match="is not held"):
+        Held.from_snapshot(base).apply(delta)
 
 
 def _tree(root: Path) -> set[str]:
