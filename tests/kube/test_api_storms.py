@@ -66,6 +66,7 @@ def metric(port: int, name: str, labels: str) -> float:
         (409, "conflict", f"shard {SHARD} kept changing under us"),
         (422, "invalid", "cannot write slot ledger shard for default_shop_http: HTTP 422"),
     ],
+    ids=["403", "409", "422"],
 )
 def test_a_ledger_write_storm_is_said_retried_with_backoff_and_converges(
     api: FakeKubeAPI, kubeconfig: Path, code: int, cause: str, said: str
