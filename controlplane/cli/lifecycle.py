@@ -171,6 +171,7 @@ async def _run(
         authority=replica if leadership is not None else None,
     )
     wiring.ledger_drift(slots, reconciler.on_change)
+    wiring.ledger_fence(slots, leadership)
     replica.attach(
         published=lambda: store.has_published,
         waiting=lambda: reconciler.waiting,

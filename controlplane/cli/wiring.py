@@ -143,6 +143,14 @@ def ledger_drift(ledger: SlotLedger, on_change: Callable[[], None]) -> None:
         on_drift(on_change)
 
 
+def ledger_fence(ledger: SlotLedger, leadership: AsyncLeadership | None) -> None:
+    """A ledger others write too (the ConfigMap shards) is written only while leading."""
+    write_only_while = getattr(ledger, "write_only_while", None)
+    if write_only_while is not None and leadership is not None:
+        elector = leadership.elector
+        write_only_while(lambda: elector.is_leader)
+
+
 def tls_files(args: argparse.Namespace) -> TlsFiles | None:
     """The PEM files read (OSError when unreadable, BadTlsFiles when they cannot serve);
     None with --insecure."""

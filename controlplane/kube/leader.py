@@ -89,7 +89,14 @@ class LeaderElector:
 
     @property
     def is_leader(self) -> bool:
-        return self._leading.is_set()
+        """Leading, and renewed within the renew deadline. The deadline is checked here
+        too, not only by the elector's loop: a process paused past its Lease (SIGSTOP, a
+        frozen VM, a long stall) wakes up with every thread at once, and its other threads
+        must not act as leader before the elector has run again and read the Lease."""
+        return (
+            self._leading.is_set()
+            and time.monotonic() - self._last_renew <= self._timings.renew_deadline
+        )
 
     @property
     def holder(self) -> str:

@@ -127,6 +127,7 @@ class ConfigMapLedger:
         self._dirty: set[str] = set()
         self._legacy_pending = False
         self._on_drift: Callable[[], None] = lambda: None
+        self._leading: Callable[[], bool] = lambda: True
         self._label = ledger_label(ref.name)
         self.bytes_written = 0  # request bodies sent (the benchmark reads it)
         self.largest_shard = 0  # bytes of the largest shard written
@@ -135,6 +136,21 @@ class ConfigMapLedger:
     def on_drift(self, callback: Callable[[], None]) -> None:
         """Call `callback` (the loop's on_change) when a shard needs writing again."""
         self._on_drift = callback
+
+    def write_only_while(self, leading: Callable[[], bool]) -> None:
+        """Send a write or a delete only while `leading()`, asked before each request: a
+        replica that stopped leading during a save (paused past its Lease, a slow step)
+        must not overwrite the new leader's shards, not even after a 409 said that
+        someone else wrote them."""
+        self._leading = leading
+
+    def _fence(self, name: str) -> None:
+        if not self._leading():
+            raise LedgerWriteError(
+                f"shard {name} not written: this replica no longer leads",
+                cause="not-leading",
+                permanent=False,
+            )
 
     # ------------------------------------------------------------------ load
 
@@ -218,6 +234,7 @@ class ConfigMapLedger:
             known = self._present.get(backend)
         version = known.version if known is not None else ""
         for _ in range(4):
+            self._fence(name)
             body = self._body(name, data, version)
             try:
                 written = self._send(name, body, version)
@@ -287,6 +304,7 @@ class ConfigMapLedger:
         if known is None:
             return None
         try:
+            self._fence(known.name)
             self._core.delete_namespaced_config_map(
                 known.name,
                 self.ref.namespace,

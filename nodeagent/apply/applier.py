@@ -325,7 +325,7 @@ class Applier:
             crash_point(crash_at)
         try:
             if rebind is not None:
-                pid = self.haproxy.reload().current_worker
+                pid = self.haproxy.reload(repairing=True).current_worker
                 self._write_config(cfg)  # same meaning, usual spelling
                 self.metrics.socket_repairs.inc()
                 return pid, False

@@ -110,17 +110,17 @@ def _balance(backend: pb.Backend) -> str:
             raise RenderError(f"backend {backend.name}: balance {algo} takes no argument")
         return algo
     if algo == "url_param":
-        return f"url_param {_check(_PARAM, arg, 'url_param name')}"
+        return f"url_param {_check(_PARAM, arg, f'backend {backend.name}: balance url_param name')}"
     if algo == "hdr":
-        return f"hdr({_check(_HEADER, arg, 'header name')})"
+        return f"hdr({_check(_HEADER, arg, f'backend {backend.name}: balance header name')})"
     raise RenderError(f"backend {backend.name}: invalid balance {algo!r}")
 
 
-def _hash_type(value: str) -> str:
+def _hash_type(value: str, backend: str) -> str:
     try:
         return words.canonical_hash_type(value)
     except ValueError:
-        raise RenderError(f"invalid hash-type: {value!r}") from None
+        raise RenderError(f"backend {backend}: invalid hash-type: {value!r}") from None
 
 
 def _global(opts: RenderOptions) -> list[str]:
@@ -249,7 +249,10 @@ def _server(backend: str, slot: pb.Slot, options: str = "") -> str:
     if slot.index > limits.MAX_SLOTS:  # the bound compute and the slot loaders hold too
         raise RenderError(f"backend {backend}: slot {slot.index} above {limits.MAX_SLOTS}")
     if slot.enabled:
-        addr = endpoint(slot.address, slot.port)
+        try:
+            addr = endpoint(slot.address, slot.port)
+        except RenderError as e:  # which tenant's backend: the NACK says
+            raise RenderError(f"backend {backend}: slot {slot.index}: {e}") from None
         return f"  server {slot.server_name} {addr} id {slot.index} enabled{options}"
     return f"  server {slot.server_name} 127.0.0.1:1 id {slot.index} disabled{options}"
 
@@ -289,7 +292,7 @@ def render_backend(
         lines.append("  mode tcp")
     lines.append(f"  balance {_balance(backend)}")
     if backend.hash_type:
-        lines.append(f"  hash-type {_hash_type(backend.hash_type)}")
+        lines.append(f"  hash-type {_hash_type(backend.hash_type, name)}")
     if backend.HasField("persistence"):
         p = backend.persistence
         if not 0 < p.expire_ms <= limits.MAX_EXPIRE_MS:

@@ -203,15 +203,19 @@ class HAProxy:
             self.sync_wait,
         )
 
-    def reload(self) -> ProcInfo:
+    def reload(self, repairing: bool = False) -> ProcInfo:
         """Hitless reload via the master CLI, confirmed by a new worker in `show proc`.
 
         A failed reload raises HAProxyError in HAProxy's own words: the `reload` reply's
         startup log (2.7+), or on 2.6, whose master answers nothing and re-executes, the
-        ALERTs it wrote to its output (`master_log`)."""
+        ALERTs it wrote to its output (`master_log`). `repairing`: the runtime socket is
+        gone or does not answer (this reload binds it again), so the running worker's
+        resync and tables are not asked for: each question would only wait its timeout."""
         with self._lock:
-            self.wait_peers_synced()
-            tables = self._table_usage()
+            tables: dict[str, int] = {}
+            if not repairing:
+                self.wait_peers_synced()
+                tables = self._table_usage()
             before = self.show_proc()
             old_pids = {pid for pid, _ in before.workers}
             mark = self.master_log.mark() if self.master_log is not None else 0

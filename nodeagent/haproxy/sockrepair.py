@@ -19,14 +19,18 @@ MAX_SOCKET_PATH = 107  # bytes in sockaddr_un.sun_path, without the NUL
 
 
 def answers(path: str, timeout: float = 1.0) -> bool:
-    """True when something accepts connections on the UNIX socket `path`."""
+    """True when the UNIX socket `path` answers a command within `timeout`. Accepting is
+    not enough: a socket whose process is stuck (or that is not HAProxy's) accepts and
+    never answers, and every command sent to it would wait for its own timeout."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
             sock.connect(path)
+            sock.sendall(b"show info\n")
+            sock.shutdown(socket.SHUT_WR)
+            return bool(sock.recv(1))
         except OSError:
             return False
-    return True
 
 
 def socket_path_ok(path: str) -> bool:

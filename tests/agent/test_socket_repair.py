@@ -4,8 +4,12 @@ agent survives")."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import socket
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +18,7 @@ import pytest
 from nodeagent.config.changes import Kind
 from nodeagent.config.render import PEERS_SECTION, render
 from nodeagent.haproxy import sockrepair
+from nodeagent.haproxy.driver import command
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import (
     Instance,
@@ -111,6 +116,66 @@ def test_a_deleted_runtime_socket_is_bound_again(
     assert reload.ok and reload.kind is Kind.RELOAD
     assert sockrepair.answers(runtime)
     assert applier.metrics.socket_repairs._value.get() == 1
+
+
+@contextlib.contextmanager
+def silent_socket(path: str) -> Iterator[list[socket.socket]]:
+    """A UNIX socket put at `path` (renamed over what was there) that accepts every
+    connection and never answers, as a CLI whose process is stuck does; yields the
+    connections it accepted."""
+    bound = path + ".silent"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(bound)
+    server.listen(64)
+    server.settimeout(0.1)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                accepted.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    os.rename(bound, path)
+    try:
+        yield accepted
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in accepted:
+            conn.close()
+        server.close()
+
+
+def test_a_runtime_socket_that_accepts_and_never_answers_is_replaced_in_bounded_time(
+    pod: Pod, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression: a socket that accepted counted as answering, so each slot change waited
+    for `set server` to time out (5 s) and reloaded, and the socket was never bound again.
+    Now it is a socket that does not answer: one reload that binds it again, then the
+    runtime API as before."""
+    applier, runtime = pod.inst.applier, pod.inst.haproxy.runtime_socket
+    assert applier.apply(pod.snap(["pod-11"], 1)).ok
+    with silent_socket(runtime) as accepted, caplog.at_level(logging.INFO, logger="nodeagent"):
+        start = time.monotonic()
+        repaired = applier.apply(pod.snap(["pod-12"], 2))
+        took = time.monotonic() - start
+        assert repaired.ok, repaired.error
+        assert repaired.kind is Kind.RELOAD
+        assert accepted  # the agent did try it
+        assert took < 4.0, f"{took:.1f}s: waited for a command to time out"
+        said = [r.getMessage() for r in caplog.records]
+        assert [m for m in said if f"runtime socket {runtime} does not answer" in m], said
+        assert applier.metrics.socket_repairs._value.get() == 1
+        assert pod.get() == "pod-12"
+        # HAProxy's own socket is at the path again: it answers, the runtime API works.
+        assert "Name: HAProxy" in command(runtime, "show info", 2.0)
+        worker = pod.worker()
+        later = applier.apply(pod.snap(["pod-13"], 3))
+        assert later.ok and later.kind is Kind.RUNTIME, later.error
+        assert pod.worker() == worker and pod.get() == "pod-13"
 
 
 def test_a_peers_list_without_this_pod_is_refused(pod: Pod) -> None:

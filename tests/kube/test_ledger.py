@@ -145,6 +145,40 @@ def test_a_conflict_on_one_shard_rewrites_that_shard_only(api: FakeKubeAPI) -> N
     assert assignment[SHOP].count == 43 and assignment[BLOG].count == 42
 
 
+def test_a_replica_that_stops_leading_mid_save_never_overwrites_the_new_leaders_shard(
+    api: FakeKubeAPI,
+) -> None:
+    """A save that started while leading and lost the Lease before its write (a replica
+    paused past its Lease): the 409 on its stale resourceVersion used to be answered by a
+    re-read and an overwrite of the new leader's shard. Now every request asks whether
+    this replica still leads, and the one that no longer does writes and deletes nothing."""
+    grown = {SHOP: BackendSlots(43, ASSIGNMENT[SHOP].slots)}
+    asked: list[bool] = []
+    with kube_ledger(api.url) as (stale, _):
+        stale.load()
+        stale.save(ASSIGNMENT)
+        api.hold_watches()  # paused: it does not see the new leader's write
+        name = shard_name(REF.name, SHOP)
+        theirs = api.get("ConfigMap", REF.namespace, name)
+        assert theirs is not None
+        theirs["data"]["writer"] = "new-leader"
+        written = api.apply(theirs)
+
+        def leading() -> bool:  # leading at the first write, not after its 409
+            asked.append(not asked)
+            return asked[-1]
+
+        stale.write_only_while(leading)
+        with pytest.raises(LedgerWriteError) as raised:
+            stale.save(grown)  # also deletes BLOG's shard: not while not leading
+        assert raised.value.cause == "not-leading" and not raised.value.permanent
+        assert "no longer leads" in str(raised.value)
+        assert asked[:2] == [True, False]
+        api.release_watches()
+    assert api.get("ConfigMap", REF.namespace, name) == written
+    assert api.get("ConfigMap", REF.namespace, shard_name(REF.name, BLOG)) is not None
+
+
 @pytest.mark.parametrize(
     ("code", "cause"), [(422, "invalid"), (403, "forbidden"), (413, "too-large")]
 )

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from controlplane.ledger.shards import shard_from
 from tests.helpers.replicas import (
     NS,
     hashes,
@@ -203,3 +204,72 @@ def test_a_damaged_ledger_never_moves_a_follower_and_the_leader_rewrites_it(
             assert all(health(a) == "SERVING" for a in addresses)
         finally:
             agent.close()
+
+
+SHARD = "peerplane-slots.default.shop.http"
+
+
+def shard_history(api: FakeKubeAPI) -> list[dict[tuple[str, int], int]]:
+    """Every version the shop shard had, in order: endpoint -> slot."""
+    out = []
+    for version in api.versions("ConfigMap", NS, SHARD):
+        shard = shard_from(version, time.time())
+        assert shard.slots is not None, shard.problem
+        out.append(dict(shard.slots.slots))
+    return out
+
+
+def test_a_paused_leader_that_wakes_after_its_lease_moved_changes_no_slot(
+    api: FakeKubeAPI, kubeconfig: Path
+) -> None:
+    """Two replicas that both believe they lead for a moment: the leader is SIGSTOPped
+    until its Lease expires and the other takes it and assigns new endpoints; SIGCONT
+    wakes it with a stale assignment and buffered watch events, before its elector has
+    read the Lease. It must not write the ledger (its `is_leader` lapses with its renew
+    deadline) and no endpoint's slot moves in the ledger nor on any agent. The Lease is
+    read slowly (1 s) meanwhile, so that the woken elector learns late, as over a slow
+    API server: before the fix, the woken replica rewrote the ledger with its own stale
+    assignment in that second."""
+    lease_s = 3.0
+    with replicas(kubeconfig, 2, lease_s) as processes:
+        addresses = [p.address for p in processes]
+        assert wait_until(lambda: all(health(a) == "SERVING" for a in addresses), 20)
+        assert wait_until(lambda: {role_of(a) for a in addresses} == {"leader", "follower"}, 10)
+        (old,) = [p for p in processes if role_of(p.address) == "leader"]
+        (new,) = [p for p in processes if p is not old]
+        agents = [Agent(old.address), Agent(new.address, pod="haproxy-b")]
+        try:
+            assert wait_until(lambda: all(len(a.last().slots) == 2 for a in agents), 10)
+            assert old.process is not None
+            os.kill(old.process.pid, signal.SIGSTOP)
+            try:
+                assert wait_until(lambda: role_of(new.address) == "leader", lease_s + 6)
+                # One at a time: the new leader gives 127.0.2.9 slot 3, then 127.0.2.8
+                # slot 4; the paused one would see both at once and give them in order.
+                current = {"127.0.2.1": True, "127.0.2.2": True, "127.0.2.9": True}
+                api.apply(endpoint_slice("shop", current))
+                assert wait_until(lambda: "127.0.2.9" in agents[1].last().slots.values(), 10)
+                current["127.0.2.8"] = True
+                api.apply(endpoint_slice("shop", current))
+                assert wait_until(lambda: "127.0.2.8" in agents[1].last().slots.values(), 10)
+                api.slow("Lease", 1.0, method="GET")
+            finally:
+                os.kill(old.process.pid, signal.SIGCONT)
+            # It finds the Lease taken: stops serving at once and exits (its pod restarts).
+            assert old.process.wait(timeout=10) == 1
+            old.wait_for(re.compile("lost the lease: stopping at once"))
+            api.clear_faults()
+            assert wait_until(lambda: set(agents[1].last().slots.values()) == set(current), 10)
+            time.sleep(1.0)  # anything the woken replica would still write or send
+            history = shard_history(api)
+            moved = {
+                endpoint: {slots[endpoint] for slots in history if endpoint in slots}
+                for slots in history
+                for endpoint in slots
+            }
+            assert {e: s for e, s in moved.items() if len(s) > 1} == {}, history
+            assert {e: s for e, s in slot_history(agents).items() if len(s) > 1} == {}
+            assert set(agents[0].last().slots.values()) <= set(current)
+        finally:
+            for agent in agents:
+                agent.close()

@@ -235,6 +235,8 @@ class FakeKubeAPI:
         self._compacted = 0
         self._continues: dict[str, tuple[int, list[Obj]]] = {}
         self._faults: dict[str, list[tuple[int, str, str]]] = {}
+        self._storms: dict[str, list[tuple[int, str, str]]] = {}  # until clear_faults
+        self._slow: dict[str, list[tuple[float, str, str]]] = {}  # until clear_faults
         self._watches: set[_Watch] = set()
         self._conns: set[socket.socket] = set()
         self._closed = False
@@ -463,10 +465,40 @@ class FakeKubeAPI:
         with self._cond:
             self._faults.setdefault(PLURALS[kind], []).extend([(code, match, method)] * count)
 
+    def storm(self, kind: str, code: int, match: str = "", method: str = "") -> None:
+        """Every request on `kind` (whose path and query contain `match`, and whose method
+        is `method` when given) answers `code` with a Status body, until `clear_faults`:
+        an admission webhook or an RBAC rule refusing writes (403, 422), or another writer
+        winning every race (409)."""
+        with self._cond:
+            self._storms.setdefault(PLURALS[kind], []).append((code, match, method))
+
+    def slow(self, kind: str, seconds: float, match: str = "", method: str = "") -> None:
+        """Every matching request on `kind` is answered `seconds` late (an overloaded API
+        server or etcd), until `clear_faults`."""
+        with self._cond:
+            self._slow.setdefault(PLURALS[kind], []).append((seconds, match, method))
+
     def clear_faults(self) -> None:
-        """Forget every fault still queued by `fail_next`."""
+        """Forget every fault still queued by `fail_next`, every storm and every delay."""
         with self._cond:
             self._faults.clear()
+            self._storms.clear()
+            self._slow.clear()
+
+    def versions(self, kind: str, namespace: str, name: str) -> list[Obj]:
+        """Every version one object was written as, oldest first (deletions left out), as
+        long as `compact` has not dropped them: what every watcher could have seen."""
+        plural = PLURALS[kind]
+        with self._cond:
+            return [
+                copy.deepcopy(c.obj)
+                for c in self._history
+                if c.plural == plural
+                and c.type != "DELETED"
+                and c.obj.get("metadata", {}).get("namespace", "") == namespace
+                and c.obj.get("metadata", {}).get("name") == name
+            ]
 
     def watch_requests(self, kind: str) -> int:
         plural = PLURALS[kind]
@@ -531,7 +563,19 @@ class FakeKubeAPI:
                 if match in path and only in ("", method):
                     del queue[i]
                     return code
+            for code, match, only in self._storms.get(plural) or []:
+                if match in path and only in ("", method):
+                    return code
             return None
+
+    def delay(self, plural: str, path: str, method: str = "") -> float:
+        """How late a request is answered (`slow`)."""
+        with self._cond:
+            slow = self._slow.get(plural) or []
+            return max(
+                (s for s, match, only in slow if match in path and only in ("", method)),
+                default=0.0,
+            )
 
     def list_objects(self, plural: str, query: _Query, limit: int, token: str) -> Obj:
         with self._cond:
@@ -1077,7 +1121,11 @@ def _handler_for(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
             ):
                 self._reply_text(404, "404 page not found\n")  # as a real server's mux
                 return
-            code = api.fault(plural, self.path, "WATCH" if watching else method)
+            verb = "WATCH" if watching else method
+            late = api.delay(plural, self.path, verb)
+            if late:
+                time.sleep(late)
+            code = api.fault(plural, self.path, verb)
             if code is not None:
                 self._reply(code, status(code, "Injected", f"injected status {code}"))
                 return

@@ -1,18 +1,22 @@
-"""Apply-path faults on a real HAProxy: disk full, unwritable state dir, unreachable
-sockets, `haproxy -c` hanging. Each gives a clear error and a NACK, never a crash, leaves
-HAProxy serving what it served, and the same snapshot applies once the fault is gone."""
+"""Apply-path faults on a real HAProxy: disk full, unwritable state or config directory,
+unreachable sockets, `haproxy -c` hanging, HAProxy SIGKILLed in the middle of an apply.
+Each gives a clear error and a NACK, never a crash, leaves HAProxy serving what it served
+(or, killed, restarted on it), and the same snapshot applies once the fault is gone."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from nodeagent.apply import applier as applier_module
 from nodeagent.apply.applier import Applier
 from nodeagent.apply.saved import StateStore
 from nodeagent.config.changes import Kind
@@ -142,6 +146,42 @@ def test_disk_full_nacks_keeps_serving_and_retries(
         assert r.get() == "pod-12" and r.applier.applied_version == 2
 
 
+def _remount(path: Path, mode: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{mode}", str(path)], check=True, timeout=10)
+
+
+def test_read_only_config_dir_nacks_keeps_serving_and_retries(
+    tmp_path: Path, haproxy_bin: HAProxyBinary
+) -> None:
+    """The directory of haproxy.cfg (and its maps and certificates) remounted read-only,
+    as a read-only volume would be: NACK `cannot write ...: Read-only file system`, for a
+    reload (HAProxy untouched) and for a slot change through the runtime API (HAProxy
+    runs it, the file a restart would read does not say so: not ACKed); retried with
+    backoff, the snapshot applies once the directory is writable again."""
+    with (
+        tmpfs(tmp_path / "etc", "4m") as etc,
+        rig(tmp_path, etc / "haproxy.cfg", tmp_path / "state", haproxy_bin) as r,
+    ):
+        assert r.applier.apply(r.snap(1)).ok
+        before = (etc / "haproxy.cfg").read_text()
+        _remount(etc, "ro")
+        try:
+            failed = r.applier.apply(r.snap(2, slot=1, balance="roundrobin"))
+            assert not failed.ok and failed.retryable
+            assert failed.error == f"cannot write {etc}/haproxy.cfg: Read-only file system"
+            assert (etc / "haproxy.cfg").read_text() == before
+            assert r.get() == "pod-11" and r.applier.applied_version == 1
+            runtime = r.applier.apply(r.snap(3, slot=1))  # a slot alone: the runtime API
+            assert not runtime.ok and runtime.retryable
+            assert runtime.error == f"cannot write {etc}/haproxy.cfg: Read-only file system"
+            assert r.applier.applied_version == 1
+        finally:
+            _remount(etc, "rw")
+        retried = r.applier.apply(r.snap(2, slot=1, balance="roundrobin"))
+        assert retried.ok, retried.error
+        assert r.get() == "pod-12" and r.applier.applied_version == 2
+
+
 def test_unwritable_state_dir_nacks_then_the_resent_snapshot_is_saved(
     tmp_path: Path, haproxy_bin: HAProxyBinary
 ) -> None:
@@ -231,3 +271,79 @@ def _child_of_fake(pids: str, fake: Path) -> bool:
             if os.fsencode(str(fake)) in f.read():
                 return True
     return False
+
+
+def _kill_haproxy(r: Rig) -> int:
+    """SIGKILL the master and its worker by PID, and wait until the master is gone; the
+    master's PID."""
+    master = r.supervisor.pid
+    assert master is not None
+    worker = r.applier.haproxy.show_proc().current_worker
+    for pid in (worker, master):
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while r.supervisor.last_exit is None or r.supervisor.last_exit.pid != master:
+        assert time.monotonic() < deadline, "the supervisor did not see the master die"
+        time.sleep(0.02)
+    return master
+
+
+def _until_serving(r: Rig, body: str, seconds: float = 10) -> None:
+    """Wait until the restarted HAProxy serves `body` (the supervisor restarts it after 1 s)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        with contextlib.suppress(OSError):
+            if r.get() == body:
+                return
+        assert time.monotonic() < deadline, f"HAProxy does not serve {body}"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("where", ["after-check", "in-runtime-update"])
+def test_haproxy_killed_in_the_middle_of_an_apply_is_nacked_then_restarted_and_retried(
+    tmp_path: Path, haproxy_bin: HAProxyBinary, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """HAProxy (master and worker) SIGKILLed between `haproxy -c` and the reload, or while
+    the runtime API sets a slot: the NACK says HAProxy is not running and how it ended;
+    the supervisor restarts it on the file on disk (the last applied config, never the
+    half-applied one), and the same snapshot applies on the retry."""
+    killed: list[int] = []
+    with rig(tmp_path, tmp_path / "haproxy.cfg", tmp_path / "state", haproxy_bin) as r:
+        assert r.applier.apply(r.snap(1)).ok
+        assert r.get() == "pod-11"
+        applied_config = Path(r.applier.config_path).read_text()
+        if where == "after-check":
+            check = applier_module.validate
+
+            def check_then_kill(*args: object, **kwargs: object) -> str | None:
+                said = check(*args, **kwargs)  # type: ignore[arg-type]
+                killed.append(_kill_haproxy(r))
+                return said
+
+            monkeypatch.setattr(applier_module, "validate", check_then_kill)
+            v2 = r.snap(2, slot=1, balance="roundrobin")  # a new file: the reload path
+        else:
+            set_servers = r.applier.haproxy.set_servers
+
+            def kill_then_set(updates: object) -> None:
+                killed.append(_kill_haproxy(r))
+                set_servers(updates)  # type: ignore[arg-type]
+
+            monkeypatch.setattr(r.applier.haproxy, "set_servers", kill_then_set)
+            v2 = r.snap(2, slot=1)  # only the slot's address: the runtime API path
+        start = time.monotonic()
+        failed = r.applier.apply(v2)
+        assert time.monotonic() - start < 10
+        assert killed and not failed.ok and failed.retryable
+        assert failed.error.startswith("reload failed: HAProxy is not running: "), failed.error
+        assert f"HAProxy master pid={killed[0]} exited with " in failed.error, failed.error
+        assert "-9" in failed.error or "(Killed)" in failed.error, failed.error
+        assert r.applier.applied_version == 1
+        assert Path(r.applier.config_path).read_text() == applied_config
+        monkeypatch.undo()  # the fault is over
+        _until_serving(r, "pod-11")  # restarted on the last applied config
+        retried = r.applier.apply(v2)  # the agent's retry with backoff
+        assert retried.ok, retried.error
+        assert r.get() == "pod-12" and r.applier.applied_version == 2
