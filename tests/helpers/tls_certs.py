@@ -52,7 +52,7 @@ class TestCA:
         start, end = (
             (now - dt.timedelta(days=30), now - dt.timedelta(days=1))
             if expired
-            else (now - dt.timedelta(minutes=5), now + dt.timedelta(days=days))
+            else (now - dt.timedelta(days=1), now + dt.timedelta(days=days))
         )
         cert = (
             x509.CertificateBuilder()
