@@ -1,14 +1,24 @@
 """What both sides say of a certificate alike: its fingerprint (the contract's
-`Certificate.fingerprint`, what logs, errors and inspection name instead of the PEM) and
-whether a private key is the leaf certificate's. The control plane checks a Secret with
-them, and the agent checks again before HAProxy sees the files."""
+`Certificate.fingerprint`, what logs, errors and inspection name instead of the PEM),
+whether a private key is the leaf certificate's, and whether a chain holds a key too weak
+for HAProxy's OpenSSL. The control plane checks a Secret with them, and the agent checks
+again before HAProxy sees the files.
+
+Key strength, measured with `haproxy -c` on 2.6 (Debian 12, OpenSSL 3.0), 3.0 (Debian 13,
+OpenSSL 3.5) and 3.2 (OpenSSL 3.6), all at Debian's default security level 2 (112-bit
+security): a leaf key of RSA-1024 or EC P-192 is refused ("ee key too small"), so is a
+chain certificate's RSA-1024 key ("ca key too small"); RSA-2048, P-224, P-256, P-384,
+P-521, secp256k1 and brainpoolP256r1 are taken. The three versions draw the same line, so
+the rule has no version in it."""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import dsa, ec, rsa
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
 _DER = serialization.Encoding.DER
@@ -24,3 +34,36 @@ def key_matches(key: PrivateKeyTypes, leaf: x509.Certificate) -> bool:
     """Whether `key` is `leaf`'s: their public keys are the same SubjectPublicKeyInfo.
     AttributeError or ValueError for a key type that has none (HAProxy serves none)."""
     return key.public_key().public_bytes(_DER, _SPKI) == leaf.public_key().public_bytes(_DER, _SPKI)
+
+
+# OpenSSL security level 2: keys of at least 112-bit security.
+MIN_RSA_BITS = 2048  # RSA and DSA alike
+MIN_EC_BITS = 224
+
+
+def weak_key(certificate: x509.Certificate) -> str | None:
+    """Why HAProxy's OpenSSL refuses the certificate's public key as too small, or None."""
+    try:
+        key = certificate.public_key()
+    except (ValueError, TypeError):  # an algorithm `cryptography` does not know
+        return "its public key is of an unknown type"
+    if isinstance(key, rsa.RSAPublicKey | dsa.DSAPublicKey):
+        kind = "RSA" if isinstance(key, rsa.RSAPublicKey) else "DSA"
+        if key.key_size < MIN_RSA_BITS:
+            return f"an {kind} key of {key.key_size} bits (HAProxy needs {MIN_RSA_BITS} or more)"
+    elif isinstance(key, ec.EllipticCurvePublicKey) and key.curve.key_size < MIN_EC_BITS:
+        return (
+            f"an EC key on {key.curve.name} ({key.curve.key_size} bits;"
+            f" HAProxy needs a curve of {MIN_EC_BITS} bits or more)"
+        )
+    return None
+
+
+def weak_chain(chain: Sequence[x509.Certificate]) -> str | None:
+    """Why HAProxy would refuse a chain (leaf first) for a key too small, or None."""
+    for position, certificate in enumerate(chain):
+        why = weak_key(certificate)
+        if why is not None:
+            which = "the leaf certificate" if position == 0 else f"chain certificate {position + 1}"
+            return f"{which} has {why}"
+    return None

@@ -1,7 +1,8 @@
 """TLS test certificates for the edge (the route model), made in Python on the spot: a
 private CA, leaf certificates for given names (valid, expired, or with a key that is not
 theirs), and the kubernetes.io/tls Secret that carries one. Keys are EC P-256: quick to
-make, and every HAProxy version takes them."""
+make, and every HAProxy version takes them; `issue(key=...)` and `make_ca(key=...)` take
+another (an RSA-1024 or P-192 key, which HAProxy's OpenSSL refuses)."""
 
 from __future__ import annotations
 
@@ -12,18 +13,28 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 _KEY_FORMAT = serialization.PrivateFormat.PKCS8
 _NO_PASSWORD = serialization.NoEncryption()
+
+PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+def rsa_key(bits: int) -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=bits)
+
+
+def ec_key(curve: ec.EllipticCurve) -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(curve)
+
+
+def _key_pem(key: PrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, _KEY_FORMAT, _NO_PASSWORD)
 
 
@@ -32,7 +43,7 @@ class TestCA:
     """A self-signed CA; `issue` makes leaves it signs."""
 
     __test__ = False  # not a test class, whatever pytest thinks of the name
-    key: ec.EllipticCurvePrivateKey = field(repr=False)
+    key: PrivateKey = field(repr=False)
     cert: x509.Certificate
 
     @property
@@ -45,9 +56,11 @@ class TestCA:
         days: int = 90,
         expired: bool = False,
         serial: int | None = None,
+        key: PrivateKey | None = None,
     ) -> Leaf:
-        """A leaf for `names` (DNS SANs; the first is also the CN)."""
-        key = _key()
+        """A leaf for `names` (DNS SANs; the first is also the CN), with `key` or a new
+        P-256 key."""
+        key = key if key is not None else _key()
         now = dt.datetime.now(dt.UTC)
         start, end = (
             (now - dt.timedelta(days=30), now - dt.timedelta(days=1))
@@ -70,8 +83,8 @@ class TestCA:
         return Leaf(key=key, cert=cert, ca=self)
 
 
-def make_ca(name: str = "peerplane test CA") -> TestCA:
-    key = _key()
+def make_ca(name: str = "peerplane test CA", key: PrivateKey | None = None) -> TestCA:
+    key = key if key is not None else _key()
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = dt.datetime.now(dt.UTC)
     cert = (
@@ -90,7 +103,7 @@ def make_ca(name: str = "peerplane test CA") -> TestCA:
 
 @dataclass(frozen=True)
 class Leaf:
-    key: ec.EllipticCurvePrivateKey = field(repr=False)
+    key: PrivateKey = field(repr=False)
     cert: x509.Certificate
     ca: TestCA
 
