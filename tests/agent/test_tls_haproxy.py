@@ -2,7 +2,7 @@
 path: the certificate chosen by SNI (two hosts, a wildcard, the default for an unknown SNI
 and for none), a renewed certificate served without a reload and without a failed request
 while connections made before keep theirs, certificates bound and unbound through the
-runtime API, and a bad certificate NACKed while the others keep serving."""
+runtime API, and a bad certificate set aside while the others keep serving."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import pytest
 from google.protobuf import json_format
 
 from nodeagent import cli
+from nodeagent.config import certcheck
 from nodeagent.config.changes import Kind
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.deltas import delta_between, hashed
@@ -244,63 +245,77 @@ def test_certificates_are_bound_and_unbound_through_the_runtime_api(site: Site) 
     assert site.serial(HOSTS["d"]) == serials["d"]  # its own name, no filter
 
 
-def test_a_bad_certificate_is_refused_and_the_others_keep_serving(site: Site) -> None:
+def _crtlist_names(site: Site) -> list[str]:
+    certs_dir = site.inst.applier.options.certs_dir
+    with open(os.path.join(certs_dir, f"fe_{site.port}.crtlist")) as f:
+        return [line.split()[0].rsplit("/", 1)[1] for line in f]
+
+
+def test_a_bad_certificate_is_set_aside_and_the_others_apply(site: Site) -> None:
+    """A certificate the agent's own check refuses (a key that is not its own, an expired
+    one) is set aside: its crt-list lines and file left out, the rest of the version
+    applied (a good renewal beside it), and the ACK names it with the reason."""
     inst = site.inst
     assert inst.applier.apply(site.snapshot(BINDINGS)).ok
     certs_dir = inst.applier.options.certs_dir
-    with open(os.path.join(certs_dir, "ns_a.pem"), "rb") as f:
-        a_file = f.read()
-    old = dict(site.leaves)
     site.leaves["a"] = CA.issue("a.example.com")  # a good renewal beside a bad one
     foreign = site.leaves["b"].with_foreign_key()
     bad = certificate("ns_b", foreign)
     result = inst.applier.apply(site.snapshot(BINDINGS, ns_b=bad))
-    assert not result.ok and not result.retryable
-    assert result.error.startswith("certificate ns_b (sha256 ")
-    assert result.error.endswith("the private key does not match the certificate")
-    assert "PRIVATE" not in result.error and "CERTIFICATE-" not in result.error
-    assert site.serial("a.example.com") == old["a"].serial_hex  # the old one serves
-    assert site.serial("b.example.com") == old["b"].serial_hex
-    with open(os.path.join(certs_dir, "ns_a.pem"), "rb") as f:
-        assert f.read() == a_file  # nothing HAProxy reads has changed
-    # An expired one, with a new HTTPS port (a reload): refused as well, before haproxy -c.
+    assert result.ok, result
+    assert [(p.kind, p.name, p.fingerprint) for p in result.set_aside] == [
+        ("certificate", "ns_b", bad.fingerprint)
+    ]
+    assert result.set_aside[0].reason == "the private key does not match the certificate"
+    assert site.serial("a.example.com") == site.leaves["a"].serial_hex  # the renewal serves
+    assert site.serial("b.example.com") == site.leaves["d"].serial_hex  # the default now
+    assert "ns_b.pem" not in os.listdir(certs_dir)
+    assert _crtlist_names(site) == ["ns_d.pem", "ns_a.pem", "ns_w.pem", "ns_a.pem"]
+    assert inst.applier.metrics.set_aside.labels("certificate")._value.get() == 1
+    # An expired one, with a new HTTPS port (a reload): set aside as well, before haproxy -c.
     expired = certificate("ns_b", CA.issue("b.example.com", expired=True))
     snap = site.snapshot(BINDINGS, ns_b=expired)
     snap.http_listeners.append(https_listener(free_port(inst.ip), [("ns_a", [])]))
-    refused = inst.applier.apply(snap)
-    assert not refused.ok and "ns_b" in refused.error and "expired" in refused.error
-    assert sorted(os.listdir(certs_dir)) == sorted(
-        [f"fe_{site.port}.crtlist", "ns_a.pem", "ns_b.pem", "ns_d.pem", "ns_w.pem"]
-    )
+    reloaded = inst.applier.apply(snap)
+    assert reloaded.ok and reloaded.kind is Kind.RELOAD, reloaded
+    assert [p.name for p in reloaded.set_aside] == ["ns_b"]
+    assert "expired" in reloaded.set_aside[0].reason
+    assert "ns_b.pem" not in os.listdir(certs_dir)
+    # Mended: served again, and nothing is set aside.
+    site.leaves["b"] = CA.issue("b.example.com")
+    mended = inst.applier.apply(site.snapshot(BINDINGS))
+    assert mended.ok and mended.set_aside == (), mended
+    assert site.serial("b.example.com") == site.leaves["b"].serial_hex
+    assert inst.applier.metrics.set_aside.labels("certificate")._value.get() == 0
 
 
-def test_what_only_haproxy_refuses_is_caught_before_the_live_files_change(site: Site) -> None:
-    """A 1,024-bit RSA key passes the agent's own check; HAProxy refuses it. As a renewal
-    (runtime: `commit ssl cert` refuses, the fallback reload's `haproxy -c` too) and with a
-    new HTTPS port (reload: `haproxy -c` on the staged files): NACKed in HAProxy's words
-    naming the live file, the running certificate and every live file unchanged, no reload."""
+def test_what_only_haproxy_refuses_is_set_aside_in_haproxys_words(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A certificate the agent's check does not foresee HAProxy refusing (here: the
+    agent's key-size check turned off) is named by `haproxy -c`: set aside in HAProxy's
+    words naming the live file, and the rest applies. As a renewal (runtime: `commit ssl
+    cert` refuses, the fallback reload's `haproxy -c` names it) and with a new HTTPS port
+    (reload: `haproxy -c` on the staged files)."""
+    monkeypatch.setattr(certcheck, "weak_chain", lambda chain: None)
     inst = site.inst
     assert inst.applier.apply(site.snapshot(BINDINGS)).ok
-    before = inst.haproxy.show_proc()
     certs_dir = inst.applier.options.certs_dir
-
-    def files() -> dict[str, bytes]:
-        return {name: (Path(certs_dir) / name).read_bytes() for name in os.listdir(certs_dir)}
-
-    live = files()
     weak = weak_rsa_certificate("ns_b", HOSTS["b"])
     renewal = inst.applier.apply(site.snapshot(BINDINGS, ns_b=weak))
     snap = site.snapshot(BINDINGS, ns_b=weak)
     snap.http_listeners.append(https_listener(free_port(inst.ip), [("ns_a", [])]))
     new_port = inst.applier.apply(snap)
     for result in (renewal, new_port):
-        assert not result.ok, result
-        assert f"{certs_dir}/ns_b.pem" in result.error and ".staging" not in result.error
-        assert "PRIVATE" not in result.error
-    assert files() == live
-    assert site.serial(HOSTS["b"]) == site.leaves["b"].serial_hex
-    after = inst.haproxy.show_proc()
-    assert (after.reloads, after.current_worker) == (before.reloads, before.current_worker)
+        assert result.ok, result
+        assert [p.name for p in result.set_aside] == ["ns_b"]
+        reason = result.set_aside[0].reason
+        assert reason.startswith("haproxy -c: ")
+        assert f"{certs_dir}/ns_b.pem" in reason and ".staging" not in reason
+        assert "PRIVATE" not in reason
+    assert "ns_b.pem" not in os.listdir(certs_dir)
+    assert site.serial(HOSTS["b"]) == site.leaves["d"].serial_hex
+    assert site.serial(HOSTS["a"]) == site.leaves["a"].serial_hex
 
 
 def test_a_refused_certificate_command_falls_back_to_a_reload(site: Site) -> None:
