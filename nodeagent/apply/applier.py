@@ -180,6 +180,9 @@ class Applier:
         # Before HAProxy or any file it reads sees them: a certificate that cannot be served
         # is set aside, and the rest applies (the old certificates keep serving).
         aside = self._checked_certificates(snapshot, change if old is not None else None)
+        if change is not None and aside.keys() != self._set_aside.keys():
+            # Other crt-list lines than the applied ones, whatever the parts say.
+            change = dataclasses.replace(change, frontends=True)
         rendered = self._render(snapshot, change, aside)
         data = rendered.data()  # the file; its text only on the reload path
         decision = changes.Decision(changes.Kind.RELOAD, reason="nothing applied yet")

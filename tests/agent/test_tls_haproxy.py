@@ -17,11 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
 from google.protobuf import json_format
 
 from nodeagent import cli
+from nodeagent.apply import applier as applier_module
+from nodeagent.apply import setaside
 from nodeagent.config import certcheck
 from nodeagent.config.changes import Kind
+from nodeagent.haproxy.driver import validate
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.deltas import delta_between, hashed
 from tests.helpers.haproxy_env import (
@@ -42,7 +46,7 @@ from tests.helpers.tls_agent import (
     served_serial,
     weak_rsa_certificate,
 )
-from tests.helpers.tls_certs import Leaf, make_ca
+from tests.helpers.tls_certs import Leaf, ec_key, make_ca, rsa_key
 from tests.kubeapi.objects import wait_until
 
 pytestmark = pytest.mark.haproxy
@@ -63,12 +67,16 @@ class Site:
     version: int = 0
 
     def snapshot(
-        self, bindings: list[tuple[str, list[str]]], **replaced: pb.Certificate
+        self,
+        bindings: list[tuple[str, list[str]]],
+        endpoints: list[tuple[str, int]] | None = None,
+        **replaced: pb.Certificate,
     ) -> pb.Snapshot:
         self.version += 1
+        ends = endpoints if endpoints is not None else [self.end]
         snap = snapshot(
             [("pod-a", self.inst.ip, self.peer_port)],
-            [backend("ns_web_80", [self.end], balance="roundrobin", persistence=False)],
+            [backend("ns_web_80", ends, balance="roundrobin", persistence=False)],
             version=self.version,
         )
         named = {f"ns_{k}": certificate(f"ns_{k}", leaf) for k, leaf in self.leaves.items()}
@@ -316,6 +324,109 @@ def test_what_only_haproxy_refuses_is_set_aside_in_haproxys_words(
     assert "ns_b.pem" not in os.listdir(certs_dir)
     assert site.serial(HOSTS["b"]) == site.leaves["d"].serial_hex
     assert site.serial(HOSTS["a"]) == site.leaves["a"].serial_hex
+
+
+def _enabled_servers(inst: Instance) -> set[str]:
+    """The addresses of the servers HAProxy runs in ns_web_80 and that are not in
+    maintenance (`show servers state`: srv_addr, srv_admin_state)."""
+    out = inst.haproxy.runtime("show servers state ns_web_80")
+    found = set()
+    for line in out.splitlines():
+        cols = line.split()
+        named = len(cols) > 6 and not line.startswith("#") and cols[1] == "ns_web_80"
+        if named and int(cols[6]) & 1 == 0:  # SRV_ADMF_FMAINT unset
+            found.add(cols[4])
+    return found
+
+
+WEAK_KEYS = {"rsa-1024": lambda: rsa_key(1024), "p-192": lambda: ec_key(ec.SECP192R1())}
+
+
+@pytest.mark.parametrize("found_by", ["agent", "haproxy"])
+@pytest.mark.parametrize("weak", sorted(WEAK_KEYS))
+def test_a_tenants_weak_certificate_does_not_freeze_another_tenants_endpoint_removal(
+    site: Site, monkeypatch: pytest.MonkeyPatch, weak: str, found_by: str
+) -> None:
+    """T1: tenant B's Secret renewed with a key HAProxy refuses ("ee key too small" on
+    3.0 and 3.2, "unable to load SSL certificate" on 2.6) used to NACK that version and
+    every later one, so tenant A's endpoint removal stayed unapplied. Now B's certificate
+    is set aside (by the agent's check, or, when the agent does not foresee it, by
+    `haproxy -c`), A's removal applies, and every ACK names what is set aside."""
+    if found_by == "haproxy":
+        monkeypatch.setattr(certcheck, "weak_chain", lambda chain: None)
+    inst = site.inst
+    gone = (site.end[0].rsplit(".", 1)[0] + ".12", 9)
+    both = [site.end, gone]
+    assert inst.applier.apply(site.snapshot(BINDINGS, endpoints=both)).ok
+    assert _enabled_servers(inst) == {site.end[0], gone[0]}
+    bad = certificate("ns_b", CA.issue(HOSTS["b"], key=WEAK_KEYS[weak]()))
+    renewed = inst.applier.apply(site.snapshot(BINDINGS, endpoints=both, ns_b=bad))
+    assert renewed.ok, renewed
+    assert [(p.name, p.fingerprint) for p in renewed.set_aside] == [("ns_b", bad.fingerprint)]
+    reason = renewed.set_aside[0].reason
+    if found_by == "agent":
+        assert reason.startswith("the leaf certificate has ")
+    else:
+        assert reason.startswith("haproxy -c: ") and "ns_b.pem" in reason
+    removal = inst.applier.apply(site.snapshot(BINDINGS, endpoints=[site.end], ns_b=bad))
+    assert removal.ok, removal
+    assert [p.name for p in removal.set_aside] == ["ns_b"]
+    assert inst.applier.applied_version == site.version
+    assert _enabled_servers(inst) == {site.end[0]}
+    assert site.get(HOSTS["a"]) == 200
+    assert site.serial(HOSTS["a"]) == site.leaves["a"].serial_hex
+
+
+def test_a_listener_whose_every_certificate_is_set_aside_keeps_its_port(site: Site) -> None:
+    """Its crt-list is empty and its bind line says `strict-sni` (HAProxy takes an empty
+    crt-list only so): its handshakes fail, the other listener serves."""
+    inst = site.inst
+    other = free_port(inst.ip)
+    snap = site.snapshot(BINDINGS, ns_b=certificate("ns_b", site.leaves["b"].with_foreign_key()))
+    snap.http_listeners.append(https_listener(other, [("ns_b", [])]))
+    result = inst.applier.apply(snap)
+    assert result.ok, result
+    assert [p.name for p in result.set_aside] == ["ns_b"]
+    with open(inst.applier.config_path) as f:
+        assert f"fe_{other}.crtlist strict-sni" in f.read()
+    assert site.serial(HOSTS["a"]) == site.leaves["a"].serial_hex
+    with pytest.raises(OSError):
+        served_serial(inst.ip, other, HOSTS["b"])
+
+
+def test_haproxy_c_runs_are_bounded_however_many_certificates_it_refuses(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six certificates only HAProxy refuses, on one crt-list: HAProxy names one per run,
+    so three runs name three and the fourth runs with every other new certificate set
+    aside unchecked; the next version checks those again (named within its own four)."""
+    monkeypatch.setattr(certcheck, "weak_chain", lambda chain: None)
+    runs: list[str] = []
+
+    def counted(text: str, binary: str, timeout: float) -> str | None:
+        runs.append(text)
+        return validate(text, binary, timeout)
+
+    monkeypatch.setattr(applier_module, "validate", counted)
+    inst = site.inst
+    assert inst.applier.apply(site.snapshot(BINDINGS)).ok
+    hosts = {f"ns_x{i}": f"x{i}.example.com" for i in range(6)}
+    weak = {name: weak_rsa_certificate(name, host) for name, host in hosts.items()}
+    bindings = BINDINGS + [(name, [host]) for name, host in hosts.items()]
+    runs.clear()
+    first = inst.applier.apply(site.snapshot(bindings, **weak))
+    assert first.ok, first
+    assert len(runs) == setaside.MAX_CHECKS
+    assert sorted(p.name for p in first.set_aside) == sorted(hosts)
+    named = [p.name for p in first.set_aside if not p.unchecked]
+    assert len(named) == setaside.MAX_CHECKS - 1
+    assert site.serial(HOSTS["a"]) == site.leaves["a"].serial_hex
+    runs.clear()
+    second = inst.applier.apply(site.snapshot(bindings, **weak))
+    assert second.ok, second
+    assert len(runs) <= setaside.MAX_CHECKS
+    assert sorted(p.name for p in second.set_aside) == sorted(hosts)
+    assert not any(p.unchecked for p in second.set_aside)
 
 
 def test_a_refused_certificate_command_falls_back_to_a_reload(site: Site) -> None:
