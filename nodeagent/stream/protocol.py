@@ -104,6 +104,11 @@ class Answer:
         return self.message.HasField("ack")
 
 
+# Parts an ACK names at most (each under 0.8 KB): the ACK stays far below the control
+# plane's 1 MiB receive limit; `set_aside_count`, the log and the metric count them all.
+MAX_SET_ASIDE_SENT = 256
+
+
 def ack(
     nonce: str,
     snapshot: Held,
@@ -125,8 +130,9 @@ def ack(
                     pb.SetAsidePart(
                         kind=p.kind, name=p.name, fingerprint=p.fingerprint, reason=p.reason
                     )
-                    for p in set_aside
+                    for p in set_aside[:MAX_SET_ASIDE_SENT]
                 ],
+                set_aside_count=len(set_aside),
             )
         ),
         snapshot.workload,
