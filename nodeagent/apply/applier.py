@@ -7,6 +7,9 @@ running config and the file as they were) and an atomic write + activation (star
 hitless reload, by the strategy of `activation.py`); the snapshot is recorded
 as applied only once HAProxy confirmed it runs it. Every failure is one `ApplyError`
 carrying the NACK text (docs/design.md, "Architecture": NACK keeps the old config serving).
+A certificate the agent's check or `haproxy -c` refuses is no failure: it is set aside
+(`setaside.py`), the rest applies, and the ACK names it ("One part never stops the
+others").
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from nodeagent.apply import activation, saved, setaside
 from nodeagent.apply.certfiles import CertFiles
@@ -246,8 +249,9 @@ class Applier:
         names = change.certificates if change is not None else None
         aside = setaside.carried(self._set_aside, snapshot.certificates, names)
         problems = self.certs.problems(snapshot, names)
-        aside.update(setaside.refused_by_agent(problems, snapshot.certificates))
-        return aside
+        refused = setaside.refused_by_agent(problems, snapshot.certificates)
+        _log_set_aside(snapshot, refused.values())
+        return {**aside, **refused}
 
     def _render(
         self, snapshot: Held, change: ChangeSet | None, aside: Mapping[str, SetAside]
@@ -286,19 +290,12 @@ class Applier:
                 self.metrics.validation_failures.inc()
                 self.metrics.refused("check", error)
                 raise ApplyError(error, decision.kind)
-            aside = {**aside, **named}
+            added = dict(named)
             if checks == setaside.MAX_CHECKS - 1:  # the last run: the new ones aside too
-                fresh = set(self.certs.changed(_served(snapshot, aside), self.applied))
-                aside.update(setaside.unchecked(fresh, snapshot.certificates))
-            for part in named.values():
-                log.warning(
-                    "workload=%s version=%d: certificate %s (sha256 %.16s) set aside: %s",
-                    snapshot.workload,
-                    snapshot.version,
-                    part.name,
-                    part.fingerprint,
-                    part.reason,
-                )
+                fresh = self.certs.changed(_served(snapshot, {**aside, **named}), self.applied)
+                added.update(setaside.unchecked(fresh, snapshot.certificates))
+            _log_set_aside(snapshot, added.values())
+            aside = {**aside, **added}
             rendered = self._render(snapshot, change, aside)
             cfg = rendered.data().decode()
 
@@ -549,6 +546,19 @@ def _served(held: Held, aside: Mapping[str, SetAside]) -> Held:
 
 def _listed(aside: Mapping[str, SetAside]) -> tuple[SetAside, ...]:
     return tuple(aside[name] for name in sorted(aside))
+
+
+def _log_set_aside(snapshot: Held, parts: Iterable[SetAside]) -> None:
+    for part in parts:
+        log.warning(
+            "workload=%s version=%d: certificate %s (sha256 %.16s) set aside: %s",
+            snapshot.workload,
+            snapshot.version,
+            part.name,
+            part.fingerprint,
+            part.reason,
+            extra=fields(workload=snapshot.workload, version=snapshot.version),
+        )
 
 
 def _read_file(path: str) -> bytes | None:

@@ -24,7 +24,9 @@ from nodeagent import cli
 from nodeagent.apply import applier as applier_module
 from nodeagent.apply import setaside
 from nodeagent.config import certcheck
+from nodeagent.config import render as render_module
 from nodeagent.config.changes import Kind
+from nodeagent.config.render import RenderOptions
 from nodeagent.haproxy.driver import validate
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.deltas import delta_between, hashed
@@ -392,6 +394,30 @@ def test_a_listener_whose_every_certificate_is_set_aside_keeps_its_port(site: Si
     assert site.serial(HOSTS["a"]) == site.leaves["a"].serial_hex
     with pytest.raises(OSError):
         served_serial(inst.ip, other, HOSTS["b"])
+
+
+def test_an_error_that_names_no_certificate_still_nacks(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broken global section is no tenant's part: after the refused certificate is set
+    aside, `haproxy -c` still refuses, naming no certificate, and the version is NACKed
+    in HAProxy's words; HAProxy keeps what it ran."""
+    monkeypatch.setattr(certcheck, "weak_chain", lambda chain: None)
+    inst = site.inst
+    assert inst.applier.apply(site.snapshot(BINDINGS)).ok
+    broken = render_module._global
+
+    def global_section(opts: RenderOptions) -> list[str]:
+        lines = broken(opts)
+        return [lines[0], "  no-such-keyword-here", *lines[1:]]
+
+    monkeypatch.setattr(render_module, "_global", global_section)
+    monkeypatch.setattr(inst.applier, "_applied_cfg", None)  # no cached global section
+    weak = weak_rsa_certificate("ns_b", HOSTS["b"])
+    result = inst.applier.apply(site.snapshot(BINDINGS, ns_b=weak))
+    assert not result.ok and "no-such-keyword-here" in result.error, result
+    assert result.set_aside == ()
+    assert site.serial(HOSTS["b"]) == site.leaves["b"].serial_hex  # the old one serves
 
 
 def test_haproxy_c_runs_are_bounded_however_many_certificates_it_refuses(
