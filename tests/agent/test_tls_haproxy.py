@@ -28,6 +28,7 @@ from nodeagent.config import render as render_module
 from nodeagent.config.changes import Kind
 from nodeagent.config.render import RenderOptions
 from nodeagent.haproxy.driver import validate
+from peerplane.certs import weak_chain
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.deltas import delta_between, hashed
 from tests.helpers.haproxy_env import (
@@ -377,6 +378,51 @@ def test_a_tenants_weak_certificate_does_not_freeze_another_tenants_endpoint_rem
     assert _enabled_servers(inst) == {site.end[0]}
     assert site.get(HOSTS["a"]) == 200
     assert site.serial(HOSTS["a"]) == site.leaves["a"].serial_hex
+
+
+KEYS = {
+    "rsa-1024": lambda: rsa_key(1024),
+    "rsa-2048": lambda: rsa_key(2048),
+    "p-192": lambda: ec_key(ec.SECP192R1()),
+    "p-224": lambda: ec_key(ec.SECP224R1()),
+    "p-256": lambda: ec_key(ec.SECP256R1()),
+    "p-521": lambda: ec_key(ec.SECP521R1()),
+    "secp256k1": lambda: ec_key(ec.SECP256K1()),
+    "brainpoolP256r1": lambda: ec_key(ec.BrainpoolP256R1()),
+}
+
+
+@pytest.mark.parametrize("key", sorted(KEYS))
+@pytest.mark.parametrize("place", ["leaf", "chain"])
+def test_the_key_size_rule_is_what_haproxy_c_takes(
+    tmp_path: Path, haproxy_bin: HAProxyBinary, key: str, place: str
+) -> None:
+    """`peerplane.certs.weak_chain`, the rule compute refuses by and the agent checks
+    again, says what `haproxy -c` of each installed version refuses: a leaf's key, or a
+    chain certificate's (its CA's) key."""
+    if place == "leaf":
+        leaf = CA.issue("key.example.com", key=KEYS[key]())
+        pem, chain = leaf.cert_pem + CA.pem + leaf.key_pem, [leaf.cert, CA.cert]
+    else:
+        ca = make_ca("key CA", key=KEYS[key]())
+        leaf = ca.issue("key.example.com")
+        pem, chain = leaf.cert_pem + ca.pem + leaf.key_pem, [leaf.cert, ca.cert]
+    (tmp_path / "key.pem").write_bytes(pem)
+    (tmp_path / "haproxy.cfg").write_text(
+        "defaults\n  mode http\n  timeout client 1s\n  timeout server 1s\n"
+        "  timeout connect 1s\nfrontend fe\n"
+        f"  bind 127.0.0.1:{free_port('127.0.0.1')} ssl crt {tmp_path / 'key.pem'}\n"
+    )
+    check = subprocess.run(
+        [haproxy_bin.path, "-c", "-f", str(tmp_path / "haproxy.cfg")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    refused = weak_chain(chain)
+    assert (check.returncode != 0) == (refused is not None), (refused, check.stderr)
+    if refused is not None:
+        assert "key.pem" in check.stdout + check.stderr
 
 
 def test_a_listener_whose_every_certificate_is_set_aside_keeps_its_port(site: Site) -> None:
