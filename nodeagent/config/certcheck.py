@@ -3,8 +3,8 @@
 The control plane checks them already; the agent checks again (a bug or a compromise
 upstream must not make HAProxy refuse its config, or serve a key that is not the
 certificate's): the chain parses, there is exactly one private key and it is the leaf's,
-the leaf is not expired, no key of the chain is too small for HAProxy's OpenSSL. The
-reason names the certificate and its fingerprint, never its bytes.
+the leaf is not expired, no key or signature of the chain is too weak for HAProxy's
+OpenSSL. The reason names the certificate and its fingerprint, never its bytes.
 """
 
 from __future__ import annotations

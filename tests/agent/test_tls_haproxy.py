@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from google.protobuf import json_format
 
@@ -49,7 +50,7 @@ from tests.helpers.tls_agent import (
     served_serial,
     weak_rsa_certificate,
 )
-from tests.helpers.tls_certs import Leaf, ec_key, make_ca, rsa_key
+from tests.helpers.tls_certs import Leaf, ec_key, make_ca, rsa_key, sha1_signed
 from tests.kubeapi.objects import wait_until
 
 pytestmark = pytest.mark.haproxy
@@ -423,6 +424,32 @@ def test_the_key_size_rule_is_what_haproxy_c_takes(
     assert (check.returncode != 0) == (refused is not None), (refused, check.stderr)
     if refused is not None:
         assert "key.pem" in check.stdout + check.stderr
+
+
+@pytest.mark.parametrize("place", ["leaf", "intermediate"])
+def test_a_sha1_signature_is_refused_by_2_6_and_by_the_rule_for_every_version(
+    tmp_path: Path, haproxy_bin: HAProxyBinary, place: str
+) -> None:
+    """2.6 (OpenSSL 3.0) refuses a SHA-1 signature on a certificate that is not
+    self-signed, 3.0 and 3.2 take it: compute does not know which version a workload
+    runs, so `weak_chain` refuses it for all."""
+    leaf = sha1_signed(CA, "sha1.example.com", intermediate=place == "intermediate")
+    chain = [leaf.cert] if place == "leaf" else [leaf.cert, leaf.ca.cert]
+    pem = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in chain) + leaf.key_pem
+    (tmp_path / "sha1.pem").write_bytes(pem)
+    (tmp_path / "haproxy.cfg").write_text(
+        "defaults\n  mode http\n  timeout client 1s\n  timeout server 1s\n"
+        "  timeout connect 1s\nfrontend fe\n"
+        f"  bind 127.0.0.1:{free_port('127.0.0.1')} ssl crt {tmp_path / 'sha1.pem'}\n"
+    )
+    check = subprocess.run(
+        [haproxy_bin.path, "-c", "-f", str(tmp_path / "haproxy.cfg")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (check.returncode != 0) == (haproxy_bin.series == "2.6"), check.stdout + check.stderr
+    assert "a signature with sha1" in (weak_chain(chain) or "")
 
 
 def test_a_listener_whose_every_certificate_is_set_aside_keeps_its_port(site: Site) -> None:

@@ -18,7 +18,7 @@ from controlplane.compute.types import Certificate
 from controlplane.model import TLSSecret
 from controlplane.routes.certificates import CertificateCache, parse
 from peerplane.limits import MAX_CERTIFICATE_PEM
-from tests.helpers.tls_certs import Leaf, PrivateKey, ec_key, make_ca, rsa_key
+from tests.helpers.tls_certs import Leaf, PrivateKey, ec_key, make_ca, rsa_key, sha1_signed
 
 NOW = time.time()
 CA = make_ca()
@@ -287,6 +287,18 @@ def test_keys_haproxy_takes_are_taken(key: PrivateKey) -> None:
     leaf = CA.issue("shop.example.com", key=key)  # issued now: after NOW in a long run
     found = parse(secret(leaf)).at(time.time())
     assert isinstance(found, Certificate)
+
+
+def test_a_sha1_signature_haproxy_2_6_refuses_is_refused() -> None:
+    """On the leaf or on an intermediate; tests/agent/test_tls_haproxy.py shows 2.6's
+    `haproxy -c` refusing both and 3.0 and 3.2 taking them."""
+    leaf = sha1_signed(CA, "shop.example.com")
+    reason = reason_of(parse(secret(leaf, cert_pem=leaf.cert_pem + CA.pem)).at(time.time()))
+    assert reason.startswith("tls.crt: the leaf certificate has a signature with sha1")
+    chained = sha1_signed(CA, "shop.example.com", intermediate=True)
+    cert_pem = chained.cert_pem + chained.ca.pem + CA.pem
+    reason = reason_of(parse(secret(chained, cert_pem=cert_pem)).at(time.time()))
+    assert reason.startswith("tls.crt: chain certificate 2 has a signature with sha1")
 
 
 def _single_line_pem(certificate: x509.Certificate) -> bytes:

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import shutil
+import subprocess
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -81,6 +86,68 @@ class TestCA:
             .sign(self.key, hashes.SHA256())
         )
         return Leaf(key=key, cert=cert, ca=self)
+
+
+def sha1_signed(ca: TestCA, name: str, *, intermediate: bool = False) -> Leaf:
+    """A leaf for `name` signed with SHA-1 by `ca`, or (`intermediate`) a SHA-256 leaf
+    of a CA-flagged intermediate `ca` signed with SHA-1, whose `ca` is that intermediate.
+    `cryptography` no longer signs with SHA-1: the `openssl` command does (pytest skips
+    the test where there is none)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command to sign with SHA-1")
+    with tempfile.TemporaryDirectory(prefix="sha1-") as tmp:
+        work = Path(tmp)
+
+        def signed(
+            key: PrivateKey, subject: str, issuer: TestCA, digest: str, ca_flag: bool
+        ) -> x509.Certificate:
+            (work / "key.pem").write_bytes(_key_pem(key))
+            (work / "ca.pem").write_bytes(issuer.pem)
+            (work / "ca.key").write_bytes(_key_pem(issuer.key))
+            (work / "ext.cnf").write_text(
+                "basicConstraints=critical,CA:TRUE\n"
+                if ca_flag
+                else f"subjectAltName=DNS:{subject}\n"
+            )
+            run = [
+                "openssl",
+                "req",
+                "-new",
+                "-key",
+                str(work / "key.pem"),
+                "-subj",
+                f"/CN={subject}",
+            ]
+            csr = subprocess.run(run, capture_output=True, check=True, timeout=30).stdout
+            (work / "req.csr").write_bytes(csr)
+            sign = [
+                "openssl",
+                "x509",
+                "-req",
+                "-in",
+                str(work / "req.csr"),
+                "-CA",
+                str(work / "ca.pem"),
+                "-CAkey",
+                str(work / "ca.key"),
+                "-set_serial",
+                str(x509.random_serial_number()),
+                "-days",
+                "30",
+                f"-{digest}",
+                "-extfile",
+                str(work / "ext.cnf"),
+            ]
+            out = subprocess.run(sign, capture_output=True, check=True, timeout=30).stdout
+            return x509.load_pem_x509_certificate(out)
+
+        if not intermediate:
+            key = _key()
+            return Leaf(key=key, cert=signed(key, name, ca, "sha1", False), ca=ca)
+        middle_key = _key()
+        middle = TestCA(key=middle_key, cert=signed(middle_key, f"{name} CA", ca, "sha1", True))
+        key = _key()
+        return Leaf(key=key, cert=signed(key, name, middle, "sha256", False), ca=middle)
 
 
 def make_ca(name: str = "peerplane test CA", key: PrivateKey | None = None) -> TestCA:
