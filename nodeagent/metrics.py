@@ -119,6 +119,13 @@ class AgentMetrics:
             ["stage", "reason"],
             registry=r,
         )
+        self.set_aside = Gauge(
+            "nodeagent_parts_set_aside",
+            "Parts of the applied snapshot left out because the agent or HAProxy refused "
+            "them, by kind (certificate); the ACK names them",
+            ["kind"],
+            registry=r,
+        )
         for path in PATHS:
             self.apply_seconds.labels(path)  # export every path from the start
         for stage in REFUSAL_STAGES:

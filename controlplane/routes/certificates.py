@@ -24,7 +24,8 @@ from cryptography.x509.oid import NameOID
 from controlplane.compute.types import Certificate
 from controlplane.model import TLSSecret
 from peerplane import routes as patterns
-from peerplane.certs import fingerprint, key_matches
+from peerplane.certs import fingerprint, key_matches, weak_chain
+from peerplane.limits import MAX_CERTIFICATE_PEM
 
 TLS_TYPE = "kubernetes.io/tls"
 
@@ -146,12 +147,20 @@ def parse(secret: TLSSecret) -> Parsed:
     leaf = chain[0]
     if not key_matches(key, leaf):
         return _refused("tls.key is not the key of the first certificate of tls.crt")
+    weak = weak_chain(chain)  # HAProxy's OpenSSL refuses it: one Secret must not NACK all
+    if weak is not None:
+        return _refused(f"tls.crt: {weak}")
     # Written again from what was parsed: the file HAProxy loads holds exactly what was
     # checked, and nothing else the Secret carried.
     pem_encoding = serialization.Encoding.PEM
     chain_pem = b"".join(cert.public_bytes(pem_encoding) for cert in chain)
     key_pem = key.private_bytes(pem_encoding, key_format, serialization.NoEncryption())
     pem = chain_pem + key_pem
+    if len(pem) > MAX_CERTIFICATE_PEM:  # the agent refuses it: one Secret must not NACK all
+        return _refused(
+            f"the chain and key written as PEM take {len(pem)} bytes,"
+            f" above the agent's limit of {MAX_CERTIFICATE_PEM}"
+        )
     not_after = leaf.not_valid_after_utc
     return Parsed(
         Certificate(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -43,6 +43,9 @@ class AgentSession:
     # for ListAgents and `controlplane status`; the protocol never reads these.
     haproxy_version: str = ""  # the Hello's, then its reports'
     applied_by: str = ""  # the last Ack's: how HAProxy took the acknowledged version
+    # The last Ack's parts the agent runs without (bounded), and how many it named.
+    set_aside: tuple[pb.SetAsidePart, ...] = ()
+    set_aside_count: int = 0
     acked_at: datetime | None = None  # the last Ack, or the Hello that reported a version
     sent_at: datetime | None = None  # the last snapshot or delta sent (pending since)
     sent_nonce: str = ""  # the nonce `sent_at` belongs to
@@ -103,6 +106,8 @@ class AgentSession:
             connected_since=rfc3339(self.connected_at),
             agent_version=self.agent_version,
             deltas=state.deltas,
+            set_aside=self.set_aside,
+            set_aside_count=self.set_aside_count,
         )
         if self.report is not None:
             status.report.CopyFrom(self.report)
@@ -112,9 +117,17 @@ class AgentSession:
         """A snapshot or delta under `nonce` went out now."""
         self.sent_nonce, self.sent_at = nonce, now or datetime.now(UTC)
 
-    def acked(self, applied_by: str, now: datetime | None = None) -> None:
-        """The pending version was acknowledged; `applied_by` as the Ack says."""
+    def acked(
+        self,
+        applied_by: str,
+        now: datetime | None = None,
+        set_aside: Sequence[pb.SetAsidePart] = (),
+        set_aside_count: int = 0,
+    ) -> None:
+        """The pending version was acknowledged; `applied_by` and the parts set aside as
+        the Ack says."""
         self.applied_by, self.acked_at = reports.word(applied_by), now or datetime.now(UTC)
+        self.set_aside, self.set_aside_count = reports.set_aside(set_aside, set_aside_count)
 
     def reported(self, report: pb.AgentReport, now: float | None = None) -> bool:
         """Keep the agent's report, bounded; its HAProxy version replaces the Hello's.

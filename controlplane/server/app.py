@@ -255,8 +255,10 @@ class ControlPlaneServer:
         """Connected agents by workload and sync state, and the oldest pending version's
         age (`peerplane_agents*`): on the event loop, which owns sessions and store."""
         store = self.store
-        states = (session.state for session in self.registry.sessions())
-        return count(states, store.workloads(), store.get, time.monotonic())
+        sessions = list(self.registry.sessions())
+        states = (session.state for session in sessions)
+        aside = ((session.workload, session.set_aside_count) for session in sessions)
+        return count(states, store.workloads(), store.get, time.monotonic(), aside)
 
     @property
     def serving(self) -> bool:

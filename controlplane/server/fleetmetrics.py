@@ -56,6 +56,8 @@ class FleetCounts:
 
     agents: dict[tuple[str, str], int] = field(default_factory=dict)
     pending_seconds: dict[str, float] = field(default_factory=dict)
+    # Per workload, the most parts one of its agents runs without (0 when none).
+    set_aside: dict[str, int] = field(default_factory=dict)
 
 
 def count(
@@ -63,16 +65,23 @@ def count(
     workloads: Iterable[str],
     current: Callable[[str], PublishedVersion | None],
     now: float,
+    set_aside: Iterable[tuple[str, int]] = (),
 ) -> FleetCounts:
     """Count `states` (one per connected agent) by workload and state; `workloads` are
-    the published ones, `current` a workload's published version, `now` monotonic."""
+    the published ones, `current` a workload's published version, `now` monotonic;
+    `set_aside`: (workload, parts its last Ack set aside) per agent."""
     agents: dict[tuple[str, str], int] = {}
     pending: dict[str, float] = {}
+    aside: dict[str, int] = {}
     for workload in workloads:
         name = label(workload)
         for state_name in STATES:
             agents[(name, state_name)] = 0
         pending[name] = 0.0
+        aside[name] = 0
+    for workload, parts in set_aside:
+        name = label(workload) if workload else NO_WORKLOAD
+        aside[name] = max(aside.get(name, 0), parts)
     for state in states:
         published = current(state.workload) if state.workload else None
         name = label(state.workload) if state.workload else NO_WORKLOAD
@@ -81,7 +90,7 @@ def count(
         if state.pending is not None:
             age = max(0.0, now - state.pending.since)
             pending[name] = max(pending.get(name, 0.0), age)
-    return FleetCounts(agents, pending)
+    return FleetCounts(agents, pending, aside)
 
 
 class FleetCollector(Collector):
@@ -145,8 +154,18 @@ class FleetCollector(Collector):
         for workload, seconds in sorted(counts.pending_seconds.items()):
             pending.add_metric([workload], round(seconds, 3))
         yield pending
+        aside = GaugeMetricFamily(
+            "peerplane_agent_parts_set_aside",
+            "The most parts (certificates) one agent of the workload runs without, because "
+            "it or HAProxy refused them (0: none); ListAgents and status name them",
+            labels=["workload"],
+        )
+        for workload, parts in sorted(counts.set_aside.items()):
+            aside.add_metric([workload], parts)
+        yield aside
 
     def describe(self) -> Iterator[Metric]:
         """Names only: registering must not ask the loop to count."""
         yield GaugeMetricFamily("peerplane_agents", "", labels=["workload", "state"])
         yield GaugeMetricFamily("peerplane_agents_pending_seconds", "", labels=["workload"])
+        yield GaugeMetricFamily("peerplane_agent_parts_set_aside", "", labels=["workload"])

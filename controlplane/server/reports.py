@@ -1,11 +1,13 @@
-"""What an agent says about itself (its Hello's HAProxy version, its Acks' `applied_by`,
-its `AgentReport`s), kept bounded: every string cut, every list capped, so an odd or
-hostile agent costs the control plane a fixed amount of memory per stream and
+"""What an agent says about itself (its Hello's HAProxy version, its Acks' `applied_by`
+and parts set aside, its `AgentReport`s), kept bounded: every string cut, every list
+capped, so an odd or hostile agent costs the control plane a fixed amount of memory per stream and
 ListAgents stays small. Nothing here is trusted: the text is escaped for display
 (`peerplane.runtime.untrusted.clean`) before it is kept.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from peerplane.runtime.untrusted import clean
 from peerplane.v1 import peerplane_pb2 as pb
@@ -17,11 +19,31 @@ MAX_NAME_CHARS = 128  # a peer (pod) or table (backend) name
 MAX_PEERS = 256
 MAX_TABLES = 1024
 MIN_GAP_S = 0.5  # reports kept per stream: at most two a second (agents send one)
+MAX_SET_ASIDE = 256  # parts set aside kept per agent (the Ack says how many more)
+MAX_FINGERPRINT_CHARS = 64  # SHA-256 hex
+MAX_REASON_CHARS = 400  # the agent's or HAProxy's words
 
 
 def word(text: str, limit: int = MAX_WORD_CHARS) -> str:
     """A short agent-given string, escaped and cut."""
     return clean(text, limit)
+
+
+def set_aside(
+    parts: Sequence[pb.SetAsidePart], count: int = 0
+) -> tuple[tuple[pb.SetAsidePart, ...], int]:
+    """The first MAX_SET_ASIDE parts an Ack names, each string cut, and how many are set
+    aside (the Ack's count, at least as many as it names)."""
+    kept = tuple(
+        pb.SetAsidePart(
+            kind=word(p.kind),
+            name=word(p.name, MAX_NAME_CHARS),
+            fingerprint=word(p.fingerprint, MAX_FINGERPRINT_CHARS),
+            reason=word(p.reason, MAX_REASON_CHARS),
+        )
+        for p in parts[:MAX_SET_ASIDE]
+    )
+    return kept, max(count, len(parts))
 
 
 def bounded(report: pb.AgentReport) -> pb.AgentReport:

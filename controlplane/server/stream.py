@@ -320,7 +320,10 @@ class StreamHandler:
             session.state, outcome = protocol.on_other(before, kind or "an empty message")
         workload = session.state.workload
         if isinstance(outcome, protocol.Acked):
-            session.acked(message.ack.applied_by)
+            ack = message.ack
+            session.acked(
+                ack.applied_by, set_aside=ack.set_aside, set_aside_count=ack.set_aside_count
+            )
             version = outcome.sent.version
             log.info(
                 "agent %s acked %s v%d",

@@ -123,6 +123,7 @@ def text(
         out.append(line)
         if row.state is State.NACKED:
             out.append("  " + cut(f"rejected v{row.nack_version}: {row.nack_reason}", width - 2))
+        out += _set_aside(row, width)
     if not agents:
         out.append("(no agent connected)")
     out.append("")
@@ -131,6 +132,19 @@ def text(
     else:
         out.append("OK")
     return "\n".join(out) + "\n"
+
+
+def _set_aside(row: AgentRow, width: int, most: int = 5) -> list[str]:
+    """Under an agent's line: the parts its acknowledged version runs without (a tenant's
+    refused certificate: the rest applies, so it is no fleet problem)."""
+    lines = [
+        "  " + cut(f"set aside {escape(p.kind)} {escape(p.name)}: {escape(p.reason)}", width - 2)
+        for p in row.set_aside[:most]
+    ]
+    more = row.set_aside_count - len(lines)
+    if more > 0:
+        lines.append(f"  set aside: {more} more (status --json, ListAgents)")
+    return lines
 
 
 def as_json(

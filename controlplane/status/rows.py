@@ -54,6 +54,8 @@ class AgentRow:
     peers: int | None = None
     tables: tuple[tuple[str, int], ...] = ()
     report_age: float | None = None  # seconds since the last report was read
+    set_aside: tuple[pb.SetAsidePart, ...] = ()  # what its last Ack runs without
+    set_aside_count: int = 0
 
     def stale_for(self, seconds: float) -> bool:
         """STALE for longer than `seconds`."""
@@ -78,6 +80,11 @@ class AgentRow:
             "peers": self.peers,
             "stick_table_entries": dict(self.tables),
             "report_age_seconds": _rounded(self.report_age),
+            "set_aside_count": self.set_aside_count,
+            "set_aside": [
+                {"kind": p.kind, "name": p.name, "fingerprint": p.fingerprint, "reason": p.reason}
+                for p in self.set_aside
+            ],
         }
 
 
@@ -169,6 +176,8 @@ def agent_row(agent: pb.AgentStatus, now: datetime) -> AgentRow:
         peers=peers,
         tables=tables,
         report_age=_age(report.observed_at, now) if report is not None else None,
+        set_aside=tuple(agent.set_aside),
+        set_aside_count=max(agent.set_aside_count, len(agent.set_aside)),
     )
 
 

@@ -7,6 +7,9 @@ running config and the file as they were) and an atomic write + activation (star
 hitless reload, by the strategy of `activation.py`); the snapshot is recorded
 as applied only once HAProxy confirmed it runs it. Every failure is one `ApplyError`
 carrying the NACK text (docs/design.md, "Architecture": NACK keeps the old config serving).
+A certificate the agent's check or `haproxy -c` refuses is no failure: it is set aside
+(`setaside.py`), the rest applies, and the ACK names it ("One part never stops the
+others").
 """
 
 from __future__ import annotations
@@ -16,12 +19,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
-from nodeagent.apply import activation, saved
+from nodeagent.apply import activation, saved, setaside
 from nodeagent.apply.certfiles import CertFiles
 from nodeagent.apply.faults import crash_point
-from nodeagent.apply.outcome import ApplyError, Result
+from nodeagent.apply.outcome import ApplyError, Result, SetAside
 from nodeagent.config import changes
 from nodeagent.config.descriptors import Budget
 from nodeagent.config.render import PEERS_SECTION, Rendered, RenderError, RenderOptions, render_held
@@ -68,6 +71,7 @@ class Applier:
         self.start_timeout = start_timeout
         self.applied: Held | None = None
         self._applied_cfg: Rendered | None = None  # the render cache: applied sections
+        self._set_aside: dict[str, SetAside] = {}  # what `applied` runs without, by name
         self._unsaved = False  # HAProxy runs `applied` but the state dir lacks it
         self._lock = threading.Lock()
         self.metrics = metrics if metrics is not None else AgentMetrics()
@@ -176,12 +180,13 @@ class Applier:
         old = self.applied
         if old is not None and (change is None or change.base != old.content_hash):
             change = diff(old, snapshot)
-        try:  # `change` leads from `old`, which `_applied_cfg` renders: O(changed backends)
-            rendered = render_held(snapshot, self.options, self._applied_cfg, change)
-        except RenderError as e:
-            raise ApplyError(f"render: {e}") from None
-        # Before HAProxy or any file it reads sees them (the old certificates keep serving).
-        self.certs.check(snapshot, change.certificates if old is not None and change else None)
+        # Before HAProxy or any file it reads sees them: a certificate that cannot be served
+        # is set aside, and the rest applies (the old certificates keep serving).
+        aside = self._checked_certificates(snapshot, change if old is not None else None)
+        if change is not None and aside.keys() != self._set_aside.keys():
+            # Other crt-list lines than the applied ones, whatever the parts say.
+            change = dataclasses.replace(change, frontends=True)
+        rendered = self._render(snapshot, change, aside)
         data = rendered.data()  # the file; its text only on the reload path
         decision = changes.Decision(changes.Kind.RELOAD, reason="nothing applied yet")
         if old is not None and change is not None:
@@ -196,8 +201,8 @@ class Applier:
             same = old is not None and old.content_hash == snapshot.content_hash
             if not same or self._read_config_bytes() != data:
                 self._write_config(data)
-            self._record(snapshot, rendered)
-            return Result(True, decision.kind)
+            self._record(snapshot, rendered, aside)
+            return Result(True, decision.kind, set_aside=_listed(aside))
         kind = decision.kind if started else changes.Kind.RELOAD
         if kind is changes.Kind.RUNTIME and not sockrepair.answers(self.haproxy.runtime_socket):
             log.warning(
@@ -208,7 +213,7 @@ class Applier:
             )
             kind = changes.Kind.RELOAD
         if kind is changes.Kind.RUNTIME:
-            done = self._runtime(snapshot, rendered, data, decision, ident, extra(kind))
+            done = self._runtime(snapshot, rendered, data, decision, ident, extra(kind), aside)
             if isinstance(done, Result):
                 return done
             kind = changes.Kind.RELOAD  # the reload's reason says why the runtime API did not do
@@ -220,21 +225,100 @@ class Applier:
         before = self._applied_cfg.maps if self._applied_cfg is not None else {}
         self._write_maps(rendered.maps, before)  # `haproxy -c` and the reload read them
         try:
+            cfg, rendered, aside = self._validated(cfg, decision, snapshot, rendered, change, aside)
             said = extra(changes.Kind.RELOAD)
-            pid, fresh = self._check_and_activate(
-                cfg, decision, ident, restoring, said, snapshot, rendered
+            pid, fresh = self._activate_checked(
+                cfg, decision, ident, restoring, said, snapshot, rendered, aside
             )
         except ApplyError:
             if self._applied_cfg is not None:  # the running HAProxy's maps, for a restart
                 self._write_maps(before, rendered.maps)
                 self._restore_certs(snapshot, rendered)
             raise
-        self._record(snapshot, rendered, save=not restoring)
-        self.certs.prune(snapshot, rendered.crt_lists)
+        self._record(snapshot, rendered, aside, save=not restoring)
+        self.certs.prune(_served(snapshot, aside), rendered.crt_lists)
         self._check_peers(snapshot, ident)
-        return Result(True, kind, worker_pid=pid, started=fresh)
+        return Result(True, kind, worker_pid=pid, started=fresh, set_aside=_listed(aside))
 
-    def _check_and_activate(
+    def _checked_certificates(
+        self, snapshot: Held, change: ChangeSet | None
+    ) -> dict[str, SetAside]:
+        """The certificates set aside before render: those the agent's check refuses among
+        the new or changed ones (all, without `change`), and those the applied version set
+        aside that are unchanged."""
+        names = change.certificates if change is not None else None
+        aside = setaside.carried(self._set_aside, snapshot.certificates, names)
+        problems = self.certs.problems(snapshot, names)
+        refused = setaside.refused_by_agent(problems, snapshot.certificates)
+        _log_set_aside(snapshot, refused.values())
+        return {**aside, **refused}
+
+    def _render(
+        self, snapshot: Held, change: ChangeSet | None, aside: Mapping[str, SetAside]
+    ) -> Rendered:
+        """`change` leads from the applied snapshot, which `_applied_cfg` renders:
+        O(changed backends)."""
+        try:
+            return render_held(snapshot, self.options, self._applied_cfg, change, frozenset(aside))
+        except RenderError as e:
+            raise ApplyError(f"render: {e}") from None
+
+    def _validated(
+        self,
+        cfg: str,
+        decision: changes.Decision,
+        snapshot: Held,
+        rendered: Rendered,
+        change: ChangeSet | None,
+        aside: dict[str, SetAside],
+    ) -> tuple[str, Rendered, dict[str, SetAside]]:
+        """`haproxy -c` on staged copies of the certificates that change: the config, its
+        render and the certificates set aside once it passes. A certificate whose file
+        HAProxy's alert names is set aside and the check runs again without it; at most
+        `setaside.MAX_CHECKS` runs: the last one sets aside, with the named ones, every
+        certificate of this version HAProxy has not taken yet. An alert naming no
+        certificate of the snapshot NACKs (not a part's fault)."""
+        checks = 0
+        while True:
+            error = self._check(cfg, decision, snapshot, rendered, aside)
+            checks += 1
+            if not error:
+                return cfg, rendered, aside
+            candidates = {n: c for n, c in snapshot.certificates.items() if n not in aside}
+            named = setaside.refused_by_haproxy(error, self.options.certs_dir, candidates)
+            if not named or checks >= setaside.MAX_CHECKS:
+                self.metrics.validation_failures.inc()
+                self.metrics.refused("check", error)
+                raise ApplyError(error, decision.kind)
+            added = dict(named)
+            if checks == setaside.MAX_CHECKS - 1:  # the last run: the new ones aside too
+                fresh = self.certs.changed(_served(snapshot, {**aside, **named}), self.applied)
+                added.update(setaside.unchecked(fresh, snapshot.certificates))
+            _log_set_aside(snapshot, added.values())
+            aside = {**aside, **added}
+            rendered = self._render(snapshot, change, aside)
+            cfg = rendered.data().decode()
+
+    def _check(
+        self,
+        cfg: str,
+        decision: changes.Decision,
+        snapshot: Held,
+        rendered: Rendered,
+        aside: Mapping[str, SetAside],
+    ) -> str | None:
+        """One `haproxy -c` on staged copies of the certificates that change: HAProxy's
+        words naming the live files, or None when it passed."""
+        served = _served(snapshot, aside)
+        try:
+            with self.certs.staged(served, rendered.crt_lists, self.applied) as staging:
+                checked = staging.config(cfg)
+                error = validate(checked, self.haproxy.haproxy_bin, self.haproxy.check_timeout)
+                return staging.said(error) if error else None
+        except OSError as e:  # its temp dir or pipes: the host's fault, not the config's
+            raise ApplyError(f"cannot run haproxy -c: {e}", decision.kind, retryable=True) from e
+
+    def _activate_checked(
         self,
         cfg: str,
         decision: changes.Decision,
@@ -243,29 +327,24 @@ class Applier:
         said: dict[str, object],
         snapshot: Held,
         rendered: Rendered,
+        aside: Mapping[str, SetAside],
     ) -> tuple[int | None, bool]:
-        """`haproxy -c` (on staged copies of the certificates that change), then the
-        certificate files, then the start or reload (or, restoring for an external HAProxy
-        not up yet, only the files): the worker's PID and whether HAProxy was started."""
-        lists = rendered.crt_lists
-        try:
-            with self.certs.staged(snapshot, lists, self.applied) as staging:
-                checked = staging.config(cfg)
-                error = validate(checked, self.haproxy.haproxy_bin, self.haproxy.check_timeout)
-                error = staging.said(error) if error else error
-        except OSError as e:  # its temp dir or pipes: the host's fault, not the config's
-            raise ApplyError(f"cannot run haproxy -c: {e}", decision.kind, retryable=True) from e
-        if error:
-            self.metrics.validation_failures.inc()
-            self.metrics.refused("check", error)
-            raise ApplyError(error, decision.kind)
+        """The certificate files `haproxy -c` passed, then the start or reload (or,
+        restoring for an external HAProxy not up yet, only the files): the worker's PID
+        and whether HAProxy was started."""
         before_lists = self._applied_cfg.crt_lists if self._applied_cfg is not None else {}
-        self.certs.write(snapshot, lists, self.applied, before_lists)  # checked: now live
+        self.certs.write(
+            _served(snapshot, aside), rendered.crt_lists, self._applied_served(), before_lists
+        )  # checked: now live
         if restoring and not self.activation.present():
             self._write_config(cfg)  # an external HAProxy not up yet starts on this file
             return None, False
         log.info("%s: reload (%s)", ident, decision.reason, extra=said)
         return self._activate(cfg, crash_at=None if restoring else "after-config-write")
+
+    def _applied_served(self) -> Held | None:
+        """The applied snapshot as its files are: without the certificates set aside."""
+        return None if self.applied is None else _served(self.applied, self._set_aside)
 
     def _runtime(
         self,
@@ -275,6 +354,7 @@ class Applier:
         decision: changes.Decision,
         ident: str,
         extra: dict[str, object],
+        aside: Mapping[str, SetAside],
     ) -> Result | str:
         """Slot and route map changes through the runtime API; the failure's words when
         HAProxy refused them (the caller reloads, with the map files written).
@@ -298,18 +378,21 @@ class Applier:
         before = self._applied_cfg.maps if self._applied_cfg is not None else {}
         self._write_maps(rendered.maps, before)  # a later reload or restart reads the same
         before_lists = self._applied_cfg.crt_lists if self._applied_cfg is not None else {}
-        self.certs.write(snapshot, rendered.crt_lists, self.applied, before_lists)
+        served = _served(snapshot, aside)
+        self.certs.write(served, rendered.crt_lists, self._applied_served(), before_lists)
         self._write_config(data)
-        self._record(snapshot, rendered)
-        self.certs.prune(snapshot, rendered.crt_lists)
-        return Result(True, changes.Kind.RUNTIME, worker_pid=self._worker_pid())
+        self._record(snapshot, rendered, aside)
+        self.certs.prune(served, rendered.crt_lists)
+        return Result(
+            True, changes.Kind.RUNTIME, worker_pid=self._worker_pid(), set_aside=_listed(aside)
+        )
 
     def _restore_certs(self, snapshot: Held, rendered: Rendered) -> None:
         """After a failed reload: the files of the certificates HAProxy runs, for a restart
         (best effort: the NACK already says what failed)."""
         before_lists = self._applied_cfg.crt_lists if self._applied_cfg is not None else {}
         try:
-            self.certs.write(self.applied, before_lists, snapshot, rendered.crt_lists)
+            self.certs.write(self._applied_served(), before_lists, snapshot, rendered.crt_lists)
         except ApplyError as e:
             log.error("certificates of the running config not put back: %s", e.reason)
 
@@ -425,12 +508,20 @@ class Applier:
         if PEERS_SECTION not in sections:
             log.error("%s: HAProxy runs without peers section %s", ident, PEERS_SECTION)
 
-    def _record(self, snapshot: Held, rendered: Rendered, save: bool = True) -> None:
+    def _record(
+        self,
+        snapshot: Held,
+        rendered: Rendered,
+        aside: Mapping[str, SetAside],
+        save: bool = True,
+    ) -> None:
         """HAProxy runs `snapshot` now: remember it and its sections (the render cache),
         then save it (unless it is the saved one) from the bytes in hand. A failed save is
         an ApplyError: the Hello then names no hash, so the control plane sends the snapshot
         again and the save is retried."""
         self.applied, self._applied_cfg = snapshot, rendered
+        self._set_aside = dict(aside)
+        self.metrics.set_aside.labels(setaside.CERTIFICATE).set(len(aside))
         if not save:
             return
         try:
@@ -443,6 +534,31 @@ class Applier:
                 retryable=True,
             ) from e
         self._unsaved = False
+
+
+def _served(held: Held, aside: Mapping[str, SetAside]) -> Held:
+    """`held` as its files are written: without the certificates set aside."""
+    if not aside:
+        return held
+    kept = {n: c for n, c in held.certificates.items() if n not in aside}
+    return dataclasses.replace(held, certificates=kept)
+
+
+def _listed(aside: Mapping[str, SetAside]) -> tuple[SetAside, ...]:
+    return tuple(aside[name] for name in sorted(aside))
+
+
+def _log_set_aside(snapshot: Held, parts: Iterable[SetAside]) -> None:
+    for part in parts:
+        log.warning(
+            "workload=%s version=%d: certificate %s (sha256 %.16s) set aside: %s",
+            snapshot.workload,
+            snapshot.version,
+            part.name,
+            part.fingerprint,
+            part.reason,
+            extra=fields(workload=snapshot.workload, version=snapshot.version),
+        )
 
 
 def _read_file(path: str) -> bytes | None:

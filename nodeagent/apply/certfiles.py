@@ -57,18 +57,25 @@ class CertFiles:
     def __init__(self, certs_dir: str) -> None:
         self.certs_dir = certs_dir
 
-    def check(self, held: Held, names: frozenset[str] | None) -> None:
-        """NACK (not retryable) the first certificate of `names` (None: all) that cannot be
-        served, before anything is written or sent."""
+    def problems(self, held: Held, names: frozenset[str] | None) -> dict[str, str]:
+        """Why each certificate of `names` (None: all) cannot be served, by name, for those
+        that cannot (checked before anything is written or sent)."""
         chosen = sorted(held.certificates if names is None else names & held.certificates.keys())
+        found: dict[str, str] = {}
         for name in chosen:
-            pem = held.certificates[name].pem
-            why = certcheck.problem(pem)
+            why = certcheck.problem(held.certificates[name].pem)
             if why is not None:
-                fp = fingerprint(pem)
-                raise ApplyError(f"certificate {name} (sha256 {fp[:16]}): {why}")
+                found[name] = why
+        return found
 
-    def _changed(self, held: Held, before: Held | None) -> list[str]:
+    def check(self, held: Held, names: frozenset[str] | None) -> None:
+        """ApplyError (not retryable) for the first certificate of `names` (None: all) that
+        cannot be served (`nodeagent render`: it writes all or nothing)."""
+        for name, why in self.problems(held, names).items():
+            fp = fingerprint(held.certificates[name].pem)
+            raise ApplyError(f"certificate {name} (sha256 {fp[:16]}): {why}")
+
+    def changed(self, held: Held, before: Held | None) -> list[str]:
         """The certificates whose live file is not the one `held` needs."""
         old = _certificates(before)
         out = []
@@ -94,7 +101,7 @@ class CertFiles:
         self._dir()
         staging = tempfile.mkdtemp(prefix=_STAGING, dir=self.certs_dir)
         try:
-            changed = set(self._changed(held, before))
+            changed = set(self.changed(held, before))
             for name in changed:
                 path = certs.cert_path(staging, name)
                 atomic_write(path, held.certificates[name].pem, FILE_MODE)
@@ -123,7 +130,7 @@ class CertFiles:
         try:
             if held.certificates or lists:
                 self._dir()
-            for name in self._changed(held, before):
+            for name in self.changed(held, before):
                 path = certs.cert_path(self.certs_dir, name)
                 atomic_write(path, held.certificates[name].pem, FILE_MODE)
             for port, lines in lists.items():

@@ -15,6 +15,21 @@ from nodeagent.config.changes import Kind
 
 
 @dataclass(frozen=True)
+class SetAside:
+    """A part of a snapshot left out while the rest applied (docs/design.md, "One part
+    never stops the others"): a certificate the agent's check or HAProxy refused, whose
+    crt-list lines and file are not written. `unchecked`: set aside with the others of its
+    version once the bound on `haproxy -c` runs was reached, not because it was named; it is
+    checked again with the next version."""
+
+    kind: str  # "certificate"
+    name: str
+    fingerprint: str
+    reason: str  # the agent's or HAProxy's words, never PEM
+    unchecked: bool = False
+
+
+@dataclass(frozen=True)
 class Result:
     """Outcome of one apply: `error` is empty on success and is the NACK text otherwise."""
 
@@ -26,6 +41,7 @@ class Result:
     # held): the client re-applies the same snapshot with backoff.
     retryable: bool = False
     started: bool = False  # HAProxy was started on it (its first config), not reloaded
+    set_aside: tuple[SetAside, ...] = ()  # what the ACK reports left out, by name
 
     @property
     def applied_by(self) -> str:

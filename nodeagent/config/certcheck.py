@@ -3,8 +3,8 @@
 The control plane checks them already; the agent checks again (a bug or a compromise
 upstream must not make HAProxy refuse its config, or serve a key that is not the
 certificate's): the chain parses, there is exactly one private key and it is the leaf's,
-the leaf is not expired. The reason names the certificate and its fingerprint, never its
-bytes.
+the leaf is not expired, no key or signature of the chain is too weak for HAProxy's
+OpenSSL. The reason names the certificate and its fingerprint, never its bytes.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import re
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from peerplane.certs import key_matches
+from peerplane.certs import key_matches, weak_chain
+from peerplane.limits import MAX_CERTIFICATE_PEM as MAX_PEM
 
 # PEM blocks: a label, base64 lines, the same label; nothing else is read.
 _BLOCK = re.compile(
     rb"-----BEGIN ([A-Z0-9 ]{1,40})-----\r?\n[A-Za-z0-9+/=\r\n]*?-----END \1-----", re.S
 )
-MAX_PEM = 1 << 20  # a chain of a few certificates and a key is a few KB
 
 
 def problem(pem: bytes, now: dt.datetime | None = None) -> str | None:
@@ -54,6 +54,9 @@ def problem(pem: bytes, now: dt.datetime | None = None) -> str | None:
         return "the private key is of a type HAProxy does not serve"
     if not matches:
         return "the private key does not match the certificate"
+    weak = weak_chain(certificates)
+    if weak is not None:
+        return weak
     when = now or dt.datetime.now(dt.UTC)
     if leaf.not_valid_after_utc <= when:
         return f"the certificate expired at {leaf.not_valid_after_utc.isoformat()}"

@@ -72,8 +72,12 @@ def check_name(name: str) -> str:
     return name
 
 
-def crt_lists(listeners: Sequence[pb.HttpListener]) -> dict[int, tuple[CrtLine, ...]]:
-    """The crt-list of every listener with TLS, by port, every string checked."""
+def crt_lists(
+    listeners: Sequence[pb.HttpListener], set_aside: frozenset[str] = frozenset()
+) -> dict[int, tuple[CrtLine, ...]]:
+    """The crt-list of every listener with TLS, by port, every string checked. The lines
+    of the certificates `set_aside` (refused by the agent or by HAProxy) are left out: a
+    listener whose every line is set aside has an empty crt-list (`bind_tls`)."""
     out: dict[int, tuple[CrtLine, ...]] = {}
     for listener in listeners:
         if not listener.HasField("tls"):
@@ -88,7 +92,8 @@ def crt_lists(listeners: Sequence[pb.HttpListener]) -> dict[int, tuple[CrtLine, 
             lines.append(CrtLine(name, tuple(binding.hostnames)))
         if not lines:
             raise RenderError(f"HTTPS listener {port} has no certificate")
-        out[port] = tuple(lines)  # a certificate may be bound twice (other host filters)
+        # A certificate may be bound twice (other host filters).
+        out[port] = tuple(line for line in lines if line.name not in set_aside)
     return out
 
 
@@ -103,11 +108,14 @@ def strict_sni_ports(listeners: Sequence[pb.HttpListener]) -> frozenset[int]:
 
 def bind_tls(certs_dir: str, port: int, lists: CrtLists, strict_sni: bool = False) -> str:
     """The bind line's TLS options of a listener port ("" for plain HTTP); `strict_sni`:
-    no default certificate."""
+    no default certificate. A listener whose certificates are all set aside keeps its port
+    with `strict-sni` too: HAProxy (2.6, 3.0, 3.2) takes an empty crt-list only with it,
+    and its handshakes then fail."""
     if port not in lists:
         return ""
     path = crtlist_path(check_certs_dir(certs_dir), port)
-    return f" ssl crt-list {path} alpn {ALPN}" + (" strict-sni" if strict_sni else "")
+    strict = strict_sni or not lists[port]
+    return f" ssl crt-list {path} alpn {ALPN}" + (" strict-sni" if strict else "")
 
 
 def check_bound(lists: CrtLists, certificates: Mapping[str, pb.Certificate]) -> None:
@@ -173,7 +181,7 @@ def cert_updates(
         before, after = old_lists[port], new_lists[port]
         if before == after:
             continue
-        if before[0] != after[0]:
+        if not before or not after or before[0] != after[0]:
             return f"HTTPS listener {port}: default certificate changed (first crt-list line)"
         twice = _bound_twice(before) | _bound_twice(after)
         if twice:  # `del ssl crt-list` would have to name the line: not worth it

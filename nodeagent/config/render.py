@@ -189,16 +189,17 @@ class Frontends:
     crt_lists: certs.CrtLists = field(default_factory=dict)  # HTTPS listeners' crt-lists
     tls_key: bytes = b""  # the TLS passthrough listeners' part
     layer4: passthrough.Layer4 | None = None  # the passthrough and TCP frontends
+    set_aside: frozenset[str] = frozenset()  # certificates left out of the crt-lists
 
 
-def _frontends(held: Held, opts: RenderOptions) -> Frontends:
+def _frontends(held: Held, opts: RenderOptions, set_aside: frozenset[str]) -> Frontends:
     """HTTP frontends (a listener's port takes the annotation routes of the same port as
     its last layer; otherwise they keep their own frontend), TLS passthrough and TCP
     frontends (nodeagent/config/passthrough.py)."""
     http, listeners = held.http_frontend, held.http_listeners
     ports = {listener.port for listener in listeners}
     merged = http if http is not None and http.port in ports else None
-    crt_lists = certs.crt_lists(listeners)
+    crt_lists = certs.crt_lists(listeners, set_aside)
     strict = certs.strict_sni_ports(listeners)
 
     def bind(port: int) -> str:
@@ -231,11 +232,15 @@ def _frontends(held: Held, opts: RenderOptions) -> Frontends:
         crt_lists,
         tls_key=held.parts.tls_listeners,
         layer4=layer4,
+        set_aside=set_aside,
     )
 
 
-def _reusable_frontends(previous: Frontends, held: Held) -> Frontends | None:
+def _reusable_frontends(
+    previous: Frontends, held: Held, set_aside: frozenset[str]
+) -> Frontends | None:
     same = _reusable(previous.section, held.frontends_part) is not None
+    same = same and previous.set_aside == set_aside
     listeners, tls = held.listeners_part, held.parts.tls_listeners
     same = same and (previous.listeners_key is listeners or previous.listeners_key == listeners)
     if same and (previous.tls_key is tls or previous.tls_key == tls):
@@ -420,8 +425,11 @@ def render_held(
     opts: RenderOptions,
     previous: Rendered | None = None,
     change: ChangeSet | None = None,
+    set_aside: frozenset[str] = frozenset(),
 ) -> Rendered:
     """Render `held`, reusing every section of `previous` whose input did not change.
+    The certificates `set_aside` are left out of the crt-lists (the applier's choice:
+    certificates the agent or HAProxy refused).
 
     `change`, when its base is the snapshot `previous` was rendered from, names every
     backend that differs: only those are rendered and the previous sections are copied
@@ -443,13 +451,13 @@ def render_held(
     if previous is not None:
         global_section = previous.global_section
         peers = _reusable(previous.peers_section, held.peers_part)
-        frontends = _reusable_frontends(previous.routed, held)
+        frontends = _reusable_frontends(previous.routed, held, set_aside)
     else:
         global_section, peers, frontends = _section(b"", _global(opts)), None, None
     if peers is None:
         peers = _section(held.peers_part, _peers(held.peers))
     if frontends is None:
-        frontends = _frontends(held, opts)
+        frontends = _frontends(held, opts, set_aside)
     certs.check_bound(frontends.crt_lists, held.certificates)
     unknown = [name for name in frontends.routed if name not in held.backends]
     if unknown:

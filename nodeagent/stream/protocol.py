@@ -6,7 +6,8 @@ counts, queues, sleeps), so every rule here is tested by tables (tests/agent/
 test_stream_protocol.py). The rules:
 
 - The Hello says what the applier runs (hash, version), which HAProxy it drives and
-  whether deltas are accepted; an ACK says how HAProxy took the snapshot (`applied_by`).
+  whether deltas are accepted; an ACK says how HAProxy took the snapshot (`applied_by`)
+  and the parts it runs without (`set_aside`).
 - A stream's delta base is the last content the server sent on it, else what the Hello
   reported, when the applier still holds it in parts (`opened`).
 - A Snapshot is held as sent and handed to the apply loop; one that cannot be held (a
@@ -28,9 +29,10 @@ test_stream_protocol.py). The rules:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from nodeagent.apply.outcome import Result
+from nodeagent.apply.outcome import Result, SetAside
 from nodeagent.held import ChangeSet, DeltaError, Held, describe
 from peerplane.v1 import peerplane_pb2 as pb
 
@@ -102,11 +104,21 @@ class Answer:
         return self.message.HasField("ack")
 
 
+# Parts an ACK names at most (each under 0.8 KB): the ACK stays far below the control
+# plane's 1 MiB receive limit; `set_aside_count`, the log and the metric count them all.
+MAX_SET_ASIDE_SENT = 256
+
+
 def ack(
-    nonce: str, snapshot: Held, path: str | None = None, attempts: int = 1, applied_by: str = ""
+    nonce: str,
+    snapshot: Held,
+    path: str | None = None,
+    attempts: int = 1,
+    applied_by: str = "",
+    set_aside: Sequence[SetAside] = (),
 ) -> Answer:
     """`applied_by` (runtime, reload, nothing, start) tells the control plane how HAProxy
-    took it."""
+    took it, `set_aside` what it runs without."""
     return Answer(
         pb.AgentMessage(
             ack=pb.Ack(
@@ -114,6 +126,13 @@ def ack(
                 version=snapshot.version,
                 content_hash=snapshot.content_hash,
                 applied_by=applied_by,
+                set_aside=[
+                    pb.SetAsidePart(
+                        kind=p.kind, name=p.name, fingerprint=p.fingerprint, reason=p.reason
+                    )
+                    for p in set_aside[:MAX_SET_ASIDE_SENT]
+                ],
+                set_aside_count=len(set_aside),
             )
         ),
         snapshot.workload,
@@ -152,7 +171,7 @@ def answer(nonce: str, snapshot: Held, result: Result, attempt: int) -> Answer:
     """The ACK or NACK for one apply of `snapshot` (sent under `nonce`)."""
     path = result.kind.value if result.kind else None
     if result.ok:
-        return ack(nonce, snapshot, path, attempt, result.applied_by)
+        return ack(nonce, snapshot, path, attempt, result.applied_by, result.set_aside)
     return nack(
         nonce, snapshot.version, snapshot.content_hash, result.error, snapshot.workload, path
     )

@@ -40,3 +40,8 @@ MAX_SLOTS = 10_000
 # Stick tables. Compute rejects a larger value, the agent refuses to write one.
 MAX_TABLE_SIZE = 1 << 30  # entries: a stick table larger than this is a typo
 MAX_EXPIRE_MS = (1 << 31) - 1  # HAProxy keeps expiry in a signed 32-bit ms counter
+
+# A certificate's PEM as the agent writes it (chain, then key). The agent refuses a larger
+# one, and the control plane refuses a Secret whose PEM, written again from what it parsed
+# (base64 in 64-character lines, larger than a Secret's single-line base64), would be larger.
+MAX_CERTIFICATE_PEM = 1 << 20  # a chain of a few certificates and a key is a few KB

@@ -8,15 +8,17 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from nodeagent.config import certcheck, certs
 from nodeagent.config.changes import Kind, classify
 from nodeagent.config.render import RenderError, RenderOptions, render_held
 from nodeagent.held import Held, diff
+from peerplane.limits import MAX_CERTIFICATE_PEM
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import backend, snapshot
 from tests.helpers.tls_agent import certificate, https_listener
-from tests.helpers.tls_certs import Leaf, make_ca
+from tests.helpers.tls_certs import Leaf, ec_key, make_ca, rsa_key
 
 pytestmark = pytest.mark.unit  # pure
 
@@ -124,6 +126,27 @@ def test_the_agent_checks_each_certificate_itself() -> None:
     # A payload ends at the first empty line: none is sent.
     spaced = good.cert_pem + b"\n\n" + good.key_pem
     assert "\n\n" not in certcheck.payload(spaced)
+
+
+def test_the_agent_refuses_keys_haproxys_openssl_refuses_and_pem_over_the_shared_limit() -> None:
+    """The rule compute applies (peerplane.certs), checked again: an RSA-1024 leaf, a P-192
+    leaf and an RSA-1024 chain certificate; the size limit is the constant compute uses."""
+    small_rsa = CA.issue("rsa.example.com", key=rsa_key(1024))
+    assert certcheck.problem(small_rsa.cert_pem + small_rsa.key_pem) == (
+        "the leaf certificate has an RSA key of 1024 bits (HAProxy needs 2048 or more)"
+    )
+    p192 = CA.issue("p192.example.com", key=ec_key(ec.SECP192R1()))
+    assert (certcheck.problem(p192.cert_pem + p192.key_pem) or "").startswith(
+        "the leaf certificate has an EC key on secp192r1"
+    )
+    weak_ca = make_ca("weak", key=rsa_key(1024))
+    leaf = weak_ca.issue("chained.example.com")
+    assert (certcheck.problem(leaf.cert_pem + weak_ca.pem + leaf.key_pem) or "").startswith(
+        "chain certificate 2 has an RSA key of 1024 bits"
+    )
+    good = LEAVES["a"]
+    padded = good.cert_pem + good.key_pem + b"\n" * (MAX_CERTIFICATE_PEM - len(good.key_pem))
+    assert certcheck.problem(padded) == f"PEM larger than {MAX_CERTIFICATE_PEM} bytes"
 
 
 def test_a_certificate_keeps_its_pem_out_of_reprs() -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from nodeagent.apply.outcome import Result
+from nodeagent.apply.outcome import Result, SetAside
 from nodeagent.config.changes import Kind
 from nodeagent.held import Held
 from nodeagent.stream import protocol
@@ -351,3 +351,16 @@ def test_every_nack_is_built_in_one_place() -> None:
         nonce="n", version=4, content_hash="d" * 64, error="why", resync=True
     )
     assert (answer.workload, answer.path, answer.ok) == ("w", "runtime", False)
+
+
+def test_an_ack_names_the_parts_set_aside_the_first_256_and_their_count() -> None:
+    parts = tuple(
+        SetAside("certificate", f"b_tls-{i:04}", "ab" * 32, "ee key too small") for i in range(300)
+    )
+    result = Result(True, Kind.RELOAD, set_aside=parts)
+    ack = protocol.answer("nonce-7", H2, result, 1).message.ack
+    assert ack.set_aside_count == 300
+    assert len(ack.set_aside) == protocol.MAX_SET_ASIDE_SENT == 256
+    assert ack.set_aside[0] == pb.SetAsidePart(
+        kind="certificate", name="b_tls-0000", fingerprint="ab" * 32, reason="ee key too small"
+    )

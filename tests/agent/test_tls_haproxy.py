@@ -2,7 +2,7 @@
 path: the certificate chosen by SNI (two hosts, a wildcard, the default for an unknown SNI
 and for none), a renewed certificate served without a reload and without a failed request
 while connections made before keep theirs, certificates bound and unbound through the
-runtime API, and a bad certificate NACKed while the others keep serving."""
+runtime API, and a bad certificate set aside while the others keep serving."""
 
 from __future__ import annotations
 
@@ -17,10 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from google.protobuf import json_format
 
 from nodeagent import cli
+from nodeagent.apply import applier as applier_module
+from nodeagent.apply import setaside
+from nodeagent.config import certcheck
+from nodeagent.config import render as render_module
 from nodeagent.config.changes import Kind
+from nodeagent.config.render import RenderOptions
+from nodeagent.haproxy.driver import validate
+from peerplane.certs import weak_chain
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.deltas import delta_between, hashed
 from tests.helpers.haproxy_env import (
@@ -41,7 +50,7 @@ from tests.helpers.tls_agent import (
     served_serial,
     weak_rsa_certificate,
 )
-from tests.helpers.tls_certs import Leaf, make_ca
+from tests.helpers.tls_certs import Leaf, ec_key, make_ca, rsa_key, sha1_signed
 from tests.kubeapi.objects import wait_until
 
 pytestmark = pytest.mark.haproxy
@@ -62,12 +71,16 @@ class Site:
     version: int = 0
 
     def snapshot(
-        self, bindings: list[tuple[str, list[str]]], **replaced: pb.Certificate
+        self,
+        bindings: list[tuple[str, list[str]]],
+        endpoints: list[tuple[str, int]] | None = None,
+        **replaced: pb.Certificate,
     ) -> pb.Snapshot:
         self.version += 1
+        ends = endpoints if endpoints is not None else [self.end]
         snap = snapshot(
             [("pod-a", self.inst.ip, self.peer_port)],
-            [backend("ns_web_80", [self.end], balance="roundrobin", persistence=False)],
+            [backend("ns_web_80", ends, balance="roundrobin", persistence=False)],
             version=self.version,
         )
         named = {f"ns_{k}": certificate(f"ns_{k}", leaf) for k, leaf in self.leaves.items()}
@@ -244,63 +257,276 @@ def test_certificates_are_bound_and_unbound_through_the_runtime_api(site: Site) 
     assert site.serial(HOSTS["d"]) == serials["d"]  # its own name, no filter
 
 
-def test_a_bad_certificate_is_refused_and_the_others_keep_serving(site: Site) -> None:
+def _crtlist_names(site: Site) -> list[str]:
+    certs_dir = site.inst.applier.options.certs_dir
+    with open(os.path.join(certs_dir, f"fe_{site.port}.crtlist")) as f:
+        return [line.split()[0].rsplit("/", 1)[1] for line in f]
+
+
+def test_a_bad_certificate_is_set_aside_and_the_others_apply(site: Site) -> None:
+    """A certificate the agent's own check refuses (a key that is not its own, an expired
+    one) is set aside: its crt-list lines and file left out, the rest of the version
+    applied (a good renewal beside it), and the ACK names it with the reason."""
     inst = site.inst
     assert inst.applier.apply(site.snapshot(BINDINGS)).ok
     certs_dir = inst.applier.options.certs_dir
-    with open(os.path.join(certs_dir, "ns_a.pem"), "rb") as f:
-        a_file = f.read()
-    old = dict(site.leaves)
     site.leaves["a"] = CA.issue("a.example.com")  # a good renewal beside a bad one
     foreign = site.leaves["b"].with_foreign_key()
     bad = certificate("ns_b", foreign)
     result = inst.applier.apply(site.snapshot(BINDINGS, ns_b=bad))
-    assert not result.ok and not result.retryable
-    assert result.error.startswith("certificate ns_b (sha256 ")
-    assert result.error.endswith("the private key does not match the certificate")
-    assert "PRIVATE" not in result.error and "CERTIFICATE-" not in result.error
-    assert site.serial("a.example.com") == old["a"].serial_hex  # the old one serves
-    assert site.serial("b.example.com") == old["b"].serial_hex
-    with open(os.path.join(certs_dir, "ns_a.pem"), "rb") as f:
-        assert f.read() == a_file  # nothing HAProxy reads has changed
-    # An expired one, with a new HTTPS port (a reload): refused as well, before haproxy -c.
+    assert result.ok, result
+    assert [(p.kind, p.name, p.fingerprint) for p in result.set_aside] == [
+        ("certificate", "ns_b", bad.fingerprint)
+    ]
+    assert result.set_aside[0].reason == "the private key does not match the certificate"
+    assert site.serial("a.example.com") == site.leaves["a"].serial_hex  # the renewal serves
+    assert site.serial("b.example.com") == site.leaves["d"].serial_hex  # the default now
+    assert "ns_b.pem" not in os.listdir(certs_dir)
+    assert _crtlist_names(site) == ["ns_d.pem", "ns_a.pem", "ns_w.pem", "ns_a.pem"]
+    assert inst.applier.metrics.set_aside.labels("certificate")._value.get() == 1
+    # An expired one, with a new HTTPS port (a reload): set aside as well, before haproxy -c.
     expired = certificate("ns_b", CA.issue("b.example.com", expired=True))
     snap = site.snapshot(BINDINGS, ns_b=expired)
     snap.http_listeners.append(https_listener(free_port(inst.ip), [("ns_a", [])]))
-    refused = inst.applier.apply(snap)
-    assert not refused.ok and "ns_b" in refused.error and "expired" in refused.error
-    assert sorted(os.listdir(certs_dir)) == sorted(
-        [f"fe_{site.port}.crtlist", "ns_a.pem", "ns_b.pem", "ns_d.pem", "ns_w.pem"]
-    )
+    reloaded = inst.applier.apply(snap)
+    assert reloaded.ok and reloaded.kind is Kind.RELOAD, reloaded
+    assert [p.name for p in reloaded.set_aside] == ["ns_b"]
+    assert "expired" in reloaded.set_aside[0].reason
+    assert "ns_b.pem" not in os.listdir(certs_dir)
+    # Mended: served again, and nothing is set aside.
+    site.leaves["b"] = CA.issue("b.example.com")
+    mended = inst.applier.apply(site.snapshot(BINDINGS))
+    assert mended.ok and mended.set_aside == (), mended
+    assert site.serial("b.example.com") == site.leaves["b"].serial_hex
+    assert inst.applier.metrics.set_aside.labels("certificate")._value.get() == 0
 
 
-def test_what_only_haproxy_refuses_is_caught_before_the_live_files_change(site: Site) -> None:
-    """A 1,024-bit RSA key passes the agent's own check; HAProxy refuses it. As a renewal
-    (runtime: `commit ssl cert` refuses, the fallback reload's `haproxy -c` too) and with a
-    new HTTPS port (reload: `haproxy -c` on the staged files): NACKed in HAProxy's words
-    naming the live file, the running certificate and every live file unchanged, no reload."""
+def test_what_only_haproxy_refuses_is_set_aside_in_haproxys_words(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A certificate the agent's check does not foresee HAProxy refusing (here: the
+    agent's key-size check turned off) is named by `haproxy -c`: set aside in HAProxy's
+    words naming the live file, and the rest applies. As a renewal (runtime: `commit ssl
+    cert` refuses, the fallback reload's `haproxy -c` names it) and with a new HTTPS port
+    (reload: `haproxy -c` on the staged files)."""
+    monkeypatch.setattr(certcheck, "weak_chain", lambda chain: None)
     inst = site.inst
     assert inst.applier.apply(site.snapshot(BINDINGS)).ok
-    before = inst.haproxy.show_proc()
     certs_dir = inst.applier.options.certs_dir
-
-    def files() -> dict[str, bytes]:
-        return {name: (Path(certs_dir) / name).read_bytes() for name in os.listdir(certs_dir)}
-
-    live = files()
     weak = weak_rsa_certificate("ns_b", HOSTS["b"])
     renewal = inst.applier.apply(site.snapshot(BINDINGS, ns_b=weak))
     snap = site.snapshot(BINDINGS, ns_b=weak)
     snap.http_listeners.append(https_listener(free_port(inst.ip), [("ns_a", [])]))
     new_port = inst.applier.apply(snap)
     for result in (renewal, new_port):
-        assert not result.ok, result
-        assert f"{certs_dir}/ns_b.pem" in result.error and ".staging" not in result.error
-        assert "PRIVATE" not in result.error
-    assert files() == live
-    assert site.serial(HOSTS["b"]) == site.leaves["b"].serial_hex
-    after = inst.haproxy.show_proc()
-    assert (after.reloads, after.current_worker) == (before.reloads, before.current_worker)
+        assert result.ok, result
+        assert [p.name for p in result.set_aside] == ["ns_b"]
+        reason = result.set_aside[0].reason
+        assert reason.startswith("haproxy -c: ")
+        assert f"{certs_dir}/ns_b.pem" in reason and ".staging" not in reason
+        assert "PRIVATE" not in reason
+    assert "ns_b.pem" not in os.listdir(certs_dir)
+    assert site.serial(HOSTS["b"]) == site.leaves["d"].serial_hex
+    assert site.serial(HOSTS["a"]) == site.leaves["a"].serial_hex
+
+
+def _enabled_servers(inst: Instance) -> set[str]:
+    """The addresses of the servers HAProxy runs in ns_web_80 and that are not in
+    maintenance (`show servers state`: srv_addr, srv_admin_state)."""
+    out = inst.haproxy.runtime("show servers state ns_web_80")
+    found = set()
+    for line in out.splitlines():
+        cols = line.split()
+        named = len(cols) > 6 and not line.startswith("#") and cols[1] == "ns_web_80"
+        if named and int(cols[6]) & 1 == 0:  # SRV_ADMF_FMAINT unset
+            found.add(cols[4])
+    return found
+
+
+WEAK_KEYS = {"rsa-1024": lambda: rsa_key(1024), "p-192": lambda: ec_key(ec.SECP192R1())}
+
+
+@pytest.mark.parametrize("found_by", ["agent", "haproxy"])
+@pytest.mark.parametrize("weak", sorted(WEAK_KEYS))
+def test_a_tenants_weak_certificate_does_not_freeze_another_tenants_endpoint_removal(
+    site: Site, monkeypatch: pytest.MonkeyPatch, weak: str, found_by: str
+) -> None:
+    """T1: tenant B's Secret renewed with a key HAProxy refuses ("ee key too small" on
+    3.0 and 3.2, "unable to load SSL certificate" on 2.6) used to NACK that version and
+    every later one, so tenant A's endpoint removal stayed unapplied. Now B's certificate
+    is set aside (by the agent's check, or, when the agent does not foresee it, by
+    `haproxy -c`), A's removal applies, and every ACK names what is set aside."""
+    if found_by == "haproxy":
+        monkeypatch.setattr(certcheck, "weak_chain", lambda chain: None)
+    inst = site.inst
+    gone = (site.end[0].rsplit(".", 1)[0] + ".12", 9)
+    both = [site.end, gone]
+    assert inst.applier.apply(site.snapshot(BINDINGS, endpoints=both)).ok
+    assert _enabled_servers(inst) == {site.end[0], gone[0]}
+    bad = certificate("ns_b", CA.issue(HOSTS["b"], key=WEAK_KEYS[weak]()))
+    renewed = inst.applier.apply(site.snapshot(BINDINGS, endpoints=both, ns_b=bad))
+    assert renewed.ok, renewed
+    assert [(p.name, p.fingerprint) for p in renewed.set_aside] == [("ns_b", bad.fingerprint)]
+    reason = renewed.set_aside[0].reason
+    if found_by == "agent":
+        assert reason.startswith("the leaf certificate has ")
+    else:
+        assert reason.startswith("haproxy -c: ") and "ns_b.pem" in reason
+    removal = inst.applier.apply(site.snapshot(BINDINGS, endpoints=[site.end], ns_b=bad))
+    assert removal.ok, removal
+    assert [p.name for p in removal.set_aside] == ["ns_b"]
+    assert inst.applier.applied_version == site.version
+    assert _enabled_servers(inst) == {site.end[0]}
+    assert site.get(HOSTS["a"]) == 200
+    assert site.serial(HOSTS["a"]) == site.leaves["a"].serial_hex
+
+
+KEYS = {
+    "rsa-1024": lambda: rsa_key(1024),
+    "rsa-2048": lambda: rsa_key(2048),
+    "p-192": lambda: ec_key(ec.SECP192R1()),
+    "p-224": lambda: ec_key(ec.SECP224R1()),
+    "p-256": lambda: ec_key(ec.SECP256R1()),
+    "p-521": lambda: ec_key(ec.SECP521R1()),
+    "secp256k1": lambda: ec_key(ec.SECP256K1()),
+    "brainpoolP256r1": lambda: ec_key(ec.BrainpoolP256R1()),
+}
+
+
+@pytest.mark.parametrize("key", sorted(KEYS))
+@pytest.mark.parametrize("place", ["leaf", "chain"])
+def test_the_key_size_rule_is_what_haproxy_c_takes(
+    tmp_path: Path, haproxy_bin: HAProxyBinary, key: str, place: str
+) -> None:
+    """`peerplane.certs.weak_chain`, the rule compute refuses by and the agent checks
+    again, says what `haproxy -c` of each installed version refuses: a leaf's key, or a
+    chain certificate's (its CA's) key."""
+    if place == "leaf":
+        leaf = CA.issue("key.example.com", key=KEYS[key]())
+        pem, chain = leaf.cert_pem + CA.pem + leaf.key_pem, [leaf.cert, CA.cert]
+    else:
+        ca = make_ca("key CA", key=KEYS[key]())
+        leaf = ca.issue("key.example.com")
+        pem, chain = leaf.cert_pem + ca.pem + leaf.key_pem, [leaf.cert, ca.cert]
+    (tmp_path / "key.pem").write_bytes(pem)
+    (tmp_path / "haproxy.cfg").write_text(
+        "defaults\n  mode http\n  timeout client 1s\n  timeout server 1s\n"
+        "  timeout connect 1s\nfrontend fe\n"
+        f"  bind 127.0.0.1:{free_port('127.0.0.1')} ssl crt {tmp_path / 'key.pem'}\n"
+    )
+    check = subprocess.run(
+        [haproxy_bin.path, "-c", "-f", str(tmp_path / "haproxy.cfg")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    refused = weak_chain(chain)
+    assert (check.returncode != 0) == (refused is not None), (refused, check.stderr)
+    if refused is not None:
+        assert "key.pem" in check.stdout + check.stderr
+
+
+@pytest.mark.parametrize("place", ["leaf", "intermediate"])
+def test_a_sha1_signature_is_refused_by_2_6_and_by_the_rule_for_every_version(
+    tmp_path: Path, haproxy_bin: HAProxyBinary, place: str
+) -> None:
+    """2.6 (OpenSSL 3.0) refuses a SHA-1 signature on a certificate that is not
+    self-signed, 3.0 and 3.2 take it: compute does not know which version a workload
+    runs, so `weak_chain` refuses it for all."""
+    leaf = sha1_signed(CA, "sha1.example.com", intermediate=place == "intermediate")
+    chain = [leaf.cert] if place == "leaf" else [leaf.cert, leaf.ca.cert]
+    pem = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in chain) + leaf.key_pem
+    (tmp_path / "sha1.pem").write_bytes(pem)
+    (tmp_path / "haproxy.cfg").write_text(
+        "defaults\n  mode http\n  timeout client 1s\n  timeout server 1s\n"
+        "  timeout connect 1s\nfrontend fe\n"
+        f"  bind 127.0.0.1:{free_port('127.0.0.1')} ssl crt {tmp_path / 'sha1.pem'}\n"
+    )
+    check = subprocess.run(
+        [haproxy_bin.path, "-c", "-f", str(tmp_path / "haproxy.cfg")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (check.returncode != 0) == (haproxy_bin.series == "2.6"), check.stdout + check.stderr
+    assert "a signature with sha1" in (weak_chain(chain) or "")
+
+
+def test_a_listener_whose_every_certificate_is_set_aside_keeps_its_port(site: Site) -> None:
+    """Its crt-list is empty and its bind line says `strict-sni` (HAProxy takes an empty
+    crt-list only so): its handshakes fail, the other listener serves."""
+    inst = site.inst
+    other = free_port(inst.ip)
+    snap = site.snapshot(BINDINGS, ns_b=certificate("ns_b", site.leaves["b"].with_foreign_key()))
+    snap.http_listeners.append(https_listener(other, [("ns_b", [])]))
+    result = inst.applier.apply(snap)
+    assert result.ok, result
+    assert [p.name for p in result.set_aside] == ["ns_b"]
+    with open(inst.applier.config_path) as f:
+        (bind,) = [line for line in f.read().splitlines() if f"fe_{other}.crtlist" in line]
+    assert bind.endswith(" strict-sni"), bind
+    assert site.serial(HOSTS["a"]) == site.leaves["a"].serial_hex
+    with pytest.raises(OSError):
+        served_serial(inst.ip, other, HOSTS["b"])
+
+
+def test_an_error_that_names_no_certificate_still_nacks(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broken global section is no tenant's part: after the refused certificate is set
+    aside, `haproxy -c` still refuses, naming no certificate, and the version is NACKed
+    in HAProxy's words; HAProxy keeps what it ran."""
+    monkeypatch.setattr(certcheck, "weak_chain", lambda chain: None)
+    inst = site.inst
+    assert inst.applier.apply(site.snapshot(BINDINGS)).ok
+    broken = render_module._global
+
+    def global_section(opts: RenderOptions) -> list[str]:
+        lines = broken(opts)
+        return [lines[0], "  no-such-keyword-here", *lines[1:]]
+
+    monkeypatch.setattr(render_module, "_global", global_section)
+    monkeypatch.setattr(inst.applier, "_applied_cfg", None)  # no cached global section
+    weak = weak_rsa_certificate("ns_b", HOSTS["b"])
+    result = inst.applier.apply(site.snapshot(BINDINGS, ns_b=weak))
+    assert not result.ok and "no-such-keyword-here" in result.error, result
+    assert result.set_aside == ()
+    assert site.serial(HOSTS["b"]) == site.leaves["b"].serial_hex  # the old one serves
+
+
+def test_haproxy_c_runs_are_bounded_however_many_certificates_it_refuses(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six certificates only HAProxy refuses, on one crt-list: HAProxy names one per run,
+    so three runs name three and the fourth runs with every other new certificate set
+    aside unchecked; the next version checks those again (named within its own four)."""
+    monkeypatch.setattr(certcheck, "weak_chain", lambda chain: None)
+    runs: list[str] = []
+
+    def counted(text: str, binary: str, timeout: float) -> str | None:
+        runs.append(text)
+        return validate(text, binary, timeout)
+
+    monkeypatch.setattr(applier_module, "validate", counted)
+    inst = site.inst
+    assert inst.applier.apply(site.snapshot(BINDINGS)).ok
+    hosts = {f"ns_x{i}": f"x{i}.example.com" for i in range(6)}
+    weak = {name: weak_rsa_certificate(name, host) for name, host in hosts.items()}
+    bindings = BINDINGS + [(name, [host]) for name, host in hosts.items()]
+    runs.clear()
+    first = inst.applier.apply(site.snapshot(bindings, **weak))
+    assert first.ok, first
+    assert len(runs) == setaside.MAX_CHECKS
+    assert sorted(p.name for p in first.set_aside) == sorted(hosts)
+    named = [p.name for p in first.set_aside if not p.unchecked]
+    assert len(named) == setaside.MAX_CHECKS - 1
+    assert site.serial(HOSTS["a"]) == site.leaves["a"].serial_hex
+    runs.clear()
+    second = inst.applier.apply(site.snapshot(bindings, **weak))
+    assert second.ok, second
+    assert len(runs) <= setaside.MAX_CHECKS
+    assert sorted(p.name for p in second.set_aside) == sorted(hosts)
+    assert not any(p.unchecked for p in second.set_aside)
 
 
 def test_a_refused_certificate_command_falls_back_to_a_reload(site: Site) -> None:

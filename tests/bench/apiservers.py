@@ -306,8 +306,7 @@ def measure(kind: str, services: int, moves: int) -> dict[str, float]:
             # An agent reconnects as the real one does: a replica refuses streams until it
             # has written its ledger and published its first computation.
             agents = [
-                StreamAgent(serve.address, pod, reconnect=lambda: serve.address)
-                for pod, _ in PODS
+                StreamAgent(serve.address, pod, reconnect=lambda: serve.address) for pod, _ in PODS
             ]
             full = len(service_objects(0)[1]["endpoints"])
             ready = wait_until(

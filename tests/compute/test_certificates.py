@@ -17,7 +17,8 @@ from cryptography.x509.oid import NameOID
 from controlplane.compute.types import Certificate
 from controlplane.model import TLSSecret
 from controlplane.routes.certificates import CertificateCache, parse
-from tests.helpers.tls_certs import Leaf, make_ca
+from peerplane.limits import MAX_CERTIFICATE_PEM
+from tests.helpers.tls_certs import Leaf, PrivateKey, ec_key, make_ca, rsa_key, sha1_signed
 
 NOW = time.time()
 CA = make_ca()
@@ -249,3 +250,77 @@ def test_ec_key_is_taken_when_not_p256() -> None:
     found = parse(secret(cert_pem=cert_pem, key_pem=key_pem)).at(NOW)
     assert isinstance(found, Certificate)
     assert found.serial == "7"
+
+
+@pytest.mark.parametrize(
+    ("key", "said"),
+    [
+        (rsa_key(1024), "the leaf certificate has an RSA key of 1024 bits"),
+        (ec_key(ec.SECP192R1()), "the leaf certificate has an EC key on secp192r1"),
+    ],
+    ids=["rsa-1024", "p-192"],
+)
+def test_a_key_haproxy_refuses_as_too_small_is_refused(key: PrivateKey, said: str) -> None:
+    """HAProxy 2.6, 3.0 and 3.2 refuse these ("ee key too small"): one such Secret must be
+    refused here, not NACK every tenant's snapshot (tests/agent/test_set_aside_haproxy.py
+    shows the same keys with real `haproxy -c`)."""
+    s = secret(CA.issue("shop.example.com", key=key))
+    reason = reason_of(parse(s).at(NOW))
+    assert reason.startswith(f"tls.crt: {said}")
+    assert_no_secret_text(reason, s)
+
+
+def test_a_chain_certificate_with_a_small_key_is_refused() -> None:
+    weak_ca = make_ca("weak CA", key=rsa_key(1024))
+    leaf = weak_ca.issue("shop.example.com")
+    s = secret(leaf, cert_pem=leaf.cert_pem + weak_ca.pem)
+    reason = reason_of(parse(s).at(NOW))
+    assert reason.startswith("tls.crt: chain certificate 2 has an RSA key of 1024 bits")
+
+
+@pytest.mark.parametrize(
+    "key",
+    [rsa_key(2048), ec_key(ec.SECP224R1()), ec_key(ec.SECP256K1()), ec_key(ec.SECP521R1())],
+    ids=["rsa-2048", "p-224", "secp256k1", "p-521"],
+)
+def test_keys_haproxy_takes_are_taken(key: PrivateKey) -> None:
+    leaf = CA.issue("shop.example.com", key=key)  # issued now: after NOW in a long run
+    found = parse(secret(leaf)).at(time.time())
+    assert isinstance(found, Certificate)
+
+
+def test_a_sha1_signature_haproxy_2_6_refuses_is_refused() -> None:
+    """On the leaf or on an intermediate; tests/agent/test_tls_haproxy.py shows 2.6's
+    `haproxy -c` refusing both and 3.0 and 3.2 taking them."""
+    leaf = sha1_signed(CA, "shop.example.com")
+    reason = reason_of(parse(secret(leaf, cert_pem=leaf.cert_pem + CA.pem)).at(time.time()))
+    assert reason.startswith("tls.crt: the leaf certificate has a signature with sha1")
+    chained = sha1_signed(CA, "shop.example.com", intermediate=True)
+    cert_pem = chained.cert_pem + chained.ca.pem + CA.pem
+    reason = reason_of(parse(secret(chained, cert_pem=cert_pem)).at(time.time()))
+    assert reason.startswith("tls.crt: chain certificate 2 has a signature with sha1")
+
+
+def _single_line_pem(certificate: x509.Certificate) -> bytes:
+    """A PEM block with its base64 on one line: valid, and smaller than the 64-column PEM
+    the control plane writes again."""
+    der = certificate.public_bytes(serialization.Encoding.DER)
+    body = base64.b64encode(der)
+    return b"-----BEGIN CERTIFICATE-----\n" + body + b"\n-----END CERTIFICATE-----\n"
+
+
+def test_a_chain_the_agent_would_refuse_once_written_again_is_refused() -> None:
+    """Under the agent's limit as given (base64 on single lines), over it as written again
+    in 64-column lines: refused here, with the size, instead of NACKed by every agent."""
+    leaf_pem, ca_pem = _single_line_pem(LEAF.cert), _single_line_pem(CA.cert)
+    copies = (MAX_CERTIFICATE_PEM - len(leaf_pem) - 2_000) // len(ca_pem)
+    cert_pem = leaf_pem + ca_pem * copies
+    assert len(cert_pem) + len(LEAF.key_pem) < MAX_CERTIFICATE_PEM
+    s = secret(cert_pem=cert_pem)
+    reason = reason_of(parse(s).at(NOW))
+    assert reason.startswith("the chain and key written as PEM take ")
+    assert reason.endswith(f"above the agent's limit of {MAX_CERTIFICATE_PEM}")
+    fits = secret(cert_pem=leaf_pem + ca_pem * (copies * 9 // 10))
+    found = parse(fits).at(NOW)
+    assert isinstance(found, Certificate)
+    assert len(found.pem) <= MAX_CERTIFICATE_PEM

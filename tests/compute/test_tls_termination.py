@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from controlplane.compute import Computer, WorkloadSnapshot, compute
@@ -24,7 +25,7 @@ from controlplane.routes.status import route_statuses
 from controlplane.source.convert_routes import gateway_from, reference_grant_from
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, endpoint_slice, service
 from tests.helpers.route_builders import edge_pod, ingress, path, prefix_rule, route, state, to
-from tests.helpers.tls_certs import Leaf, make_ca
+from tests.helpers.tls_certs import Leaf, ec_key, make_ca, rsa_key
 
 NOW = time.time()
 CA = make_ca()
@@ -257,6 +258,22 @@ BAD_CASES: dict[str, tuple[tuple[TLSSecret, ...], dict[str, str], tuple[Any, ...
         (),
         "InvalidCertificateRef",
         "tls.key is not the key of the first certificate of tls.crt",
+    ),
+    # HAProxy 2.6, 3.0 and 3.2 refuse these keys ("ee key too small"): refused here, one
+    # Secret, instead of NACKing every tenant's snapshot at the agents.
+    "RSA-1024 key": (
+        (secret("bad", CA.issue("weak.example.com", key=rsa_key(1024))),),
+        ref("bad"),
+        (),
+        "InvalidCertificateRef",
+        "tls.crt: the leaf certificate has an RSA key of 1024 bits",
+    ),
+    "P-192 key": (
+        (secret("bad", CA.issue("weak.example.com", key=ec_key(ec.SECP192R1()))),),
+        ref("bad"),
+        (),
+        "InvalidCertificateRef",
+        "tls.crt: the leaf certificate has an EC key on secp192r1",
     ),
     "expired": (
         (secret("bad", CA.issue("old.example.com", expired=True)),),

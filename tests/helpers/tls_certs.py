@@ -1,29 +1,45 @@
 """TLS test certificates for the edge (the route model), made in Python on the spot: a
 private CA, leaf certificates for given names (valid, expired, or with a key that is not
 theirs), and the kubernetes.io/tls Secret that carries one. Keys are EC P-256: quick to
-make, and every HAProxy version takes them."""
+make, and every HAProxy version takes them; `issue(key=...)` and `make_ca(key=...)` take
+another (an RSA-1024 or P-192 key, which HAProxy's OpenSSL refuses)."""
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
+import shutil
+import subprocess
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 _KEY_FORMAT = serialization.PrivateFormat.PKCS8
 _NO_PASSWORD = serialization.NoEncryption()
+
+PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+def rsa_key(bits: int) -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=bits)
+
+
+def ec_key(curve: ec.EllipticCurve) -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(curve)
+
+
+def _key_pem(key: PrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, _KEY_FORMAT, _NO_PASSWORD)
 
 
@@ -32,7 +48,7 @@ class TestCA:
     """A self-signed CA; `issue` makes leaves it signs."""
 
     __test__ = False  # not a test class, whatever pytest thinks of the name
-    key: ec.EllipticCurvePrivateKey = field(repr=False)
+    key: PrivateKey = field(repr=False)
     cert: x509.Certificate
 
     @property
@@ -45,9 +61,11 @@ class TestCA:
         days: int = 90,
         expired: bool = False,
         serial: int | None = None,
+        key: PrivateKey | None = None,
     ) -> Leaf:
-        """A leaf for `names` (DNS SANs; the first is also the CN)."""
-        key = _key()
+        """A leaf for `names` (DNS SANs; the first is also the CN), with `key` or a new
+        P-256 key."""
+        key = key if key is not None else _key()
         now = dt.datetime.now(dt.UTC)
         start, end = (
             (now - dt.timedelta(days=30), now - dt.timedelta(days=1))
@@ -70,8 +88,70 @@ class TestCA:
         return Leaf(key=key, cert=cert, ca=self)
 
 
-def make_ca(name: str = "peerplane test CA") -> TestCA:
-    key = _key()
+def sha1_signed(ca: TestCA, name: str, *, intermediate: bool = False) -> Leaf:
+    """A leaf for `name` signed with SHA-1 by `ca`, or (`intermediate`) a SHA-256 leaf
+    of a CA-flagged intermediate `ca` signed with SHA-1, whose `ca` is that intermediate.
+    `cryptography` no longer signs with SHA-1: the `openssl` command does (pytest skips
+    the test where there is none)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command to sign with SHA-1")
+    with tempfile.TemporaryDirectory(prefix="sha1-") as tmp:
+        work = Path(tmp)
+
+        def signed(
+            key: PrivateKey, subject: str, issuer: TestCA, digest: str, ca_flag: bool
+        ) -> x509.Certificate:
+            (work / "key.pem").write_bytes(_key_pem(key))
+            (work / "ca.pem").write_bytes(issuer.pem)
+            (work / "ca.key").write_bytes(_key_pem(issuer.key))
+            (work / "ext.cnf").write_text(
+                "basicConstraints=critical,CA:TRUE\n"
+                if ca_flag
+                else f"subjectAltName=DNS:{subject}\n"
+            )
+            run = [
+                "openssl",
+                "req",
+                "-new",
+                "-key",
+                str(work / "key.pem"),
+                "-subj",
+                f"/CN={subject}",
+            ]
+            csr = subprocess.run(run, capture_output=True, check=True, timeout=30).stdout
+            (work / "req.csr").write_bytes(csr)
+            sign = [
+                "openssl",
+                "x509",
+                "-req",
+                "-in",
+                str(work / "req.csr"),
+                "-CA",
+                str(work / "ca.pem"),
+                "-CAkey",
+                str(work / "ca.key"),
+                "-set_serial",
+                str(x509.random_serial_number()),
+                "-days",
+                "30",
+                f"-{digest}",
+                "-extfile",
+                str(work / "ext.cnf"),
+            ]
+            out = subprocess.run(sign, capture_output=True, check=True, timeout=30).stdout
+            return x509.load_pem_x509_certificate(out)
+
+        if not intermediate:
+            key = _key()
+            return Leaf(key=key, cert=signed(key, name, ca, "sha1", False), ca=ca)
+        middle_key = _key()
+        middle = TestCA(key=middle_key, cert=signed(middle_key, f"{name} CA", ca, "sha1", True))
+        key = _key()
+        return Leaf(key=key, cert=signed(key, name, middle, "sha256", False), ca=middle)
+
+
+def make_ca(name: str = "peerplane test CA", key: PrivateKey | None = None) -> TestCA:
+    key = key if key is not None else _key()
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = dt.datetime.now(dt.UTC)
     cert = (
@@ -90,7 +170,7 @@ def make_ca(name: str = "peerplane test CA") -> TestCA:
 
 @dataclass(frozen=True)
 class Leaf:
-    key: ec.EllipticCurvePrivateKey = field(repr=False)
+    key: PrivateKey = field(repr=False)
     cert: x509.Certificate
     ca: TestCA
 

@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.metrics import MetricsServer
+from controlplane.server import reports
 from controlplane.server.fleetmetrics import (
     STATES,
     FleetCollector,
@@ -23,6 +24,7 @@ from controlplane.server.fleetmetrics import (
     count,
 )
 from controlplane.server.protocol import Sent, StreamState
+from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.server_harness import NS, W1, W2, Harness, run, snapshot
 
 GOOD, BAD = "a" * 64, "b" * 64
@@ -82,7 +84,7 @@ def test_counts_have_every_state_of_every_workload_and_the_oldest_pending_age() 
 
 
 def synced_value(collector: FleetCollector) -> float:
-    (agents, _) = collector.collect()
+    (agents, *_) = collector.collect()
     (sample,) = agents.samples
     return float(sample.value)
 
@@ -173,5 +175,63 @@ def test_agents_by_state_scraped_from_a_real_server() -> None:
         # Stopped: the collector is gone from the registry (no loop to ask).
         names = {m.name for m in h.server.metrics.registry.collect()}
         assert "peerplane_agents" not in names and "peerplane_connected_agents" in names
+
+    run(body())
+
+
+def test_parts_set_aside_are_listed_bounded_and_scraped() -> None:
+    """An Ack naming the parts its agent runs without (a tenant's refused certificate):
+    ListAgents names them (bounded, escaped), `peerplane_agent_parts_set_aside` counts
+    the most any agent of the workload has; the next Ack without any clears both."""
+
+    async def body() -> None:
+        async with Harness() as h:
+            h.publish({W1: snapshot(W1, "10.0.0.1")}, {f"{NS}/haproxy-a": W1})
+            metrics = MetricsServer(h.server.metrics, "127.0.0.1", 0, lambda: True)
+            metrics.start()
+            series = ("peerplane_agent_parts_set_aside", (("workload", W1),))
+            try:
+                agent = h.agent("haproxy-a")
+                await agent.hello()
+                first = await agent.recv_snapshot()
+                parts = [
+                    pb.SetAsidePart(
+                        kind="certificate",
+                        name=f"tenant-b_web-tls-{i}",
+                        fingerprint="ab" * 32,
+                        reason="haproxy -c: ee key too small\x1b[31m" + "x" * 1000,
+                    )
+                    for i in range(reports.MAX_SET_ASIDE + 44)
+                ]
+                ack = pb.Ack(
+                    nonce=first.nonce,
+                    version=1,
+                    content_hash=first.snapshot.content_hash,
+                    applied_by="reload",
+                    set_aside=parts,
+                    set_aside_count=1000,
+                )
+                await agent.call.write(pb.AgentMessage(ack=ack))
+                await h.until(lambda: (s := h.session("haproxy-a")) is not None and s.set_aside)
+                (status,) = await h.agents()
+                assert status.set_aside_count == 1000
+                assert len(status.set_aside) == reports.MAX_SET_ASIDE
+                kept = status.set_aside[0]
+                assert (kept.kind, kept.name) == ("certificate", "tenant-b_web-tls-0")
+                assert kept.reason.startswith("haproxy -c: ee key too small")
+                assert "\x1b" not in kept.reason and kept.reason.endswith("more chars]")
+                assert len(kept.reason) < 6 * reports.MAX_REASON_CHARS
+                found = await asyncio.to_thread(scrape, metrics.port)
+                assert found[series] == 1000
+                h.publish({W1: snapshot(W1, "10.0.0.2")}, {f"{NS}/haproxy-a": W1})
+                await agent.ack(await agent.recv_snapshot())
+                await h.until(
+                    lambda: (s := h.session("haproxy-a")) is not None and s.acked_version == 2
+                )
+                (mended,) = await h.agents()
+                assert list(mended.set_aside) == [] and mended.set_aside_count == 0
+                assert (await asyncio.to_thread(scrape, metrics.port))[series] == 0
+            finally:
+                metrics.stop()
 
     run(body())

@@ -170,3 +170,28 @@ def test_diff_shows_certificates_and_tls_listeners_never_the_pem() -> None:
         "  port 8443: tls default_web-tls (web.example) -> tls strict-sni, default_web-tls "
         "(web.example)"
     ) in diff.diff(snap(2, "22" * 32, True, "x"), strict)
+
+
+def test_status_names_the_parts_an_agent_runs_without_and_stays_ok() -> None:
+    """A certificate set aside is a tenant's problem, not the fleet's: named under the
+    agent's line (cut to the width; five at most, then how many more) and in the JSON,
+    and the verdict stays OK."""
+    parts = [
+        pb.SetAsidePart(
+            kind="certificate", name=f"b_tls-{i}", fingerprint="ab" * 32, reason="ee key too small"
+        )
+        for i in range(7)
+    ]
+    agent = _agent("a", set_aside=parts, set_aside_count=9)
+    found = rows.agent_rows([agent], NOW)
+    assert rows.problems(found, 30) == []
+    summary = pb.WorkloadSummary(workload=W, version=3, agents_in_sync=1, agents_connected=1)
+    out = render.text(rows.workload_rows([summary], found), found, 60, [])
+    lines = out.splitlines()
+    aside = [ln for ln in lines if "set aside" in ln]
+    assert aside[0] == "  set aside certificate b_tls-0: ee key too small"
+    assert aside[-1] == "  set aside: 4 more (status --json, ListAgents)"
+    assert len(aside) == 6 and lines[-1] == "OK"
+    doc = json.loads(render.as_json([], found, [], 30))
+    assert doc["agents"][0]["set_aside_count"] == 9
+    assert [p["name"] for p in doc["agents"][0]["set_aside"]] == [f"b_tls-{i}" for i in range(7)]

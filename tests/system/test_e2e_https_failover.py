@@ -6,17 +6,21 @@ Clients verify the served certificate against the test CA (SNI, names) and get t
 Secret's serial; clients pinned through HAProxy A keep their shop pod through B when A is
 lost, as over HTTP (test_e2e_failover.py) and through a passthrough listener
 (test_e2e_passthrough_failover.py). A renewed Secret (new serial, same names) is served by
-both instances without a reload while requests go on, none failing.
+both instances without a reload while requests go on, none failing. Another tenant's
+Secret with a key HAProxy refuses is refused alone by the control plane, and the
+workload's later changes keep applying.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.helpers.fleet import BACKENDS, HAPROXY_PODS, Fleet
+from tests.helpers.fleet import BACKENDS, HAPROXY_PODS, Fleet, wait_for
 from tests.helpers.haproxy_versions import HAProxyBinary
 from tests.helpers.https_fleet import (
     GATEWAY_HOST,
@@ -33,7 +37,7 @@ from tests.helpers.https_fleet import (
     write_secret,
 )
 from tests.helpers.pinning import failover_keeps_pins
-from tests.helpers.tls_certs import Leaf, TestCA, make_ca
+from tests.helpers.tls_certs import Leaf, TestCA, make_ca, rsa_key, tls_secret
 
 pytestmark = pytest.mark.haproxy
 
@@ -103,3 +107,66 @@ def test_a_renewed_secret_is_served_by_both_instances_without_a_reload_or_a_fail
     assert loop.failures == []
     assert loop.serials == {leaf.serial_hex, renewed.serial_hex}
     assert reloads(agents) - before == 0
+
+
+WEAK_INGRESS = """\
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: tenant-b
+  namespace: default
+  creationTimestamp: "2026-01-03T00:00:00Z"
+spec:
+  ingressClassName: peerplane
+  tls:
+    - hosts: ["b.example.com"]
+      secretName: tenant-b-tls
+  rules:
+    - host: b.example.com
+      http:
+        paths:
+          - path: /
+            pathType: Prefix
+            backend:
+              service: {name: shop, port: {number: 80}}
+"""
+
+
+def test_a_tenants_weak_secret_is_refused_alone_and_the_others_changes_keep_flowing(
+    fleet: tuple[Fleet, TestCA, Leaf],
+) -> None:
+    """T1 end to end: another tenant's Ingress with an RSA-1024 Secret (which HAProxy
+    refuses, "ee key too small") used to reach the agents and be NACKed, that version and
+    every later one, so an endpoint removal stayed unapplied. The control plane now
+    refuses that Secret alone (a warning, an Event), every agent ACKs, the demo's
+    certificate keeps serving and the endpoint removal that follows applies."""
+    running, ca, leaf = fleet
+    ctx = verifying_context(ca)
+    before = running.snapshot().content_hash
+    weak = ca.issue("b.example.com", key=rsa_key(1024))
+    secret = running.manifests / "tenant-b-tls.yaml"
+    secret.write_text(yaml.safe_dump(tls_secret("tenant-b-tls", weak)))
+    ingress = running.manifests / "tenant-b.yaml"
+    tmp = ingress.with_suffix(".tmp")
+    tmp.write_text(WEAK_INGRESS)
+    os.replace(tmp, ingress)
+    wait_for(lambda: running.snapshot().content_hash != before, 30, "a new version")
+    running.wait_all_acked()
+    snapshot = running.snapshot()
+    assert [c.name for c in snapshot.certificates] == ["default_demo-tls"]
+    (warning,) = [w for w in snapshot.warnings if w.object == "Ingress default/tenant-b"]
+    assert "RSA key of 1024 bits" in warning.reason
+    assert all(not a.last_nack_error and not a.set_aside for a in running.agents_status())
+    running.edit_manifest(  # waits for every agent's ACK of the removal
+        "shop.yaml",
+        lambda text: text.replace(
+            f'  - addresses: ["{running.ip("127.0.2.1")}"]\n'
+            "    conditions: {ready: true}\n"
+            "    targetRef: {kind: Pod, name: shop-0}\n",
+            "",
+        ),
+    )
+    shop = next(b for b in running.snapshot().backends if b.name == SHOP_TABLE)
+    assert running.ip("127.0.2.1") not in {s.address for s in shop.slots if s.enabled}
+    for agent in running.agents.values():
+        assert https_get(ctx, agent.address, GATEWAY_HOST, CLIENTS[0]).serial == leaf.serial_hex

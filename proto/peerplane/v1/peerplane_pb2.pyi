@@ -330,16 +330,32 @@ class Hello(_message.Message):
     def __init__(self, pod_namespace: _Optional[str] = ..., pod_name: _Optional[str] = ..., node_name: _Optional[str] = ..., applied_content_hash: _Optional[str] = ..., applied_version: _Optional[int] = ..., agent_version: _Optional[str] = ..., accepts_deltas: _Optional[bool] = ..., haproxy_version: _Optional[str] = ...) -> None: ...
 
 class Ack(_message.Message):
-    __slots__ = ("nonce", "version", "content_hash", "applied_by")
+    __slots__ = ("nonce", "version", "content_hash", "applied_by", "set_aside", "set_aside_count")
     NONCE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
     APPLIED_BY_FIELD_NUMBER: _ClassVar[int]
+    SET_ASIDE_FIELD_NUMBER: _ClassVar[int]
+    SET_ASIDE_COUNT_FIELD_NUMBER: _ClassVar[int]
     nonce: str
     version: int
     content_hash: str
     applied_by: str
-    def __init__(self, nonce: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., applied_by: _Optional[str] = ...) -> None: ...
+    set_aside: _containers.RepeatedCompositeFieldContainer[SetAsidePart]
+    set_aside_count: int
+    def __init__(self, nonce: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., applied_by: _Optional[str] = ..., set_aside: _Optional[_Iterable[_Union[SetAsidePart, _Mapping]]] = ..., set_aside_count: _Optional[int] = ...) -> None: ...
+
+class SetAsidePart(_message.Message):
+    __slots__ = ("kind", "name", "fingerprint", "reason")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    name: str
+    fingerprint: str
+    reason: str
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., fingerprint: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Nack(_message.Message):
     __slots__ = ("nonce", "version", "content_hash", "error", "resync")
@@ -530,7 +546,7 @@ class ListAgentsResponse(_message.Message):
     def __init__(self, agents: _Optional[_Iterable[_Union[AgentStatus, _Mapping]]] = ...) -> None: ...
 
 class AgentStatus(_message.Message):
-    __slots__ = ("agent", "node_name", "workload", "peer_address", "acked_version", "acked_content_hash", "pending_version", "last_nack_error", "last_nack_version", "connected_since", "agent_version", "deltas", "pending_since", "acked_at", "haproxy_version", "applied_by", "report", "current_version")
+    __slots__ = ("agent", "node_name", "workload", "peer_address", "acked_version", "acked_content_hash", "pending_version", "last_nack_error", "last_nack_version", "connected_since", "agent_version", "deltas", "pending_since", "acked_at", "haproxy_version", "applied_by", "report", "current_version", "set_aside", "set_aside_count")
     AGENT_FIELD_NUMBER: _ClassVar[int]
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -549,6 +565,8 @@ class AgentStatus(_message.Message):
     APPLIED_BY_FIELD_NUMBER: _ClassVar[int]
     REPORT_FIELD_NUMBER: _ClassVar[int]
     CURRENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SET_ASIDE_FIELD_NUMBER: _ClassVar[int]
+    SET_ASIDE_COUNT_FIELD_NUMBER: _ClassVar[int]
     agent: str
     node_name: str
     workload: str
@@ -567,4 +585,6 @@ class AgentStatus(_message.Message):
     applied_by: str
     report: AgentReport
     current_version: int
-    def __init__(self, agent: _Optional[str] = ..., node_name: _Optional[str] = ..., workload: _Optional[str] = ..., peer_address: _Optional[str] = ..., acked_version: _Optional[int] = ..., acked_content_hash: _Optional[str] = ..., pending_version: _Optional[int] = ..., last_nack_error: _Optional[str] = ..., last_nack_version: _Optional[int] = ..., connected_since: _Optional[str] = ..., agent_version: _Optional[str] = ..., deltas: _Optional[bool] = ..., pending_since: _Optional[str] = ..., acked_at: _Optional[str] = ..., haproxy_version: _Optional[str] = ..., applied_by: _Optional[str] = ..., report: _Optional[_Union[AgentReport, _Mapping]] = ..., current_version: _Optional[int] = ...) -> None: ...
+    set_aside: _containers.RepeatedCompositeFieldContainer[SetAsidePart]
+    set_aside_count: int
+    def __init__(self, agent: _Optional[str] = ..., node_name: _Optional[str] = ..., workload: _Optional[str] = ..., peer_address: _Optional[str] = ..., acked_version: _Optional[int] = ..., acked_content_hash: _Optional[str] = ..., pending_version: _Optional[int] = ..., last_nack_error: _Optional[str] = ..., last_nack_version: _Optional[int] = ..., connected_since: _Optional[str] = ..., agent_version: _Optional[str] = ..., deltas: _Optional[bool] = ..., pending_since: _Optional[str] = ..., acked_at: _Optional[str] = ..., haproxy_version: _Optional[str] = ..., applied_by: _Optional[str] = ..., report: _Optional[_Union[AgentReport, _Mapping]] = ..., current_version: _Optional[int] = ..., set_aside: _Optional[_Iterable[_Union[SetAsidePart, _Mapping]]] = ..., set_aside_count: _Optional[int] = ...) -> None: ...
