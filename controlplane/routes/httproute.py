@@ -46,6 +46,7 @@ from controlplane.routes.placement import (
     Verdict,
     allows_namespace,
 )
+from controlplane.routes.ownership import Claim, later
 from controlplane.routes.precedence import Candidate, Origin
 from peerplane import names as hosts
 from peerplane import routes as patterns
@@ -501,17 +502,26 @@ def route_outcome(
         for rule in rules:
             outcome.demand.update((service, place.workload) for service in rule.services)
             for lp, common in attached:
-                mine.extend(_candidates(route, rule, lp.listener.port, common, age))
+                mine.extend(_candidates(route, rule, lp, common, age))
     return outcome
 
 
 def _candidates(
-    route: HTTPRoute, rule: _Rule, port: int, hostnames: tuple[str, ...], age: str
+    route: HTTPRoute, rule: _Rule, lp: ListenerPlace, hostnames: tuple[str, ...], age: str
 ) -> list[Candidate]:
-    """One candidate per hostname (or one for any host) and match of a rule."""
+    """One candidate per hostname (or one for any host) and match of a rule; each host
+    claimed by the listener's namespace since the later of the Gateway and the route."""
     source = f"HTTPRoute {route.namespace}/{route.name} rule {rule.index}"
+    gateway = lp.gateway
+    port = lp.listener.port
+    holder = (
+        f"HTTPRoute {route.namespace}/{route.name} on Gateway {gateway.namespace}/"
+        f"{gateway.name} listener {lp.listener.name}"
+    )
+    since = later(gateway.creation_timestamp, age)
     found = []
     for host in hostnames or ("",):
+        claim = Claim(host, gateway.namespace, since, holder)
         for number, path, method, headers, query in rule.matches:
             key = f"spec.rules[{rule.index}].matches[{number}]"
             found.append(
@@ -531,6 +541,7 @@ def _candidates(
                     Origin("HTTPRoute", route.namespace, route.name, key),
                     age,
                     (rule.index, number),
+                    claim,
                 )
             )
     return found

@@ -15,6 +15,7 @@ from controlplane.compute.types import RejectedInput, RoutePath, RouteRule, Weig
 from controlplane.model import ANNOTATION_PREFIX, Ingress, IngressBackend, Service
 from controlplane.routes.backends import Resolved, ServiceKey, service_port
 from controlplane.routes.placement import Placement
+from controlplane.routes.ownership import Claim
 from controlplane.routes.precedence import Candidate, Origin
 from peerplane import routes as patterns
 
@@ -126,6 +127,7 @@ def ingress_outcome(
                     Origin("Ingress", ingress.namespace, ingress.name, at),
                     age,
                     (index, number),
+                    Claim(rule.host, ingress.namespace, age, source),
                 )
             )
     return outcome

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from controlplane.compute.settings import GATEWAY_NAMESPACES, GatewayNamespaces, Resolver
 from controlplane.compute.types import Certificate
 from controlplane.model import (
     ClusterState,
@@ -24,6 +25,7 @@ from controlplane.model import (
 )
 from controlplane.routes import names, protocols
 from controlplane.routes.certificates import CertificateCache
+from controlplane.routes.ownership import Claim, resolve
 from controlplane.routes.termination import (
     CERTIFICATE_REASONS,
     SecretLookup,
@@ -52,6 +54,18 @@ class ListenerPlace:
     resolved: Verdict  # ResolvedRefs: the allowed route kinds, an HTTPS listener's certificates
     conflict: str = ""  # why it conflicts with another listener on its port (not served)
     certificates: tuple[Certificate, ...] = ()  # HTTPS: the valid certificateRefs, in order
+    conflict_reason: str = names.PROTOCOL_CONFLICT  # Conflicted's reason when `conflict`
+
+    @property
+    def holds_hostname(self) -> bool:
+        """Whether the listener holds its hostname on its port (ownership.py): an
+        accepted, unconflicted HTTP or HTTPS listener, served or not (an HTTPS listener
+        whose certificates broke keeps its hostname)."""
+        return (
+            self.accepted.ok
+            and not self.conflict
+            and self.listener.protocol in protocols.HTTP_PROTOCOLS
+        )
 
     @property
     def usable(self) -> bool:
@@ -240,11 +254,68 @@ def _plain_and_tls(gateways: Mapping[tuple[str, str], GatewayPlace]) -> dict[int
     return found
 
 
+def listener_claim(lp: ListenerPlace) -> Claim:
+    """The listener's claim on its hostname ("": any host), since its Gateway's creation."""
+    gateway = lp.gateway
+    holder = f"Gateway {gateway.namespace}/{gateway.name} listener {lp.listener.name}"
+    return Claim(lp.listener.hostname, gateway.namespace, gateway.creation_timestamp, holder)
+
+
+def _hostname_conflicts(gateways: Mapping[tuple[str, str], GatewayPlace]) -> dict[int, str]:
+    """id(ListenerPlace) -> why it conflicts: an HTTP(S) listener whose hostname an older
+    listener of another namespace's Gateway holds on the same port of the workload
+    (ownership.py; within one namespace listeners share their hostnames)."""
+    by_port: dict[tuple[str, int], list[ListenerPlace]] = {}
+    for gateway_place in gateways.values():
+        if not gateway_place.workload:
+            continue
+        for lp in gateway_place.listeners:
+            if lp.holds_hostname:
+                by_port.setdefault((gateway_place.workload, lp.listener.port), []).append(lp)
+    found: dict[int, str] = {}
+    for (_, port), sharing in by_port.items():
+        if len({lp.gateway.namespace for lp in sharing}) < 2:
+            continue
+        claims = {listener_claim(lp): lp for lp in sharing}
+        holding = resolve(claims)
+        for claim, lp in claims.items():
+            if claim in holding.refused:
+                found[id(lp)] = f"{holding.why(claim, port)}: not served"
+    return found
+
+
+def namespace_allowed(
+    allowed: GatewayNamespaces, namespace: str, labels: Mapping[str, str]
+) -> Verdict | None:
+    """Why a Gateway in `namespace` is not accepted under the settings'
+    `gateway-namespaces`; None when it is allowed."""
+    key = GATEWAY_NAMESPACES.key
+    if allowed.invalid:
+        return Verdict(
+            False,
+            names.NAMESPACE_NOT_ALLOWED,
+            f"the settings' {key} ({allowed.text!r}) is not a label selector: "
+            "no Gateway is accepted",
+        )
+    if allowed.selector is None or selector_matches(allowed.selector, labels):
+        return None
+    return Verdict(
+        False,
+        names.NAMESPACE_NOT_ALLOWED,
+        f"namespace {namespace} is not selected by the settings' {key} "
+        f"({allowed.text}): not served",
+    )
+
+
 def _gateway_accepted(workload: Verdict, listeners: tuple[ListenerPlace, ...]) -> Verdict:
     if not workload.ok:
         return workload
     if not any(lp.accepted.ok and not lp.conflict for lp in listeners):
-        return Verdict(False, "ListenersNotValid", "no listener can be served")
+        why = next(
+            (f": listener {lp.listener.name}: {lp.conflict}" for lp in listeners if lp.conflict),
+            "",
+        )
+        return Verdict(False, "ListenersNotValid", f"no listener can be served{why}")
     return Verdict(True, names.ACCEPTED, f"served by HAProxy workload {workload.message}")
 
 
@@ -268,10 +339,15 @@ def place(
         if c.controller_name == names.GATEWAY_CONTROLLER
     }
     gateways: dict[tuple[str, str], GatewayPlace] = {}
+    allowed = Resolver(state.settings).gateway_namespaces()
+    namespace_labels = {n.name: n.labels for n in state.namespaces}
     for gateway in state.gateways:
         if gateway.gateway_class_name not in classes:
             continue
-        workload = resolve_workload(gateway.annotations, workloads)
+        labels = namespace_labels.get(gateway.namespace, {})
+        workload = namespace_allowed(allowed, gateway.namespace, labels) or resolve_workload(
+            gateway.annotations, workloads
+        )
         conflicted = protocols.conflicts(gateway.listeners)
         listeners = tuple(
             dataclasses.replace(lp, conflict=conflicted.get(lp.listener.name, ""))
@@ -301,6 +377,25 @@ def place(
                 listeners=listeners,
                 accepted=_gateway_accepted(workload, listeners),
             )
+    taken = _hostname_conflicts(gateways)
+    if taken:
+        for key, gateway_place in gateways.items():
+            if not any(id(lp) in taken for lp in gateway_place.listeners):
+                continue
+            listeners = tuple(
+                dataclasses.replace(
+                    lp, conflict=taken[id(lp)], conflict_reason=names.HOSTNAME_CONFLICT
+                )
+                if id(lp) in taken
+                else lp
+                for lp in gateway_place.listeners
+            )
+            workload = resolve_workload(gateway_place.gateway.annotations, workloads)
+            gateways[key] = dataclasses.replace(
+                gateway_place,
+                listeners=listeners,
+                accepted=_gateway_accepted(workload, listeners),
+            )
     ingress_classes: dict[str, Verdict] = {}
     defaults: list[tuple[str, str]] = []
     for ingress_class in state.ingress_classes:
@@ -314,5 +409,5 @@ def place(
         gateways=gateways,
         ingress_classes=ingress_classes,
         default_ingress_class=min(defaults)[1] if defaults else "",
-        namespace_labels={n.name: n.labels for n in state.namespaces},
+        namespace_labels=namespace_labels,
     )

@@ -79,7 +79,7 @@ def _listener(
         programmed = Verdict(False, names.INVALID, "Gateway not accepted")
     supported = [{"group": g, "kind": k} for g, k in protocols.route_kinds(lp.listener)]
     conflicted = (
-        Verdict(True, names.PROTOCOL_CONFLICT, lp.conflict)
+        Verdict(True, lp.conflict_reason, lp.conflict)
         if lp.conflict
         else Verdict(False, "NoConflicts", "no conflict")
     )

@@ -36,7 +36,8 @@ from controlplane.routes.ingress import IngressOutcome, ingress_outcome
 from controlplane.routes.l4 import EMPTY_TABLE as EMPTY_L4
 from controlplane.routes.l4 import L4Table, l4_table
 from controlplane.routes.l4 import Memo as L4Memo
-from controlplane.routes.placement import Placement, place
+from controlplane.routes.ownership import ANY_HOST, Claim, resolve
+from controlplane.routes.placement import Placement, listener_claim, place
 from controlplane.routes.precedence import Candidate, Origin, listeners
 from controlplane.routes.termination import SecretKey, SecretLookup
 
@@ -100,6 +101,9 @@ class _Workload:
     default_owner: dict[int, str] = field(default_factory=dict)
     rejections: list[RejectedInput] = field(default_factory=list)
     https: bool = False  # an Ingress is served on the https port
+    # Claims besides the candidates': listener hostnames, Ingress defaultBackends; by port,
+    # with the object a refusal is reported on.
+    claims: list[tuple[int, Claim, Origin]] = field(default_factory=list)
 
 
 def _of(per: dict[str, _Workload], workload: str) -> _Workload:
@@ -152,9 +156,13 @@ def _table(
     for gateway_place in placement.gateways.values():
         if gateway_place.workload:
             mine = _of(per, gateway_place.workload)
-            for lp in gateway_place.listeners:
+            for index, lp in enumerate(gateway_place.listeners):
                 if lp.usable and lp.listener.protocol in protocols.HTTP_PROTOCOLS:
                     mine.defaults.setdefault(lp.listener.port, "")
+                    gateway = lp.gateway
+                    where = f"spec.listeners[{index}].hostname"
+                    origin = Origin("Gateway", gateway.namespace, gateway.name, where)
+                    mine.claims.append((lp.listener.port, listener_claim(lp), origin))
     rejections: list[RejectedInput] = []
     tls_of, told = bind_gateways(placement)
     for workload, rejection in told:
@@ -215,6 +223,12 @@ def _table(
         if owner is None:
             mine.defaults[http_port] = found.default_backend
             mine.default_owner[http_port] = f"Ingress {ingress.namespace}/{ingress.name}"
+            origin = Origin("Ingress", ingress.namespace, ingress.name, "spec.defaultBackend")
+            age = ingress.creation_timestamp or "~"
+            holder = f"Ingress {ingress.namespace}/{ingress.name} defaultBackend"
+            ports = (http_port, edge.https_port) if https else (http_port,)
+            for port in ports:
+                mine.claims.append((port, Claim(ANY_HOST, ingress.namespace, age, holder), origin))
         else:
             lost = Origin("Ingress", ingress.namespace, ingress.name, "spec.defaultBackend")
             rejection = lost.rejection(
@@ -229,7 +243,13 @@ def _table(
         if mine.https and http_port in mine.default_owner:
             mine.defaults[edge.https_port] = mine.defaults[http_port]
         conflicts: list[RejectedInput] = []
-        built = listeners(mine.candidates, mine.defaults, conflicts)
+        candidates, closed = _hold(mine, conflicts)
+        built = listeners(candidates, mine.defaults, conflicts)
+        if closed:
+            built = tuple(
+                dataclasses.replace(b, closed_hosts=closed[b.port]) if closed.get(b.port) else b
+                for b in built
+            )
         certificates: tuple[Certificate, ...] = ()
         crt_lists = tls_of.get(workload)
         if crt_lists is not None:
@@ -251,6 +271,46 @@ def _table(
         rejections=tuple(rejections),
         l4=l4_routes,
     )
+
+
+def _hold(
+    mine: _Workload, rejections: list[RejectedInput]
+) -> tuple[list[Candidate], dict[int, tuple[str, ...]]]:
+    """The workload's candidates but those whose hostname another namespace holds on
+    their port (ownership.py), and the hostnames each port closes. A refused claim is
+    reported once per object and hostname; a refused defaultBackend is not served."""
+    by_port: dict[int, list[Claim]] = {}
+    for port, claim, _ in mine.claims:
+        by_port.setdefault(port, []).append(claim)
+    for candidate in mine.candidates:
+        by_port.setdefault(candidate.port, []).append(candidate.claim)
+    holdings = {port: resolve(claims) for port, claims in by_port.items()}
+    told: set[tuple[str, str, str, str, int]] = set()
+
+    def refuse(origin: Origin, claim: Claim, port: int, outcome: str) -> None:
+        said = (origin.kind, origin.namespace, origin.name, claim.host, port)
+        if said not in told:
+            told.add(said)
+            reason = f"{holdings[port].why(claim, port)}: {outcome}"
+            rejections.append(origin.rejection(claim.host or "*", reason))
+
+    for port, claim, origin in mine.claims:
+        if claim not in holdings[port].refused:
+            continue
+        if origin.key == "spec.defaultBackend":
+            mine.defaults[port] = ""
+            mine.default_owner.pop(port, None)
+            refuse(origin, claim, port, "the default backend is not served")
+        else:
+            refuse(origin, claim, port, "this listener is not served for it")
+    kept: list[Candidate] = []
+    for candidate in mine.candidates:
+        if candidate.claim in holdings[candidate.port].refused:
+            refuse(candidate.origin, candidate.claim, candidate.port, "dropped")
+        else:
+            kept.append(candidate)
+    closed = {port: holding.closed for port, holding in holdings.items() if holding.closed}
+    return kept, closed
 
 
 def _place(

@@ -74,6 +74,7 @@ VALID = {
     "http-port": ("8080", "80"),
     "https-port": ("9443", "443"),
     "accept-proxy-protocol": ("true", "false"),
+    "gateway-namespaces": ("team=a", "tier in (web,api),!legacy"),
     "peer-port": ("10001", "10000"),
 }
 ALL_VALID = tuple(v for values in VALID.values() for v in values)
