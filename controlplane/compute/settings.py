@@ -347,7 +347,9 @@ class Resolver:
             settings = replace(settings, http_path="")
         return settings if enabled else None
 
-    def gateway_namespaces(self, rejections: list[RejectedInput] | None = None) -> GatewayNamespaces:
+    def gateway_namespaces(
+        self, rejections: list[RejectedInput] | None = None
+    ) -> GatewayNamespaces:
         """Which namespaces may have Gateways of our classes accepted. An invalid value
         allows none (a restriction fails closed) and is reported in `rejections`."""
         cm = self._configmap

@@ -9,12 +9,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from controlplane.model import LabelSelector, SelectorRequirement, frozen_map
 from peerplane import balance as words
 from peerplane import healthcheck, names
 from peerplane.limits import MAX_EXPIRE_MS, MAX_TABLE_SIZE
 from peerplane.runtime import untrusted
-
-from controlplane.model import LabelSelector, SelectorRequirement, frozen_map
 
 
 class Invalid(ValueError):
@@ -215,7 +214,7 @@ def parse_label_selector(text: str) -> LabelSelector:
     while at < len(text):
         found = _REQUIREMENT.match(text, at)
         if found is None or found.end() == at:
-            raise Invalid(f"not a label selector at {text[at:at + 20]!r}")
+            raise Invalid(f"not a label selector at {text[at : at + 20]!r}")
         at = found.end()
         key = found["absent"] or found["key"]
         if not _LABEL_KEY.fullmatch(key):
@@ -237,7 +236,9 @@ def parse_label_selector(text: str) -> LabelSelector:
         elif found["set"]:
             if not values:
                 raise Invalid(f"{key} {found['set']} () names no value")
-            expressions.append(SelectorRequirement(key, "In" if found["set"] == "in" else "NotIn", values))
+            expressions.append(
+                SelectorRequirement(key, "In" if found["set"] == "in" else "NotIn", values)
+            )
         else:
             expressions.append(SelectorRequirement(key, "Exists"))
     return LabelSelector(frozen_map(labels), tuple(expressions))

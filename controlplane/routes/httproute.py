@@ -39,6 +39,7 @@ from controlplane.model import (
 from controlplane.routes import names, protocols
 from controlplane.routes.backends import Resolved, ServiceKey, granted, service_port
 from controlplane.routes.hostnames import intersect
+from controlplane.routes.ownership import Claim, later
 from controlplane.routes.placement import (
     GatewayPlace,
     ListenerPlace,
@@ -46,7 +47,6 @@ from controlplane.routes.placement import (
     Verdict,
     allows_namespace,
 )
-from controlplane.routes.ownership import Claim, later
 from controlplane.routes.precedence import Candidate, Origin
 from peerplane import names as hosts
 from peerplane import routes as patterns
@@ -450,10 +450,12 @@ def attach(
         and allows_namespace(lp, route.namespace, placement)
     ]
     if not allowed:
+        conflicted = next((lp.conflict for lp in named if lp.conflict), "")
         return Verdict(
             False,
             names.NOT_ALLOWED_BY_LISTENERS,
-            f"no listener allows {kind[1]}s from namespace {route.namespace}",
+            f"no listener allows {kind[1]}s from namespace {route.namespace}"
+            + (f" (conflicted: {conflicted})" if conflicted else ""),
         ), []
     attached = []
     for lp in allowed:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from controlplane.compute.types import RejectedInput, RoutePath, RouteRule, WeightedBackend
 from controlplane.model import ANNOTATION_PREFIX, Ingress, IngressBackend, Service
 from controlplane.routes.backends import Resolved, ServiceKey, service_port
-from controlplane.routes.placement import Placement
 from controlplane.routes.ownership import Claim
+from controlplane.routes.placement import Placement
 from controlplane.routes.precedence import Candidate, Origin
 from peerplane import routes as patterns
 

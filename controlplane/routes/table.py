@@ -27,7 +27,7 @@ from controlplane.model import (
     ServicePort,
     TLSSecret,
 )
-from controlplane.routes import protocols
+from controlplane.routes import names, protocols
 from controlplane.routes.backends import ServiceKey
 from controlplane.routes.certificates import CertificateCache
 from controlplane.routes.crtlist import Edge, WorkloadTLS, bind_gateways, bind_ingress
@@ -37,7 +37,7 @@ from controlplane.routes.l4 import EMPTY_TABLE as EMPTY_L4
 from controlplane.routes.l4 import L4Table, l4_table
 from controlplane.routes.l4 import Memo as L4Memo
 from controlplane.routes.ownership import ANY_HOST, Claim, resolve
-from controlplane.routes.placement import Placement, listener_claim, place
+from controlplane.routes.placement import Placement, Verdict, listener_claim, place
 from controlplane.routes.precedence import Candidate, Origin, listeners
 from controlplane.routes.termination import SecretKey, SecretLookup
 
@@ -159,6 +159,7 @@ def _table(
             for index, lp in enumerate(gateway_place.listeners):
                 if lp.usable and lp.listener.protocol in protocols.HTTP_PROTOCOLS:
                     mine.defaults.setdefault(lp.listener.port, "")
+                if lp.holds_hostname:
                     gateway = lp.gateway
                     where = f"spec.listeners[{index}].hostname"
                     origin = Origin("Gateway", gateway.namespace, gateway.name, where)
@@ -238,12 +239,16 @@ def _table(
             mine.rejections.append(rejection)
             rejections.append(rejection)
     tables: dict[str, WorkloadRoutes] = {}
+    refused_routes: dict[tuple[str, str], dict[str, str]] = {}
     for workload in sorted(per):
         mine = per[workload]
         if mine.https and http_port in mine.default_owner:
             mine.defaults[edge.https_port] = mine.defaults[http_port]
         conflicts: list[RejectedInput] = []
-        candidates, closed = _hold(mine, conflicts)
+        unheld: dict[tuple[str, str], str] = {}
+        candidates, closed = _hold(mine, conflicts, unheld)
+        for key, why in unheld.items():
+            refused_routes.setdefault(key, {})[workload] = why
         built = listeners(candidates, mine.defaults, conflicts)
         if closed:
             built = tuple(
@@ -257,6 +262,8 @@ def _table(
             certificates = crt_lists.bound(built)
         rejections.extend(conflicts)
         tables[workload] = WorkloadRoutes(built, (*mine.rejections, *conflicts), certificates)
+    for key, by_workload in refused_routes.items():
+        routes[key] = _not_held(routes[key], by_workload)
     http = {workload: found.listeners for workload, found in tables.items()}
     l4_routes = l4_table(state, placement, services, grants, http, http_port, l4_memo, l4_reuse)
     rejections.extend(l4_routes.rejections)
@@ -274,11 +281,12 @@ def _table(
 
 
 def _hold(
-    mine: _Workload, rejections: list[RejectedInput]
+    mine: _Workload, rejections: list[RejectedInput], unheld: dict[tuple[str, str], str]
 ) -> tuple[list[Candidate], dict[int, tuple[str, ...]]]:
     """The workload's candidates but those whose hostname another namespace holds on
     their port (ownership.py), and the hostnames each port closes. A refused claim is
-    reported once per object and hostname; a refused defaultBackend is not served."""
+    reported once per object and hostname; a refused defaultBackend is not served; an
+    HTTPRoute none of whose candidates is kept goes into `unheld` with why."""
     by_port: dict[int, list[Claim]] = {}
     for port, claim, _ in mine.claims:
         by_port.setdefault(port, []).append(claim)
@@ -304,13 +312,43 @@ def _hold(
         else:
             refuse(origin, claim, port, "this listener is not served for it")
     kept: list[Candidate] = []
+    served: set[tuple[str, str]] = set()
     for candidate in mine.candidates:
-        if candidate.claim in holdings[candidate.port].refused:
-            refuse(candidate.origin, candidate.claim, candidate.port, "dropped")
+        origin = candidate.origin
+        holding = holdings[candidate.port]
+        if candidate.claim in holding.refused:
+            refuse(origin, candidate.claim, candidate.port, "dropped")
+            if origin.kind == "HTTPRoute":
+                unheld.setdefault(
+                    (origin.namespace, origin.name), holding.why(candidate.claim, candidate.port)
+                )
         else:
             kept.append(candidate)
+            if origin.kind == "HTTPRoute":
+                served.add((origin.namespace, origin.name))
+    for key in served:
+        unheld.pop(key, None)
     closed = {port: holding.closed for port, holding in holdings.items() if holding.closed}
     return kept, closed
+
+
+def _not_held(outcome: RouteOutcome, why: Mapping[str, str]) -> RouteOutcome:
+    """`outcome` with its accepted parents on the workloads of `why` not accepted: every
+    hostname it serves there is held by another namespace (a copy: the memo keeps the
+    outcome as computed)."""
+    parents = [
+        dataclasses.replace(
+            parent,
+            accepted=Verdict(
+                False, names.HOSTNAME_CONFLICT, f"{why[parent.workload]}; not attached"
+            ),
+            listeners=(),
+        )
+        if parent.accepted.ok and parent.workload in why
+        else parent
+        for parent in outcome.parents
+    ]
+    return dataclasses.replace(outcome, parents=parents)
 
 
 def _place(

@@ -69,10 +69,16 @@ def test_a_catch_all_gateway_of_another_namespace_cannot_take_the_victims_host()
     # The victim's wildcard is closed: a miss on it is a 404, not tenant B's catch-all.
     assert listener.closed_hosts == ("*.demo.example.com",)
     told = warnings(got)
+    route_status = route_statuses(tenants(*victim(), *tenant_gateway()))
+    (parent,) = route_status[StatusKey(GATEWAY_GROUP, "HTTPRoute", "tenant-b", "steal")]["parents"]
+    accepted = {c["type"]: c for c in parent["conditions"]}["Accepted"]
+    assert (accepted["status"], accepted["reason"]) == ("False", "HostnameConflict")
+    assert f"hostname {HOST} on port {PORT} is held by the older HTTPRoute" in accepted["message"]
     assert any(
         w.startswith("HTTPRoute tenant-b/steal")
         and f"hostname {HOST} on port {PORT} is held by the older HTTPRoute default/store "
-        f"on Gateway default/web listener http (namespace default, {HOST}): dropped" in w
+        f"on Gateway default/web listener http (namespace default, {HOST}): dropped"
+        in w
         for w in told
     ), told
 
@@ -117,8 +123,7 @@ def test_the_older_holder_keeps_the_host_whichever_kind_comes_first() -> None:
     got = snapshot_of(tenants(*victim(), old_ingress))
     assert backends(listener_of(got)) == {TENANT_BACKEND}
     assert any(
-        w.startswith("HTTPRoute default/store")
-        and "held by the older Ingress tenant-b/first" in w
+        w.startswith("HTTPRoute default/store") and "held by the older Ingress tenant-b/first" in w
         for w in warnings(got)
     ), warnings(got)
     # The victim keeps the rest of its wildcard, closed at B's host.
@@ -131,7 +136,12 @@ def test_one_namespace_shares_its_hostnames_across_its_gateways_and_ingresses() 
     second = gateway("web2", port=PORT, hostname="*.demo.example.com", created=NEW)
     exact = route(
         "exact",
-        [{"matches": [{"path": {"type": "Exact", "value": "/cart"}}], "backendRefs": [to("catalog")]}],
+        [
+            {
+                "matches": [{"path": {"type": "Exact", "value": "/cart"}}],
+                "backendRefs": [to("catalog")],
+            }
+        ],
         hostnames=(HOST,),
         created=NEW,
         parent={"name": "web2"},
@@ -148,7 +158,7 @@ def test_one_namespace_shares_its_hostnames_across_its_gateways_and_ingresses() 
     )
     got = snapshot_of(cluster_state)
     listener = listener_of(got)
-    assert [r.source for r in listener.rules][0] == "HTTPRoute default/exact rule 0 match 0"
+    assert listener.rules[0].source == "HTTPRoute default/exact rule 0 match 0"
     assert backends(listener) == {"default_catalog_http", VICTIM_BACKEND}
     assert listener.closed_hosts == ()
     assert not [w for w in warnings(got) if "held by" in w]
@@ -158,7 +168,9 @@ def test_a_younger_wildcard_of_another_namespace_gets_the_rest_but_not_the_held_
     """An older exact listener of tenant B and a younger wildcard of the victim: both are
     served, requests for B's host never fall through to the victim's wildcard rules."""
     older = (
-        gateway("bgw", namespace="tenant-b", port=PORT, hostname=HOST, created="2025-01-01T00:00:00Z"),
+        gateway(
+            "bgw", namespace="tenant-b", port=PORT, hostname=HOST, created="2025-01-01T00:00:00Z"
+        ),
         route(
             "mine",
             [prefix_rule("/b", [to("bsvc")])],

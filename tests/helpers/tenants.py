@@ -19,10 +19,10 @@ TENANT_BACKEND = "tenant-b_bsvc_http"
 SERVICES = (service("shop"), service("bsvc", namespace="tenant-b", created=NEW))
 
 
-def victim() -> tuple[Any, ...]:
+def victim(port: int = PORT) -> tuple[Any, ...]:
     """Gateway default/web and HTTPRoute default/store, created first."""
     return (
-        gateway("web", port=PORT, hostname="*.demo.example.com", created=OLD),
+        gateway("web", port=port, hostname="*.demo.example.com", created=OLD),
         route(
             "store",
             [prefix_rule("/cart", [to("shop")]), prefix_rule("/api", [to("shop")])],
@@ -42,11 +42,11 @@ def _tenant_rules() -> list[dict[str, Any]]:
     ]
 
 
-def tenant_gateway(hostname: str = "") -> tuple[Any, ...]:
+def tenant_gateway(hostname: str = "", port: int = PORT) -> tuple[Any, ...]:
     """Tenant B's Gateway tenant-b/bgw (no hostname: any host) and its HTTPRoute for
     store.demo.example.com, created later."""
     return (
-        gateway("bgw", namespace="tenant-b", port=PORT, hostname=hostname, created=NEW),
+        gateway("bgw", namespace="tenant-b", port=port, hostname=hostname, created=NEW),
         route(
             "steal",
             _tenant_rules(),
@@ -58,12 +58,14 @@ def tenant_gateway(hostname: str = "") -> tuple[Any, ...]:
     )
 
 
-def tenant_ingress() -> Any:
+def tenant_ingress(catch_all: bool = False) -> Any:
     """Tenant B's Ingress (the default IngressClass) for store.demo.example.com: Exact
-    /cart and Prefix /api, created later."""
+    /cart and Prefix /api/items, created later; `catch_all`: and a rule for any host."""
+    any_host = [{"http": {"paths": [path("/", "Prefix", svc="bsvc")]}}] if catch_all else []
     return ingress(
         "steal",
         [
+            *any_host,
             {
                 "host": HOST,
                 "http": {
@@ -72,8 +74,23 @@ def tenant_ingress() -> Any:
                         path("/api/items", "Prefix", svc="bsvc"),
                     ]
                 },
-            }
+            },
         ],
         namespace="tenant-b",
         created=NEW,
+    )
+
+
+def tenant_catch_all(port: int = PORT) -> tuple[Any, ...]:
+    """Tenant B's Gateway (any host) with an HTTPRoute for any host: what B may serve."""
+    gateway_b, _ = tenant_gateway(port=port)
+    return (
+        gateway_b,
+        route(
+            "rest",
+            [prefix_rule("/", [to("bsvc")])],
+            namespace="tenant-b",
+            created=NEW,
+            parent={"name": "bgw"},
+        ),
     )
