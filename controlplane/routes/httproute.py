@@ -523,7 +523,7 @@ def _candidates(
     since = later(gateway.creation_timestamp, age)
     found = []
     for host in hostnames or ("",):
-        claim = Claim(host, gateway.namespace, since, holder)
+        claim = Claim(since, gateway.namespace, holder, host)
         for number, path, method, headers, query in rule.matches:
             key = f"spec.rules[{rule.index}].matches[{number}]"
             found.append(

@@ -127,7 +127,7 @@ def ingress_outcome(
                     Origin("Ingress", ingress.namespace, ingress.name, at),
                     age,
                     (index, number),
-                    Claim(rule.host, ingress.namespace, age, source),
+                    Claim(age, ingress.namespace, source, rule.host),
                 )
             )
     return outcome

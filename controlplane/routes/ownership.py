@@ -22,24 +22,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from peerplane.routes import WILDCARD_PREFIX, host_matches
 
 ANY_HOST = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """One namespace's claim on a hostname of a port."""
+class Claim(NamedTuple):
+    """One namespace's claim on a hostname of a port. A tuple: the claims of a port sort
+    oldest first as they are (creationTimestamp, then namespace and holder), and hash and
+    compare at C speed (every candidate rule carries one; a change resolves them all)."""
 
-    host: str  # exact, "*.suffix" or "" (any host)
-    namespace: str  # the namespace holding it: a listener's Gateway's, an Ingress's
     age: str  # creationTimestamp; "~" (after every timestamp) when unknown
+    namespace: str  # the namespace holding it: a listener's Gateway's, an Ingress's
     holder: str  # what claims it, as messages name it: "Gateway ns/web listener http"
-
-    @property
-    def rank(self) -> tuple[str, str, str, str]:
-        return (self.age or "~", self.namespace, self.holder, self.host)
+    host: str  # exact, "*.suffix" or "" (any host)
 
 
 def later(*ages: str) -> str:
@@ -91,34 +89,32 @@ def resolve(claims: Iterable[Claim]) -> Holding:
     """Accept and refuse `claims` of one port, oldest first; the hostnames to close."""
     holders: dict[str, Claim] = {}
     refused: dict[Claim, Claim] = {}
-    for claim in sorted(set(claims), key=lambda c: c.rank):
+    wildcards = False  # whether a wildcard is held yet (most ports have none)
+    for claim in sorted(set(claims)):
         # The same hostname held decides; else the most specific held wildcard covering
         # it (all of them are one namespace's or older claims were refused).
         found = holders.get(claim.host)
-        if found is None and claim.host:
+        if found is None and wildcards and claim.host:
             found = next((holders[w] for w in wider(claim.host) if w in holders), None)
         if found is not None and found.namespace != claim.namespace:
             refused[claim] = found
             continue
-        holders.setdefault(claim.host, claim)
-    return Holding(holders, refused, _closed(holders))
+        if claim.host not in holders:
+            holders[claim.host] = claim
+            wildcards = wildcards or claim.host.startswith(WILDCARD_PREFIX)
+    return Holding(holders, refused, _closed(holders, wildcards))
 
 
-def _next(host: str, holders: dict[str, Claim]) -> str | None:
-    """The next less specific held hostname a request for `host` falls to: the longest
-    held wildcard matching it, else any host; None when none is held."""
-    found = next((w for w in wider(host) if w in holders), None)
-    if found is not None:
-        return found
-    return ANY_HOST if ANY_HOST in holders else None
-
-
-def _closed(holders: dict[str, Claim]) -> tuple[str, ...]:
+def _closed(holders: dict[str, Claim], wildcards: bool) -> tuple[str, ...]:
+    """The held hostnames whose next less specific held one (the longest held wildcard
+    matching them, else any host) is another namespace's."""
+    any_host = holders.get(ANY_HOST)
     closed = []
     for host, claim in holders.items():
         if host == ANY_HOST:
             continue
-        next_host = _next(host, holders)
-        if next_host is not None and holders[next_host].namespace != claim.namespace:
+        found = next((w for w in wider(host) if w in holders), None) if wildcards else None
+        wider_claim = holders[found] if found is not None else any_host
+        if wider_claim is not None and wider_claim.namespace != claim.namespace:
             closed.append(host)
     return tuple(sorted(closed))

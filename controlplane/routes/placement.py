@@ -258,7 +258,8 @@ def listener_claim(lp: ListenerPlace) -> Claim:
     """The listener's claim on its hostname ("": any host), since its Gateway's creation."""
     gateway = lp.gateway
     holder = f"Gateway {gateway.namespace}/{gateway.name} listener {lp.listener.name}"
-    return Claim(lp.listener.hostname, gateway.namespace, gateway.creation_timestamp, holder)
+    since = gateway.creation_timestamp or "~"
+    return Claim(since, gateway.namespace, holder, lp.listener.hostname)
 
 
 def _hostname_conflicts(gateways: Mapping[tuple[str, str], GatewayPlace]) -> dict[int, str]:

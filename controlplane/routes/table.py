@@ -229,7 +229,7 @@ def _table(
             holder = f"Ingress {ingress.namespace}/{ingress.name} defaultBackend"
             ports = (http_port, edge.https_port) if https else (http_port,)
             for port in ports:
-                mine.claims.append((port, Claim(ANY_HOST, ingress.namespace, age, holder), origin))
+                mine.claims.append((port, Claim(age, ingress.namespace, holder, ANY_HOST), origin))
         else:
             lost = Origin("Ingress", ingress.namespace, ingress.name, "spec.defaultBackend")
             rejection = lost.rejection(
@@ -311,6 +311,9 @@ def _hold(
             refuse(origin, claim, port, "the default backend is not served")
         else:
             refuse(origin, claim, port, "this listener is not served for it")
+    closed = {port: holding.closed for port, holding in holdings.items() if holding.closed}
+    if not any(holding.refused for holding in holdings.values()):
+        return mine.candidates, closed  # one namespace per hostname already: most tables
     kept: list[Candidate] = []
     served: set[tuple[str, str]] = set()
     for candidate in mine.candidates:
@@ -328,7 +331,6 @@ def _hold(
                 served.add((origin.namespace, origin.name))
     for key in served:
         unheld.pop(key, None)
-    closed = {port: holding.closed for port, holding in holdings.items() if holding.closed}
     return kept, closed
 
 

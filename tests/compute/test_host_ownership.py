@@ -208,7 +208,7 @@ def test_an_ingress_default_backend_of_another_namespace_yields_to_an_older_catc
 
 
 def claim(host: str, namespace: str, age: str) -> Claim:
-    return Claim(host, namespace, age, f"{namespace} {host}")
+    return Claim(age, namespace, f"{namespace} {host}", host)
 
 
 @pytest.mark.parametrize(
