@@ -227,9 +227,21 @@ def _listener_place(
     return ListenerPlace(gateway, listener, accepted, resolved, certificates=certificates)
 
 
+def _age(lp: ListenerPlace) -> tuple[str, str, str]:
+    gateway = lp.gateway
+    return (gateway.creation_timestamp or "~", gateway.namespace, gateway.name)
+
+
+def _named(lp: ListenerPlace) -> str:
+    return f"{lp.listener.protocol} {lp.gateway.namespace}/{lp.gateway.name} listener {lp.listener.name}"
+
+
 def _plain_and_tls(gateways: Mapping[tuple[str, str], GatewayPlace]) -> dict[int, str]:
     """id(ListenerPlace) -> why it conflicts: a workload's HTTP and HTTPS listeners on one
-    port (one frontend is plain or TLS), across its Gateways."""
+    port (one frontend is plain or TLS), across its Gateways. The oldest listener's
+    namespace decides: another namespace's listener of the other protocol is not served
+    (it cannot cut the older one's port); that namespace's own listeners of both
+    protocols conflict with each other, none served."""
     by_port: dict[tuple[str, int], list[ListenerPlace]] = {}
     for key in sorted(gateways):
         gateway_place = gateways[key]
@@ -242,12 +254,19 @@ def _plain_and_tls(gateways: Mapping[tuple[str, str], GatewayPlace]) -> dict[int
     for (_, port), sharing in by_port.items():
         if len({lp.listener.protocol for lp in sharing}) < 2:
             continue
-        told = ", ".join(
-            f"{lp.listener.protocol} {lp.gateway.namespace}/{lp.gateway.name} "
-            f"listener {lp.listener.name}"
-            for lp in sharing
-        )
+        oldest = min(sharing, key=_age)
+        owner = oldest.gateway.namespace
+        own = [lp for lp in sharing if lp.gateway.namespace == owner]
         for lp in sharing:
+            if lp.gateway.namespace != owner and lp.listener.protocol != oldest.listener.protocol:
+                found[id(lp)] = (
+                    f"port {port} is served in {oldest.listener.protocol} by the older "
+                    f"{_named(oldest)} (namespace {owner}): not served"
+                )
+        if len({lp.listener.protocol for lp in own}) < 2:
+            continue
+        told = ", ".join(_named(lp) for lp in own)
+        for lp in own:
             found[id(lp)] = (
                 f"port {port} carries both HTTP and HTTPS listeners ({told}): not served"
             )

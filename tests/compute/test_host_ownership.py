@@ -282,3 +282,16 @@ def test_gateway_namespaces_selects_whose_gateways_are_accepted(
     assert any(lst.port == 9090 for lst in got.http_listeners) is accepted["tenant-b"]
     if selector == "not a selector (":
         assert any(w.startswith("ConfigMap") and "gateway-namespaces" in w for w in warnings(got))
+
+
+def test_an_https_listener_of_another_namespace_cannot_cut_the_victims_http_port() -> None:
+    """Before, an HTTP and an HTTPS listener on one port both went unserved, whoever made
+    them: tenant B's HTTPS Gateway on the victim's port cut the victim's traffic."""
+    port = 9090  # not the settings' http-port, where HTTPS is refused anyway
+    https = gateway("bgw", namespace="tenant-b", port=port, protocol="HTTPS", created=NEW)
+    cluster_state = tenants(*victim(port), https)
+    assert backends(listener_of(snapshot_of(cluster_state), port)) == {VICTIM_BACKEND}
+    status, reason, message = listener_conditions(cluster_state, "tenant-b", "bgw")["Conflicted"]
+    assert (status, reason) == ("True", "ProtocolConflict")
+    assert f"port {port} is served in HTTP by the older HTTP default/web listener http" in message
+    assert listener_conditions(cluster_state, "default", "web")["Conflicted"][0] == "False"
