@@ -233,7 +233,8 @@ def _age(lp: ListenerPlace) -> tuple[str, str, str]:
 
 
 def _named(lp: ListenerPlace) -> str:
-    return f"{lp.listener.protocol} {lp.gateway.namespace}/{lp.gateway.name} listener {lp.listener.name}"
+    gateway = lp.gateway
+    return f"{lp.listener.protocol} {gateway.namespace}/{gateway.name} listener {lp.listener.name}"
 
 
 def _plain_and_tls(gateways: Mapping[tuple[str, str], GatewayPlace]) -> dict[int, str]:
