@@ -18,11 +18,12 @@ import pytest
 from controlplane.compute import compute
 from controlplane.publish import encode_one
 from controlplane.source.convert_routes import namespace_from
+from nodeagent.config.changes import Kind
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import WORKLOAD, endpoint_slice, haproxy_pod, settings
 from tests.helpers.haproxy_env import free_port, identity_server, loopback_net, running_instance
 from tests.helpers.haproxy_versions import HAProxyBinary
-from tests.helpers.route_builders import state
+from tests.helpers.route_builders import gateway, state
 from tests.helpers.tenants import (
     HOST,
     SERVICES,
@@ -35,6 +36,7 @@ from tests.helpers.tenants import (
 pytestmark = pytest.mark.haproxy
 
 POD = "haproxy-a"
+LATER = "2026-03-01T00:00:00Z"
 
 
 def _objects(kind: str, port: int) -> tuple[Any, ...]:
@@ -46,8 +48,18 @@ def _objects(kind: str, port: int) -> tuple[Any, ...]:
     return (*victim(port), gateway_b, steal, rest)
 
 
-def _snapshot(kind: str, ip: str, ends: dict[str, tuple[str, int]], port: int) -> pb.Snapshot:
-    data = {"http-port": str(port), "peer-port": str(free_port(ip))}
+def _snapshot(
+    kind: str,
+    ip: str,
+    ends: dict[str, tuple[str, int]],
+    ports: tuple[int, int],
+    more: tuple[Any, ...] = (),
+    version: int = 1,
+) -> pb.Snapshot:
+    """The snapshot compute makes of the victim, tenant B as `kind` says, and `more`;
+    `ports`: the listeners' (the settings' http-port) and the peers'."""
+    port, peer = ports
+    data = {"http-port": str(port), "peer-port": str(peer)}
     if kind == "restricted":
         data["gateway-namespaces"] = "kubernetes.io/metadata.name=default"
     namespaces = tuple(
@@ -56,6 +68,7 @@ def _snapshot(kind: str, ip: str, ends: dict[str, tuple[str, int]], port: int) -
     )
     cluster_state = state(
         *_objects(kind, port),
+        *more,
         services=SERVICES,
         config=settings(**data),
         pods=(haproxy_pod(POD, ip),),
@@ -66,7 +79,9 @@ def _snapshot(kind: str, ip: str, ends: dict[str, tuple[str, int]], port: int) -
         ),
     )
     result = compute(cluster_state, {})
-    return encode_one(result.workloads[WORKLOAD]).message()
+    message = encode_one(result.workloads[WORKLOAD]).message()
+    message.version = version
+    return message
 
 
 def served_by(ip: str, port: int, host: str, path: str) -> str:
@@ -102,7 +117,7 @@ def test_tenant_b_cannot_answer_the_victims_host(
         running_instance(tmp_path / "a", ip, POD, binary=haproxy_bin.path) as inst,
     ):
         port = free_port(ip)
-        result = inst.applier.apply(_snapshot(kind, ip, ends, port))
+        result = inst.applier.apply(_snapshot(kind, ip, ends, (port, free_port(ip))))
         assert result.ok, result.error
         got = {
             (host, path): served_by(ip, port, host, path)
@@ -121,3 +136,30 @@ def test_tenant_b_cannot_answer_the_victims_host(
             ("y.demo.example.com", "/"): "404",
             ("other.example.com", "/"): "404" if kind == "restricted" else "bsvc",
         }
+
+
+def test_a_hostname_closed_on_a_running_haproxy_stops_its_lookup_at_once(
+    tmp_path: Path, haproxy_bin: HAProxyBinary
+) -> None:
+    """Tenant C's new listener for c.example.org (no route yet) takes the host from B's
+    catch-all: one closed-host map entry more, through the runtime API, no reload."""
+    net = loopback_net()
+    ip = f"{net}.1"
+    with (
+        backends(net) as ends,
+        running_instance(tmp_path / "a", ip, POD, binary=haproxy_bin.path) as inst,
+    ):
+        port, peer = free_port(ip), free_port(ip)
+        assert inst.applier.apply(_snapshot("gateway", ip, ends, (port, peer))).ok
+        assert served_by(ip, port, "c.example.org", "/") == "bsvc"
+        late = gateway(
+            "cgw", namespace="tenant-c", port=port, hostname="c.example.org", created=LATER
+        )
+        after = _snapshot("gateway", ip, ends, (port, peer), more=(late,), version=2)
+        assert list(after.http_listeners[0].closed_hosts) == ["*.demo.example.com", "c.example.org"]
+        result = inst.applier.apply(after)
+        assert result.ok, result.error
+        assert result.kind is Kind.RUNTIME
+        assert served_by(ip, port, "c.example.org", "/") == "404"
+        assert served_by(ip, port, HOST, "/cart") == "shop"
+        assert served_by(ip, port, "other.example.com", "/") == "bsvc"
