@@ -4,7 +4,11 @@ each: the step every route and status starts from.
 A GatewayClass is ours when its controllerName is peerplane's; a Gateway when its class
 is an accepted one of ours; an IngressClass when its controller is peerplane's. The
 workload serving a Gateway (or an IngressClass) is named by its `peerplane.dev/workload`
-annotation, or is the cluster's only HAProxy workload.
+annotation, or is the cluster's only HAProxy workload. A Gateway in a namespace the
+settings' `gateway-namespaces` does not select is not accepted and has no workload.
+Across a workload's Gateways, an HTTP and an HTTPS listener on one port, and a listener
+whose hostname an older listener of another namespace holds on its port
+(`ownership.py`), are conflicted.
 """
 
 from __future__ import annotations
@@ -328,6 +332,26 @@ def namespace_allowed(
     )
 
 
+def _conflicted(
+    gateways: dict[tuple[str, str], GatewayPlace], found: Mapping[int, str], reason: str
+) -> None:
+    """Mark the listeners of `found` (id -> why) conflicted with `reason`, and their
+    Gateways' Accepted again (only Gateways with a workload have such listeners)."""
+    for key, gateway_place in gateways.items():
+        if not any(id(lp) in found for lp in gateway_place.listeners):
+            continue
+        listeners = tuple(
+            dataclasses.replace(lp, conflict=found[id(lp)], conflict_reason=reason)
+            if id(lp) in found
+            else lp
+            for lp in gateway_place.listeners
+        )
+        workload = Verdict(True, "", gateway_place.workload)
+        gateways[key] = dataclasses.replace(
+            gateway_place, listeners=listeners, accepted=_gateway_accepted(workload, listeners)
+        )
+
+
 def _gateway_accepted(workload: Verdict, listeners: tuple[ListenerPlace, ...]) -> Verdict:
     if not workload.ok:
         return workload
@@ -362,6 +386,7 @@ def place(
     gateways: dict[tuple[str, str], GatewayPlace] = {}
     allowed = Resolver(state.settings).gateway_namespaces()
     namespace_labels = {n.name: n.labels for n in state.namespaces}
+
     for gateway in state.gateways:
         if gateway.gateway_class_name not in classes:
             continue
@@ -383,40 +408,10 @@ def place(
             _gateway_accepted(workload, listeners),
             listeners,
         )
-    mixed = _plain_and_tls(gateways)
-    if mixed:
-        for key, gateway_place in gateways.items():
-            if not any(id(lp) in mixed for lp in gateway_place.listeners):
-                continue
-            listeners = tuple(
-                dataclasses.replace(lp, conflict=mixed[id(lp)]) if id(lp) in mixed else lp
-                for lp in gateway_place.listeners
-            )
-            workload = resolve_workload(gateway_place.gateway.annotations, workloads)
-            gateways[key] = dataclasses.replace(
-                gateway_place,
-                listeners=listeners,
-                accepted=_gateway_accepted(workload, listeners),
-            )
-    taken = _hostname_conflicts(gateways)
-    if taken:
-        for key, gateway_place in gateways.items():
-            if not any(id(lp) in taken for lp in gateway_place.listeners):
-                continue
-            listeners = tuple(
-                dataclasses.replace(
-                    lp, conflict=taken[id(lp)], conflict_reason=names.HOSTNAME_CONFLICT
-                )
-                if id(lp) in taken
-                else lp
-                for lp in gateway_place.listeners
-            )
-            workload = resolve_workload(gateway_place.gateway.annotations, workloads)
-            gateways[key] = dataclasses.replace(
-                gateway_place,
-                listeners=listeners,
-                accepted=_gateway_accepted(workload, listeners),
-            )
+    # Across a workload's Gateways (each needs the listeners of all): HTTP and HTTPS on
+    # one port, then the hostnames another namespace holds on a port.
+    _conflicted(gateways, _plain_and_tls(gateways), names.PROTOCOL_CONFLICT)
+    _conflicted(gateways, _hostname_conflicts(gateways), names.HOSTNAME_CONFLICT)
     ingress_classes: dict[str, Verdict] = {}
     defaults: list[tuple[str, str]] = []
     for ingress_class in state.ingress_classes:

@@ -1,5 +1,9 @@
 """Every workload's route table: its HTTP listeners, rejections and routed Services.
 
+Each port's hostnames are held by one namespace (`ownership.py`): the candidates whose
+hostname another namespace holds are dropped and reported, and the listeners carry the
+hostnames whose lookup ends at their own layer (`closed_hosts`).
+
 `compute_routes` is the pure function of the cluster state. `RouteComputer` keeps its last
 table and computes again only when a route input changed: the route kinds (compared by
 identity first: sources keep unchanged objects), the workloads, the HTTP and peer ports,
