@@ -5,17 +5,22 @@ already serves there, whatever the precedence of its rules; and the settings'
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controlplane.compute import WorkloadSnapshot, compute
 from controlplane.compute.types import HttpListener
 from controlplane.model import GATEWAY_GROUP, ClusterState
-from controlplane.routes.ownership import Claim, resolve
+from controlplane.routes.ownership import ANY_HOST, Claim, Holding, resolve
 from controlplane.routes.status import StatusKey, route_statuses
 from controlplane.source.convert_routes import namespace_from
-from tests.helpers.builders import WORKLOAD, settings
+from peerplane.routes import host_matches
+from tests.helpers.builders import WORKLOAD
+from tests.helpers.builders import settings as configmap
 from tests.helpers.route_builders import gateway, ingress, path, prefix_rule, route, state, to
 from tests.helpers.tenants import (
     HOST,
@@ -32,7 +37,7 @@ from tests.helpers.tenants import (
 
 
 def tenants(*objects: Any, **more: Any) -> ClusterState:
-    config = more.pop("config", settings(**{"http-port": str(PORT)}))
+    config = more.pop("config", configmap(**{"http-port": str(PORT)}))
     return state(*objects, services=SERVICES, config=config, **more)
 
 
@@ -154,7 +159,7 @@ def test_one_namespace_shares_its_hostnames_across_its_gateways_and_ingresses() 
         second,
         exact,
         same_ns_ingress,
-        config=settings(**{"http-port": str(PORT)}),
+        config=configmap(**{"http-port": str(PORT)}),
     )
     got = snapshot_of(cluster_state)
     listener = listener_of(got)
@@ -264,7 +269,7 @@ def test_gateway_namespaces_selects_whose_gateways_are_accepted(
         *victim(),
         gateway("bgw", namespace="tenant-b", port=9090, created=NEW),
         route("r", [prefix_rule("/", [to("bsvc")])], namespace="tenant-b", parent={"name": "bgw"}),
-        config=settings(**data),
+        config=configmap(**data),
         namespaces=(
             labelled("default", **{"peerplane.dev/gateways": "allowed"}),
             labelled("tenant-b", team="b"),
@@ -295,3 +300,66 @@ def test_an_https_listener_of_another_namespace_cannot_cut_the_victims_http_port
     assert (status, reason) == ("True", "ProtocolConflict")
     assert f"port {port} is served in HTTP by the older HTTP default/web listener http" in message
     assert listener_conditions(cluster_state, "default", "web")["Conflicted"][0] == "False"
+
+
+# ---------------------------------------------------------------- properties of the rule
+
+HOSTS = ("", "*.com", "*.x.com", "*.a.x.com", "a.x.com", "b.a.x.com", "y.com")
+REQUESTS = ("a.x.com", "b.a.x.com", "c.b.a.x.com", "z.x.com", "y.com", "q.com", "other.org")
+claims_strategy = st.lists(
+    st.builds(
+        lambda host, namespace, day: claim(host, namespace, f"2026-01-{day:02d}T00:00:00Z"),
+        st.sampled_from(HOSTS),
+        st.sampled_from(("a", "b", "c")),
+        st.integers(1, 28),
+    ),
+    max_size=12,
+)
+
+
+def answering(holding: Holding, request: str) -> list[tuple[str, str]]:
+    """The held hostnames a request's lookup visits, with their namespaces: those that
+    match it from the most specific, up to the first closed one."""
+    chain = sorted(
+        (h for h in holding.holders if h and host_matches(h, request)),
+        key=lambda h: (h.startswith("*."), -len(h)),
+    )
+    if ANY_HOST in holding.holders:
+        chain.append(ANY_HOST)
+    visited = []
+    for host in chain:
+        visited.append((host, holding.holders[host].namespace))
+        if host in holding.closed:
+            break
+    return visited
+
+
+@settings(max_examples=300, deadline=None)
+@given(claims_strategy, st.randoms(use_true_random=False))
+def test_one_namespace_answers_a_request_whatever_the_claims_and_their_order(
+    claims: list[Claim], shuffle: random.Random
+) -> None:
+    holding = resolve(claims)
+    for request in REQUESTS:
+        assert len({namespace for _, namespace in answering(holding, request)}) <= 1, request
+    mixed = list(claims)
+    shuffle.shuffle(mixed)
+    assert resolve(mixed) == holding
+
+
+@settings(max_examples=300, deadline=None)
+@given(claims_strategy, st.sampled_from(HOSTS), st.sampled_from(("a", "b", "c", "d")))
+def test_a_newer_claim_never_takes_what_is_held(
+    claims: list[Claim], host: str, namespace: str
+) -> None:
+    """Every held hostname keeps its holder, and a request answered through a named one
+    keeps its namespace (a catch-all holds only the hosts nobody names: a newer named
+    claim takes those)."""
+    before = resolve(claims)
+    after = resolve([*claims, claim(host, namespace, "2026-12-31T00:00:00Z")])
+    for held, holder in before.holders.items():
+        assert after.holders[held] == holder
+    for request in REQUESTS:
+        was = answering(before, request)
+        if was and was[0][0] != ANY_HOST:  # a named hostname's namespace still answers
+            assert answering(after, request)[0][1] == was[0][1], request
