@@ -63,12 +63,12 @@ class ListenerPlace:
     @property
     def holds_hostname(self) -> bool:
         """Whether the listener holds its hostname on its port (ownership.py): an
-        accepted, unconflicted HTTP or HTTPS listener, served or not (an HTTPS listener
-        whose certificates broke keeps its hostname)."""
+        accepted, unconflicted HTTP, HTTPS or TLS listener, served or not (an HTTPS
+        listener whose certificates broke keeps its hostname)."""
         return (
             self.accepted.ok
             and not self.conflict
-            and self.listener.protocol in protocols.HTTP_PROTOCOLS
+            and self.listener.protocol in (*protocols.HTTP_PROTOCOLS, "TLS")
         )
 
     @property
@@ -287,18 +287,21 @@ def listener_claim(lp: ListenerPlace) -> Claim:
 
 
 def _hostname_conflicts(gateways: Mapping[tuple[str, str], GatewayPlace]) -> dict[int, str]:
-    """id(ListenerPlace) -> why it conflicts: an HTTP(S) listener whose hostname an older
-    listener of another namespace's Gateway holds on the same port of the workload
-    (ownership.py; within one namespace listeners share their hostnames)."""
-    by_port: dict[tuple[str, int], list[ListenerPlace]] = {}
+    """id(ListenerPlace) -> why it conflicts: an HTTP(S) or TLS listener whose hostname an
+    older listener (of the same kind) of another namespace's Gateway holds on the same
+    port of the workload (ownership.py; within one namespace listeners share their
+    hostnames)."""
+    by_port: dict[tuple[str, int, bool], list[ListenerPlace]] = {}
     for gateway_place in gateways.values():
         if not gateway_place.workload:
             continue
         for lp in gateway_place.listeners:
             if lp.holds_hostname:
-                by_port.setdefault((gateway_place.workload, lp.listener.port), []).append(lp)
+                tls = lp.listener.protocol == "TLS"  # SNI names, apart from Host names
+                key = (gateway_place.workload, lp.listener.port, tls)
+                by_port.setdefault(key, []).append(lp)
     found: dict[int, str] = {}
-    for (_, port), sharing in by_port.items():
+    for (_, port, _), sharing in by_port.items():
         if len({lp.gateway.namespace for lp in sharing}) < 2:
             continue
         claims = {listener_claim(lp): lp for lp in sharing}

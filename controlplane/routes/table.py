@@ -163,7 +163,7 @@ def _table(
             for index, lp in enumerate(gateway_place.listeners):
                 if lp.usable and lp.listener.protocol in protocols.HTTP_PROTOCOLS:
                     mine.defaults.setdefault(lp.listener.port, "")
-                if lp.holds_hostname:
+                if lp.holds_hostname and lp.listener.protocol in protocols.HTTP_PROTOCOLS:
                     gateway = lp.gateway
                     where = f"spec.listeners[{index}].hostname"
                     origin = Origin("Gateway", gateway.namespace, gateway.name, where)
