@@ -6,7 +6,8 @@ is an accepted one of ours; an IngressClass when its controller is peerplane's. 
 workload serving a Gateway (or an IngressClass) is named by its `peerplane.dev/workload`
 annotation, or is the cluster's only HAProxy workload. A Gateway in a namespace the
 settings' `gateway-namespaces` does not select is not accepted and has no workload.
-Across a workload's Gateways, an HTTP and an HTTPS listener on one port, and a listener
+Across a workload's Gateways, a listener on a port an older listener of another namespace
+serves in another protocol, an HTTP and an HTTPS listener on one port, and a listener
 whose hostname an older listener of another namespace holds on its port
 (`ownership.py`), are conflicted.
 """
@@ -241,19 +242,20 @@ def _named(lp: ListenerPlace) -> str:
     return f"{lp.listener.protocol} {gateway.namespace}/{gateway.name} listener {lp.listener.name}"
 
 
-def _plain_and_tls(gateways: Mapping[tuple[str, str], GatewayPlace]) -> dict[int, str]:
-    """id(ListenerPlace) -> why it conflicts: a workload's HTTP and HTTPS listeners on one
-    port (one frontend is plain or TLS), across its Gateways. The oldest listener's
-    namespace decides: another namespace's listener of the other protocol is not served
-    (it cannot cut the older one's port); that namespace's own listeners of both
-    protocols conflict with each other, none served."""
+def _port_protocols(gateways: Mapping[tuple[str, str], GatewayPlace]) -> dict[int, str]:
+    """id(ListenerPlace) -> why it conflicts: a listener of a workload's port that another
+    listener of it, across Gateways, serves in another protocol. The oldest listener's
+    namespace decides (its Gateway's creationTimestamp, then namespace/name): another
+    namespace's listener of another protocol is not served (it cannot cut the older one's
+    port). Within that namespace, HTTP and HTTPS listeners on one port (one frontend is
+    plain or TLS) all conflict, none served; HTTP and TLS or TCP are left to `l4.py`."""
     by_port: dict[tuple[str, int], list[ListenerPlace]] = {}
     for key in sorted(gateways):
         gateway_place = gateways[key]
         if not gateway_place.workload:
             continue
         for lp in gateway_place.listeners:
-            if lp.accepted.ok and not lp.conflict and lp.listener.protocol in ("HTTP", "HTTPS"):
+            if lp.accepted.ok and not lp.conflict:
                 by_port.setdefault((gateway_place.workload, lp.listener.port), []).append(lp)
     found: dict[int, str] = {}
     for (_, port), sharing in by_port.items():
@@ -261,13 +263,17 @@ def _plain_and_tls(gateways: Mapping[tuple[str, str], GatewayPlace]) -> dict[int
             continue
         oldest = min(sharing, key=_age)
         owner = oldest.gateway.namespace
-        own = [lp for lp in sharing if lp.gateway.namespace == owner]
         for lp in sharing:
             if lp.gateway.namespace != owner and lp.listener.protocol != oldest.listener.protocol:
                 found[id(lp)] = (
                     f"port {port} is served in {oldest.listener.protocol} by the older "
                     f"{_named(oldest)} (namespace {owner}): not served"
                 )
+        own = [
+            lp
+            for lp in sharing
+            if lp.gateway.namespace == owner and lp.listener.protocol in ("HTTP", "HTTPS")
+        ]
         if len({lp.listener.protocol for lp in own}) < 2:
             continue
         told = ", ".join(_named(lp) for lp in own)
@@ -411,9 +417,9 @@ def place(
             _gateway_accepted(workload, listeners),
             listeners,
         )
-    # Across a workload's Gateways (each needs the listeners of all): HTTP and HTTPS on
+    # Across a workload's Gateways (each needs the listeners of all): two protocols on
     # one port, then the hostnames another namespace holds on a port.
-    _conflicted(gateways, _plain_and_tls(gateways), names.PROTOCOL_CONFLICT)
+    _conflicted(gateways, _port_protocols(gateways), names.PROTOCOL_CONFLICT)
     _conflicted(gateways, _hostname_conflicts(gateways), names.HOSTNAME_CONFLICT)
     ingress_classes: dict[str, Verdict] = {}
     defaults: list[tuple[str, str]] = []

@@ -551,3 +551,29 @@ def test_another_namespaces_tls_route_cannot_take_an_sni_name_an_older_listener_
     body = found[StatusKey(GROUP, "Gateway", "tenant-b", "bgw")]
     conditions = {c["type"]: (c["status"], c["reason"]) for c in body["listeners"][0]["conditions"]}
     assert conditions["Conflicted"] == ("True", "HostnameConflict")
+
+
+def test_an_http_listener_of_another_namespace_cannot_cut_an_older_tls_port() -> None:
+    """Before, a TLS listener on a port the workload served in HTTP was dropped whoever
+    was first: tenant B's newer HTTP Gateway on the victim's passthrough port cut it."""
+    plain = Gateway(
+        "tenant-b",
+        "bgw",
+        "peerplane",
+        (GatewayListener("http", 8443, "HTTP"),),
+        creation_timestamp=NEW,
+    )
+    cluster_state = cluster(gw(), tls_route("r"), plain)
+    got = snapshot_of(cluster_state)
+    assert [t.port for t in got.tls_listeners] == [8443]
+    assert got.http_listeners == ()
+    body = route_statuses(cluster_state)[StatusKey(GROUP, "Gateway", "tenant-b", "bgw")]
+    conditions = {c["type"]: c for c in body["listeners"][0]["conditions"]}
+    assert (conditions["Conflicted"]["status"], conditions["Conflicted"]["reason"]) == (
+        "True",
+        "ProtocolConflict",
+    )
+    assert (
+        "served in TLS by the older TLS default/edge listener tls"
+        in (conditions["Conflicted"]["message"])
+    )
