@@ -6,7 +6,8 @@ order, among the rules of the most specific host layer that has a match: the exa
 then each `*.suffix` wildcard from the longest suffix, then the rules for any host, then
 the annotation host routes, then `default_backend` or 404. A layer of `closed_hosts` (its
 hostname held by another namespace than the next less specific one's) ends the lookup
-of a request it has no match for: only the annotation host routes, then a 404.
+of a request it has no match for with a 404: no less specific layer, annotation host
+route or default backend answers it.
 
 Within a layer, a rule that needs only a host and a path lookup and names one backend
 (a "map rule") is an entry of a map file (`map_str` for Exact paths, `map_beg` for
@@ -360,14 +361,6 @@ def _listener(
         lines += _layer(tokens, in_config, exact_path, prefix_path) + close
     lines.append(f"  http-request set-var(txn.k) str({ANY_HOST}) if {_UNDECIDED}")
     lines += _layer([ANY_HOST] if ANY_HOST in layers else [], in_config, exact_path, prefix_path)
-    if closed:
-        # A request stopped at a closed host layer is remembered in `txn.x` and undecided
-        # again: it still reaches the Service annotation routes (after every listener rule,
-        # whoever holds the host), then a 404, never the default backend.
-        lines += [
-            f"  http-request set-var(txn.x) bool(1) if {{ var(txn.r) -m str {CLOSED} }}",
-            "  http-request unset-var(txn.r) if { var(txn.x) -m found }",
-        ]
     if annotation is not None:
         hosts: dict[str, str] = {}
         for route in sorted(annotation.routes, key=lambda r: (r.host, r.backend)):
@@ -385,10 +378,8 @@ def _listener(
         lines += _outcome(rule, port, named)
     default = listener.default_backend
     lines.append("  http-request return status 500 if { var(txn.st) -m found }")
-    if closed:
-        lines.append(
-            "  http-request return status 404 if { var(txn.x) -m found } !{ var(txn.be) -m found }"
-        )
+    if closed:  # stopped at a closed host layer: not another namespace's default backend
+        lines.append(f"  http-request return status 404 if {{ var(txn.r) -m str {CLOSED} }}")
     if not default:
         lines.append("  http-request return status 404 if !{ var(txn.be) -m found }")
     lines.append("  use_backend %[var(txn.be)] if { var(txn.be) -m found }")

@@ -215,14 +215,14 @@ def test_a_layer_kept_from_the_last_render_gives_what_a_fresh_render_gives() -> 
 def test_closed_hosts_are_a_checked_map_and_only_the_first_one_reloads() -> None:
     """A closed host layer ends the lookup (controlplane/routes/ownership.py): its names
     are checked like rule hostnames, kept in a map, and a miss there is a 404 even with a
-    default backend; closing one more host is a map entry (runtime)."""
+    default backend or annotation host routes; closing one more host is a map entry
+    (runtime)."""
     with pytest.raises(RenderError, match=r"invalid closed host: 'a b\.example\.com'"):
         render_held(_held(_rule(), closed=("a b.example.com",)), OPTS)
     out = render_held(_held(_rule(), default="ns_b_80", closed=("*.a.example.com",)), OPTS)
     assert dict(out.maps["/var/lib/maps/fe_8080.closed.map"]) == {"*.a.example.com": "1"}
-    assert (
-        "  http-request return status 404 if { var(txn.x) -m found } !{ var(txn.be) -m found }"
-        in out.frontends.splitlines()
+    assert "  http-request return status 404 if { var(txn.r) -m str x }" in (
+        out.frontends.splitlines()
     )
     base = _held(_rule())
     one = _held(_rule(), closed=("a.example.com",))

@@ -20,7 +20,7 @@ from controlplane.publish import encode_one
 from controlplane.source.convert_routes import namespace_from
 from nodeagent.config.changes import Kind
 from peerplane.v1 import peerplane_pb2 as pb
-from tests.helpers.builders import WORKLOAD, endpoint_slice, haproxy_pod, settings
+from tests.helpers.builders import WORKLOAD, endpoint_slice, haproxy_pod, service, settings
 from tests.helpers.haproxy_env import free_port, identity_server, loopback_net, running_instance
 from tests.helpers.haproxy_versions import HAProxyBinary
 from tests.helpers.route_builders import gateway, state
@@ -40,7 +40,8 @@ LATER = "2026-03-01T00:00:00Z"
 
 
 def _objects(kind: str, port: int) -> tuple[Any, ...]:
-    """The victim's objects and tenant B's, by how B tries."""
+    """The victim's objects and tenant B's, by how B tries (`annotation`: as `gateway`,
+    B's Service also naming the victim's host in `haproxy.org/hosts`)."""
     if kind == "ingress":  # B's Ingress on the settings' http-port, the victim's port
         return (*victim(port), tenant_ingress(catch_all=True))
     gateway_b, steal = tenant_gateway(port=port)
@@ -66,10 +67,14 @@ def _snapshot(
         namespace_from({"metadata": {"name": n, "labels": {"kubernetes.io/metadata.name": n}}})
         for n in ("default", "tenant-b")
     )
+    services = SERVICES
+    if kind == "annotation":  # B's Service names the victim's host too
+        hosts = {"haproxy.org/hosts": HOST}
+        services = (SERVICES[0], service("bsvc", namespace="tenant-b", annotations=hosts))
     cluster_state = state(
         *_objects(kind, port),
         *more,
-        services=SERVICES,
+        services=services,
         config=settings(**data),
         pods=(haproxy_pod(POD, ip),),
         namespaces=namespaces,
@@ -106,7 +111,7 @@ def backends(net: str) -> Iterator[dict[str, tuple[str, int]]]:
         yield {"shop": (f"{net}.11", shop), "bsvc": (f"{net}.12", bsvc)}
 
 
-@pytest.mark.parametrize("kind", ["gateway", "ingress", "restricted"])
+@pytest.mark.parametrize("kind", ["gateway", "ingress", "annotation", "restricted"])
 def test_tenant_b_cannot_answer_the_victims_host(
     tmp_path: Path, haproxy_bin: HAProxyBinary, kind: str
 ) -> None:
