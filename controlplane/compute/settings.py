@@ -28,6 +28,7 @@ from controlplane.compute.values import (
     parse_check_path,
     parse_hash_type,
     parse_hosts,
+    parse_label_selector,
     parse_port,
     parse_positive_int,
     parse_secret_ref,
@@ -36,7 +37,7 @@ from controlplane.compute.values import (
     parse_workload_refs,
     shown,
 )
-from controlplane.model import ANNOTATION_PREFIX, ConfigMap, Service
+from controlplane.model import ANNOTATION_PREFIX, ConfigMap, LabelSelector, Service
 from peerplane import healthcheck
 
 T = TypeVar("T")
@@ -163,6 +164,14 @@ DEFAULT_CERTIFICATE = Setting(
     "whose SNI matches no listener's name or who sends none; unset (or unusable, reported): "
     "no default, such a handshake fails, so no tenant's certificate becomes the default.",
 )  # fmt: skip
+GATEWAY_NAMESPACES: Setting[LabelSelector | None] = Setting(
+    "gateway-namespaces", _any_mode(parse_label_selector), None, "ConfigMap",
+    "every namespace",
+    "Label selector (`kubectl -l` syntax: `key=value`, `key!=value`, `key in (a,b)`, "
+    "`key notin (a,b)`, `key`, `!key`, comma-separated) of the namespaces whose Gateways of "
+    "peerplane's GatewayClasses are accepted; a Gateway elsewhere is `Accepted: False` "
+    "(`NamespaceNotAllowed`) and serves nothing. An invalid value accepts no Gateway.",
+)  # fmt: skip
 PEER_PORT = Setting(
     "peer-port", _any_mode(parse_port), 10000, "ConfigMap", "`10000`",
     "Port of the `peers localinstance` section on every HAProxy pod.",
@@ -188,6 +197,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     HTTPS_PORT,
     ACCEPT_PROXY,
     DEFAULT_CERTIFICATE,
+    GATEWAY_NAMESPACES,
     PEER_PORT,
 )
 BY_KEY: Mapping[str, Setting[Any]] = {row.key: row for row in SETTINGS}
@@ -248,6 +258,16 @@ class GlobalSettings:
     https_port: int = HTTPS_PORT.default  # 0: none (the default collided)
     accept_proxy: bool = ACCEPT_PROXY.default  # on the ports not from Gateways
     default_certificate: str = ""  # "namespace/name" of its Secret; "": none (strict SNI)
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayNamespaces:
+    """The settings' `gateway-namespaces`: the selector (None: every namespace, unless
+    `invalid`, then none), its text as written."""
+
+    selector: LabelSelector | None
+    text: str = ""
+    invalid: str = ""  # why the value is not a label selector
 
 
 class Resolver:
@@ -337,6 +357,23 @@ class Resolver:
             settings = replace(settings, http_path="")
         return settings if enabled else None
 
+    def gateway_namespaces(
+        self, rejections: list[RejectedInput] | None = None
+    ) -> GatewayNamespaces:
+        """Which namespaces may have Gateways of our classes accepted. An invalid value
+        allows none (a restriction fails closed) and is reported in `rejections`."""
+        cm = self._configmap
+        found = lookup(cm.data, GATEWAY_NAMESPACES.key) if cm is not None else None
+        if cm is None or found is None:
+            return GatewayNamespaces(None)
+        try:
+            return GatewayNamespaces(GATEWAY_NAMESPACES.parse(found.value, "http"), found.value)
+        except Invalid as err:
+            if rejections is not None:
+                reason = f"{err}: no Gateway is accepted"
+                rejections.append(rejection("ConfigMap", cm.namespace, cm.name, found, reason))
+            return GatewayNamespaces(None, found.value, invalid=str(err))
+
     def global_settings(self, rejections: list[RejectedInput]) -> GlobalSettings:
         """The HTTP, HTTPS and peer ports (they may never collide) and whether the ports
         not from Gateways take the PROXY protocol."""
@@ -362,6 +399,7 @@ class Resolver:
         if https in (peer, http):  # the default collides with a port the ConfigMap set
             https = 0  # none: an Ingress's spec.tls is reported, not served
         accept_proxy = self._configmap_value(ACCEPT_PROXY, "http", rejections)
+        self.gateway_namespaces(rejections)  # read by the routes' placement; reported here
         return GlobalSettings(
             http_port=http,
             peer_port=peer,

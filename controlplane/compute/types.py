@@ -237,6 +237,9 @@ class HttpListener:
     tls: tuple[CertificateBinding, ...] = ()
     accept_proxy: bool = False
     strict_sni: bool = False
+    # Hostnames whose lookup ends at their own layer: the next less specific hostname of
+    # the port is another namespace's (controlplane/routes/ownership.py). Sorted.
+    closed_hosts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from controlplane.model import LabelSelector, SelectorRequirement, frozen_map
 from peerplane import balance as words
 from peerplane import healthcheck, names
 from peerplane.limits import MAX_EXPIRE_MS, MAX_TABLE_SIZE
@@ -197,6 +198,59 @@ def parse_secret_ref(text: str) -> str:
     if not sep or not is_dns_label(namespace) or not is_dns_subdomain(name):
         raise Invalid(f"{item!r} is not namespace/name of a Secret")
     return item
+
+
+# A label key: an optional DNS subdomain prefix and "/", then a name; a label value.
+_LABEL_NAME = r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?"
+_LABEL_KEY = re.compile(rf"([a-z0-9]([a-z0-9.-]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}")
+_LABEL_VALUE = re.compile(rf"({_LABEL_NAME})?")
+_REQUIREMENT = re.compile(
+    r"\s*(?:(?P<not>!)\s*(?P<absent>[^\s,!=()]+)"
+    r"|(?P<key>[^\s,!=()]+)\s*(?:(?P<op>==|!=|=)\s*(?P<value>[^\s,!=()]*)"
+    r"|\s(?P<set>in|notin)\s*\((?P<values>[^()]*)\))?)\s*(?:,|$)"
+)
+
+
+def parse_label_selector(text: str) -> LabelSelector:
+    """A label selector as `kubectl -l` writes it: comma-separated requirements, all of
+    which must hold: `key=value` (or `==`), `key!=value`, `key in (a,b)`, `key notin (a,b)`,
+    `key` (present), `!key` (absent)."""
+    if not text.strip():
+        raise Invalid("empty label selector")
+    labels: dict[str, str] = {}
+    expressions: list[SelectorRequirement] = []
+    at = 0
+    while at < len(text):
+        found = _REQUIREMENT.match(text, at)
+        if found is None or found.end() == at:
+            raise Invalid(f"not a label selector at {text[at : at + 20]!r}")
+        at = found.end()
+        key = found["absent"] or found["key"]
+        if not _LABEL_KEY.fullmatch(key):
+            raise Invalid(f"{key!r} is not a label key")
+        values = tuple(
+            v.strip() for v in (found["values"] or "").split(",") if found["set"] and v.strip()
+        )
+        if found["value"] is not None:
+            values = (found["value"],)
+        if not all(_LABEL_VALUE.fullmatch(v) for v in values):
+            raise Invalid(f"a value of {key!r} is not a label value")
+        if found["absent"]:
+            expressions.append(SelectorRequirement(key, "DoesNotExist"))
+        elif found["op"] in ("=", "=="):
+            if labels.setdefault(key, values[0]) != values[0]:
+                raise Invalid(f"{key!r} is given two values")
+        elif found["op"] == "!=":
+            expressions.append(SelectorRequirement(key, "NotIn", values))
+        elif found["set"]:
+            if not values:
+                raise Invalid(f"{key} {found['set']} () names no value")
+            expressions.append(
+                SelectorRequirement(key, "In" if found["set"] == "in" else "NotIn", values)
+            )
+        else:
+            expressions.append(SelectorRequirement(key, "Exists"))
+    return LabelSelector(frozen_map(labels), tuple(expressions))
 
 
 _PORT_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$")

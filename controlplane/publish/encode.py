@@ -163,12 +163,13 @@ def route_rule(rule: RouteRule) -> pb.RouteRule:
 
 
 def _listener_tail(listener: HttpListener) -> bytes:
-    """A listener's fields after its rules (3 to 5), deterministic: its serialization is
+    """A listener's fields after its rules (3 to 6), deterministic: its serialization is
     port, then the rules' framed bytes, then these."""
     tail = pb.HttpListener(
         default_backend=listener.default_backend,
         tls=tls_termination(listener.tls, listener.strict_sni),
         accept_proxy=listener.accept_proxy,
+        closed_hosts=listener.closed_hosts,
     )
     return tail.SerializeToString(deterministic=True)
 

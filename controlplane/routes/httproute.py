@@ -41,6 +41,7 @@ from controlplane.model import (
 from controlplane.routes import names, protocols
 from controlplane.routes.backends import Resolved, ServiceKey, granted, service_port
 from controlplane.routes.hostnames import intersect
+from controlplane.routes.ownership import Claim, later
 from controlplane.routes.placement import (
     GatewayPlace,
     ListenerPlace,
@@ -465,10 +466,12 @@ def attach(
         and allows_namespace(lp, route.namespace, placement)
     ]
     if not allowed:
+        conflicted = next((lp.conflict for lp in named if lp.conflict), "")
         return Verdict(
             False,
             names.NOT_ALLOWED_BY_LISTENERS,
-            f"no listener allows {kind[1]}s from namespace {route.namespace}",
+            f"no listener allows {kind[1]}s from namespace {route.namespace}"
+            + (f" (conflicted: {conflicted})" if conflicted else ""),
         ), []
     attached = []
     for lp in allowed:
@@ -517,17 +520,26 @@ def route_outcome(
         for rule in rules:
             outcome.demand.update((service, place.workload) for service in rule.services)
             for lp, common in attached:
-                mine.extend(_candidates(route, rule, lp.listener.port, common, age))
+                mine.extend(_candidates(route, rule, lp, common, age))
     return outcome
 
 
 def _candidates(
-    route: HTTPRoute, rule: _Rule, port: int, hostnames: tuple[str, ...], age: str
+    route: HTTPRoute, rule: _Rule, lp: ListenerPlace, hostnames: tuple[str, ...], age: str
 ) -> list[Candidate]:
-    """One candidate per hostname (or one for any host) and match of a rule."""
+    """One candidate per hostname (or one for any host) and match of a rule; each host
+    claimed by the listener's namespace since the later of the Gateway and the route."""
     source = f"HTTPRoute {route.namespace}/{route.name} rule {rule.index}"
+    gateway = lp.gateway
+    port = lp.listener.port
+    holder = (
+        f"HTTPRoute {route.namespace}/{route.name} on Gateway {gateway.namespace}/"
+        f"{gateway.name} listener {lp.listener.name}"
+    )
+    since = later(gateway.creation_timestamp, age)
     found = []
     for host in hostnames or ("",):
+        claim = Claim(since, gateway.namespace, holder, host)
         for number, path, method, headers, query in rule.matches:
             key = f"spec.rules[{rule.index}].matches[{number}]"
             found.append(
@@ -547,6 +559,7 @@ def _candidates(
                     Origin("HTTPRoute", route.namespace, route.name, key),
                     age,
                     (rule.index, number),
+                    claim,
                 )
             )
     return found

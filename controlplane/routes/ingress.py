@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from controlplane.compute.types import RejectedInput, RoutePath, RouteRule, WeightedBackend
 from controlplane.model import ANNOTATION_PREFIX, Ingress, IngressBackend, Service
 from controlplane.routes.backends import Resolved, ServiceKey, service_port
+from controlplane.routes.ownership import Claim
 from controlplane.routes.placement import Placement
 from controlplane.routes.precedence import Candidate, Origin
 from peerplane import routes as patterns
@@ -126,6 +127,7 @@ def ingress_outcome(
                     Origin("Ingress", ingress.namespace, ingress.name, at),
                     age,
                     (index, number),
+                    Claim(age, ingress.namespace, source, rule.host),
                 )
             )
     return outcome

@@ -4,7 +4,9 @@ A TLSRoute attaches as an HTTPRoute does (`httproute.attach`: sectionName, port,
 allowedRoutes, hostnames intersected with a TLS listener's) and gives one `SniRoute` per
 rule and SNI name on each port it reaches, ordered exact names before wildcards, longer
 first, then the older route (creationTimestamp, namespace/name, rule); the same name twice
-on a port: the first keeps it, the other is dropped and reported. A TCPRoute gives its TCP
+on a port: the first keeps it, the other is dropped and reported. Before that, the SNI
+names another namespace holds on the port (an older TLS listener's hostname or route
+name, `ownership.py`) are dropped and reported. A TCPRoute gives its TCP
 listener's port one frontend: the oldest route attached keeps the port, the others are
 reported. A TCP frontend has one backend (the agent renders `default_backend`, no weights):
 the first backendRef of the first rule with a weight above 0 is served, the others are
@@ -51,11 +53,13 @@ from controlplane.routes.httproute import (
     resolve_backend,
     served_hostnames,
 )
+from controlplane.routes.ownership import Claim, later, resolve
 from controlplane.routes.placement import (
     ACCEPT_PROXY_ANNOTATION,
     Placement,
     Verdict,
     accept_proxy,
+    listener_claim,
 )
 from controlplane.routes.precedence import Origin
 from peerplane.routes import WILDCARD_PREFIX
@@ -75,6 +79,7 @@ class _Entry:
     source: str  # "TLSRoute ns/name rule 0"
     origin: Origin
     order: tuple[str, str, str, int]  # age, namespace, name, rule
+    claim: Claim  # TLS: the SNI name, held by the listener's namespace (ownership.py)
 
 
 @dataclass(slots=True)
@@ -279,6 +284,12 @@ def route_outcome(
             if attached:
                 outcome.demand.update((service, place.workload) for service in rule.services)
             for lp, common in attached:
+                gateway = lp.gateway
+                holder = (
+                    f"{source} on Gateway {gateway.namespace}/{gateway.name} "
+                    f"listener {lp.listener.name}"
+                )
+                since = later(gateway.creation_timestamp, age)
                 for host in common if kind == "TLSRoute" and common else ("",):
                     outcome.entries.append(
                         _Entry(
@@ -289,6 +300,7 @@ def route_outcome(
                             f"{source} rule {rule.index}",
                             Origin(kind, route.namespace, route.name, f"spec.rules[{rule.index}]"),
                             (age, route.namespace, route.name, rule.index),
+                            Claim(since, gateway.namespace, holder, host),
                         )
                     )
     return outcome
@@ -413,6 +425,58 @@ def _tls_listener(
     return TlsPassthroughListener(port, tuple(routes), proxy)
 
 
+def _listener_claims(
+    placement: Placement, ports: Mapping[tuple[str, int], _Port]
+) -> dict[tuple[str, int], list[tuple[Claim, Origin]]]:
+    """(workload, port) -> the SNI names the served TLS listeners there claim, with the
+    Gateway field a refusal is reported on."""
+    found: dict[tuple[str, int], list[tuple[Claim, Origin]]] = {}
+    for place in placement.gateways.values():
+        for index, lp in enumerate(place.listeners):
+            key = (place.workload, lp.listener.port)
+            held = ports.get(key)
+            if held is None or held.protocol != "TLS" or lp.listener.protocol != "TLS":
+                continue
+            if lp.holds_hostname:
+                gateway = lp.gateway
+                where = f"spec.listeners[{index}].hostname"
+                origin = Origin("Gateway", gateway.namespace, gateway.name, where)
+                found.setdefault(key, []).append((listener_claim(lp), origin))
+    return found
+
+
+def _held_names(
+    port: int,
+    entries: list[_Entry],
+    listeners: list[tuple[Claim, Origin]],
+    rejections: list[RejectedInput],
+) -> list[_Entry]:
+    """The entries whose SNI name no other namespace holds on the port (ownership.py);
+    the others, and a listener whose name is held, reported."""
+    holding = resolve([*(claim for claim, _ in listeners), *(e.claim for e in entries)])
+    if not holding.refused:
+        return entries
+    told: set[tuple[str, str, str, str]] = set()
+
+    def refuse(origin: Origin, claim: Claim, outcome: str) -> None:
+        said = (origin.kind, origin.namespace, origin.name, claim.host)
+        if said not in told:
+            told.add(said)
+            reason = f"{holding.why(claim, port)}: {outcome}"
+            rejections.append(origin.rejection(claim.host or "*", reason))
+
+    for claim, origin in listeners:
+        if claim in holding.refused:
+            refuse(origin, claim, "this listener is not served for it")
+    kept = []
+    for entry in entries:
+        if entry.claim in holding.refused:
+            refuse(entry.origin, entry.claim, "dropped")
+        else:
+            kept.append(entry)
+    return kept
+
+
 def _tcp_frontend(
     port: int, entries: list[_Entry], proxy: bool, rejections: list[RejectedInput]
 ) -> TcpFrontend:
@@ -475,10 +539,12 @@ def l4_table(
         reached.update(outcome.names)
     tls: dict[str, list[TlsPassthroughListener]] = {}
     tcp: dict[str, list[TcpFrontend]] = {}
+    sni_claims = _listener_claims(placement, ports)
     for (workload, port), entries in sorted(per.items()):
         held = ports[workload, port]
         lost: list[RejectedInput] = []
         if held.protocol == "TLS":
+            entries = _held_names(port, entries, sni_claims.get((workload, port), []), lost)
             tls.setdefault(workload, []).append(
                 _tls_listener(port, entries, held.accept_proxy, lost)
             )

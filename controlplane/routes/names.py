@@ -34,3 +34,5 @@ TLSROUTE_KIND = (GATEWAY_GROUP, "TLSRoute")
 TCPROUTE_KIND = (GATEWAY_GROUP, "TCPRoute")
 PROTOCOL_CONFLICT = "ProtocolConflict"
 HOSTNAME_CONFLICT = "HostnameConflict"
+# Not a Gateway API reason: the settings' gateway-namespaces does not select the namespace.
+NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"

@@ -4,7 +4,12 @@ each: the step every route and status starts from.
 A GatewayClass is ours when its controllerName is peerplane's; a Gateway when its class
 is an accepted one of ours; an IngressClass when its controller is peerplane's. The
 workload serving a Gateway (or an IngressClass) is named by its `peerplane.dev/workload`
-annotation, or is the cluster's only HAProxy workload.
+annotation, or is the cluster's only HAProxy workload. A Gateway in a namespace the
+settings' `gateway-namespaces` does not select is not accepted and has no workload.
+Across a workload's Gateways, a listener on a port an older listener of another namespace
+serves in another protocol, an HTTP and an HTTPS listener on one port, and a listener
+whose hostname an older listener of another namespace holds on its port
+(`ownership.py`), are conflicted.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import dataclasses
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from controlplane.compute.settings import GATEWAY_NAMESPACES, GatewayNamespaces, Resolver
 from controlplane.compute.types import Certificate
 from controlplane.model import (
     ClusterState,
@@ -24,6 +30,7 @@ from controlplane.model import (
 )
 from controlplane.routes import names, protocols
 from controlplane.routes.certificates import CertificateCache
+from controlplane.routes.ownership import Claim, resolve
 from controlplane.routes.termination import (
     CERTIFICATE_REASONS,
     SecretLookup,
@@ -52,6 +59,18 @@ class ListenerPlace:
     resolved: Verdict  # ResolvedRefs: the allowed route kinds, an HTTPS listener's certificates
     conflict: str = ""  # why it conflicts with another listener on its port (not served)
     certificates: tuple[Certificate, ...] = ()  # HTTPS: the valid certificateRefs, in order
+    conflict_reason: str = names.PROTOCOL_CONFLICT  # Conflicted's reason when `conflict`
+
+    @property
+    def holds_hostname(self) -> bool:
+        """Whether the listener holds its hostname on its port (ownership.py): an
+        accepted, unconflicted HTTP, HTTPS or TLS listener, served or not (an HTTPS
+        listener whose certificates broke keeps its hostname)."""
+        return (
+            self.accepted.ok
+            and not self.conflict
+            and self.listener.protocol in (*protocols.HTTP_PROTOCOLS, "TLS")
+        )
 
     @property
     def usable(self) -> bool:
@@ -213,38 +232,144 @@ def _listener_place(
     return ListenerPlace(gateway, listener, accepted, resolved, certificates=certificates)
 
 
-def _plain_and_tls(gateways: Mapping[tuple[str, str], GatewayPlace]) -> dict[int, str]:
-    """id(ListenerPlace) -> why it conflicts: a workload's HTTP and HTTPS listeners on one
-    port (one frontend is plain or TLS), across its Gateways."""
+def _age(lp: ListenerPlace) -> tuple[str, str, str]:
+    gateway = lp.gateway
+    return (gateway.creation_timestamp or "~", gateway.namespace, gateway.name)
+
+
+def _named(lp: ListenerPlace) -> str:
+    gateway = lp.gateway
+    return f"{lp.listener.protocol} {gateway.namespace}/{gateway.name} listener {lp.listener.name}"
+
+
+def _port_protocols(gateways: Mapping[tuple[str, str], GatewayPlace]) -> dict[int, str]:
+    """id(ListenerPlace) -> why it conflicts: a listener of a workload's port that another
+    listener of it, across Gateways, serves in another protocol. The oldest listener's
+    namespace decides (its Gateway's creationTimestamp, then namespace/name): another
+    namespace's listener of another protocol is not served (it cannot cut the older one's
+    port). Within that namespace, HTTP and HTTPS listeners on one port (one frontend is
+    plain or TLS) all conflict, none served; HTTP and TLS or TCP are left to `l4.py`."""
     by_port: dict[tuple[str, int], list[ListenerPlace]] = {}
     for key in sorted(gateways):
         gateway_place = gateways[key]
         if not gateway_place.workload:
             continue
         for lp in gateway_place.listeners:
-            if lp.accepted.ok and not lp.conflict and lp.listener.protocol in ("HTTP", "HTTPS"):
+            if lp.accepted.ok and not lp.conflict:
                 by_port.setdefault((gateway_place.workload, lp.listener.port), []).append(lp)
     found: dict[int, str] = {}
     for (_, port), sharing in by_port.items():
         if len({lp.listener.protocol for lp in sharing}) < 2:
             continue
-        told = ", ".join(
-            f"{lp.listener.protocol} {lp.gateway.namespace}/{lp.gateway.name} "
-            f"listener {lp.listener.name}"
-            for lp in sharing
-        )
+        oldest = min(sharing, key=_age)
+        owner = oldest.gateway.namespace
         for lp in sharing:
+            if lp.gateway.namespace != owner and lp.listener.protocol != oldest.listener.protocol:
+                found[id(lp)] = (
+                    f"port {port} is served in {oldest.listener.protocol} by the older "
+                    f"{_named(oldest)} (namespace {owner}): not served"
+                )
+        own = [
+            lp
+            for lp in sharing
+            if lp.gateway.namespace == owner and lp.listener.protocol in ("HTTP", "HTTPS")
+        ]
+        if len({lp.listener.protocol for lp in own}) < 2:
+            continue
+        told = ", ".join(_named(lp) for lp in own)
+        for lp in own:
             found[id(lp)] = (
                 f"port {port} carries both HTTP and HTTPS listeners ({told}): not served"
             )
     return found
 
 
+def listener_claim(lp: ListenerPlace) -> Claim:
+    """The listener's claim on its hostname ("": any host), since its Gateway's creation."""
+    gateway = lp.gateway
+    holder = f"Gateway {gateway.namespace}/{gateway.name} listener {lp.listener.name}"
+    since = gateway.creation_timestamp or "~"
+    return Claim(since, gateway.namespace, holder, lp.listener.hostname)
+
+
+def _hostname_conflicts(gateways: Mapping[tuple[str, str], GatewayPlace]) -> dict[int, str]:
+    """id(ListenerPlace) -> why it conflicts: an HTTP(S) or TLS listener whose hostname an
+    older listener (of the same kind) of another namespace's Gateway holds on the same
+    port of the workload (ownership.py; within one namespace listeners share their
+    hostnames)."""
+    by_port: dict[tuple[str, int, bool], list[ListenerPlace]] = {}
+    for gateway_place in gateways.values():
+        if not gateway_place.workload:
+            continue
+        for lp in gateway_place.listeners:
+            if lp.holds_hostname:
+                tls = lp.listener.protocol == "TLS"  # SNI names, apart from Host names
+                key = (gateway_place.workload, lp.listener.port, tls)
+                by_port.setdefault(key, []).append(lp)
+    found: dict[int, str] = {}
+    for (_, port, _), sharing in by_port.items():
+        if len({lp.gateway.namespace for lp in sharing}) < 2:
+            continue
+        claims = {listener_claim(lp): lp for lp in sharing}
+        holding = resolve(claims)
+        for claim, lp in claims.items():
+            if claim in holding.refused:
+                found[id(lp)] = f"{holding.why(claim, port)}: not served"
+    return found
+
+
+def namespace_allowed(
+    allowed: GatewayNamespaces, namespace: str, labels: Mapping[str, str]
+) -> Verdict | None:
+    """Why a Gateway in `namespace` is not accepted under the settings'
+    `gateway-namespaces`; None when it is allowed."""
+    key = GATEWAY_NAMESPACES.key
+    if allowed.invalid:
+        return Verdict(
+            False,
+            names.NAMESPACE_NOT_ALLOWED,
+            f"the settings' {key} ({allowed.text!r}) is not a label selector: "
+            "no Gateway is accepted",
+        )
+    if allowed.selector is None or selector_matches(allowed.selector, labels):
+        return None
+    return Verdict(
+        False,
+        names.NAMESPACE_NOT_ALLOWED,
+        f"namespace {namespace} is not selected by the settings' {key} "
+        f"({allowed.text}): not served",
+    )
+
+
+def _conflicted(
+    gateways: dict[tuple[str, str], GatewayPlace], found: Mapping[int, str], reason: str
+) -> None:
+    """Mark the listeners of `found` (id -> why) conflicted with `reason`, and their
+    Gateways' Accepted again (only Gateways with a workload have such listeners)."""
+    for key, gateway_place in gateways.items():
+        if not any(id(lp) in found for lp in gateway_place.listeners):
+            continue
+        listeners = tuple(
+            dataclasses.replace(lp, conflict=found[id(lp)], conflict_reason=reason)
+            if id(lp) in found
+            else lp
+            for lp in gateway_place.listeners
+        )
+        workload = Verdict(True, "", gateway_place.workload)
+        gateways[key] = dataclasses.replace(
+            gateway_place, listeners=listeners, accepted=_gateway_accepted(workload, listeners)
+        )
+
+
 def _gateway_accepted(workload: Verdict, listeners: tuple[ListenerPlace, ...]) -> Verdict:
     if not workload.ok:
         return workload
     if not any(lp.accepted.ok and not lp.conflict for lp in listeners):
-        return Verdict(False, "ListenersNotValid", "no listener can be served")
+        why = next(
+            (f": listener {lp.listener.name}: {lp.conflict}" for lp in listeners if lp.conflict),
+            "",
+        )
+        return Verdict(False, "ListenersNotValid", f"no listener can be served{why}")
     return Verdict(True, names.ACCEPTED, f"served by HAProxy workload {workload.message}")
 
 
@@ -268,10 +393,16 @@ def place(
         if c.controller_name == names.GATEWAY_CONTROLLER
     }
     gateways: dict[tuple[str, str], GatewayPlace] = {}
+    allowed = Resolver(state.settings).gateway_namespaces()
+    namespace_labels = {n.name: n.labels for n in state.namespaces}
+
     for gateway in state.gateways:
         if gateway.gateway_class_name not in classes:
             continue
-        workload = resolve_workload(gateway.annotations, workloads)
+        labels = namespace_labels.get(gateway.namespace, {})
+        workload = namespace_allowed(allowed, gateway.namespace, labels) or resolve_workload(
+            gateway.annotations, workloads
+        )
         conflicted = protocols.conflicts(gateway.listeners)
         listeners = tuple(
             dataclasses.replace(lp, conflict=conflicted.get(lp.listener.name, ""))
@@ -286,21 +417,10 @@ def place(
             _gateway_accepted(workload, listeners),
             listeners,
         )
-    mixed = _plain_and_tls(gateways)
-    if mixed:
-        for key, gateway_place in gateways.items():
-            if not any(id(lp) in mixed for lp in gateway_place.listeners):
-                continue
-            listeners = tuple(
-                dataclasses.replace(lp, conflict=mixed[id(lp)]) if id(lp) in mixed else lp
-                for lp in gateway_place.listeners
-            )
-            workload = resolve_workload(gateway_place.gateway.annotations, workloads)
-            gateways[key] = dataclasses.replace(
-                gateway_place,
-                listeners=listeners,
-                accepted=_gateway_accepted(workload, listeners),
-            )
+    # Across a workload's Gateways (each needs the listeners of all): two protocols on
+    # one port, then the hostnames another namespace holds on a port.
+    _conflicted(gateways, _port_protocols(gateways), names.PROTOCOL_CONFLICT)
+    _conflicted(gateways, _hostname_conflicts(gateways), names.HOSTNAME_CONFLICT)
     ingress_classes: dict[str, Verdict] = {}
     defaults: list[tuple[str, str]] = []
     for ingress_class in state.ingress_classes:
@@ -314,5 +434,5 @@ def place(
         gateways=gateways,
         ingress_classes=ingress_classes,
         default_ingress_class=min(defaults)[1] if defaults else "",
-        namespace_labels={n.name: n.labels for n in state.namespaces},
+        namespace_labels=namespace_labels,
     )

@@ -20,6 +20,7 @@ from operator import attrgetter
 
 from controlplane.compute.types import HttpListener, RejectedInput, RouteRule
 from controlplane.compute.values import shown
+from controlplane.routes.ownership import Claim
 from peerplane.routes import WILDCARD_PREFIX
 
 
@@ -49,6 +50,7 @@ class Candidate:
     origin: Origin
     age: str  # creationTimestamp; "~" (after every timestamp) when unknown
     order: tuple[int, int]  # rule and match (or path) index within the object
+    claim: Claim  # the hostname it serves, held by its listener's namespace (ownership.py)
     key: tuple[object, ...] = field(init=False, repr=False, compare=False)
     match: tuple[object, ...] = field(init=False, repr=False, compare=False)
 

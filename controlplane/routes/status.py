@@ -81,7 +81,7 @@ def _listener(
         programmed = Verdict(False, names.INVALID, "Gateway not accepted")
     supported = [{"group": g, "kind": k} for g, k in protocols.route_kinds(lp.listener)]
     if lp.conflict:
-        conflicted = Verdict(True, names.PROTOCOL_CONFLICT, lp.conflict)
+        conflicted = Verdict(True, lp.conflict_reason, lp.conflict)
     elif tls_conflict:
         conflicted = Verdict(True, names.HOSTNAME_CONFLICT, tls_conflict)
     else:

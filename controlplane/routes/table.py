@@ -1,5 +1,9 @@
 """Every workload's route table: its HTTP listeners, rejections and routed Services.
 
+Each port's hostnames are held by one namespace (`ownership.py`): the candidates whose
+hostname another namespace holds are dropped and reported, and the listeners carry the
+hostnames whose lookup ends at their own layer (`closed_hosts`).
+
 `compute_routes` is the pure function of the cluster state. `RouteComputer` keeps its last
 table and computes again only when a route input changed: the route kinds (compared by
 identity first: sources keep unchanged objects), the workloads, the HTTP and peer ports,
@@ -27,7 +31,7 @@ from controlplane.model import (
     ServicePort,
     TLSSecret,
 )
-from controlplane.routes import protocols
+from controlplane.routes import names, protocols
 from controlplane.routes.backends import ServiceKey
 from controlplane.routes.certificates import CertificateCache
 from controlplane.routes.crtlist import Edge, WorkloadTLS, bind_gateways, bind_ingress
@@ -36,7 +40,8 @@ from controlplane.routes.ingress import IngressOutcome, ingress_outcome
 from controlplane.routes.l4 import EMPTY_TABLE as EMPTY_L4
 from controlplane.routes.l4 import L4Table, l4_table
 from controlplane.routes.l4 import Memo as L4Memo
-from controlplane.routes.placement import Placement, place
+from controlplane.routes.ownership import ANY_HOST, Claim, resolve
+from controlplane.routes.placement import Placement, Verdict, listener_claim, place
 from controlplane.routes.precedence import Candidate, Origin, listeners
 from controlplane.routes.termination import SecretKey, SecretLookup
 
@@ -103,6 +108,9 @@ class _Workload:
     default_owner: dict[int, str] = field(default_factory=dict)
     rejections: list[RejectedInput] = field(default_factory=list)
     https: bool = False  # an Ingress is served on the https port
+    # Claims besides the candidates': listener hostnames, Ingress defaultBackends; by port,
+    # with the object a refusal is reported on.
+    claims: list[tuple[int, Claim, Origin]] = field(default_factory=list)
 
 
 def _of(per: dict[str, _Workload], workload: str) -> _Workload:
@@ -155,9 +163,14 @@ def _table(
     for gateway_place in placement.gateways.values():
         if gateway_place.workload:
             mine = _of(per, gateway_place.workload)
-            for lp in gateway_place.listeners:
+            for index, lp in enumerate(gateway_place.listeners):
                 if lp.usable and lp.listener.protocol in protocols.HTTP_PROTOCOLS:
                     mine.defaults.setdefault(lp.listener.port, "")
+                if lp.holds_hostname and lp.listener.protocol in protocols.HTTP_PROTOCOLS:
+                    gateway = lp.gateway
+                    where = f"spec.listeners[{index}].hostname"
+                    origin = Origin("Gateway", gateway.namespace, gateway.name, where)
+                    mine.claims.append((lp.listener.port, listener_claim(lp), origin))
     rejections: list[RejectedInput] = []
     tls_of, told = bind_gateways(placement)
     for workload, rejection in told:
@@ -218,6 +231,12 @@ def _table(
         if owner is None:
             mine.defaults[http_port] = found.default_backend
             mine.default_owner[http_port] = f"Ingress {ingress.namespace}/{ingress.name}"
+            origin = Origin("Ingress", ingress.namespace, ingress.name, "spec.defaultBackend")
+            age = ingress.creation_timestamp or "~"
+            holder = f"Ingress {ingress.namespace}/{ingress.name} defaultBackend"
+            ports = (http_port, edge.https_port) if https else (http_port,)
+            for port in ports:
+                mine.claims.append((port, Claim(age, ingress.namespace, holder, ANY_HOST), origin))
         else:
             lost = Origin("Ingress", ingress.namespace, ingress.name, "spec.defaultBackend")
             rejection = lost.rejection(
@@ -229,12 +248,22 @@ def _table(
     tables: dict[str, WorkloadRoutes] = {}
     default_certificate = edge.default_certificate()
     tls_conflicts: dict[tuple[str, str, str], str] = {}
+    refused_routes: dict[tuple[str, str], dict[str, str]] = {}
     for workload in sorted(per):
         mine = per[workload]
         if mine.https and http_port in mine.default_owner:
             mine.defaults[edge.https_port] = mine.defaults[http_port]
         conflicts: list[RejectedInput] = []
-        built = listeners(mine.candidates, mine.defaults, conflicts)
+        unheld: dict[tuple[str, str], str] = {}
+        candidates, closed = _hold(mine, conflicts, unheld)
+        for key, why in unheld.items():
+            refused_routes.setdefault(key, {})[workload] = why
+        built = listeners(candidates, mine.defaults, conflicts)
+        if closed:
+            built = tuple(
+                dataclasses.replace(b, closed_hosts=closed[b.port]) if closed.get(b.port) else b
+                for b in built
+            )
         certificates: tuple[Certificate, ...] = ()
         crt_lists = tls_of.get(workload)
         if crt_lists is not None:
@@ -243,6 +272,8 @@ def _table(
             tls_conflicts.update(crt_lists.conflicts)
         rejections.extend(conflicts)
         tables[workload] = WorkloadRoutes(built, (*mine.rejections, *conflicts), certificates)
+    for key, by_workload in refused_routes.items():
+        routes[key] = _not_held(routes[key], by_workload)
     http = {workload: found.listeners for workload, found in tables.items()}
     l4_routes = l4_table(state, placement, services, grants, http, http_port, l4_memo, l4_reuse)
     rejections.extend(l4_routes.rejections)
@@ -258,6 +289,79 @@ def _table(
         tls_conflicts=tls_conflicts,
         l4=l4_routes,
     )
+
+
+def _hold(
+    mine: _Workload, rejections: list[RejectedInput], unheld: dict[tuple[str, str], str]
+) -> tuple[list[Candidate], dict[int, tuple[str, ...]]]:
+    """The workload's candidates but those whose hostname another namespace holds on
+    their port (ownership.py), and the hostnames each port closes. A refused claim is
+    reported once per object and hostname; a refused defaultBackend is not served; an
+    HTTPRoute none of whose candidates is kept goes into `unheld` with why."""
+    by_port: dict[int, list[Claim]] = {}
+    for port, claim, _ in mine.claims:
+        by_port.setdefault(port, []).append(claim)
+    for candidate in mine.candidates:
+        by_port.setdefault(candidate.port, []).append(candidate.claim)
+    holdings = {port: resolve(claims) for port, claims in by_port.items()}
+    told: set[tuple[str, str, str, str, int]] = set()
+
+    def refuse(origin: Origin, claim: Claim, port: int, outcome: str) -> None:
+        said = (origin.kind, origin.namespace, origin.name, claim.host, port)
+        if said not in told:
+            told.add(said)
+            reason = f"{holdings[port].why(claim, port)}: {outcome}"
+            rejections.append(origin.rejection(claim.host or "*", reason))
+
+    for port, claim, origin in mine.claims:
+        if claim not in holdings[port].refused:
+            continue
+        if origin.key == "spec.defaultBackend":
+            mine.defaults[port] = ""
+            mine.default_owner.pop(port, None)
+            refuse(origin, claim, port, "the default backend is not served")
+        else:
+            refuse(origin, claim, port, "this listener is not served for it")
+    closed = {port: holding.closed for port, holding in holdings.items() if holding.closed}
+    if not any(holding.refused for holding in holdings.values()):
+        return mine.candidates, closed  # one namespace per hostname already: most tables
+    kept: list[Candidate] = []
+    served: set[tuple[str, str]] = set()
+    for candidate in mine.candidates:
+        origin = candidate.origin
+        holding = holdings[candidate.port]
+        if candidate.claim in holding.refused:
+            refuse(origin, candidate.claim, candidate.port, "dropped")
+            if origin.kind == "HTTPRoute":
+                unheld.setdefault(
+                    (origin.namespace, origin.name), holding.why(candidate.claim, candidate.port)
+                )
+        else:
+            kept.append(candidate)
+            if origin.kind == "HTTPRoute":
+                served.add((origin.namespace, origin.name))
+    for key in served:
+        unheld.pop(key, None)
+    return kept, closed
+
+
+def _not_held(outcome: RouteOutcome, why: Mapping[str, str]) -> RouteOutcome:
+    """`outcome` with its accepted parents on the workloads of `why` not accepted: every
+    hostname it serves there is held by another namespace (a copy: the memo keeps the
+    outcome as computed)."""
+    parents = [
+        dataclasses.replace(
+            parent,
+            accepted=Verdict(
+                False, names.HOSTNAME_CONFLICT, f"{why[parent.workload]}; not attached"
+            ),
+            listeners=(),
+        )
+        if parent.accepted.ok and parent.workload in why
+        else parent
+        for parent in outcome.parents
+    ]
+    return dataclasses.replace(outcome, parents=parents)
 
 
 def _place(

@@ -4,7 +4,10 @@ Pure. One frontend per listener port; the Service annotations' host routes of th
 port join it as a last layer. A request is served by the first rule, in the snapshot's
 order, among the rules of the most specific host layer that has a match: the exact host,
 then each `*.suffix` wildcard from the longest suffix, then the rules for any host, then
-the annotation host routes, then `default_backend` or 404.
+the annotation host routes, then `default_backend` or 404. A layer of `closed_hosts` (its
+hostname held by another namespace than the next less specific one's) ends the lookup
+of a request it has no match for with a 404: no less specific layer, annotation host
+route or default backend answers it.
 
 Within a layer, a rule that needs only a host and a path lookup and names one backend
 (a "map rule") is an entry of a map file (`map_str` for Exact paths, `map_beg` for
@@ -74,6 +77,11 @@ def map_paths(maps_dir: str, port: int) -> tuple[str, str, str]:
     """The exact, prefix and annotation-host map files of one listener port."""
     base = f"{maps_dir}/fe_{port}"
     return f"{base}.exact.map", f"{base}.prefix.map", f"{base}.hosts.map"
+
+
+def closed_path(maps_dir: str, port: int) -> str:
+    """The map file of one listener port's closed host layers (`closed_hosts`)."""
+    return f"{maps_dir}/fe_{port}.closed.map"
 
 
 def frontend_name(port: int, merged: bool) -> str:
@@ -326,10 +334,21 @@ def _listener(
         "  http-request set-var(txn.p) path",
         "  http-request set-var(txn.k) var(txn.h) if !{ var(txn.h) -m sub * }",
     ]
+    closed = _closed_hosts(listener)
+    close: list[str] = []
+    if closed:
+        closed_file = closed_path(maps_dir, port)
+        files[closed_file] = {host: "1" for host in closed}
+        close = [
+            f"  http-request set-var(txn.r) str({CLOSED}) if {_UNDECIDED}"
+            f" {{ var(txn.k),map_str({closed_file}) -m found }}"
+        ]
     exact_tokens = sorted(t for t in layers if t != ANY_HOST and not t.startswith("*."))
-    lines += _layer(exact_tokens, in_config, exact_path, prefix_path)
+    lines += _layer(exact_tokens, in_config, exact_path, prefix_path) + close
     wildcards = [t for t in layers if t.startswith("*.")]
-    for depth in sorted({*WILDCARD_DEPTHS, *map(wildcard_depth, wildcards)}, reverse=True):
+    depths = {*WILDCARD_DEPTHS, *map(wildcard_depth, wildcards)}
+    depths.update(wildcard_depth(t) for t in closed if t.startswith("*."))
+    for depth in sorted(depths, reverse=True):
         lines += [
             "  http-request unset-var(txn.k)",
             "  http-request unset-var(txn.w)",
@@ -339,7 +358,7 @@ def _listener(
             " { var(txn.w) -m found }",
         ]
         tokens = sorted(t for t in wildcards if wildcard_depth(t) == depth)
-        lines += _layer(tokens, in_config, exact_path, prefix_path)
+        lines += _layer(tokens, in_config, exact_path, prefix_path) + close
     lines.append(f"  http-request set-var(txn.k) str({ANY_HOST}) if {_UNDECIDED}")
     lines += _layer([ANY_HOST] if ANY_HOST in layers else [], in_config, exact_path, prefix_path)
     if annotation is not None:
@@ -359,6 +378,8 @@ def _listener(
         lines += _outcome(rule, port, named)
     default = listener.default_backend
     lines.append("  http-request return status 500 if { var(txn.st) -m found }")
+    if closed:  # stopped at a closed host layer: not another namespace's default backend
+        lines.append(f"  http-request return status 404 if {{ var(txn.r) -m str {CLOSED} }}")
     if not default:
         lines.append("  http-request return status 404 if !{ var(txn.be) -m found }")
     lines.append("  use_backend %[var(txn.be)] if { var(txn.be) -m found }")
@@ -369,6 +390,15 @@ def _listener(
 
 
 _UNDECIDED = "!{ var(txn.r) -m found }"
+CLOSED = "x"  # `txn.r` of a request stopped at a closed host layer
+
+
+def _closed_hosts(listener: pb.HttpListener) -> tuple[str, ...]:
+    """The listener's closed host layers, checked (exact names and wildcards), sorted."""
+    for host in listener.closed_hosts:
+        if not _route_host(host):
+            raise RenderError(f"listener {listener.port}: invalid closed host: {host!r}")
+    return tuple(sorted(set(listener.closed_hosts)))
 
 
 def _layer(

@@ -34,13 +34,15 @@ def _rule(path: str = "/a", kind: int = PREFIX, to: str = "ns_a_80", **kw: objec
     return r
 
 
-def _held(*rules: pb.RouteRule, port: int = 8080, default: str = "") -> Held:
+def _held(
+    *rules: pb.RouteRule, port: int = 8080, default: str = "", closed: tuple[str, ...] = ()
+) -> Held:
     snap = snapshot(
         [],
         [backend("ns_a_80", [("10.0.0.1", 80)]), backend("ns_b_80", [("10.0.0.2", 80)])],
         tcp=[(5432, "ns_b_80")],
     )
-    snap.http_listeners.add(port=port, rules=rules, default_backend=default)
+    snap.http_listeners.add(port=port, rules=rules, default_backend=default, closed_hosts=closed)
     return Held.from_snapshot(snap)
 
 
@@ -208,3 +210,24 @@ def test_a_layer_kept_from_the_last_render_gives_what_a_fresh_render_gives() -> 
     assert kept.maps == fresh.maps and kept.frontends == fresh.frontends
     prefix = kept.maps["/var/lib/maps/fe_8080.prefix.map"]
     assert prefix["h3.example.com/"].endswith(":ns_b_80")
+
+
+def test_closed_hosts_are_a_checked_map_and_only_the_first_one_reloads() -> None:
+    """A closed host layer ends the lookup (controlplane/routes/ownership.py): its names
+    are checked like rule hostnames, kept in a map, and a miss there is a 404 even with a
+    default backend or annotation host routes; closing one more host is a map entry
+    (runtime)."""
+    with pytest.raises(RenderError, match=r"invalid closed host: 'a b\.example\.com'"):
+        render_held(_held(_rule(), closed=("a b.example.com",)), OPTS)
+    out = render_held(_held(_rule(), default="ns_b_80", closed=("*.a.example.com",)), OPTS)
+    assert dict(out.maps["/var/lib/maps/fe_8080.closed.map"]) == {"*.a.example.com": "1"}
+    assert "  http-request return status 404 if { var(txn.r) -m str x }" in (
+        out.frontends.splitlines()
+    )
+    base = _held(_rule())
+    one = _held(_rule(), closed=("a.example.com",))
+    assert _decide(base, one)[0] == "reload"
+    assert _decide(one, _held(_rule(), closed=("a.example.com", "b.example.com"))) == (
+        "runtime",
+        "1 route map entry changed",
+    )

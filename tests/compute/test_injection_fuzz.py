@@ -74,6 +74,7 @@ VALID = {
     "http-port": ("8080", "80"),
     "https-port": ("9443", "443"),
     "accept-proxy-protocol": ("true", "false"),
+    "gateway-namespaces": ("team=a", "tier in (web,api),!legacy"),
     "peer-port": ("10001", "10000"),
     "default-certificate": ("haproxy-system/default-tls", "default/missing"),
 }

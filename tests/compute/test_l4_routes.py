@@ -507,3 +507,73 @@ def test_sni_routes_are_valid_unique_ordered_and_independent_of_input_order(
     for end in range(1, len(routes) + 1):
         step = cluster(gw(*listeners), *routes[:end])
         assert computer.compute(step, {}).workloads == compute(step, {}).workloads
+
+
+# ---------------------------------------------------------------- SNI names of tenants
+
+
+def test_another_namespaces_tls_route_cannot_take_an_sni_name_an_older_listener_holds() -> None:
+    """R1 for passthrough: tenant B's Gateway without hostname on the victim's TLS port
+    and a TLSRoute for store.demo.example.com, an exact name that outranked the victim's
+    `*.demo.example.com`; the victim's listener is older, so B's name is dropped
+    (controlplane/routes/ownership.py) and a TLS listener of B for that very name is
+    Conflicted."""
+    victim = gw(listener(hostname="*.demo.example.com"))
+    mine = tls_route("store")  # every name under the listener's wildcard
+    theirs = Gateway("tenant-b", "bgw", "peerplane", (listener(),), creation_timestamp=NEW)
+    steal = tls_route(
+        "steal",
+        ref("bsvc"),
+        hostnames=("store.demo.example.com",),
+        created=NEW,
+        namespace="tenant-b",
+        parent=ParentRef("bgw", namespace="tenant-b"),
+    )
+    bsvc = service("bsvc", namespace="tenant-b", expose=False, ports=(("https", 443),))
+    got = snapshot_of(cluster(victim, mine, theirs, steal, services=(SHOP, DB, bsvc)))
+    (passthrough,) = got.tls_listeners
+    assert [(r.source, r.hostnames) for r in passthrough.routes] == [
+        ("TLSRoute default/store rule 0", ("*.demo.example.com",))
+    ]
+    assert any(
+        w.startswith("TLSRoute tenant-b/steal")
+        and "held by the older Gateway default/edge listener tls" in w
+        for w in reasons(got)
+    ), reasons(got)
+    named = Gateway(
+        "tenant-b",
+        "bgw",
+        "peerplane",
+        (listener(hostname="store.demo.example.com"),),
+        creation_timestamp=NEW,
+    )
+    found = route_statuses(cluster(victim, mine, named, steal, services=(SHOP, DB, bsvc)))
+    body = found[StatusKey(GROUP, "Gateway", "tenant-b", "bgw")]
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in body["listeners"][0]["conditions"]}
+    assert conditions["Conflicted"] == ("True", "HostnameConflict")
+
+
+def test_an_http_listener_of_another_namespace_cannot_cut_an_older_tls_port() -> None:
+    """Before, a TLS listener on a port the workload served in HTTP was dropped whoever
+    was first: tenant B's newer HTTP Gateway on the victim's passthrough port cut it."""
+    plain = Gateway(
+        "tenant-b",
+        "bgw",
+        "peerplane",
+        (GatewayListener("http", 8443, "HTTP"),),
+        creation_timestamp=NEW,
+    )
+    cluster_state = cluster(gw(), tls_route("r"), plain)
+    got = snapshot_of(cluster_state)
+    assert [t.port for t in got.tls_listeners] == [8443]
+    assert got.http_listeners == ()
+    body = route_statuses(cluster_state)[StatusKey(GROUP, "Gateway", "tenant-b", "bgw")]
+    conditions = {c["type"]: c for c in body["listeners"][0]["conditions"]}
+    assert (conditions["Conflicted"]["status"], conditions["Conflicted"]["reason"]) == (
+        "True",
+        "ProtocolConflict",
+    )
+    assert (
+        "served in TLS by the older TLS default/edge listener tls"
+        in (conditions["Conflicted"]["message"])
+    )

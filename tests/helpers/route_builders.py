@@ -42,15 +42,23 @@ def gateway(
     allowed: dict[str, Any] | None = None,
     annotations: dict[str, str] | None = None,
     protocol: str = "HTTP",
+    created: str = "",
 ) -> Any:
     listener: dict[str, Any] = {"name": "http", "port": port, "protocol": protocol}
     if hostname:
         listener["hostname"] = hostname
     if allowed is not None:
         listener["allowedRoutes"] = {"namespaces": allowed}
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "annotations": annotations or {},
+    }
+    if created:
+        metadata["creationTimestamp"] = created
     return gateway_from(
         {
-            "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
+            "metadata": metadata,
             "spec": {"gatewayClassName": "peerplane", "listeners": [listener]},
         }
     )
@@ -122,12 +130,12 @@ def edge_pod() -> Any:
     return dataclasses.replace(pod, owner=dataclasses.replace(pod.owner, name="edge"))
 
 
-def ingress(name: str, rules: list[dict[str, Any]], **spec: Any) -> Any:
+def ingress(name: str, rules: list[dict[str, Any]], namespace: str = "default", **spec: Any) -> Any:
     return ingress_from(
         {
             "metadata": {
                 "name": name,
-                "namespace": "default",
+                "namespace": namespace,
                 "creationTimestamp": spec.pop("created", "2026-01-01T00:00:00Z"),
             },
             "spec": {"rules": rules, **spec},
