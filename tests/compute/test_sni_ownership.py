@@ -165,7 +165,13 @@ def test_a_younger_gateway_listener_cannot_take_an_older_ingress_name() -> None:
     )
     assert served_for(cluster_state, "shop.example.com") == ["tenant-a_shop-tls"]
     result = compute(cluster_state, {}, now=NOW)
-    (warning,) = [w for w in result.rejections if w.kind == "Gateway"]
+    # Two refusals of one claim, each where it applies: the hostname's routing (the
+    # listener is not served for it, routes/ownership.py) and its certificate (here).
+    routing, (warning,) = (
+        [w for w in result.rejections if w.kind == "Gateway" and w.key.endswith(f"[{i}].hostname")]
+        for i in ("0", "https")
+    )
+    assert "held by the older Ingress tenant-a/shop" in routing[0].reason
     assert (warning.object, warning.key, warning.value) == (
         "Gateway tenant-b/web",
         "spec.listeners[https].hostname",
@@ -245,14 +251,25 @@ def test_a_younger_wildcard_over_an_older_exact_name_steals_nothing_and_is_serve
     assert not [w for w in compute(cluster_state, {}, now=NOW).rejections if w.kind == "Gateway"]
 
 
-def test_a_name_two_labels_below_a_wildcard_is_not_under_it() -> None:
-    """HAProxy's `*.demo.example.com` answers one label only: a.b.demo.example.com would
-    not get the victim's certificate anyway, so binding it takes nothing from it."""
+def test_a_name_two_labels_below_a_wildcard_is_held_by_the_wildcards_namespace() -> None:
+    """HAProxy's `*.demo.example.com` answers one label only, so the certificate alone
+    would take nothing from the victim; but a Gateway API wildcard matches every label
+    below it, so a.b.demo.example.com is the victim's hostname (routes/ownership.py): the
+    younger listener of another namespace is not served for it, and binds no certificate."""
     thief = https_gateway("tenant-b", "evil-tls", "a.b.demo.example.com", created=NEW)
     deep = CA.issue("a.b.demo.example.com")
     secrets = (secret("tenant-a", "wild-tls", VICTIM), secret("tenant-b", "evil-tls", deep))
     cluster_state = cluster(VICTIM_GATEWAY, thief, secrets=secrets)
-    assert lines(cluster_state)["tenant-b_evil-tls"] == ("a.b.demo.example.com",)
+    assert "tenant-b_evil-tls" not in lines(cluster_state)
+    statuses = route_statuses(cluster_state, now=NOW)
+    (body,) = [b for k, b in statuses.items() if k.kind == "Gateway" and k.namespace == "tenant-b"]
+    found = {c["type"]: c for c in body["listeners"][0]["conditions"]}
+    assert (found["Conflicted"]["status"], found["Conflicted"]["reason"]) == (
+        "True",
+        "HostnameConflict",
+    )
+    assert "held by the older Gateway tenant-a/web" in found["Conflicted"]["message"]
+    assert found["Programmed"]["status"] == "False"
 
 
 def test_within_one_namespace_bindings_keep_todays_order() -> None:
