@@ -29,7 +29,7 @@ from tests.helpers.replicas import health
 from tests.helpers.server_process import ServeProcess, grpcurl
 from tests.helpers.tls_certs import make_ca, tls_secret
 from tests.realkube.conftest import WORKLOAD
-from tests.realkube.test_serve import serve_args
+from tests.realkube.test_serve import conditions, route_status, serve_args
 
 HTTPS_PORT = 18443
 HTTP_PORT = 18080
@@ -291,3 +291,48 @@ def test_a_younger_tenant_can_take_neither_the_certificate_nor_the_routes_of_an_
     assert (
         not evil_bound() or f"secure.{suffix}" not in bindings(snapshot(serving.address))[evil_cert]
     )
+
+    # R1: a Gateway of B's own without hostname, and an HTTPRoute for A's host with a more
+    # specific match than A's PathPrefix /cart.
+    cluster.apply(
+        [
+            {
+                "apiVersion": "gateway.networking.k8s.io/v1",
+                "kind": "Gateway",
+                "metadata": {"name": "bgw", "namespace": attacker},
+                "spec": {
+                    "gatewayClassName": "peerplane",
+                    "listeners": [{"name": "http", "port": HTTP_PORT, "protocol": "HTTP"}],
+                },
+            },
+            {
+                "apiVersion": "gateway.networking.k8s.io/v1",
+                "kind": "HTTPRoute",
+                "metadata": {"name": "steal", "namespace": attacker},
+                "spec": {
+                    "parentRefs": [{"name": "bgw"}],
+                    "hostnames": [f"store.{suffix}"],
+                    "rules": [
+                        {
+                            "matches": [{"path": {"type": "Exact", "value": "/cart"}}],
+                            "backendRefs": [{"name": "bsvc", "port": 80}],
+                        }
+                    ],
+                },
+            },
+        ],
+        kubeconfig=attacker_config,
+    )
+
+    def refused_route() -> bool:
+        status = route_status(cluster, "httproutes", attacker, "steal")
+        parents = status.get("parents") or []
+        return bool(parents) and conditions(parents[0]).get("Accepted") == "False"
+
+    assert wait_until(refused_route, 30), serving.lines[-20:]
+    parent = route_status(cluster, "httproutes", attacker, "steal")["parents"][0]
+    (accepted,) = [c for c in parent["conditions"] if c["type"] == "Accepted"]
+    assert accepted["reason"] == "HostnameConflict", accepted
+    store = rules_for(snapshot(serving.address), HTTP_PORT, f"store.{suffix}")
+    targets = {b["backend"] for rule in store for b in rule.get("backends", [])}
+    assert targets == {f"{victim}_shop_http"}, store
