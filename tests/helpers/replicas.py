@@ -21,6 +21,7 @@ from typing import NamedTuple
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from nodeagent.stream.client import MAX_RECEIVE_BYTES
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 from tests.helpers.server_process import ServeProcess
@@ -182,7 +183,11 @@ class StreamAgent:
     def _session(self, address: str) -> bool:
         """One stream; True when it was established (some answer came) and then ended."""
         out: queue.Queue[pb.AgentMessage | None] = queue.Queue()
-        channel = grpc.insecure_channel(address)
+        # The real agent's receive limit: a snapshot of thousands of backends passes gRPC's
+        # 4 MiB default.
+        channel = grpc.insecure_channel(
+            address, options=[("grpc.max_receive_message_length", MAX_RECEIVE_BYTES)]
+        )
         with self._lock:
             self._out, self._channel = out, channel
         if self._closing.is_set():
