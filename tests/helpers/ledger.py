@@ -1,9 +1,12 @@
-"""The Kubernetes slot ledger (shards + watch) against the fake API server, for tests."""
+"""The Kubernetes slot ledger (shards + watch) against the fake API server (or, through
+`ledger_on`, any API client: the real server's), for tests."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+from kubernetes import client
 
 from controlplane.kube.informer import WatchOptions
 from controlplane.kube.ledger_store import ConfigMapLedger
@@ -25,9 +28,31 @@ def kube_ledger(
     writer: str = "test",
 ) -> Iterator[tuple[ConfigMapLedger, LedgerWatch]]:
     """A started watch and the ledger writing through it; stopped on exit."""
-    api = api_client(url)
+    with ledger_on(api_client(url), ref, clock=clock, on_change=on_change, writer=writer) as pair:
+        yield pair
+
+
+@contextmanager
+def ledger_on(
+    api: client.ApiClient,
+    ref: ObjectRef = REF,
+    *,
+    clock: Callable[[], float] | None = None,
+    on_change: Callable[[], None] = lambda: None,
+    writer: str = "test",
+    refused: Callable[[str, str, str], None] | None = None,
+) -> Iterator[tuple[ConfigMapLedger, LedgerWatch]]:
+    """`kube_ledger` through `api` (`refused`: ConfigMapLedger's, the Event hook)."""
     watch = LedgerWatch(api, ref, FAST, clock) if clock else LedgerWatch(api, ref, FAST)
-    ledger = ConfigMapLedger(api, ref, watch, writer=writer, request_timeout=2.0, read_timeout=5.0)
+    ledger = ConfigMapLedger(
+        api,
+        ref,
+        watch,
+        writer=writer,
+        request_timeout=2.0,
+        read_timeout=5.0,
+        refused=refused,
+    )
     watch.start(on_change)
     try:
         yield ledger, watch

@@ -112,8 +112,12 @@ def hashes(address: str) -> set[str]:
 
 
 def shop_slots(snapshot: pb.Snapshot, backend: str = SHOP) -> Slots:
-    """Slot index -> address of the enabled slots of the shop backend (or `backend`)."""
-    (shop,) = [b for b in snapshot.backends if b.name == backend]
+    """Slot index -> address of the enabled slots of the shop backend (or `backend`);
+    none while the snapshot has no such backend."""
+    found = [b for b in snapshot.backends if b.name == backend]
+    if not found:
+        return {}
+    (shop,) = found
     return {s.index: s.address for s in shop.slots if s.enabled}
 
 
