@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -11,6 +12,7 @@ from kubernetes import client
 from controlplane.kube.informer import WatchOptions
 from controlplane.kube.ledger_store import ConfigMapLedger
 from controlplane.kube.ledger_watch import LedgerWatch
+from controlplane.ledger.shards import MAX_OBJECT_BYTES
 from controlplane.model import ObjectRef
 from tests.kubeapi.objects import api_client
 
@@ -58,3 +60,18 @@ def ledger_on(
         yield ledger, watch
     finally:
         watch.stop()
+
+
+def data_limit_objects() -> dict[str, dict[str, object]]:
+    """ConfigMaps at the 1 MiB limit (a key on top; binaryData decoded) and one past it."""
+    at_limit = "x" * MAX_OBJECT_BYTES
+    binary = base64.b64encode(b"x" * MAX_OBJECT_BYTES).decode()
+    objects = {
+        "at-limit": {"data": {"slots.json": at_limit}},
+        "binary-at-limit": {"binaryData": {"blob": binary}},
+        "one-past": {"data": {"a": "x", "b": at_limit}},
+    }
+    return {
+        name: {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, **body}
+        for name, body in objects.items()
+    }

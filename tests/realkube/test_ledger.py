@@ -10,6 +10,7 @@ keeps its slots. The fake-server versions: tests/kube/test_ledger.py, test_repli
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import uuid
 from collections.abc import Iterator
@@ -48,7 +49,7 @@ from tests.helpers.cluster_serve import (
     serve_args,
     served,
 )
-from tests.helpers.ledger import REF, ledger_on
+from tests.helpers.ledger import REF, data_limit_objects, ledger_on
 from tests.helpers.replicas import StreamAgent, health, replica_of, role_of, slot_history
 from tests.helpers.server_process import ServeProcess
 
@@ -224,6 +225,25 @@ def test_a_shard_past_1_mib_is_refused_and_said_on_the_shard(
             assert shards(installed, ref) == {}
     finally:
         recorder.close()
+
+
+def test_the_data_limit_counts_values_only(installed: RealCluster) -> None:
+    """What the fake server now enforces (tests/kube/test_ledger.py), on a real one: a
+    1 MiB value under a key is taken, binaryData counts decoded, 1 MiB + 1 is refused."""
+    core = client.CoreV1Api(installed.api_client())
+    with own_namespace(installed, "rk-ledger") as ns:
+        for name, obj in data_limit_objects().items():
+            if name.endswith("past"):
+                with pytest.raises(ApiException) as refused:
+                    core.create_namespaced_config_map(ns, obj)
+                assert refused.value.status == 422
+                message = json.loads(refused.value.body)["message"]
+                assert message == (
+                    f'ConfigMap "{name}" is invalid: []: Too long: may not be more than '
+                    "1048576 bytes"
+                )
+            else:
+                core.create_namespaced_config_map(ns, obj)
 
 
 def swap_two_slots(text: str, a: str, b: str) -> str:
