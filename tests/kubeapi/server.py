@@ -58,6 +58,8 @@ PLURALS = {
 KINDS = {plural: kind for kind, plural in PLURALS.items()}
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
+# The audience of the API server's own tokens (--api-audiences; a cluster's issuer).
+API_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
 # The path prefix (group and version) each collection is served under; another prefix
 # is a 404, as a real server answers for a group or version it does not serve.
 API_PATHS = {
@@ -376,7 +378,11 @@ class FakeKubeAPI:
     ) -> None:
         """Make `token` valid for `audiences`: TokenReview answers `username` and, with
         `pod` (name, uid), the pod-bound extras a projected token carries."""
-        user: Obj = {"username": username, "uid": str(uuid.uuid4()), "groups": []}
+        groups = ["system:authenticated"]
+        if username.startswith("system:serviceaccount:"):
+            namespace = username.split(":")[2]
+            groups = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", *groups]
+        user: Obj = {"username": username, "uid": str(uuid.uuid4()), "groups": groups}
         if pod is not None:
             user["extra"] = {
                 "authentication.kubernetes.io/pod-name": [pod[0]],
@@ -390,19 +396,24 @@ class FakeKubeAPI:
             self._tokens_known.pop(token, None)
 
     def review(self, body: Obj) -> Obj:
-        """A TokenReview answer, as the API server's authenticator gives it."""
+        """A TokenReview answer, as the API server's authenticator gives it: a review that
+        names no audience is for the API server's own (API_AUDIENCE), and a refusal says
+        why in the server's words, with an empty user."""
         spec = body.get("spec") or {}
-        wanted = tuple(spec.get("audiences") or ())
+        wanted = tuple(spec.get("audiences") or ()) or (API_AUDIENCE,)
         with self._cond:
             self.token_reviews.append(copy.deepcopy(body))
             known = self._tokens_known.get(str(spec.get("token", "")))
-        answer: Obj = {"authenticated": False}
+        answer: Obj = {"user": {}}
         if known is None:
             answer["error"] = "invalid bearer token"
-        elif wanted and not set(wanted) & set(known[1]):
-            answer["error"] = "token audiences are invalid"
+        elif not set(wanted) & set(known[1]):
+            answer["error"] = (
+                f"[invalid bearer token, token audiences {_go_strings(known[1])} is invalid "
+                f"for the target audiences {_go_strings(wanted)}]"
+            )
         else:
-            granted = [a for a in wanted if a in known[1]] or list(known[1])
+            granted = [a for a in wanted if a in known[1]]
             answer = {"authenticated": True, "user": known[0], "audiences": granted}
         return {
             "kind": "TokenReview",
@@ -961,6 +972,11 @@ def _condition_problem(condition: Any) -> str:
     if not isinstance(generation, int) or generation < 0:
         return "observedGeneration: Invalid value: must be an integer of at least 0"
     return ""
+
+
+def _go_strings(values: tuple[str, ...]) -> str:
+    """A string slice as the API server's errors print it (%q of each): ["a" "b"]."""
+    return "[" + " ".join(json.dumps(v) for v in values) + "]"
 
 
 def data_bytes(obj: Obj) -> int:
