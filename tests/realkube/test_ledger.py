@@ -310,3 +310,73 @@ def test_a_shard_damaged_by_hand_is_rewritten_by_the_leader_and_the_follower_kee
         finally:
             agent.close()
         assert follower.terminate() == 0 and leader.terminate() == 0
+
+
+def quota_on_configmaps(cluster: RealCluster, name: str) -> None:
+    """A ResourceQuota holding haproxy-system's ConfigMaps at their count now, its usage
+    written as the resource quota controller would (it does not run here): the next
+    ConfigMap created there is refused (403 Forbidden, "exceeded quota")."""
+    core = client.CoreV1Api(cluster.api_client())
+    count = str(len(core.list_namespaced_config_map(CONTROLPLANE_NS).items))
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": name, "namespace": CONTROLPLANE_NS},
+        "spec": {"hard": {"configmaps": count}},
+    }
+    core.create_namespaced_resource_quota(CONTROLPLANE_NS, quota)
+    status = {"status": {"hard": {"configmaps": count}, "used": {"configmaps": count}}}
+    core.patch_namespaced_resource_quota_status(name, CONTROLPLANE_NS, status)
+
+
+def test_a_shard_the_server_refuses_is_said_where_operators_look_until_it_is_taken(
+    installed: RealCluster, controlplane_kubeconfig: Path
+) -> None:
+    """An operator's ResourceQuota on haproxy-system's ConfigMaps makes the server refuse
+    a new Service's shard (403, exceeded quota). What the user sees: one log line, the
+    leader NOT_SERVING with the reason in ListWorkloads, a Warning Event
+    SlotLedgerWriteRefused on the shard's name, the Service not served (slots are never
+    published unpersisted); once the quota is lifted, the next retry writes it."""
+    free_lease(installed)
+    quota = f"rk-ledger-{uuid.uuid4().hex[:6]}"
+    core = client.CoreV1Api(installed.api_client())
+    with (
+        own_namespace(installed, "rk-ledger") as ns,
+        ServeProcess(*serve_args(controlplane_kubeconfig, lease_s=LEASE_S)) as serve,
+    ):
+        backend = backend_name(ns, "shop")
+        name = shard_name(REF.name, backend)
+        assert wait_until(lambda: health(serve.address) == "SERVING", 30), serve.lines
+        assert wait_until(lambda: role_of(serve.address) == "leader", 15)
+        quota_on_configmaps(installed, quota)
+        try:
+            installed.apply(exposed_service(ns, "shop", ("10.0.4.1", "10.0.4.2")))
+            line = serve.wait_for(re.compile(r".*slot ledger write refused.*"), timeout=20)
+            assert "retrying will not fix it" in line.group(0)
+            assert "HTTP 403" in line.group(0) and "exceeded quota" in line.group(0)
+            assert wait_until(lambda: health(serve.address) == "NOT_SERVING", 10)
+            replica = replica_of(serve.address).replica
+            assert "cannot persist the slot ledger" in replica.not_ready_reason
+            assert any("exceeded quota" in p for p in replica.ledger_problems)
+
+            def event() -> list[Any]:
+                return list(
+                    core.list_namespaced_event(
+                        CONTROLPLANE_NS, field_selector=f"involvedObject.name={name}"
+                    ).items
+                )
+
+            assert wait_until(lambda: bool(event()), 10)
+            (refused,) = event()
+            assert (refused.type, refused.reason) == ("Warning", "SlotLedgerWriteRefused")
+            assert "exceeded quota" in refused.message
+            assert served(serve.address, backend)[1] == {}, "published unpersisted"
+        finally:
+            core.delete_namespaced_resource_quota(quota, CONTROLPLANE_NS)
+        assert wait_until(lambda: health(serve.address) == "SERVING", 40), serve.lines[-5:]
+        assert set(served(serve.address, backend)[1].values()) == {"10.0.4.1", "10.0.4.2"}
+        serve.wait_for(re.compile(r"slot ledger persisted again"))
+        refusals = [line for line in serve.lines if "slot ledger write refused" in line]
+        assert len(refusals) == 1, refusals
+        assert core.read_namespaced_config_map(name, CONTROLPLANE_NS).data["backend"] == backend
+        assert serve.terminate() == 0
