@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ WORKLOAD = "haproxy-system/DaemonSet/haproxy"
 HAPROXY_SELECTOR = "app.kubernetes.io/component=haproxy"
 Obj = dict[str, Any]
 Slots = dict[int, str]
+FORBIDDEN = re.compile(r"\b403\b|Forbidden|forbidden")
 
 
 def serve_args(kubeconfig: Path, *extra: str, lease_s: float | None = None) -> tuple[str, ...]:
@@ -143,3 +145,8 @@ def served(address: str, backend: str) -> tuple[str, Slots]:
     chosen = backend_of(found, backend) or {}
     slots = {int(s["index"]): s["address"] for s in chosen.get("slots", []) if s.get("enabled")}
     return str(found.get("content_hash", "")), slots
+
+
+def forbidden(lines: list[str]) -> list[str]:
+    """The log lines of a call the shipped RBAC refused (none, when it grants all)."""
+    return [line for line in lines if FORBIDDEN.search(line)]

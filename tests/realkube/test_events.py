@@ -7,7 +7,6 @@ and one that expired is created anew. The fake-server version: tests/kube/test_e
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from kubernetes import client
@@ -15,11 +14,15 @@ from kubernetes import client
 from controlplane.compute.types import RejectedInput
 from controlplane.kube.events import COMPONENT, EventRecorder
 from tests.helpers.cluster import RealCluster, wait_until
-from tests.helpers.cluster_serve import exposed_service, free_lease, own_namespace, serve_args
+from tests.helpers.cluster_serve import (
+    exposed_service,
+    forbidden,
+    free_lease,
+    own_namespace,
+    serve_args,
+)
 from tests.helpers.replicas import health
 from tests.helpers.server_process import ServeProcess
-
-FORBIDDEN = re.compile(r"\b403\b|Forbidden|forbidden")
 
 
 def events_of(cluster: RealCluster, namespace: str, name: str) -> list[client.CoreV1Event]:
@@ -46,8 +49,7 @@ def test_a_rejected_annotation_becomes_a_warning_event_on_the_service(
         assert (involved.kind, involved.api_version) == ("Service", "v1")
         assert (involved.namespace, involved.uid) == (ns, service.metadata.uid)
         assert event.source.component == COMPONENT and event.count == 1
-    denied = [line for line in serve.lines if FORBIDDEN.search(line)]
-    assert not denied, denied
+    assert not forbidden(serve.lines)
 
 
 class Clock:

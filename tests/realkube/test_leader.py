@@ -27,6 +27,7 @@ from tests.helpers.cluster_serve import (
     backend_name,
     endpoint_slice,
     exposed_service,
+    forbidden,
     free_lease,
     lease,
     own_namespace,
@@ -109,3 +110,4 @@ def test_the_follower_takes_the_lease_of_a_killed_leader_and_no_slot_moves(
             agent.close()
         assert follower.terminate() == 0
         assert not lease(installed).get("holderIdentity"), "released on a clean stop"
+    assert not forbidden(leader.lines + follower.lines)

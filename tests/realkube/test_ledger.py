@@ -44,6 +44,7 @@ from tests.helpers.cluster_serve import (
     HAPROXY_SELECTOR,
     backend_name,
     exposed_service,
+    forbidden,
     free_lease,
     own_namespace,
     serve_args,
@@ -310,6 +311,7 @@ def test_a_shard_damaged_by_hand_is_rewritten_by_the_leader_and_the_follower_kee
         finally:
             agent.close()
         assert follower.terminate() == 0 and leader.terminate() == 0
+    assert not forbidden(leader.lines + follower.lines)
 
 
 def quota_on_configmaps(cluster: RealCluster, name: str) -> None:
