@@ -157,6 +157,7 @@ def test_a_refused_write_is_permanent_and_named(api: FakeKubeAPI, code: int, cau
             ledger.save(grown)
         assert raised.value.permanent and raised.value.cause == cause
         assert f"HTTP {code}" in str(raised.value)
+        assert raised.value.unwritten == {SHOP}, "BLOG's shard was written"
         ledger.save(grown)  # the next save writes what failed
     with kube_ledger(api.url) as (successor, _):
         assert plain(successor.load()[0]) == plain(grown)

@@ -43,6 +43,7 @@ from tests.helpers.cluster_serve import (
     CONTROLPLANE_NS,
     HAPROXY_SELECTOR,
     backend_name,
+    endpoint_slice,
     exposed_service,
     forbidden,
     free_lease,
@@ -331,25 +332,33 @@ def quota_on_configmaps(cluster: RealCluster, name: str) -> None:
     core.patch_namespaced_resource_quota_status(name, CONTROLPLANE_NS, status)
 
 
-def test_a_shard_the_server_refuses_is_said_where_operators_look_until_it_is_taken(
+def test_a_shard_the_server_refuses_is_said_and_freezes_no_other_tenant(
     installed: RealCluster, controlplane_kubeconfig: Path
 ) -> None:
     """An operator's ResourceQuota on haproxy-system's ConfigMaps makes the server refuse
     a new Service's shard (403, exceeded quota). What the user sees: one log line, the
     leader NOT_SERVING with the reason in ListWorkloads, a Warning Event
-    SlotLedgerWriteRefused on the shard's name, the Service not served (slots are never
-    published unpersisted); once the quota is lifted, the next retry writes it."""
+    SlotLedgerWriteRefused on the shard's name, that Service not served (slots are never
+    published unpersisted); once the quota is lifted, the next retry writes it.
+
+    Meanwhile another namespace's Service, whose shard exists (an update, which the quota
+    does not count), keeps changing: the leader published nothing at all while any
+    shard was refused, so one tenant's new Service froze every other tenant's endpoint
+    changes on the agents it served. Now what was persisted is published."""
     free_lease(installed)
     quota = f"rk-ledger-{uuid.uuid4().hex[:6]}"
     core = client.CoreV1Api(installed.api_client())
     with (
         own_namespace(installed, "rk-ledger") as ns,
+        own_namespace(installed, "rk-other") as other_ns,
         ServeProcess(*serve_args(controlplane_kubeconfig, lease_s=LEASE_S)) as serve,
     ):
-        backend = backend_name(ns, "shop")
+        backend, other = backend_name(ns, "shop"), backend_name(other_ns, "blog")
         name = shard_name(REF.name, backend)
+        installed.apply(exposed_service(other_ns, "blog", ("10.0.5.1",)))
         assert wait_until(lambda: health(serve.address) == "SERVING", 30), serve.lines
         assert wait_until(lambda: role_of(serve.address) == "leader", 15)
+        assert wait_until(lambda: set(served(serve.address, other)[1].values()) == {"10.0.5.1"})
         quota_on_configmaps(installed, quota)
         try:
             installed.apply(exposed_service(ns, "shop", ("10.0.4.1", "10.0.4.2")))
@@ -373,6 +382,16 @@ def test_a_shard_the_server_refuses_is_said_where_operators_look_until_it_is_tak
             assert (refused.type, refused.reason) == ("Warning", "SlotLedgerWriteRefused")
             assert "exceeded quota" in refused.message
             assert served(serve.address, backend)[1] == {}, "published unpersisted"
+
+            # The other tenant scales while the refusal lasts: served at once.
+            installed.apply([endpoint_slice(other_ns, "blog", ("10.0.5.1", "10.0.5.2"))])
+            assert wait_until(
+                lambda: set(served(serve.address, other)[1].values()) == {"10.0.5.1", "10.0.5.2"},
+                10,
+            ), "another tenant's change waited on the refused shard"
+            assert served(serve.address, backend)[1] == {}, "published unpersisted"
+            blog = core.read_namespaced_config_map(shard_name(REF.name, other), CONTROLPLANE_NS)
+            assert "10.0.5.2" in blog.data[SLOTS_KEY], "persisted before published"
         finally:
             core.delete_namespaced_resource_quota(quota, CONTROLPLANE_NS)
         assert wait_until(lambda: health(serve.address) == "SERVING", 40), serve.lines[-5:]
