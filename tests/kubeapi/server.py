@@ -797,7 +797,8 @@ class _Failure(Exception):
 
 def _validate(plural: str, obj: Obj) -> None:
     """What the API server's validation refuses (422 Invalid, its own messages): object
-    names, label values, and ConfigMap/Secret data over 1 MiB."""
+    names, label values, an Event about an object of another namespace, and ConfigMap/
+    Secret data over 1 MiB."""
     kind = KINDS[plural]
     meta = obj.get("metadata") or {}
     name = str(meta.get("name") or "")
@@ -816,6 +817,15 @@ def _validate(plural: str, obj: Obj) -> None:
                 "Invalid",
                 invalid + f'metadata.labels: Invalid value: "{str(value)[:100]}": a valid '
                 "label must be an empty string or consist of alphanumeric characters",
+            )
+    if plural == "events":
+        involved = str((obj.get("involvedObject") or {}).get("namespace") or "")
+        if involved and involved != str(meta.get("namespace") or ""):
+            raise _Failure(
+                422,
+                "Invalid",
+                invalid + f'involvedObject.namespace: Invalid value: "{involved}": does not '
+                "match event.namespace",
             )
     if plural == "secrets" and obj.get("type") == TLS_SECRET:
         data = obj.get("data") or {}

@@ -7,9 +7,12 @@ and one that expired is created anew. The fake-server version: tests/kube/test_e
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from controlplane.compute.types import RejectedInput
 from controlplane.kube.events import COMPONENT, EventRecorder
@@ -23,6 +26,7 @@ from tests.helpers.cluster_serve import (
 )
 from tests.helpers.replicas import health
 from tests.helpers.server_process import ServeProcess
+from tests.kubeapi.objects import MISPLACED, misplaced_event
 
 
 def events_of(cluster: RealCluster, namespace: str, name: str) -> list[client.CoreV1Event]:
@@ -89,3 +93,14 @@ def test_a_repeated_rejection_patches_its_event_and_an_expired_one_is_created_ag
             assert again.involved_object.uid
     finally:
         recorder.close()
+
+
+def test_an_event_about_an_object_of_another_namespace_is_refused(
+    installed: RealCluster,
+) -> None:
+    """What the fake server now refuses too (tests/kube/test_events.py), in these words."""
+    core = client.CoreV1Api(installed.api_client())
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_event("default", misplaced_event())
+    assert refused.value.status == 422
+    assert json.loads(refused.value.body)["message"] == MISPLACED
