@@ -161,7 +161,8 @@ class Metrics:
         )
         self.ledger_unpersisted = Gauge(
             "peerplane_slot_ledger_unpersisted",
-            "1 while the leader cannot persist the slot ledger (and so publishes nothing new)",
+            "1 while the leader cannot persist the slot ledger (and so does not publish what "
+            "it could not write)",
             registry=r,
         )
         self.route_status_writes = Counter(

@@ -254,7 +254,7 @@ async def _report(
             len(status.ledger_problems),
         )
         unpersisted = status.not_ready_reason if status.cause == "ledger-write" else ""
-        if unpersisted != ledger_said:  # health: nothing new is published meanwhile
+        if unpersisted != ledger_said:  # health: what is unwritten is not published
             await server.set_problem("ledger", unpersisted)
             ledger_said = unpersisted
         if (status.role, status.not_ready_reason) != said:

@@ -13,8 +13,9 @@ reports it and never shows it here, so the leader neither continues, rewrites no
 it.
 
 A refused write raises `LedgerWriteError`, permanent for what retrying cannot fix (422
-invalid, 413 too large, 403 forbidden, 400): the reconcile loop says so once per cause,
-keeps its last published snapshots, and retries with backoff.
+invalid, 413 too large, 403 forbidden, 400), naming the backends left unwritten: the
+reconcile loop says so once per cause, publishes what was written (those backends keep
+what they had), and retries with backoff.
 """
 
 from __future__ import annotations
@@ -208,7 +209,12 @@ class ConfigMapLedger:
         if errors:
             with self._lock:  # what failed is written again by the next save
                 self._dirty.update(b for b, _ in items if b not in self._saved)
-            raise min(errors, key=lambda e: not e.permanent)
+            # Every other shard was written: the loop may publish them (a failed delete
+            # leaves a stale shard, which publishes nothing).
+            unwritten = frozenset(
+                b for (b, _), e in zip(items, outcomes, strict=True) if e is not None
+            )
+            raise min(errors, key=lambda e: not e.permanent).of(unwritten)
         if self._legacy_pending:
             self._mark_legacy()
 

@@ -42,8 +42,8 @@ BACKEND_KEY = "backend"
 SLOTS_KEY = "slots.json"
 HASH_KEY = "sha256"
 WRITER_KEY = "written-by"
-# The API server refuses a ConfigMap whose data exceeds 1 MiB ("Too long: must have at
-# most 1048576 bytes").
+# The API server refuses a ConfigMap whose data and binaryData values exceed 1 MiB (422:
+# "[]: Too long: may not be more than 1048576 bytes").
 MAX_OBJECT_BYTES = 1 << 20
 
 _OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -84,23 +84,31 @@ def shard_data(backend: str, slots: BackendSlots, writer: str) -> tuple[dict[str
 
 
 def shard_bytes(data: Mapping[str, str]) -> int:
-    """What the API counts against MAX_OBJECT_BYTES: keys and values of `data`."""
+    """The shard's size against MAX_OBJECT_BYTES: keys and values of `data` (the API
+    counts the values only: the keys are a margin of a few bytes)."""
     return sum(len(k.encode()) + len(v.encode()) for k, v in data.items())
 
 
-def max_shard_bytes() -> int:
-    """The largest shard any backend can have: MAX_SLOTS slots, all freed by distinct
-    IPv6 endpoints of the longest text, at the longest time text, on a 143-char name."""
+def largest_shard(count: int = limits.MAX_SLOTS) -> tuple[str, BackendSlots, str]:
+    """The largest shard any backend can have (backend name, slots, writer): `count`
+    (MAX_SLOTS) slots, all freed by distinct IPv6 endpoints of the longest text, at the
+    longest time text, on a 143-char name, by a 253-char writer."""
     name = "n" * 63 + "_" + "s" * 63 + "_" + "p" * 15
-    freed = {slot: 1_799_999_999.123456 + slot / 7 for slot in range(1, limits.MAX_SLOTS + 1)}
+    freed = {slot: 1_799_999_999.123456 + slot / 7 for slot in range(1, count + 1)}
     freed_by = {slot: (f"ffff:ffff:ffff:ffff:ffff:ffff:ffff:{slot:x}", 65535) for slot in freed}
     slots = BackendSlots(
-        count=limits.MAX_SLOTS,
+        count=count,
         slots=MappingProxyType({}),
         freed=MappingProxyType(freed),
         freed_by=MappingProxyType(freed_by),
     )
-    data, _ = shard_data(name, slots, "x" * 253)
+    return name, slots, "x" * 253
+
+
+def max_shard_bytes() -> int:
+    """The size of `largest_shard()`: what no shard ever exceeds."""
+    name, slots, writer = largest_shard()
+    data, _ = shard_data(name, slots, writer)
     return shard_bytes(data)
 
 

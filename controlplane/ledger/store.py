@@ -37,12 +37,29 @@ class SlotLedger(Protocol):
 class LedgerWriteError(Exception):
     """A ledger write that failed. `permanent`: retrying the same write cannot succeed
     (the API refused it as invalid, too large or forbidden; a file that is not writable);
-    `cause` is a short stable word for metrics and for logging once per cause."""
+    `cause` is a short stable word for metrics and for logging once per cause.
+    `unwritten`: the backends whose write failed while every other one of the save was
+    written (a shard each), which the loop may then publish; None when that is not known
+    (nothing of the save may be published)."""
 
-    def __init__(self, message: str, *, cause: str, permanent: bool) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        cause: str,
+        permanent: bool,
+        unwritten: frozenset[str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.cause = cause
         self.permanent = permanent
+        self.unwritten = unwritten
+
+    def of(self, unwritten: frozenset[str]) -> LedgerWriteError:
+        """This error, naming the backends left unwritten by the save it ends."""
+        return LedgerWriteError(
+            str(self), cause=self.cause, permanent=self.permanent, unwritten=unwritten
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,6 +92,20 @@ def same_assignment(
     )
 
 
+def _written_part(
+    error: Exception, previous: SlotAssignment, assignment: SlotAssignment
+) -> SlotAssignment | None:
+    """What a failed save did write: `assignment` with each backend the error names as
+    unwritten back at its `previous` slots (or left out, if new); None when the error does
+    not say what was written (nothing may be published)."""
+    unwritten = error.unwritten if isinstance(error, LedgerWriteError) else None
+    if unwritten is None:
+        return None
+    written = {name: slots for name, slots in assignment.items() if name not in unwritten}
+    written.update({name: previous[name] for name in unwritten if name in previous})
+    return written
+
+
 def describe_rejection(rejection: RejectedInput) -> str:
     return f"rejected {rejection.object} {rejection.key}={rejection.value}: {rejection.reason}"
 
@@ -292,26 +306,12 @@ class Reconciler:
         if previous is None:
             return  # nothing to compute with yet; the ledger watch calls on_change
 
-        def compute_now() -> tuple[ComputeResult, dict[str, SnapshotContent], float]:
-            state = self._source.state()
-            now = time.time()  # wall clock: freed slots' times are compared across restarts
-            started = time.perf_counter()
-            if assigning:
-                result = self._compute(state, previous, now=now)
-            else:
-                result = self._compute(state, previous, now=now, assign_new=False)
-            contents = self._encoder.encode(result.workloads)
-            return result, contents, time.perf_counter() - started
-
-        try:
-            result, contents, seconds = await self._loop.run_in_executor(
-                self._executor, compute_now
-            )
-        except Exception:
-            log.exception("computation failed; waiting for the next change")
+        computed = await self._computed(None, previous, assigning)
+        if computed is None:
             return
-        self._metrics.computed(seconds)
+        state, result, contents = computed
         unchanged = same_assignment(result.assignment, previous, result.touched)
+        persisted = True
         if assigning and (not unchanged or self._ledger.dirty()):
             try:
                 await self._loop.run_in_executor(
@@ -319,8 +319,18 @@ class Reconciler:
                 )
             except Exception as error:
                 self._unpersisted(error)
-                return
-        if self._failures:
+                written = _written_part(error, previous, result.assignment)
+                if written is None:
+                    return
+                # One backend's refused shard freezes no other: publish what was
+                # written, computed again from it without assigning (as a follower does:
+                # the unwritten backends keep what they had, their new endpoints wait).
+                computed = await self._computed(state, written, assigning=False)
+                if computed is None:
+                    return
+                _, result, contents = computed
+                persisted = False
+        if persisted and self._failures:
             self._succeeded()
         if self._authority is not None:
             self._authority.retain(result.assignment)
@@ -332,6 +342,30 @@ class Reconciler:
         self._publish(result, contents)
         self._log_problems(result.rejections, self._source.errors())
         self._settle_heap()
+
+    async def _computed(
+        self, state: ClusterState | None, previous: SlotAssignment, assigning: bool
+    ) -> tuple[ClusterState, ComputeResult, dict[str, SnapshotContent]] | None:
+        """Compute from `previous` and encode, in the executor, with `state` (None: the
+        source's state now); None (logged) when compute failed."""
+
+        def compute_now() -> tuple[ClusterState, ComputeResult, dict[str, SnapshotContent]]:
+            cluster = self._source.state() if state is None else state
+            now = time.time()  # wall clock: freed slots' times are compared across restarts
+            started = time.perf_counter()
+            if assigning:
+                result = self._compute(cluster, previous, now=now)
+            else:
+                result = self._compute(cluster, previous, now=now, assign_new=False)
+            contents = self._encoder.encode(result.workloads)
+            self._metrics.computed(time.perf_counter() - started)
+            return cluster, result, contents
+
+        try:
+            return await self._loop.run_in_executor(self._executor, compute_now)
+        except Exception:
+            log.exception("computation failed; waiting for the next change")
+            return None
 
     def _wake_at(self, when: float) -> None:
         """Compute again at wall-clock `when` (a certificate's start or end), with no change

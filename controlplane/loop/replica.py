@@ -5,9 +5,9 @@ holder assigns slots (role "leader"); the others compute with the slot ledger th
 wrote (role "follower"). Without one the process does everything (role "single").
 Ready means synced: the informers listed, the ledger was read (followers), and a first
 computation was published; until then health is NOT_SERVING and `status()` says why. A
-leader (or single process) that cannot persist the ledger publishes nothing new and is
-not ready either. A follower serving from the last good copy of a damaged shard stays
-ready and lists the damage in `ledger_problems`.
+leader (or single process) that cannot persist the ledger does not publish what it could
+not write and is not ready either. A follower serving from the last good copy of a damaged
+shard stays ready and lists the damage in `ledger_problems`.
 `Replica` is also the reconcile loop's `SlotAuthority`. Duck-typed views of the Lease
 and the ledger keep this module free of the Kubernetes client.
 """
@@ -138,7 +138,7 @@ class Replica:
             cause = "ledger"
             reason = f"slot ledger not read: {ledger.problem() or 'no answer yet'}"
         elif unpersisted and role != FOLLOWER:
-            # The leader cannot persist, so it publishes nothing new: not ready, said why.
+            # The leader cannot persist, so it withholds what it could not write: not ready.
             cause, reason = "ledger-write", f"cannot persist the slot ledger: {unpersisted}"
         elif not self._published():
             cause, reason = "unpublished", "first computation not published yet"

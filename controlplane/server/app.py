@@ -199,7 +199,7 @@ class ControlPlaneServer:
 
     async def set_problem(self, kind: str, problem: str) -> None:
         """A reason of `kind` ("" once gone) to report NOT_SERVING: the source is stuck,
-        or the leader cannot persist the slot ledger and so publishes nothing new."""
+        or the leader cannot persist (part of) the slot ledger and does not publish it."""
         if problem:
             self._problems[kind] = problem
         else:

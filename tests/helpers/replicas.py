@@ -112,9 +112,13 @@ def hashes(address: str) -> set[str]:
     return {w.content_hash for w in replica_of(address).workloads}
 
 
-def shop_slots(snapshot: pb.Snapshot) -> Slots:
-    """Slot index -> address of the enabled slots of the shop backend."""
-    (shop,) = [b for b in snapshot.backends if b.name == SHOP]
+def shop_slots(snapshot: pb.Snapshot, backend: str = SHOP) -> Slots:
+    """Slot index -> address of the enabled slots of the shop backend (or `backend`);
+    none while the snapshot has no such backend."""
+    found = [b for b in snapshot.backends if b.name == backend]
+    if not found:
+        return {}
+    (shop,) = found
     return {s.index: s.address for s in shop.slots if s.enabled}
 
 
@@ -131,6 +135,7 @@ class StreamAgent:
 
     `reconnect` picks the address of the next attempt after a lost stream (None: no
     acceptable replica now); without it the agent stays down, and `ended` says why.
+    `backend` is the backend whose slots are recorded.
     """
 
     def __init__(
@@ -138,8 +143,10 @@ class StreamAgent:
         address: str,
         pod: str = "haproxy-a",
         reconnect: Callable[[], str | None] | None = None,
+        backend: str = SHOP,
     ) -> None:
         self.pod = pod
+        self.backend = backend
         self._reconnect = reconnect
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -227,7 +234,7 @@ class StreamAgent:
         if kind == "snapshot":
             snap = message.snapshot
             with self._lock:
-                self.snapshots.append(Held(now, snap.content_hash, shop_slots(snap)))
+                self.snapshots.append(Held(now, snap.content_hash, shop_slots(snap, self.backend)))
             ack = pb.Ack(nonce=message.nonce, version=snap.version, content_hash=snap.content_hash)
             out.put(pb.AgentMessage(ack=ack))
         elif kind == "in_sync":

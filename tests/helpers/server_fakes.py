@@ -18,6 +18,7 @@ from controlplane.compute.types import (
     SlotAssignment,
     WorkloadSnapshot,
 )
+from controlplane.ledger.store import LedgerWriteError
 from controlplane.model import ClusterState
 from controlplane.publish.store import SnapshotStore
 from tests.helpers.server_harness import NS, W1
@@ -80,16 +81,23 @@ class FakeCompute:
         self.fail = False
         self.calls: list[float] = []  # time.monotonic() of each call
         self.previous: list[SlotAssignment] = []
+        self.assigning: list[bool] = []  # the `assign_new` each call was given
         self.nows: list[float] = []  # the `now` each call was given
         self.recompute_at = math.inf  # ComputeResult.recompute_at of every answer
         self._lock = threading.Lock()
 
     def __call__(
-        self, state: ClusterState, previous: SlotAssignment, *, now: float = 0.0
+        self,
+        state: ClusterState,
+        previous: SlotAssignment,
+        *,
+        now: float = 0.0,
+        assign_new: bool = True,
     ) -> ComputeResult:
         with self._lock:
             self.calls.append(time.monotonic())
             self.previous.append(previous)
+            self.assigning.append(assign_new)
             self.nows.append(now)
         if self.fail:
             raise RuntimeError("compute exploded")
@@ -111,6 +119,10 @@ class RecordingLedger:
         self.initial: SlotAssignment = initial or {}
         self.saves: list[tuple[SlotAssignment, int]] = []
         self.failures_left = 0
+        # Failures name these backends unwritten (the others written), as a sharded
+        # ledger's do; None: a whole-ledger failure.
+        self.unwritten: frozenset[str] | None = None
+        self._dirty = False
 
     def load(self) -> tuple[SlotAssignment, list[str]]:
         return self.initial, ["state file had a bad line"]
@@ -118,9 +130,18 @@ class RecordingLedger:
     def save(self, assignment: SlotAssignment) -> None:
         if self.failures_left:
             self.failures_left -= 1
+            if self.unwritten is not None:  # a shard each: all others were written
+                self._dirty = True  # the unwritten ones are written by the next save
+                raise LedgerWriteError(
+                    "cannot write slot ledger shard: HTTP 403 exceeded quota",
+                    cause="forbidden",
+                    permanent=True,
+                    unwritten=self.unwritten,
+                )
             raise OSError("disk full")
         published = self._store.get(W1)
         self.saves.append((assignment, published.version if published else 0))
+        self._dirty = False
 
     def dirty(self) -> bool:
-        return False
+        return self._dirty

@@ -197,3 +197,24 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = WAIT
     async with asyncio.timeout(timeout):
         while not await check():
             await asyncio.sleep(0.05)
+
+
+async def stream_status(address: str, pod: str, token: str) -> grpc.StatusCode | str:
+    """What the server answers a stream opening with `token` and a Hello for `pod`. A
+    token is refused from the metadata, before the Hello is read; when the Hello's write
+    crosses that refusal, gRPC's client reports INTERNAL ("execute_batch") instead of
+    the server's status (seen once in CI), so that one race is tried again, twice."""
+    for _ in range(3):
+        async with grpc.aio.insecure_channel(address) as channel:
+            agent = Agent(channel, pod, token=token)
+            try:
+                await agent.hello()
+                message = await agent.recv()
+            except grpc.aio.AioRpcError as err:
+                crossed = "execute_batch" in (err.debug_error_string() or "")
+                if err.code() == grpc.StatusCode.INTERNAL and crossed:
+                    continue
+                code: grpc.StatusCode = err.code()
+                return code
+            return str(message.WhichOneof("message"))
+    raise AssertionError("the Hello crossed the server's answer three times")

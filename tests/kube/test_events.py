@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from controlplane.compute.types import RejectedInput
 from controlplane.kube.events import EventRecorder
 from tests.kubeapi import FakeKubeAPI
-from tests.kubeapi.objects import api_client, config_map, http_route, ingress, service
+from tests.kubeapi.objects import (
+    MISPLACED,
+    api_client,
+    config_map,
+    http_route,
+    ingress,
+    misplaced_event,
+    service,
+)
 
 BAD_BALANCE = RejectedInput(
     "Service", "default", "shop", "haproxy.org/load-balance", "rr", "unknown"
@@ -131,3 +142,14 @@ def test_route_rejections_and_ignored_annotations_become_events_on_the_route(
     route = api.get("HTTPRoute", "default", "shop") or {}
     assert on_route["involvedObject"]["uid"] == route["metadata"]["uid"]
     assert "haproxy.org/load-balance" in on_ingress["message"]
+
+
+def test_an_event_about_an_object_of_another_namespace_is_refused(api: FakeKubeAPI) -> None:
+    """As a real API server refuses it (tests/realkube/test_events.py): an Event lives in
+    the namespace of the object it is about."""
+    core = client.CoreV1Api(api_client(api.url))
+    event = misplaced_event()
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_event("default", event)
+    assert refused.value.status == 422
+    assert json.loads(refused.value.body)["message"] == MISPLACED

@@ -104,7 +104,7 @@ def test_an_unsupported_field_selector_is_400(core: client.CoreV1Api) -> None:
         (
             lambda s: s["data"].update({"extra": "AAAA" * (MAX_DATA_BYTES // 3)}),
             422,
-            f'Secret "shop-tls" is invalid: data: Too long: must have at most {MAX_DATA_BYTES}',
+            f'Secret "shop-tls" is invalid: data: Too long: may not be more than {MAX_DATA_BYTES}',
         ),
         (
             lambda s: s["data"].update({"bad/key": "eA=="}),

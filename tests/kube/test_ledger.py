@@ -31,7 +31,7 @@ from controlplane.ledger.shards import (
     shard_name,
 )
 from controlplane.ledger.store import LedgerWriteError
-from tests.helpers.ledger import REF, kube_ledger
+from tests.helpers.ledger import REF, data_limit_objects, kube_ledger
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import api_client, config_map, wait_until
 
@@ -192,6 +192,7 @@ def test_a_refused_write_is_permanent_and_named(api: FakeKubeAPI, code: int, cau
             ledger.save(grown)
         assert raised.value.permanent and raised.value.cause == cause
         assert f"HTTP {code}" in str(raised.value)
+        assert raised.value.unwritten == {SHOP}, "BLOG's shard was written"
         ledger.save(grown)  # the next save writes what failed
     with kube_ledger(api.url) as (successor, _):
         assert plain(successor.load()[0]) == plain(grown)
@@ -360,7 +361,25 @@ def test_the_single_object_ledger_is_refused_at_2000_services(api: FakeKubeAPI) 
     with pytest.raises(ApiException) as refused:
         core.create_namespaced_config_map(REF.namespace, legacy_configmap(text))
     assert refused.value.status == 422
-    assert "Too long: must have at most 1048576 bytes" in str(refused.value.body)
+    assert "[]: Too long: may not be more than 1048576 bytes" in str(refused.value.body)
+
+
+def test_the_data_limit_counts_values_only_as_the_real_server_does(api: FakeKubeAPI) -> None:
+    """The fake counted keys too (and binaryData's base64 text), refusing a ConfigMap a
+    real server takes, in words it does not use (tests/realkube/test_ledger.py checks the
+    same three objects against a real one)."""
+    core = __import__("kubernetes").client.CoreV1Api(api_client(api.url))
+    for name, obj in data_limit_objects().items():
+        if name.endswith("past"):
+            with pytest.raises(ApiException) as refused:
+                core.create_namespaced_config_map(REF.namespace, obj)
+            assert refused.value.status == 422
+            message = json.loads(refused.value.body)["message"]
+            assert message == (
+                f'ConfigMap "{name}" is invalid: []: Too long: may not be more than 1048576 bytes'
+            )
+        else:
+            core.create_namespaced_config_map(REF.namespace, obj)
 
 
 def test_a_request_over_3_mib_is_refused_with_413(api: FakeKubeAPI) -> None:

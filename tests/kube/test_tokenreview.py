@@ -4,16 +4,19 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
+from kubernetes import client
 
 from controlplane.kube.tokenreview import KubeTokenReviewer
 from controlplane.server.auth import Denied
-from tests.helpers.server_harness import Agent, run
+from tests.helpers.server_harness import run, stream_status
 from tests.helpers.server_process import ROOT, ServeProcess
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import api_client, write_kubeconfig
@@ -48,25 +51,36 @@ def test_reviewer_reads_the_pod_identity_and_checks_the_audience(api: FakeKubeAP
     assert not isinstance(failure.value, Denied)
 
 
-async def stream_status(address: str, pod: str, token: str) -> grpc.StatusCode | str:
-    """What the server answers a stream opening with `token` and a Hello for `pod`. A
-    token is refused from the metadata, before the Hello is read; when the Hello's write
-    crosses that refusal, gRPC's client reports INTERNAL ("execute_batch") instead of
-    the server's status (seen once in CI), so that one race is tried again, twice."""
-    for _ in range(3):
-        async with grpc.aio.insecure_channel(address) as channel:
-            agent = Agent(channel, pod, token=token)
-            try:
-                await agent.hello()
-                message = await agent.recv()
-            except grpc.aio.AioRpcError as err:
-                crossed = "execute_batch" in (err.debug_error_string() or "")
-                if err.code() == grpc.StatusCode.INTERNAL and crossed:
-                    continue
-                code: grpc.StatusCode = err.code()
-                return code
-            return str(message.WhichOneof("message"))
-    raise AssertionError("the Hello crossed the server's answer three times")
+def test_the_fake_answers_as_the_real_server_does(api: FakeKubeAPI) -> None:
+    """The fake took a review naming no audience as one for any audience (a real server
+    reviews it for its own, and refuses a `peerplane` token), said "token audiences are
+    invalid" where a real server names them, and left groups empty
+    (tests/realkube/test_tokenreview.py saw the real answers)."""
+    authentication = client.AuthenticationV1Api(api_client(api.url))
+
+    def status(token: str, audiences: list[str] | None) -> dict[str, Any]:
+        body = {"spec": {"token": token, "audiences": audiences}}
+        reply = authentication.create_token_review(body, _preload_content=False)
+        found: dict[str, Any] = json.loads(reply.data)["status"]
+        return found
+
+    assert status("tok-a", None) == {
+        "user": {},
+        "error": '[invalid bearer token, token audiences ["peerplane"] is invalid for the '
+        'target audiences ["https://kubernetes.default.svc.cluster.local"]]',
+    }
+    assert status("tok-other-audience", ["peerplane"])["error"] == (
+        '[invalid bearer token, token audiences ["x"] is invalid for the target audiences '
+        '["peerplane"]]'
+    )
+    assert status("forged", ["peerplane"]) == {"user": {}, "error": "invalid bearer token"}
+    accepted = status("tok-a", ["peerplane"])
+    assert accepted["audiences"] == ["peerplane"]
+    assert accepted["user"]["groups"] == [
+        "system:serviceaccounts",
+        "system:serviceaccounts:haproxy-system",
+        "system:authenticated",
+    ]
 
 
 def test_serve_authenticates_agents_by_token_review(api: FakeKubeAPI, tmp_path: Path) -> None:

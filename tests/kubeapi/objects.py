@@ -271,3 +271,28 @@ def _l4_route(
             "rules": [{"backendRefs": [{"name": backend, "port": port}]}],
         },
     }
+
+
+# What a real API server answers `misplaced_event()` created in namespace default.
+MISPLACED = (
+    'Event "misplaced" is invalid: involvedObject.namespace: Invalid value: "kube-system": '
+    "does not match event.namespace"
+)
+
+
+def misplaced_event() -> Obj:
+    """A Warning Event for namespace default about a Service of kube-system (refused)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "misplaced", "namespace": "default"},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "namespace": "kube-system",
+            "name": "shop",
+        },
+        "reason": "InvalidAnnotation",
+        "message": "m",
+        "type": "Warning",
+    }

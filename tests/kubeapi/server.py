@@ -58,6 +58,8 @@ PLURALS = {
 KINDS = {plural: kind for kind, plural in PLURALS.items()}
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
+# The audience of the API server's own tokens (--api-audiences; a cluster's issuer).
+API_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
 # The path prefix (group and version) each collection is served under; another prefix
 # is a 404, as a real server answers for a group or version it does not serve.
 API_PATHS = {
@@ -123,7 +125,7 @@ _SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 # The real API server's limits (apimachinery validation and the apiserver's request
 # filter), enforced so a test fails where a cluster would.
 MAX_REQUEST_BYTES = 3 * 1024 * 1024  # request body -> 413
-MAX_DATA_BYTES = 1024 * 1024  # ConfigMap / Secret data + binaryData -> 422 Invalid
+MAX_DATA_BYTES = 1024 * 1024  # ConfigMap / Secret data values (not keys) -> 422 Invalid
 MAX_NAME = 253
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
@@ -378,7 +380,11 @@ class FakeKubeAPI:
     ) -> None:
         """Make `token` valid for `audiences`: TokenReview answers `username` and, with
         `pod` (name, uid), the pod-bound extras a projected token carries."""
-        user: Obj = {"username": username, "uid": str(uuid.uuid4()), "groups": []}
+        groups = ["system:authenticated"]
+        if username.startswith("system:serviceaccount:"):
+            namespace = username.split(":")[2]
+            groups = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", *groups]
+        user: Obj = {"username": username, "uid": str(uuid.uuid4()), "groups": groups}
         if pod is not None:
             user["extra"] = {
                 "authentication.kubernetes.io/pod-name": [pod[0]],
@@ -392,19 +398,24 @@ class FakeKubeAPI:
             self._tokens_known.pop(token, None)
 
     def review(self, body: Obj) -> Obj:
-        """A TokenReview answer, as the API server's authenticator gives it."""
+        """A TokenReview answer, as the API server's authenticator gives it: a review that
+        names no audience is for the API server's own (API_AUDIENCE), and a refusal says
+        why in the server's words, with an empty user."""
         spec = body.get("spec") or {}
-        wanted = tuple(spec.get("audiences") or ())
+        wanted = tuple(spec.get("audiences") or ()) or (API_AUDIENCE,)
         with self._cond:
             self.token_reviews.append(copy.deepcopy(body))
             known = self._tokens_known.get(str(spec.get("token", "")))
-        answer: Obj = {"authenticated": False}
+        answer: Obj = {"user": {}}
         if known is None:
             answer["error"] = "invalid bearer token"
-        elif wanted and not set(wanted) & set(known[1]):
-            answer["error"] = "token audiences are invalid"
+        elif not set(wanted) & set(known[1]):
+            answer["error"] = (
+                f"[invalid bearer token, token audiences {_go_strings(known[1])} is invalid "
+                f"for the target audiences {_go_strings(wanted)}]"
+            )
         else:
-            granted = [a for a in wanted if a in known[1]] or list(known[1])
+            granted = [a for a in wanted if a in known[1]]
             answer = {"authenticated": True, "user": known[0], "audiences": granted}
         return {
             "kind": "TokenReview",
@@ -830,7 +841,8 @@ class _Failure(Exception):
 
 def _validate(plural: str, obj: Obj) -> None:
     """What the API server's validation refuses (422 Invalid, its own messages): object
-    names, label values, and ConfigMap/Secret data over 1 MiB."""
+    names, label values, an Event about an object of another namespace, and ConfigMap/
+    Secret data over 1 MiB."""
     kind = KINDS[plural]
     meta = obj.get("metadata") or {}
     name = str(meta.get("name") or "")
@@ -850,6 +862,15 @@ def _validate(plural: str, obj: Obj) -> None:
                 invalid + f'metadata.labels: Invalid value: "{str(value)[:100]}": a valid '
                 "label must be an empty string or consist of alphanumeric characters",
             )
+    if plural == "events":
+        involved = str((obj.get("involvedObject") or {}).get("namespace") or "")
+        if involved and involved != str(meta.get("namespace") or ""):
+            raise _Failure(
+                422,
+                "Invalid",
+                invalid + f'involvedObject.namespace: Invalid value: "{involved}": does not '
+                "match event.namespace",
+            )
     if plural == "secrets" and obj.get("type") == TLS_SECRET:
         data = obj.get("data") or {}
         for key in TLS_SECRET_KEYS:
@@ -862,7 +883,7 @@ def _validate(plural: str, obj: Obj) -> None:
             raise _Failure(
                 422,
                 "Invalid",
-                invalid + f"{where}: Too long: must have at most {MAX_DATA_BYTES} bytes",
+                invalid + f"{where}: Too long: may not be more than {MAX_DATA_BYTES} bytes",
             )
 
 
@@ -1007,14 +1028,25 @@ def _condition_problem(condition: Any) -> str:
     return ""
 
 
+def _go_strings(values: tuple[str, ...]) -> str:
+    """A string slice as the API server's errors print it (%q of each): ["a" "b"]."""
+    return "[" + " ".join(json.dumps(v) for v in values) + "]"
+
+
 def data_bytes(obj: Obj) -> int:
-    """The size the API server limits of a ConfigMap's or Secret's data: keys and values
-    of data, binaryData and stringData, in bytes."""
-    return sum(
-        len(str(k).encode()) + len(str(v).encode())
-        for field_name in ("data", "binaryData", "stringData")
-        for k, v in (obj.get(field_name) or {}).items()
-    )
+    """The size the API server limits of a ConfigMap: the values of `data` (bytes) and of
+    `binaryData` (decoded); keys do not count (ValidateConfigMap, checked on a real
+    server: a 1 MiB value under a key is taken, 1 MiB + 1 refused)."""
+    text = sum(len(str(v).encode()) for v in (obj.get("data") or {}).values())
+    binary = sum(_decoded_len(v) for v in (obj.get("binaryData") or {}).values())
+    return text + binary
+
+
+def _decoded_len(value: Any) -> int:
+    try:
+        return len(base64.b64decode(str(value).replace("\n", "").replace("\r", "")))
+    except (binascii.Error, ValueError):
+        return len(str(value))
 
 
 def secret_bytes(obj: Obj) -> int:

@@ -17,7 +17,7 @@ import pytest
 from controlplane.compute.types import RejectedInput
 from controlplane.loop.reconcile import REFREEZE_GEN2_OBJECTS, Reconciler
 from controlplane.publish.store import SnapshotStore
-from tests.helpers.server_fakes import FakeCompute, FakeSource, RecordingLedger
+from tests.helpers.server_fakes import FakeCompute, FakeSource, RecordingLedger, assignment_for
 from tests.helpers.server_harness import W1, run
 
 WAIT_S = 5.0
@@ -174,6 +174,32 @@ def test_a_failed_save_publishes_nothing_and_is_retried() -> None:
             published = loop.store.get(W1)
             assert published is not None and published.version == 1
             assert len(loop.slots.saves) == 1
+
+    run(body())
+
+
+@pytest.mark.parametrize("refused", ["default_blog_http", "default_shop_http"])
+def test_a_save_that_wrote_all_but_one_backend_publishes_what_it_wrote(refused: str) -> None:
+    """A shard the API refused (a quota on haproxy-system's ConfigMaps, a new Service's
+    shard) made the loop publish nothing at all: every other tenant's changes froze on
+    the leader until that one shard was taken. Now the loop publishes what was written,
+    computed again from it without assigning (the refused backend keeps what it had:
+    here nothing, it was new), stays unpersisted, and retries."""
+
+    async def body() -> None:
+        async with reconcile_loop(retry_s=0.05) as loop:
+            loop.slots.unwritten = frozenset({refused})
+            loop.slots.failures_left = 1
+            await loop.reconciler.wait_computed(1, WAIT_S)
+            published = loop.store.get(W1)
+            assert published is not None and published.version == 1
+            assert loop.compute.assigning[:2] == [True, False]
+            written = dict(loop.compute.previous[1])
+            full = loop.compute.previous[0] | assignment_for(loop.compute.addresses)
+            assert written == {k: v for k, v in full.items() if k != refused}
+            assert "exceeded quota" in loop.reconciler.unpersisted
+            await loop.reconciler.wait_computed(2, WAIT_S)  # the retry writes it
+            assert len(loop.slots.saves) == 1 and loop.reconciler.unpersisted == ""
 
     run(body())
 
