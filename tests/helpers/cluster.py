@@ -13,12 +13,14 @@ import json
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
+
+from tests.kubeapi.objects import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "tests" / "cluster"
@@ -235,12 +237,3 @@ class KubectlError(AssertionError):
 
 def _as_list(objects: Iterable[Obj]) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)})
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()

@@ -21,7 +21,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.helpers.cluster import RealCluster, wait_until
-from tests.helpers.server_process import grpcurl
+from tests.helpers.replicas import health, role_of
+from tests.helpers.server_process import ServeProcess, grpcurl
 
 CONTROLPLANE_NS = "haproxy-system"
 LEASE = "peerplane-controlplane"
@@ -150,3 +151,12 @@ def served(address: str, backend: str) -> tuple[str, Slots]:
 def forbidden(lines: list[str]) -> list[str]:
     """The log lines of a call the shipped RBAC refused (none, when it grants all)."""
     return [line for line in lines if FORBIDDEN.search(line)]
+
+
+def leader_and_follower(a: ServeProcess, b: ServeProcess) -> tuple[ServeProcess, ServeProcess]:
+    """Once both replicas serve and one holds the Lease: (leader, follower)."""
+    assert wait_until(lambda: health(a.address) == health(b.address) == "SERVING", 30)
+    assert wait_until(
+        lambda: {role_of(a.address), role_of(b.address)} == {"leader", "follower"}, 15
+    )
+    return (a, b) if role_of(a.address) == "leader" else (b, a)

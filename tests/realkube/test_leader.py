@@ -29,6 +29,7 @@ from tests.helpers.cluster_serve import (
     exposed_service,
     forbidden,
     free_lease,
+    leader_and_follower,
     lease,
     own_namespace,
     serve_args,
@@ -36,7 +37,7 @@ from tests.helpers.cluster_serve import (
     settled,
 )
 from tests.helpers.ledger import REF
-from tests.helpers.replicas import StreamAgent, health, replica_of, role_of, slot_history
+from tests.helpers.replicas import StreamAgent, replica_of, role_of, slot_history
 from tests.helpers.server_process import ServeProcess
 
 LEASE_S = 4.0
@@ -55,11 +56,7 @@ def test_the_follower_takes_the_lease_of_a_killed_leader_and_no_slot_moves(
     ):
         backend = backend_name(ns, "shop")
         installed.apply(exposed_service(ns, "shop", ("10.0.2.1", "10.0.2.2")))
-        assert wait_until(lambda: health(a.address) == health(b.address) == "SERVING", 30)
-        assert wait_until(
-            lambda: {role_of(a.address), role_of(b.address)} == {"leader", "follower"}, 15
-        )
-        leader, follower = (a, b) if role_of(a.address) == "leader" else (b, a)
+        leader, follower = leader_and_follower(a, b)
         first = replica_of(leader.address).replica.name
         assert lease(installed)["holderIdentity"] == first
         assert replica_of(follower.address).replica.leader == first

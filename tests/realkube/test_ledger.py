@@ -48,6 +48,7 @@ from tests.helpers.cluster_serve import (
     exposed_service,
     forbidden,
     free_lease,
+    leader_and_follower,
     own_namespace,
     serve_args,
     served,
@@ -266,11 +267,7 @@ def test_a_shard_damaged_by_hand_is_rewritten_by_the_leader_and_the_follower_kee
     ):
         backend = backend_name(ns, "shop")
         installed.apply(exposed_service(ns, "shop", ("10.0.2.1", "10.0.2.2")))
-        assert wait_until(lambda: health(a.address) == health(b.address) == "SERVING", 30)
-        assert wait_until(
-            lambda: {role_of(a.address), role_of(b.address)} == {"leader", "follower"}, 15
-        )
-        leader, follower = (a, b) if role_of(a.address) == "leader" else (b, a)
+        leader, follower = leader_and_follower(a, b)
         pod = installed.pods(CONTROLPLANE_NS, HAPROXY_SELECTOR)[0].metadata.name
         agent = StreamAgent(follower.address, pod=pod, backend=backend)
         try:
@@ -359,7 +356,7 @@ def test_a_shard_the_server_refuses_is_said_and_freezes_no_other_tenant(
         installed.apply(exposed_service(other_ns, "blog", ("10.0.5.1",)))
         assert wait_until(lambda: health(serve.address) == "SERVING", 30), serve.lines
         assert wait_until(lambda: role_of(serve.address) == "leader", 15)
-        assert wait_until(lambda: set(served(serve.address, other)[1].values()) == {"10.0.5.1"})
+        assert wait_until(lambda: set(served(serve.address, other)[1].values()) == {"10.0.5.1"}, 15)
         try:
             quota_on_configmaps(installed, quota)
             installed.apply(exposed_service(ns, "shop", ("10.0.4.1", "10.0.4.2")))

@@ -10,7 +10,6 @@ server-side through the published CRDs' schemas.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -18,24 +17,12 @@ from kubernetes import client
 
 from tests.helpers.cluster import RealCluster, wait_until
 from tests.helpers.cluster_demo import demo_objects
+from tests.helpers.cluster_serve import FORBIDDEN, serve_args
 from tests.helpers.replicas import health
 from tests.helpers.server_process import ServeProcess, grpcurl
 from tests.realkube.conftest import CONTROLPLANE_NS, HAPROXY_PODS, WORKLOAD
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
-FORBIDDEN = re.compile(r"\b403\b|Forbidden|forbidden")
-
-
-def serve_args(kubeconfig: Path, *extra: str) -> tuple[str, ...]:
-    """The flags deploy/base/controlplane.yaml runs `serve` with, but the kubeconfig."""
-    return (
-        "--source=kubernetes",
-        f"--kubeconfig={kubeconfig}",
-        "--leader-elect",
-        f"--lease-namespace={CONTROLPLANE_NS}",
-        f"--configmap={CONTROLPLANE_NS}/haproxy-settings",
-        *extra,
-    )
 
 
 def snapshot(address: str) -> dict[str, Any]:

@@ -25,11 +25,12 @@ from kubernetes import client
 
 from tests.helpers.cluster import KubectlError, RealCluster, wait_until
 from tests.helpers.cluster_demo import EXAMPLES, documents
+from tests.helpers.cluster_serve import exposed_service, serve_args
 from tests.helpers.replicas import health
 from tests.helpers.server_process import ServeProcess, grpcurl
 from tests.helpers.tls_certs import make_ca, tls_secret
 from tests.realkube.conftest import WORKLOAD
-from tests.realkube.test_serve import conditions, route_status, serve_args
+from tests.realkube.test_serve import conditions, route_status
 
 HTTPS_PORT = 18443
 HTTP_PORT = 18080
@@ -58,9 +59,20 @@ TENANT_ROLE_RULES = [
 Obj = dict[str, Any]
 
 
-def tenant(cluster: RealCluster, prefix: str, tmp: Path) -> tuple[str, Path]:
+@pytest.fixture
+def tenants(classes: RealCluster) -> Iterator[list[str]]:
+    """The namespaces a test makes for its tenants, deleted on the way out: a claim left
+    behind would be older than the next test's."""
+    made: list[str] = []
+    yield made
+    for ns in made:
+        classes.delete_namespace(ns)
+
+
+def tenant(cluster: RealCluster, prefix: str, tmp: Path, made: list[str]) -> tuple[str, Path]:
     """A namespace and a kubeconfig of a ServiceAccount that may act in it alone."""
     ns = cluster.namespace(prefix)
+    made.append(ns)
     cluster.apply(
         [
             {
@@ -88,33 +100,6 @@ def tenant(cluster: RealCluster, prefix: str, tmp: Path) -> tuple[str, Path]:
         ]
     )
     return ns, cluster.service_account_kubeconfig(ns, "team", tmp / f"{ns}.kubeconfig")
-
-
-def service(ns: str, name: str, first: str) -> list[Obj]:
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {
-                "name": name,
-                "namespace": ns,
-                "annotations": {"haproxy.org/expose": "true"},
-            },
-            "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
-        },
-        {
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {
-                "name": f"{name}-1",
-                "namespace": ns,
-                "labels": {"kubernetes.io/service-name": name},
-            },
-            "addressType": "IPv4",
-            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-            "endpoints": [{"addresses": [first], "conditions": {"ready": True}}],
-        },
-    ]
 
 
 def snapshot(address: str) -> Obj:
@@ -170,15 +155,15 @@ def serving(classes: RealCluster, controlplane_kubeconfig: Path) -> Iterator[Ser
 
 
 def test_a_younger_tenant_can_take_neither_the_certificate_nor_the_routes_of_an_older_one(
-    classes: RealCluster, serving: ServeProcess, tmp_path: Path
+    classes: RealCluster, serving: ServeProcess, tmp_path: Path, tenants: list[str]
 ) -> None:
     cluster = classes
     suffix = f"t{uuid.uuid4().hex[:6]}.example.com"
-    victim, victim_config = tenant(cluster, "tenant-a", tmp_path)
+    victim, victim_config = tenant(cluster, "tenant-a", tmp_path, tenants)
     ca = make_ca("tenants CA")
     cluster.apply(
         [
-            *service(victim, "shop", "10.7.0.1"),
+            *exposed_service(victim, "shop", ("10.7.0.1",)),
             tls_secret("a-tls", ca.issue(f"*.{suffix}"), victim),
             {
                 "apiVersion": "gateway.networking.k8s.io/v1",
@@ -226,10 +211,12 @@ def test_a_younger_tenant_can_take_neither_the_certificate_nor_the_routes_of_an_
     )
     victim_cert = f"{victim}_a-tls"
     assert wait_until(lambda: victim_cert in bindings(snapshot(serving.address)), 30)
-    assert wait_until(lambda: rules_for(snapshot(serving.address), HTTP_PORT, f"store.{suffix}"))
+    assert wait_until(
+        lambda: rules_for(snapshot(serving.address), HTTP_PORT, f"store.{suffix}"), 30
+    )
     time.sleep(1.1)  # creationTimestamp has seconds: B is strictly younger
 
-    attacker, attacker_config = tenant(cluster, "aaa-tenant-b", tmp_path)  # sorts first
+    attacker, attacker_config = tenant(cluster, "aaa-tenant-b", tmp_path, tenants)  # sorts first
     # The real authorizer: B cannot write into A's namespace at all.
     with pytest.raises(KubectlError, match="forbidden"):
         cluster.apply(
@@ -246,7 +233,7 @@ def test_a_younger_tenant_can_take_neither_the_certificate_nor_the_routes_of_an_
     # From its own namespace: R2, its certificate bound to A's name.
     cluster.apply(
         [
-            *service(attacker, "bsvc", "10.7.0.2"),
+            *exposed_service(attacker, "bsvc", ("10.7.0.2",)),
             tls_secret("evil-tls", ca.issue(f"secure.{suffix}"), attacker),
             {
                 "apiVersion": "networking.k8s.io/v1",
