@@ -36,10 +36,10 @@ SECONDS = 4.0
 class SlowKubeAPI(FakeKubeAPI):
     """The fake API server, whose LIST answers can be made slow."""
 
-    delay = 0.0
+    list_delay = 0.0  # seconds every LIST answer waits
 
     def list_objects(self, *args: Any, **kwargs: Any) -> Any:
-        time.sleep(self.delay)
+        time.sleep(self.list_delay)
         return super().list_objects(*args, **kwargs)
 
 
@@ -99,8 +99,8 @@ def test_model_converges_to_the_final_state_through_faults_during_churn(
     worker = threading.Thread(target=lambda: steps.append(churn(api, stop)), daemon=True)
     faults: list[Callable[[], None]] = [
         lambda: (api.fail_next("EndpointSlice", 500, count=3), api.drop_watches()),
-        lambda: (setattr(api, "delay", 0.4), api.expire_watches()),  # 410 + slow relists
-        lambda: (setattr(api, "delay", 0.0), api.fail_next("Pod", 410), api.drop_watches()),
+        lambda: (setattr(api, "list_delay", 0.4), api.expire_watches()),  # 410 + slow relists
+        lambda: (setattr(api, "list_delay", 0.0), api.fail_next("Pod", 410), api.drop_watches()),
         api.stall_watches,
         lambda: (api.compact(), api.drop_watches()),
         lambda: (api.fail_next("Service", 500, count=2), api.fail_next("Pod", 500, count=2)),
