@@ -3,7 +3,8 @@
 Each message is the real kube-apiserver's (v1.36), taken from tests/cluster's cluster:
 an EndpointSlice endpoint address in the loopback range and an ownerReference without
 apiVersion or uid are 422 Invalid; a created object gets the server's uid, not the
-client's; every Namespace carries the label `kubernetes.io/metadata.name`. The test hook
+client's; every Namespace carries the label `kubernetes.io/metadata.name`; an Ingress
+created without a class gets the default IngressClass's name. The test hook
 `apply` refuses the first two as `create` does, unless the server was started with
 `allow_loopback_endpoints=True` (for tests that send traffic to loopback backends).
 """
@@ -19,7 +20,15 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.kubeapi import FakeKubeAPI
-from tests.kubeapi.objects import api_client, config_map, endpoint_slice, namespace, pod
+from tests.kubeapi.objects import (
+    api_client,
+    config_map,
+    endpoint_slice,
+    ingress,
+    ingress_class,
+    namespace,
+    pod,
+)
 
 LOOPBACK = "may not be in the loopback range (127.0.0.0/8, ::1/128)"
 UID = "0d6f3a52-2c1e-4b7a-9a55-6e1f0c9b7a01"
@@ -122,3 +131,27 @@ def test_a_created_object_gets_the_servers_uid_and_a_namespace_its_name_label(
     core.create_namespace(namespace("team-a", team="a"))
     labels = core.read_namespace("team-a").metadata.labels
     assert labels == {"team": "a", "kubernetes.io/metadata.name": "team-a"}
+
+
+def test_an_ingress_created_without_a_class_gets_the_default_one(
+    api: FakeKubeAPI, apis: client.ApiClient
+) -> None:
+    networking = client.NetworkingV1Api(apis)
+    networking.create_namespaced_ingress("default", ingress("before", class_name=None))
+    api.apply(ingress_class("other"))
+    api.apply(ingress_class("peerplane", default=True))
+    networking.create_namespaced_ingress("default", ingress("after", class_name=None))
+    api.apply(ingress("hooked", class_name=None))
+    api.apply(ingress("legacy", class_name=None, annotations={"kubernetes.io/ingress.class": "x"}))
+    api.apply(ingress("mine", class_name="other"))
+    classes = {
+        i["metadata"]["name"]: i["spec"].get("ingressClassName") for i in api.list("Ingress")
+    }
+    # Admission only: one created before the default class exists keeps none.
+    assert classes == {
+        "before": None,
+        "after": "peerplane",
+        "hooked": "peerplane",
+        "legacy": None,
+        "mine": "other",
+    }

@@ -10,8 +10,9 @@ base64 400, a field selector the collection does not support 400, with the API s
 own messages. Secrets take `stringData` into `data` on write, as the real server does.
 As a real server (tests/realkube), it refuses an EndpointSlice endpoint address in the
 loopback range and an ownerReference without apiVersion, kind, name or uid (422 Invalid),
-assigns the uid of a created object (a client's is ignored) and labels every Namespace
-`kubernetes.io/metadata.name` with its name.
+assigns the uid of a created object (a client's is ignored), labels every Namespace
+`kubernetes.io/metadata.name` with its name and gives an Ingress created without a class
+the default IngressClass's (the DefaultIngressClass admission plugin).
 Test hooks
 mutate objects and misbehave on purpose: drop or stall watches, expire history, inject
 error statuses. Loopback only; every connection is closed by `stop()`.
@@ -123,6 +124,8 @@ PLURAL_FIELD_LABELS = {
 }
 TLS_SECRET = "kubernetes.io/tls"
 NAME_LABEL = "kubernetes.io/metadata.name"
+DEFAULT_CLASS = "ingressclass.kubernetes.io/is-default-class"
+LEGACY_INGRESS_CLASS = "kubernetes.io/ingress.class"
 LOOPBACK = "may not be in the loopback range (127.0.0.0/8, ::1/128)"
 # The kind as a real server's Invalid message names it (group-qualified outside core).
 QUALIFIED_KINDS = {"endpointslices": "EndpointSlice.discovery.k8s.io"}
@@ -315,6 +318,8 @@ class FakeKubeAPI:
             old = self._objects[plural].get((meta.get("namespace", ""), meta["name"]))
             if plural in STATUS_KINDS and "status" not in obj and old and "status" in old:
                 obj = {**obj, "status": copy.deepcopy(old["status"])}
+            if old is None:
+                obj = self._admitted(plural, obj)
             return self._store(plural, obj, old)
 
     def remove_group(self, group: str) -> None:
@@ -533,6 +538,29 @@ class FakeKubeAPI:
         self._cond.notify_all()
         return copy.deepcopy(new)
 
+    def _admitted(self, plural: str, obj: Obj) -> Obj:
+        """A created object as the DefaultIngressClass admission plugin passes it: an
+        Ingress without `spec.ingressClassName` (nor the legacy class annotation) gets
+        the default IngressClass's name, the newest when several are marked default."""
+        spec = obj.get("spec")
+        notes = (obj.get("metadata") or {}).get("annotations") or {}
+        if (
+            plural != "ingresses"
+            or not isinstance(spec, dict)
+            or spec.get("ingressClassName")
+            or LEGACY_INGRESS_CLASS in notes
+        ):
+            return obj
+        defaults = [
+            c
+            for c in self._objects["ingressclasses"].values()
+            if ((c["metadata"].get("annotations") or {}).get(DEFAULT_CLASS) == "true")
+        ]
+        if not defaults:
+            return obj
+        newest = max(defaults, key=lambda c: c["metadata"].get("creationTimestamp") or "")
+        return {**obj, "spec": {**spec, "ingressClassName": newest["metadata"]["name"]}}
+
     def _remove(self, plural: str, namespace: str, name: str) -> Obj | None:
         old = self._objects[plural].pop((namespace, name), None)
         if old is None:
@@ -667,7 +695,7 @@ class FakeKubeAPI:
                     409, "AlreadyExists", f'{plural} "{meta.get("name")}" already exists'
                 )
             meta.pop("resourceVersion", None)
-            return self._store(plural, body, None)
+            return self._store(plural, self._admitted(plural, body), None)
 
     def replace(self, plural: str, namespace: str, name: str, body: Obj) -> Obj:
         meta = body.setdefault("metadata", {})
