@@ -188,6 +188,7 @@ class Informer(Generic[T]):
         self._on_item: ItemListener[T] | None = None
         self.relists = 0
         self.watches = 0
+        self.bookmarks = 0  # BOOKMARK events received: the watch cache's progress reports
 
     # ------------------------------------------------------------------ interface
 
@@ -278,10 +279,12 @@ class Informer(Generic[T]):
                 self._relist()
             try:
                 self._watch()
-            except Gone:
+            except Gone as gone:
                 self._rv = None
                 self._gone_in_row += 1
-                log.info("informer %s: resourceVersion expired (410), relisting", self.name)
+                log.info(
+                    "informer %s: resourceVersion expired (410: %s), relisting", self.name, gone
+                )
                 if self._gone_in_row > 1:
                     raise  # 410 again right after a relist: back off before the next one
         except ApiException as error:
@@ -447,6 +450,8 @@ class Informer(Generic[T]):
         with self._lock:
             if rv:
                 self._rv = rv
+            if kind == "BOOKMARK":
+                self.bookmarks += 1
         if changed:
             self._notify()
 

@@ -51,7 +51,7 @@ from tests.kubeapi.objects import endpoint_slice, write_kubeconfig
 REPLICAS = 3
 AGENTS_PER_REPLICA = 4  # plus as many single-server-mode agents on the leader
 ADD_AFTER_S = 0.5
-FIRST = ("127.0.3.1", "127.0.3.2", "127.0.3.3")
+FIRST = ("10.0.3.1", "10.0.3.2", "10.0.3.3")
 GROUPS = ("followers", "leader", "single")
 HEADINGS = {
     "followers": "on followers",
@@ -239,7 +239,7 @@ def measure(rounds: int, lease_s: float = DEFAULT_LEASE_DURATION_S) -> Figures:
             current = list(FIRST)
             seen: dict[str, int] = {}
             for number in range(rounds):
-                fresh = f"127.0.3.{len(FIRST) + number + 1}"
+                fresh = f"10.0.3.{len(FIRST) + number + 1}"
                 after = _round(api, fleet, current, fresh, lease_s, figures)
                 check([], {}, seen, after)  # and across rounds
                 seen.update(after)

@@ -58,7 +58,9 @@ def route_counts(api: FakeKubeAPI) -> dict[str, int]:
 
 def serve() -> None:
     """The child: one command per stdin line, one JSON answer per stdout line."""
-    api = FakeKubeAPI(bookmark_interval=BOOKMARK_S).start()
+    # Real requests go through HAProxy to backends listening on loopback (the folder's
+    # EndpointSlices name them), which a real API server would refuse: opted in.
+    api = FakeKubeAPI(bookmark_interval=BOOKMARK_S, allow_loopback_endpoints=True).start()
     try:
         for line in sys.stdin:
             command = json.loads(line)

@@ -22,6 +22,8 @@ Obj = dict[str, Any]
 ENDPOINTS = 20
 ENDPOINT_BASE = 0x7F_50_00_00  # 127.80.0.0 + index: up to 8,000 x 20 endpoints
 MOVED_ADDRESS = "127.90.0.1"  # where the changed endpoint moves (and back)
+# The pods' owner, named as a real API server requires (apiVersion, kind, name and uid).
+DAEMONSET_UID = "5c0b1c2e-7a52-4f0e-9d2b-3f6a1e8c4d01"
 CHECKS_UP_TO = 100  # health checks on (the default) up to this many Services, off above
 
 
@@ -79,7 +81,7 @@ def haproxy_file(pods: tuple[tuple[str, str], ...]) -> str:
             f"  name: {name}\n  namespace: haproxy-system\n"
             "  labels:\n    app.kubernetes.io/component: haproxy\n"
             "  ownerReferences:\n    - apiVersion: apps/v1\n      kind: DaemonSet\n"
-            "      name: haproxy\n      controller: true\n"
+            f"      name: haproxy\n      uid: {DAEMONSET_UID}\n      controller: true\n"
             f"spec:\n  nodeName: node-{i}\nstatus:\n  phase: Running\n  podIP: {address}\n"
         )
     return text
@@ -177,6 +179,7 @@ def haproxy_pod_objects(pods: tuple[tuple[str, str], ...]) -> list[Obj]:
                         "apiVersion": "apps/v1",
                         "kind": "DaemonSet",
                         "name": "haproxy",
+                        "uid": DAEMONSET_UID,
                         "controller": True,
                     }
                 ],

@@ -45,7 +45,10 @@ def ledger_stats(api: FakeKubeAPI) -> dict[str, Any]:
 
 def serve() -> None:
     """The child: one command per stdin line, one JSON answer per stdout line."""
-    api = FakeKubeAPI(bookmark_interval=BOOKMARK_S).start()
+    # The objects are the folder benchmark's (scalefolder.cluster_objects, endpoints on
+    # 127.80.0.0/16), shared so both variants measure one cluster; a real API server would
+    # refuse those addresses: opted in.
+    api = FakeKubeAPI(bookmark_interval=BOOKMARK_S, allow_loopback_endpoints=True).start()
     try:
         for line in sys.stdin:
             command = json.loads(line)

@@ -49,9 +49,9 @@ def agent_ip(index: int) -> str:
 def endpoints(step: int) -> dict[str, bool]:
     """The shop slice at churn step `step`: 20 endpoints, one replaced per step and one
     readiness flipped, so every step is a real change."""
-    ready = {f"127.21.0.{i}": True for i in range(1, ENDPOINTS)}
-    ready[f"127.21.{1 + step // 250}.{step % 250 + 1}"] = True
-    ready[f"127.21.0.{1 + step % (ENDPOINTS - 1)}"] = step % 2 == 0
+    ready = {f"10.21.0.{i}": True for i in range(1, ENDPOINTS)}
+    ready[f"10.21.{1 + step // 250}.{step % 250 + 1}"] = True
+    ready[f"10.21.0.{1 + step % (ENDPOINTS - 1)}"] = step % 2 == 0
     return ready
 
 
@@ -177,10 +177,7 @@ def _cluster(api: FakeKubeAPI, agents: int) -> None:
     api.apply(service("shop", source_ip_persistence="true"))
     api.apply(endpoint_slice("shop", endpoints(0)))
     for i in range(agents):
-        member = pod(agent_name(i), agent_ip(i))
-        member["metadata"]["ownerReferences"] = [
-            {"kind": "DaemonSet", "name": "haproxy", "controller": True}
-        ]
+        member = pod(agent_name(i), agent_ip(i), owner="haproxy", owner_kind="DaemonSet")
         api.apply(member)
 
 

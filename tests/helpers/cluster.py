@@ -10,6 +10,8 @@ from the TokenRequest API with a kubeconfig around it, and the kubelet's part fo
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 import uuid
@@ -67,6 +69,56 @@ class RealCluster:
     def pids(self) -> dict[str, int]:
         lines = (self.root / "pids").read_text().splitlines()
         return {name: int(pid) for name, pid in (line.split() for line in lines)}
+
+    def restart_apiserver(self, timeout: float = 60.0) -> None:
+        """Stop kube-apiserver by its PID (its session: SIGTERM, SIGKILL after 15 s) and
+        start it again with the very command line and directory /proc/PID shows, its
+        output appended to its log, DIR/pids naming the new PID; return once /readyz is
+        ok. Its watch cache starts anew from etcd. Only on a cluster of the test's own."""
+        name = "kube-apiserver"
+        pid = self.pids()[name]
+        proc = Path(f"/proc/{pid}")
+        argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+        cwd = os.readlink(proc / "cwd")
+        os.killpg(pid, signal.SIGTERM)
+        if not wait_until(lambda: not Path(f"/proc/{pid}").exists(), 15, 0.1):
+            os.killpg(pid, signal.SIGKILL)
+            wait_until(lambda: not Path(f"/proc/{pid}").exists(), 5, 0.1)
+        with (self.root / "logs" / f"{name}.log").open("ab") as log:
+            started = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        pids = self.root / "pids"
+        lines = pids.read_text().splitlines()
+        pids.write_text(
+            "".join(
+                f"{name} {started.pid}\n" if line.split()[0] == name else f"{line}\n"
+                for line in lines
+            )
+        )
+
+        def ready() -> bool:
+            try:
+                return self.kubectl("get", "--raw", "/readyz").strip() == "ok"
+            except KubectlError:
+                return False
+
+        if not wait_until(ready, timeout, 0.25):
+            raise AssertionError(f"{name} not ready {timeout:.0f} s after its restart")
+
+    def compact_etcd(self) -> None:
+        """Compact etcd to its current revision (`etcd-compact`): older revisions are gone."""
+        subprocess.run(
+            [str(self.bin_dir / "etcd-compact"), self.etcd],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
 
     # --- kubectl and the API as the admin -------------------------------------------
 

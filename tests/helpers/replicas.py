@@ -40,17 +40,14 @@ BACKOFF_MAX_S = 30.0
 Slots = dict[int, str]
 
 
-def shop_cluster(endpoints: tuple[str, ...] = ("127.0.2.1", "127.0.2.2")) -> FakeKubeAPI:
+def shop_cluster(endpoints: tuple[str, ...] = ("10.0.2.1", "10.0.2.2")) -> FakeKubeAPI:
     """A started fake API server: Service shop with `endpoints`, HAProxy pods haproxy-a
     and haproxy-b of DaemonSet haproxy, the settings ConfigMap (4 server slots)."""
     server = FakeKubeAPI().start()
     server.apply(service("shop"))
     server.apply(endpoint_slice("shop", dict.fromkeys(endpoints, True)))
     for name, ip in (("haproxy-a", "127.0.0.11"), ("haproxy-b", "127.0.0.12")):
-        member = pod(name, ip)
-        member["metadata"]["ownerReferences"] = [
-            {"kind": "DaemonSet", "name": "haproxy", "controller": True}
-        ]
+        member = pod(name, ip, owner="haproxy", owner_kind="DaemonSet")
         server.apply(member)
     server.apply(config_map("haproxy-settings", server_slots="4"))
     return server

@@ -82,7 +82,11 @@ def test_every_route_kind_lists_through_its_client(
     assert [i.metadata.name for i in networking.list_ingress_for_all_namespaces().items] == ["shop"]
     assert [c.metadata.name for c in networking.list_ingress_class().items] == ["peerplane"]
     spaces = client.CoreV1Api(apis).list_namespace()
-    assert {n.metadata.name: n.metadata.labels for n in spaces.items}["team-a"] == {"team": "a"}
+    # The real server labels every Namespace with its name (the namespace strategy).
+    assert {n.metadata.name: n.metadata.labels for n in spaces.items}["team-a"] == {
+        "team": "a",
+        "kubernetes.io/metadata.name": "team-a",
+    }
 
 
 def test_paths_a_real_server_does_not_serve_are_404(

@@ -74,8 +74,8 @@ def test_leader_sigkill_during_scale_events_is_invisible_to_agents_on_followers(
         agents = [Agent(p.address) for p in followers]
         try:
             # Scale up through the leader's ledger; followers serve what it assigned.
-            current = {"127.0.2.1": True, "127.0.2.2": True}
-            for address in ("127.0.2.3", "127.0.2.4", "127.0.2.5"):
+            current = {"10.0.2.1": True, "10.0.2.2": True}
+            for address in ("10.0.2.3", "10.0.2.4", "10.0.2.5"):
                 current[address] = True
                 api.apply(endpoint_slice("shop", current))
                 time.sleep(0.2)
@@ -87,24 +87,24 @@ def test_leader_sigkill_during_scale_events_is_invisible_to_agents_on_followers(
             os.kill(leader.process.pid, signal.SIGKILL)  # dies holding the Lease
             holder = (api.get("Lease", NS, "peerplane-controlplane") or {})["spec"]
             # While nobody leads: a removal and an addition.
-            del current["127.0.2.1"]
-            current["127.0.2.6"] = True
+            del current["10.0.2.1"]
+            current["10.0.2.6"] = True
             api.apply(endpoint_slice("shop", current))
 
             def removed(slots: dict[int, str]) -> bool:
-                return "127.0.2.1" not in slots.values()
+                return "10.0.2.1" not in slots.values()
 
             assert wait_until(lambda: all(agent.first_with(removed) for agent in agents), 10)
             lease_now = (api.get("Lease", NS, "peerplane-controlplane") or {})["spec"]
             # The removal came before anyone took the Lease over; the addition waits.
             assert lease_now["holderIdentity"] == holder["holderIdentity"]
-            assert all("127.0.2.6" not in agent.last()[2].values() for agent in agents)
+            assert all("10.0.2.6" not in agent.last()[2].values() for agent in agents)
             waiting = [replica_of(p.address) for p in followers]
             assert [w.replica.endpoints_waiting for w in waiting] == [1, 1]
             assert all(w.workloads[0].endpoints_waiting == 1 for w in waiting)
 
             def added(slots: dict[int, str]) -> bool:
-                return "127.0.2.6" in slots.values()
+                return "10.0.2.6" in slots.values()
 
             assert wait_until(
                 lambda: all(agent.first_with(added) for agent in agents), lease_s + 10
@@ -114,8 +114,8 @@ def test_leader_sigkill_during_scale_events_is_invisible_to_agents_on_followers(
             assert lease_after["leaseTransitions"] >= 1
 
             # More scale events under the new leader.
-            del current["127.0.2.2"]
-            current["127.0.2.7"] = True
+            del current["10.0.2.2"]
+            current["10.0.2.7"] = True
             api.apply(endpoint_slice("shop", current))
             assert wait_until(
                 lambda: all(set(agent.last()[2].values()) == set(current) for agent in agents), 10
@@ -180,8 +180,8 @@ def test_a_damaged_ledger_never_moves_a_follower_and_the_leader_rewrites_it(
                 api.delete("ConfigMap", NS, name)
             else:
                 text = shard["data"]["slots.json"]
-                swapped = text.replace("127.0.2.1", "X").replace("127.0.2.2", "127.0.2.1")
-                shard["data"]["slots.json"] = swapped.replace("X", "127.0.2.2")
+                swapped = text.replace("10.0.2.1", "X").replace("10.0.2.2", "10.0.2.1")
+                shard["data"]["slots.json"] = swapped.replace("X", "10.0.2.2")
                 api.apply(shard)
             # The leader writes its own copy again (signed: its hash matches).
             assert wait_until(

@@ -73,12 +73,12 @@ def test_one_serves_the_other_takes_over_with_the_same_slots(
         leader, follower = (a, b) if role(a.address) == "leader" else (b, a)
         assert role(follower.address) == "follower"
 
-        # History the sorted order cannot rebuild: 127.0.2.2 keeps slot 2 and 127.0.2.9
+        # History the sorted order cannot rebuild: 10.0.2.2 keeps slot 2 and 10.0.2.9
         # takes never-used slot 3 (a freed slot comes after never-used ones).
-        api.apply(endpoint_slice("shop", {"127.0.2.2": True, "127.0.2.9": True}))
-        assert wait_until(lambda: shop_slots(leader.address)[1] == {2: "127.0.2.2", 3: "127.0.2.9"})
+        api.apply(endpoint_slice("shop", {"10.0.2.2": True, "10.0.2.9": True}))
+        assert wait_until(lambda: shop_slots(leader.address)[1] == {2: "10.0.2.2", 3: "10.0.2.9"})
         saved = api.get("ConfigMap", NS, "peerplane-slots.default.shop.http")  # its shard
-        assert saved is not None and "127.0.2.9" in saved["data"]["slots.json"]
+        assert saved is not None and "10.0.2.9" in saved["data"]["slots.json"]
         before = shop_slots(leader.address)
 
         assert leader.process is not None
@@ -120,15 +120,15 @@ def test_a_burst_of_endpoint_changes_gives_a_handful_of_versions(
         assert wait_until(lambda: health(serve.address) == "SERVING", 10)
         started = time.monotonic()
         for i in range(1000):
-            api.apply(endpoint_slice("shop", {"127.0.2.1": True, f"127.0.3.{i % 250}": True}))
+            api.apply(endpoint_slice("shop", {"10.0.2.1": True, f"10.0.3.{i % 250}": True}))
         assert time.monotonic() - started < 10
-        # 127.0.2.1 never moves; where the last newcomer lands depends on how many
+        # 10.0.2.1 never moves; where the last newcomer lands depends on how many
         # computations the burst was debounced into (each frees one slot).
-        final = {"127.0.2.1", "127.0.3.249"}
+        final = {"10.0.2.1", "10.0.3.249"}
 
         def settled() -> bool:
             slots = shop_slots(serve.address)[1]
-            return set(slots.values()) == final and slots.get(1) == "127.0.2.1"
+            return set(slots.values()) == final and slots.get(1) == "10.0.2.1"
 
         assert wait_until(settled, 10)
         assert 2 <= int(get_snapshot(serve.address)["version"]) <= 15  # debounced, not 1,000
@@ -148,7 +148,7 @@ def test_a_ledger_write_the_api_refuses_is_said_once_and_makes_the_leader_not_re
         shard = "peerplane-slots.default.shop.http"
         assert wait_until(lambda: api.get("ConfigMap", NS, shard) is not None, 10)
         api.fail_next("ConfigMap", 422, count=1000, match="configmaps", method="PUT")
-        api.apply(endpoint_slice("shop", {"127.0.2.2": True, "127.0.2.9": True}))
+        api.apply(endpoint_slice("shop", {"10.0.2.2": True, "10.0.2.9": True}))
         serve.wait_for(re.compile(r"slot ledger write refused \(retrying will not fix it\).*422"))
         assert wait_until(lambda: health(serve.address) == "NOT_SERVING", 10)
         reply = json.loads(
@@ -160,7 +160,7 @@ def test_a_ledger_write_the_api_refuses_is_said_once_and_makes_the_leader_not_re
             lambda: any(e.get("reason") == "SlotLedgerWriteRefused" for e in api.list("Event")),
             10,
         )
-        assert "127.0.2.9" not in shop_slots(serve.address)[1].values(), "published unpersisted"
+        assert "10.0.2.9" not in shop_slots(serve.address)[1].values(), "published unpersisted"
         time.sleep(2.5)  # retries back off meanwhile: still one line for the one cause
         refused = [line for line in serve.lines if "slot ledger write refused" in line]
         assert len(refused) == 1, refused
@@ -168,7 +168,7 @@ def test_a_ledger_write_the_api_refuses_is_said_once_and_makes_the_leader_not_re
 
         api.clear_faults()
         assert wait_until(lambda: health(serve.address) == "SERVING", 40)
-        assert "127.0.2.9" in shop_slots(serve.address)[1].values()
+        assert "10.0.2.9" in shop_slots(serve.address)[1].values()
         serve.wait_for(re.compile(r"slot ledger persisted again"))
 
 

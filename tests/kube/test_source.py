@@ -65,7 +65,7 @@ def api() -> Iterator[FakeKubeAPI]:
         service("shop"),
         service("internal", expose=False),
         service("blog"),
-        endpoint_slice("shop", {"127.0.1.1": True, "127.0.1.2": True}),
+        endpoint_slice("shop", {"10.0.1.1": True, "10.0.1.2": True}),
         pod("haproxy-a", "127.0.0.11"),
         pod("haproxy-b", "127.0.0.12"),
         replica_set(),
@@ -113,7 +113,7 @@ def test_initial_sync_builds_the_cluster_state(api: FakeKubeAPI, source: Kuberne
     assert state.settings is not None and state.settings.name == "haproxy-settings"
     assert state.settings.data["load-balance"] == "leastconn"
     (slice_,) = state.endpoint_slices
-    assert [e.addresses for e in slice_.endpoints] == [("127.0.1.1",), ("127.0.1.2",)]
+    assert [e.addresses for e in slice_.endpoints] == [("10.0.1.1",), ("10.0.1.2",)]
     assert backends(state) == {"default_shop_http", "default_blog_http"}
     assert source.errors() == []
     lists = [p for m, p in api.requests if m == "GET" and "/services" in p]
@@ -143,9 +143,9 @@ def test_endpoint_readiness_flip(api: FakeKubeAPI, source: KubernetesSource) -> 
     def ready() -> list[bool]:
         return [e.ready for s in source.state().endpoint_slices for e in s.endpoints]
 
-    api.apply(endpoint_slice("shop", {"127.0.1.1": True, "127.0.1.2": False}))
+    api.apply(endpoint_slice("shop", {"10.0.1.1": True, "10.0.1.2": False}))
     assert wait_until(lambda: ready() == [True, False])
-    api.apply(endpoint_slice("shop", {"127.0.1.1": True, "127.0.1.2": True}))
+    api.apply(endpoint_slice("shop", {"10.0.1.1": True, "10.0.1.2": True}))
     assert wait_until(lambda: ready() == [True, True])
 
 
@@ -315,7 +315,7 @@ def malformed_objects() -> list[dict[str, object]]:
     numeric_port["spec"]["ports"] = [{"name": "8080", "port": 8080}]
     status_int = pod("haproxy-status", "127.0.0.20")
     status_int["status"] = 5
-    conditions_int = endpoint_slice("blog", {"127.0.1.9": True})
+    conditions_int = endpoint_slice("blog", {"10.0.1.9": True})
     conditions_int["endpoints"][0]["conditions"] = 5
     deep: object = "x"
     for _ in range(100):  # the API server's own decoder refuses far deeper JSON

@@ -105,7 +105,8 @@ def test_initial_sync_reads_every_route_kind(source: KubernetesSource) -> None:
     (route,) = state.http_routes
     assert route.hostnames == ("shop.example.com",) and route.generation == 1
     assert [r.name for r in route.parent_refs] == ["web"]
-    assert {n.name: dict(n.labels) for n in state.namespaces}["team-a"] == {"team": "a"}
+    labels = {n.name: dict(n.labels) for n in state.namespaces}["team-a"]
+    assert labels == {"team": "a", "kubernetes.io/metadata.name": "team-a"}  # the server's too
     assert source.errors() == []
 
 

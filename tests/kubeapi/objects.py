@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,33 @@ def endpoint_slice(service_name: str, ready: dict[str, bool], ns: str = "default
     }
 
 
-def pod(name: str, ip: str, owner: str = "haproxy-7d9f", ns: str = "haproxy-system") -> Obj:
+API_VERSIONS = {"ReplicaSet": "apps/v1", "DaemonSet": "apps/v1", "Deployment": "apps/v1"}
+
+
+def uid_of(kind: str, ns: str, name: str) -> str:
+    """A stable uid for the builders' objects, so an owner and its dependents agree."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"peerplane-test:{kind}/{ns}/{name}"))
+
+
+def owner_reference(kind: str, name: str, ns: str) -> Obj:
+    """A controller ownerReference as a real API server requires it: apiVersion, kind,
+    name and uid (422 Invalid without any of them)."""
+    return {
+        "apiVersion": API_VERSIONS[kind],
+        "kind": kind,
+        "name": name,
+        "uid": uid_of(kind, ns, name),
+        "controller": True,
+    }
+
+
+def pod(
+    name: str,
+    ip: str,
+    owner: str = "haproxy-7d9f",
+    ns: str = "haproxy-system",
+    owner_kind: str = "ReplicaSet",
+) -> Obj:
     return {
         "kind": "Pod",
         "apiVersion": "v1",
@@ -77,7 +104,7 @@ def pod(name: str, ip: str, owner: str = "haproxy-7d9f", ns: str = "haproxy-syst
             "name": name,
             "namespace": ns,
             "labels": {"app.kubernetes.io/component": "haproxy"},
-            "ownerReferences": [{"kind": "ReplicaSet", "name": owner, "controller": True}],
+            "ownerReferences": [owner_reference(owner_kind, owner, ns)],
         },
         "spec": {"nodeName": "node-1"},
         "status": {"phase": "Running", "podIP": ip},
@@ -91,8 +118,9 @@ def replica_set(name: str = "haproxy-7d9f", ns: str = "haproxy-system") -> Obj:
         "metadata": {
             "name": name,
             "namespace": ns,
+            "uid": uid_of("ReplicaSet", ns, name),
             "labels": {"app.kubernetes.io/component": "haproxy", "pod-template-hash": "7d9f"},
-            "ownerReferences": [{"kind": "Deployment", "name": "haproxy", "controller": True}],
+            "ownerReferences": [owner_reference("Deployment", "haproxy", ns)],
         },
     }
 

@@ -8,6 +8,11 @@ server's limits hold: a request body over 3 MiB gets 413, ConfigMap and Secret d
 kubernetes.io/tls Secret without tls.crt or tls.key 422 Invalid, Secret data that is not
 base64 400, a field selector the collection does not support 400, with the API server's
 own messages. Secrets take `stringData` into `data` on write, as the real server does.
+As a real server (tests/realkube), it refuses an EndpointSlice endpoint address in the
+loopback range and an ownerReference without apiVersion, kind, name or uid (422 Invalid),
+assigns the uid of a created object (a client's is ignored), labels every Namespace
+`kubernetes.io/metadata.name` with its name and gives an Ingress created without a class
+the default IngressClass's (the DefaultIngressClass admission plugin).
 Test hooks
 mutate objects and misbehave on purpose: drop or stall watches, expire history, inject
 error statuses. Loopback only; every connection is closed by `stop()`.
@@ -19,6 +24,7 @@ import base64
 import binascii
 import contextlib
 import copy
+import ipaddress
 import itertools
 import json
 import re
@@ -119,6 +125,12 @@ PLURAL_FIELD_LABELS = {
     },
 }
 TLS_SECRET = "kubernetes.io/tls"
+NAME_LABEL = "kubernetes.io/metadata.name"
+DEFAULT_CLASS = "ingressclass.kubernetes.io/is-default-class"
+LEGACY_INGRESS_CLASS = "kubernetes.io/ingress.class"
+LOOPBACK = "may not be in the loopback range (127.0.0.0/8, ::1/128)"
+# The kind as a real server's Invalid message names it (group-qualified outside core).
+QUALIFIED_KINDS = {"endpointslices": "EndpointSlice.discovery.k8s.io"}
 TLS_SECRET_KEYS = ("tls.crt", "tls.key")
 _SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 
@@ -226,10 +238,19 @@ def _merge(base: Obj, patch: Obj) -> Obj:
 
 
 class FakeKubeAPI:
-    """The store, its history and the HTTP server in front of them."""
+    """The store, its history and the HTTP server in front of them.
 
-    def __init__(self, bookmark_interval: float = 0.3) -> None:
+    `allow_loopback_endpoints=True` lets EndpointSlices name loopback addresses
+    (127.0.0.0/8, ::1), which a real API server refuses ("may not be in the loopback
+    range"): only for tests that send real traffic through HAProxy to backends listening
+    on loopback, as the demo's folder mode does. Tests that check slots and snapshots use
+    addresses a cluster could hold (10.x)."""
+
+    def __init__(
+        self, bookmark_interval: float = 0.3, *, allow_loopback_endpoints: bool = False
+    ) -> None:
         self.bookmark_interval = bookmark_interval
+        self.allow_loopback_endpoints = allow_loopback_endpoints
         self._cond = threading.Condition()
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {p: {} for p in KINDS}
         self._history: list[_Change] = []
@@ -290,15 +311,19 @@ class FakeKubeAPI:
     def apply(self, obj: Obj) -> Obj:
         """Create or replace `obj` (its kind names the collection); returns the stored copy.
         Of a kind with a `/status` subresource, an `obj` without `status` keeps the stored
-        one, as `kubectl apply` of a manifest does. Not validated: a test may store what a
-        real server would refuse (a tls Secret whose data is not base64), to see a client
-        cope with it."""
+        one, as `kubectl apply` of a manifest does. Not validated, but for what the fake's
+        own tests once got wrong (ownerReferences, loopback endpoint addresses, both 422
+        as from `create`): a test may store what a real server would refuse (a tls Secret
+        whose data is not base64), to see a client cope with it."""
         plural = PLURALS[obj["kind"]]
         meta = obj.get("metadata") or {}
+        _refuse_structure(plural, obj, self.allow_loopback_endpoints)
         with self._cond:
             old = self._objects[plural].get((meta.get("namespace", ""), meta["name"]))
             if plural in STATUS_KINDS and "status" not in obj and old and "status" in old:
                 obj = {**obj, "status": copy.deepcopy(old["status"])}
+            if old is None:
+                obj = self._admitted(plural, obj)
             return self._store(plural, obj, old)
 
     def remove_group(self, group: str) -> None:
@@ -544,6 +569,8 @@ class FakeKubeAPI:
                 generation += 1
             meta["generation"] = generation
         meta["uid"] = old_meta.get("uid") or meta.get("uid") or str(uuid.uuid4())
+        if plural == "namespaces":  # the namespace strategy's label, on every write
+            meta["labels"] = {**(meta.get("labels") or {}), NAME_LABEL: meta["name"]}
         meta.setdefault(
             "creationTimestamp",
             old_meta.get("creationTimestamp") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -553,6 +580,29 @@ class FakeKubeAPI:
         self._history.append(_Change(self._rv, plural, kind, new, old))
         self._cond.notify_all()
         return copy.deepcopy(new)
+
+    def _admitted(self, plural: str, obj: Obj) -> Obj:
+        """A created object as the DefaultIngressClass admission plugin passes it: an
+        Ingress without `spec.ingressClassName` (nor the legacy class annotation) gets
+        the default IngressClass's name, the newest when several are marked default."""
+        spec = obj.get("spec")
+        notes = (obj.get("metadata") or {}).get("annotations") or {}
+        if (
+            plural != "ingresses"
+            or not isinstance(spec, dict)
+            or spec.get("ingressClassName")
+            or LEGACY_INGRESS_CLASS in notes
+        ):
+            return obj
+        defaults = [
+            c
+            for c in self._objects["ingressclasses"].values()
+            if ((c["metadata"].get("annotations") or {}).get(DEFAULT_CLASS) == "true")
+        ]
+        if not defaults:
+            return obj
+        newest = max(defaults, key=lambda c: c["metadata"].get("creationTimestamp") or "")
+        return {**obj, "spec": {**spec, "ingressClassName": newest["metadata"]["name"]}}
 
     def _remove(self, plural: str, namespace: str, name: str) -> Obj | None:
         old = self._objects[plural].pop((namespace, name), None)
@@ -692,14 +742,15 @@ class FakeKubeAPI:
             body.pop("status", None)  # a create ignores status, as the real server does
         if plural == "secrets":
             body = _secret_written(body)
-        _validate(plural, body)
+        _validate(plural, body, self.allow_loopback_endpoints)
+        meta.pop("uid", None)  # the server assigns it; a client's is ignored
         with self._cond:
             if (namespace, meta.get("name", "")) in self._objects[plural]:
                 raise _Failure(
                     409, "AlreadyExists", f'{plural} "{meta.get("name")}" already exists'
                 )
             meta.pop("resourceVersion", None)
-            return self._store(plural, body, None)
+            return self._store(plural, self._admitted(plural, body), None)
 
     def replace(self, plural: str, namespace: str, name: str, body: Obj) -> Obj:
         meta = body.setdefault("metadata", {})
@@ -708,7 +759,7 @@ class FakeKubeAPI:
             meta.pop("namespace", None)
         if plural == "secrets":
             body = _secret_written(body)
-        _validate(plural, body)
+        _validate(plural, body, self.allow_loopback_endpoints)
         with self._cond:
             old = self._objects[plural].get((namespace, name))
             if old is None:
@@ -740,7 +791,7 @@ class FakeKubeAPI:
             if plural == "secrets":
                 merged = _secret_written(merged)
                 _secret_type_kept(old, merged)
-            _validate(plural, merged)
+            _validate(plural, merged, self.allow_loopback_endpoints)
             return self._store_changed(plural, merged, old)
 
     def write_status(
@@ -839,10 +890,49 @@ class _Failure(Exception):
         self.code = code
 
 
-def _validate(plural: str, obj: Obj) -> None:
+def _refuse_structure(plural: str, obj: Obj, allow_loopback: bool) -> None:
+    """422 Invalid, as a real server words it, for an ownerReference missing apiVersion,
+    kind, name or uid, and (unless `allow_loopback`) an EndpointSlice endpoint address in
+    the loopback range; every problem of the object in one message."""
+    problems: list[str] = []
+    meta = obj.get("metadata") or {}
+    for owner in meta.get("ownerReferences") or []:
+        api_version = str(owner.get("apiVersion") or "")
+        if not api_version.rpartition("/")[2]:
+            problems.append(
+                f'metadata.ownerReferences.apiVersion: Invalid value: "{api_version}": '
+                "version must not be empty"
+            )
+        for key in ("kind", "name", "uid"):
+            if not owner.get(key):
+                problems.append(
+                    f'metadata.ownerReferences.{key}: Invalid value: "{owner.get(key) or ""}": '
+                    "must not be empty"
+                )
+    if plural == "endpointslices" and not allow_loopback:
+        for i, endpoint in enumerate(obj.get("endpoints") or []):
+            for j, address in enumerate(endpoint.get("addresses") or []):
+                if _loopback(address):
+                    problems.append(
+                        f'endpoints[{i}].addresses[{j}]: Invalid value: "{address}": {LOOPBACK}'
+                    )
+    if problems:
+        kind = QUALIFIED_KINDS.get(plural, KINDS[plural])
+        detail = problems[0] if len(problems) == 1 else "[" + ", ".join(problems) + "]"
+        raise _Failure(422, "Invalid", f'{kind} "{meta.get("name", "")}" is invalid: {detail}')
+
+
+def _loopback(address: Any) -> bool:
+    try:
+        return ipaddress.ip_address(str(address)).is_loopback
+    except ValueError:
+        return False
+
+
+def _validate(plural: str, obj: Obj, allow_loopback: bool = False) -> None:
     """What the API server's validation refuses (422 Invalid, its own messages): object
-    names, label values, an Event about an object of another namespace, and ConfigMap/
-    Secret data over 1 MiB."""
+    names, label values, an Event about an object of another namespace, ConfigMap/Secret
+    data over 1 MiB, and `_refuse_structure`."""
     kind = KINDS[plural]
     meta = obj.get("metadata") or {}
     name = str(meta.get("name") or "")
@@ -885,6 +975,7 @@ def _validate(plural: str, obj: Obj) -> None:
                 "Invalid",
                 invalid + f"{where}: Too long: may not be more than {MAX_DATA_BYTES} bytes",
             )
+    _refuse_structure(plural, obj, allow_loopback)
 
 
 def _secret_written(body: Obj) -> Obj:

@@ -78,3 +78,15 @@ def controlplane_kubeconfig(
     """A kubeconfig with a TokenRequest token of deploy/'s control-plane ServiceAccount."""
     path = tmp_path_factory.mktemp("controlplane") / "kubeconfig"
     return installed.service_account_kubeconfig(CONTROLPLANE_NS, CONTROLPLANE_SA, path)
+
+
+@pytest.fixture(scope="module")
+def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    """A cluster of the test module's own (a few seconds to start): for tests that restart
+    its API server or apply what would clash with the session's installation. Stopped by
+    PID at the end of the module, even with PEERPLANE_CLUSTER_DIR set."""
+    started = RealCluster.up(tmp_path_factory.mktemp("own-cluster"))
+    try:
+        yield started
+    finally:
+        started.down()

@@ -49,8 +49,8 @@ def api() -> Iterator[SlowKubeAPI]:
     for obj in (
         service("shop"),
         service("blog"),
-        endpoint_slice("shop", {"127.0.1.1": True}),
-        endpoint_slice("blog", {"127.0.5.1": True}),
+        endpoint_slice("shop", {"10.0.1.1": True}),
+        endpoint_slice("blog", {"10.0.5.1": True}),
         pod("haproxy-a", "127.0.0.11"),
         pod("haproxy-b", "127.0.0.12"),
         replica_set(),
@@ -67,8 +67,8 @@ def churn(api: FakeKubeAPI, stop: threading.Event) -> int:
     start = time.monotonic()
     while not stop.is_set():
         step += 1
-        ready = {f"127.0.1.{i}": (i + step) % 3 != 0 for i in range(1, 8)}
-        ready[f"127.0.2.{step % 200 + 1}"] = True
+        ready = {f"10.0.1.{i}": (i + step) % 3 != 0 for i in range(1, 8)}
+        ready[f"10.0.2.{step % 200 + 1}"] = True
         api.apply(endpoint_slice("shop", ready))
         if step % 5 == 0:
             name = f"haproxy-x{step % 4}"
