@@ -88,7 +88,7 @@ def test_a_ledger_write_storm_is_said_retried_with_backoff_and_converges(
             api.storm("ConfigMap", code, match="peerplane-slots", method="PUT")
             before = ledger_puts(api)
             api.apply(
-                endpoint_slice("shop", {"127.0.2.1": True, "127.0.2.2": True, "127.0.2.9": True})
+                endpoint_slice("shop", {"10.0.2.1": True, "10.0.2.2": True, "10.0.2.9": True})
             )
             kind = "failed" if code == 409 else "refused (retrying will not fix it)"
             leader.wait_for(re.compile(re.escape(f"slot ledger write {kind}: {said}")))
@@ -109,9 +109,9 @@ def test_a_ledger_write_storm_is_said_retried_with_backoff_and_converges(
             assert not any("Traceback" in line for line in leader.lines)
 
             api.clear_faults()
-            assert wait_until(lambda: "127.0.2.9" in agent.last().slots.values(), 15)
+            assert wait_until(lambda: "10.0.2.9" in agent.last().slots.values(), 15)
             after = agent.last().slots
-            assert {s: a for s, a in after.items() if a != "127.0.2.9"} == held.slots  # no move
+            assert {s: a for s, a in after.items() if a != "10.0.2.9"} == held.slots  # no move
             assert wait_until(lambda: health(leader.address) == "SERVING", 10)
             leader.wait_for(re.compile(r"slot ledger persisted again"))
         finally:
@@ -133,15 +133,15 @@ def test_slow_ledger_writes_delay_only_the_change_that_needs_them(
             api.slow("ConfigMap", 2.0, match="peerplane-slots", method="PUT")
             changed = time.monotonic()
             api.apply(
-                endpoint_slice("shop", {"127.0.2.1": True, "127.0.2.2": True, "127.0.2.9": True})
+                endpoint_slice("shop", {"10.0.2.1": True, "10.0.2.2": True, "10.0.2.9": True})
             )
             time.sleep(0.5)
             asked = time.monotonic()
             assert replica_of(leader.address).workloads  # answered while the write waits
             assert time.monotonic() - asked < 1.0
-            assert "127.0.2.9" not in agent.last().slots.values()
-            assert wait_until(lambda: "127.0.2.9" in agent.last().slots.values(), 10)
-            added = agent.first_with(lambda slots: "127.0.2.9" in slots.values())
+            assert "10.0.2.9" not in agent.last().slots.values()
+            assert wait_until(lambda: "10.0.2.9" in agent.last().slots.values(), 10)
+            added = agent.first_with(lambda slots: "10.0.2.9" in slots.values())
             assert added is not None and added - changed >= 2.0
             assert agent.ended is None
         finally:

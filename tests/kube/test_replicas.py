@@ -244,14 +244,14 @@ def test_a_paused_leader_that_wakes_after_its_lease_moved_changes_no_slot(
             os.kill(old.process.pid, signal.SIGSTOP)
             try:
                 assert wait_until(lambda: role_of(new.address) == "leader", lease_s + 6)
-                # One at a time: the new leader gives 127.0.2.9 slot 3, then 127.0.2.8
+                # One at a time: the new leader gives 10.0.2.9 slot 3, then 10.0.2.8
                 # slot 4; the paused one would see both at once and give them in order.
-                current = {"127.0.2.1": True, "127.0.2.2": True, "127.0.2.9": True}
+                current = {"10.0.2.1": True, "10.0.2.2": True, "10.0.2.9": True}
                 api.apply(endpoint_slice("shop", current))
-                assert wait_until(lambda: "127.0.2.9" in agents[1].last().slots.values(), 10)
-                current["127.0.2.8"] = True
+                assert wait_until(lambda: "10.0.2.9" in agents[1].last().slots.values(), 10)
+                current["10.0.2.8"] = True
                 api.apply(endpoint_slice("shop", current))
-                assert wait_until(lambda: "127.0.2.8" in agents[1].last().slots.values(), 10)
+                assert wait_until(lambda: "10.0.2.8" in agents[1].last().slots.values(), 10)
                 api.slow("Lease", 1.0, method="GET")
             finally:
                 os.kill(old.process.pid, signal.SIGCONT)

@@ -185,11 +185,11 @@ def test_a_restarted_leader_serves_its_shard_not_a_stale_copy_under_another_name
         assert wait_until(lambda: api.get("ConfigMap", NS, shard) is not None, 10)
         stale = api.get("ConfigMap", NS, shard)
         assert stale is not None
-        api.apply(endpoint_slice("shop", {"127.0.2.2": True, "127.0.2.9": True}))
-        assert wait_until(lambda: shop_slots(first.address)[1] == {2: "127.0.2.2", 3: "127.0.2.9"})
-        api.apply(endpoint_slice("shop", {"127.0.2.2": True, "127.0.2.9": True, "127.0.2.7": True}))
-        # Built from the stale copy instead, 127.0.2.7 would take never-used slot 3.
-        current = {1: "127.0.2.7", 2: "127.0.2.2", 3: "127.0.2.9"}
+        api.apply(endpoint_slice("shop", {"10.0.2.2": True, "10.0.2.9": True}))
+        assert wait_until(lambda: shop_slots(first.address)[1] == {2: "10.0.2.2", 3: "10.0.2.9"})
+        api.apply(endpoint_slice("shop", {"10.0.2.2": True, "10.0.2.9": True, "10.0.2.7": True}))
+        # Built from the stale copy instead, 10.0.2.7 would take never-used slot 3.
+        current = {1: "10.0.2.7", 2: "10.0.2.2", 3: "10.0.2.9"}
         assert wait_until(lambda: shop_slots(first.address)[1] == current)
         copy = {
             "apiVersion": "v1",
