@@ -61,7 +61,7 @@ from controlplane.routes.placement import (
     accept_proxy,
     listener_claim,
 )
-from controlplane.routes.precedence import Origin
+from controlplane.routes.precedence import Origin, Refusals
 from peerplane.routes import WILDCARD_PREFIX
 
 L4Route = TLSRoute | TCPRoute
@@ -439,8 +439,7 @@ def _listener_claims(
                 continue
             if lp.holds_hostname:
                 gateway = lp.gateway
-                where = f"spec.listeners[{index}].hostname"
-                origin = Origin("Gateway", gateway.namespace, gateway.name, where)
+                origin = Origin.listener_hostname(gateway.namespace, gateway.name, index)
                 found.setdefault(key, []).append((listener_claim(lp), origin))
     return found
 
@@ -456,22 +455,14 @@ def _held_names(
     holding = resolve([*(claim for claim, _ in listeners), *(e.claim for e in entries)])
     if not holding.refused:
         return entries
-    told: set[tuple[str, str, str, str]] = set()
-
-    def refuse(origin: Origin, claim: Claim, outcome: str) -> None:
-        said = (origin.kind, origin.namespace, origin.name, claim.host)
-        if said not in told:
-            told.add(said)
-            reason = f"{holding.why(claim, port)}: {outcome}"
-            rejections.append(origin.rejection(claim.host or "*", reason))
-
+    report = Refusals(rejections)
     for claim, origin in listeners:
         if claim in holding.refused:
-            refuse(origin, claim, "this listener is not served for it")
+            report.refuse(origin, holding, claim, port, "this listener is not served for it")
     kept = []
     for entry in entries:
         if entry.claim in holding.refused:
-            refuse(entry.origin, entry.claim, "dropped")
+            report.refuse(entry.origin, holding, entry.claim, port, "dropped")
         else:
             kept.append(entry)
     return kept

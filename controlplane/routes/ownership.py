@@ -55,7 +55,7 @@ def covers(held: str, host: str) -> bool:
     return host_matches(held, host.removeprefix("*"))
 
 
-def shown(host: str) -> str:
+def _host_shown(host: str) -> str:
     return host or "any host"
 
 
@@ -72,8 +72,8 @@ class Holding:
         """The reason a refused claim is refused, as a rejection says it."""
         by = self.refused[claim]
         return (
-            f"hostname {shown(claim.host)} on port {port} is held by the older {by.holder} "
-            f"(namespace {by.namespace}, {shown(by.host)})"
+            f"hostname {_host_shown(claim.host)} on port {port} is held by the older {by.holder} "
+            f"(namespace {by.namespace}, {_host_shown(by.host)})"
         )
 
 

@@ -20,7 +20,7 @@ from operator import attrgetter
 
 from controlplane.compute.types import HttpListener, RejectedInput, RouteRule
 from controlplane.compute.values import shown
-from controlplane.routes.ownership import Claim
+from controlplane.routes.ownership import Claim, Holding
 from peerplane.routes import WILDCARD_PREFIX
 
 
@@ -37,6 +37,29 @@ class Origin:
         return RejectedInput(
             self.kind, self.namespace, self.name, key or self.key, shown(value), reason
         )
+
+    @classmethod
+    def listener_hostname(cls, namespace: str, name: str, index: int) -> Origin:
+        """A Gateway listener's hostname: where its claim's refusal is reported."""
+        return cls("Gateway", namespace, name, f"spec.listeners[{index}].hostname")
+
+
+@dataclass(slots=True)
+class Refusals:
+    """Hostname claims refused on a port (ownership.py), each reported once per object,
+    hostname and port, on its object."""
+
+    rejections: list[RejectedInput]
+    _told: set[tuple[str, str, str, str, int]] = field(default_factory=set)
+
+    def refuse(
+        self, origin: Origin, holding: Holding, claim: Claim, port: int, outcome: str
+    ) -> None:
+        said = (origin.kind, origin.namespace, origin.name, claim.host, port)
+        if said not in self._told:
+            self._told.add(said)
+            reason = f"{holding.why(claim, port)}: {outcome}"
+            self.rejections.append(origin.rejection(claim.host or "*", reason))
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ from controlplane.routes.l4 import L4Table, l4_table
 from controlplane.routes.l4 import Memo as L4Memo
 from controlplane.routes.ownership import ANY_HOST, Claim, resolve
 from controlplane.routes.placement import Placement, Verdict, listener_claim, place
-from controlplane.routes.precedence import Candidate, Origin, listeners
+from controlplane.routes.precedence import Candidate, Origin, Refusals, listeners
 from controlplane.routes.termination import SecretKey, SecretLookup
 
 
@@ -168,8 +168,7 @@ def _table(
                     mine.defaults.setdefault(lp.listener.port, "")
                 if lp.holds_hostname and lp.listener.protocol in protocols.HTTP_PROTOCOLS:
                     gateway = lp.gateway
-                    where = f"spec.listeners[{index}].hostname"
-                    origin = Origin("Gateway", gateway.namespace, gateway.name, where)
+                    origin = Origin.listener_hostname(gateway.namespace, gateway.name, index)
                     mine.claims.append((lp.listener.port, listener_claim(lp), origin))
     rejections: list[RejectedInput] = []
     tls_of, told = bind_gateways(placement)
@@ -304,14 +303,10 @@ def _hold(
     for candidate in mine.candidates:
         by_port.setdefault(candidate.port, []).append(candidate.claim)
     holdings = {port: resolve(claims) for port, claims in by_port.items()}
-    told: set[tuple[str, str, str, str, int]] = set()
+    report = Refusals(rejections)
 
     def refuse(origin: Origin, claim: Claim, port: int, outcome: str) -> None:
-        said = (origin.kind, origin.namespace, origin.name, claim.host, port)
-        if said not in told:
-            told.add(said)
-            reason = f"{holdings[port].why(claim, port)}: {outcome}"
-            rejections.append(origin.rejection(claim.host or "*", reason))
+        report.refuse(origin, holdings[port], claim, port, outcome)
 
     for port, claim, origin in mine.claims:
         if claim not in holdings[port].refused:

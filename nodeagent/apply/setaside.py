@@ -6,7 +6,8 @@ Pure. Two sources: the agent's own check (`certcheck.problem`, before render), a
 certificate into SSL Context '<certs dir>/<name>.pem': ee key too small.` on 2.6, 3.0 and
 3.2). HAProxy stops reading a crt-list at its first refused line, so one run names at most
 one certificate per HTTPS port: the applier checks again without the named ones, at most
-`MAX_CHECKS` runs in all (`next_round`). An error that names no certificate of the
+`MAX_CHECKS` runs in all, the last with every new certificate not yet taken set aside
+(`unchecked`). An error that names no certificate of the
 snapshot (a broken global section, a bad bind option) is not a part's fault: it NACKs.
 """
 

@@ -122,9 +122,11 @@ class RealCluster:
 
     # --- kubectl and the API as the admin -------------------------------------------
 
-    def kubectl(self, *args: str, stdin: str | None = None, kubeconfig: Path | None = None) -> str:
-        """`kubectl ARGS` (the admin's unless `kubeconfig`); stdout, failing with stderr."""
-        done = subprocess.run(
+    def run_kubectl(
+        self, *args: str, stdin: str | None = None, kubeconfig: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """`kubectl ARGS` (the admin's unless `kubeconfig`), whatever its exit code."""
+        return subprocess.run(
             [str(self.bin_dir / "kubectl"), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args],
             input=stdin,
             capture_output=True,
@@ -132,6 +134,10 @@ class RealCluster:
             timeout=120,
             check=False,
         )
+
+    def kubectl(self, *args: str, stdin: str | None = None, kubeconfig: Path | None = None) -> str:
+        """`kubectl ARGS` (the admin's unless `kubeconfig`); stdout, failing with stderr."""
+        done = self.run_kubectl(*args, stdin=stdin, kubeconfig=kubeconfig)
         if done.returncode != 0:
             raise KubectlError(args, done.stderr)
         return done.stdout
@@ -243,7 +249,9 @@ class RealCluster:
                 namespace,
                 client.V1Binding(
                     metadata=client.V1ObjectMeta(name=name),
-                    target=client.V1ObjectReference(kind="Node", name=_node_of(pod, ip)),
+                    target=client.V1ObjectReference(
+                        kind="Node", name=daemon_node(pod) or f"node-{ip}"
+                    ),
                 ),
                 _preload_content=False,
             )
@@ -266,7 +274,7 @@ class RealCluster:
         core.patch_namespaced_pod_status(name, namespace, body)
 
 
-def _node_of(pod: Any, ip: str) -> str:
+def daemon_node(pod: Any) -> str | None:
     """The node a DaemonSet pod's required node affinity names (metadata.name), if any."""
     affinity = pod.spec.affinity
     required = (
@@ -278,7 +286,7 @@ def _node_of(pod: Any, ip: str) -> str:
         for field in term.match_fields or []:
             if field.key == "metadata.name" and field.values:
                 return str(field.values[0])
-    return f"node-{ip}"
+    return None
 
 
 class KubectlError(AssertionError):

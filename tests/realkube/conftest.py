@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cluster import ROOT, RealCluster, wait_until
+from tests.helpers.cluster import ROOT, RealCluster, daemon_node, wait_until
 from tests.helpers.levels import mark_folder
 
 FOLDER = Path(__file__).resolve().parent
@@ -64,9 +64,8 @@ def installed(cluster: RealCluster) -> RealCluster:
     cluster.add_nodes(*HAPROXY_PODS)
     assert wait_until(lambda: len(cluster.pods(CONTROLPLANE_NS, HAPROXY_SELECTOR)) == 2, 60)
     for pod in cluster.pods(CONTROLPLANE_NS, HAPROXY_SELECTOR):
-        affinity = pod.spec.affinity.node_affinity
-        terms = affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
-        node = terms[0].match_fields[0].values[0]
+        node = daemon_node(pod)
+        assert node is not None, pod.metadata.name
         cluster.run_pod(CONTROLPLANE_NS, pod.metadata.name, HAPROXY_PODS[node])
     return cluster
 

@@ -18,7 +18,6 @@ deleting them there would take it away from the other tests.
 from __future__ import annotations
 
 import re
-import subprocess
 from typing import Any
 
 import yaml
@@ -32,14 +31,7 @@ LOOPBACK = "may not be in the loopback range (127.0.0.0/8, ::1/128)"
 
 def kubectl(cluster: RealCluster, *args: str, stdin: str | None = None) -> tuple[int, str, str]:
     """`kubectl ARGS` as the admin: exit code, stdout and stderr (both wanted here)."""
-    done = subprocess.run(
-        [str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cluster.kubeconfig}", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = cluster.run_kubectl(*args, stdin=stdin)
     return done.returncode, done.stdout, done.stderr
 
 
