@@ -60,13 +60,16 @@ def test_the_demo_is_served_under_the_shipped_rbac_with_no_403(
     installed.apply(objects)
     with ServeProcess(*serve_args(controlplane_kubeconfig)) as serve:
         assert wait_until(lambda: health(serve.address) == "SERVING", 60), serve.lines
-        assert wait_until(lambda: "default_shop_http" in str(snapshot(serve.address)), 30)
+        # A replica publishes the backend before it holds the Lease; its endpoints wait
+        # for slots until it takes the Lease and assigns them.
+        expected = {1: "10.0.2.1", 2: "10.0.2.2", 3: "10.0.2.3"}
+
+        def assigned() -> bool:
+            found = snapshot(serve.address)
+            return "default_shop_http" in str(found) and slots(found, "default_shop_http") == expected
+
+        assert wait_until(assigned, 30), serve.lines[-20:]
         found = snapshot(serve.address)
-        assert slots(found, "default_shop_http") == {
-            1: "10.0.2.1",
-            2: "10.0.2.2",
-            3: "10.0.2.3",
-        }
         peers = found["peers"]["peers"]
         assert sorted(p["address"] for p in peers) == sorted(HAPROXY_PODS.values())
         text = json.dumps(found)
