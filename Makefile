@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv proto test lint unit fast churn demo haproxy bench bench-full image clean
+.PHONY: venv proto test lint unit fast churn demo haproxy bench bench-full image chart chart-docs clean
 
 venv: $(STAMP)
 
@@ -63,6 +63,21 @@ bench-full: $(STAMP)
 RELEASE ?= trixie
 image:
 	deploy/build-image --release $(RELEASE)
+
+# The Helm chart as a package: CHART_OUT/peerplane-<version>.tgz, its version and appVersion
+# the project's (pyproject.toml). Helm is built from tests/helm/go.mod (Go, once; cached).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+CHART_OUT ?= dist
+HELM ?= $(shell tests/helm/build)
+chart:
+	mkdir -p $(CHART_OUT)
+	$(HELM) lint --strict deploy/chart/peerplane
+	$(HELM) package deploy/chart/peerplane --version $(VERSION) --app-version $(VERSION) \
+		--destination $(CHART_OUT)
+
+# The chart's values table in docs/operations.md, from values.yaml's `# --` comments.
+chart-docs: $(STAMP)
+	$(PY) -m tests.helpers.chart_values --write
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
