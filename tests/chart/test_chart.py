@@ -175,6 +175,36 @@ def test_every_haproxy_port_the_settings_name_is_the_container_s(helm: Helm) -> 
     assert [p["containerPort"] for p in haproxy["ports"]] == [8080, 8443, 10000]
 
 
+def client_ports_admitted(objs: list[Obj]) -> set[int]:
+    """The ports the HAProxy pods' NetworkPolicy admits from anywhere (a rule without
+    `from`)."""
+    (policy,) = [
+        o for o in by_kind(objs, "NetworkPolicy")
+        if o["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/component": "haproxy"}
+    ]  # fmt: skip
+    return {p["port"] for rule in policy["spec"]["ingress"] if "from" not in rule for p in rule["ports"]}
+
+
+@pytest.mark.parametrize("case", ["kustomize", *CASES])
+def test_the_network_policy_admits_every_client_port_haproxy_serves(
+    helm: Helm, case: str
+) -> None:
+    """Clients reach both ports the settings give HAProxy: http-port, and https-port, where
+    an Ingress with spec.tls is served (deploy/base admitted port 80 alone, so a CNI that
+    enforces policies dropped HTTPS to Ingresses); with `networkPolicy.extraPorts` those
+    too (Gateway listeners, TCP frontends)."""
+    if case == "kustomize":
+        objs = kustomize(ROOT / "deploy")
+    else:
+        objs = documents(render(helm, case))
+    (settings,) = [o for o in by_kind(objs, "ConfigMap") if o["metadata"]["name"] == "haproxy-settings"]
+    wanted = {int(settings["data"]["http-port"]), int(settings["data"]["https-port"])}
+    assert client_ports_admitted(objs) == wanted
+    if case == "default":
+        more = documents(render(helm, case, "networkPolicy.extraPorts={8443,5432}"))
+        assert client_ports_admitted(more) == wanted | {8443, 5432}
+
+
 def test_deployment_mode(helm: Helm) -> None:
     objs = documents(render(helm, "deployment"))
     assert not by_kind(objs, "DaemonSet")
