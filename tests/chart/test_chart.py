@@ -131,9 +131,7 @@ def test_cert_manager_renders_deploy_examples_tls(helm: Helm) -> None:
     certificates, which issue the Secret the control plane and the agents mount."""
     shipped = normalised(kustomize(ROOT / "deploy" / "examples" / "tls"))
     objs = documents(render(helm, "tls"))
-    rendered = normalised(
-        [obj for obj in objs if obj["apiVersion"].startswith("cert-manager.io/")]
-    )
+    rendered = normalised([obj for obj in objs if obj["apiVersion"].startswith("cert-manager.io/")])
     assert sorted(rendered) == sorted(shipped)
     for key, obj in shipped.items():
         # The example's kustomization adds no part-of label; the chart labels everything.
@@ -146,7 +144,10 @@ def test_cert_manager_with_an_issuer_of_the_users(helm: Helm) -> None:
     objs = documents(
         helm.template(
             VALUES / "tls.yaml",
-            sets=("tls.certManager.issuerRef.name=corp-ca", "tls.certManager.issuerRef.kind=ClusterIssuer"),
+            sets=(
+                "tls.certManager.issuerRef.name=corp-ca",
+                "tls.certManager.issuerRef.kind=ClusterIssuer",
+            ),
         )
     )
     (certificate,) = [o for o in objs if o["apiVersion"].startswith("cert-manager.io/")]
@@ -182,22 +183,21 @@ def client_ports_admitted(objs: list[Obj]) -> set[int]:
         o for o in by_kind(objs, "NetworkPolicy")
         if o["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/component": "haproxy"}
     ]  # fmt: skip
-    return {p["port"] for rule in policy["spec"]["ingress"] if "from" not in rule for p in rule["ports"]}
+    return {
+        p["port"] for rule in policy["spec"]["ingress"] if "from" not in rule for p in rule["ports"]
+    }
 
 
 @pytest.mark.parametrize("case", ["kustomize", *CASES])
-def test_the_network_policy_admits_every_client_port_haproxy_serves(
-    helm: Helm, case: str
-) -> None:
+def test_the_network_policy_admits_every_client_port_haproxy_serves(helm: Helm, case: str) -> None:
     """Clients reach both ports the settings give HAProxy: http-port, and https-port, where
     an Ingress with spec.tls is served (deploy/base admitted port 80 alone, so a CNI that
     enforces policies dropped HTTPS to Ingresses); with `networkPolicy.extraPorts` those
     too (Gateway listeners, TCP frontends)."""
-    if case == "kustomize":
-        objs = kustomize(ROOT / "deploy")
-    else:
-        objs = documents(render(helm, case))
-    (settings,) = [o for o in by_kind(objs, "ConfigMap") if o["metadata"]["name"] == "haproxy-settings"]
+    objs = kustomize(ROOT / "deploy") if case == "kustomize" else documents(render(helm, case))
+    (settings,) = [
+        o for o in by_kind(objs, "ConfigMap") if o["metadata"]["name"] == "haproxy-settings"
+    ]
     wanted = {int(settings["data"]["http-port"]), int(settings["data"]["https-port"])}
     assert client_ports_admitted(objs) == wanted
     if case == "default":
@@ -213,9 +213,7 @@ def test_deployment_mode(helm: Helm) -> None:
     assert deployment["spec"]["replicas"] == 3
     pdbs = {o["metadata"]["name"] for o in by_kind(objs, "PodDisruptionBudget")}
     assert pdbs == {"haproxy", "peerplane-controlplane"}
-    (controlplane,) = [
-        o for o in by_kind(objs, "Deployment") if o["metadata"]["name"] != "haproxy"
-    ]
+    (controlplane,) = [o for o in by_kind(objs, "Deployment") if o["metadata"]["name"] != "haproxy"]
     args = controlplane["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--lease-duration=30" in args and args[-1] == "--log-level=debug"
     (ingress_class,) = by_kind(objs, "IngressClass")
@@ -225,7 +223,9 @@ def test_deployment_mode(helm: Helm) -> None:
 
 def test_leader_election_off_drops_the_lease_flags(helm: Helm) -> None:
     objs = documents(
-        render(helm, "default", "controlplane.leaderElection.enabled=false", "controlplane.replicas=1")
+        render(
+            helm, "default", "controlplane.leaderElection.enabled=false", "controlplane.replicas=1"
+        )
     )
     (controlplane,) = by_kind(objs, "Deployment")
     args = controlplane["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -254,7 +254,10 @@ REFUSED = {
     "unknown-key": ("controlplane.replica=3", "additional properties 'replica' not allowed"),
     "kind": ("haproxy.kind=StatefulSet", "haproxy/kind"),
     "host-network-low-port": ("haproxy.hostNetwork=true", "haproxy/ports/http"),
-    "replicas-without-lease": ("controlplane.leaderElection.enabled=false", "controlplane/replicas"),
+    "replicas-without-lease": (
+        "controlplane.leaderElection.enabled=false",
+        "controlplane/replicas",
+    ),
     "settings-port": ("settings.http-port=8080", "'/settings': additional properties 'http-port'"),
     "settings-unknown": (
         "settings.load-balancing=leastconn",
@@ -349,4 +352,6 @@ def test_the_values_table_reads_helm_docs_comments() -> None:
         ("b.c", "list", ["x"], "first line second line"),
     ]
     assert chart_values.undocumented(text) == ["b.d.e", "f"]
-    assert re.search(r"\| `b\.c` \| list \| `\[\"x\"\]` \| first line second line \|", chart_values.table(text))
+    assert re.search(
+        r"\| `b\.c` \| list \| `\[\"x\"\]` \| first line second line \|", chart_values.table(text)
+    )

@@ -197,7 +197,9 @@ def test_helm_install_then_upgrade_serves_a_demo_service_under_the_chart_s_rbac(
         assert wait_until(
             lambda: len(slots_of(snapshot(serve.address, inspect, workload), backend)) == 50, 60
         ), serve.lines[-20:]
-        history = helm.check("history", RELEASE, "--namespace", namespace, kubeconfig=cluster.kubeconfig)
+        history = helm.check(
+            "history", RELEASE, "--namespace", namespace, kubeconfig=cluster.kubeconfig
+        )
         print(history)
     denied = [line for line in serve.lines if FORBIDDEN.search(line)]
     assert not denied, denied
