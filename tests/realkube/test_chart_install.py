@@ -48,12 +48,25 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
 
 @pytest.fixture
 def release(cluster: RealCluster, helm: Helm) -> Iterator[str]:
-    """The namespace of a release `edge`, uninstalled (its ClusterRole with it) at the end."""
-    with own_namespace(cluster, "chart") as namespace:
-        try:
-            yield namespace
-        finally:
-            helm.run("uninstall", RELEASE, "--namespace", namespace, kubeconfig=cluster.kubeconfig)
+    """The namespace of a release `edge`; at the end the release is uninstalled (its
+    ClusterRole with it), its pods removed at once (no kubelet would confirm a graceful
+    deletion: they would stay Terminating, and the namespace with them) and the namespace
+    gone, so a later test's fleet never sees its HAProxy pods."""
+    namespace = cluster.namespace("chart")
+    try:
+        yield namespace
+    finally:
+        helm.run("uninstall", RELEASE, "--namespace", namespace, kubeconfig=cluster.kubeconfig)
+        cluster.kubectl(
+            "delete", "pods", "--all", "-n", namespace, "--grace-period=0", "--force",
+            "--ignore-not-found", "--wait=false",
+        )  # fmt: skip
+        cluster.delete_namespace(namespace)
+        gone = wait_until(
+            lambda: namespace not in cluster.kubectl("get", "namespaces", "-o", "name"), 60
+        )
+        assert gone, f"namespace {namespace} still there"
+        assert "edge-peerplane" not in cluster.kubectl("get", "clusterroles", "-o", "name")
 
 
 def chart_args(cluster: RealCluster, namespace: str) -> list[str]:
