@@ -37,6 +37,8 @@ CONTROLPLANE = f"{PREFIX}-controlplane"
 PODS = {"node-a": "127.0.2.1", "node-b": "127.0.2.2"}
 SELECTOR = "app.kubernetes.io/component=haproxy"
 # The flags that name the pod's own files and addresses: made local here.
+GATEWAY_CLASS = "edge-gateways"
+INGRESS_CLASS = "edge-ingresses"
 POD_FLAGS = ("--listen=", "--tls-cert=", "--tls-key=", "--metrics-port=", "--metrics-address=")
 Obj = dict[str, Any]
 
@@ -67,6 +69,7 @@ def release(cluster: RealCluster, helm: Helm) -> Iterator[str]:
         )
         assert gone, f"namespace {namespace} still there"
         assert "edge-peerplane" not in cluster.kubectl("get", "clusterroles", "-o", "name")
+        assert GATEWAY_CLASS not in cluster.kubectl("get", "gatewayclasses", "-o", "name")
 
 
 def chart_args(cluster: RealCluster, namespace: str) -> list[str]:
@@ -108,6 +111,16 @@ def snapshot(address: str, tls: list[str], workload: str) -> Obj:
         )
     )
     return found
+
+
+def class_accepted(cluster: RealCluster) -> str:
+    """The status of GATEWAY_CLASS's Accepted condition ("" while it has none)."""
+    custom = client.CustomObjectsApi(cluster.api_client())
+    found = custom.get_cluster_custom_object(
+        "gateway.networking.k8s.io", "v1", "gatewayclasses", GATEWAY_CLASS
+    )
+    conditions = (found.get("status") or {}).get("conditions") or []
+    return next((str(c["status"]) for c in conditions if c["type"] == "Accepted"), "")
 
 
 def slots_of(found: Obj, backend: str) -> list[Obj]:
@@ -200,16 +213,23 @@ def test_helm_install_then_upgrade_serves_a_demo_service_under_the_chart_s_rbac(
         print(shown.stdout)
         assert workload in shown.stdout, shown.stdout + shown.stderr
 
-        # The upgrade: a new settings value reaches the running control plane.
+        # The upgrade: a new settings value reaches the running control plane, and the
+        # classes the chart now creates pass the real API server (the Gateway API CRD's
+        # schema) and are accepted by it.
         upgrade = helm.check(
             "upgrade", RELEASE, str(CHART), "--namespace", namespace,
-            "--set", "settings.server-slots=50", kubeconfig=cluster.kubeconfig,
+            "--set", "settings.server-slots=50",
+            "--set", f"gatewayClass.create=true,gatewayClass.name={GATEWAY_CLASS}",
+            "--set", f"ingressClass.create=true,ingressClass.name={INGRESS_CLASS}",
+            kubeconfig=cluster.kubeconfig,
         )  # fmt: skip
         print(upgrade)
         assert "STATUS: deployed" in upgrade and "REVISION: 2" in upgrade
         assert wait_until(
             lambda: len(slots_of(snapshot(serve.address, inspect, workload), backend)) == 50, 60
         ), serve.lines[-20:]
+        cluster.kubectl("get", f"ingressclass/{INGRESS_CLASS}")
+        assert wait_until(lambda: class_accepted(cluster) == "True", 30), serve.lines[-20:]
         history = helm.check(
             "history", RELEASE, "--namespace", namespace, kubeconfig=cluster.kubeconfig
         )
