@@ -361,6 +361,19 @@ def _conflicted(
         )
 
 
+def _unsupported_address(gateway: Gateway) -> Verdict | None:
+    """`Accepted: False` for a Gateway requesting an address type not served, else None."""
+    odd = sorted({a.type for a in gateway.addresses if a.type not in names.ADDRESS_TYPES})
+    if not odd:
+        return None
+    return Verdict(
+        False,
+        names.UNSUPPORTED_ADDRESS,
+        f"spec.addresses type {', '.join(odd)} is not supported (only IPAddress and "
+        "Hostname): not served",
+    )
+
+
 def _gateway_accepted(workload: Verdict, listeners: tuple[ListenerPlace, ...]) -> Verdict:
     if not workload.ok:
         return workload
@@ -400,8 +413,10 @@ def place(
         if gateway.gateway_class_name not in classes:
             continue
         labels = namespace_labels.get(gateway.namespace, {})
-        workload = namespace_allowed(allowed, gateway.namespace, labels) or resolve_workload(
-            gateway.annotations, workloads
+        workload = (
+            namespace_allowed(allowed, gateway.namespace, labels)
+            or _unsupported_address(gateway)
+            or resolve_workload(gateway.annotations, workloads)
         )
         conflicted = protocols.conflicts(gateway.listeners)
         listeners = tuple(
