@@ -73,10 +73,18 @@ class ListenerPlace:
         )
 
     @property
+    def attachable(self) -> bool:
+        """Routes attach (Accepted, counted in attachedRoutes): accepted and not
+        conflicted, whether or not its refs resolve; the Gateway API counts routes
+        attached to a listener whatever its ResolvedRefs (a listener whose certificate is
+        missing still has them attached, and serves them once it is there)."""
+        return self.accepted.ok and not self.conflict
+
+    @property
     def usable(self) -> bool:
-        """Routes attach: accepted, not conflicted, its refs resolved (an HTTPS listener
-        with some bad certificateRefs is still served with its valid ones)."""
-        if not self.accepted.ok or self.conflict:
+        """Routes are served on it: attachable, its refs resolved (an HTTPS listener with
+        some bad certificateRefs is still served with its valid ones)."""
+        if not self.attachable:
             return False
         return self.resolved.ok or (
             self.resolved.reason in CERTIFICATE_REASONS and bool(self.certificates)
