@@ -8,7 +8,7 @@ mapping so that a state can be shared between threads and compared for equality.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from types import MappingProxyType
 
 ANNOTATION_PREFIX = "haproxy.org/"
@@ -38,6 +38,51 @@ class ObjectRef:
         return cls(namespace, name)
 
 
+EMPTY_MAP: Mapping[str, str] = MappingProxyType({})
+
+
+def _empty_map() -> Mapping[str, str]:
+    """The one shared empty map: most objects have no annotations, and 16,000 of them
+    should not each keep an empty dict."""
+    return EMPTY_MAP
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectMeta:
+    """The metadata every input object carries, written once for every kind.
+
+    Keyword-only, so that each kind's own fields stay positional after its name. A source
+    fills what the computation reads of a kind: `generation` for the objects whose status
+    we write (observedGeneration), `creation_timestamp` where age decides a contest (the
+    oldest Service or route keeps a host), `annotations` where they configure serving;
+    the rest stay at their defaults, so a change there is no change of the state.
+    """
+
+    _: KW_ONLY
+    generation: int = 0
+    creation_timestamp: str = ""  # RFC 3339, as written
+    annotations: Mapping[str, str] = field(default_factory=_empty_map)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterObject(ObjectMeta):
+    """A cluster-scoped object: GatewayClass, IngressClass, Namespace."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class NamespacedObject(ObjectMeta):
+    """A namespaced object: the other kinds."""
+
+    namespace: str
+    name: str
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(self.namespace, self.name)
+
+
 @dataclass(frozen=True, slots=True)
 class OwnerRef:
     """The controller owner of an object (ownerReferences entry with controller=true)."""
@@ -54,17 +99,8 @@ class ServicePort:
 
 
 @dataclass(frozen=True, slots=True)
-class Service:
-    namespace: str
-    name: str
+class Service(NamespacedObject):
     ports: tuple[ServicePort, ...]
-    annotations: Mapping[str, str] = field(default_factory=frozen_map)
-    # RFC 3339 creationTimestamp; decides which Service keeps a contested host or port.
-    creation_timestamp: str = ""
-
-    @property
-    def ref(self) -> ObjectRef:
-        return ObjectRef(self.namespace, self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,9 +120,7 @@ class Endpoint:
 
 
 @dataclass(frozen=True, slots=True)
-class EndpointSlice:
-    namespace: str
-    name: str
+class EndpointSlice(NamespacedObject):
     service_name: str  # label kubernetes.io/service-name
     address_type: str  # IPv4, IPv6 or FQDN
     ports: tuple[EndpointPort, ...]
@@ -94,9 +128,7 @@ class EndpointSlice:
 
 
 @dataclass(frozen=True, slots=True)
-class Pod:
-    namespace: str
-    name: str
+class Pod(NamespacedObject):
     ip: str  # "" while unassigned
     phase: str  # Pending, Running, Succeeded, Failed, Unknown
     owner: OwnerRef | None  # controller owner
@@ -104,27 +136,15 @@ class Pod:
     node_name: str = ""
     labels: Mapping[str, str] = field(default_factory=frozen_map)
 
-    @property
-    def ref(self) -> ObjectRef:
-        return ObjectRef(self.namespace, self.name)
-
 
 @dataclass(frozen=True, slots=True)
-class ReplicaSet:
-    namespace: str
-    name: str
+class ReplicaSet(NamespacedObject):
     owner: OwnerRef | None
 
 
 @dataclass(frozen=True, slots=True)
-class ConfigMap:
-    namespace: str
-    name: str
+class ConfigMap(NamespacedObject):
     data: Mapping[str, str] = field(default_factory=frozen_map)
-
-    @property
-    def ref(self) -> ObjectRef:
-        return ObjectRef(self.namespace, self.name)
 
 
 # ------------------------------------------------------------------ the route model's inputs
@@ -155,21 +175,15 @@ class LabelSelector:
 
 
 @dataclass(frozen=True, slots=True)
-class Namespace:
+class Namespace(ClusterObject):
     """A namespace's labels, for a Gateway listener's allowedRoutes Selector."""
 
-    name: str
     labels: Mapping[str, str] = field(default_factory=frozen_map)
-    creation_timestamp: str = ""
 
 
 @dataclass(frozen=True, slots=True)
-class GatewayClass:
-    name: str
+class GatewayClass(ClusterObject):
     controller_name: str
-    generation: int = 0
-    creation_timestamp: str = ""
-    annotations: Mapping[str, str] = field(default_factory=frozen_map)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,19 +223,10 @@ class GatewayAddress:
 
 
 @dataclass(frozen=True, slots=True)
-class Gateway:
-    namespace: str
-    name: str
+class Gateway(NamespacedObject):
     gateway_class_name: str
     listeners: tuple[GatewayListener, ...]
     addresses: tuple[GatewayAddress, ...] = ()
-    generation: int = 0
-    creation_timestamp: str = ""
-    annotations: Mapping[str, str] = field(default_factory=frozen_map)
-
-    @property
-    def ref(self) -> ObjectRef:
-        return ObjectRef(self.namespace, self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,19 +312,10 @@ class HTTPRouteRule:
 
 
 @dataclass(frozen=True, slots=True)
-class HTTPRoute:
-    namespace: str
-    name: str
+class HTTPRoute(NamespacedObject):
     parent_refs: tuple[ParentRef, ...]
     hostnames: tuple[str, ...] = ()
     rules: tuple[HTTPRouteRule, ...] = (HTTPRouteRule(),)
-    generation: int = 0
-    creation_timestamp: str = ""
-    annotations: Mapping[str, str] = field(default_factory=frozen_map)
-
-    @property
-    def ref(self) -> ObjectRef:
-        return ObjectRef(self.namespace, self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,57 +327,33 @@ class L4Rule:
 
 
 @dataclass(frozen=True, slots=True)
-class TLSRoute:
+class TLSRoute(NamespacedObject):
     """gateway.networking.k8s.io TLSRoute: SNI hostnames to backends, not terminated."""
 
-    namespace: str
-    name: str
     parent_refs: tuple[ParentRef, ...]
     hostnames: tuple[str, ...] = ()
     rules: tuple[L4Rule, ...] = ()
-    generation: int = 0
-    creation_timestamp: str = ""
-    annotations: Mapping[str, str] = field(default_factory=frozen_map)
-
-    @property
-    def ref(self) -> ObjectRef:
-        return ObjectRef(self.namespace, self.name)
 
 
 @dataclass(frozen=True, slots=True)
-class TCPRoute:
+class TCPRoute(NamespacedObject):
     """gateway.networking.k8s.io TCPRoute: a listener's port to backends."""
 
-    namespace: str
-    name: str
     parent_refs: tuple[ParentRef, ...]
     rules: tuple[L4Rule, ...] = ()
-    generation: int = 0
-    creation_timestamp: str = ""
-    annotations: Mapping[str, str] = field(default_factory=frozen_map)
-
-    @property
-    def ref(self) -> ObjectRef:
-        return ObjectRef(self.namespace, self.name)
 
 
 @dataclass(frozen=True, slots=True)
-class TLSSecret:
+class TLSSecret(NamespacedObject):
     """A Secret a listener or an Ingress may reference for its certificate. Sources keep
     Secrets of type kubernetes.io/tls (and others by name only, to report the type):
     `cert_pem` is data["tls.crt"], `key_pem` data["tls.key"], both decoded from base64,
     never logged. Whether they parse, match and are in date is compute's to say."""
 
-    namespace: str
-    name: str
     type: str = "kubernetes.io/tls"
     cert_pem: bytes = field(default=b"", repr=False)
     key_pem: bytes = field(default=b"", repr=False)
     resource_version: str = ""
-
-    @property
-    def ref(self) -> ObjectRef:
-        return ObjectRef(self.namespace, self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,22 +371,14 @@ class ReferenceGrantTo:
 
 
 @dataclass(frozen=True, slots=True)
-class ReferenceGrant:
-    namespace: str
-    name: str
+class ReferenceGrant(NamespacedObject):
     from_: tuple[ReferenceGrantFrom, ...]
     to: tuple[ReferenceGrantTo, ...]
-    generation: int = 0
-    creation_timestamp: str = ""
 
 
 @dataclass(frozen=True, slots=True)
-class IngressClass:
-    name: str
+class IngressClass(ClusterObject):
     controller: str
-    generation: int = 0
-    creation_timestamp: str = ""
-    annotations: Mapping[str, str] = field(default_factory=frozen_map)
 
 
 @dataclass(frozen=True, slots=True)
@@ -448,20 +412,11 @@ class IngressTLS:
 
 
 @dataclass(frozen=True, slots=True)
-class Ingress:
-    namespace: str
-    name: str
+class Ingress(NamespacedObject):
     ingress_class_name: str = ""  # "" : the default class
     default_backend: IngressBackend | None = None
     rules: tuple[IngressRule, ...] = ()
     tls: tuple[IngressTLS, ...] = ()
-    generation: int = 0
-    creation_timestamp: str = ""
-    annotations: Mapping[str, str] = field(default_factory=frozen_map)
-
-    @property
-    def ref(self) -> ObjectRef:
-        return ObjectRef(self.namespace, self.name)
 
 
 @dataclass(frozen=True, slots=True)
