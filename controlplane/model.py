@@ -150,9 +150,10 @@ class ConfigMap(NamespacedObject):
 # ------------------------------------------------------------------ the route model's inputs
 # Gateway API (gateway.networking.k8s.io/v1, v1beta1 ReferenceGrant) and Ingress
 # (networking.k8s.io/v1) objects, with the defaults their CRDs and the API server apply
-# already filled in (controlplane/source/convert_routes.py). Values are kept as written:
-# what compute cannot serve (a regex, an unknown filter) is reported by compute, not lost
-# at conversion, so the rest of a route is still served.
+# already filled in (controlplane/source/convert_gateway.py, convert_routes.py,
+# convert_ingress.py). Values are kept as written: what compute cannot serve (a regex, an
+# unknown filter) is reported by compute, not lost at conversion, so the rest of a route
+# is still served.
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 

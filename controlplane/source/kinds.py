@@ -48,19 +48,15 @@ from controlplane.source.convert import (
     replica_set_from,
     service_from,
 )
-from controlplane.source.convert_routes import (
-    TLS_SECRET_TYPE,
+from controlplane.source.convert_gateway import (
     gateway_class_from,
     gateway_from,
-    http_route_from,
-    ingress_class_from,
-    ingress_from,
     namespace_from,
     reference_grant_from,
-    tcp_route_from,
-    tls_route_from,
-    tls_secret_from,
 )
+from controlplane.source.convert_ingress import ingress_class_from, ingress_from
+from controlplane.source.convert_routes import http_route_from, tcp_route_from, tls_route_from
+from controlplane.source.convert_secret import TLS_SECRET_TYPE, tls_secret_from
 
 InputObject = NamespacedObject | ClusterObject
 """What a converter of the table answers."""

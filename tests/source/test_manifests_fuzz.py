@@ -84,7 +84,8 @@ TEMPLATES: dict[str, dict[str, Any]] = {
         "metadata": {"name": "haproxy-settings", "namespace": "haproxy-system"},
         "data": {"load-balance": "source", "server-slots": 8},
     },
-    # The route model's kinds (controlplane/source/convert_routes.py).
+    # The route model's kinds (controlplane/source/convert_gateway.py, convert_routes.py,
+    # convert_ingress.py, convert_secret.py).
     "GatewayClass": {
         "kind": "GatewayClass",
         "metadata": {"name": "peerplane", "generation": 1},
