@@ -3,92 +3,106 @@
 Sources (a folder of manifests, the Kubernetes API) build a `ClusterState`; nothing past
 this module sees a Kubernetes client object. Every collection is a tuple or a frozen
 mapping so that a state can be shared between threads and compared for equality.
+
+Here: the input kinds (one per row of `controlplane/source/kinds.py`) and `ClusterState`.
+What every kind carries (name, `ObjectMeta`) is in `model_meta`, the parts of the route
+model's objects (listeners, matches, filters, backend references) in `model_parts`; both
+are re-exported, so `controlplane.model` names the whole model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import KW_ONLY, dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass, field
 
-ANNOTATION_PREFIX = "haproxy.org/"
+from controlplane.model_meta import (
+    ANNOTATION_PREFIX,
+    EMPTY_MAP,
+    ClusterObject,
+    NamespacedObject,
+    ObjectMeta,
+    ObjectRef,
+    OwnerRef,
+    frozen_map,
+)
+from controlplane.model_parts import (
+    GATEWAY_GROUP,
+    GatewayAddress,
+    GatewayListener,
+    HeaderModifier,
+    HTTPBackendRef,
+    HTTPRouteFilter,
+    HTTPRouteMatch,
+    HTTPRouteRule,
+    IngressBackend,
+    IngressPath,
+    IngressRule,
+    IngressTLS,
+    L4Rule,
+    LabelSelector,
+    NameValueMatch,
+    ParentRef,
+    PathMatch,
+    ReferenceGrantFrom,
+    ReferenceGrantTo,
+    RequestRedirect,
+    RouteGroupKind,
+    SecretRef,
+    SelectorRequirement,
+)
 
-
-def frozen_map(data: Mapping[str, str] | None = None) -> Mapping[str, str]:
-    """A read-only copy of `data` (annotations, labels, ConfigMap data)."""
-    return MappingProxyType(dict(data or {}))
-
-
-@dataclass(frozen=True, slots=True)
-class ObjectRef:
-    """namespace/name of a namespaced object."""
-
-    namespace: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @classmethod
-    def parse(cls, text: str) -> ObjectRef:
-        """Parse "namespace/name"; raises ValueError on anything else."""
-        namespace, sep, name = text.partition("/")
-        if not sep or not namespace or not name or "/" in name:
-            raise ValueError(f"expected NAMESPACE/NAME, got {text!r}")
-        return cls(namespace, name)
-
-
-EMPTY_MAP: Mapping[str, str] = MappingProxyType({})
-
-
-def _empty_map() -> Mapping[str, str]:
-    """The one shared empty map: most objects have no annotations, and 16,000 of them
-    should not each keep an empty dict."""
-    return EMPTY_MAP
-
-
-@dataclass(frozen=True, slots=True)
-class ObjectMeta:
-    """The metadata every input object carries, written once for every kind.
-
-    Keyword-only, so that each kind's own fields stay positional after its name. A source
-    fills what the computation reads of a kind: `generation` for the objects whose status
-    we write (observedGeneration), `creation_timestamp` where age decides a contest (the
-    oldest Service or route keeps a host), `annotations` where they configure serving;
-    the rest stay at their defaults, so a change there is no change of the state.
-    """
-
-    _: KW_ONLY
-    generation: int = 0
-    creation_timestamp: str = ""  # RFC 3339, as written
-    annotations: Mapping[str, str] = field(default_factory=_empty_map)
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterObject(ObjectMeta):
-    """A cluster-scoped object: GatewayClass, IngressClass, Namespace."""
-
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class NamespacedObject(ObjectMeta):
-    """A namespaced object: the other kinds."""
-
-    namespace: str
-    name: str
-
-    @property
-    def ref(self) -> ObjectRef:
-        return ObjectRef(self.namespace, self.name)
-
-
-@dataclass(frozen=True, slots=True)
-class OwnerRef:
-    """The controller owner of an object (ownerReferences entry with controller=true)."""
-
-    kind: str
-    name: str
+__all__ = [  # the whole model: its parts are re-exported from here
+    "ANNOTATION_PREFIX",
+    "EMPTY_MAP",
+    "GATEWAY_GROUP",
+    "ClusterObject",
+    "ClusterState",
+    "ConfigMap",
+    "Endpoint",
+    "EndpointPort",
+    "EndpointSlice",
+    "Gateway",
+    "GatewayAddress",
+    "GatewayClass",
+    "GatewayListener",
+    "HTTPBackendRef",
+    "HTTPRoute",
+    "HTTPRouteFilter",
+    "HTTPRouteMatch",
+    "HTTPRouteRule",
+    "HeaderModifier",
+    "Ingress",
+    "IngressBackend",
+    "IngressClass",
+    "IngressPath",
+    "IngressRule",
+    "IngressTLS",
+    "L4Rule",
+    "LabelSelector",
+    "NameValueMatch",
+    "Namespace",
+    "NamespacedObject",
+    "ObjectMeta",
+    "ObjectRef",
+    "OwnerRef",
+    "ParentRef",
+    "PathMatch",
+    "Pod",
+    "ReferenceGrant",
+    "ReferenceGrantFrom",
+    "ReferenceGrantTo",
+    "ReplicaSet",
+    "RequestRedirect",
+    "RouteGroupKind",
+    "SecretRef",
+    "SelectorRequirement",
+    "Service",
+    "ServicePort",
+    "TCPRoute",
+    "TLSRoute",
+    "TLSSecret",
+    "frozen_map",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,25 +169,6 @@ class ConfigMap(NamespacedObject):
 # unknown filter) is reported by compute, not lost at conversion, so the rest of a route
 # is still served.
 
-GATEWAY_GROUP = "gateway.networking.k8s.io"
-
-
-@dataclass(frozen=True, slots=True)
-class SelectorRequirement:
-    """One matchExpressions entry: operator In, NotIn, Exists or DoesNotExist."""
-
-    key: str
-    operator: str
-    values: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class LabelSelector:
-    """A metav1.LabelSelector: every matchLabels pair and every expression must hold."""
-
-    match_labels: Mapping[str, str] = field(default_factory=frozen_map)
-    match_expressions: tuple[SelectorRequirement, ...] = ()
-
 
 @dataclass(frozen=True, slots=True)
 class Namespace(ClusterObject):
@@ -188,42 +183,6 @@ class GatewayClass(ClusterObject):
 
 
 @dataclass(frozen=True, slots=True)
-class RouteGroupKind:
-    group: str
-    kind: str
-
-
-@dataclass(frozen=True, slots=True)
-class SecretRef:
-    """A listener's `tls.certificateRefs` entry, as written ("" namespace: the Gateway's)."""
-
-    name: str
-    namespace: str = ""
-    group: str = ""  # "" : the core group
-    kind: str = "Secret"
-
-
-@dataclass(frozen=True, slots=True)
-class GatewayListener:
-    name: str
-    port: int
-    protocol: str  # HTTP, HTTPS, TLS and TCP are served; UDP and others are reported
-    hostname: str = ""  # "" when absent: every host
-    allowed_from: str = "Same"  # allowedRoutes.namespaces.from: Same, All or Selector
-    allowed_selector: LabelSelector | None = None  # with allowed_from "Selector"
-    allowed_kinds: tuple[RouteGroupKind, ...] = ()  # () : the protocol's kinds (HTTPRoute)
-    tls_mode: str = ""  # tls.mode: Terminate (the default with a tls block) or Passthrough
-    certificate_refs: tuple[SecretRef, ...] = ()  # tls.certificateRefs, in order
-    tls_ignored: tuple[str, ...] = ()  # tls fields set and not served: "options", ...
-
-
-@dataclass(frozen=True, slots=True)
-class GatewayAddress:
-    type: str  # IPAddress, Hostname or an implementation-specific domain-prefixed type
-    value: str
-
-
-@dataclass(frozen=True, slots=True)
 class Gateway(NamespacedObject):
     gateway_class_name: str
     listeners: tuple[GatewayListener, ...]
@@ -231,100 +190,10 @@ class Gateway(NamespacedObject):
 
 
 @dataclass(frozen=True, slots=True)
-class ParentRef:
-    """An HTTPRoute's parentRefs entry, as written ("" namespace: the route's own;
-    0 port: any)."""
-
-    name: str
-    group: str = GATEWAY_GROUP
-    kind: str = "Gateway"
-    namespace: str = ""
-    section_name: str = ""
-    port: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class PathMatch:
-    type: str  # Exact, PathPrefix or RegularExpression (reported)
-    value: str
-
-
-@dataclass(frozen=True, slots=True)
-class NameValueMatch:
-    """A header or query parameter match: type Exact or RegularExpression (reported)."""
-
-    type: str
-    name: str
-    value: str
-
-
-@dataclass(frozen=True, slots=True)
-class HTTPRouteMatch:
-    path: PathMatch = PathMatch("PathPrefix", "/")
-    headers: tuple[NameValueMatch, ...] = ()
-    query_params: tuple[NameValueMatch, ...] = ()
-    method: str = ""  # "" : any method
-
-
-@dataclass(frozen=True, slots=True)
-class HeaderModifier:
-    set: tuple[tuple[str, str], ...] = ()
-    add: tuple[tuple[str, str], ...] = ()
-    remove: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class RequestRedirect:
-    scheme: str = ""
-    hostname: str = ""
-    port: int | None = None  # None: absent (keep the request's); as written otherwise
-    status_code: int = 302
-    path_type: str = ""  # "" (keep the path), ReplaceFullPath, ReplacePrefixMatch (reported)
-    path_value: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class HTTPRouteFilter:
-    """A filter; only RequestHeaderModifier and RequestRedirect are served, any other type
-    is kept by name so compute can report it."""
-
-    type: str
-    request_header_modifier: HeaderModifier | None = None
-    request_redirect: RequestRedirect | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class HTTPBackendRef:
-    name: str
-    group: str = ""  # "" : the core group
-    kind: str = "Service"
-    namespace: str = ""  # "" : the route's own
-    port: int = 0  # 0 : absent (required for a Service; reported)
-    weight: int = 1
-    filters: tuple[HTTPRouteFilter, ...] = ()  # per-backend filters: reported, not served
-
-
-@dataclass(frozen=True, slots=True)
-class HTTPRouteRule:
-    matches: tuple[HTTPRouteMatch, ...] = (HTTPRouteMatch(),)
-    filters: tuple[HTTPRouteFilter, ...] = ()
-    backend_refs: tuple[HTTPBackendRef, ...] = ()
-    name: str = ""
-
-
-@dataclass(frozen=True, slots=True)
 class HTTPRoute(NamespacedObject):
     parent_refs: tuple[ParentRef, ...]
     hostnames: tuple[str, ...] = ()
     rules: tuple[HTTPRouteRule, ...] = (HTTPRouteRule(),)
-
-
-@dataclass(frozen=True, slots=True)
-class L4Rule:
-    """A TLSRoute or TCPRoute rule: only backends (HTTPBackendRef's shape, no filters)."""
-
-    backend_refs: tuple[HTTPBackendRef, ...] = ()
-    name: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,20 +227,6 @@ class TLSSecret(NamespacedObject):
 
 
 @dataclass(frozen=True, slots=True)
-class ReferenceGrantFrom:
-    group: str
-    kind: str
-    namespace: str
-
-
-@dataclass(frozen=True, slots=True)
-class ReferenceGrantTo:
-    group: str
-    kind: str
-    name: str = ""  # "" : every object of the kind in the grant's namespace
-
-
-@dataclass(frozen=True, slots=True)
 class ReferenceGrant(NamespacedObject):
     from_: tuple[ReferenceGrantFrom, ...]
     to: tuple[ReferenceGrantTo, ...]
@@ -380,36 +235,6 @@ class ReferenceGrant(NamespacedObject):
 @dataclass(frozen=True, slots=True)
 class IngressClass(ClusterObject):
     controller: str
-
-
-@dataclass(frozen=True, slots=True)
-class IngressBackend:
-    """A Service backend (port by number or by name), or a `resource` backend (kept as
-    "Kind/name" to be reported: not served)."""
-
-    service_name: str = ""
-    port_number: int = 0
-    port_name: str = ""
-    resource: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class IngressPath:
-    path: str
-    path_type: str  # Exact, Prefix or ImplementationSpecific
-    backend: IngressBackend
-
-
-@dataclass(frozen=True, slots=True)
-class IngressRule:
-    host: str  # "" : every host
-    paths: tuple[IngressPath, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class IngressTLS:
-    hosts: tuple[str, ...] = ()  # () : the certificate's own names
-    secret_name: str = ""  # "" : none (reported)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from controlplane import model
 from controlplane.kube.source import KubernetesSource
 from controlplane.model import ClusterObject, ClusterState, NamespacedObject, ObjectRef
 from controlplane.source.files import load_manifests
@@ -57,6 +58,7 @@ def test_every_cluster_state_field_has_one_row() -> None:
     for row in INPUT_KINDS:
         base = NamespacedObject if row.namespaced else ClusterObject
         assert issubclass(row.model, base), row.kind
+        assert row.model.__name__ in model.__all__, row.kind
 
 
 def test_every_row_has_an_informer() -> None:
