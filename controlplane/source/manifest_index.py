@@ -12,6 +12,7 @@ the changed file claims(ed). Pure bookkeeping, no I/O.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import chain
@@ -159,12 +160,19 @@ class ManifestIndex:
     def refresh(self) -> bool:
         """Assemble the state again if any file changed since; True when it did. Costs one
         derivation per changed file (and per file sharing a key with one), plus joining
-        the per-file tuples."""
+        the per-file tuples of the fields those files hold or held (every field when a
+        file came or went); the other fields keep their tuples."""
         if not self._stale and self._order is not None:
             return False
+        touched: set[str] = set()
         for path in self._stale:
-            self._views[path] = self._derive(path)
+            before = self._views.get(path)
+            self._views[path] = view = self._derive(path)
+            touched.update(view.objects)
+            if before is not None:
+                touched.update(before.objects)
         self._stale.clear()
+        whole = self._order is None
         if self._order is None:
             self._order = sorted(self._files)
         # map() with methodcaller keeps these joins in C: at 8,000 files a generator
@@ -173,10 +181,11 @@ class ManifestIndex:
         found = list(map(attrgetter("objects"), views))
         fields: dict[str, Any] = {}
         for row in INPUT_KINDS:
-            joined = _joined(map(methodcaller("get", row.field, ()), found))
-            single = row.selection is Selection.SETTINGS
-            fields[row.field] = (joined[0] if joined else None) if single else joined
-        self._state = ClusterState(**fields)
+            if whole or row.field in touched:
+                joined = _joined(map(methodcaller("get", row.field, ()), found))
+                single = row.selection is Selection.SETTINGS
+                fields[row.field] = (joined[0] if joined else None) if single else joined
+        self._state = dataclasses.replace(self._state, **fields)
         self._errors = _joined(map(attrgetter("errors"), views))
         return True
 
