@@ -18,8 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from controlplane.model import GATEWAY_GROUP
-
-ROUTE_VERSIONS = ("v1", "v1alpha2")  # TLSRoute, TCPRoute: preferred first
+from controlplane.source.kinds import L4_ROUTE_VERSIONS
 
 
 class ServedVersion:
@@ -29,7 +28,7 @@ class ServedVersion:
         self,
         custom: client.CustomObjectsApi,
         plural: str,
-        versions: Sequence[str] = ROUTE_VERSIONS,
+        versions: Sequence[str] = L4_ROUTE_VERSIONS,
         group: str = GATEWAY_GROUP,
     ) -> None:
         self._custom = custom

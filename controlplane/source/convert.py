@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from controlplane.model import (
     ConfigMap,
@@ -35,6 +35,7 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 DEFAULT_HAPROXY_SELECTOR = "app.kubernetes.io/component=haproxy"
 
 Manifest = Mapping[str, Any]
+T = TypeVar("T")
 
 
 class ManifestError(ValueError):
@@ -123,6 +124,67 @@ def _int(value: Any, what: str) -> int:
     return value
 
 
+# ------------------------------------------------------------------ shared field readers
+
+
+def _items(value: Any, what: str, convert: Callable[[Mapping[str, Any], str], T]) -> tuple[T, ...]:
+    """Each map of the list at `what`, converted with its own path for errors."""
+    out: list[T] = []
+    for index, item in enumerate(_list(value, what)):
+        where = f"{what}[{index}]"
+        if not isinstance(item, Mapping):
+            raise ManifestError(f"{where} is not a map but {shown(item)}")
+        out.append(convert(item, where))
+    return tuple(out)
+
+
+def _strings(value: Any, what: str) -> tuple[str, ...]:
+    items = _list(value, what)
+    for index, item in enumerate(items):
+        _str(item, f"{what}[{index}]")
+    return tuple(items)
+
+
+def _port(value: Any, what: str, required: bool = True) -> int:
+    """A port number in 1-65535; 0 when absent and not required."""
+    if value is None and not required:
+        return 0
+    port = _int(value, what)
+    if not 1 <= port <= 65535:
+        raise ManifestError(f"{what} {shown(port)} is not in 1-65535")
+    return port
+
+
+def _number(value: Any, what: str) -> int | None:
+    """An integer as written (its range is compute's to check, one rule at a time); None
+    when absent."""
+    return None if value is None else _int(value, what)
+
+
+def _generation(meta: Mapping[str, Any]) -> int:
+    value = meta.get("generation")
+    return 0 if value is None else _int(value, "metadata.generation")
+
+
+def _timestamp(meta: Mapping[str, Any]) -> str:
+    return _text(meta.get("creationTimestamp"), "metadata.creationTimestamp")
+
+
+def _annotations(meta: Mapping[str, Any]) -> Mapping[str, str]:
+    return _string_map(meta.get("annotations"), "metadata.annotations")
+
+
+def _spec(obj: Manifest) -> Mapping[str, Any]:
+    return _map(obj.get("spec"), "spec")
+
+
+def _required(value: Any, what: str) -> str:
+    text = _str(value, what)
+    if not text:
+        raise ManifestError(f"{what} is missing")
+    return text
+
+
 def controller_owner(meta: Mapping[str, Any]) -> OwnerRef | None:
     """The ownerReferences entry marked controller (or the only one)."""
     refs = meta.get("ownerReferences") or []
@@ -196,7 +258,7 @@ def service_from(obj: Manifest) -> Service:
         name=meta["name"],
         ports=_service_ports(spec),
         annotations=_string_map(meta.get("annotations"), "metadata.annotations"),
-        creation_timestamp=_text(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
+        creation_timestamp=_timestamp(meta),
         selector=_string_map(spec.get("selector"), "spec.selector"),
         load_balancer=_load_balancer(_map(obj.get("status"), "status")),
     )

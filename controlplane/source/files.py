@@ -26,34 +26,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controlplane.model import GATEWAY_GROUP as GATEWAY_API
 from controlplane.model import ClusterState, ObjectRef
 from controlplane.source.convert import (
     DEFAULT_HAPROXY_SELECTOR,
     ManifestError,
-    config_map_from,
-    endpoint_slice_from,
     parse_selector,
-    pod_from,
-    replica_set_from,
-    service_from,
     shown,
-)
-from controlplane.source.convert_routes import (
-    gateway_class_from,
-    gateway_from,
-    http_route_from,
-    ingress_class_from,
-    ingress_from,
-    namespace_from,
-    reference_grant_from,
-    tcp_route_from,
-    tls_route_from,
-    tls_secret_from,
 )
 from controlplane.source.folder_walk import MANIFEST_SUFFIXES, Identity, internal, walk
 from controlplane.source.folder_watch import FolderWatch
-from controlplane.source.manifest_index import Converted, ManifestIndex, ParsedFile
+from controlplane.source.kinds import BY_KIND, InputKind, InputObject
+from controlplane.source.manifest_index import ManifestIndex, ParsedFile
 from controlplane.source.yamlload import LoadError, load_file
 
 log = logging.getLogger(__name__)
@@ -99,7 +82,7 @@ def parse_file(path: Path) -> ParsedFile:
         documents = load_file(path)
     except LoadError as err:
         return ParsedFile(errors=((0, f"{path}: {err}"),))
-    objects: list[tuple[int, str, Converted]] = []
+    objects: list[tuple[int, str, InputObject]] = []
     errors: list[tuple[int, str]] = []
     for position, (where, document) in enumerate(_objects(documents)):
         try:
@@ -134,66 +117,42 @@ def load_manifests(
     return LoadResult(index.state(), index.errors())
 
 
-ROUTE_KINDS: dict[tuple[str, str], Callable[[Any], Converted]] = {
-    (GATEWAY_API, "GatewayClass"): gateway_class_from,
-    (GATEWAY_API, "Gateway"): gateway_from,
-    (GATEWAY_API, "HTTPRoute"): http_route_from,
-    (GATEWAY_API, "ReferenceGrant"): reference_grant_from,
-    ("networking.k8s.io", "Ingress"): ingress_from,
-    ("networking.k8s.io", "IngressClass"): ingress_class_from,
-    ("", "Namespace"): namespace_from,
-    (GATEWAY_API, "TLSRoute"): tls_route_from,
-    (GATEWAY_API, "TCPRoute"): tcp_route_from,
-    ("", "Secret"): tls_secret_from,
-}
-"""The route model's kinds by (API group, kind): a Gateway of another group (Istio's
-networking.istio.io) is not the Gateway API's and is ignored like any other kind."""
-SERVED_VERSIONS = {GATEWAY_API: ("v1", "v1beta1"), "networking.k8s.io": ("v1",), "": ("v1",)}
-KIND_VERSIONS = {
-    (GATEWAY_API, "TLSRoute"): ("v1alpha2", "v1alpha3", "v1"),
-    (GATEWAY_API, "TCPRoute"): ("v1alpha2", "v1"),
-}
-"""TLSRoute and TCPRoute: v1 in the standard channel since Gateway API v1.5, the
-experimental channel's versions before."""
+def _converted(document: dict[str, Any], row: InputKind[Any]) -> InputObject:
+    converted: InputObject = row.convert(document)
+    return converted
 
 
-def _route_converter(document: dict[str, Any], kind: str) -> Callable[[Any], Converted] | None:
-    """The converter of a route-model document; None for another group's kind. A manifest
-    without apiVersion is taken as the kind's (as for the other kinds); a version the
-    model does not read (networking.k8s.io/v1beta1 Ingress) is an error."""
+def _versioned(document: dict[str, Any], row: InputKind[Any]) -> InputObject | None:
+    """The object of a document of a kind whose apiVersion counts; None for the same kind
+    name in another group (Istio's networking.istio.io Gateway is not the Gateway API's).
+    A manifest without apiVersion is taken as the kind's (as for the other kinds); a
+    version the model does not read (networking.k8s.io/v1beta1 Ingress) is an error."""
     api_version = document.get("apiVersion")
     if api_version is None:
-        group = next((g for g, k in ROUTE_KINDS if k == kind), None)
-        return None if group is None else ROUTE_KINDS[group, kind]
+        return _converted(document, row)
     if not isinstance(api_version, str):
         raise ManifestError(f"apiVersion is not a string but {shown(api_version)}")
     group, _, version = api_version.rpartition("/")
-    converter = ROUTE_KINDS.get((group, kind))
-    versions = KIND_VERSIONS.get((group, kind)) or SERVED_VERSIONS.get(group, ())
-    if converter is not None and version not in versions:
-        served = ", ".join(f"{group}/{v}".lstrip("/") for v in versions)
-        raise ManifestError(f"{kind} apiVersion {shown(api_version)} is not read (use {served})")
-    return converter
+    if group != row.group:
+        return None
+    if version not in (row.manifest_versions or ()):
+        served = ", ".join(row.api_versions)
+        raise ManifestError(
+            f"{row.kind} apiVersion {shown(api_version)} is not read (use {served})"
+        )
+    return _converted(document, row)
 
 
-def _convert(document: Any) -> Converted | None:
+def _convert(document: Any) -> InputObject | None:
     """The model object of a document; None for kinds the model does not read."""
     if not isinstance(document, dict):
         raise ManifestError("not a Kubernetes object (expected a map)")
     kind = document.get("kind")
-    if isinstance(kind, str) and any(k == kind for _, k in ROUTE_KINDS):
-        converter = _route_converter(document, kind)
-        return None if converter is None else converter(document)
-    if kind == "Service":
-        return service_from(document)
-    if kind == "EndpointSlice":
-        return endpoint_slice_from(document)
-    if kind == "Pod":
-        return pod_from(document)
-    if kind == "ReplicaSet":
-        return replica_set_from(document)
-    if kind == "ConfigMap":
-        return config_map_from(document)
+    row = BY_KIND.get(kind) if isinstance(kind, str) else None
+    if row is not None:
+        if row.manifest_versions is None:
+            return _converted(document, row)
+        return _versioned(document, row)
     if kind == "List":  # one whose items _objects could not expand
         raise ManifestError(f"kind List: items is not a list but {shown(document.get('items'))}")
     if not isinstance(kind, str):

@@ -12,62 +12,18 @@ the changed file claims(ed). Pure bookkeeping, no I/O.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+import dataclasses
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, methodcaller
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from controlplane.model import (
-    ClusterState,
-    ConfigMap,
-    EndpointSlice,
-    Gateway,
-    GatewayClass,
-    HTTPRoute,
-    Ingress,
-    IngressClass,
-    Namespace,
-    ObjectRef,
-    Pod,
-    ReferenceGrant,
-    ReplicaSet,
-    Service,
-    TCPRoute,
-    TLSRoute,
-    TLSSecret,
-)
+from controlplane.model import ClusterState, NamespacedObject, ObjectRef, Pod
 from controlplane.source.convert import selector_matches
+from controlplane.source.kinds import BY_MODEL, INPUT_KINDS, InputKind, InputObject, Selection
 
-RouteObject = (
-    GatewayClass
-    | Gateway
-    | HTTPRoute
-    | ReferenceGrant
-    | Ingress
-    | IngressClass
-    | Namespace
-    | TLSRoute
-    | TCPRoute
-    | TLSSecret
-)
-"""The route model's kinds (and the Secrets they name): kept as they are, each in its own
-ClusterState field."""
-Converted = Service | EndpointSlice | Pod | ReplicaSet | ConfigMap | RouteObject
-ROUTE_FIELDS: dict[type, str] = {
-    GatewayClass: "gateway_classes",
-    Gateway: "gateways",
-    HTTPRoute: "http_routes",
-    ReferenceGrant: "reference_grants",
-    Ingress: "ingresses",
-    IngressClass: "ingress_classes",
-    Namespace: "namespaces",
-    TLSRoute: "tls_routes",
-    TCPRoute: "tcp_routes",
-    TLSSecret: "secrets",
-}
-"""The ClusterState (and `_View`) field of each route kind."""
 Key = tuple[str, str, str]
 """(kind, namespace, name): what two objects must not share."""
 T = TypeVar("T")
@@ -78,30 +34,17 @@ class ParsedFile:
     """What one file holds, in document order: `objects` as (position, where, object) and
     `errors` as (position, line); positions interleave the two as the file had them."""
 
-    objects: tuple[tuple[int, str, Converted], ...] = ()
+    objects: tuple[tuple[int, str, InputObject], ...] = ()
     errors: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class _View:
-    """What one file contributes to the state once duplicates are resolved."""
+    """What one file contributes to the state once duplicates are resolved: its objects
+    by ClusterState field (a field it has none of is absent)."""
 
-    services: tuple[Service, ...] = ()
-    slices: tuple[EndpointSlice, ...] = ()
-    pods: tuple[Pod, ...] = ()
-    replica_sets: tuple[ReplicaSet, ...] = ()
-    settings: tuple[ConfigMap, ...] = ()
+    objects: Mapping[str, tuple[InputObject, ...]] = field(default_factory=dict)
     errors: tuple[str, ...] = ()
-    gateway_classes: tuple[GatewayClass, ...] = ()
-    gateways: tuple[Gateway, ...] = ()
-    http_routes: tuple[HTTPRoute, ...] = ()
-    reference_grants: tuple[ReferenceGrant, ...] = ()
-    ingresses: tuple[Ingress, ...] = ()
-    ingress_classes: tuple[IngressClass, ...] = ()
-    namespaces: tuple[Namespace, ...] = ()
-    tls_routes: tuple[TLSRoute, ...] = ()
-    tcp_routes: tuple[TCPRoute, ...] = ()
-    secrets: tuple[TLSSecret, ...] = ()
 
 
 @dataclass(order=True, frozen=True, slots=True)
@@ -111,14 +54,9 @@ class _Claim:
     where: str = field(compare=False)
 
 
-KIND_NAMES: dict[type, str] = {TLSSecret: "Secret"}
-"""The Kubernetes kind of a model type named otherwise (a duplicate names the kind)."""
-
-
-def key_of(obj: Converted) -> Key:
+def key_of(obj: InputObject) -> Key:
     """Cluster-scoped kinds (GatewayClass, IngressClass, Namespace) have namespace ""."""
-    kind = KIND_NAMES.get(type(obj)) or type(obj).__name__
-    return (kind, getattr(obj, "namespace", ""), obj.name)
+    return (BY_MODEL[type(obj)].kind, getattr(obj, "namespace", ""), obj.name)
 
 
 class ManifestIndex:
@@ -186,12 +124,7 @@ class ManifestIndex:
 
     def _derive(self, path: Path) -> _View:
         parsed = self._files[path]
-        services: list[Service] = []
-        slices: list[EndpointSlice] = []
-        pods: list[Pod] = []
-        replica_sets: list[ReplicaSet] = []
-        settings: list[ConfigMap] = []
-        routes: dict[str, list[RouteObject]] = {}
+        objects: dict[str, list[InputObject]] = {}
         errors: list[tuple[int, str]] = list(parsed.errors)
         for position, where, obj in parsed.objects:
             kept = self._claims[key_of(obj)][0]
@@ -204,54 +137,55 @@ class ManifestIndex:
                         f"{kept.path} ({kept.where}) kept",
                     )
                 )
-            elif isinstance(obj, Service):
-                services.append(obj)
-            elif isinstance(obj, EndpointSlice):
-                slices.append(obj)
-            elif isinstance(obj, Pod):
-                if selector_matches(self._selector, obj.labels):
-                    pods.append(obj)
-            elif isinstance(obj, ReplicaSet):
-                replica_sets.append(obj)
-            elif isinstance(obj, ConfigMap):
-                if obj.ref == self._settings_ref:
-                    settings.append(obj)
-            else:
-                routes.setdefault(ROUTE_FIELDS[type(obj)], []).append(obj)
+                continue
+            row = BY_MODEL[type(obj)]
+            if self._keeps(row, obj):
+                objects.setdefault(row.field, []).append(obj)
         errors.sort(key=lambda error: error[0])
         return _View(
-            tuple(services),
-            tuple(slices),
-            tuple(pods),
-            tuple(replica_sets),
-            tuple(settings),
+            {name: tuple(found) for name, found in objects.items()},
             tuple(line for _, line in errors),
-            **{name: tuple(objects) for name, objects in routes.items()},  # type: ignore[arg-type]
         )
+
+    def _keeps(self, row: InputKind[Any], obj: InputObject) -> bool:
+        """Whether the folder keeps an object of `row` (the pods the HAProxy selector
+        matches, the settings ConfigMap; every other object)."""
+        if row.selection is Selection.HAPROXY_PODS:
+            assert isinstance(obj, Pod)
+            return selector_matches(self._selector, obj.labels)
+        if row.selection is Selection.SETTINGS:
+            return isinstance(obj, NamespacedObject) and obj.ref == self._settings_ref
+        return True
 
     def refresh(self) -> bool:
         """Assemble the state again if any file changed since; True when it did. Costs one
         derivation per changed file (and per file sharing a key with one), plus joining
-        the per-file tuples."""
+        the per-file tuples of the fields those files hold or held (every field when a
+        file came or went); the other fields keep their tuples."""
         if not self._stale and self._order is not None:
             return False
+        touched: set[str] = set()
         for path in self._stale:
-            self._views[path] = self._derive(path)
+            before = self._views.get(path)
+            self._views[path] = view = self._derive(path)
+            touched.update(view.objects)
+            if before is not None:
+                touched.update(before.objects)
         self._stale.clear()
+        whole = self._order is None
         if self._order is None:
             self._order = sorted(self._files)
-        # map() with attrgetter keeps these joins in C: at 8,000 files a generator
+        # map() with methodcaller keeps these joins in C: at 8,000 files a generator
         # expression per kind cost more than the changed file's parse.
         views = list(map(self._views.__getitem__, self._order))
-        settings = _joined(map(attrgetter("settings"), views))
-        self._state = ClusterState(
-            services=_joined(map(attrgetter("services"), views)),
-            endpoint_slices=_joined(map(attrgetter("slices"), views)),
-            haproxy_pods=_joined(map(attrgetter("pods"), views)),
-            replica_sets=_joined(map(attrgetter("replica_sets"), views)),
-            settings=settings[0] if settings else None,
-            **{name: _joined(map(attrgetter(name), views)) for name in ROUTE_FIELDS.values()},
-        )
+        found = list(map(attrgetter("objects"), views))
+        fields: dict[str, Any] = {}
+        for row in INPUT_KINDS:
+            if whole or row.field in touched:
+                joined = _joined(map(methodcaller("get", row.field, ()), found))
+                single = row.selection is Selection.SETTINGS
+                fields[row.field] = (joined[0] if joined else None) if single else joined
+        self._state = dataclasses.replace(self._state, **fields)
         self._errors = _joined(map(attrgetter("errors"), views))
         return True
 
@@ -268,7 +202,7 @@ def _reusing(old: ParsedFile, new: ParsedFile) -> ParsedFile:
     """`new` with each object that equals the old one of its key replaced by that old one:
     an edit to one object of a file leaves the file's other objects identical."""
     previous = {key_of(obj): obj for _, _, obj in old.objects}
-    objects: list[tuple[int, str, Converted]] = []
+    objects: list[tuple[int, str, InputObject]] = []
     for position, where, obj in new.objects:
         before = previous.get(key_of(obj))
         objects.append((position, where, before if before is not None and before == obj else obj))

@@ -20,7 +20,8 @@ import pytest
 from controlplane.compute import compute
 from controlplane.model import ClusterState, ConfigMap, TLSSecret
 from controlplane.publish.encode import encode_one
-from controlplane.source.convert_routes import gateway_from, ingress_from
+from controlplane.source.convert_gateway import gateway_from
+from controlplane.source.convert_ingress import ingress_from
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import WORKLOAD
 from tests.helpers.haproxy_env import (

@@ -19,7 +19,8 @@ from controlplane.compute.settings import Resolver
 from controlplane.model import ClusterState, HTTPRoute
 from controlplane.publish import Encoder
 from controlplane.routes.table import compute_routes
-from controlplane.source.convert_routes import gateway_class_from, gateway_from, http_route_from
+from controlplane.source.convert_gateway import gateway_class_from, gateway_from
+from controlplane.source.convert_routes import http_route_from
 from tests.bench.common import Result, best_of, log, median
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service
 

@@ -17,7 +17,7 @@ from controlplane.compute.types import HttpListener
 from controlplane.model import GATEWAY_GROUP, ClusterState
 from controlplane.routes.ownership import ANY_HOST, Claim, Holding, resolve
 from controlplane.routes.status import StatusKey, route_statuses
-from controlplane.source.convert_routes import namespace_from
+from controlplane.source.convert_gateway import namespace_from
 from peerplane.routes import host_matches
 from tests.helpers.builders import WORKLOAD
 from tests.helpers.builders import settings as configmap

@@ -25,7 +25,7 @@ from controlplane.model import (
     frozen_map,
 )
 from controlplane.routes.status import StatusKey, route_statuses
-from controlplane.source.convert_routes import reference_grant_from
+from controlplane.source.convert_gateway import reference_grant_from
 from peerplane import routes as patterns
 from tests.helpers.builders import WORKLOAD, service
 from tests.helpers.route_builders import prefix_rule, route, state, to

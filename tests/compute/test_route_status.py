@@ -11,7 +11,7 @@ import pytest
 from controlplane.compute import Computer
 from controlplane.model import GATEWAY_GROUP
 from controlplane.routes.status import StatusKey, StatusMemo, route_statuses
-from controlplane.source.convert_routes import gateway_class_from, reference_grant_from
+from controlplane.source.convert_gateway import gateway_class_from, reference_grant_from
 from tests.bench.route_table import http_route, routed_cluster
 from tests.helpers.builders import DEFAULT_PODS, service
 from tests.helpers.route_builders import (

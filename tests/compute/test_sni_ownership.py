@@ -16,7 +16,8 @@ from controlplane.compute.types import CertificateBinding, RejectedInput
 from controlplane.model import ClusterState, ConfigMap, TLSSecret
 from controlplane.routes import sni
 from controlplane.routes.status import route_statuses
-from controlplane.source.convert_routes import gateway_from, ingress_from
+from controlplane.source.convert_gateway import gateway_from
+from controlplane.source.convert_ingress import ingress_from
 from tests.helpers.builders import WORKLOAD
 from tests.helpers.route_builders import state
 from tests.helpers.tls_certs import Leaf, make_ca

@@ -22,7 +22,7 @@ from controlplane.compute import Computer, WorkloadSnapshot, compute
 from controlplane.compute.types import Certificate, CertificateBinding, RejectedInput
 from controlplane.model import ClusterState, ConfigMap, TLSSecret
 from controlplane.routes.status import route_statuses
-from controlplane.source.convert_routes import gateway_from, reference_grant_from
+from controlplane.source.convert_gateway import gateway_from, reference_grant_from
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, endpoint_slice, service
 from tests.helpers.route_builders import edge_pod, ingress, path, prefix_rule, route, state, to
 from tests.helpers.tls_certs import Leaf, ec_key, make_ca, rsa_key

@@ -8,13 +8,9 @@ import dataclasses
 from typing import Any
 
 from controlplane.model import ClusterState
-from controlplane.source.convert_routes import (
-    gateway_class_from,
-    gateway_from,
-    http_route_from,
-    ingress_class_from,
-    ingress_from,
-)
+from controlplane.source.convert_gateway import gateway_class_from, gateway_from
+from controlplane.source.convert_ingress import ingress_class_from, ingress_from
+from controlplane.source.convert_routes import http_route_from
 from tests.helpers.builders import DEFAULT_PODS, cluster, haproxy_pod, service
 
 GATEWAY_CLASS = gateway_class_from(

@@ -157,11 +157,11 @@ def test_service_losing_opt_in_disappears(api: FakeKubeAPI, source: KubernetesSo
 def test_watch_dropped_mid_stream_recovers_without_relist(
     api: FakeKubeAPI, source: KubernetesSource
 ) -> None:
-    relists = source.pods.relists
+    relists = source.informers["Pod"].relists
     api.drop_watches()
     api.apply(pod("haproxy-c", "127.0.0.13"))
     assert wait_until(lambda: "haproxy-c" in pod_names(source.state()))
-    assert source.pods.relists == relists  # resumed from its resourceVersion
+    assert source.informers["Pod"].relists == relists  # resumed from its resourceVersion
     assert wait_until(lambda: api.open_watches() == WATCHED)
 
 
@@ -175,15 +175,15 @@ def test_gone_during_a_gap_relists_and_derives_deletions(
     api.drop_watches()
     assert wait_until(lambda: pod_names(source.state()) == ["haproxy-b"])
     assert wait_until(lambda: backends(source.state()) == {"default_shop_http"})
-    assert source.pods.relists >= 2 and source.services.relists >= 2
+    assert source.informers["Pod"].relists >= 2 and source.informers["Service"].relists >= 2
     assert changes.count >= 2
 
 
 def test_gone_as_http_410_on_the_watch_request(api: FakeKubeAPI, source: KubernetesSource) -> None:
-    relists = source.pods.relists
+    relists = source.informers["Pod"].relists
     api.fail_next("Pod", 410)
     api.drop_watches()
-    assert wait_until(lambda: source.pods.relists == relists + 1)
+    assert wait_until(lambda: source.informers["Pod"].relists == relists + 1)
     api.apply(pod("haproxy-c", "127.0.0.13"))
     assert wait_until(lambda: "haproxy-c" in pod_names(source.state()))
 
@@ -191,29 +191,29 @@ def test_gone_as_http_410_on_the_watch_request(api: FakeKubeAPI, source: Kuberne
 def test_expired_continue_token_restarts_the_list(
     api: FakeKubeAPI, source: KubernetesSource
 ) -> None:
-    relists = source.services.relists
+    relists = source.informers["Service"].relists
     api.fail_next("Service", 410, match="continue=")  # page 2 of the next relist
     api.expire_watches()
     api.apply(service("news"))
     assert wait_until(lambda: "news" in [s.name for s in source.state().services])
-    assert source.services.relists == relists + 1
+    assert source.informers["Service"].relists == relists + 1
     pages = [p for m, p in api.requests if m == "GET" and p.startswith("/api/v1/services")]
     assert sum("continue=" not in p for p in pages) == 3  # initial, relist, restarted relist
 
 
 def test_resource_version_follows_bookmarks(api: FakeKubeAPI, source: KubernetesSource) -> None:
-    before = int(source.pods.resource_version or 0)
+    before = int(source.informers["Pod"].resource_version or 0)
     newer = int(api.apply(service("news"))["metadata"]["resourceVersion"])
     assert newer > before
     # No pod changed, yet the pod watch's resourceVersion moves on through BOOKMARKs, so a
     # reconnect after a compaction does not need a relist.
-    assert wait_until(lambda: int(source.pods.resource_version or 0) >= newer)
-    relists = source.pods.relists
+    assert wait_until(lambda: int(source.informers["Pod"].resource_version or 0) >= newer)
+    relists = source.informers["Pod"].relists
     api.compact()
     api.drop_watches()
     api.apply(pod("haproxy-c", "127.0.0.13"))
     assert wait_until(lambda: "haproxy-c" in pod_names(source.state()))
-    assert source.pods.relists == relists
+    assert source.informers["Pod"].relists == relists
 
 
 def test_server_errors_are_retried_with_backoff(api: FakeKubeAPI, source: KubernetesSource) -> None:
@@ -239,10 +239,14 @@ def test_stalled_connection_recovers_within_the_socket_timeout(
 def test_relist_with_nothing_changed_does_not_notify(
     api: FakeKubeAPI, source: KubernetesSource, changes: Changes
 ) -> None:
-    relists = source.services.relists
+    relists = source.informers["Service"].relists
     before = changes.count
     api.expire_watches()  # ERROR 410 on every open watch
-    assert wait_until(lambda: source.services.relists > relists and source.pods.relists > 1)
+    assert wait_until(
+        lambda: (
+            source.informers["Service"].relists > relists and source.informers["Pod"].relists > 1
+        )
+    )
     time.sleep(0.3)
     assert changes.count == before
 

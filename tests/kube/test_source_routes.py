@@ -12,6 +12,7 @@ import pytest
 from controlplane.kube.informer import WatchOptions
 from controlplane.kube.source import KubernetesSource
 from controlplane.model import ClusterState
+from controlplane.source.kinds import GATEWAY_API
 from tests.kube.test_source import FAST, WATCHED, Changes
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import (
@@ -147,8 +148,8 @@ def test_without_the_gateway_api_the_source_serves_the_rest_and_says_so_once(
         assert route_names(state)["ingresses"] == ["shop"]
         assert [s.name for s in state.services] == ["shop"]
         assert state.gateways == () and state.http_routes == ()
-        assert src.gateway_api.missing and src.errors() == []
-        relists = src.http_routes.relists
+        assert src.optional_groups[GATEWAY_API].missing and src.errors() == []
+        relists = src.informers["HTTPRoute"].relists
         assert wait_until(lambda: api.watch_requests("Ingress") >= 1)
         # several rechecks later: still one warning
         assert wait_until(
@@ -159,13 +160,15 @@ def test_without_the_gateway_api_the_source_serves_the_rest_and_says_so_once(
         assert len(warned) == 1 and GATEWAY_GROUP in warned[0].getMessage()
         # TLSRoute and TCPRoute, absent with the rest, are said once too, at INFO.
         assert [r.levelno for r in absent if "TLSRoute" in r.getMessage()] == [logging.INFO]
-        assert src.http_routes.relists == relists
+        assert src.informers["HTTPRoute"].relists == relists
         # The CRDs installed later: their objects are read at the next check.
         api.install_group(GATEWAY_GROUP)
         api.apply(gateway_class())
         api.apply(http_route())
         assert wait_until(lambda: [r.name for r in src.state().http_routes] == ["shop"])
-        assert wait_until(lambda: not src.gateway_api.missing)  # each kind at its own check
+        assert wait_until(
+            lambda: not src.optional_groups[GATEWAY_API].missing
+        )  # each kind at its own check
         assert any("is served now" in r.getMessage() for r in caplog.records)
     finally:
         src.stop()
@@ -176,7 +179,7 @@ def test_the_crds_removed_later_empty_the_route_kinds(
 ) -> None:
     api.remove_group(GATEWAY_GROUP)
     assert wait_until(lambda: source.state().http_routes == () and source.state().gateways == ())
-    assert wait_until(lambda: source.gateway_api.missing)
+    assert wait_until(lambda: source.optional_groups[GATEWAY_API].missing)
     assert [i.name for i in source.state().ingresses] == ["shop"]
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from controlplane.kube.source import KubernetesSource
 from controlplane.model import TLSSecret
+from controlplane.source.kinds import GATEWAY_API, L4_ROUTES
 from tests.helpers.tls_certs import make_ca, tls_secret
 from tests.kube.test_source import WATCHED, Changes
 from tests.kube.test_source_routes import fast, started
@@ -143,7 +144,9 @@ def test_a_cluster_without_tls_and_tcp_routes_serves_http_routes_and_says_so_onc
         assert [r.name for r in state.http_routes] == ["shop"]
         assert state.tls_routes == () and state.tcp_routes == ()
         assert list(secrets(src)) == ["shop-tls"]
-        assert src.l4_routes.missing and not src.gateway_api.missing
+        assert (
+            src.optional_groups[L4_ROUTES].missing and not src.optional_groups[GATEWAY_API].missing
+        )
         assert src.errors() == []
         assert wait_until(
             lambda: sum(1 for m, p in api.requests if "/tcproutes" in p and m == "GET") >= 3
@@ -164,7 +167,7 @@ def test_a_cluster_without_tls_and_tcp_routes_serves_http_routes_and_says_so_onc
         api.apply(tcp_route())
         assert wait_until(lambda: [r.name for r in src.state().tls_routes] == ["db"])
         assert wait_until(lambda: [r.name for r in src.state().tcp_routes] == ["pg"])
-        assert wait_until(lambda: not src.l4_routes.missing)
+        assert wait_until(lambda: not src.optional_groups[L4_ROUTES].missing)
     finally:
         src.stop()
 

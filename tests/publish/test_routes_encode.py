@@ -19,7 +19,8 @@ from controlplane.model import ClusterState
 from controlplane.publish import Encoder
 from controlplane.publish.content import SnapshotContent
 from controlplane.publish.delta import delta_bytes
-from controlplane.source.convert_routes import gateway_class_from, gateway_from, http_route_from
+from controlplane.source.convert_gateway import gateway_class_from, gateway_from
+from controlplane.source.convert_routes import http_route_from
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service
 from tests.helpers.delta_agent import apply_delta

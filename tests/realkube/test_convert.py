@@ -23,18 +23,15 @@ from controlplane.source.convert import (
     endpoint_slice_from,
     service_from,
 )
-from controlplane.source.convert_routes import (
+from controlplane.source.convert_gateway import (
     gateway_class_from,
     gateway_from,
-    http_route_from,
-    ingress_class_from,
-    ingress_from,
     namespace_from,
     reference_grant_from,
-    tcp_route_from,
-    tls_route_from,
-    tls_secret_from,
 )
+from controlplane.source.convert_ingress import ingress_class_from, ingress_from
+from controlplane.source.convert_routes import http_route_from, tcp_route_from, tls_route_from
+from controlplane.source.convert_secret import tls_secret_from
 from tests.helpers.cluster import RealCluster
 from tests.helpers.cluster_demo import demo_objects
 from tests.kubeapi import objects as fake

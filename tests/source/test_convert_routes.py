@@ -1,5 +1,6 @@
-"""Route objects to model types (controlplane/source/convert_routes.py): good objects with
-the CRDs' defaults filled in, and every bad shape a ManifestError naming where it is."""
+"""Route objects to model types (controlplane/source/convert_gateway.py, convert_routes.py,
+convert_ingress.py): good objects with the CRDs' defaults filled in, and every bad shape a
+ManifestError naming where it is."""
 
 from __future__ import annotations
 
@@ -24,15 +25,14 @@ from controlplane.model import (
     SelectorRequirement,
 )
 from controlplane.source.convert import ManifestError
-from controlplane.source.convert_routes import (
+from controlplane.source.convert_gateway import (
     gateway_class_from,
     gateway_from,
-    http_route_from,
-    ingress_class_from,
-    ingress_from,
     namespace_from,
     reference_grant_from,
 )
+from controlplane.source.convert_ingress import ingress_class_from, ingress_from
+from controlplane.source.convert_routes import http_route_from
 
 GATEWAY: dict[str, Any] = {
     "apiVersion": "gateway.networking.k8s.io/v1",

@@ -1,4 +1,5 @@
-"""TLS inputs to model types (controlplane/source/convert_routes.py): a Gateway listener's
+"""TLS inputs to model types (controlplane/source/convert_gateway.py,
+convert_routes.py, convert_ingress.py, convert_secret.py): a Gateway listener's
 `tls` block, Ingress `spec.tls`, TLSRoute, TCPRoute and Secrets. A Secret's certificate
 and key are taken as bytes or left empty for compute to report; they never reach an
 error, whatever shape the Secret has."""
@@ -22,13 +23,10 @@ from controlplane.model import (
     SecretRef,
 )
 from controlplane.source.convert import ManifestError
-from controlplane.source.convert_routes import (
-    gateway_from,
-    ingress_from,
-    tcp_route_from,
-    tls_route_from,
-    tls_secret_from,
-)
+from controlplane.source.convert_gateway import gateway_from
+from controlplane.source.convert_ingress import ingress_from
+from controlplane.source.convert_routes import tcp_route_from, tls_route_from
+from controlplane.source.convert_secret import tls_secret_from
 from tests.helpers.tls_certs import make_ca, tls_secret
 
 LISTENERS: dict[str, Any] = {

@@ -126,7 +126,10 @@ def test_model_converges_to_the_final_state_through_faults_during_churn(
             assert source.state().endpoint_slices == final.endpoint_slices
             assert wait_until(lambda: source.errors() == [], timeout=10)
             # The faults were felt: relists after the 410s, every injected error consumed.
-            assert source.pods.relists >= 2 and source.endpoint_slices.relists >= 2
+            assert (
+                source.informers["Pod"].relists >= 2
+                and source.informers["EndpointSlice"].relists >= 2
+            )
             assert all(not queued for queued in api._faults.values())
         finally:
             fresh.stop()

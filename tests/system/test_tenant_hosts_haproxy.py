@@ -17,7 +17,7 @@ import pytest
 
 from controlplane.compute import compute
 from controlplane.publish import encode_one
-from controlplane.source.convert_routes import namespace_from
+from controlplane.source.convert_gateway import namespace_from
 from nodeagent.config.changes import Kind
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import WORKLOAD, endpoint_slice, haproxy_pod, service, settings

@@ -1,0 +1,84 @@
+"""The manifest index assembles, after any sequence of file changes, the very state and
+errors a fresh index of the same files assembles: re-joining only the fields the changed
+files hold (or held) loses nothing and keeps nothing stale."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controlplane.model import (
+    ConfigMap,
+    Namespace,
+    ObjectRef,
+    OwnerRef,
+    Pod,
+    Service,
+    ServicePort,
+    TLSSecret,
+    frozen_map,
+)
+from controlplane.source.convert import DEFAULT_HAPROXY_SELECTOR, parse_selector
+from controlplane.source.manifest_index import ManifestIndex, ParsedFile
+
+SETTINGS = ObjectRef("haproxy-system", "haproxy-settings")
+SELECTOR = parse_selector(DEFAULT_HAPROXY_SELECTOR)
+HAPROXY = frozen_map({"app.kubernetes.io/component": "haproxy"})
+POOL = (
+    Service("a", "web", (ServicePort("http", 80),)),
+    Service("a", "web", (ServicePort("http", 81),)),  # a duplicate key, other content
+    Service("b", "db", (ServicePort("", 5432),)),
+    Pod(
+        "haproxy-system",
+        "haproxy-0",
+        "10.0.0.1",
+        "Running",
+        OwnerRef("DaemonSet", "h"),
+        labels=HAPROXY,
+    ),
+    Pod("haproxy-system", "other", "10.0.0.2", "Running", None),
+    ConfigMap("haproxy-system", "haproxy-settings", frozen_map({"load-balance": "source"})),
+    ConfigMap("haproxy-system", "something-else"),
+    Namespace("a", frozen_map({"team": "a"})),
+    TLSSecret("a", "cert"),
+)
+PATHS = tuple(Path(f"/m/{name}.yaml") for name in ("a", "b", "c"))
+files = st.lists(st.sampled_from(range(len(POOL))), max_size=4).map(
+    lambda picks: ParsedFile(
+        tuple((n, f"document {n + 1}", POOL[i]) for n, i in enumerate(picks)),
+        ((len(picks), "an error line"),) if len(picks) == 3 else (),
+    )
+)
+changes = st.lists(
+    st.tuples(st.sampled_from(PATHS), st.one_of(st.none(), files)), min_size=1, max_size=12
+)
+
+
+def fresh(current: dict[Path, ParsedFile]) -> ManifestIndex:
+    index = ManifestIndex(SETTINGS, SELECTOR)
+    for path, parsed in current.items():
+        index.put(path, parsed)
+    index.refresh()
+    return index
+
+
+@settings(max_examples=300, deadline=None)
+@given(changes)
+def test_any_sequence_of_changes_assembles_what_a_fresh_index_does(
+    steps: list[tuple[Path, ParsedFile | None]],
+) -> None:
+    index = ManifestIndex(SETTINGS, SELECTOR)
+    current: dict[Path, ParsedFile] = {}
+    for path, parsed in steps:
+        if parsed is None:
+            index.remove(path)
+            current.pop(path, None)
+        else:
+            index.put(path, parsed)
+            current[path] = parsed
+        index.refresh()
+        expected = fresh(current)
+        assert index.state() == expected.state()
+        assert index.errors() == expected.errors()
