@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,15 +15,7 @@ from nodeagent.report import LastApply, Reporter, report_loop, same
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.agent_harness import AgentHarness
 from tests.helpers.haproxy_env import backend, free_port, snapshot
-
-
-def _wait(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError("condition not reached")
+from tests.helpers.waiting import wait_until
 
 
 def test_peers_and_tables_are_read_from_haproxy(agents: AgentHarness) -> None:
@@ -42,7 +32,7 @@ def test_peers_and_tables_are_read_from_haproxy(agents: AgentHarness) -> None:
     def sessions() -> list[PeerSession]:
         return parse_peer_sessions(a.haproxy.runtime("show peers"))
 
-    _wait(lambda: any(s.connected for s in sessions()))
+    wait_until(lambda: any(s.connected for s in sessions()), 15)
     assert {s.name: s.connected for s in sessions()} == {"pod-b": True, "pod-c": False}
     assert {s.name: s.state for s in sessions()}["pod-b"] == "ESTA"
     a.haproxy.runtime("set table default_shop_http key 10.1.2.3 data.server_id 1")
@@ -60,7 +50,7 @@ def test_peers_and_tables_are_read_from_haproxy(agents: AgentHarness) -> None:
     entries = {s.labels["table"]: s.value for s in m.stick_table_entries.collect()[0].samples}
     assert entries == {"default_shop_http": 1.0}
     b.supervisor.stop()
-    _wait(lambda: not any(s.connected for s in sessions()))
+    wait_until(lambda: not any(s.connected for s in sessions()), 15)
     after = reporter.observe(LastApply("reload", "2026-01-01T00:00:00Z"))
     assert after is not None and not same(report, after)
     assert {p.name: p.state for p in after.peer_sessions}["pod-b"] != "ESTA"

@@ -23,6 +23,7 @@ from controlplane.kube.route_status import CONFLICT_ATTEMPTS, RouteStatusWriter
 from controlplane.metrics import Metrics
 from tests.helpers.replicas import StreamAgent as Agent
 from tests.helpers.replicas import health, replica_of, replicas, role_of
+from tests.helpers.waiting import wait_until
 from tests.kube.test_route_status import (
     GATEWAY,
     INGRESS,
@@ -41,7 +42,6 @@ from tests.kubeapi.objects import (
     gateway_class,
     http_route,
     ingress,
-    wait_until,
 )
 
 SHARD = "peerplane-slots.default.shop.http"
@@ -78,12 +78,12 @@ def test_a_ledger_write_storm_is_said_retried_with_backoff_and_converges(
     spin; once the storm ends the new endpoint is published and no slot moved."""
     with replicas(kubeconfig, 1, 2.0, "--metrics-port", "0") as (leader,):
         port = int(leader.wait_for(re.compile(r"metrics on http://127\.0\.0\.1:(\d+)/")).group(1))
-        assert wait_until(lambda: health(leader.address) == "SERVING", 20)
-        assert wait_until(lambda: role_of(leader.address) == "leader", 10)
-        assert wait_until(lambda: api.get("ConfigMap", "haproxy-system", SHARD) is not None, 10)
+        wait_until(lambda: health(leader.address) == "SERVING", 20)
+        wait_until(lambda: role_of(leader.address) == "leader", 10)
+        wait_until(lambda: api.get("ConfigMap", "haproxy-system", SHARD) is not None, 10)
         agent = Agent(leader.address)
         try:
-            assert wait_until(lambda: len(agent.last().slots) == 2, 10)
+            wait_until(lambda: len(agent.last().slots) == 2, 10)
             held = agent.last()
             api.storm("ConfigMap", code, match="peerplane-slots", method="PUT")
             before = ledger_puts(api)
@@ -109,10 +109,10 @@ def test_a_ledger_write_storm_is_said_retried_with_backoff_and_converges(
             assert not any("Traceback" in line for line in leader.lines)
 
             api.clear_faults()
-            assert wait_until(lambda: "10.0.2.9" in agent.last().slots.values(), 15)
+            wait_until(lambda: "10.0.2.9" in agent.last().slots.values(), 15)
             after = agent.last().slots
             assert {s: a for s, a in after.items() if a != "10.0.2.9"} == held.slots  # no move
-            assert wait_until(lambda: health(leader.address) == "SERVING", 10)
+            wait_until(lambda: health(leader.address) == "SERVING", 10)
             leader.wait_for(re.compile(r"slot ledger persisted again"))
         finally:
             agent.close()
@@ -125,11 +125,11 @@ def test_slow_ledger_writes_delay_only_the_change_that_needs_them(
     persisted (not before), while the replica answers ListWorkloads at once and the agent
     keeps its stream."""
     with replicas(kubeconfig, 1, 2.0) as (leader,):
-        assert wait_until(lambda: health(leader.address) == "SERVING", 20)
-        assert wait_until(lambda: role_of(leader.address) == "leader", 10)
+        wait_until(lambda: health(leader.address) == "SERVING", 20)
+        wait_until(lambda: role_of(leader.address) == "leader", 10)
         agent = Agent(leader.address)
         try:
-            assert wait_until(lambda: len(agent.last().slots) == 2, 10)
+            wait_until(lambda: len(agent.last().slots) == 2, 10)
             api.slow("ConfigMap", 2.0, match="peerplane-slots", method="PUT")
             changed = time.monotonic()
             api.apply(
@@ -140,7 +140,7 @@ def test_slow_ledger_writes_delay_only_the_change_that_needs_them(
             assert replica_of(leader.address).workloads  # answered while the write waits
             assert time.monotonic() - asked < 1.0
             assert "10.0.2.9" not in agent.last().slots.values()
-            assert wait_until(lambda: "10.0.2.9" in agent.last().slots.values(), 10)
+            wait_until(lambda: "10.0.2.9" in agent.last().slots.values(), 10)
             added = agent.first_with(lambda slots: "10.0.2.9" in slots.values())
             assert added is not None and added - changed >= 2.0
             assert agent.ended is None
@@ -203,8 +203,8 @@ def test_a_route_status_storm_is_retried_with_backoff_and_blocks_no_other(
         assert stored(api, ROUTE) == {}
 
         api.clear_faults()
-        assert wait_until(lambda: without_times(stored(api, ROUTE)) == docs[ROUTE], 10)
-        assert wait_until(lambda: writer.stats.problems == {}, 5)
+        wait_until(lambda: without_times(stored(api, ROUTE)) == docs[ROUTE], 10)
+        wait_until(lambda: writer.stats.problems == {}, 5)
     finally:
         writer.close()
 
@@ -233,7 +233,7 @@ def test_slow_status_answers_time_out_and_are_retried(routes_api: FakeKubeAPI) -
         assert without_times(stored(api, INGRESS)) == docs[INGRESS]
         assert "HTTPRoute default/shop" in writer.stats.problems
         api.clear_faults()
-        assert wait_until(lambda: writer.stats.problems == {}, 10)
+        wait_until(lambda: writer.stats.problems == {}, 10)
         assert without_times(stored(api, ROUTE)) == docs[ROUTE]
     finally:
         writer.close()

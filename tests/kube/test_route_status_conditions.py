@@ -14,6 +14,7 @@ from controlplane.compute import Computer
 from controlplane.kube.route_status import RouteStatusWriter
 from controlplane.kube.source import KubernetesSource
 from controlplane.routes.status import route_statuses
+from tests.helpers.waiting import wait_until
 from tests.kube.test_source import FAST
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import (
@@ -25,7 +26,6 @@ from tests.kubeapi.objects import (
     ingress_class,
     namespace,
     reference_grant,
-    wait_until,
 )
 
 Obj = dict[str, Any]
@@ -169,7 +169,7 @@ def test_a_cross_namespace_backend_needs_a_reference_grant(
         written.sync()  # once the source has seen the grant
         return parent_conditions(cluster, "team-a", "cross")["ResolvedRefs"][0] == "True"
 
-    assert wait_until(resolved)
+    wait_until(resolved)
 
 
 def test_an_ingress_of_our_class_gets_the_haproxy_addresses(

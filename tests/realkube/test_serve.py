@@ -15,11 +15,12 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.helpers.cluster import RealCluster, wait_until
+from tests.helpers.cluster import RealCluster
 from tests.helpers.cluster_demo import demo_objects
 from tests.helpers.cluster_serve import FORBIDDEN, serve_args
 from tests.helpers.replicas import health
 from tests.helpers.server_process import ServeProcess, grpcurl
+from tests.helpers.waiting import wait_until
 from tests.realkube.conftest import CONTROLPLANE_NS, HAPROXY_PODS, WORKLOAD
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
@@ -59,16 +60,18 @@ def test_the_demo_is_served_under_the_shipped_rbac_with_no_403(
     objects, leaf = demo_objects()
     installed.apply(objects)
     with ServeProcess(*serve_args(controlplane_kubeconfig)) as serve:
-        assert wait_until(lambda: health(serve.address) == "SERVING", 60), serve.lines
+        wait_until(lambda: health(serve.address) == "SERVING", 60, message=lambda: serve.lines)
         # A replica publishes the backend before it holds the Lease; its endpoints wait
         # for slots until it takes the Lease and assigns them.
         expected = {1: "10.0.2.1", 2: "10.0.2.2", 3: "10.0.2.3"}
 
         def assigned() -> bool:
             found = snapshot(serve.address)
-            return "default_shop_http" in str(found) and slots(found, "default_shop_http") == expected
+            return (
+                "default_shop_http" in str(found) and slots(found, "default_shop_http") == expected
+            )
 
-        assert wait_until(assigned, 30), serve.lines[-20:]
+        wait_until(assigned, 30, message=lambda: serve.lines[-20:])
         found = snapshot(serve.address)
         peers = found["peers"]["peers"]
         assert sorted(p["address"] for p in peers) == sorted(HAPROXY_PODS.values())
@@ -82,7 +85,7 @@ def test_the_demo_is_served_under_the_shipped_rbac_with_no_403(
             parents = route_status(installed, "httproutes", "default", "store").get("parents")
             return bool(parents) and conditions(parents[0]).get("Accepted") == "True"
 
-        assert wait_until(accepted, 30), serve.lines[-20:]
+        wait_until(accepted, 30, message=lambda: serve.lines[-20:])
         store = route_status(installed, "httproutes", "default", "store")["parents"][0]
         assert conditions(store)["ResolvedRefs"] == "True"
         web = route_status(installed, "gateways", "default", "web")

@@ -19,8 +19,9 @@ import grpc
 import pytest
 
 from peerplane.v1 import peerplane_pb2 as pb
-from tests.helpers.fleet import HAPROXY_PODS, NAMESPACE, REPO, WORKLOAD, Fleet, wait_for
+from tests.helpers.fleet import HAPROXY_PODS, NAMESPACE, REPO, WORKLOAD, Fleet
 from tests.helpers.haproxy_versions import HAProxyBinary
+from tests.helpers.waiting import wait_until
 
 OCTET = 62
 NACKER = ("haproxy-nack1", "127.0.1.3")
@@ -157,7 +158,7 @@ def test_status_shows_every_state_and_exits_by_them(
         return pod in agents and agents[pod]["peers_connected"] == connected
 
     # All synced: both agents started HAProxy on v1 and see each other (1 of 3 peers up).
-    wait_for(lambda: reported(pod_a, 1) and reported(pod_b, 1), 30, "reports of both agents")
+    wait_until(lambda: reported(pod_a, 1) and reported(pod_b, 1), 30, "reports of both agents")
     code, report = _json(fleet)
     assert code == 0 and report["ok"] is True
     agents = _agents(report)
@@ -196,7 +197,7 @@ def test_status_shows_every_state_and_exits_by_them(
     silent = _SilentAgent(fleet.control_plane_address, BEHIND[0])
     stranger = _SilentAgent(fleet.control_plane_address, "not-a-haproxy-pod")
     try:
-        wait_for(lambda: bool(silent.received and stranger.received), 15, "both answered")
+        wait_until(lambda: bool(silent.received and stranger.received), 15, "both answered")
         assert silent.received[0].WhichOneof("message") == "snapshot"
         assert stranger.received[0].WhichOneof("message") == "waiting"
         code, report = _json(fleet, "--stale-after", "600")
@@ -215,7 +216,7 @@ def test_status_shows_every_state_and_exits_by_them(
         refusing = _refusing_haproxy(tmp_path, haproxy_bin.path)
         fleet.start_agent(*NACKER, extra_args=["--haproxy-bin", refusing])
         nacker = f"{NAMESPACE}/{NACKER[0]}"
-        wait_for(
+        wait_until(
             lambda: _agents(_json(fleet)[1]).get(nacker, {}).get("state") == "NACKED",
             30,
             "the refusing agent's NACK",
@@ -233,7 +234,7 @@ def test_status_shows_every_state_and_exits_by_them(
 
         # Stopped: it leaves the list, and the other agent's peers show it gone.
         fleet.stop_agent(second)
-        wait_for(lambda: reported(pod_a, 0), 30, f"{first} to report its peer gone")
+        wait_until(lambda: reported(pod_a, 0), 30, f"{first} to report its peer gone")
         code, report = _json(fleet, "--workload", WORKLOAD, "--stale-after", "600")
         agents = _agents(report)
         assert pod_b not in agents and agents[pod_a]["state"] == "SYNCED"
