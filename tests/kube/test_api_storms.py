@@ -45,7 +45,6 @@ from tests.kubeapi.objects import (
 )
 
 SHARD = "peerplane-slots.default.shop.http"
-STORM_S = 5.0
 
 
 def ledger_puts(api: FakeKubeAPI) -> int:
@@ -71,7 +70,7 @@ def metric(port: int, name: str, labels: str) -> float:
 def test_a_ledger_write_storm_is_said_retried_with_backoff_and_converges(
     api: FakeKubeAPI, kubeconfig: Path, code: int, cause: str, said: str
 ) -> None:
-    """Every PUT of a ledger shard answered `code` for 5 s while an endpoint is added: no
+    """Every PUT of a ledger shard answered `code` while an endpoint is added: no
     slot is published before it is persisted (the agent keeps what it held, its stream
     up), one log line for the cause, the metric, ListWorkloads says why; the loop retries
     at 1, 2, 4 s (a 409 re-reads and tries 4 times per save): a handful of PUTs, not a
@@ -87,12 +86,21 @@ def test_a_ledger_write_storm_is_said_retried_with_backoff_and_converges(
             held = agent.last()
             api.storm("ConfigMap", code, match="peerplane-slots", method="PUT")
             before = ledger_puts(api)
+            stormed = time.monotonic()
             api.apply(
                 endpoint_slice("shop", {"10.0.2.1": True, "10.0.2.2": True, "10.0.2.9": True})
             )
             kind = "failed" if code == 409 else "refused (retrying will not fix it)"
             leader.wait_for(re.compile(re.escape(f"slot ledger write {kind}: {said}")))
-            time.sleep(STORM_S)
+
+            def failures() -> float:
+                return metric(
+                    port, "peerplane_slot_ledger_write_failures_total", f'cause="{cause}"'
+                )
+
+            # Saves at 0, 1 and 3 s: the third failure comes after the backoff's 3 s.
+            wait_until(lambda: failures() >= 3, 10, "the save and two retries refused")
+            assert time.monotonic() - stormed >= 2.5, "retried without backing off"
             puts = ledger_puts(api) - before
             # Saves at 0, 1 and 3 s (and maybe 7 s's early); a 409 save tries 4 times.
             assert 1 <= puts <= 4 * (4 if code == 409 else 1), puts
@@ -100,13 +108,8 @@ def test_a_ledger_write_storm_is_said_retried_with_backoff_and_converges(
             status = replica_of(leader.address).replica
             assert "cannot persist the slot ledger" in status.not_ready_reason, status
             assert any(said in p for p in status.ledger_problems), status
-            failures = metric(
-                port, "peerplane_slot_ledger_write_failures_total", f'cause="{cause}"'
-            )
-            assert 1 <= failures <= 4, failures
-            lines = [line for line in leader.lines if "slot ledger write" in line]
-            assert len(lines) == 1, lines  # once per cause, not per retry
-            assert not any("Traceback" in line for line in leader.lines)
+            refused = failures()
+            assert 1 <= refused <= 4, refused
 
             api.clear_faults()
             wait_until(lambda: "10.0.2.9" in agent.last().slots.values(), 15)
@@ -114,6 +117,10 @@ def test_a_ledger_write_storm_is_said_retried_with_backoff_and_converges(
             assert {s: a for s, a in after.items() if a != "10.0.2.9"} == held.slots  # no move
             wait_until(lambda: health(leader.address) == "SERVING", 10)
             leader.wait_for(re.compile(r"slot ledger persisted again"))
+            # Every line up to "persisted again" is read by now: the whole storm's.
+            lines = [line for line in leader.lines if "slot ledger write" in line]
+            assert len(lines) == 1, lines  # once per cause, not per retry
+            assert not any("Traceback" in line for line in leader.lines)
         finally:
             agent.close()
 
@@ -131,11 +138,12 @@ def test_slow_ledger_writes_delay_only_the_change_that_needs_them(
         try:
             wait_until(lambda: len(agent.last().slots) == 2, 10)
             api.slow("ConfigMap", 2.0, match="peerplane-slots", method="PUT")
+            before = ledger_puts(api)
             changed = time.monotonic()
             api.apply(
                 endpoint_slice("shop", {"10.0.2.1": True, "10.0.2.2": True, "10.0.2.9": True})
             )
-            time.sleep(0.5)
+            wait_until(lambda: ledger_puts(api) > before, 10, "the ledger write, held 2 s")
             asked = time.monotonic()
             assert replica_of(leader.address).workloads  # answered while the write waits
             assert time.monotonic() - asked < 1.0
@@ -190,6 +198,8 @@ def test_a_route_status_storm_is_retried_with_backoff_and_blocks_no_other(
         assert f"HTTP {code}" in writer.stats.problems["HTTPRoute default/shop"] or (
             code == 409 and "still conflicting" in writer.stats.problems["HTTPRoute default/shop"]
         )
+        # Absence over a period (no spin): rounds at 0, 0.2, 0.6, 1.4, 3.0 s; counted in the
+        # widest quiet gap, [1.4 s, 3.0 s], so a round is never half counted.
         time.sleep(2.0)
         route_puts = [p for p in status_writes(api) if "/httproutes/shop/" in p]
         rounds = writer.stats.rounds

@@ -253,7 +253,14 @@ def test_a_paused_leader_that_wakes_after_its_lease_moved_changes_no_slot(
             old.wait_for(re.compile("lost the lease: stopping at once"))
             api.clear_faults()
             wait_until(lambda: set(agents[1].last().slots.values()) == set(current), 10)
-            time.sleep(1.0)  # anything the woken replica would still write or send
+            # The woken replica has exited: once its agent's stream has ended (what it
+            # sent was read) and the API server answered every request (what it wrote is
+            # kept), nothing of it can arrive any more.
+            wait_until(
+                lambda: agents[0].ended is not None and api.in_flight() == 0,
+                5,
+                "the woken replica's last writes and messages",
+            )
             history = shard_history(api)
             moved = {
                 endpoint: {slots[endpoint] for slots in history if endpoint in slots}

@@ -145,6 +145,7 @@ def test_a_ledger_write_the_api_refuses_is_said_once_and_makes_the_leader_not_re
         shard = "peerplane-slots.default.shop.http"
         wait_until(lambda: api.get("ConfigMap", NS, shard) is not None, 10)
         api.fail_next("ConfigMap", 422, count=1000, match="configmaps", method="PUT")
+        writes = shard_writes(api, shard)
         api.apply(endpoint_slice("shop", {"10.0.2.2": True, "10.0.2.9": True}))
         serve.wait_for(re.compile(r"slot ledger write refused \(retrying will not fix it\).*422"))
         wait_until(lambda: health(serve.address) == "NOT_SERVING", 10)
@@ -158,15 +159,17 @@ def test_a_ledger_write_the_api_refuses_is_said_once_and_makes_the_leader_not_re
             10,
         )
         assert "10.0.2.9" not in shop_slots(serve.address)[1].values(), "published unpersisted"
-        time.sleep(2.5)  # retries back off meanwhile: still one line for the one cause
-        refused = [line for line in serve.lines if "slot ledger write refused" in line]
-        assert len(refused) == 1, refused
-        assert not any("Traceback" in line for line in serve.lines)
+        # The write and its retries after 1 s and 2 s more are refused; once it is taken
+        # again, every line up to "persisted again" is read: one line for the one cause.
+        wait_until(lambda: shard_writes(api, shard) >= writes + 3, 15, "two refused retries")
 
         api.clear_faults()
         wait_until(lambda: health(serve.address) == "SERVING", 40)
         assert "10.0.2.9" in shop_slots(serve.address)[1].values()
         serve.wait_for(re.compile(r"slot ledger persisted again"))
+        refused = [line for line in serve.lines if "slot ledger write refused" in line]
+        assert len(refused) == 1, refused
+        assert not any("Traceback" in line for line in serve.lines)
 
 
 def test_a_restarted_leader_serves_its_shard_not_a_stale_copy_under_another_name(
@@ -216,3 +219,8 @@ def test_a_restarted_leader_serves_its_shard_not_a_stale_copy_under_another_name
             ),
             5,
         )
+
+
+def shard_writes(api: FakeKubeAPI, shard: str) -> int:
+    """PUTs of one ledger shard the fake API server received (taken or refused)."""
+    return sum(1 for m, p in api.requests if m == "PUT" and p.endswith(f"/configmaps/{shard}"))

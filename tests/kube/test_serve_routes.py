@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,10 @@ def test_the_lease_holder_writes_the_route_objects_status_once(
 
         # The route's backend goes: ResolvedRefs turns False with a new transition time,
         # Accepted keeps its time. One replica wrote, once per change.
-        time.sleep(1.1)  # transition times have seconds precision
+        # Transition times have seconds precision: change the route once the clock is
+        # past the second of the first transition, so a new one is strictly later.
+        written = max(datetime.fromisoformat(c["lastTransitionTime"]).timestamp() for c in first)
+        wait_until(lambda: time.time() >= written + 1, 2, "the next second", step=0.01)
         api.apply(http_route(backend="nowhere"))
         wait_until(lambda: conditions(route_parent(api))["ResolvedRefs"][0] == "False", 10)
         after = {c["type"]: c for c in route_parent(api)["conditions"]}
@@ -93,7 +97,9 @@ def test_the_lease_holder_writes_the_route_objects_status_once(
             > before["ResolvedRefs"]["lastTransitionTime"]
         )
         assert after["ResolvedRefs"]["observedGeneration"] == 2
-        time.sleep(1.0)  # further computations (the ledger, the other replica) write nothing
+        # Absence over a period: the computations the status write's echo may start (the
+        # ledger, the other replica) run within the debounce's 1 s bound and write nothing.
+        time.sleep(1.0)
         puts = [p for m, p in api.requests if m == "PUT" and p.endswith("/httproutes/shop/status")]
         assert len(puts) == 2
 

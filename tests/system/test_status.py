@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -206,8 +205,15 @@ def test_status_shows_every_state_and_exits_by_them(
         assert code == 0 and stale["state"] == "STALE" and stale["pending_version"] == 2
         assert agents[f"{NAMESPACE}/not-a-haproxy-pod"]["state"] == "NOT SENT"
         assert next(iter(agents)) == f"{NAMESPACE}/{BEHIND[0]}"  # worst first
-        time.sleep(1.5)
-        late = _status(fleet, "--stale-after", "1")
+        # Past --stale-after 1: asked until the version has been pending for a second.
+        asked: list[subprocess.CompletedProcess[str]] = []
+
+        def past_stale_after() -> bool:
+            asked.append(_status(fleet, "--stale-after", "1"))
+            return asked[-1].returncode == 1
+
+        wait_until(past_stale_after, 15, lambda: f"never NOT OK: {asked[-1].stdout}", step=0.2)
+        late = asked[-1]
         assert late.returncode == 1
         assert "STALE v2" in late.stdout and "NOT OK" in late.stdout
         assert "NOT SENT" in late.stdout
