@@ -262,7 +262,7 @@ def test_snapshots_arriving_during_an_apply_are_coalesced(
 
 
 def test_a_snapshot_above_grpcs_default_4_mib_is_received() -> None:
-    """Regression (found by the scale benchmark, docs/design.md "Measuring what a change
+    """Regression (found by the scale benchmark, docs/findings.md "Measuring what a change
     costs"): the agent's channel kept gRPC's 4 MiB receive limit, so the full snapshot of
     an 8,000-Service workload (~8.3 MB) was refused with RESOURCE_EXHAUSTED, every time."""
     port = free_port("127.0.0.1")

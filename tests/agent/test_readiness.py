@@ -2,9 +2,9 @@
 gets no traffic routed by Kubernetes before its stick tables are replicated.
 
 A fresh worker serves at once but reports its peers resync done only 5.9 s (2.6), 6.6 s
-(3.0), 7.7 s (3.2) after its start (docs/design.md, "Persistence under churn"). The pure
-decision first, then real agents (applier, managed HAProxy, metrics server) per installed
-version.
+(3.0), 7.7 s (3.2) after its start (docs/findings.md, "Persistence under churn: runs and
+open findings"). The pure decision first, then real agents (applier, managed HAProxy,
+metrics server) per installed version.
 """
 
 from __future__ import annotations
