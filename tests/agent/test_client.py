@@ -253,7 +253,7 @@ def test_snapshots_arriving_during_an_apply_are_coalesced(
             applier.release.set()
             first = await within(plane.answers.get())
             second = await within(plane.answers.get())
-            await asyncio.sleep(0.7)
+            await asyncio.sleep(0.7)  # absence over a period: no answer for the coalesced 2
             assert plane.answers.empty()
             return [first.ack.nonce, second.ack.nonce]
 

@@ -243,7 +243,7 @@ def test_relist_with_nothing_changed_does_not_notify(
     before = changes.count
     api.expire_watches()  # ERROR 410 on every open watch
     wait_until(lambda: source.services.relists > relists and source.pods.relists > 1)
-    time.sleep(0.3)
+    time.sleep(0.3)  # absence over a period: the other informers' relists notify nothing
     assert changes.count == before
 
 
@@ -256,7 +256,7 @@ def test_changes_the_model_ignores_do_not_notify(
     api.apply(config_map("other-settings", load_balance="source"))
     api.apply(pod("haproxy-c", "127.0.0.13"))  # a change that matters, after the others
     wait_until(lambda: changes.count >= 1)
-    time.sleep(0.2)
+    time.sleep(0.2)  # absence over a period: no informer notifies the ignored changes late
     assert changes.count == 1
 
 
