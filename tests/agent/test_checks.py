@@ -23,7 +23,7 @@ from nodeagent.config.changes import Kind
 from nodeagent.config.render import RenderOptions
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.deltas import classify_snapshots
-from tests.helpers.fleet import REPO, http_get, wait_for
+from tests.helpers.fleet import REPO, http_get
 from tests.helpers.haproxy_env import (
     Instance,
     backend,
@@ -33,6 +33,7 @@ from tests.helpers.haproxy_env import (
     snapshot,
 )
 from tests.helpers.haproxy_versions import HAProxyBinary
+from tests.helpers.waiting import wait_until
 
 HOST = "shop.example.com"
 BACKEND = "default_shop_http"
@@ -131,7 +132,7 @@ def test_free_slot_given_a_pod_at_runtime_is_checked_from_then_on(
             assert inst.applier.apply(shop(ip, ports, live, 1, **check)).ok
             cfg = Path(inst.config_path).read_text()
             assert "  server SRV_2 127.0.0.1:1 id 2 disabled check inter 200 rise 2 fall 2" in cfg
-            wait_for(lambda: server_status(inst)["SRV_1"] == ("UP", "L4OK"), 10, "SRV_1 checked")
+            wait_until(lambda: server_status(inst)["SRV_1"] == ("UP", "L4OK"), 10, "SRV_1 checked")
             # A free slot is in maintenance and never checked.
             assert server_status(inst)["SRV_2"] == ("MAINT", "")
 
@@ -144,9 +145,9 @@ def test_free_slot_given_a_pod_at_runtime_is_checked_from_then_on(
             # Both start UP (health = rise: one failed check takes a server down) ...
             assert server_status(inst)["SRV_2"][0].startswith("UP")
             # ... and are checked from then on: the dead one goes DOWN, the live one stays.
-            wait_for(lambda: server_status(inst)["SRV_3"][0] == "DOWN", 10, "SRV_3 down")
+            wait_until(lambda: server_status(inst)["SRV_3"][0] == "DOWN", 10, "SRV_3 down")
             assert server_status(inst)["SRV_3"][1] == "L4CON"
-            wait_for(lambda: server_status(inst)["SRV_2"] == ("UP", "L4OK"), 10, "SRV_2 checked")
+            wait_until(lambda: server_status(inst)["SRV_2"] == ("UP", "L4OK"), 10, "SRV_2 checked")
             sources = [f"{net}.{150 + i}" for i in range(12)]  # new clients, spread
             served = {http_get(ip, HOST, source=c, port=ports[1]) for c in sources}
             assert served == {"pod-11", "pod-12"}
@@ -164,7 +165,7 @@ def test_slot_moved_to_another_pod_starts_up(tmp_path: Path, haproxy_bin: HAProx
         dead = (f"{net}.21", free_port(f"{net}.21"))
         with instance(tmp_path, haproxy_bin, ip) as inst:
             assert inst.applier.apply(shop(ip, ports, [dead], 1, **check)).ok
-            wait_for(lambda: server_status(inst)["SRV_1"][0] == "DOWN", 10, "SRV_1 down")
+            wait_until(lambda: server_status(inst)["SRV_1"][0] == "DOWN", 10, "SRV_1 down")
             moved = shop(ip, ports, [(pods["pod-12"].address, pods["pod-12"].port)], 2, **check)
             result = inst.applier.apply(moved)
             assert result.ok, result.error
@@ -224,7 +225,7 @@ def test_sigkilled_pod_loses_its_clients_within_interval_x_fall(
         with instance(tmp_path, haproxy_bin, ip) as inst:
             snap = shop(ip, ports, endpoints, 1, interval_ms=interval_ms, rise=rise, fall=fall)
             assert inst.applier.apply(snap).ok
-            wait_for(
+            wait_until(
                 lambda: all(s == ("UP", "L4OK") for s in list(server_status(inst).values())[:3]),
                 10,
                 "servers checked",

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import TypeVar
 
@@ -31,6 +31,7 @@ from tests.helpers.haproxy_env import (
     make_instance,
     snapshot,
 )
+from tests.helpers.waiting import wait_until_async
 
 T = TypeVar("T")
 
@@ -153,7 +154,7 @@ def test_hello_ack_nack_then_reconnect(agents: AgentHarness) -> None:
                     hello = await within(again.hellos.get())
                     assert hello.applied_content_hash == snap.content_hash
                     assert hello.applied_version == 3
-                    await within(_until(lambda: client.connected.is_set()))
+                    await wait_until_async(client.connected.is_set, 15)
                     assert again.answers.empty()
 
     asyncio.run(within(scenario(), 60))
@@ -179,11 +180,6 @@ def test_render_error_is_nacked_with_nonce(tmp_path: Path) -> None:
     asyncio.run(within(scenario(), 30))
     assert inst.applier.applied is None
     assert not Path(inst.config_path).exists()
-
-
-async def _until(check: Callable[[], bool], step: float = 0.05) -> None:
-    while not check():
-        await asyncio.sleep(step)
 
 
 class SlowApplier:
@@ -253,11 +249,11 @@ def test_snapshots_arriving_during_an_apply_are_coalesced(
     async def scenario() -> list[str]:
         plane = BurstPlane(script, applier.applying)
         async with serve(plane, port), running(client):
-            await within(_until(coalesced))  # 2 and 3 arrived while 1 is being applied
+            await wait_until_async(coalesced, 15)  # 2 and 3 arrived while 1 is being applied
             applier.release.set()
             first = await within(plane.answers.get())
             second = await within(plane.answers.get())
-            await asyncio.sleep(0.7)
+            await asyncio.sleep(0.7)  # absence over a period: no answer for the coalesced 2
             assert plane.answers.empty()
             return [first.ack.nonce, second.ack.nonce]
 
@@ -266,7 +262,7 @@ def test_snapshots_arriving_during_an_apply_are_coalesced(
 
 
 def test_a_snapshot_above_grpcs_default_4_mib_is_received() -> None:
-    """Regression (found by the scale benchmark, docs/design.md "Measuring what a change
+    """Regression (found by the scale benchmark, docs/findings.md "Measuring what a change
     costs"): the agent's channel kept gRPC's 4 MiB receive limit, so the full snapshot of
     an 8,000-Service workload (~8.3 MB) was refused with RESOURCE_EXHAUSTED, every time."""
     port = free_port("127.0.0.1")

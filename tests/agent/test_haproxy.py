@@ -31,6 +31,7 @@ from tests.helpers.haproxy_env import (
     snapshot,
 )
 from tests.helpers.haproxy_versions import HAProxyBinary
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.haproxy
 
@@ -203,7 +204,7 @@ def test_restart_without_control_plane_serves_saved_snapshot(fleet: Fleet, tmp_p
                 time.sleep(0.1)
         assert answer == "pod-13"
         # it tried the control plane and failed at least once: its own log says so
-        wait_for(lambda: "no stream to control plane" in log.read_text(errors="replace"))
+        wait_until(lambda: "no stream to control plane" in log.read_text(errors="replace"), 15)
         assert agent.poll() is None
         with open(state_dir / "haproxy.pid") as f:
             master_pid = int(f.read().split()[0])
@@ -223,13 +224,6 @@ def test_restart_without_control_plane_serves_saved_snapshot(fleet: Fleet, tmp_p
         os.kill(master_pid, 0)
 
 
-def wait_for(check: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.1)
-
-
 def serves(fleet: Fleet, body: str) -> Callable[[], bool]:
     def check() -> bool:
         try:
@@ -245,8 +239,8 @@ def test_supervisor_restarts_a_dead_haproxy(fleet: Fleet) -> None:
     first = fleet.inst.supervisor.pid
     assert first is not None
     os.kill(first, signal.SIGTERM)
-    wait_for(lambda: fleet.inst.supervisor.pid not in (None, first))
-    wait_for(serves(fleet, "pod-12"))
+    wait_until(lambda: fleet.inst.supervisor.pid not in (None, first), 15)
+    wait_until(serves(fleet, "pod-12"), 15)
 
 
 def test_killed_agent_leaves_haproxy_serving_and_next_agent_adopts_it(
@@ -266,7 +260,7 @@ def test_killed_agent_leaves_haproxy_serving_and_next_agent_adopts_it(
     try:
         with open(logs[0], "wb") as log1:
             agents.append(subprocess.Popen(argv, stdout=log1, stderr=log1))
-        wait_for(serves(fleet, "pod-11"))
+        wait_until(serves(fleet, "pod-11"), 15)
         master_pid = int((state_dir / "haproxy.pid").read_text().split()[0])
         os.kill(agents[0].pid, signal.SIGKILL)
         agents[0].wait(10)
@@ -274,8 +268,11 @@ def test_killed_agent_leaves_haproxy_serving_and_next_agent_adopts_it(
 
         with open(logs[1], "wb") as log2:
             agents.append(subprocess.Popen(argv, stdout=log2, stderr=log2))
-        wait_for(lambda: f"adopted running haproxy master pid={master_pid}" in logs[1].read_text())
-        wait_for(lambda: "restored saved snapshot" in logs[1].read_text())
+        wait_until(
+            lambda: f"adopted running haproxy master pid={master_pid}" in logs[1].read_text(),
+            15,
+        )
+        wait_until(lambda: "restored saved snapshot" in logs[1].read_text(), 15)
         assert fleet.get() == "pod-11"
     finally:
         for agent in agents:
@@ -318,7 +315,7 @@ def test_drives_an_haproxy_started_by_someone_else(fleet: Fleet) -> None:
     haproxy = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         inst.haproxy.wait_running(10)
-        wait_for(serves(fleet, "pod-11"))
+        wait_until(serves(fleet, "pod-11"), 15)
         reloaded = external.apply(fleet.snap(["pod-12"], 2, balance="roundrobin"))
         assert reloaded.ok, reloaded.error
         assert reloaded.kind is Kind.RELOAD

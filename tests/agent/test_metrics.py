@@ -22,6 +22,7 @@ from tests.helpers.haproxy_env import (
     http_get,
     identity_server,
 )
+from tests.helpers.waiting import wait_until_async
 
 pytestmark = pytest.mark.haproxy
 
@@ -88,7 +89,7 @@ def test_metrics_after_reload_runtime_nack_and_haproxy_restart(agents: AgentHarn
             master = inst.supervisor.pid
             assert master is not None
             os.kill(master, signal.SIGKILL)
-            await within(_until(lambda: metrics.haproxy_restarts._value.get() >= 1))
+            await wait_until_async(lambda: metrics.haproxy_restarts._value.get() >= 1, 15)
         return connected
 
     try:
@@ -116,9 +117,3 @@ def test_metrics_after_reload_runtime_nack_and_haproxy_restart(agents: AgentHarn
     reload_line = next(x for x in lines.lines if str(x["message"]).startswith("workload="))
     assert reload_line["workload"] == "haproxy-system/DaemonSet/haproxy"
     assert reload_line["path"] == "reload" and reload_line["version"] == 3
-
-
-async def _until(check: object, step: float = 0.05) -> None:
-    assert callable(check)
-    while not check():
-        await asyncio.sleep(step)

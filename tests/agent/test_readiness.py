@@ -2,9 +2,9 @@
 gets no traffic routed by Kubernetes before its stick tables are replicated.
 
 A fresh worker serves at once but reports its peers resync done only 5.9 s (2.6), 6.6 s
-(3.0), 7.7 s (3.2) after its start (docs/design.md, "Persistence under churn"). The pure
-decision first, then real agents (applier, managed HAProxy, metrics server) per installed
-version.
+(3.0), 7.7 s (3.2) after its start (docs/findings.md, "Persistence under churn: runs and
+open findings"). The pure decision first, then real agents (applier, managed HAProxy,
+metrics server) per installed version.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from nodeagent.readiness import Observation, Readiness, decide, held_state
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.agent.test_metrics import scrape
 from tests.helpers.agent_harness import AgentHarness, SteppedClock
-from tests.helpers.fleet import wait_for
 from tests.helpers.haproxy_env import (
     Instance,
     backend,
@@ -38,6 +37,7 @@ from tests.helpers.haproxy_env import (
     snapshot,
 )
 from tests.helpers.haproxy_versions import HAProxyBinary
+from tests.helpers.waiting import wait_until
 
 SYNCED = {"localinstance": 0x3}
 FRESH = {"localinstance": 0x0}
@@ -161,15 +161,15 @@ def flags_of(inst: Instance) -> dict[str, int]:
 def poll_until_ready(port: int, timeout: float = 30) -> list[tuple[int, str]]:
     """Every distinct /readyz answer in order, until the first 200."""
     answers: list[tuple[int, str]] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def ready() -> bool:
         answer = readyz(port)
         if not answers or answers[-1] != answer:
             answers.append(answer)
-        if answer[0] == 200:
-            return answers
-        time.sleep(0.1)
-    raise TimeoutError(f"/readyz never 200: {answers}")
+        return answer[0] == 200
+
+    wait_until(ready, timeout, lambda: f"/readyz never 200: {answers}", step=0.1)
+    return answers
 
 
 def test_fresh_peered_instance_is_ready_only_once_its_resync_finished(
@@ -243,11 +243,11 @@ def test_instance_whose_peer_is_gone_is_ready_after_the_bound_and_stays_through_
     try:
         result = a.applier.apply(pair_snapshot(net, port, ("a", "b", "c"), 2))
         assert result.ok and result.worker_pid != worker, result
-        wait_for(lambda: readiness.check().reason.startswith("ready: tables"), 5, "latch")
+        wait_until(lambda: readiness.check().reason.startswith("ready: tables"), 5, "latch")
         # Past the observation cache: a probe that starts after this asks the new worker.
         clock.advance(readiness.cache_for)
         probed = len(during)
-        wait_for(lambda: len(during) >= probed + 2, 5, "a probe answered by the new worker")
+        wait_until(lambda: len(during) >= probed + 2, 5, "a probe answered by the new worker")
     finally:
         stop.set()
         prober.join(10)

@@ -25,6 +25,7 @@ from tests.helpers.haproxy_env import (
     identity_server,
 )
 from tests.helpers.haproxy_versions import HAProxyBinary
+from tests.helpers.waiting import wait_until_async
 
 HOST = "shop.example.com"
 
@@ -112,7 +113,7 @@ def test_master_log_is_bounded_and_reads_from_a_mark() -> None:
 
 @pytest.mark.haproxy
 def test_bind_conflict_at_reload_nacks_in_haproxys_words_then_retry_acks(
-    agents: AgentHarness,
+    agents: AgentHarness, caplog: pytest.LogCaptureFixture
 ) -> None:
     net, port = agents.net, agents.port
     inst = agents.instance()
@@ -149,7 +150,9 @@ def test_bind_conflict_at_reload_nacks_in_haproxys_words_then_retry_acks(
                 # The worker that keeps serving survived one (failed) reload: still current
                 assert inst.haproxy.show_proc().current_worker == serving
                 assert inst.haproxy.is_running()
-                await asyncio.sleep(0.5)  # at least one retry fails while the port is held
+                await wait_until_async(  # a retry fails while the port is held
+                    lambda: "(attempt 2 failed: reload failed" in caplog.text, 15, "a failed retry"
+                )
                 assert plane.answers.empty()  # a failed retry is not NACKed again
 
                 blocker.close()

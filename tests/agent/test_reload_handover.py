@@ -13,9 +13,10 @@ from pathlib import Path
 
 from nodeagent.haproxy.driver import HAProxy, command
 from nodeagent.haproxy.parse import parse_info_pid, parse_peers_flags, parse_table_usage
-from tests.helpers.fleet import stop_process, wait_for
+from tests.helpers.fleet import stop_process
 from tests.helpers.haproxy_env import loopback_net
 from tests.helpers.haproxy_versions import HAProxyBinary
+from tests.helpers.waiting import wait_until
 
 ENTRIES = 3000
 
@@ -56,7 +57,7 @@ def test_reload_returns_once_the_new_worker_holds_every_entry(
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_for(lambda: Path(runtime).exists(), 10, "the runtime socket")
+        wait_until(lambda: Path(runtime).exists(), 10, "the runtime socket")
         sets = [
             f"set table be key 10.{i // 250}.{i % 250}.1 data.server_id {1 + i % 2}"
             for i in range(ENTRIES)
@@ -74,7 +75,7 @@ def test_reload_returns_once_the_new_worker_holds_every_entry(
                 f & 0x1 for f in parse_peers_flags(reply).values()
             )
         # whichever worker answered the socket, the new one holds every entry now
-        wait_for(
+        wait_until(
             lambda: (
                 parse_info_pid(reply := command(runtime, "show info;show table"))
                 == info.current_worker
@@ -128,7 +129,7 @@ def test_a_reload_right_after_start_waits_for_the_resync_and_keeps_the_table(
                 subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             )
         runtime = str(tmp_path / "a.rt")
-        wait_for(lambda: Path(runtime).exists(), 10, "the runtime socket")
+        wait_until(lambda: Path(runtime).exists(), 10, "the runtime socket")
         sets = [f"set table be key 10.0.{i // 250}.{i % 250} data.server_id 1" for i in range(200)]
         for start in range(0, 200, 50):
             command(runtime, ";".join(sets[start : start + 50]))

@@ -14,7 +14,7 @@ from peerplane import limits
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import backend, free_port, loopback_net, snapshot
 from tests.helpers.haproxy_versions import HAProxyBinary
-from tests.kubeapi.objects import wait_until
+from tests.helpers.waiting import wait_until
 
 
 def snapshot_with(**changes: str) -> pb.Snapshot:
@@ -127,14 +127,14 @@ def test_stick_table_with_the_longest_name_replicates(
                 stderr=subprocess.DEVNULL,
             )
         sockets = {pod: str(tmp_path / f"{pod}.sock") for pod in pods}
-        assert wait_until(lambda: all(os.path.exists(s) for s in sockets.values()), 10)
+        wait_until(lambda: all(os.path.exists(s) for s in sockets.values()), 10)
         for name in (LONGEST_BUILT, LONGEST_ACCEPTED):
 
             def replicated(name: str = name) -> bool:
                 command(sockets["pod-a"], f"set table {name} key 10.9.8.7 data.server_id 1")
                 return "key=10.9.8.7" in command(sockets["pod-b"], f"show table {name}")
 
-            assert wait_until(replicated, 15, step=0.2), name
+            wait_until(replicated, 15, name, step=0.2)
     finally:
         for proc in procs.values():
             proc.terminate()

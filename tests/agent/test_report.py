@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,15 +15,7 @@ from nodeagent.report import LastApply, Reporter, report_loop, same
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.agent_harness import AgentHarness
 from tests.helpers.haproxy_env import backend, free_port, snapshot
-
-
-def _wait(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError("condition not reached")
+from tests.helpers.waiting import wait_until, wait_until_async
 
 
 def test_peers_and_tables_are_read_from_haproxy(agents: AgentHarness) -> None:
@@ -42,7 +32,7 @@ def test_peers_and_tables_are_read_from_haproxy(agents: AgentHarness) -> None:
     def sessions() -> list[PeerSession]:
         return parse_peer_sessions(a.haproxy.runtime("show peers"))
 
-    _wait(lambda: any(s.connected for s in sessions()))
+    wait_until(lambda: any(s.connected for s in sessions()), 15)
     assert {s.name: s.connected for s in sessions()} == {"pod-b": True, "pod-c": False}
     assert {s.name: s.state for s in sessions()}["pod-b"] == "ESTA"
     a.haproxy.runtime("set table default_shop_http key 10.1.2.3 data.server_id 1")
@@ -60,7 +50,7 @@ def test_peers_and_tables_are_read_from_haproxy(agents: AgentHarness) -> None:
     entries = {s.labels["table"]: s.value for s in m.stick_table_entries.collect()[0].samples}
     assert entries == {"default_shop_http": 1.0}
     b.supervisor.stop()
-    _wait(lambda: not any(s.connected for s in sessions()))
+    wait_until(lambda: not any(s.connected for s in sessions()), 15)
     after = reporter.observe(LastApply("reload", "2026-01-01T00:00:00Z"))
     assert after is not None and not same(report, after)
     assert {p.name: p.state for p in after.peer_sessions}["pod-b"] != "ESTA"
@@ -99,7 +89,13 @@ def test_reports_go_at_the_start_after_each_apply_and_when_a_read_changes() -> N
     used = [1]
     sent: list[pb.AgentReport] = []
     applied = asyncio.Event()
-    reporter = Reporter(lambda _: PEERS_UP.format(used=used[0]), "3.2.26", interval=0.1)
+    reads = [0]
+
+    def read(_: str) -> str:
+        reads[0] += 1
+        return PEERS_UP.format(used=used[0])
+
+    reporter = Reporter(read, "3.2.26", interval=0.1)
     reporter.min_gap = 0.01
 
     async def send(message: pb.AgentMessage) -> None:
@@ -111,13 +107,16 @@ def test_reports_go_at_the_start_after_each_apply_and_when_a_read_changes() -> N
         )
 
         async def sent_count(count: int) -> None:
-            async with asyncio.timeout(10):
-                while len(sent) < count:
-                    await asyncio.sleep(0.01)
+            await wait_until_async(lambda: len(sent) >= count, 10, f"{count} reports", step=0.01)
+
+        async def periodic_reads(count: int) -> None:
+            """`count` more reads by the report task's own timer (every 0.1 s)."""
+            done = reads[0] + count
+            await wait_until_async(lambda: reads[0] >= done, 10, f"{count} reads", step=0.01)
 
         try:
             await sent_count(1)
-            await asyncio.sleep(0.5)  # periodic reads (every 0.1 s) that find nothing new
+            await periodic_reads(4)  # that find nothing new
             assert len(sent) == 1 and sent[0].tables[0].entries == 1
             used[0] = 7
             await sent_count(2)
@@ -125,7 +124,7 @@ def test_reports_go_at_the_start_after_each_apply_and_when_a_read_changes() -> N
             applied.set()
             await sent_count(3)
             assert sent[2].last_applied_by == "runtime" and sent[2].tables[0].entries == 7
-            await asyncio.sleep(0.3)
+            await periodic_reads(3)
             assert len(sent) == 3
         finally:
             task.cancel()

@@ -25,7 +25,7 @@ from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import Instance, backend, free_port, loopback_net, running_instance
 from tests.helpers.haproxy_env import snapshot as make_snapshot
 from tests.helpers.haproxy_versions import HAProxyBinary
-from tests.kubeapi.objects import wait_until
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.haproxy
 
@@ -347,7 +347,7 @@ def test_routes_change_on_a_running_haproxy_without_a_reload(site: Site) -> None
             (listener(), "404"),  # removed
         ]
         for version, (new, want) in enumerate(steps, start=2):
-            assert wait_until(lambda v=version: served >= 50 * (v - 1), 10)  # load between
+            wait_until(lambda v=version: served >= 50 * (v - 1), 10)  # load between
             result = inst.applier.apply(site.snapshot([new], version))
             assert result.ok, result.error
             assert result.kind is Kind.RUNTIME, result

@@ -51,7 +51,7 @@ from tests.helpers.tls_agent import (
     weak_rsa_certificate,
 )
 from tests.helpers.tls_certs import Leaf, ec_key, make_ca, rsa_key, sha1_signed
-from tests.kubeapi.objects import wait_until
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.haproxy
 
@@ -241,13 +241,13 @@ def test_a_renewed_certificate_is_served_without_a_reload(
     loop = threading.Thread(target=load)
     loop.start()
     try:
-        assert wait_until(lambda: served >= 20, 10)
+        wait_until(lambda: served >= 20, 10)
         site.leaves["b"] = CA.issue("b.example.com")
         result = inst.applier.apply(site.snapshot(BINDINGS))
         assert result.ok and result.kind is Kind.RUNTIME, result
         assert site.serial("b.example.com") == site.leaves["b"].serial_hex
         mark = served
-        assert wait_until(lambda: served >= mark + 20, 10)
+        wait_until(lambda: served >= mark + 20, 10)
     finally:
         stop.set()
         loop.join(10)

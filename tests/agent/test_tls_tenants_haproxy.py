@@ -2,7 +2,7 @@
 the control plane computes, applied through the agent, serves the victim's certificate for
 its names after another tenant's Ingress names one of them, and the port's default
 certificate is the operator's choice or none (hostile round three, R2 and R3;
-tests/compute/test_sni_ownership.py holds the rules)."""
+tests/routes/test_sni_ownership.py holds the rules)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -31,6 +31,7 @@ from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 from tests.helpers.certs import Certs, make_certs
 from tests.helpers.server_harness import NS, W1, Harness, run, snapshot
+from tests.helpers.waiting import wait_until_async
 from tests.server.test_auth import FakeReviewer
 
 
@@ -81,12 +82,6 @@ def tls_harness(certs: Certs, reviewer: FakeReviewer, mtls: bool) -> Harness:
     return Harness(build)
 
 
-async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not check():
-            await asyncio.sleep(0.02)
-
-
 def agent_client(address: str, applier: RecordingApplier, security: transport.Transport) -> Client:
     """The agent's client with a short backoff, over `security`'s transport."""
     return Client(
@@ -129,9 +124,11 @@ def test_mtls_and_token_rotation_with_refusal_then_ack(
             h.publish({W1: snapshot(W1, "127.0.2.1")}, {f"{NS}/haproxy-a": W1})
             client = agent_client(h.address, applier, security)
             async with running(client):
-                await eventually(lambda: ("expired-token", ("peerplane",)) in reviewer.calls)
+                await wait_until_async(lambda: ("expired-token", ("peerplane",)) in reviewer.calls)
                 token_file.write_text("token-a\n")  # the kubelet rotated the token
-                await eventually(lambda: applier.versions == [1] and client.connected.is_set())
+                await wait_until_async(
+                    lambda: applier.versions == [1] and client.connected.is_set()
+                )
 
     with caplog.at_level(logging.INFO, logger="nodeagent"):
         run(body())
@@ -226,13 +223,15 @@ def test_a_token_file_that_is_no_token_is_retried_and_never_blocks(
             h.publish({W1: snapshot(W1, "127.0.2.1")}, {f"{NS}/haproxy-a": W1})
             client = agent_client(h.address, applier, security)
             async with running(client):
-                await eventually(lambda: logged("is not a token (not ASCII text)"))
+                await wait_until_async(lambda: logged("is not a token (not ASCII text)"))
                 token_file.unlink()
                 os.mkfifo(token_file)  # opening it for reading would wait for a writer
-                await eventually(lambda: logged("not a regular file"))
+                await wait_until_async(lambda: logged("not a regular file"))
                 token_file.unlink()
                 token_file.write_text("token-a\n")
-                await eventually(lambda: applier.versions == [1] and client.connected.is_set())
+                await wait_until_async(
+                    lambda: applier.versions == [1] and client.connected.is_set()
+                )
 
     with caplog.at_level(logging.INFO, logger="nodeagent"):
         run(body())

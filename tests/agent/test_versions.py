@@ -15,7 +15,7 @@ from nodeagent.config.render import RenderOptions, render
 from nodeagent.haproxy import version
 from nodeagent.haproxy.driver import validate
 from peerplane.v1 import peerplane_pb2 as pb
-from tests.helpers.fleet import http_get, table_entries, wait_for
+from tests.helpers.fleet import http_get, table_entries
 from tests.helpers.haproxy_env import (
     Instance,
     backend,
@@ -26,6 +26,7 @@ from tests.helpers.haproxy_env import (
     snapshot,
 )
 from tests.helpers.haproxy_versions import HAProxyBinary
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.haproxy
 
@@ -101,7 +102,7 @@ def test_srvkey_addr_entry_leads_to_the_same_pod_on_another_instance(
             rows = table_entries(inst["b"].haproxy.runtime(f"show table {BACKEND}"))
             return set(clients) <= set(rows)
 
-        wait_for(replicated, 10, "entries replicated to instance b")
+        wait_until(replicated, 10, "entries replicated to instance b")
         # Instance a dies: the clients' next requests land on instance b.
         on_b = {c: http_get(f"{net}.2", HOST, source=c, port=ports[1]) for c in clients}
     same = sum(on_a[c] == on_b[c] for c in clients)

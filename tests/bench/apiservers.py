@@ -35,10 +35,11 @@ from typing import Any
 from kubernetes import client
 
 from tests.bench.common import Child, Result, log, percentile
-from tests.helpers.cluster import RealCluster, wait_until
+from tests.helpers.cluster import RealCluster
 from tests.helpers.fleet import REPO
 from tests.helpers.replicas import SHOP, StreamAgent
 from tests.helpers.server_process import ServeProcess
+from tests.helpers.waiting import wait_until
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import write_kubeconfig
 
@@ -309,12 +310,12 @@ def measure(kind: str, services: int, moves: int) -> dict[str, float]:
                 StreamAgent(serve.address, pod, reconnect=lambda: serve.address) for pod, _ in PODS
             ]
             full = len(service_objects(0)[1]["endpoints"])
-            ready = wait_until(
+            wait_until(
                 lambda: all(a.first_with(lambda slots: len(slots) == full) for a in agents),
                 120 + services * 0.1,
-                0.01,
+                lambda: serve.lines[-20:],
+                step=0.01,
             )
-            assert ready, serve.lines[-20:]
             first_ack = max(a.first_with(lambda s: len(s) == full) or 0.0 for a in agents) - start
             latencies: list[float] = []
             old = address(0, ENDPOINTS - 1)
@@ -322,13 +323,14 @@ def measure(kind: str, services: int, moves: int) -> dict[str, float]:
                 new = f"10.99.0.{move + 1}"
                 began = time.monotonic()
                 writer.move("shop", old, new)
-                assert wait_until(
+                wait_until(
                     lambda new=new, began=began: all(
                         a.first_with(lambda s, new=new: new in s.values(), began) for a in agents
                     ),
                     30,
-                    0.002,
-                ), f"move {move} not held"
+                    f"move {move} not held",
+                    step=0.002,
+                )
                 held = max(
                     a.first_with(lambda s, new=new: new in s.values(), began) or 0.0 for a in agents
                 )
@@ -343,7 +345,7 @@ def measure(kind: str, services: int, moves: int) -> dict[str, float]:
                 def new_held(began: float = began, before: dict[int, str] = before) -> bool:
                     return all(changed(a, before[id(a)], began) is not None for a in agents)
 
-                assert wait_until(new_held, 30, 0.002), f"route {index} not held"
+                wait_until(new_held, 30, f"route {index} not held", step=0.002)
                 held = max(changed(a, before[id(a)], began) or 0.0 for a in agents)
                 routes.append((held - began) * 1000)
             shards = variant.shards()

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from nodeagent.haproxy.driver import HAProxy
 from tests.bench.common import Result, log, median, percentile
-from tests.helpers.fleet import Fleet, haproxy_binary, wait_for
+from tests.helpers.fleet import Fleet, haproxy_binary
+from tests.helpers.waiting import wait_until
 
 OCTET = 40
 POLL_S = 0.01
@@ -62,7 +63,7 @@ class Bench:
         tmp.write_text(changed)
         start = time.perf_counter()
         os.replace(tmp, path)
-        wait_for(lambda: min(self.versions()) > before, timeout, "every agent's ACK", POLL_S)
+        wait_until(lambda: min(self.versions()) > before, timeout, "every agent's ACK", step=POLL_S)
         elapsed = time.perf_counter() - start
         self.fleet.wait_all_acked(timeout)  # and it is the current content, on both
         return elapsed

@@ -45,6 +45,7 @@ from tests.helpers.replicas import (
     slot_history,
 )
 from tests.helpers.server_process import ServeProcess
+from tests.helpers.waiting import wait_until
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import endpoint_slice, write_kubeconfig
 
@@ -76,14 +77,6 @@ class Figures:
     takeover: list[float] = field(default_factory=list)
 
 
-def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"failover bench: {what} not within {timeout:.0f}s")
-        time.sleep(0.02)
-
-
 def _lease_holder(api: FakeKubeAPI) -> str:
     lease = api.get("Lease", NS, LEASE) or {}
     return str(lease.get("spec", {}).get("holderIdentity", ""))
@@ -108,9 +101,21 @@ class Fleet:
     def settled(self) -> ServeProcess:
         """Wait until every replica serves the same content under one leader; the leader."""
         addresses = [p.address for p in self.processes]
-        _wait(lambda: all(health(a) == "SERVING" for a in addresses), 60, "every replica ready")
-        _wait(lambda: sum(role_of(a) == "leader" for a in addresses) == 1, 60, "one leader")
-        _wait(lambda: len({frozenset(hashes(a)) for a in addresses}) == 1, 30, "same content")
+        wait_until(
+            lambda: all(health(a) == "SERVING" for a in addresses),
+            60,
+            "every replica ready",
+            step=0.02,
+        )
+        wait_until(
+            lambda: sum(role_of(a) == "leader" for a in addresses) == 1, 60, "one leader", step=0.02
+        )
+        wait_until(
+            lambda: len({frozenset(hashes(a)) for a in addresses}) == 1,
+            30,
+            "same content",
+            step=0.02,
+        )
         (leader,) = [p for p in self.processes if role_of(p.address) == "leader"]
         return leader
 
@@ -164,7 +169,12 @@ def _round(
     (content,) = hashes(leader.address)
     with _agents(fleet, leader) as groups:
         every = list(itertools.chain.from_iterable(groups.values()))
-        _wait(lambda: all(a.last().content_hash == content for a in every), 30, "agents in sync")
+        wait_until(
+            lambda: all(a.last().content_hash == content for a in every),
+            30,
+            "agents in sync",
+            step=0.02,
+        )
         before = {address: slot for slot, address in groups["followers"][0].last().slots.items()}
         holder = _lease_holder(api)
         removed = current.pop(0)
@@ -182,8 +192,13 @@ def _round(
             return all(set(a.last().slots.values()) == set(current) for a in every)
 
         figures.takeover.append(-1.0)
-        _wait(done, lease_s + 60, "every agent on the new state")
-        _wait(lambda: len({a.last().content_hash for a in every}) == 1, 30, "one final hash")
+        wait_until(done, lease_s + 60, "every agent on the new state", step=0.02)
+        wait_until(
+            lambda: len({a.last().content_hash for a in every}) == 1,
+            30,
+            "one final hash",
+            step=0.02,
+        )
         for group, agents in groups.items():
             figures.agents[group] += len(agents)
             figures.losses[group] += sum(len(a.losses) for a in agents)
@@ -200,7 +215,12 @@ def _round(
         check([a.losses for a in groups["followers"]], slot_history(every), before, after)
         final = groups["followers"][0].last().content_hash
     survivors = [p.address for p in fleet.processes if p is not leader]
-    _wait(lambda: all(hashes(a) == {final} for a in survivors), 30, "replicas on the final hash")
+    wait_until(
+        lambda: all(hashes(a) == {final} for a in survivors),
+        30,
+        "replicas on the final hash",
+        step=0.02,
+    )
     fleet.restart(leader)
     return after
 

@@ -51,15 +51,9 @@ from nodeagent.haproxy.supervisor import Supervisor
 from peerplane import healthcheck
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.bench.common import Child, Result, log, median, percentile
-from tests.helpers.fleet import (
-    Backends,
-    free_port,
-    haproxy_binary,
-    http_get,
-    table_entries,
-    wait_for,
-)
+from tests.helpers.fleet import Backends, free_port, haproxy_binary, http_get, table_entries
 from tests.helpers.haproxy_env import backend, snapshot
+from tests.helpers.waiting import wait_until
 
 OCTET = 41  # 127.41.x.y: apart from the tests (31, 100-250), the demo (0), e2e bench (40)
 BACKEND_PORT = 8888
@@ -322,7 +316,7 @@ class Bench:
         first = self.agents[0]
         for client in self.net.pinned_clients:
             http_get(first.ip, HOST, client, self.ports[0])
-        wait_for(lambda: self.pinned_kept() == 1.0, 10, "the pinned clients' entries")
+        wait_until(lambda: self.pinned_kept() == 1.0, 10, "the pinned clients' entries")
 
     def pinned_kept(self) -> float:
         """Fraction of the pinned clients' entries in haproxy-a's stick table now."""
@@ -395,7 +389,7 @@ def run(
             for agent in agents:
                 first_pod = net.backend_pods[0][0]
                 serving = partial(answers, agent.ip, http_port, first_pod, net.probe_client)
-                wait_for(serving, 10, agent.pod)
+                wait_until(serving, 10, agent.pod)
             bench.pin_clients()
             stack.enter_context(bench.phases.installed(agents[0]))
             found["runtime"] = bench.measure("runtime", runtime_changes, RUNTIME_GAP_S)

@@ -42,7 +42,8 @@ import yaml
 from nodeagent.haproxy.driver import HAProxy
 from tests.bench.common import Result, log, median, percentile
 from tests.bench.routeskube import LEDGER, NAMESPACE, ApiRoutes, RouteCluster
-from tests.helpers.fleet import HAPROXY_PODS, HTTP_PORT, Fleet, haproxy_binary, wait_for
+from tests.helpers.fleet import HAPROXY_PODS, HTTP_PORT, Fleet, haproxy_binary
+from tests.helpers.waiting import wait_until
 from tests.kubeapi.objects import write_kubeconfig
 
 OCTET = 47  # 127.47.x.y (folder) and 127.48.x.y (kube): apart from the tests and benchmarks
@@ -151,7 +152,7 @@ class Bench:
         acknowledged it."""
         before = self.fleet.snapshot().content_hash
         self.routes.write(name, host, service)
-        wait_for(lambda: self.fleet.snapshot().content_hash != before, timeout, "a new snapshot")
+        wait_until(lambda: self.fleet.snapshot().content_hash != before, timeout, "a new snapshot")
         self.fleet.wait_all_acked(timeout)
 
     def first_200(self, name: str, host: str, timeout: float = 30) -> float:
@@ -310,7 +311,7 @@ def measure(
         if cluster is not None:
             # The Lease holder writes every route's status once; the trials start after.
             counts = cluster
-            wait_for(
+            wait_until(
                 lambda: (c := counts.routes())["with_status"] == c["routes"],
                 60 + routes * 0.05,
                 "the status of every HTTPRoute",

@@ -86,7 +86,8 @@ from tests.bench.scalefolder import (
     write_folder,
 )
 from tests.bench.scalekube import LEDGER, NAMESPACE, KubeCluster
-from tests.helpers.fleet import REPO, Fleet, free_port, haproxy_binary, wait_for
+from tests.helpers.fleet import REPO, Fleet, free_port, haproxy_binary
+from tests.helpers.waiting import wait_until
 from tests.kubeapi.objects import write_kubeconfig
 
 OCTET = 41
@@ -386,7 +387,7 @@ class ScaleFleet:
                 return True
             return False
 
-        wait_for(done, timeout, "both agents' ACK", POLL_S)
+        wait_until(done, timeout, "both agents' ACK", step=POLL_S)
         return found
 
     def check_agents(self) -> None:

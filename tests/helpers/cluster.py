@@ -22,7 +22,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from tests.kubeapi.objects import wait_until
+from tests.helpers.waiting import WaitTimeout, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "tests" / "cluster"
@@ -81,9 +81,12 @@ class RealCluster:
         argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
         cwd = os.readlink(proc / "cwd")
         os.killpg(pid, signal.SIGTERM)
-        if not wait_until(lambda: not Path(f"/proc/{pid}").exists(), 15, 0.1):
+        gone = Path(f"/proc/{pid}").exists
+        try:
+            wait_until(lambda: not gone(), 15, f"{name} to exit on SIGTERM", step=0.1)
+        except WaitTimeout:
             os.killpg(pid, signal.SIGKILL)
-            wait_until(lambda: not Path(f"/proc/{pid}").exists(), 5, 0.1)
+            wait_until(lambda: not gone(), 5, f"{name} to exit on SIGKILL", step=0.1)
         with (self.root / "logs" / f"{name}.log").open("ab") as log:
             started = subprocess.Popen(
                 argv,
@@ -108,8 +111,7 @@ class RealCluster:
             except KubectlError:
                 return False
 
-        if not wait_until(ready, timeout, 0.25):
-            raise AssertionError(f"{name} not ready {timeout:.0f} s after its restart")
+        wait_until(ready, timeout, f"{name} ready after its restart", step=0.25)
 
     def compact_etcd(self) -> None:
         """Compact etcd to its current revision (`etcd-compact`): older revisions are gone."""

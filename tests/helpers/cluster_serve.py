@@ -20,9 +20,10 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.helpers.cluster import RealCluster, wait_until
+from tests.helpers.cluster import RealCluster
 from tests.helpers.replicas import health, role_of
 from tests.helpers.server_process import ServeProcess, grpcurl
+from tests.helpers.waiting import wait_until
 
 CONTROLPLANE_NS = "haproxy-system"
 LEASE = "peerplane-controlplane"
@@ -95,15 +96,15 @@ def own_namespace(cluster: RealCluster, prefix: str) -> Iterator[str]:
         cluster.delete_namespace(name)
 
 
-def settled(cluster: RealCluster, timeout: float = 60.0) -> bool:
-    """No namespace is being deleted: an earlier test's Services are gone, so what the
-    fleet serves changes no more unless this test changes it."""
+def settled(cluster: RealCluster, timeout: float = 60.0) -> None:
+    """Wait until no namespace is being deleted: an earlier test's Services are gone, so
+    what the fleet serves changes no more unless this test changes it."""
     core = client.CoreV1Api(cluster.api_client())
 
     def none_terminating() -> bool:
         return all(n.status.phase != "Terminating" for n in core.list_namespace().items)
 
-    return wait_until(none_terminating, timeout, step=0.25)
+    wait_until(none_terminating, timeout, "no namespace terminating", step=0.25)
 
 
 def lease(cluster: RealCluster) -> Obj:
@@ -155,8 +156,6 @@ def forbidden(lines: list[str]) -> list[str]:
 
 def leader_and_follower(a: ServeProcess, b: ServeProcess) -> tuple[ServeProcess, ServeProcess]:
     """Once both replicas serve and one holds the Lease: (leader, follower)."""
-    assert wait_until(lambda: health(a.address) == health(b.address) == "SERVING", 30)
-    assert wait_until(
-        lambda: {role_of(a.address), role_of(b.address)} == {"leader", "follower"}, 15
-    )
+    wait_until(lambda: health(a.address) == health(b.address) == "SERVING", 30)
+    wait_until(lambda: {role_of(a.address), role_of(b.address)} == {"leader", "follower"}, 15)
     return (a, b) if role_of(a.address) == "leader" else (b, a)

@@ -29,6 +29,7 @@ import grpc
 
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
+from tests.helpers.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "deploy" / "examples" / "demo"
@@ -60,15 +61,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str, step: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(step)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 # ---------------------------------------------------------------- backends
@@ -356,7 +348,7 @@ class Fleet:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(changed)
         os.replace(tmp, path)
-        wait_for(lambda: self.snapshot().content_hash != before, timeout, "a new version")
+        wait_until(lambda: self.snapshot().content_hash != before, timeout, "a new version")
         return self.wait_all_acked(timeout)
 
     # processes -------------------------------------------------------
@@ -393,7 +385,7 @@ class Fleet:
             argv += ["--state", str(self.workdir / "slots.json")]
         argv += self.server_args
         self.control_plane = self._spawn(argv, self.workdir / "controlplane.log")
-        wait_for(self._serving, self.serve_timeout, "the control plane to serve")
+        wait_until(self._serving, self.serve_timeout, "the control plane to serve")
 
     def stop_control_plane(self) -> None:
         if self.control_plane is not None:
@@ -517,7 +509,7 @@ class Fleet:
             ]
             return bool(running) and all(status.get(a) == current for a in running)
 
-        wait_for(acked, timeout, "every agent to acknowledge the current snapshot")
+        wait_until(acked, timeout, "every agent to acknowledge the current snapshot")
         return state["hash"]
 
 

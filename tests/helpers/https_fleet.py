@@ -24,8 +24,9 @@ import yaml
 from cryptography import x509
 
 from nodeagent.haproxy.driver import HAProxy
-from tests.helpers.fleet import REPO, AgentHandle, wait_for
+from tests.helpers.fleet import REPO, AgentHandle
 from tests.helpers.tls_certs import Leaf, TestCA, tls_secret
+from tests.helpers.waiting import wait_until
 
 DEMO_HTTPS = REPO / "deploy" / "examples" / "demo-https"
 HTTPS_PORT = 18443  # the Gateway listener's port and the settings' https-port
@@ -214,7 +215,7 @@ class RequestLoop:
 
     def wait_sent(self, count: int, timeout: float = 30) -> None:
         """Until `count` requests were sent in all."""
-        wait_for(lambda: self.sent >= count, timeout, f"{count} requests sent", step=0.01)
+        wait_until(lambda: self.sent >= count, timeout, f"{count} requests sent", step=0.01)
 
     def __enter__(self) -> RequestLoop:
         self._thread = threading.Thread(target=self._run, name="https-loop", daemon=True)

@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from tests.helpers.fleet import HAPROXY_PODS, Fleet, table_entries, wait_for
+from tests.helpers.fleet import HAPROXY_PODS, Fleet, table_entries
+from tests.helpers.waiting import wait_until
 
 # (HAProxy address, client source address) -> the pod that answered
 Via = Callable[[str, str], str]
@@ -34,7 +35,7 @@ def tables_agree(fleet: Fleet, table: str, clients: Sequence[str]) -> None:
         return table_entries(fleet.agents[pod].runtime(f"show table {table}"))
 
     assert set(clients) <= set(entries(name_a))
-    wait_for(
+    wait_until(
         lambda: (
             {c: entries(name_b).get(c) for c in clients} == {c: entries(name_a)[c] for c in clients}
         ),

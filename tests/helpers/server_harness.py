@@ -7,7 +7,7 @@ that every stream of a workload receives the very same serialized snapshot.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -190,13 +190,6 @@ class Harness:
     async def agents(self, workload: str = "") -> list[pb.AgentStatus]:
         response = await self.stub.ListAgents(pb.ListAgentsRequest(workload=workload))
         return list(response.agents)
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = WAIT_S) -> None:
-    """For state only observable from outside (a subprocess): poll, bounded in time."""
-    async with asyncio.timeout(timeout):
-        while not await check():
-            await asyncio.sleep(0.05)
 
 
 async def stream_status(address: str, pod: str, token: str) -> grpc.StatusCode | str:

@@ -93,6 +93,15 @@ class ServeProcess:
         os.kill(self.process.pid, signal.SIGTERM)
         return self.process.wait(timeout=timeout)
 
+    def read_to_end(self, timeout: float = 15.0) -> list[str]:
+        """Every line the exited process wrote, in `lines` (which otherwise holds only the
+        lines `wait_for` has read): a test asserting on the whole log calls it after
+        `terminate`."""
+        deadline = time.monotonic() + timeout
+        while (line := self._queue.get(timeout=max(0.0, deadline - time.monotonic()))) is not None:
+            self.lines.append(line)
+        return self.lines
+
 
 def grpcurl(
     address: str,

@@ -23,6 +23,7 @@ from controlplane.kube.route_status import CONFLICT_ATTEMPTS, RouteStatusWriter
 from controlplane.metrics import Metrics
 from tests.helpers.replicas import StreamAgent as Agent
 from tests.helpers.replicas import health, replica_of, replicas, role_of
+from tests.helpers.waiting import wait_until
 from tests.kube.test_route_status import (
     GATEWAY,
     INGRESS,
@@ -41,11 +42,9 @@ from tests.kubeapi.objects import (
     gateway_class,
     http_route,
     ingress,
-    wait_until,
 )
 
 SHARD = "peerplane-slots.default.shop.http"
-STORM_S = 5.0
 
 
 def ledger_puts(api: FakeKubeAPI) -> int:
@@ -71,28 +70,37 @@ def metric(port: int, name: str, labels: str) -> float:
 def test_a_ledger_write_storm_is_said_retried_with_backoff_and_converges(
     api: FakeKubeAPI, kubeconfig: Path, code: int, cause: str, said: str
 ) -> None:
-    """Every PUT of a ledger shard answered `code` for 5 s while an endpoint is added: no
+    """Every PUT of a ledger shard answered `code` while an endpoint is added: no
     slot is published before it is persisted (the agent keeps what it held, its stream
     up), one log line for the cause, the metric, ListWorkloads says why; the loop retries
     at 1, 2, 4 s (a 409 re-reads and tries 4 times per save): a handful of PUTs, not a
     spin; once the storm ends the new endpoint is published and no slot moved."""
     with replicas(kubeconfig, 1, 2.0, "--metrics-port", "0") as (leader,):
         port = int(leader.wait_for(re.compile(r"metrics on http://127\.0\.0\.1:(\d+)/")).group(1))
-        assert wait_until(lambda: health(leader.address) == "SERVING", 20)
-        assert wait_until(lambda: role_of(leader.address) == "leader", 10)
-        assert wait_until(lambda: api.get("ConfigMap", "haproxy-system", SHARD) is not None, 10)
+        wait_until(lambda: health(leader.address) == "SERVING", 20)
+        wait_until(lambda: role_of(leader.address) == "leader", 10)
+        wait_until(lambda: api.get("ConfigMap", "haproxy-system", SHARD) is not None, 10)
         agent = Agent(leader.address)
         try:
-            assert wait_until(lambda: len(agent.last().slots) == 2, 10)
+            wait_until(lambda: len(agent.last().slots) == 2, 10)
             held = agent.last()
             api.storm("ConfigMap", code, match="peerplane-slots", method="PUT")
             before = ledger_puts(api)
+            stormed = time.monotonic()
             api.apply(
                 endpoint_slice("shop", {"10.0.2.1": True, "10.0.2.2": True, "10.0.2.9": True})
             )
             kind = "failed" if code == 409 else "refused (retrying will not fix it)"
             leader.wait_for(re.compile(re.escape(f"slot ledger write {kind}: {said}")))
-            time.sleep(STORM_S)
+
+            def failures() -> float:
+                return metric(
+                    port, "peerplane_slot_ledger_write_failures_total", f'cause="{cause}"'
+                )
+
+            # Saves at 0, 1 and 3 s: the third failure comes after the backoff's 3 s.
+            wait_until(lambda: failures() >= 3, 10, "the save and two retries refused")
+            assert time.monotonic() - stormed >= 2.5, "retried without backing off"
             puts = ledger_puts(api) - before
             # Saves at 0, 1 and 3 s (and maybe 7 s's early); a 409 save tries 4 times.
             assert 1 <= puts <= 4 * (4 if code == 409 else 1), puts
@@ -100,20 +108,19 @@ def test_a_ledger_write_storm_is_said_retried_with_backoff_and_converges(
             status = replica_of(leader.address).replica
             assert "cannot persist the slot ledger" in status.not_ready_reason, status
             assert any(said in p for p in status.ledger_problems), status
-            failures = metric(
-                port, "peerplane_slot_ledger_write_failures_total", f'cause="{cause}"'
-            )
-            assert 1 <= failures <= 4, failures
+            refused = failures()
+            assert 1 <= refused <= 4, refused
+
+            api.clear_faults()
+            wait_until(lambda: "10.0.2.9" in agent.last().slots.values(), 15)
+            after = agent.last().slots
+            assert {s: a for s, a in after.items() if a != "10.0.2.9"} == held.slots  # no move
+            wait_until(lambda: health(leader.address) == "SERVING", 10)
+            leader.wait_for(re.compile(r"slot ledger persisted again"))
+            # Every line up to "persisted again" is read by now: the whole storm's.
             lines = [line for line in leader.lines if "slot ledger write" in line]
             assert len(lines) == 1, lines  # once per cause, not per retry
             assert not any("Traceback" in line for line in leader.lines)
-
-            api.clear_faults()
-            assert wait_until(lambda: "10.0.2.9" in agent.last().slots.values(), 15)
-            after = agent.last().slots
-            assert {s: a for s, a in after.items() if a != "10.0.2.9"} == held.slots  # no move
-            assert wait_until(lambda: health(leader.address) == "SERVING", 10)
-            leader.wait_for(re.compile(r"slot ledger persisted again"))
         finally:
             agent.close()
 
@@ -125,22 +132,23 @@ def test_slow_ledger_writes_delay_only_the_change_that_needs_them(
     persisted (not before), while the replica answers ListWorkloads at once and the agent
     keeps its stream."""
     with replicas(kubeconfig, 1, 2.0) as (leader,):
-        assert wait_until(lambda: health(leader.address) == "SERVING", 20)
-        assert wait_until(lambda: role_of(leader.address) == "leader", 10)
+        wait_until(lambda: health(leader.address) == "SERVING", 20)
+        wait_until(lambda: role_of(leader.address) == "leader", 10)
         agent = Agent(leader.address)
         try:
-            assert wait_until(lambda: len(agent.last().slots) == 2, 10)
+            wait_until(lambda: len(agent.last().slots) == 2, 10)
             api.slow("ConfigMap", 2.0, match="peerplane-slots", method="PUT")
+            before = ledger_puts(api)
             changed = time.monotonic()
             api.apply(
                 endpoint_slice("shop", {"10.0.2.1": True, "10.0.2.2": True, "10.0.2.9": True})
             )
-            time.sleep(0.5)
+            wait_until(lambda: ledger_puts(api) > before, 10, "the ledger write, held 2 s")
             asked = time.monotonic()
             assert replica_of(leader.address).workloads  # answered while the write waits
             assert time.monotonic() - asked < 1.0
             assert "10.0.2.9" not in agent.last().slots.values()
-            assert wait_until(lambda: "10.0.2.9" in agent.last().slots.values(), 10)
+            wait_until(lambda: "10.0.2.9" in agent.last().slots.values(), 10)
             added = agent.first_with(lambda slots: "10.0.2.9" in slots.values())
             assert added is not None and added - changed >= 2.0
             assert agent.ended is None
@@ -190,6 +198,8 @@ def test_a_route_status_storm_is_retried_with_backoff_and_blocks_no_other(
         assert f"HTTP {code}" in writer.stats.problems["HTTPRoute default/shop"] or (
             code == 409 and "still conflicting" in writer.stats.problems["HTTPRoute default/shop"]
         )
+        # Absence over a period (no spin): rounds at 0, 0.2, 0.6, 1.4, 3.0 s; counted in the
+        # widest quiet gap, [1.4 s, 3.0 s], so a round is never half counted.
         time.sleep(2.0)
         route_puts = [p for p in status_writes(api) if "/httproutes/shop/" in p]
         rounds = writer.stats.rounds
@@ -203,8 +213,8 @@ def test_a_route_status_storm_is_retried_with_backoff_and_blocks_no_other(
         assert stored(api, ROUTE) == {}
 
         api.clear_faults()
-        assert wait_until(lambda: without_times(stored(api, ROUTE)) == docs[ROUTE], 10)
-        assert wait_until(lambda: writer.stats.problems == {}, 5)
+        wait_until(lambda: without_times(stored(api, ROUTE)) == docs[ROUTE], 10)
+        wait_until(lambda: writer.stats.problems == {}, 5)
     finally:
         writer.close()
 
@@ -233,7 +243,7 @@ def test_slow_status_answers_time_out_and_are_retried(routes_api: FakeKubeAPI) -
         assert without_times(stored(api, INGRESS)) == docs[INGRESS]
         assert "HTTPRoute default/shop" in writer.stats.problems
         api.clear_faults()
-        assert wait_until(lambda: writer.stats.problems == {}, 10)
+        wait_until(lambda: writer.stats.problems == {}, 10)
         assert without_times(stored(api, ROUTE)) == docs[ROUTE]
     finally:
         writer.close()

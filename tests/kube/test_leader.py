@@ -9,8 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 from controlplane.kube.leader import LeaderElector, LeaseTimings
+from tests.helpers.waiting import wait_until
 from tests.kubeapi import FakeKubeAPI
-from tests.kubeapi.objects import api_client, wait_until
+from tests.kubeapi.objects import api_client
 
 TIMINGS = LeaseTimings(lease_duration=2.0, renew_deadline=1.5, retry_period=0.2)
 NS, NAME = "haproxy-system", "peerplane-leader"
@@ -61,7 +62,7 @@ def holder(api: FakeKubeAPI) -> str:
 
 def test_exactly_one_of_two_leads(api: FakeKubeAPI, pair: tuple[Candidate, Candidate]) -> None:
     a, b = pair
-    assert wait_until(lambda: a.elector.is_leader or b.elector.is_leader)
+    wait_until(lambda: a.elector.is_leader or b.elector.is_leader)
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:  # stays exclusive across many renewals
         assert a.elector.is_leader != b.elector.is_leader
@@ -78,13 +79,13 @@ def test_the_other_takes_over_within_the_lease_duration_when_renewals_stop(
     api: FakeKubeAPI, pair: tuple[Candidate, Candidate]
 ) -> None:
     a, b = pair
-    assert wait_until(lambda: a.elector.is_leader or b.elector.is_leader)
+    wait_until(lambda: a.elector.is_leader or b.elector.is_leader)
     first, second = (a, b) if a.elector.is_leader else (b, a)
     transitions = (api.get("Lease", NS, NAME) or {})["spec"].get("leaseTransitions", 0)
     first.elector.stop(release=False)  # dies without a word: the lease must expire
     died = time.monotonic()
     assert first.events == ["started", "stopped"]
-    assert wait_until(lambda: second.elector.is_leader, timeout=TIMINGS.lease_duration + 1.5)
+    wait_until(lambda: second.elector.is_leader, timeout=TIMINGS.lease_duration + 1.5)
     assert time.monotonic() - died <= TIMINGS.lease_duration + 2 * TIMINGS.retry_period + 0.3
     lease = api.get("Lease", NS, NAME) or {}
     assert lease["spec"]["holderIdentity"] == second.elector.identity
@@ -95,35 +96,35 @@ def test_release_on_stop_hands_over_at_the_next_retry(
     api: FakeKubeAPI, pair: tuple[Candidate, Candidate]
 ) -> None:
     a, b = pair
-    assert wait_until(lambda: a.elector.is_leader or b.elector.is_leader)
+    wait_until(lambda: a.elector.is_leader or b.elector.is_leader)
     first, second = (a, b) if a.elector.is_leader else (b, a)
     first.elector.stop(release=True)
-    assert wait_until(lambda: second.elector.is_leader, timeout=1.0)
+    wait_until(lambda: second.elector.is_leader, timeout=1.0)
 
 
 def test_leader_steps_down_when_the_lease_is_taken(
     api: FakeKubeAPI, pair: tuple[Candidate, Candidate]
 ) -> None:
     a, b = pair
-    assert wait_until(lambda: a.elector.is_leader or b.elector.is_leader)
+    wait_until(lambda: a.elector.is_leader or b.elector.is_leader)
     leader, other = (a, b) if a.elector.is_leader else (b, a)
     other.elector.stop(release=False)
     lease = api.get("Lease", NS, NAME) or {}
     lease["spec"]["holderIdentity"] = "intruder"
     api.apply(lease)
-    assert wait_until(lambda: not leader.elector.is_leader, timeout=1.0)
+    wait_until(lambda: not leader.elector.is_leader, timeout=1.0)
     # The elector stops acting as leader first, then calls back: wait for the callback.
-    assert wait_until(lambda: leader.events == ["started", "stopped"], timeout=1.0)
+    wait_until(lambda: leader.events == ["started", "stopped"], timeout=1.0)
 
 
 def test_leader_steps_down_when_it_cannot_renew(api: FakeKubeAPI) -> None:
     solo = Candidate(api, "cp-solo")
     solo.elector.start()
     try:
-        assert wait_until(lambda: solo.elector.is_leader)
+        wait_until(lambda: solo.elector.is_leader)
         api.fail_next("Lease", 503, count=1000)
         lost = time.monotonic()
-        assert wait_until(lambda: not solo.elector.is_leader, timeout=3.0)
+        wait_until(lambda: not solo.elector.is_leader, timeout=3.0)
         # before anyone else could take the lease over
         assert time.monotonic() - lost < TIMINGS.lease_duration
     finally:

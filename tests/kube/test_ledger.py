@@ -32,8 +32,9 @@ from controlplane.ledger.shards import (
 )
 from controlplane.ledger.store import LedgerWriteError
 from tests.helpers.ledger import REF, data_limit_objects, kube_ledger
+from tests.helpers.waiting import wait_until
 from tests.kubeapi import FakeKubeAPI
-from tests.kubeapi.objects import api_client, config_map, wait_until
+from tests.kubeapi.objects import api_client, config_map
 
 SHOP, BLOG = "default_shop_http", "default_blog_http"
 ASSIGNMENT: SlotAssignment = {
@@ -120,7 +121,7 @@ def test_late_echoes_of_our_own_writes_and_delete_are_not_drift(api: FakeKubeAPI
         ledger.save({SHOP: ASSIGNMENT[SHOP]})
         before = len(writes(api))
         api.release_watches()
-        assert wait_until(lambda: (BLOG, True) in seen, timeout=10)  # the delete came last
+        wait_until(lambda: (BLOG, True) in seen, timeout=10)  # the delete came last
         assert seen == [(SHOP, False), (BLOG, False), (BLOG, False), (BLOG, True)]
         assert drifts == [] and not ledger.dirty()
         ledger.save({SHOP: ASSIGNMENT[SHOP]})
@@ -254,9 +255,9 @@ def test_the_leader_writes_a_damaged_shard_again_at_once(api: FakeKubeAPI, edit:
         ledger.on_drift(lambda: woken.append(time.monotonic()))
         ledger.load()
         ledger.save(ASSIGNMENT)
-        assert wait_until(lambda: watch.shards().get(SHOP) is not None, 5)
+        wait_until(lambda: watch.shards().get(SHOP) is not None, 5)
         damage(api, edit)
-        assert wait_until(lambda: bool(woken), 5), "the leader was not told"
+        wait_until(lambda: bool(woken), 5, message="the leader was not told")
         assert ledger.dirty()
         ledger.save(ASSIGNMENT)  # what the loop does when woken
         assert not ledger.dirty()
@@ -271,11 +272,11 @@ def test_a_follower_keeps_the_last_good_copy_and_says_so(api: FakeKubeAPI, edit:
         leader.load()
         leader.save(ASSIGNMENT)
     with kube_ledger(api.url) as (_, follower):
-        assert wait_until(lambda: follower.current() is not None, 5)
+        wait_until(lambda: follower.current() is not None, 5)
         good = follower.current()
         assert good is not None and plain(good.assignment) == plain(ASSIGNMENT)
         name = damage(api, edit)
-        assert wait_until(lambda: bool(follower.problems()), 5)
+        wait_until(lambda: bool(follower.problems()), 5)
         (problem,) = follower.problems()
         assert name in problem and "serving the last good copy" in problem
         now = follower.current()
@@ -446,7 +447,7 @@ def test_a_restarted_follower_serves_the_shard_not_a_stale_copy_under_another_na
         leader.save(GROWN)
     told: list[tuple[str, str, str]] = []
     with kube_ledger(api.url, on_stray=lambda *said: told.append(said)) as (_, follower):
-        assert wait_until(lambda: follower.current() is not None, 5)
+        wait_until(lambda: follower.current() is not None, 5)
         view = follower.current()
         assert view is not None and plain(view.assignment) == plain(GROWN)
         assert set(follower.shards()) == {SHOP, BLOG}
@@ -467,13 +468,13 @@ def test_a_stale_copy_arriving_after_the_shard_does_not_win(api: FakeKubeAPI) ->
         assert saved is not None
         leader.save(GROWN)
         with kube_ledger(api.url) as (_, follower):
-            assert wait_until(lambda: follower.current() is not None, 5)
+            wait_until(lambda: follower.current() is not None, 5)
             stray_copy(api, STRAY, saved["data"])
-            assert wait_until(lambda: bool(follower.problems()), 5)
+            wait_until(lambda: bool(follower.problems()), 5)
             view = follower.current()
             assert view is not None and plain(view.assignment) == plain(GROWN)
             api.delete("ConfigMap", REF.namespace, STRAY)
-            assert wait_until(lambda: follower.problems() == [], 5), "gone: not reported"
+            wait_until(lambda: follower.problems() == [], 5, message="gone: not reported")
             assert follower.current() is not None
 
 
@@ -502,7 +503,7 @@ def test_the_leader_neither_continues_nor_rewrites_a_stray_copy(api: FakeKubeAPI
         edited["data"][SLOTS_KEY] = "{not json"  # the copy edited: still not the leader's
         api.apply(edited)
         ledger.save(ASSIGNMENT)  # an event the watch delivers after the copy's
-        assert wait_until(lambda: SHOP in seen, 5)
+        wait_until(lambda: SHOP in seen, 5)
         assert seen == [SHOP], "the copy is never shown to the leader"
         assert drifts == [] and not ledger.dirty()
         assert [p for _, p in writes(api)[before:] if stray in p] == []
@@ -520,7 +521,7 @@ def test_a_labelled_object_that_is_no_shard_is_reported_and_ignored(api: FakeKub
         assert len(problems) == 1 and "peerplane-slots-notes" in problems[0]
         assert "key backend is missing" in problems[0]
         api.delete("ConfigMap", REF.namespace, "peerplane-slots-notes")
-        assert wait_until(lambda: watch.problems() == [], 5), "gone: no longer reported"
+        wait_until(lambda: watch.problems() == [], 5, message="gone: no longer reported")
 
 
 def test_a_stray_copy_is_a_warning_event_on_it(api: FakeKubeAPI) -> None:
@@ -532,7 +533,7 @@ def test_a_stray_copy_is_a_warning_event_on_it(api: FakeKubeAPI) -> None:
     recorder = EventRecorder(api_client(api.url), host="cp-0")
     try:
         with kube_ledger(api.url, on_stray=recorder.ledger_stray) as (_, watch):
-            assert wait_until(lambda: bool(watch.problems()), 5)
+            wait_until(lambda: bool(watch.problems()), 5)
             assert recorder.flush()
     finally:
         recorder.close()

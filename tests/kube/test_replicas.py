@@ -28,8 +28,9 @@ from tests.helpers.replicas import (
     slot_history,
 )
 from tests.helpers.replicas import StreamAgent as Agent
+from tests.helpers.waiting import wait_until
 from tests.kubeapi import FakeKubeAPI
-from tests.kubeapi.objects import endpoint_slice, wait_until
+from tests.kubeapi.objects import endpoint_slice
 
 
 @pytest.mark.parametrize("count", [2, 3])
@@ -38,19 +39,17 @@ def test_every_replica_is_ready_and_serves_the_same_content(
 ) -> None:
     with replicas(kubeconfig, count, 2.0) as processes:
         addresses = [p.address for p in processes]
-        assert wait_until(lambda: all(health(a) == "SERVING" for a in addresses), 20)
-        assert wait_until(
-            lambda: any(replica_of(a).replica.role == "leader" for a in addresses), 10
-        )
+        wait_until(lambda: all(health(a) == "SERVING" for a in addresses), 20)
+        wait_until(lambda: any(replica_of(a).replica.role == "leader" for a in addresses), 10)
         statuses = [replica_of(a).replica for a in addresses]
         assert sorted(s.role for s in statuses) == ["follower"] * (count - 1) + ["leader"]
         (leader,) = [s for s in statuses if s.role == "leader"]
         assert all(s.ready and not s.not_ready_reason for s in statuses)
         assert all(s.leader == leader.name for s in statuses if s.role == "follower")
-        assert wait_until(lambda: len({frozenset(hashes(a)) for a in addresses}) == 1, 10)
+        wait_until(lambda: len({frozenset(hashes(a)) for a in addresses}) == 1, 10)
         agents = [Agent(a) for a in addresses]
         try:
-            assert wait_until(lambda: all(agent.snapshots for agent in agents), 10)
+            wait_until(lambda: all(agent.snapshots for agent in agents), 10)
             assert len({agent.last()[1] for agent in agents}) == 1
             assert hashes(addresses[0]) == {agents[0].last()[1]}
             assert all(agent.ended is None for agent in agents)
@@ -65,10 +64,8 @@ def test_leader_sigkill_during_scale_events_is_invisible_to_agents_on_followers(
     lease_s = 3.0
     with replicas(kubeconfig, 3, lease_s) as processes:
         addresses = [p.address for p in processes]
-        assert wait_until(lambda: all(health(a) == "SERVING" for a in addresses), 20)
-        assert wait_until(
-            lambda: any(replica_of(a).replica.role == "leader" for a in addresses), 10
-        )
+        wait_until(lambda: all(health(a) == "SERVING" for a in addresses), 20)
+        wait_until(lambda: any(replica_of(a).replica.role == "leader" for a in addresses), 10)
         (leader,) = [p for p in processes if replica_of(p.address).replica.role == "leader"]
         followers = [p for p in processes if p is not leader]
         agents = [Agent(p.address) for p in followers]
@@ -79,9 +76,11 @@ def test_leader_sigkill_during_scale_events_is_invisible_to_agents_on_followers(
                 current[address] = True
                 api.apply(endpoint_slice("shop", current))
                 time.sleep(0.2)
-            assert wait_until(lambda: all(len(agent.last()[2]) == 5 for agent in agents), 10), [
-                a.last() for a in agents
-            ]
+            wait_until(
+                lambda: all(len(agent.last()[2]) == 5 for agent in agents),
+                10,
+                message=lambda: [a.last() for a in agents],
+            )
 
             assert leader.process is not None
             os.kill(leader.process.pid, signal.SIGKILL)  # dies holding the Lease
@@ -94,7 +93,7 @@ def test_leader_sigkill_during_scale_events_is_invisible_to_agents_on_followers(
             def removed(slots: dict[int, str]) -> bool:
                 return "10.0.2.1" not in slots.values()
 
-            assert wait_until(lambda: all(agent.first_with(removed) for agent in agents), 10)
+            wait_until(lambda: all(agent.first_with(removed) for agent in agents), 10)
             lease_now = (api.get("Lease", NS, "peerplane-controlplane") or {})["spec"]
             # The removal came before anyone took the Lease over; the addition waits.
             assert lease_now["holderIdentity"] == holder["holderIdentity"]
@@ -106,9 +105,7 @@ def test_leader_sigkill_during_scale_events_is_invisible_to_agents_on_followers(
             def added(slots: dict[int, str]) -> bool:
                 return "10.0.2.6" in slots.values()
 
-            assert wait_until(
-                lambda: all(agent.first_with(added) for agent in agents), lease_s + 10
-            )
+            wait_until(lambda: all(agent.first_with(added) for agent in agents), lease_s + 10)
             lease_after = (api.get("Lease", NS, "peerplane-controlplane") or {})["spec"]
             assert lease_after["holderIdentity"] != holder["holderIdentity"]
             assert lease_after["leaseTransitions"] >= 1
@@ -117,13 +114,11 @@ def test_leader_sigkill_during_scale_events_is_invisible_to_agents_on_followers(
             del current["10.0.2.2"]
             current["10.0.2.7"] = True
             api.apply(endpoint_slice("shop", current))
-            assert wait_until(
+            wait_until(
                 lambda: all(set(agent.last()[2].values()) == set(current) for agent in agents), 10
             )
-            assert wait_until(lambda: len({agent.last()[1] for agent in agents}) == 1, 10)
-            assert wait_until(
-                lambda: len({frozenset(hashes(p.address)) for p in followers}) == 1, 10
-            )
+            wait_until(lambda: len({agent.last()[1] for agent in agents}) == 1, 10)
+            wait_until(lambda: len({frozenset(hashes(p.address)) for p in followers}) == 1, 10)
             assert hashes(followers[0].address) == {agents[0].last()[1]}
             assert all(agent.ended is None for agent in agents), [a.ended for a in agents]
             moved = {a: s for a, s in slot_history(agents).items() if len(s) > 1}
@@ -140,8 +135,8 @@ def test_a_follower_that_cannot_read_the_ledger_stays_not_ready_and_says_why(
     api: FakeKubeAPI, kubeconfig: Path
 ) -> None:
     with replicas(kubeconfig, 1, 2.0) as (leader,):
-        assert wait_until(lambda: health(leader.address) == "SERVING", 20)
-        assert wait_until(lambda: replica_of(leader.address).replica.role == "leader", 10)
+        wait_until(lambda: health(leader.address) == "SERVING", 20)
+        wait_until(lambda: replica_of(leader.address).replica.role == "leader", 10)
         api.fail_next("ConfigMap", 403, count=100_000, match="peerplane-slots")
         with replicas(kubeconfig, 1, 2.0) as (follower,):
             found = follower.wait_for(re.compile(r"not ready \(follower\): slot ledger not read"))
@@ -166,12 +161,12 @@ def test_a_damaged_ledger_never_moves_a_follower_and_the_leader_rewrites_it(
     own again at once, and the two never disagree."""
     with replicas(kubeconfig, 2, 3.0) as processes:
         addresses = [p.address for p in processes]
-        assert wait_until(lambda: all(health(a) == "SERVING" for a in addresses), 20)
-        assert wait_until(lambda: {role_of(a) for a in addresses} == {"leader", "follower"}, 10)
+        wait_until(lambda: all(health(a) == "SERVING" for a in addresses), 20)
+        wait_until(lambda: {role_of(a) for a in addresses} == {"leader", "follower"}, 10)
         (follower,) = [p for p in processes if role_of(p.address) == "follower"]
         agent = Agent(follower.address)
         try:
-            assert wait_until(lambda: len(agent.last()[2]) == 2, 10)
+            wait_until(lambda: len(agent.last()[2]) == 2, 10)
             served = agent.last()
             name = "peerplane-slots.default.shop.http"
             shard = api.get("ConfigMap", NS, name)
@@ -184,7 +179,7 @@ def test_a_damaged_ledger_never_moves_a_follower_and_the_leader_rewrites_it(
                 shard["data"]["slots.json"] = swapped.replace("X", "10.0.2.2")
                 api.apply(shard)
             # The leader writes its own copy again (signed: its hash matches).
-            assert wait_until(
+            wait_until(
                 lambda: (
                     (api.get("ConfigMap", NS, name) or {}).get("data", {}).get("slots.json")
                     == shard["data"]["slots.json"]
@@ -196,9 +191,7 @@ def test_a_damaged_ledger_never_moves_a_follower_and_the_leader_rewrites_it(
             leader.wait_for(re.compile(rf"slot ledger shard for default_shop_http {what}"))
             if damage != "delete":  # a deletion repaired within the debounce goes unsaid
                 follower.wait_for(re.compile(r"slot ledger: shard " + re.escape(name)))
-            assert wait_until(
-                lambda: replica_of(follower.address).replica.ledger_problems == [], 10
-            )
+            wait_until(lambda: replica_of(follower.address).replica.ledger_problems == [], 10)
             assert agent.last()[2] == served[2], "the follower's slots never changed"
             assert slot_history([agent]) == {a: {s} for s, a in served[2].items()}
             assert all(health(a) == "SERVING" for a in addresses)
@@ -233,25 +226,25 @@ def test_a_paused_leader_that_wakes_after_its_lease_moved_changes_no_slot(
     lease_s = 3.0
     with replicas(kubeconfig, 2, lease_s) as processes:
         addresses = [p.address for p in processes]
-        assert wait_until(lambda: all(health(a) == "SERVING" for a in addresses), 20)
-        assert wait_until(lambda: {role_of(a) for a in addresses} == {"leader", "follower"}, 10)
+        wait_until(lambda: all(health(a) == "SERVING" for a in addresses), 20)
+        wait_until(lambda: {role_of(a) for a in addresses} == {"leader", "follower"}, 10)
         (old,) = [p for p in processes if role_of(p.address) == "leader"]
         (new,) = [p for p in processes if p is not old]
         agents = [Agent(old.address), Agent(new.address, pod="haproxy-b")]
         try:
-            assert wait_until(lambda: all(len(a.last().slots) == 2 for a in agents), 10)
+            wait_until(lambda: all(len(a.last().slots) == 2 for a in agents), 10)
             assert old.process is not None
             os.kill(old.process.pid, signal.SIGSTOP)
             try:
-                assert wait_until(lambda: role_of(new.address) == "leader", lease_s + 6)
+                wait_until(lambda: role_of(new.address) == "leader", lease_s + 6)
                 # One at a time: the new leader gives 10.0.2.9 slot 3, then 10.0.2.8
                 # slot 4; the paused one would see both at once and give them in order.
                 current = {"10.0.2.1": True, "10.0.2.2": True, "10.0.2.9": True}
                 api.apply(endpoint_slice("shop", current))
-                assert wait_until(lambda: "10.0.2.9" in agents[1].last().slots.values(), 10)
+                wait_until(lambda: "10.0.2.9" in agents[1].last().slots.values(), 10)
                 current["10.0.2.8"] = True
                 api.apply(endpoint_slice("shop", current))
-                assert wait_until(lambda: "10.0.2.8" in agents[1].last().slots.values(), 10)
+                wait_until(lambda: "10.0.2.8" in agents[1].last().slots.values(), 10)
                 api.slow("Lease", 1.0, method="GET")
             finally:
                 os.kill(old.process.pid, signal.SIGCONT)
@@ -259,8 +252,15 @@ def test_a_paused_leader_that_wakes_after_its_lease_moved_changes_no_slot(
             assert old.process.wait(timeout=10) == 1
             old.wait_for(re.compile("lost the lease: stopping at once"))
             api.clear_faults()
-            assert wait_until(lambda: set(agents[1].last().slots.values()) == set(current), 10)
-            time.sleep(1.0)  # anything the woken replica would still write or send
+            wait_until(lambda: set(agents[1].last().slots.values()) == set(current), 10)
+            # The woken replica has exited: once its agent's stream has ended (what it
+            # sent was read) and the API server answered every request (what it wrote is
+            # kept), nothing of it can arrive any more.
+            wait_until(
+                lambda: agents[0].ended is not None and api.in_flight() == 0,
+                5,
+                "the woken replica's last writes and messages",
+            )
             history = shard_history(api)
             moved = {
                 endpoint: {slots[endpoint] for slots in history if endpoint in slots}

@@ -25,6 +25,7 @@ from controlplane.kube.route_status import (
 from controlplane.kube.served_version import ServedVersion
 from controlplane.metrics import Metrics
 from controlplane.model import ClusterState
+from tests.helpers.waiting import wait_until
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import (
     api_client,
@@ -34,7 +35,6 @@ from tests.kubeapi.objects import (
     ingress,
     tcp_route,
     tls_route,
-    wait_until,
 )
 
 Obj = dict[str, Any]
@@ -270,8 +270,8 @@ def test_a_failing_object_blocks_no_other_and_is_retried(
     assert without_times(stored(api, CLASS)) == documents()[CLASS]
     assert "Gateway default/web" in writer.stats.problems
     # Retried with backoff, without any new submission.
-    assert wait_until(lambda: without_times(stored(api, GATEWAY)) == documents()[GATEWAY])
-    assert wait_until(lambda: writer.stats.problems == {})
+    wait_until(lambda: without_times(stored(api, GATEWAY)) == documents()[GATEWAY])
+    wait_until(lambda: writer.stats.problems == {})
 
 
 def test_a_document_the_api_refuses_blocks_no_other(
@@ -318,12 +318,12 @@ def test_only_the_lease_holder_writes(api: FakeKubeAPI, clock: Clock) -> None:
         assert status_writes(api) == []  # nobody leads yet: nothing written
         for e in electors:
             e.start()
-        assert wait_until(lambda: any(e.is_leader for e in electors))
+        wait_until(lambda: any(e.is_leader for e in electors))
         leader = next(i for i, e in enumerate(electors) if e.is_leader)
         follower = 1 - leader
-        assert wait_until(lambda: len(status_writes(api)) == 4)
+        wait_until(lambda: len(status_writes(api)) == 4)
         # The writer counts a write after the API answered it: wait for the count too.
-        assert wait_until(lambda: writers[leader].stats.writes == 4)
+        wait_until(lambda: writers[leader].stats.writes == 4)
         changed = documents(route_message="changed")
         for w in writers:
             w.submit(changed)
@@ -336,8 +336,8 @@ def test_only_the_lease_holder_writes(api: FakeKubeAPI, clock: Clock) -> None:
         writers[leader].close()
         last = documents(route_message="after the handover")
         writers[follower].submit(last)
-        assert wait_until(lambda: electors[follower].is_leader, timeout=5)
-        assert wait_until(lambda: without_times(stored(api, ROUTE)) == last[ROUTE])
+        wait_until(lambda: electors[follower].is_leader, timeout=5)
+        wait_until(lambda: without_times(stored(api, ROUTE)) == last[ROUTE])
         assert writers[follower].stats.reads == 4 and writers[follower].stats.writes == 1
     finally:
         for e in electors:
@@ -369,7 +369,7 @@ def test_documents_are_made_in_the_writer_thread_and_only_while_leading(
         assert writer.flush()
         assert made == [] and status_writes(api) == []
         leading.set()  # promoted: the latest result is made into documents and written
-        assert wait_until(lambda: len(status_writes(api)) == 4)
+        wait_until(lambda: len(status_writes(api)) == 4)
         assert made == ["route-status"]
     finally:
         writer.close()

@@ -15,6 +15,7 @@ from controlplane.kube.route_status import RouteStatusWriter
 from controlplane.kube.source import KubernetesSource
 from controlplane.model import ObjectRef
 from controlplane.routes.status import route_statuses
+from tests.helpers.waiting import wait_until
 from tests.kube.test_source import FAST
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import (
@@ -29,7 +30,6 @@ from tests.kubeapi.objects import (
     pod,
     reference_grant,
     service,
-    wait_until,
 )
 
 Obj = dict[str, Any]
@@ -173,7 +173,7 @@ def test_a_cross_namespace_backend_needs_a_reference_grant(
         written.sync()  # once the source has seen the grant
         return parent_conditions(cluster, "team-a", "cross")["ResolvedRefs"][0] == "True"
 
-    assert wait_until(resolved)
+    wait_until(resolved)
 
 
 def test_an_ingress_of_our_class_gets_the_haproxy_addresses(
@@ -221,7 +221,7 @@ def test_a_published_load_balancer_is_the_address_of_the_gateways_and_ingresses(
             pipeline.sync()
             return status(cluster, "Gateway", "default", "web")["addresses"] == []
 
-        assert wait_until(unassigned)
+        wait_until(unassigned)
         web = status(cluster, "Gateway", "default", "web")
         assert conditions(web)["Programmed"] == ("False", "AddressNotAssigned")
         assert status(cluster, "Ingress", "default", "shop")["loadBalancer"] == {}
@@ -275,7 +275,7 @@ def test_an_address_change_rewrites_only_that_workloads_gateways_and_ingresses(
             found = status(api, "Gateway", "default", "edge")["addresses"]
             return found == [{"type": "IPAddress", "value": "127.0.0.22"}]
 
-        assert wait_until(moved)
+        wait_until(moved)
         assert status(api, "Ingress", "default", "edge")["loadBalancer"] == {
             "ingress": [{"ip": "127.0.0.22"}]
         }

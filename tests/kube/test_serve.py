@@ -19,12 +19,9 @@ from typing import Any
 
 from tests.helpers.replicas import health
 from tests.helpers.server_process import ServeProcess, grpcurl
+from tests.helpers.waiting import wait_until
 from tests.kubeapi import FakeKubeAPI
-from tests.kubeapi.objects import (
-    endpoint_slice,
-    service,
-    wait_until,
-)
+from tests.kubeapi.objects import endpoint_slice, service
 
 LEASE_S = 2.0
 WORKLOAD = "haproxy-system/DaemonSet/haproxy"
@@ -68,15 +65,15 @@ def test_one_serves_the_other_takes_over_with_the_same_slots(
     api: FakeKubeAPI, kubeconfig: Path
 ) -> None:
     with ServeProcess(*serve_args(kubeconfig)) as a, ServeProcess(*serve_args(kubeconfig)) as b:
-        assert wait_until(lambda: health(a.address) == health(b.address) == "SERVING", 10)
-        assert wait_until(lambda: "leader" in (role(a.address), role(b.address)), 10)
+        wait_until(lambda: health(a.address) == health(b.address) == "SERVING", 10)
+        wait_until(lambda: "leader" in (role(a.address), role(b.address)), 10)
         leader, follower = (a, b) if role(a.address) == "leader" else (b, a)
         assert role(follower.address) == "follower"
 
         # History the sorted order cannot rebuild: 10.0.2.2 keeps slot 2 and 10.0.2.9
         # takes never-used slot 3 (a freed slot comes after never-used ones).
         api.apply(endpoint_slice("shop", {"10.0.2.2": True, "10.0.2.9": True}))
-        assert wait_until(lambda: shop_slots(leader.address)[1] == {2: "10.0.2.2", 3: "10.0.2.9"})
+        wait_until(lambda: shop_slots(leader.address)[1] == {2: "10.0.2.2", 3: "10.0.2.9"})
         saved = api.get("ConfigMap", NS, "peerplane-slots.default.shop.http")  # its shard
         assert saved is not None and "10.0.2.9" in saved["data"]["slots.json"]
         before = shop_slots(leader.address)
@@ -84,7 +81,7 @@ def test_one_serves_the_other_takes_over_with_the_same_slots(
         assert leader.process is not None
         os.kill(leader.process.pid, signal.SIGKILL)  # dies without releasing the Lease
         died = time.monotonic()
-        assert wait_until(lambda: role(follower.address) == "leader", LEASE_S + 4)
+        wait_until(lambda: role(follower.address) == "leader", LEASE_S + 4)
         assert time.monotonic() - died < LEASE_S + 3
         assert shop_slots(follower.address) == before  # same slots, same content hash
         lease = api.get("Lease", NS, "peerplane-controlplane") or {}
@@ -101,8 +98,8 @@ def test_one_serves_the_other_takes_over_with_the_same_slots(
 def test_rejected_annotation_becomes_an_event(api: FakeKubeAPI, kubeconfig: Path) -> None:
     api.apply(service("shop", load_balance="bogus"))
     with ServeProcess(*serve_args(kubeconfig)) as serve:
-        assert wait_until(lambda: health(serve.address) == "SERVING", 10)
-        assert wait_until(lambda: len(api.list("Event")) == 1, 5)
+        wait_until(lambda: health(serve.address) == "SERVING", 10)
+        wait_until(lambda: len(api.list("Event")) == 1, 5)
         (event,) = api.list("Event")
         assert event["reason"] == "InvalidAnnotation"
         assert event["involvedObject"]["name"] == "shop"
@@ -117,7 +114,7 @@ def test_a_burst_of_endpoint_changes_gives_a_handful_of_versions(
 ) -> None:
     args = [a for a in serve_args(kubeconfig) if a != "--leader-elect"]
     with ServeProcess(*args) as serve:
-        assert wait_until(lambda: health(serve.address) == "SERVING", 10)
+        wait_until(lambda: health(serve.address) == "SERVING", 10)
         started = time.monotonic()
         for i in range(1000):
             api.apply(endpoint_slice("shop", {"10.0.2.1": True, f"10.0.3.{i % 250}": True}))
@@ -130,7 +127,7 @@ def test_a_burst_of_endpoint_changes_gives_a_handful_of_versions(
             slots = shop_slots(serve.address)[1]
             return set(slots.values()) == final and slots.get(1) == "10.0.2.1"
 
-        assert wait_until(settled, 10)
+        wait_until(settled, 10)
         assert 2 <= int(get_snapshot(serve.address)["version"]) <= 15  # debounced, not 1,000
 
 
@@ -143,33 +140,36 @@ def test_a_ledger_write_the_api_refuses_is_said_once_and_makes_the_leader_not_re
     Warning Event on the shard, the metric, ListWorkloads.replica, NOT_SERVING; and back
     to SERVING with the new version once the API takes the write."""
     with ServeProcess(*serve_args(kubeconfig)) as serve:
-        assert wait_until(lambda: health(serve.address) == "SERVING", 15)
-        assert wait_until(lambda: role(serve.address) == "leader", 10)
+        wait_until(lambda: health(serve.address) == "SERVING", 15)
+        wait_until(lambda: role(serve.address) == "leader", 10)
         shard = "peerplane-slots.default.shop.http"
-        assert wait_until(lambda: api.get("ConfigMap", NS, shard) is not None, 10)
+        wait_until(lambda: api.get("ConfigMap", NS, shard) is not None, 10)
         api.fail_next("ConfigMap", 422, count=1000, match="configmaps", method="PUT")
+        writes = shard_writes(api, shard)
         api.apply(endpoint_slice("shop", {"10.0.2.2": True, "10.0.2.9": True}))
         serve.wait_for(re.compile(r"slot ledger write refused \(retrying will not fix it\).*422"))
-        assert wait_until(lambda: health(serve.address) == "NOT_SERVING", 10)
+        wait_until(lambda: health(serve.address) == "NOT_SERVING", 10)
         reply = json.loads(
             grpcurl(serve.address, "peerplane.v1.PeerPlane/ListWorkloads", data="{}")
         )
         assert any("422" in p for p in reply["replica"].get("ledger_problems", [])), reply
         assert "cannot persist the slot ledger" in reply["replica"]["not_ready_reason"]
-        assert wait_until(
+        wait_until(
             lambda: any(e.get("reason") == "SlotLedgerWriteRefused" for e in api.list("Event")),
             10,
         )
         assert "10.0.2.9" not in shop_slots(serve.address)[1].values(), "published unpersisted"
-        time.sleep(2.5)  # retries back off meanwhile: still one line for the one cause
+        # The write and its retries after 1 s and 2 s more are refused; once it is taken
+        # again, every line up to "persisted again" is read: one line for the one cause.
+        wait_until(lambda: shard_writes(api, shard) >= writes + 3, 15, "two refused retries")
+
+        api.clear_faults()
+        wait_until(lambda: health(serve.address) == "SERVING", 40)
+        assert "10.0.2.9" in shop_slots(serve.address)[1].values()
+        serve.wait_for(re.compile(r"slot ledger persisted again"))
         refused = [line for line in serve.lines if "slot ledger write refused" in line]
         assert len(refused) == 1, refused
         assert not any("Traceback" in line for line in serve.lines)
-
-        api.clear_faults()
-        assert wait_until(lambda: health(serve.address) == "SERVING", 40)
-        assert "10.0.2.9" in shop_slots(serve.address)[1].values()
-        serve.wait_for(re.compile(r"slot ledger persisted again"))
 
 
 def test_a_restarted_leader_serves_its_shard_not_a_stale_copy_under_another_name(
@@ -181,16 +181,16 @@ def test_a_restarted_leader_serves_its_shard_not_a_stale_copy_under_another_name
     args = [a for a in serve_args(kubeconfig) if a != "--leader-elect"]
     shard = "peerplane-slots.default.shop.http"
     with ServeProcess(*args) as first:
-        assert wait_until(lambda: health(first.address) == "SERVING", 10)
-        assert wait_until(lambda: api.get("ConfigMap", NS, shard) is not None, 10)
+        wait_until(lambda: health(first.address) == "SERVING", 10)
+        wait_until(lambda: api.get("ConfigMap", NS, shard) is not None, 10)
         stale = api.get("ConfigMap", NS, shard)
         assert stale is not None
         api.apply(endpoint_slice("shop", {"10.0.2.2": True, "10.0.2.9": True}))
-        assert wait_until(lambda: shop_slots(first.address)[1] == {2: "10.0.2.2", 3: "10.0.2.9"})
+        wait_until(lambda: shop_slots(first.address)[1] == {2: "10.0.2.2", 3: "10.0.2.9"})
         api.apply(endpoint_slice("shop", {"10.0.2.2": True, "10.0.2.9": True, "10.0.2.7": True}))
         # Built from the stale copy instead, 10.0.2.7 would take never-used slot 3.
         current = {1: "10.0.2.7", 2: "10.0.2.2", 3: "10.0.2.9"}
-        assert wait_until(lambda: shop_slots(first.address)[1] == current)
+        wait_until(lambda: shop_slots(first.address)[1] == current)
         copy = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -204,14 +204,14 @@ def test_a_restarted_leader_serves_its_shard_not_a_stale_copy_under_another_name
         api.apply(copy)
         assert first.terminate() == 0
     with ServeProcess(*args) as second:
-        assert wait_until(lambda: health(second.address) == "SERVING", 10)
+        wait_until(lambda: health(second.address) == "SERVING", 10)
         assert shop_slots(second.address)[1] == current
         reply = json.loads(
             grpcurl(second.address, "peerplane.v1.PeerPlane/ListWorkloads", data="{}")
         )
         (problem,) = reply["replica"]["ledger_problems"]
         assert f"{shard}.bak" in problem and "not read" in problem
-        assert wait_until(
+        wait_until(
             lambda: any(
                 e["reason"] == "SlotLedgerObjectIgnored"
                 and e["involvedObject"]["name"] == f"{shard}.bak"
@@ -219,3 +219,8 @@ def test_a_restarted_leader_serves_its_shard_not_a_stale_copy_under_another_name
             ),
             5,
         )
+
+
+def shard_writes(api: FakeKubeAPI, shard: str) -> int:
+    """PUTs of one ledger shard the fake API server received (taken or refused)."""
+    return sum(1 for m, p in api.requests if m == "PUT" and p.endswith(f"/configmaps/{shard}"))

@@ -6,21 +6,16 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from tests.helpers.replicas import health
 from tests.helpers.server_process import ServeProcess
+from tests.helpers.waiting import wait_until
 from tests.kube.test_serve import serve_args
 from tests.kubeapi import FakeKubeAPI
-from tests.kubeapi.objects import (
-    gateway,
-    gateway_class,
-    http_route,
-    ingress,
-    ingress_class,
-    wait_until,
-)
+from tests.kubeapi.objects import gateway, gateway_class, http_route, ingress, ingress_class
 from tests.kubeapi.server import GATEWAY_GROUP
 
 ABSENT = re.compile(r"API group gateway\.networking\.k8s\.io is not served \(404\)")
@@ -33,7 +28,7 @@ def test_without_the_gateway_api_crds_serve_is_ready_and_says_so_once(
     api.apply(ingress_class(default=True))
     api.apply(ingress())
     with ServeProcess(*serve_args(kubeconfig)) as serve:
-        assert wait_until(lambda: health(serve.address) == "SERVING", 10)
+        wait_until(lambda: health(serve.address) == "SERVING", 10)
         serve.wait_for(ABSENT)
         assert serve.terminate() == 0
         serve.wait_for(re.compile("stopped"))
@@ -66,15 +61,15 @@ def test_the_lease_holder_writes_the_route_objects_status_once(
         ServeProcess(*serve_args(kubeconfig)) as a,
         ServeProcess(*serve_args(kubeconfig)) as b,
     ):
-        assert wait_until(lambda: health(a.address) == health(b.address) == "SERVING", 10)
-        assert wait_until(lambda: "Accepted" in conditions(route_parent(api)), 10)
+        wait_until(lambda: health(a.address) == health(b.address) == "SERVING", 10)
+        wait_until(lambda: "Accepted" in conditions(route_parent(api)), 10)
         assert conditions(route_parent(api)) == {
             "Accepted": ("True", "Accepted"),
             "ResolvedRefs": ("True", "ResolvedRefs"),
         }
         assert route_parent(api)["controllerName"] == "peerplane.dev/gateway-controller"
         assert conditions(status_of(api, "GatewayClass", "", "peerplane"))["Accepted"][0] == "True"
-        assert wait_until(
+        wait_until(
             lambda: status_of(api, "Ingress", "default", "shop").get("loadBalancer", {}) != {}
         )
         gateway_status = status_of(api, "Gateway", "default", "web")
@@ -88,9 +83,12 @@ def test_the_lease_holder_writes_the_route_objects_status_once(
 
         # The route's backend goes: ResolvedRefs turns False with a new transition time,
         # Accepted keeps its time. One replica wrote, once per change.
-        time.sleep(1.1)  # transition times have seconds precision
+        # Transition times have seconds precision: change the route once the clock is
+        # past the second of the first transition, so a new one is strictly later.
+        written = max(datetime.fromisoformat(c["lastTransitionTime"]).timestamp() for c in first)
+        wait_until(lambda: time.time() >= written + 1, 2, "the next second", step=0.01)
         api.apply(http_route(backend="nowhere"))
-        assert wait_until(lambda: conditions(route_parent(api))["ResolvedRefs"][0] == "False", 10)
+        wait_until(lambda: conditions(route_parent(api))["ResolvedRefs"][0] == "False", 10)
         after = {c["type"]: c for c in route_parent(api)["conditions"]}
         before = {c["type"]: c for c in first}
         assert after["Accepted"]["lastTransitionTime"] == before["Accepted"]["lastTransitionTime"]
@@ -99,7 +97,9 @@ def test_the_lease_holder_writes_the_route_objects_status_once(
             > before["ResolvedRefs"]["lastTransitionTime"]
         )
         assert after["ResolvedRefs"]["observedGeneration"] == 2
-        time.sleep(1.0)  # further computations (the ledger, the other replica) write nothing
+        # Absence over a period: the computations the status write's echo may start (the
+        # ledger, the other replica) run within the debounce's 1 s bound and write nothing.
+        time.sleep(1.0)
         puts = [p for m, p in api.requests if m == "PUT" and p.endswith("/httproutes/shop/status")]
         assert len(puts) == 2
 
@@ -119,7 +119,7 @@ def test_ignored_annotations_and_rejected_rules_become_events_on_the_route(
     ):
         api.apply(obj)
     with ServeProcess(*serve_args(kubeconfig)) as serve:
-        assert wait_until(lambda: health(serve.address) == "SERVING", 10)
+        wait_until(lambda: health(serve.address) == "SERVING", 10)
 
         def events() -> dict[tuple[str, str], dict[str, Any]]:
             return {
@@ -128,7 +128,7 @@ def test_ignored_annotations_and_rejected_rules_become_events_on_the_route(
                 if e["involvedObject"]["kind"] in ("HTTPRoute", "Ingress")
             }
 
-        assert wait_until(lambda: len(events()) == 2, 10)
+        wait_until(lambda: len(events()) == 2, 10)
         ignored = events()[("HTTPRoute", "IgnoredAnnotation")]
         assert "haproxy.org/load-balance" in ignored["message"]
         assert ignored["involvedObject"]["apiVersion"] == "gateway.networking.k8s.io/v1"

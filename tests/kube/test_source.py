@@ -18,6 +18,7 @@ from controlplane.kube.informer import Informer, WatchOptions
 from controlplane.kube.source import KubernetesSource
 from controlplane.model import ClusterState, ObjectRef
 from controlplane.source.convert import service_from
+from tests.helpers.waiting import wait_until
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import (
     api_client,
@@ -26,7 +27,6 @@ from tests.kubeapi.objects import (
     pod,
     replica_set,
     service,
-    wait_until,
     write_kubeconfig,
 )
 
@@ -90,7 +90,7 @@ def changes() -> Changes:
 def source(api: FakeKubeAPI, changes: Changes) -> Iterator[KubernetesSource]:
     src = KubernetesSource(api_client(api.url), settings=SETTINGS, options=FAST, sync_timeout=5)
     src.start(changes)
-    assert wait_until(lambda: api.open_watches() == WATCHED)  # every informer is watching
+    wait_until(lambda: api.open_watches() == WATCHED)  # every informer is watching
     yield src
     src.stop()
 
@@ -127,13 +127,13 @@ def test_initial_sync_builds_the_cluster_state(api: FakeKubeAPI, source: Kuberne
 
 def test_pod_scale_up_and_down_changes_peers(api: FakeKubeAPI, source: KubernetesSource) -> None:
     api.apply(pod("haproxy-c", "127.0.0.13"))
-    assert wait_until(lambda: pod_names(source.state()) == ["haproxy-a", "haproxy-b", "haproxy-c"])
+    wait_until(lambda: pod_names(source.state()) == ["haproxy-a", "haproxy-b", "haproxy-c"])
     api.delete("Pod", "haproxy-system", "haproxy-a")
-    assert wait_until(lambda: pod_names(source.state()) == ["haproxy-b", "haproxy-c"])
+    wait_until(lambda: pod_names(source.state()) == ["haproxy-b", "haproxy-c"])
     relabelled = pod("haproxy-b", "127.0.0.12")
     relabelled["metadata"]["labels"] = {"app.kubernetes.io/component": "other"}
     api.apply(relabelled)  # leaves the selector: the watch reports a deletion
-    assert wait_until(lambda: pod_names(source.state()) == ["haproxy-c"])
+    wait_until(lambda: pod_names(source.state()) == ["haproxy-c"])
     snapshots = compute(source.state(), {}).workloads.values()
     peers = [p.name for s in snapshots for p in s.peers.peers]
     assert peers == ["haproxy-c"]
@@ -144,14 +144,14 @@ def test_endpoint_readiness_flip(api: FakeKubeAPI, source: KubernetesSource) -> 
         return [e.ready for s in source.state().endpoint_slices for e in s.endpoints]
 
     api.apply(endpoint_slice("shop", {"10.0.1.1": True, "10.0.1.2": False}))
-    assert wait_until(lambda: ready() == [True, False])
+    wait_until(lambda: ready() == [True, False])
     api.apply(endpoint_slice("shop", {"10.0.1.1": True, "10.0.1.2": True}))
-    assert wait_until(lambda: ready() == [True, True])
+    wait_until(lambda: ready() == [True, True])
 
 
 def test_service_losing_opt_in_disappears(api: FakeKubeAPI, source: KubernetesSource) -> None:
     api.apply(service("shop", expose=False))
-    assert wait_until(lambda: backends(source.state()) == {"default_blog_http"})
+    wait_until(lambda: backends(source.state()) == {"default_blog_http"})
 
 
 def test_watch_dropped_mid_stream_recovers_without_relist(
@@ -160,9 +160,9 @@ def test_watch_dropped_mid_stream_recovers_without_relist(
     relists = source.informers["Pod"].relists
     api.drop_watches()
     api.apply(pod("haproxy-c", "127.0.0.13"))
-    assert wait_until(lambda: "haproxy-c" in pod_names(source.state()))
+    wait_until(lambda: "haproxy-c" in pod_names(source.state()))
     assert source.informers["Pod"].relists == relists  # resumed from its resourceVersion
-    assert wait_until(lambda: api.open_watches() == WATCHED)
+    wait_until(lambda: api.open_watches() == WATCHED)
 
 
 def test_gone_during_a_gap_relists_and_derives_deletions(
@@ -173,8 +173,8 @@ def test_gone_during_a_gap_relists_and_derives_deletions(
     api.delete("Pod", "haproxy-system", "haproxy-a")
     api.compact()  # the gap's events are gone: watching from the old version is 410
     api.drop_watches()
-    assert wait_until(lambda: pod_names(source.state()) == ["haproxy-b"])
-    assert wait_until(lambda: backends(source.state()) == {"default_shop_http"})
+    wait_until(lambda: pod_names(source.state()) == ["haproxy-b"])
+    wait_until(lambda: backends(source.state()) == {"default_shop_http"})
     assert source.informers["Pod"].relists >= 2 and source.informers["Service"].relists >= 2
     assert changes.count >= 2
 
@@ -183,9 +183,9 @@ def test_gone_as_http_410_on_the_watch_request(api: FakeKubeAPI, source: Kuberne
     relists = source.informers["Pod"].relists
     api.fail_next("Pod", 410)
     api.drop_watches()
-    assert wait_until(lambda: source.informers["Pod"].relists == relists + 1)
+    wait_until(lambda: source.informers["Pod"].relists == relists + 1)
     api.apply(pod("haproxy-c", "127.0.0.13"))
-    assert wait_until(lambda: "haproxy-c" in pod_names(source.state()))
+    wait_until(lambda: "haproxy-c" in pod_names(source.state()))
 
 
 def test_expired_continue_token_restarts_the_list(
@@ -195,7 +195,7 @@ def test_expired_continue_token_restarts_the_list(
     api.fail_next("Service", 410, match="continue=")  # page 2 of the next relist
     api.expire_watches()
     api.apply(service("news"))
-    assert wait_until(lambda: "news" in [s.name for s in source.state().services])
+    wait_until(lambda: "news" in [s.name for s in source.state().services])
     assert source.informers["Service"].relists == relists + 1
     pages = [p for m, p in api.requests if m == "GET" and p.startswith("/api/v1/services")]
     assert sum("continue=" not in p for p in pages) == 3  # initial, relist, restarted relist
@@ -207,12 +207,12 @@ def test_resource_version_follows_bookmarks(api: FakeKubeAPI, source: Kubernetes
     assert newer > before
     # No pod changed, yet the pod watch's resourceVersion moves on through BOOKMARKs, so a
     # reconnect after a compaction does not need a relist.
-    assert wait_until(lambda: int(source.informers["Pod"].resource_version or 0) >= newer)
+    wait_until(lambda: int(source.informers["Pod"].resource_version or 0) >= newer)
     relists = source.informers["Pod"].relists
     api.compact()
     api.drop_watches()
     api.apply(pod("haproxy-c", "127.0.0.13"))
-    assert wait_until(lambda: "haproxy-c" in pod_names(source.state()))
+    wait_until(lambda: "haproxy-c" in pod_names(source.state()))
     assert source.informers["Pod"].relists == relists
 
 
@@ -220,8 +220,8 @@ def test_server_errors_are_retried_with_backoff(api: FakeKubeAPI, source: Kubern
     api.fail_next("Service", 500, count=3)
     api.drop_watches()
     api.apply(service("news"))
-    assert wait_until(lambda: "news" in [s.name for s in source.state().services])
-    assert wait_until(lambda: source.errors() == [])
+    wait_until(lambda: "news" in [s.name for s in source.state().services])
+    wait_until(lambda: source.errors() == [])
 
 
 def test_stalled_connection_recovers_within_the_socket_timeout(
@@ -231,7 +231,7 @@ def test_stalled_connection_recovers_within_the_socket_timeout(
     api.stall_watches()
     started = time.monotonic()
     api.apply(pod("haproxy-c", "127.0.0.13"))
-    assert wait_until(lambda: "haproxy-c" in pod_names(source.state()), timeout=4.0)
+    wait_until(lambda: "haproxy-c" in pod_names(source.state()), timeout=4.0)
     assert time.monotonic() - started < FAST.read_timeout + 1.5
     assert api.watch_requests("Pod") > watches
 
@@ -242,12 +242,12 @@ def test_relist_with_nothing_changed_does_not_notify(
     relists = source.informers["Service"].relists
     before = changes.count
     api.expire_watches()  # ERROR 410 on every open watch
-    assert wait_until(
+    wait_until(
         lambda: (
             source.informers["Service"].relists > relists and source.informers["Pod"].relists > 1
         )
     )
-    time.sleep(0.3)
+    time.sleep(0.3)  # absence over a period: the other informers' relists notify nothing
     assert changes.count == before
 
 
@@ -259,8 +259,8 @@ def test_changes_the_model_ignores_do_not_notify(
     api.apply(busy)
     api.apply(config_map("other-settings", load_balance="source"))
     api.apply(pod("haproxy-c", "127.0.0.13"))  # a change that matters, after the others
-    assert wait_until(lambda: changes.count >= 1)
-    time.sleep(0.2)
+    wait_until(lambda: changes.count >= 1)
+    time.sleep(0.2)  # absence over a period: no informer notifies the ignored changes late
     assert changes.count == 1
 
 
@@ -270,10 +270,10 @@ def test_unconvertible_object_is_reported_not_fatal(
     broken = service("broken")
     broken["spec"]["ports"] = [{"name": "http", "port": "eighty"}]
     api.apply(broken)
-    assert wait_until(lambda: any("broken" in e for e in source.errors()))
+    wait_until(lambda: any("broken" in e for e in source.errors()))
     assert "broken" not in [s.name for s in source.state().services]
     api.delete("Service", "default", "broken")
-    assert wait_until(lambda: source.errors() == [])
+    wait_until(lambda: source.errors() == [])
 
 
 def test_stop_ends_the_threads_promptly(api: FakeKubeAPI) -> None:
@@ -339,9 +339,9 @@ def test_malformed_objects_in_the_watch_are_reported_and_the_watch_goes_on(
         api.apply(obj)
     api.apply(service("news"))  # after the malformed ones, in the same watch streams
     api.apply(pod("haproxy-c", "127.0.0.13"))
-    assert wait_until(lambda: "news" in [s.name for s in source.state().services])
-    assert wait_until(lambda: "haproxy-c" in pod_names(source.state()))
-    assert wait_until(lambda: all(any(n in e for e in source.errors()) for n in MALFORMED_NAMES))
+    wait_until(lambda: "news" in [s.name for s in source.state().services])
+    wait_until(lambda: "haproxy-c" in pod_names(source.state()))
+    wait_until(lambda: all(any(n in e for e in source.errors()) for n in MALFORMED_NAMES))
     names = {s.name for s in source.state().services} | set(pod_names(source.state()))
     assert not names & set(MALFORMED_NAMES)
     assert [s.name for s in source.state().endpoint_slices] == ["shop-abc"]
@@ -360,7 +360,7 @@ def test_malformed_objects_in_the_initial_list_are_reported_and_skipped(
         errors = src.errors()
         assert all(any(n in e for e in errors) for n in MALFORMED_NAMES), errors
         api.apply(service("news"))
-        assert wait_until(lambda: "news" in [s.name for s in src.state().services])
+        wait_until(lambda: "news" in [s.name for s in src.state().services])
     finally:
         src.stop()
 
@@ -383,12 +383,12 @@ def test_a_change_the_model_does_not_see_keeps_the_very_object(api: FakeKubeAPI)
         unread["metadata"]["labels"] = {"team": "web"}  # not in the model
         api.apply(unread)
         api.apply(service("news"))  # delivered after the label change
-        assert wait_until(lambda: len(informer.items()) == count + 1)
+        wait_until(lambda: len(informer.items()) == count + 1)
         assert informer.items()[("default", "shop")] is held
         calls = len(changes)
         api.apply(service("shop", timeout_server="9s"))  # read by the model
-        assert wait_until(lambda: informer.items()[("default", "shop")] is not held)
-        assert wait_until(lambda: len(changes) > calls)
+        wait_until(lambda: informer.items()[("default", "shop")] is not held)
+        wait_until(lambda: len(changes) > calls)
     finally:
         informer.stop()
 
@@ -411,7 +411,7 @@ def test_a_converter_failure_is_reported_and_never_stops_the_watch(api: FakeKube
         assert sorted(informer.items().values()) == ["blog", "internal", "shop"]
         api.apply(service("bug-watched"))
         api.apply(service("news"))
-        assert wait_until(lambda: "news" in informer.items().values())
+        wait_until(lambda: "news" in informer.items().values())
         assert informer.errors() == [
             "services default/bug-listed: unexpected TypeError converting the object",
             "services default/bug-watched: unexpected TypeError converting the object",

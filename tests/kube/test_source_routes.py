@@ -13,6 +13,7 @@ from controlplane.kube.informer import WatchOptions
 from controlplane.kube.source import KubernetesSource
 from controlplane.model import ClusterState
 from controlplane.source.kinds import GATEWAY_API
+from tests.helpers.waiting import wait_until
 from tests.kube.test_source import FAST, WATCHED, Changes
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import (
@@ -27,7 +28,6 @@ from tests.kubeapi.objects import (
     reference_grant,
     replica_set,
     service,
-    wait_until,
 )
 from tests.kubeapi.server import GATEWAY_GROUP
 
@@ -75,7 +75,7 @@ def started(api: FakeKubeAPI, options: WatchOptions, changes: Changes) -> Kubern
 @pytest.fixture
 def source(api: FakeKubeAPI) -> Iterator[KubernetesSource]:
     src = started(api, fast(), Changes())
-    assert wait_until(lambda: api.open_watches() == WATCHED - 1)  # no settings ConfigMap
+    wait_until(lambda: api.open_watches() == WATCHED - 1)  # no settings ConfigMap
     yield src
     src.stop()
 
@@ -113,13 +113,11 @@ def test_initial_sync_reads_every_route_kind(source: KubernetesSource) -> None:
 
 def test_route_changes_arrive_by_watch(api: FakeKubeAPI, source: KubernetesSource) -> None:
     api.apply(http_route(hostnames=("new.example.com",)))
-    assert wait_until(
-        lambda: [r.hostnames for r in source.state().http_routes] == [("new.example.com",)]
-    )
+    wait_until(lambda: [r.hostnames for r in source.state().http_routes] == [("new.example.com",)])
     assert source.state().http_routes[0].generation == 2
     api.delete("Ingress", "default", "shop")
     api.apply(ingress("blog", host="blog.example.com"))
-    assert wait_until(lambda: [i.name for i in source.state().ingresses] == ["blog"])
+    wait_until(lambda: [i.name for i in source.state().ingresses] == ["blog"])
 
 
 def test_a_status_write_does_not_notify(api: FakeKubeAPI, source: KubernetesSource) -> None:
@@ -131,7 +129,7 @@ def test_a_status_write_does_not_notify(api: FakeKubeAPI, source: KubernetesSour
         assert stored is not None
         api.apply({**stored, "status": {"parents": []}})
         api.apply(ingress("marker"))
-        assert wait_until(lambda: "marker" in [i.name for i in src.state().ingresses])
+        wait_until(lambda: "marker" in [i.name for i in src.state().ingresses])
         assert changes.count == 1  # the marker only
     finally:
         src.stop()
@@ -150,9 +148,9 @@ def test_without_the_gateway_api_the_source_serves_the_rest_and_says_so_once(
         assert state.gateways == () and state.http_routes == ()
         assert src.optional_groups[GATEWAY_API].missing and src.errors() == []
         relists = src.informers["HTTPRoute"].relists
-        assert wait_until(lambda: api.watch_requests("Ingress") >= 1)
+        wait_until(lambda: api.watch_requests("Ingress") >= 1)
         # several rechecks later: still one warning
-        assert wait_until(
+        wait_until(
             lambda: sum(1 for m, p in api.requests if "/httproutes" in p and m == "GET") >= 3
         )
         absent = [r for r in caplog.records if "is not served" in r.getMessage()]
@@ -165,8 +163,8 @@ def test_without_the_gateway_api_the_source_serves_the_rest_and_says_so_once(
         api.install_group(GATEWAY_GROUP)
         api.apply(gateway_class())
         api.apply(http_route())
-        assert wait_until(lambda: [r.name for r in src.state().http_routes] == ["shop"])
-        assert wait_until(
+        wait_until(lambda: [r.name for r in src.state().http_routes] == ["shop"])
+        wait_until(
             lambda: not src.optional_groups[GATEWAY_API].missing
         )  # each kind at its own check
         assert any("is served now" in r.getMessage() for r in caplog.records)
@@ -178,8 +176,8 @@ def test_the_crds_removed_later_empty_the_route_kinds(
     api: FakeKubeAPI, source: KubernetesSource
 ) -> None:
     api.remove_group(GATEWAY_GROUP)
-    assert wait_until(lambda: source.state().http_routes == () and source.state().gateways == ())
-    assert wait_until(lambda: source.optional_groups[GATEWAY_API].missing)
+    wait_until(lambda: source.state().http_routes == () and source.state().gateways == ())
+    wait_until(lambda: source.optional_groups[GATEWAY_API].missing)
     assert [i.name for i in source.state().ingresses] == ["shop"]
 
 
@@ -194,8 +192,8 @@ def test_a_bad_route_object_is_reported_and_blocks_no_other(
     bad_ingress["spec"]["rules"] = "not a list"
     api.apply(bad_ingress)
     api.apply(ingress("news", host="news.example.com"))
-    assert wait_until(lambda: route_names(source.state())["http_routes"] == ["blog", "shop"])
-    assert wait_until(lambda: route_names(source.state())["ingresses"] == ["news", "shop"])
+    wait_until(lambda: route_names(source.state())["http_routes"] == ["blog", "shop"])
+    wait_until(lambda: route_names(source.state())["ingresses"] == ["news", "shop"])
     errors = source.errors()
     assert any(e.startswith("httproutes default/broken:") for e in errors), errors
     assert any(e.startswith("ingresses default/bad:") for e in errors), errors
@@ -215,7 +213,7 @@ def test_a_deleted_route_object_is_told_to_the_status_writer(
         api.delete("GatewayClass", "", "peerplane")
         api.delete("ReferenceGrant", "default", "allow-a")  # no status: not told
         api.delete("Namespace", "", "team-a")
-        assert wait_until(lambda: len(told) == 4)
+        wait_until(lambda: len(told) == 4)
         assert sorted(told) == [
             ("Gateway", "default", "web"),
             ("GatewayClass", "", "peerplane"),

@@ -17,6 +17,7 @@ from controlplane.kube.source import KubernetesSource
 from controlplane.model import TLSSecret
 from controlplane.source.kinds import GATEWAY_API, L4_ROUTES
 from tests.helpers.tls_certs import make_ca, tls_secret
+from tests.helpers.waiting import wait_until
 from tests.kube.test_source import WATCHED, Changes
 from tests.kube.test_source_routes import fast, started
 from tests.kubeapi import FakeKubeAPI
@@ -31,7 +32,6 @@ from tests.kubeapi.objects import (
     service,
     tcp_route,
     tls_route,
-    wait_until,
 )
 
 CA = make_ca()
@@ -63,7 +63,7 @@ def api() -> Iterator[FakeKubeAPI]:
 @pytest.fixture
 def source(api: FakeKubeAPI) -> Iterator[KubernetesSource]:
     src = started(api, fast(), Changes())
-    assert wait_until(lambda: api.open_watches() == WATCHED - 1)  # no settings ConfigMap
+    wait_until(lambda: api.open_watches() == WATCHED - 1)  # no settings ConfigMap
     yield src
     src.stop()
 
@@ -100,17 +100,17 @@ def test_a_secret_created_rotated_and_deleted_arrives_by_watch(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     api.apply(tls_secret("web-tls", LEAF, "infra"))
-    assert wait_until(lambda: "web-tls" in secrets(source))
+    wait_until(lambda: "web-tls" in secrets(source))
     api.apply(tls_secret("web-tls", RENEWED, "infra"))
-    assert wait_until(lambda: secrets(source)["web-tls"].cert_pem == RENEWED.cert_pem)
+    wait_until(lambda: secrets(source)["web-tls"].cert_pem == RENEWED.cert_pem)
     assert secrets(source)["web-tls"].key_pem == RENEWED.key_pem
     api.delete("Secret", "infra", "web-tls")
-    assert wait_until(lambda: "web-tls" not in secrets(source))
+    wait_until(lambda: "web-tls" not in secrets(source))
     # A tls Secret with data the converter cannot read is kept, empty, for compute to say.
     broken = tls_secret("broken", LEAF, "infra")
     broken["data"]["tls.key"] = "***"
     api.apply(broken)
-    assert wait_until(lambda: "broken" in secrets(source))
+    wait_until(lambda: "broken" in secrets(source))
     assert secrets(source)["broken"].key_pem == b"" and source.errors() == []
     logged = "\n".join(r.getMessage() for r in caplog.records) + repr(source.state())
     assert all(text not in logged for text in key_texts())
@@ -120,15 +120,13 @@ def test_l4_route_changes_arrive_by_watch_and_a_bad_one_blocks_no_other(
     api: FakeKubeAPI, source: KubernetesSource
 ) -> None:
     api.apply(tls_route(hostnames=("db2.example.com",)))
-    assert wait_until(
-        lambda: [r.hostnames for r in source.state().tls_routes] == [("db2.example.com",)]
-    )
+    wait_until(lambda: [r.hostnames for r in source.state().tls_routes] == [("db2.example.com",)])
     assert source.state().tls_routes[0].generation == 2
     bad = tcp_route("broken")
     bad["spec"]["rules"] = []
     api.apply(bad)
     api.apply(tcp_route("redis", port=6379))
-    assert wait_until(lambda: sorted(r.name for r in source.state().tcp_routes) == ["pg", "redis"])
+    wait_until(lambda: sorted(r.name for r in source.state().tcp_routes) == ["pg", "redis"])
     assert any(e.startswith("tcproutes default/broken:") for e in source.errors())
 
 
@@ -148,9 +146,7 @@ def test_a_cluster_without_tls_and_tcp_routes_serves_http_routes_and_says_so_onc
             src.optional_groups[L4_ROUTES].missing and not src.optional_groups[GATEWAY_API].missing
         )
         assert src.errors() == []
-        assert wait_until(
-            lambda: sum(1 for m, p in api.requests if "/tcproutes" in p and m == "GET") >= 3
-        )
+        wait_until(lambda: sum(1 for m, p in api.requests if "/tcproutes" in p and m == "GET") >= 3)
         absent = [r for r in caplog.records if "is not served" in r.getMessage()]
         assert [r.levelno for r in absent] == [logging.INFO]
         assert "TLSRoute" in absent[0].getMessage()
@@ -159,15 +155,15 @@ def test_a_cluster_without_tls_and_tcp_routes_serves_http_routes_and_says_so_onc
         assert not [m for m in loud if any(word in m for word in experimental)], loud
         # HTTPRoutes keep arriving meanwhile.
         api.apply(http_route("blog", hostnames=("blog.example.com",)))
-        assert wait_until(lambda: len(src.state().http_routes) == 2)
+        wait_until(lambda: len(src.state().http_routes) == 2)
         # The CRDs installed later: read at the next check, no restart.
         api.install_kind("TLSRoute")
         api.install_kind("TCPRoute")
         api.apply(tls_route())
         api.apply(tcp_route())
-        assert wait_until(lambda: [r.name for r in src.state().tls_routes] == ["db"])
-        assert wait_until(lambda: [r.name for r in src.state().tcp_routes] == ["pg"])
-        assert wait_until(lambda: not src.optional_groups[L4_ROUTES].missing)
+        wait_until(lambda: [r.name for r in src.state().tls_routes] == ["db"])
+        wait_until(lambda: [r.name for r in src.state().tcp_routes] == ["pg"])
+        wait_until(lambda: not src.optional_groups[L4_ROUTES].missing)
     finally:
         src.stop()
 
@@ -181,7 +177,7 @@ def test_a_deleted_l4_route_is_told_to_the_status_writer(api: FakeKubeAPI) -> No
         api.delete("TLSRoute", "default", "db")
         api.delete("TCPRoute", "default", "pg")
         api.delete("Secret", "default", "shop-tls")  # no status: not told
-        assert wait_until(lambda: len(told) == 2)
+        wait_until(lambda: len(told) == 2)
         assert sorted(told) == [("TCPRoute", "default", "pg"), ("TLSRoute", "default", "db")]
     finally:
         src.stop()

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +29,6 @@ def write_kubeconfig(url: str, path: Path, token: str = "t") -> Path:
         "contexts: [{name: fake, context: {cluster: fake, user: cp}}]\n"
     )
     return path
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, step: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
 
 
 def service(name: str, ns: str = "default", expose: bool = True, **annotations: str) -> Obj:

@@ -265,6 +265,7 @@ class FakeKubeAPI:
         self._closed = False
         self._tokens = itertools.count(1)
         self.requests: list[tuple[str, str]] = []
+        self._answering = 0  # requests other than watches read and not yet answered
         self._received: dict[str, int] = {}  # plural -> request body bytes received
         self._tokens_known: dict[str, tuple[Obj, tuple[str, ...]]] = {}
         self.token_reviews: list[Obj] = []  # the TokenReview bodies received
@@ -543,6 +544,16 @@ class FakeKubeAPI:
     def open_watches(self) -> int:
         with self._cond:
             return len(self._watches)
+
+    def in_flight(self) -> int:
+        """Requests other than watches read and not answered yet: 0 once every write a
+        client that has exited sent is kept (or refused)."""
+        with self._cond:
+            return self._answering
+
+    def answering(self, delta: int) -> None:
+        with self._cond:
+            self._answering += delta
 
     def received_bytes(self) -> dict[str, int]:
         """Request body bytes received so far, by collection (plural; "" for a path that
@@ -1210,6 +1221,18 @@ def _handler_for(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
             self._dispatch("DELETE")
 
         def _dispatch(self, method: str) -> None:
+            """Answer one request, counted in `in_flight` unless it is a watch."""
+            query = parse_qs(urlsplit(self.path).query)
+            counted = not (method == "GET" and _flag((query.get("watch") or [""])[-1]))
+            if counted:
+                api.answering(+1)
+            try:
+                self._answer(method)
+            finally:
+                if counted:
+                    api.answering(-1)
+
+        def _answer(self, method: str) -> None:
             url = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
             length = int(self.headers.get("Content-Length") or 0)

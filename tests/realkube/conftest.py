@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cluster import ROOT, RealCluster, daemon_node, wait_until
+from tests.helpers.cluster import ROOT, RealCluster, daemon_node
 from tests.helpers.levels import mark_folder
+from tests.helpers.waiting import wait_until
 
 FOLDER = Path(__file__).resolve().parent
 CONTROLPLANE_NS = "haproxy-system"
@@ -62,7 +63,7 @@ def installed(cluster: RealCluster) -> RealCluster:
     rendered = cluster.kubectl("kustomize", str(ROOT / "deploy"))
     cluster.apply(rendered)
     cluster.add_nodes(*HAPROXY_PODS)
-    assert wait_until(lambda: len(cluster.pods(CONTROLPLANE_NS, HAPROXY_SELECTOR)) == 2, 60)
+    wait_until(lambda: len(cluster.pods(CONTROLPLANE_NS, HAPROXY_SELECTOR)) == 2, 60)
     for pod in cluster.pods(CONTROLPLANE_NS, HAPROXY_SELECTOR):
         node = daemon_node(pod)
         assert node is not None, pod.metadata.name

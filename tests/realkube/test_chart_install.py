@@ -162,7 +162,7 @@ def test_helm_install_then_upgrade_serves_a_demo_service_under_the_chart_s_rbac(
 
     # The kubelet's part for the DaemonSet's pods: the fleet's workload.
     cluster.add_nodes(*PODS)
-    assert wait_until(lambda: len(cluster.pods(namespace, SELECTOR)) == len(PODS), 60)
+    wait_until(lambda: len(cluster.pods(namespace, SELECTOR)) == len(PODS), 60)
     for pod in cluster.pods(namespace, SELECTOR):
         cluster.run_pod(namespace, pod.metadata.name, PODS[str(daemon_node(pod))])
     workload = f"{namespace}/DaemonSet/haproxy"
@@ -189,14 +189,14 @@ def test_helm_install_then_upgrade_serves_a_demo_service_under_the_chart_s_rbac(
         cluster.apply(exposed_service(demo, "shop", ("10.0.3.1", "10.0.3.2")))
         backend = f"{demo}_shop_http"
         serve = stack.enter_context(ServeProcess(*args, insecure=False))
-        assert wait_until(lambda: ready(metrics), 60), serve.lines[-20:]
+        wait_until(lambda: ready(metrics), 60, message=lambda: serve.lines[-20:])
 
         def served() -> bool:
             enabled = [s for s in slots_of(snapshot(serve.address, inspect, workload), backend)
                        if s.get("enabled")]  # fmt: skip
             return sorted(s["address"] for s in enabled) == ["10.0.3.1", "10.0.3.2"]
 
-        assert wait_until(served, 60), serve.lines[-20:]
+        wait_until(served, 60, message=lambda: serve.lines[-20:])
         found = snapshot(serve.address, inspect, workload)
         assert sorted(p["address"] for p in found["peers"]["peers"]) == sorted(PODS.values())
         assert len(slots_of(found, backend)) == 42  # the chart's server-slots
@@ -225,11 +225,13 @@ def test_helm_install_then_upgrade_serves_a_demo_service_under_the_chart_s_rbac(
         )  # fmt: skip
         print(upgrade)
         assert "STATUS: deployed" in upgrade and "REVISION: 2" in upgrade
-        assert wait_until(
-            lambda: len(slots_of(snapshot(serve.address, inspect, workload), backend)) == 50, 60
-        ), serve.lines[-20:]
+        wait_until(
+            lambda: len(slots_of(snapshot(serve.address, inspect, workload), backend)) == 50,
+            60,
+            message=lambda: serve.lines[-20:],
+        )
         cluster.kubectl("get", f"ingressclass/{INGRESS_CLASS}")
-        assert wait_until(lambda: class_accepted(cluster) == "True", 30), serve.lines[-20:]
+        wait_until(lambda: class_accepted(cluster) == "True", 30, message=lambda: serve.lines[-20:])
         history = helm.check(
             "history", RELEASE, "--namespace", namespace, kubeconfig=cluster.kubeconfig
         )

@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from controlplane.compute.types import RejectedInput
 from controlplane.kube.events import COMPONENT, EventRecorder
-from tests.helpers.cluster import RealCluster, wait_until
+from tests.helpers.cluster import RealCluster
 from tests.helpers.cluster_serve import (
     exposed_service,
     forbidden,
@@ -26,6 +26,7 @@ from tests.helpers.cluster_serve import (
 )
 from tests.helpers.replicas import health
 from tests.helpers.server_process import ServeProcess
+from tests.helpers.waiting import wait_until
 from tests.kubeapi.objects import MISPLACED, misplaced_event
 
 
@@ -42,8 +43,10 @@ def test_a_rejected_annotation_becomes_a_warning_event_on_the_service(
     with own_namespace(installed, "rk-events") as ns:
         installed.apply(exposed_service(ns, "shop", ("10.0.3.1",), load_balance="bogus"))
         with ServeProcess(*serve_args(controlplane_kubeconfig)) as serve:
-            assert wait_until(lambda: health(serve.address) == "SERVING", 30), serve.lines
-            assert wait_until(lambda: bool(events_of(installed, ns, "shop")), 15), serve.lines
+            wait_until(lambda: health(serve.address) == "SERVING", 30, message=lambda: serve.lines)
+            wait_until(
+                lambda: bool(events_of(installed, ns, "shop")), 15, message=lambda: serve.lines
+            )
             (event,) = events_of(installed, ns, "shop")
             assert serve.terminate() == 0
         service = client.CoreV1Api(installed.api_client()).read_namespaced_service("shop", ns)

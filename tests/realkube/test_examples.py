@@ -22,7 +22,8 @@ from typing import Any
 
 import yaml
 
-from tests.helpers.cluster import ROOT, RealCluster, wait_until
+from tests.helpers.cluster import ROOT, RealCluster
+from tests.helpers.waiting import wait_until
 
 EXAMPLES = ROOT / "deploy" / "examples"
 Obj = dict[str, Any]
@@ -77,7 +78,7 @@ def test_the_demo_is_accepted_but_its_loopback_endpoint_slices(own_cluster: Real
     cluster = own_cluster
     # The demo names haproxy-system (where deploy/ installs the fleet) and default.
     kubectl(cluster, "create", "namespace", "haproxy-system")
-    assert wait_until(
+    wait_until(
         lambda: exists(
             cluster,
             {
@@ -137,7 +138,7 @@ def test_the_demo_is_accepted_but_its_loopback_endpoint_slices(own_cluster: Real
             "-f",
             sources[1],
         )
-    assert wait_until(lambda: not any(exists(cluster, o) for o in objects), 30)
+    wait_until(lambda: not any(exists(cluster, o) for o in objects), 30)
 
 
 def test_the_persistence_example_is_accepted(own_cluster: RealCluster) -> None:
@@ -157,7 +158,7 @@ def test_the_persistence_example_is_accepted(own_cluster: RealCluster) -> None:
             namespace = obj["metadata"].get("namespace")
             where = ["-n", namespace] if namespace else []
             kubectl(cluster, "delete", ref(obj), *where, "--ignore-not-found", "--wait=false")
-    assert wait_until(lambda: not any(exists(cluster, o) for o in ours), 30)
+    wait_until(lambda: not any(exists(cluster, o) for o in ours), 30)
 
 
 def test_the_tls_example_needs_cert_manager(own_cluster: RealCluster) -> None:

@@ -26,8 +26,9 @@ from controlplane.kube.client import load_api_client
 from controlplane.kube.informer import Informer, WatchOptions
 from controlplane.model import ConfigMap
 from controlplane.source.convert import config_map_from
-from tests.helpers.cluster import RealCluster, wait_until
+from tests.helpers.cluster import RealCluster
 from tests.helpers.tcp_gate import TcpGate
+from tests.helpers.waiting import wait_until
 
 LABEL = "peerplane.dev/informer-test"
 FAST = WatchOptions(
@@ -128,16 +129,16 @@ def test_watch_events_add_modify_delete_arrive(cluster: RealCluster, namespace: 
     informer.start(changes)
     try:
         assert informer.wait_synced(30), informer.errors()
-        assert wait_until(lambda: informer.watches >= 1, 10)
+        wait_until(lambda: informer.watches >= 1, 10)
         cluster.apply([config_map(namespace, "b", v="1")])
-        assert wait_until(lambda: names(informer) == {"a": {"v": "1"}, "b": {"v": "1"}}, 15)
+        wait_until(lambda: names(informer) == {"a": {"v": "1"}, "b": {"v": "1"}}, 15)
         cluster.apply([config_map(namespace, "a", v="2")])
-        assert wait_until(lambda: names(informer).get("a") == {"v": "2"}, 15)
+        wait_until(lambda: names(informer).get("a") == {"v": "2"}, 15)
         cluster.kubectl("delete", "configmap", "b", "-n", namespace)
-        assert wait_until(lambda: names(informer) == {"a": {"v": "2"}}, 15)
+        wait_until(lambda: names(informer) == {"a": {"v": "2"}}, 15)
         # A label taken away is a deletion for a watch with a selector.
         cluster.kubectl("label", "configmap", "a", "-n", namespace, f"{LABEL}-")
-        assert wait_until(lambda: names(informer) == {}, 15)
+        wait_until(lambda: names(informer) == {}, 15)
         assert informer.relists == 1, "every change came over the watch"
         assert changes.count == 4
     finally:
@@ -163,9 +164,11 @@ def test_bookmarks_from_the_watch_cache_move_the_resource_version(
         assert newer > listed
         # No event reaches this watch, yet a BOOKMARK (sent 2 s before the server-side
         # timeout) carries the cache's resourceVersion, at least `newer`.
-        assert wait_until(
-            lambda: informer.bookmarks >= 1 and int(informer.resource_version or 0) >= newer, 20
-        ), (informer.bookmarks, informer.resource_version, newer)
+        wait_until(
+            lambda: informer.bookmarks >= 1 and int(informer.resource_version or 0) >= newer,
+            20,
+            message=lambda: (informer.bookmarks, informer.resource_version, newer),
+        )
         assert names(informer) == {"a": {}} and informer.relists == 1
     finally:
         informer.stop()
@@ -202,7 +205,7 @@ def test_gone_after_a_compaction_and_an_apiserver_restart_relists_with_no_change
         informer.start(changes)
         try:
             assert informer.wait_synced(30), informer.errors()
-            assert wait_until(lambda: informer.watches >= 1, 10)
+            wait_until(lambda: informer.watches >= 1, 10)
             before = informer.resource_version
             gate.hold()
             cluster.apply([config_map(namespace, "a", v="2"), config_map(namespace, "d", v="1")])
@@ -212,9 +215,13 @@ def test_gone_after_a_compaction_and_an_apiserver_restart_relists_with_no_change
             cluster.restart_apiserver()
             gate.cut()
             expected = {"a": {"v": "2"}, "c": {"v": "1"}, "d": {"v": "1"}}
-            assert wait_until(lambda: names(informer) == expected, 45), (
-                names(informer),
-                informer.errors(),
+            wait_until(
+                lambda: names(informer) == expected,
+                45,
+                message=lambda: (
+                    names(informer),
+                    informer.errors(),
+                ),
             )
             assert informer.relists == 2  # the initial list and the one the 410 asked for
             assert informer.resource_version != before
@@ -223,6 +230,6 @@ def test_gone_after_a_compaction_and_an_apiserver_restart_relists_with_no_change
             assert changes.count == 1  # one notification for the relist's whole diff
             # The watch goes on after the relist.
             cluster.apply([config_map(namespace, "e", v="1")])
-            assert wait_until(lambda: "e" in names(informer), 15)
+            wait_until(lambda: "e" in names(informer), 15)
         finally:
             informer.stop()

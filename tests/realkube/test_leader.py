@@ -20,7 +20,7 @@ from pathlib import Path
 from kubernetes import client
 
 from controlplane.ledger.shards import shard_name
-from tests.helpers.cluster import RealCluster, wait_until
+from tests.helpers.cluster import RealCluster
 from tests.helpers.cluster_serve import (
     CONTROLPLANE_NS,
     HAPROXY_SELECTOR,
@@ -39,6 +39,7 @@ from tests.helpers.cluster_serve import (
 from tests.helpers.ledger import REF
 from tests.helpers.replicas import StreamAgent, replica_of, role_of, slot_history
 from tests.helpers.server_process import ServeProcess
+from tests.helpers.waiting import wait_until
 
 LEASE_S = 4.0
 
@@ -46,7 +47,7 @@ LEASE_S = 4.0
 def test_the_follower_takes_the_lease_of_a_killed_leader_and_no_slot_moves(
     installed: RealCluster, controlplane_kubeconfig: Path
 ) -> None:
-    assert settled(installed)
+    settled(installed)
     free_lease(installed)
     args = serve_args(controlplane_kubeconfig, lease_s=LEASE_S)
     with (
@@ -65,22 +66,20 @@ def test_the_follower_takes_the_lease_of_a_killed_leader_and_no_slot_moves(
         # never-used slot 3 (a freed slot comes after never-used ones).
         installed.apply([endpoint_slice(ns, "shop", ("10.0.2.2", "10.0.2.9"))])
         expected = {2: "10.0.2.2", 3: "10.0.2.9"}
-        assert wait_until(lambda: served(leader.address, backend)[1] == expected, 15)
-        assert wait_until(
-            lambda: served(follower.address, backend) == served(leader.address, backend), 15
-        )
+        wait_until(lambda: served(leader.address, backend)[1] == expected, 15)
+        wait_until(lambda: served(follower.address, backend) == served(leader.address, backend), 15)
         before = served(follower.address, backend)
 
         pod = installed.pods(CONTROLPLANE_NS, HAPROXY_SELECTOR)[0].metadata.name
         agent = StreamAgent(follower.address, pod=pod, backend=backend)
         try:
-            assert wait_until(lambda: agent.last().slots == expected, 15), agent.ended
+            wait_until(lambda: agent.last().slots == expected, 15, message=lambda: agent.ended)
             transitions = int(lease(installed).get("leaseTransitions") or 0)
 
             assert leader.process is not None
             os.kill(leader.process.pid, signal.SIGKILL)  # dies holding the Lease
             died = time.monotonic()
-            assert wait_until(lambda: role_of(follower.address) == "leader", LEASE_S + 5)
+            wait_until(lambda: role_of(follower.address) == "leader", LEASE_S + 5)
             took = time.monotonic() - died
             assert took < LEASE_S + 3, took
             second = replica_of(follower.address).replica.name
@@ -95,11 +94,11 @@ def test_the_follower_takes_the_lease_of_a_killed_leader_and_no_slot_moves(
             def grown(slots: dict[int, str]) -> bool:
                 return "10.0.2.5" in slots.values() and expected.items() <= slots.items()
 
-            assert wait_until(lambda: grown(served(follower.address, backend)[1]), 15)
+            wait_until(lambda: grown(served(follower.address, backend)[1]), 15)
             core = client.CoreV1Api(installed.api_client())
             shard = core.read_namespaced_config_map(shard_name(REF.name, backend), CONTROLPLANE_NS)
             assert "10.0.2.5" in shard.data["slots.json"]
-            assert wait_until(lambda: grown(agent.last().slots), 15)
+            wait_until(lambda: grown(agent.last().slots), 15)
             assert agent.ended is None and agent.losses == [], "the agent kept its stream"
             history = slot_history([agent])
             assert history == {a: {s} for s, a in agent.last().slots.items()}, "no slot moved"

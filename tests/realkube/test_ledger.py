@@ -39,7 +39,7 @@ from controlplane.ledger.shards import (
 )
 from controlplane.ledger.store import LedgerWriteError
 from controlplane.model import ObjectRef
-from tests.helpers.cluster import RealCluster, wait_until
+from tests.helpers.cluster import RealCluster
 from tests.helpers.cluster_serve import (
     CONTROLPLANE_NS,
     HAPROXY_SELECTOR,
@@ -56,6 +56,7 @@ from tests.helpers.cluster_serve import (
 from tests.helpers.ledger import REF, data_limit_objects, ledger_on
 from tests.helpers.replicas import StreamAgent, health, replica_of, role_of, slot_history
 from tests.helpers.server_process import ServeProcess
+from tests.helpers.waiting import wait_until
 
 SHOP, BLOG = "rk-ledger_shop_http", "rk-ledger_blog_http"
 ASSIGNMENT: SlotAssignment = {
@@ -147,7 +148,7 @@ def test_a_write_crossing_someone_elses_is_read_again_and_rewritten(
         ledger.load()
         if meanwhile == "updated":
             ledger.save(ASSIGNMENT)
-            assert wait_until(lambda: watch.shards().get(SHOP) is not None, 10)
+            wait_until(lambda: watch.shards().get(SHOP) is not None, 10)
         watch.stop()
         other = former_leaders_shard(ref)
         if meanwhile == "updated":
@@ -271,7 +272,7 @@ def test_a_shard_damaged_by_hand_is_rewritten_by_the_leader_and_the_follower_kee
         pod = installed.pods(CONTROLPLANE_NS, HAPROXY_SELECTOR)[0].metadata.name
         agent = StreamAgent(follower.address, pod=pod, backend=backend)
         try:
-            assert wait_until(lambda: len(agent.last().slots) == 2, 15), agent.ended
+            wait_until(lambda: len(agent.last().slots) == 2, 15, message=lambda: agent.ended)
             held = agent.last().slots
             name = shard_name(REF.name, backend)
             core = client.CoreV1Api(installed.api_client())
@@ -293,14 +294,12 @@ def test_a_shard_damaged_by_hand_is_rewritten_by_the_leader_and_the_follower_kee
                     return False
                 return bool(now.data[SLOTS_KEY] == written)
 
-            assert wait_until(rewritten, 15), leader.lines[-10:]
+            wait_until(rewritten, 15, message=lambda: leader.lines[-10:])
             what = "deleted" if damage == "delete" else "edited"
             leader.wait_for(re.compile(rf"slot ledger shard for {re.escape(backend)} {what}"))
             if damage != "delete":  # a deletion repaired within the debounce goes unsaid
                 follower.wait_for(re.compile(r"slot ledger: shard " + re.escape(name)))
-            assert wait_until(
-                lambda: replica_of(follower.address).replica.ledger_problems == [], 15
-            )
+            wait_until(lambda: replica_of(follower.address).replica.ledger_problems == [], 15)
             repaired = core.read_namespaced_config_map(name, CONTROLPLANE_NS).data
             assert repaired[HASH_KEY] == hashlib.sha256(written.encode()).hexdigest(), "signed"
             assert agent.last().slots == held, "the follower's slots never changed"
@@ -354,16 +353,16 @@ def test_a_shard_the_server_refuses_is_said_and_freezes_no_other_tenant(
         backend, other = backend_name(ns, "shop"), backend_name(other_ns, "blog")
         name = shard_name(REF.name, backend)
         installed.apply(exposed_service(other_ns, "blog", ("10.0.5.1",)))
-        assert wait_until(lambda: health(serve.address) == "SERVING", 30), serve.lines
-        assert wait_until(lambda: role_of(serve.address) == "leader", 15)
-        assert wait_until(lambda: set(served(serve.address, other)[1].values()) == {"10.0.5.1"}, 15)
+        wait_until(lambda: health(serve.address) == "SERVING", 30, message=lambda: serve.lines)
+        wait_until(lambda: role_of(serve.address) == "leader", 15)
+        wait_until(lambda: set(served(serve.address, other)[1].values()) == {"10.0.5.1"}, 15)
         try:
             quota_on_configmaps(installed, quota)
             installed.apply(exposed_service(ns, "shop", ("10.0.4.1", "10.0.4.2")))
             line = serve.wait_for(re.compile(r".*slot ledger write refused.*"), timeout=20)
             assert "retrying will not fix it" in line.group(0)
             assert "HTTP 403" in line.group(0) and "exceeded quota" in line.group(0)
-            assert wait_until(lambda: health(serve.address) == "NOT_SERVING", 10)
+            wait_until(lambda: health(serve.address) == "NOT_SERVING", 10)
             replica = replica_of(serve.address).replica
             assert "cannot persist the slot ledger" in replica.not_ready_reason
             assert any("exceeded quota" in p for p in replica.ledger_problems)
@@ -375,7 +374,7 @@ def test_a_shard_the_server_refuses_is_said_and_freezes_no_other_tenant(
                     ).items
                 )
 
-            assert wait_until(lambda: bool(event()), 10)
+            wait_until(lambda: bool(event()), 10)
             (refused,) = event()
             assert (refused.type, refused.reason) == ("Warning", "SlotLedgerWriteRefused")
             assert "exceeded quota" in refused.message
@@ -383,17 +382,18 @@ def test_a_shard_the_server_refuses_is_said_and_freezes_no_other_tenant(
 
             # The other tenant scales while the refusal lasts: served at once.
             installed.apply([endpoint_slice(other_ns, "blog", ("10.0.5.1", "10.0.5.2"))])
-            assert wait_until(
+            wait_until(
                 lambda: set(served(serve.address, other)[1].values()) == {"10.0.5.1", "10.0.5.2"},
                 10,
-            ), "another tenant's change waited on the refused shard"
+                message="another tenant's change waited on the refused shard",
+            )
             assert served(serve.address, backend)[1] == {}, "published unpersisted"
             blog = core.read_namespaced_config_map(shard_name(REF.name, other), CONTROLPLANE_NS)
             assert "10.0.5.2" in blog.data[SLOTS_KEY], "persisted before published"
         finally:
             with contextlib.suppress(ApiException):  # made, whatever failed after
                 core.delete_namespaced_resource_quota(quota, CONTROLPLANE_NS)
-        assert wait_until(lambda: health(serve.address) == "SERVING", 40), serve.lines[-5:]
+        wait_until(lambda: health(serve.address) == "SERVING", 40, message=lambda: serve.lines[-5:])
         assert set(served(serve.address, backend)[1].values()) == {"10.0.4.1", "10.0.4.2"}
         serve.wait_for(re.compile(r"slot ledger persisted again"))
         refusals = [line for line in serve.lines if "slot ledger write refused" in line]

@@ -15,11 +15,12 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.helpers.cluster import RealCluster, wait_until
+from tests.helpers.cluster import RealCluster
 from tests.helpers.cluster_demo import demo_objects
 from tests.helpers.cluster_serve import FORBIDDEN, serve_args
 from tests.helpers.replicas import health
 from tests.helpers.server_process import ServeProcess, grpcurl
+from tests.helpers.waiting import wait_until
 from tests.realkube.conftest import CONTROLPLANE_NS, HAPROXY_PODS, WORKLOAD
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
@@ -66,7 +67,7 @@ def test_the_demo_is_served_under_the_shipped_rbac_with_no_403(
     objects, leaf = demo_objects()
     installed.apply(objects)
     with ServeProcess(*serve_args(controlplane_kubeconfig)) as serve:
-        assert wait_until(lambda: health(serve.address) == "SERVING", 60), serve.lines
+        wait_until(lambda: health(serve.address) == "SERVING", 60, message=lambda: serve.lines)
         # A replica publishes the backend before it holds the Lease; its endpoints wait
         # for slots until it takes the Lease and assigns them.
         expected = {1: "10.0.2.1", 2: "10.0.2.2", 3: "10.0.2.3"}
@@ -76,7 +77,7 @@ def test_the_demo_is_served_under_the_shipped_rbac_with_no_403(
             shop = "default_shop_http"
             return shop in str(found) and slots(found, shop) == expected
 
-        assert wait_until(assigned, 30), serve.lines[-20:]
+        wait_until(assigned, 30, message=lambda: serve.lines[-20:])
         found = snapshot(serve.address)
         peers = found["peers"]["peers"]
         assert sorted(p["address"] for p in peers) == sorted(HAPROXY_PODS.values())
@@ -90,7 +91,7 @@ def test_the_demo_is_served_under_the_shipped_rbac_with_no_403(
             parents = route_status(installed, "httproutes", "default", "store").get("parents")
             return bool(parents) and conditions(parents[0]).get("Accepted") == "True"
 
-        assert wait_until(accepted, 30), serve.lines[-20:]
+        wait_until(accepted, 30, message=lambda: serve.lines[-20:])
         store = route_status(installed, "httproutes", "default", "store")["parents"][0]
         assert conditions(store)["ResolvedRefs"] == "True"
         web = route_status(installed, "gateways", "default", "web")
@@ -105,7 +106,7 @@ def test_the_demo_is_served_under_the_shipped_rbac_with_no_403(
         def ingress_published() -> bool:
             return ingress_addresses(installed, "default", "catalog") == [{"ip": ip} for ip in pods]
 
-        assert wait_until(ingress_published, 30), serve.lines[-20:]
+        wait_until(ingress_published, 30, message=lambda: serve.lines[-20:])
 
         # The slot ledger's shards, written under the Role.
         core = client.CoreV1Api(installed.api_client())
@@ -161,7 +162,7 @@ def test_published_load_balancer_addresses_pass_the_real_status_schemas_and_rbac
                     ingress_addresses(installed, "default", "catalog") == ingress
                 )
 
-            assert wait_until(published, 30), serve.lines[-20:]
+            wait_until(published, 30, message=lambda: serve.lines[-20:])
             web = route_status(installed, "gateways", "default", "web")
             assert conditions(web) == {"Accepted": "True", "Programmed": "True"}
         denied = [line for line in serve.lines if FORBIDDEN.search(line)]

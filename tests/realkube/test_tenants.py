@@ -23,12 +23,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.helpers.cluster import KubectlError, RealCluster, wait_until
+from tests.helpers.cluster import KubectlError, RealCluster
 from tests.helpers.cluster_demo import EXAMPLES, documents
 from tests.helpers.cluster_serve import exposed_service, serve_args
 from tests.helpers.replicas import health
 from tests.helpers.server_process import ServeProcess, grpcurl
 from tests.helpers.tls_certs import make_ca, tls_secret
+from tests.helpers.waiting import wait_until
 from tests.realkube.conftest import WORKLOAD
 from tests.realkube.test_serve import conditions, route_status
 
@@ -150,7 +151,7 @@ def classes(installed: RealCluster) -> RealCluster:
 @pytest.fixture
 def serving(classes: RealCluster, controlplane_kubeconfig: Path) -> Iterator[ServeProcess]:
     with ServeProcess(*serve_args(controlplane_kubeconfig)) as serve:
-        assert wait_until(lambda: health(serve.address) == "SERVING", 60), serve.lines
+        wait_until(lambda: health(serve.address) == "SERVING", 60, message=lambda: serve.lines)
         yield serve
 
 
@@ -210,10 +211,8 @@ def test_a_younger_tenant_can_take_neither_the_certificate_nor_the_routes_of_an_
         kubeconfig=victim_config,
     )
     victim_cert = f"{victim}_a-tls"
-    assert wait_until(lambda: victim_cert in bindings(snapshot(serving.address)), 30)
-    assert wait_until(
-        lambda: rules_for(snapshot(serving.address), HTTP_PORT, f"store.{suffix}"), 30
-    )
+    wait_until(lambda: victim_cert in bindings(snapshot(serving.address)), 30)
+    wait_until(lambda: rules_for(snapshot(serving.address), HTTP_PORT, f"store.{suffix}"), 30)
     time.sleep(1.1)  # creationTimestamp has seconds: B is strictly younger
 
     attacker, attacker_config = tenant(cluster, "aaa-tenant-b", tmp_path, tenants)  # sorts first
@@ -271,7 +270,7 @@ def test_a_younger_tenant_can_take_neither_the_certificate_nor_the_routes_of_an_
     def refused_reported() -> bool:
         return any(f"secure.{suffix}" in m for m in events_of(cluster, attacker, "Ingress", "evil"))
 
-    assert wait_until(refused_reported, 30), serving.lines[-20:]
+    wait_until(refused_reported, 30, message=lambda: serving.lines[-20:])
     found = bindings(snapshot(serving.address))
     assert f"secure.{suffix}" not in found.get(evil_cert, []), found
     assert found[victim_cert] and f"*.{suffix}" in found[victim_cert], found
@@ -316,7 +315,7 @@ def test_a_younger_tenant_can_take_neither_the_certificate_nor_the_routes_of_an_
         parents = status.get("parents") or []
         return bool(parents) and conditions(parents[0]).get("Accepted") == "False"
 
-    assert wait_until(refused_route, 30), serving.lines[-20:]
+    wait_until(refused_route, 30, message=lambda: serving.lines[-20:])
     parent = route_status(cluster, "httproutes", attacker, "steal")["parents"][0]
     (accepted,) = [c for c in parent["conditions"] if c["type"] == "Accepted"]
     assert accepted["reason"] == "HostnameConflict", accepted

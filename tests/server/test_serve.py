@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,8 @@ from controlplane.cli.flags import (
 from controlplane.ledger.sqlite import ledger_document
 from controlplane.source.convert import DEFAULT_HAPROXY_SELECTOR
 from tests.helpers.server_process import BIN, ROOT, ServeProcess, grpcurl
+from tests.helpers.waiting import wait_until
+from tests.server.test_observability import samples, scrape
 
 DEMO = ROOT / "deploy" / "examples" / "demo"
 WORKLOAD = "haproxy-system/DaemonSet/haproxy"
@@ -260,7 +261,9 @@ def test_a_state_file_that_cannot_be_written_is_said_once_and_not_ready(tmp_path
     manifests = tmp_path / "manifests"
     shutil.copytree(DEMO, manifests)
     state = "/proc/self/peerplane-slots.db"  # absent, and nothing can be made there (root too)
-    with ServeProcess("--source", f"files:{manifests}", "--state", state) as serve:
+    args = ("--source", f"files:{manifests}", "--state", state, "--metrics-port", "0")
+    with ServeProcess(*args) as serve:
+        metrics = int(serve.wait_for(re.compile(r"metrics on http://127\.0\.0\.1:(\d+)/")).group(1))
         serve.wait_for(re.compile(r"slot ledger write refused \(retrying will not fix it\)"))
         serve.wait_for(re.compile(r"not ready \(single\): cannot persist the slot ledger"))
         reply = json.loads(
@@ -271,8 +274,21 @@ def test_a_state_file_that_cannot_be_written_is_said_once_and_not_ready(tmp_path
         assert json.loads(grpcurl(serve.address, "grpc.health.v1.Health/Check")) == {
             "status": "NOT_SERVING"
         }
-        time.sleep(3.5)  # an observation window: retries at 1, 2 and 4 s say nothing more
+        # The first write and its retries after 1 s and 2 s more have failed: the retries
+        # said nothing more (read once the process has ended, every line it wrote).
+        wait_until(
+            lambda: ledger_write_failures(metrics) >= 3, 15, "two retries of the ledger write"
+        )
         assert serve.terminate() == 0
+        serve.read_to_end()
     lines = [line for line in serve.lines if "slot ledger write" in line]
     assert len(lines) == 1, lines
     assert not any("Traceback" in line for line in serve.lines)
+
+
+def ledger_write_failures(metrics_port: int) -> float:
+    """`peerplane_slot_ledger_write_failures_total` over every cause, as scraped."""
+    found = samples(scrape(metrics_port)[1])
+    return sum(
+        v for (name, _), v in found.items() if name == "peerplane_slot_ledger_write_failures_total"
+    )

@@ -8,10 +8,8 @@ import logging
 import socket
 import struct
 import threading
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -22,6 +20,7 @@ from nodeagent import logformat as agent_log
 from nodeagent.metrics import AgentMetrics
 from nodeagent.metrics import MetricsServer as AgentMetricsServer
 from peerplane.runtime.httpserve import HttpLimits, MetricsHttpServer
+from tests.helpers.waiting import wait_until
 
 
 def _get(port: int, path: str) -> tuple[int, str, bytes]:
@@ -82,13 +81,6 @@ def test_each_side_declares_only_its_log_fields_on_the_one_formatter() -> None:
     assert agent_log.LOG_FORMATS == control_log.LOG_FORMATS == ("text", "json")
 
 
-def _until(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
-
-
 def _closed_by_server(sock: socket.socket, within: float = 3.0) -> bool:
     """The server closed (or reset) this connection within `within` seconds."""
     sock.settimeout(within)
@@ -119,12 +111,12 @@ def test_slow_clients_are_timed_out_and_capped(sends: bytes) -> None:
         for _ in range(3):
             clients.append(socket.create_connection(("127.0.0.1", server.port)))
             clients[-1].sendall(sends)
-        _until(lambda: server.connections == 3)
+        wait_until(lambda: server.connections == 3)
         extra = socket.create_connection(("127.0.0.1", server.port))
         clients.append(extra)
         assert _closed_by_server(extra), "a connection past the cap was kept"
         assert all(_closed_by_server(c) for c in clients[:3]), "a slow client was kept"
-        _until(lambda: server.connections == 0)
+        wait_until(lambda: server.connections == 0)
         assert _get(server.port, "/healthz")[::2] == (200, b"ok\n")
     finally:
         for c in clients:
@@ -153,7 +145,7 @@ def test_clients_that_reset_write_no_raw_traceback_past_the_json_log(
             names = [t.name for t in threading.enumerate()]
             return not any("process_request_thread" in n for n in names)
 
-        _until(handlers_done)
+        wait_until(handlers_done)
     finally:
         server.stop()
         quiet.setLevel(logging.NOTSET)

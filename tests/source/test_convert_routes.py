@@ -234,7 +234,7 @@ def test_a_rule_value_out_of_range_is_kept_for_compute_to_refuse_that_rule(
     path: str, value: int, field: str
 ) -> None:
     """A redirect port of 99999 or a weight of -5 refused the whole HTTPRoute, its good
-    rules with it. Kept as written, compute refuses that rule alone (tests/compute)."""
+    rules with it. Kept as written, compute refuses that rule alone (tests/routes)."""
     converted = http_route_from(changed(ROUTE, path, value))
     first, second = converted.rules
     if field == "weight":

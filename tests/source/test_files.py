@@ -8,8 +8,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ from nodeagent.config.routes import map_file
 from nodeagent.held import Held
 from tests.helpers.haproxy_versions import HAProxyBinary
 from tests.helpers.server_process import ServeProcess, grpcurl
+from tests.helpers.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "deploy" / "examples" / "demo"
@@ -416,15 +415,6 @@ def test_duplicate_haproxy_pod_yields_one_peer_and_a_valid_config(
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
-
-
 @pytest.mark.parametrize("name", sorted(HOSTILE_FILES))
 def test_watch_survives_a_hostile_file_and_follows_later_edits(tmp_path: Path, name: str) -> None:
     folder = tmp_path / "m"
@@ -433,11 +423,11 @@ def test_watch_survives_a_hostile_file_and_follows_later_edits(tmp_path: Path, n
     source.start(lambda: None)
     try:
         (folder / name).write_text(HOSTILE_FILES[name])
-        assert wait_until(lambda: any(name in e for e in source.errors()))
+        wait_until(lambda: any(name in e for e in source.errors()))
         (folder / name).unlink()
-        assert wait_until(lambda: source.errors() == [])
+        wait_until(lambda: source.errors() == [])
         (folder / "db.yaml").unlink()
-        assert wait_until(lambda: {s.name for s in source.state().services} == {"shop", "catalog"})
+        wait_until(lambda: {s.name for s in source.state().services} == {"shop", "catalog"})
     finally:
         source.stop()
 
@@ -456,9 +446,9 @@ def test_watch_outlives_an_exception_in_one_pass(tmp_path: Path) -> None:
     source.start(on_change)
     try:
         (folder / "db.yaml").unlink()
-        assert wait_until(lambda: len(calls) == 2)
+        wait_until(lambda: len(calls) == 2)
         (folder / "catalog.yaml").unlink()
-        assert wait_until(lambda: len(calls) == 3)
+        wait_until(lambda: len(calls) == 3)
         assert {s.name for s in source.state().services} == {"shop"}
     finally:
         source.stop()

@@ -16,8 +16,8 @@ from controlplane.model import ObjectRef
 from controlplane.source.files import FilesSource, manifest_files
 from tests.bench.scalefolder import MOVED_ADDRESS, endpoint_address, service_name, write_folder
 from tests.helpers.server_process import ServeProcess
+from tests.helpers.waiting import wait_until
 from tests.server.test_observability import samples, scrape
-from tests.source.test_files import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "deploy" / "examples" / "demo"
@@ -167,7 +167,7 @@ def follow_edits(folder: Path, source: FilesSource) -> None:
     try:
         shop = folder / "shop.yaml"
         replace_atomically(shop, shop.read_text().replace('["127.0.2.1"]', '["127.0.2.9"]'))
-        assert wait_until(
+        wait_until(
             lambda: any(
                 e.addresses == ("127.0.2.9",)
                 for s in source.state().endpoint_slices
@@ -180,16 +180,16 @@ def follow_edits(folder: Path, source: FilesSource) -> None:
         catalog = folder / "catalog.yaml"
         with catalog.open("a") as stream:
             stream.write(SHOP.format(balance="source").replace("shop", "late").join(["---\n", ""]))
-        assert wait_until(lambda: "late" in service_names(source))
+        wait_until(lambda: "late" in service_names(source))
         nested = folder / "team" / "deeper"
         nested.mkdir(parents=True)
         replace_atomically(
             nested / "new.yaml", SHOP.format(balance="source").replace("shop", "new")
         )
-        assert wait_until(lambda: "new" in service_names(source))
+        wait_until(lambda: "new" in service_names(source))
         shutil.rmtree(folder / "team")
         (folder / "db.yaml").unlink()
-        assert wait_until(lambda: service_names(source) == {"shop", "catalog", "late"})
+        wait_until(lambda: service_names(source) == {"shop", "catalog", "late"})
         assert source.errors() == []
         assert len(calls) >= 5
     finally:
@@ -220,7 +220,7 @@ def test_an_atomic_rename_is_noticed_and_read_alone(tmp_path: Path) -> None:
         db = folder / "db.yaml"
         replace_atomically(db, db.read_text().replace("name: db\n", "name: db2\n", 1))
         assert changed.wait(10)
-        assert wait_until(lambda: "db2" in service_names(source))
+        wait_until(lambda: "db2" in service_names(source))
         assert source.parsed_files == parsed + 1
     finally:
         source.stop()
@@ -287,7 +287,7 @@ def test_a_configmap_volume_reads_each_object_once_and_follows_the_data_swap(
         files["db.yaml"] = files["db.yaml"].replace("name: db\n", "name: db2\n", 1)
         configmap_volume(folder, files, "2026_01_01_00_01_00.2")
         assert changed.wait(10)
-        assert wait_until(lambda: service_names(source) == {"shop", "catalog", "db2"})
+        wait_until(lambda: service_names(source) == {"shop", "catalog", "db2"})
         assert source.errors() == []
     finally:
         source.stop()

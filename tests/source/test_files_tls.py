@@ -16,7 +16,7 @@ from controlplane.model import ObjectRef
 from controlplane.source import yamlload
 from controlplane.source.files import FilesSource, load_manifests
 from tests.helpers.tls_certs import make_ca, tls_secret
-from tests.source.test_files import wait_until
+from tests.helpers.waiting import wait_until
 
 SETTINGS = ObjectRef("haproxy-system", "haproxy-settings")
 CA = make_ca()
@@ -181,11 +181,11 @@ def test_a_watched_folder_sees_a_secret_created_rotated_and_deleted(tmp_path: Pa
 
         path = tmp_path / "web-tls.yaml"
         path.write_text(secret_yaml("web-tls", LEAF.cert_pem, LEAF.key_pem))
-        assert wait_until(lambda: secret_cert() == LEAF.cert_pem)
+        wait_until(lambda: secret_cert() == LEAF.cert_pem)
         path.write_text(secret_yaml("web-tls", RENEWED.cert_pem, RENEWED.key_pem))
-        assert wait_until(lambda: secret_cert() == RENEWED.cert_pem)
+        wait_until(lambda: secret_cert() == RENEWED.cert_pem)
         path.unlink()
-        assert wait_until(lambda: secret_cert() is None)
+        wait_until(lambda: secret_cert() is None)
         assert source.errors() == []
     finally:
         source.stop()

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.fleet import HAPROXY_PODS, Fleet, http_get, wait_for
+from tests.helpers.fleet import HAPROXY_PODS, Fleet, http_get
 from tests.helpers.haproxy_versions import HAProxyBinary
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.haproxy
 
@@ -88,13 +89,13 @@ def test_a_mixed_fleet_converges_and_a_restarted_agent_continues_on_deltas(
     fleet.stop_agent(name_a)
     before = deltas_received(fleet, name_a)
     restarted = fleet.start_agent(name_a, address_a)
-    wait_for(lambda: "in sync at version" in restarted.log.read_text(), 30, "A to hear InSync")
+    wait_until(lambda: "in sync at version" in restarted.log.read_text(), 30, "A to hear InSync")
     current = add_shop_pod(fleet, "shop-4", "127.0.2.5")
     assert deltas_received(fleet, name_a) > before, "deltas continue after the restart"
     status = {a.agent.split("/")[1]: a for a in fleet.agents_status()}
     assert status[name_a].acked_content_hash == status[name_b].acked_content_hash == current
     assert f"server SRV_5 {fleet.ip('127.0.2.5')}:8888" in restarted.config.read_text()
-    wait_for(
+    wait_until(
         lambda: _serves(restarted.address),
         15,
         "the restarted instance to serve",

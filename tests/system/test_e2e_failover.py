@@ -14,16 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.fleet import (
-    HAPROXY_PODS,
-    Fleet,
-    http_get,
-    running_fleet,
-    table_entries,
-    tcp_get,
-    wait_for,
-)
+from tests.helpers.fleet import HAPROXY_PODS, Fleet, http_get, running_fleet, table_entries, tcp_get
 from tests.helpers.haproxy_versions import HAProxyBinary
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.haproxy
 
@@ -62,7 +55,7 @@ def test_failover_keeps_every_client_on_its_backend_pod(fleet: Fleet) -> None:
     # B learned every entry from A through the peers section, with the same server names.
     table_a = shop_table(fleet, name_a)
     assert set(table_a) == set(CLIENTS)
-    wait_for(lambda: shop_table(fleet, name_b) == table_a, 10, "B's stick table to match A's")
+    wait_until(lambda: shop_table(fleet, name_b) == table_a, 10, "B's stick table to match A's")
 
     fleet.stop_agent(name_a)  # the agent stops its HAProxy: instance A is gone
     with pytest.raises(OSError):
@@ -100,7 +93,7 @@ def test_clients_pinned_through_an_httproute_keep_their_pod_after_failover(fleet
     assert len(set(pinned.values())) > 1, "clients should spread over several pods"
     for client, pod in pinned.items():
         assert get_path(a.address, ROUTED_HOST, "/cart/items", client) == pod
-    wait_for(lambda: set(shop_table(fleet, name_b)) == set(CLIENTS), 10, "B to learn them")
+    wait_until(lambda: set(shop_table(fleet, name_b)) == set(CLIENTS), 10, "B to learn them")
 
     fleet.stop_agent(name_a)
     with pytest.raises(OSError):
@@ -118,7 +111,7 @@ def test_scaling_the_backend_never_moves_a_surviving_client(fleet: Fleet) -> Non
     # A fresh pair of instances replicates only once their peer sessions are up (HAProxy's
     # startup resync takes a few seconds): A must hold B's entries before it is asked.
     table_b = shop_table(fleet, name_b)
-    wait_for(lambda: shop_table(fleet, name_a) == table_b, 15, "A's stick table to match B's")
+    wait_until(lambda: shop_table(fleet, name_a) == table_b, 15, "A's stick table to match B's")
     pid_before = b.runtime("show info")
 
     # Scale up: a fourth shop pod appears; it takes a free slot, by runtime API.
@@ -173,8 +166,10 @@ def test_agent_restarted_without_control_plane_serves_the_saved_snapshot(fleet: 
     fleet.stop_control_plane()
     fleet.stop_agent(name_a)
     restarted = fleet.start_agent(name_a, address_a)
-    wait_for(lambda: restarted.runtime_socket.exists(), 15, "HAProxy to start from the saved state")
-    wait_for(lambda: _answers(restarted.address, CLIENTS[0]), 15, "HAProxy to serve")
+    wait_until(
+        lambda: restarted.runtime_socket.exists(), 15, "HAProxy to start from the saved state"
+    )
+    wait_until(lambda: _answers(restarted.address, CLIENTS[0]), 15, "HAProxy to serve")
     assert http_get(restarted.address, HOST, CLIENTS[0]) == before
 
 

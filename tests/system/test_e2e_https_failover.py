@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers.fleet import BACKENDS, HAPROXY_PODS, Fleet, wait_for
+from tests.helpers.fleet import BACKENDS, HAPROXY_PODS, Fleet
 from tests.helpers.haproxy_versions import HAProxyBinary
 from tests.helpers.https_fleet import (
     GATEWAY_HOST,
@@ -38,6 +38,7 @@ from tests.helpers.https_fleet import (
 )
 from tests.helpers.pinning import failover_keeps_pins
 from tests.helpers.tls_certs import Leaf, TestCA, make_ca, rsa_key, tls_secret
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.haproxy
 
@@ -150,7 +151,7 @@ def test_a_tenants_weak_secret_is_refused_alone_and_the_others_changes_keep_flow
     tmp = ingress.with_suffix(".tmp")
     tmp.write_text(WEAK_INGRESS)
     os.replace(tmp, ingress)
-    wait_for(lambda: running.snapshot().content_hash != before, 30, "a new version")
+    wait_until(lambda: running.snapshot().content_hash != before, 30, "a new version")
     running.wait_all_acked()
     snapshot = running.snapshot()
     assert [c.name for c in snapshot.certificates] == ["default_demo-tls"]

@@ -41,7 +41,7 @@ import pytest
 
 from nodeagent.haproxy.driver import HAProxy
 from peerplane.v1 import peerplane_pb2 as pb
-from tests.helpers.fleet import HAPROXY_PODS, Fleet, table_entries, wait_for
+from tests.helpers.fleet import HAPROXY_PODS, Fleet, table_entries
 from tests.helpers.haproxy_versions import HAProxyBinary, installed
 from tests.helpers.persistence import (
     Event,
@@ -61,6 +61,7 @@ from tests.helpers.persistence import (
     slot_mismatches,
     write_atomic,
 )
+from tests.helpers.waiting import WaitTimeout, wait_until
 
 pytestmark = [pytest.mark.haproxy]
 
@@ -168,7 +169,7 @@ class ChurnRun:
             except OSError:
                 return False
 
-        wait_for(resynced, 60, "every instance's peers resync", step=0.1)
+        wait_until(resynced, 60, "every instance's peers resync", step=0.1)
         self.report.resync_wait_s += time.monotonic() - start
 
     # observation -----------------------------------------------------
@@ -308,7 +309,7 @@ class ChurnRun:
             )
 
         try:
-            wait_for(same, 10, "the re-pinned clients' entries on every instance")
+            wait_until(same, 10, "the re-pinned clients' entries on every instance")
             first = self.live()[0]
             for svc, tables in seen.items():  # what a later failure report compares against
                 for c in clients:
@@ -316,7 +317,7 @@ class ChurnRun:
                         self.report.replicated[(svc, c)] = {
                             n: t.get(c, "-") for n, t in tables.items()
                         }
-        except TimeoutError:
+        except WaitTimeout:
             differing = []
             for svc, tables in seen.items():  # as the last look found them
                 for c in sorted(clients):
@@ -341,7 +342,7 @@ class ChurnRun:
         before = before or fleet.snapshot()
         counts = self.reload_counts()
         self.write(*change)
-        wait_for(lambda: fleet.snapshot().content_hash != before.content_hash, 30, step)
+        wait_until(lambda: fleet.snapshot().content_hash != before.content_hash, 30, step)
         fleet.wait_all_acked(30)
         after = fleet.snapshot()
         self.account_reloads(step, counts, before, after)
@@ -437,7 +438,7 @@ class ChurnRun:
         counts = self.reload_counts()
         self.haproxy_pods.append(THIRD_POD)
         self.write("haproxy")
-        wait_for(lambda: fleet.snapshot().content_hash != before.content_hash, 30, "peers")
+        wait_until(lambda: fleet.snapshot().content_hash != before.content_hash, 30, "peers")
         fleet.start_agent(*THIRD_POD)
         fleet.wait_all_acked(60)
         self.wait_resynced()
@@ -448,7 +449,7 @@ class ChurnRun:
             def synced(c: str = command) -> bool:
                 return table_entries(new.runtime(c)) == table_entries(first.runtime(c))
 
-            wait_for(
+            wait_until(
                 synced,
                 20,
                 f"{THIRD_POD[0]}'s {backend} table to match its peers'",

@@ -34,6 +34,7 @@ from tests.helpers.haproxy_env import (
     snapshot,
 )
 from tests.helpers.haproxy_versions import HAProxyBinary
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.haproxy
 HOST = "shop.example.com"
@@ -283,22 +284,24 @@ def _kill_haproxy(r: Rig) -> int:
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while r.supervisor.last_exit is None or r.supervisor.last_exit.pid != master:
-        assert time.monotonic() < deadline, "the supervisor did not see the master die"
-        time.sleep(0.02)
+    wait_until(
+        lambda: r.supervisor.last_exit is not None and r.supervisor.last_exit.pid == master,
+        10,
+        "the supervisor did not see the master die",
+        step=0.02,
+    )
     return master
 
 
 def _until_serving(r: Rig, body: str, seconds: float = 10) -> None:
     """Wait until the restarted HAProxy serves `body` (the supervisor restarts it after 1 s)."""
-    deadline = time.monotonic() + seconds
-    while True:
+
+    def serves() -> bool:
         with contextlib.suppress(OSError):
-            if r.get() == body:
-                return
-        assert time.monotonic() < deadline, f"HAProxy does not serve {body}"
-        time.sleep(0.1)
+            return r.get() == body
+        return False
+
+    wait_until(serves, seconds, f"HAProxy does not serve {body}", step=0.1)
 
 
 @pytest.mark.parametrize("where", ["after-check", "in-runtime-update"])

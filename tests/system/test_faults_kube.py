@@ -17,17 +17,10 @@ from controlplane.compute import compute
 from controlplane.kube.source import KubernetesSource
 from controlplane.model import ClusterState
 from controlplane.publish import encode
+from tests.helpers.waiting import wait_until
 from tests.kube.test_source import FAST, SETTINGS
 from tests.kubeapi import FakeKubeAPI
-from tests.kubeapi.objects import (
-    api_client,
-    config_map,
-    endpoint_slice,
-    pod,
-    replica_set,
-    service,
-    wait_until,
-)
+from tests.kubeapi.objects import api_client, config_map, endpoint_slice, pod, replica_set, service
 
 RATE = 50.0
 SECONDS = 4.0
@@ -119,12 +112,12 @@ def test_model_converges_to_the_final_state_through_faults_during_churn(
         try:
             final = fresh.state()
             expected = model(final)
-            assert wait_until(lambda: model(source.state()) == expected, timeout=20)
+            wait_until(lambda: model(source.state()) == expected, timeout=20)
             assert [p.name for p in source.state().haproxy_pods] == [
                 p.name for p in final.haproxy_pods
             ]
             assert source.state().endpoint_slices == final.endpoint_slices
-            assert wait_until(lambda: source.errors() == [], timeout=10)
+            wait_until(lambda: source.errors() == [], timeout=10)
             # The faults were felt: relists after the 410s, every injected error consumed.
             assert (
                 source.informers["Pod"].relists >= 2

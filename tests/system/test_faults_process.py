@@ -19,15 +19,9 @@ from nodeagent.haproxy.driver import command
 from nodeagent.haproxy.parse import ProcInfo, parse_show_proc
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.agent.test_reload_failure import low_fd_haproxy
-from tests.helpers.fleet import (
-    HAPROXY_PODS,
-    AgentHandle,
-    Fleet,
-    http_get,
-    table_entries,
-    wait_for,
-)
+from tests.helpers.fleet import HAPROXY_PODS, AgentHandle, Fleet, http_get, table_entries
 from tests.helpers.haproxy_versions import HAProxyBinary
+from tests.helpers.waiting import WaitTimeout, wait_until
 
 pytestmark = pytest.mark.haproxy
 
@@ -116,13 +110,13 @@ def test_control_plane_sigkill_then_return_without_reload(fleet: Fleet) -> None:
         control_plane.wait(10)
         fleet.stop_control_plane()  # forgets the dead process and its channel
         for agent in agents:
-            wait_for(lambda a=agent: log_count(a, "stream lost") > 0, 15, "the agents to notice")
+            wait_until(lambda a=agent: log_count(a, "stream lost") > 0, 15, "the agents to notice")
         down = traffic.ok
-        wait_for(lambda: traffic.ok > down + 20, 15, "requests served while it is down")
+        wait_until(lambda: traffic.ok > down + 20, 15, "requests served while it is down")
         served_while_down = traffic.ok
         fleet.start_control_plane()  # same --state file, same address
         for agent, seen in zip(agents, in_sync, strict=True):
-            wait_for(lambda a=agent, n=seen: log_count(a, "in sync at") > n, 45, "InSync")
+            wait_until(lambda a=agent, n=seen: log_count(a, "in sync at") > n, 45, "InSync")
         fleet.wait_all_acked(15)
     assert traffic.failures == []
     assert served_while_down > 0 and traffic.ok > served_while_down
@@ -157,7 +151,7 @@ def test_agent_killed_between_write_and_reload_converges(
     monkeypatch.setenv(CRASH_ENV, "after-config-write")
     fleet.stop_agent(POD_A)
     a = fleet.start_agent(POD_A, ADDR_A)  # restores the saved snapshot: no crash there
-    wait_for(lambda: log_count(a, "in sync at") > 0, 30, "agent A back in sync")
+    wait_until(lambda: log_count(a, "in sync at") > 0, 30, "agent A back in sync")
     monkeypatch.delenv(CRASH_ENV)
     master = proc(a).master_pid
 
@@ -166,7 +160,7 @@ def test_agent_killed_between_write_and_reload_converges(
 
     path = fleet.manifests / "shop.yaml"
     path.write_text(balance(path.read_text()))
-    wait_for(lambda: fleet.snapshot().content_hash != old.content_hash, 20, "a new version")
+    wait_until(lambda: fleet.snapshot().content_hash != old.content_hash, 20, "a new version")
     new = fleet.snapshot()
     assert a.process.wait(30) == -signal.SIGKILL
     on_disk = a.config.read_text()
@@ -192,7 +186,7 @@ def test_killed_haproxy_restarts_and_refills_its_table_from_the_peer(fleet: Flee
     def table(agent: AgentHandle) -> dict[str, str]:
         return table_entries(agent.runtime("show table default_shop_http"))
 
-    wait_for(lambda: table(a) == table(b) and len(table(b)) == len(clients), 10, "replication")
+    wait_until(lambda: table(a) == table(b) and len(table(b)) == len(clients), 10, "replication")
     config = a.config.read_text()
     info = proc(a)
     assert info.current_worker is not None
@@ -205,7 +199,7 @@ def test_killed_haproxy_restarts_and_refills_its_table_from_the_peer(fleet: Flee
         except OSError:
             return False
 
-    wait_for(restarted, 20, "the supervisor to restart HAProxy")
+    wait_until(restarted, 20, "the supervisor to restart HAProxy")
     late = [fleet.ip(f"127.0.9.{i}") for i in range(20, 24)]
     pinned |= {c: http_get(b.address, HOST, c) for c in late}  # through the other instance
     expected = table(b)
@@ -217,7 +211,7 @@ def test_killed_haproxy_restarts_and_refills_its_table_from_the_peer(fleet: Flee
         except OSError:  # the new master answers before its worker's runtime socket does
             return False
 
-    wait_for(refilled, 15, "A's stick table refilled from B")
+    wait_until(refilled, 15, "A's stick table refilled from B")
     assert a.config.read_text() == config  # restarted from the last applied snapshot
     for client, pod in pinned.items():
         assert http_get(a.address, HOST, client) == pod
@@ -248,8 +242,8 @@ def test_haproxy_that_cannot_get_its_descriptors_is_in_list_agents_in_its_words(
             return errors[0] if errors else ""
 
         try:
-            wait_for(lambda: "Cannot raise FD limit" in refused(), 90, "the NACK in ListAgents")
-        except TimeoutError as timeout:  # say what was seen instead (a loaded machine)
+            wait_until(lambda: "Cannot raise FD limit" in refused(), 90, "the NACK in ListAgents")
+        except WaitTimeout as timeout:  # say what was seen instead (a loaded machine)
             tail = agent.log.read_text(errors="replace")[-3000:]
             raise AssertionError(f"NACKs seen: {seen!r}; agent log ends:\n{tail}") from timeout
         error = refused()

@@ -33,9 +33,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers.fleet import HAPROXY_PODS, Fleet, free_port, wait_for
+from tests.helpers.fleet import HAPROXY_PODS, Fleet, free_port
 from tests.helpers.haproxy_versions import HAProxyBinary
 from tests.helpers.promql import Live, Unsupported, check, evaluate, label_values_query
+from tests.helpers.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "deploy" / "monitoring"
@@ -297,7 +298,7 @@ class Scrapes:
             seen["live"] = self.live(agents, control_plane)
             return bool(predicate(seen["live"]))
 
-        wait_for(ready, timeout, what, step=0.25)
+        wait_until(ready, timeout, what, step=0.25)
         return seen["live"]
 
 
@@ -351,7 +352,7 @@ def write_manifest(fleet: Fleet, name: str, text: str | None) -> None:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(text)
         os.replace(tmp, path)
-    wait_for(lambda: fleet.snapshot().content_hash != before, 30, f"a version after {name}")
+    wait_until(lambda: fleet.snapshot().content_hash != before, 30, f"a version after {name}")
 
 
 def agents(live: Live, state: str) -> float:

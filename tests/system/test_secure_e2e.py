@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.certs import make_certs
-from tests.helpers.fleet import DEMO, free_port, wait_for
+from tests.helpers.fleet import DEMO, free_port
 from tests.helpers.haproxy_versions import HAProxyBinary
 from tests.helpers.server_process import ROOT, ServeProcess
+from tests.helpers.waiting import wait_until
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import write_kubeconfig
 
@@ -83,9 +84,11 @@ def test_tls_mtls_token_rotation_end_to_end(
         argv += ["--metrics-port", str(metrics_port)]
         agent = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
         try:
-            wait_for(lambda: "refused this agent" in log.read_text(), 20, "a refusal")
+            wait_until(lambda: "refused this agent" in log.read_text(), 20, "a refusal")
             token.write_text("tok-a\n")  # rotated by the kubelet
-            wait_for(lambda: scrape(metrics_port).get("nodeagent_acks_sent_total") == 1, 30, "ACK")
+            wait_until(
+                lambda: scrape(metrics_port).get("nodeagent_acks_sent_total") == 1, 30, "ACK"
+            )
             figures = scrape(metrics_port)
             serve.wait_for(re.compile(rf"agent haproxy-system/{POD} acked"))
         finally:

@@ -32,9 +32,10 @@ from controlplane.publish import encode_one
 from nodeagent.config.changes import Kind
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import WORKLOAD, cluster, endpoint_slice, haproxy_pod, service
-from tests.helpers.fleet import Backends, http_get, table_entries, unix_command, wait_for
+from tests.helpers.fleet import Backends, http_get, table_entries, unix_command
 from tests.helpers.haproxy_env import Instance, free_port, loopback_net, running_instance, snapshot
 from tests.helpers.haproxy_versions import HAProxyBinary
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.haproxy
 
@@ -96,7 +97,7 @@ def apply(instance: Instance, snap: pb.Snapshot) -> bool:
     assert result.ok, result.error
     if result.kind is not Kind.RELOAD:
         return False
-    wait_for(instance.haproxy.peers_synced, 10, f"{instance.pod}'s new worker to resync")
+    wait_until(instance.haproxy.peers_synced, 10, f"{instance.pod}'s new worker to resync")
     return True
 
 
@@ -115,7 +116,7 @@ def settled(a: Instance, b: Instance) -> dict[str, dict[str, str]]:
         seen.append((table(a), table(b)))
         return len(seen) >= 2 and seen[-2] == seen[-1]
 
-    wait_for(still, 15, "stick tables to settle", step=0.5)
+    wait_until(still, 15, "stick tables to settle", step=0.5)
     return {a.pod: seen[-1][0], b.pod: seen[-1][1]}
 
 
@@ -178,7 +179,7 @@ def test_a_new_pod_never_inherits_stick_entries_of_a_freed_slot(
         apply(a, snap)
         apply(b, snap)
         answers = ask_all(a, clients)
-        wait_for(lambda: set(table(b)) == set(clients), 15, "B to learn A's entries")
+        wait_until(lambda: set(table(b)) == set(clients), 15, "B to learn A's entries")
 
         redispatched_moved = redispatched = reloads = 0
         for _ in range(ROUNDS):

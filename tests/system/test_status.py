@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,8 +18,9 @@ import grpc
 import pytest
 
 from peerplane.v1 import peerplane_pb2 as pb
-from tests.helpers.fleet import HAPROXY_PODS, NAMESPACE, REPO, WORKLOAD, Fleet, wait_for
+from tests.helpers.fleet import HAPROXY_PODS, NAMESPACE, REPO, WORKLOAD, Fleet
 from tests.helpers.haproxy_versions import HAProxyBinary
+from tests.helpers.waiting import wait_until
 
 OCTET = 62
 NACKER = ("haproxy-nack1", "127.0.1.3")
@@ -157,7 +157,7 @@ def test_status_shows_every_state_and_exits_by_them(
         return pod in agents and agents[pod]["peers_connected"] == connected
 
     # All synced: both agents started HAProxy on v1 and see each other (1 of 3 peers up).
-    wait_for(lambda: reported(pod_a, 1) and reported(pod_b, 1), 30, "reports of both agents")
+    wait_until(lambda: reported(pod_a, 1) and reported(pod_b, 1), 30, "reports of both agents")
     code, report = _json(fleet)
     assert code == 0 and report["ok"] is True
     agents = _agents(report)
@@ -196,7 +196,7 @@ def test_status_shows_every_state_and_exits_by_them(
     silent = _SilentAgent(fleet.control_plane_address, BEHIND[0])
     stranger = _SilentAgent(fleet.control_plane_address, "not-a-haproxy-pod")
     try:
-        wait_for(lambda: bool(silent.received and stranger.received), 15, "both answered")
+        wait_until(lambda: bool(silent.received and stranger.received), 15, "both answered")
         assert silent.received[0].WhichOneof("message") == "snapshot"
         assert stranger.received[0].WhichOneof("message") == "waiting"
         code, report = _json(fleet, "--stale-after", "600")
@@ -205,8 +205,15 @@ def test_status_shows_every_state_and_exits_by_them(
         assert code == 0 and stale["state"] == "STALE" and stale["pending_version"] == 2
         assert agents[f"{NAMESPACE}/not-a-haproxy-pod"]["state"] == "NOT SENT"
         assert next(iter(agents)) == f"{NAMESPACE}/{BEHIND[0]}"  # worst first
-        time.sleep(1.5)
-        late = _status(fleet, "--stale-after", "1")
+        # Past --stale-after 1: asked until the version has been pending for a second.
+        asked: list[subprocess.CompletedProcess[str]] = []
+
+        def past_stale_after() -> bool:
+            asked.append(_status(fleet, "--stale-after", "1"))
+            return asked[-1].returncode == 1
+
+        wait_until(past_stale_after, 15, lambda: f"never NOT OK: {asked[-1].stdout}", step=0.2)
+        late = asked[-1]
         assert late.returncode == 1
         assert "STALE v2" in late.stdout and "NOT OK" in late.stdout
         assert "NOT SENT" in late.stdout
@@ -215,7 +222,7 @@ def test_status_shows_every_state_and_exits_by_them(
         refusing = _refusing_haproxy(tmp_path, haproxy_bin.path)
         fleet.start_agent(*NACKER, extra_args=["--haproxy-bin", refusing])
         nacker = f"{NAMESPACE}/{NACKER[0]}"
-        wait_for(
+        wait_until(
             lambda: _agents(_json(fleet)[1]).get(nacker, {}).get("state") == "NACKED",
             30,
             "the refusing agent's NACK",
@@ -233,7 +240,7 @@ def test_status_shows_every_state_and_exits_by_them(
 
         # Stopped: it leaves the list, and the other agent's peers show it gone.
         fleet.stop_agent(second)
-        wait_for(lambda: reported(pod_a, 0), 30, f"{first} to report its peer gone")
+        wait_until(lambda: reported(pod_a, 0), 30, f"{first} to report its peer gone")
         code, report = _json(fleet, "--workload", WORKLOAD, "--stale-after", "600")
         agents = _agents(report)
         assert pod_b not in agents and agents[pod_a]["state"] == "SYNCED"
