@@ -54,6 +54,14 @@ class ServicePort:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadBalancerIngress:
+    """A Service's `status.loadBalancer.ingress` entry: an IP, a hostname, or both."""
+
+    ip: str = ""
+    hostname: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Service:
     namespace: str
     name: str
@@ -61,6 +69,10 @@ class Service:
     annotations: Mapping[str, str] = field(default_factory=frozen_map)
     # RFC 3339 creationTimestamp; decides which Service keeps a contested host or port.
     creation_timestamp: str = ""
+    # spec.selector ({} : none) and status.loadBalancer.ingress: which pods it fronts and
+    # where its load balancer answers (the `publish-service` setting publishes it).
+    selector: Mapping[str, str] = field(default_factory=frozen_map)
+    load_balancer: tuple[LoadBalancerIngress, ...] = ()
 
     @property
     def ref(self) -> ObjectRef:
@@ -103,6 +115,8 @@ class Pod:
     deleting: bool = False  # metadata.deletionTimestamp is set
     node_name: str = ""
     labels: Mapping[str, str] = field(default_factory=frozen_map)
+    host_ip: str = ""  # status.hostIP: the node's address
+    host_network: bool = False  # spec.hostNetwork: the pod listens on the node's address
 
     @property
     def ref(self) -> ObjectRef:

@@ -172,6 +172,14 @@ GATEWAY_NAMESPACES: Setting[LabelSelector | None] = Setting(
     "peerplane's GatewayClasses are accepted; a Gateway elsewhere is `Accepted: False` "
     "(`NamespaceNotAllowed`) and serves nothing. An invalid value accepts no Gateway.",
 )  # fmt: skip
+PUBLISH_SERVICE: Setting[frozenset[str] | None] = Setting(
+    "publish-service", _any_mode(parse_workload_refs), None, "ConfigMap",
+    "none (the pods' addresses)",
+    "Comma-separated `namespace/name` of the Services in front of the HAProxy workloads "
+    "(a `type: LoadBalancer` Service): a workload whose pods a listed Service selects "
+    "publishes that Service's `status.loadBalancer.ingress` as the address of its Gateways "
+    "and Ingresses; any other workload publishes its pods' addresses.",
+)  # fmt: skip
 PEER_PORT = Setting(
     "peer-port", _any_mode(parse_port), 10000, "ConfigMap", "`10000`",
     "Port of the `peers localinstance` section on every HAProxy pod.",
@@ -198,6 +206,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     ACCEPT_PROXY,
     DEFAULT_CERTIFICATE,
     GATEWAY_NAMESPACES,
+    PUBLISH_SERVICE,
     PEER_PORT,
 )
 BY_KEY: Mapping[str, Setting[Any]] = {row.key: row for row in SETTINGS}
@@ -400,6 +409,7 @@ class Resolver:
             https = 0  # none: an Ingress's spec.tls is reported, not served
         accept_proxy = self._configmap_value(ACCEPT_PROXY, "http", rejections)
         self.gateway_namespaces(rejections)  # read by the routes' placement; reported here
+        self.publish_services(rejections)  # read by the route status; reported here
         return GlobalSettings(
             http_port=http,
             peer_port=peer,
@@ -407,6 +417,12 @@ class Resolver:
             accept_proxy=accept_proxy,
             default_certificate=self.default_certificate(rejections),
         )
+
+    def publish_services(self, rejections: list[RejectedInput] | None = None) -> frozenset[str]:
+        """The "namespace/name" of the Services whose load balancer a workload they select
+        publishes (none: every workload publishes its pods' addresses)."""
+        found = [] if rejections is None else rejections
+        return self._configmap_value(PUBLISH_SERVICE, "http", found) or frozenset()
 
     def default_certificate(self, rejections: list[RejectedInput]) -> str:
         """The "namespace/name" of the Secret every HTTPS port presents when no SNI

@@ -403,9 +403,10 @@ def attach_parent(
     origin: Origin,
     outcome: _Outcome,
 ) -> list[tuple[ListenerPlace, tuple[str, ...]]]:
-    """Attach the route through one parentRef: the listeners and hosts it attaches to.
-    `verdicts`: why the route is refused as a whole (None: it is not), and its ResolvedRefs.
-    Its ParentOutcome and any rejection go into `outcome`."""
+    """Attach the route through one parentRef: the listeners and hosts it is served on
+    (those of the listeners it attaches to that are usable). `verdicts`: why the route is
+    refused as a whole (None: it is not), and its ResolvedRefs. Its ParentOutcome (every
+    listener it attaches to, served or not) and any rejection go into `outcome`."""
     refused, resolved = verdicts
     index, ref, key, place = parent
     accepted, attached = (
@@ -429,7 +430,7 @@ def attach_parent(
             tuple(lp.listener.name for lp, _ in attached),
         )
     )
-    return attached
+    return [(lp, common) for lp, common in attached if lp.usable]
 
 
 def attach(
@@ -461,7 +462,7 @@ def attach(
     allowed = [
         lp
         for lp in named
-        if lp.usable
+        if lp.attachable
         and kind in protocols.route_kinds(lp.listener)
         and allows_namespace(lp, route.namespace, placement)
     ]

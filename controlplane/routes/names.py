@@ -37,3 +37,10 @@ PROTOCOL_CONFLICT = "ProtocolConflict"
 HOSTNAME_CONFLICT = "HostnameConflict"
 # Not a Gateway API reason: the settings' gateway-namespaces does not select the namespace.
 NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
+# A Gateway's addresses: the types served, and the reasons of what is not.
+IP_ADDRESS = "IPAddress"
+HOSTNAME = "Hostname"
+ADDRESS_TYPES = frozenset({IP_ADDRESS, HOSTNAME})
+UNSUPPORTED_ADDRESS = "UnsupportedAddress"
+ADDRESS_NOT_ASSIGNED = "AddressNotAssigned"
+ADDRESS_NOT_USABLE = "AddressNotUsable"

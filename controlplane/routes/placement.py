@@ -73,10 +73,18 @@ class ListenerPlace:
         )
 
     @property
+    def attachable(self) -> bool:
+        """Routes attach (Accepted, counted in attachedRoutes): accepted and not
+        conflicted, whether or not its refs resolve; the Gateway API counts routes
+        attached to a listener whatever its ResolvedRefs (a listener whose certificate is
+        missing still has them attached, and serves them once it is there)."""
+        return self.accepted.ok and not self.conflict
+
+    @property
     def usable(self) -> bool:
-        """Routes attach: accepted, not conflicted, its refs resolved (an HTTPS listener
-        with some bad certificateRefs is still served with its valid ones)."""
-        if not self.accepted.ok or self.conflict:
+        """Routes are served on it: attachable, its refs resolved (an HTTPS listener with
+        some bad certificateRefs is still served with its valid ones)."""
+        if not self.attachable:
             return False
         if self.resolved.reason == names.INVALID_ROUTE_KINDS:  # served with its valid kinds
             return bool(protocols.route_kinds(self.listener)) and (
@@ -376,6 +384,19 @@ def _conflicted(
         )
 
 
+def _unsupported_address(gateway: Gateway) -> Verdict | None:
+    """`Accepted: False` for a Gateway requesting an address type not served, else None."""
+    odd = sorted({a.type for a in gateway.addresses if a.type not in names.ADDRESS_TYPES})
+    if not odd:
+        return None
+    return Verdict(
+        False,
+        names.UNSUPPORTED_ADDRESS,
+        f"spec.addresses type {', '.join(odd)} is not supported (only IPAddress and "
+        "Hostname): not served",
+    )
+
+
 def _gateway_accepted(workload: Verdict, listeners: tuple[ListenerPlace, ...]) -> Verdict:
     """Accepted: False (ListenersNotValid) when no listener can be served; True when some
     can, its reason ListenersNotValid when the others cannot (the Gateway API's rule: the
@@ -423,8 +444,10 @@ def place(
         if gateway.gateway_class_name not in classes:
             continue
         labels = namespace_labels.get(gateway.namespace, {})
-        workload = namespace_allowed(allowed, gateway.namespace, labels) or resolve_workload(
-            gateway.annotations, workloads
+        workload = (
+            namespace_allowed(allowed, gateway.namespace, labels)
+            or _unsupported_address(gateway)
+            or resolve_workload(gateway.annotations, workloads)
         )
         conflicted = protocols.conflicts(gateway.listeners)
         listeners = tuple(

@@ -2,10 +2,11 @@
 
 `route_statuses` gives, for every object peerplane answers for, the whole `status` body:
 our GatewayClasses (Accepted), our Gateways (Accepted, Programmed, each listener's
-conditions and attachedRoutes, the addresses: `spec.addresses` when given, else the
-serving workload's HAProxy pod IPs), each HTTPRoute, TLSRoute and TCPRoute naming one
+conditions and attachedRoutes, the addresses the serving workload publishes, see
+`routes.addresses`), each HTTPRoute, TLSRoute and TCPRoute naming one
 of our Gateways (one `parents[]` entry per such parentRef, with Accepted and
-ResolvedRefs) and each Ingress of our classes (`loadBalancer.ingress`). Conditions carry
+ResolvedRefs) and each Ingress of our classes (`loadBalancer.ingress`: its workload's
+addresses). Conditions carry
 no lastTransitionTime: the writer keeps the old time when status and reason are
 unchanged, else sets now. An HTTPRoute's entries for other controllers' parents are not
 ours: the writer keeps them.
@@ -19,8 +20,14 @@ from typing import Any
 
 from controlplane.compute.settings import Resolver
 from controlplane.compute.workloads import DEFAULT_SCOPE, WorkloadScope, discover
-from controlplane.model import GATEWAY_GROUP, ClusterState, ParentRef
+from controlplane.model import GATEWAY_GROUP, ClusterState, ParentRef, Pod
 from controlplane.routes import names, protocols
+from controlplane.routes.addresses import (
+    Published,
+    gateway_addresses,
+    ingress_entries,
+    published_addresses,
+)
 from controlplane.routes.httproute import ParentOutcome
 from controlplane.routes.placement import GatewayPlace, ListenerPlace, Verdict
 from controlplane.routes.table import RouteTable, compute_routes
@@ -44,13 +51,17 @@ def condition(kind: str, verdict: Verdict, generation: int) -> dict[str, Any]:
     }
 
 
-def workload_addresses(state: ClusterState, scope: WorkloadScope) -> dict[str, tuple[str, ...]]:
-    """Each workload's ("namespace/name") HAProxy pod IPs, sorted."""
+def workload_addresses(state: ClusterState, scope: WorkloadScope) -> dict[str, Published]:
+    """Each workload's ("namespace/name") published addresses (`routes.addresses`)."""
     found = discover(state.haproxy_pods, state.replica_sets, [], scope)
-    return {
-        workload.short_ref: tuple(sorted(peer.address for peer in peers))
-        for workload, peers in found.peers.items()
-    }
+    short = {workload.key: workload.short_ref for workload in found.peers}
+    pods: dict[str, list[Pod]] = {ref: [] for ref in short.values()}
+    for pod in state.haproxy_pods:
+        key = found.pod_workloads.get(f"{pod.namespace}/{pod.name}")
+        if key is not None:
+            pods[short[key]].append(pod)
+    publish = Resolver(state.settings).publish_services()
+    return published_addresses(pods, state.services, publish)
 
 
 def _parent_ref(ref: ParentRef) -> dict[str, Any]:
@@ -102,23 +113,23 @@ def _listener(
 def _gateway(
     place: GatewayPlace,
     attached: Mapping[str, int],
-    addresses: Mapping[str, Sequence[str]],
+    addresses: Mapping[str, Published],
     tls_conflicts: Mapping[tuple[str, str, str], str],
 ) -> dict[str, Any]:
     gateway = place.gateway
     generation = gateway.generation
     ok = place.accepted.ok
-    programmed = (
-        Verdict(True, names.PROGRAMMED, f"served by HAProxy workload {place.workload}")
-        if ok
-        else Verdict(False, names.INVALID, place.accepted.message)
-    )
-    if gateway.addresses:
-        listed = [{"type": a.type, "value": a.value} for a in gateway.addresses]
+    published = addresses.get(place.workload) or Published((), f"workload {place.workload}")
+    given = gateway_addresses(gateway.addresses, published)
+    if not ok:
+        programmed = Verdict(False, names.INVALID, place.accepted.message)
+    elif given.problem is not None:
+        programmed = given.problem
     else:
-        listed = [{"type": "IPAddress", "value": ip} for ip in addresses.get(place.workload, ())]
+        programmed = Verdict(True, names.PROGRAMMED, f"served by HAProxy workload {place.workload}")
+    listed = [{"type": a.type, "value": a.value} for a in given.addresses] if ok else []
     return {
-        "addresses": listed if ok else [],
+        "addresses": listed,
         "conditions": [
             condition(names.ACCEPTED, place.accepted, generation),
             condition(names.PROGRAMMED, programmed, generation),
@@ -250,8 +261,8 @@ def route_statuses(
             place, attached.get(key, {}), addresses, table.tls_conflicts
         )
     for key, found in table.ingresses.items():
-        ips = addresses.get(found.workload, ()) if found.workload else ()
+        entries = ingress_entries(addresses.get(found.workload) if found.workload else None)
         out[StatusKey("networking.k8s.io", "Ingress", *key)] = {
-            "loadBalancer": {"ingress": [{"ip": ip} for ip in ips]} if ips else {}
+            "loadBalancer": {"ingress": entries} if entries else {}
         }
     return dict(sorted(out.items(), key=_sort_key))

@@ -20,6 +20,7 @@ from controlplane.model import (
     Endpoint,
     EndpointPort,
     EndpointSlice,
+    LoadBalancerIngress,
     OwnerRef,
     Pod,
     ReplicaSet,
@@ -173,14 +174,31 @@ def _service_ports(spec: Mapping[str, Any]) -> tuple[ServicePort, ...]:
     return tuple(ports)
 
 
+def _load_balancer(status: Mapping[str, Any]) -> tuple[LoadBalancerIngress, ...]:
+    """status.loadBalancer.ingress: the entries with an IP or a hostname."""
+    balancer = _map(status.get("loadBalancer"), "status.loadBalancer")
+    found = []
+    for index, item in enumerate(_list(balancer.get("ingress"), "status.loadBalancer.ingress")):
+        where = f"status.loadBalancer.ingress[{index}]"
+        entry = _map(item, where)
+        ip = _str(entry.get("ip"), f"{where}.ip")
+        hostname = _str(entry.get("hostname"), f"{where}.hostname")
+        if ip or hostname:
+            found.append(LoadBalancerIngress(ip=ip, hostname=hostname))
+    return tuple(found)
+
+
 def service_from(obj: Manifest) -> Service:
     meta = _metadata(obj)
+    spec = _map(obj.get("spec"), "spec")
     return Service(
         namespace=_namespace(meta),
         name=meta["name"],
-        ports=_service_ports(_map(obj.get("spec"), "spec")),
+        ports=_service_ports(spec),
         annotations=_string_map(meta.get("annotations"), "metadata.annotations"),
         creation_timestamp=_text(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
+        selector=_string_map(spec.get("selector"), "spec.selector"),
+        load_balancer=_load_balancer(_map(obj.get("status"), "status")),
     )
 
 
@@ -247,6 +265,8 @@ def pod_from(obj: Manifest) -> Pod:
         deleting=bool(meta.get("deletionTimestamp")),
         node_name=_str(spec.get("nodeName"), "spec.nodeName"),
         labels=_string_map(meta.get("labels"), "metadata.labels"),
+        host_ip=_str(status.get("hostIP"), "status.hostIP"),
+        host_network=spec.get("hostNetwork") is True,
     )
 
 

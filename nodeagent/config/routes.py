@@ -374,8 +374,9 @@ def _listener(
             f"  http-request set-var(txn.r) str(a) if {_UNDECIDED} {{ var(txn.be) -m found }}",
         ]
     once = {r.rid: r for rules in in_config.values() for r in rules}  # a rule in two layers
+    scheme = "https" if listener.HasField("tls") else "http"  # what a client came with
     for rule in sorted(once.values(), key=lambda r: int(r.rid[1:])):
-        lines += _outcome(rule, port, named)
+        lines += _outcome(rule, port, scheme, named)
     default = listener.default_backend
     lines.append("  http-request return status 500 if { var(txn.st) -m found }")
     if closed:  # stopped at a closed host layer: not another namespace's default backend
@@ -456,9 +457,10 @@ def _lf(value: str) -> str:
     return value.replace("%", "%%")
 
 
-def _outcome(rule: _Rule, port: int, named: set[str]) -> list[str]:
+def _outcome(rule: _Rule, port: int, scheme: str, named: set[str]) -> list[str]:
     """What a config rule does once it won: its backend (by weight; 500 for an
-    unresolved share or none), its header filter, its redirect."""
+    unresolved share or none), its header filter, its redirect (`scheme`: the
+    listener's, http or https)."""
     r, won = rule.rule, f"{{ var(txn.r) -m str {rule.rid} }}"
     lines: list[str] = []
     if r.HasField("request_headers"):
@@ -467,7 +469,7 @@ def _outcome(rule: _Rule, port: int, named: set[str]) -> list[str]:
             lines += [f"  http-request {verb} {h.name} {_value(h.value)} if {won}" for h in pairs]
         lines += [f"  http-request del-header {name} if {won}" for name in m.remove]
     if r.HasField("redirect"):
-        return lines + _redirect(r.redirect, port, won)
+        return lines + _redirect(r.redirect, port, scheme, won)
     served = [b for b in r.backends if b.weight > 0]
     total = sum(b.weight for b in served)
     if total == 0 or total >= _WEIGHT_TOTAL:
@@ -497,10 +499,12 @@ def _value(value: str) -> str:
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-def _redirect(d: pb.Redirect, port: int, won: str) -> list[str]:
-    """RequestRedirect: scheme, host, port (the Gateway API's defaults), code, and the
+def _redirect(d: pb.Redirect, port: int, listener_scheme: str, won: str) -> list[str]:
+    """RequestRedirect: scheme, host, port (the Gateway API's defaults: no scheme is the
+    request's, that is the listener's, https where it terminates TLS; no port is the
+    scheme's well-known one when a scheme is given, else the listener's), code, and the
     request's path and query unless ReplaceFullPath."""
-    scheme = d.scheme or "http"  # the listeners bind plain HTTP
+    scheme = d.scheme or listener_scheme
     host = d.hostname or "%[var(txn.h)]"
     to_port: int | None = d.port or (None if d.scheme else port)
     if to_port == _DEFAULT_PORTS[scheme]:

@@ -231,3 +231,27 @@ def test_closed_hosts_are_a_checked_map_and_only_the_first_one_reloads() -> None
         "runtime",
         "1 route map entry changed",
     )
+
+
+@pytest.mark.parametrize(
+    ("tls", "port", "redirect", "location"),
+    [
+        (False, 80, pb.Redirect(), "http://%[var(txn.h)]%[pathq]"),
+        (False, 8080, pb.Redirect(hostname="example.org"), "http://example.org:8080%[pathq]"),
+        (False, 8080, pb.Redirect(scheme="https"), "https://%[var(txn.h)]%[pathq]"),
+        # On an HTTPS listener the request came in TLS: no scheme is https, its port kept.
+        (True, 443, pb.Redirect(), "https://%[var(txn.h)]%[pathq]"),
+        (True, 8443, pb.Redirect(hostname="example.org"), "https://example.org:8443%[pathq]"),
+        (True, 443, pb.Redirect(scheme="http"), "http://%[var(txn.h)]%[pathq]"),
+        (True, 443, pb.Redirect(port=80), "https://%[var(txn.h)]:80%[pathq]"),
+    ],
+)
+def test_a_redirects_defaults_are_the_listeners_scheme_and_port(
+    tls: bool, port: int, redirect: pb.Redirect, location: str
+) -> None:
+    listener = pb.HttpListener(port=port, rules=[_rule(to="", redirect=redirect)])
+    if tls:
+        listener.tls.strict_sni = True
+    out = rendered_routes.render_listeners([listener], None, "/m", lambda p: f"127.0.0.1:{p}")
+    (line,) = [ln for ln in out.lines if "http-request redirect" in ln]
+    assert line.startswith(f"  http-request redirect location {location} code 302 if ")

@@ -158,6 +158,47 @@ def test_the_certificate_is_chosen_by_sni(site: Site) -> None:
     assert {_mode(os.path.join(certs_dir, f)) for f in files} == {0o600}
 
 
+def _redirect_rule(path: str, redirect: pb.Redirect) -> pb.RouteRule:
+    rule = pb.RouteRule(source=f"HTTPRoute ns/r {path}", hostnames=[HOSTS["a"]])
+    rule.path.CopyFrom(pb.PathMatch(value=path))
+    rule.redirect.CopyFrom(redirect)
+    return rule
+
+
+def test_a_redirect_on_an_https_listener_keeps_the_requests_https_scheme_and_port(
+    site: Site,
+) -> None:
+    """RequestRedirect without a scheme answers with the request's scheme (https: TLS was
+    terminated here) and, without a port, the listener's; a scheme given takes its
+    well-known port (Gateway API; conformance HTTPRouteRedirectPortAndScheme on an HTTPS
+    listener)."""
+    snap = site.snapshot(BINDINGS)
+    snap.http_listeners[0].rules.extend(
+        [
+            _redirect_rule("/host", pb.Redirect(hostname="example.org")),
+            _redirect_rule("/to-http", pb.Redirect(scheme="http", status_code=301)),
+            _redirect_rule("/port", pb.Redirect(port=9443)),
+        ]
+    )
+    result = site.inst.applier.apply(snap)
+    assert result.ok, result.error
+
+    def location(target: str) -> tuple[int, str | None]:
+        conn = https_connection(site.inst.ip, site.port, HOSTS["a"])
+        try:
+            conn.request("GET", target, headers={"Host": HOSTS["a"]})
+            response = conn.getresponse()
+            response.read()
+            return response.status, response.getheader("Location")
+        finally:
+            conn.close()
+
+    assert location("/host/x?q=1") == (302, f"https://example.org:{site.port}/host/x?q=1")
+    assert location("/to-http") == (301, "http://a.example.com/to-http")
+    assert location("/port") == (302, "https://a.example.com:9443/port")
+    assert site.get(HOSTS["b"]) == 200  # the other hosts still reach the backend
+
+
 def test_a_default_certificate_excluding_a_name_leaves_it_to_its_own_line(site: Site) -> None:
     """HAProxy gives a name to the first crt-list line holding it, and the default
     certificate comes first: one that also names a.example.com excludes it ("!name"), so

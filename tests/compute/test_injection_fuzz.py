@@ -75,6 +75,7 @@ VALID = {
     "https-port": ("9443", "443"),
     "accept-proxy-protocol": ("true", "false"),
     "gateway-namespaces": ("team=a", "tier in (web,api),!legacy"),
+    "publish-service": ("haproxy-system/haproxy", "a/b,haproxy-system/lb"),
     "peer-port": ("10001", "10000"),
     "default-certificate": ("haproxy-system/default-tls", "default/missing"),
 }

@@ -180,15 +180,6 @@ def test_gateway_conditions_listeners_attached_routes_and_addresses() -> None:
     assert conditions(tls)["Programmed"][0] == "False"
 
 
-def test_gateway_spec_addresses_are_reported_as_given() -> None:
-    from controlplane.model import GatewayAddress
-
-    web = dataclasses.replace(gateway(), addresses=(GatewayAddress("Hostname", "lb.example.com"),))
-    assert route_statuses(state(web))[GATEWAY]["addresses"] == [
-        {"type": "Hostname", "value": "lb.example.com"}
-    ]
-
-
 @pytest.mark.parametrize(
     ("change", "listener", "reason"),
     [

@@ -362,6 +362,35 @@ def test_a_listener_whose_every_ref_is_bad_is_not_served(case: str) -> None:
     assert_no_secret_text(texts_of(got, status), *bad_secrets)
 
 
+def test_a_route_attached_to_a_listener_with_unresolved_refs_is_counted_not_served() -> None:
+    """Gateway API: attachedRoutes counts the routes attached whatever the listener's
+    ResolvedRefs (conformance GatewayWithAttachedRoutes, "unresolved refs"): the route is
+    Accepted, the listener not served until its certificate resolves."""
+    attached = route(
+        "r",
+        [prefix_rule("/", [to("nowhere")])],
+        parent={"name": "web", "namespace": "default", "sectionName": "https"},
+    )
+    web = gateway(listener("https", refs=(ref("shop-tls"),)))
+    cluster_state = cluster(web, attached)
+    status = listener_status(cluster_state, "https")
+    assert status["attachedRoutes"] == 1
+    assert conditions(status)["Programmed"][0] == "False"
+    assert conditions(status)["ResolvedRefs"] == ("False", "InvalidCertificateRef")
+    statuses = route_statuses(cluster_state, now=NOW)
+    (route_body,) = [body for key, body in statuses.items() if key.kind == "HTTPRoute"]
+    (parent,) = route_body["parents"]
+    assert conditions(parent) == {
+        "Accepted": ("True", "Accepted"),
+        "ResolvedRefs": ("False", "BackendNotFound"),
+    }
+    assert snapshot_of(cluster_state).http_listeners == ()
+    resolved = cluster(web, attached, secrets=(secret("shop-tls"),))
+    (https,) = snapshot_of(resolved).http_listeners
+    assert [r.source for r in https.rules] == ["HTTPRoute default/r rule 0 match 0"]
+    assert listener_status(resolved, "https")["attachedRoutes"] == 1
+
+
 def test_a_cross_namespace_secret_with_a_reference_grant_is_served() -> None:
     got = snapshot_of(
         cluster(

@@ -13,18 +13,22 @@ import pytest
 from controlplane.compute import Computer
 from controlplane.kube.route_status import RouteStatusWriter
 from controlplane.kube.source import KubernetesSource
+from controlplane.model import ObjectRef
 from controlplane.routes.status import route_statuses
 from tests.kube.test_source import FAST
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import (
     api_client,
+    config_map,
     gateway,
     gateway_class,
     http_route,
     ingress,
     ingress_class,
     namespace,
+    pod,
     reference_grant,
+    service,
     wait_until,
 )
 
@@ -64,8 +68,8 @@ def cluster(api: FakeKubeAPI) -> FakeKubeAPI:
 class Pipeline:
     """Source -> compute -> status documents -> writer, as `serve` runs them."""
 
-    def __init__(self, api: FakeKubeAPI) -> None:
-        self.source = KubernetesSource(api_client(api.url), settings=None, options=FAST)
+    def __init__(self, api: FakeKubeAPI, settings: ObjectRef | None = None) -> None:
+        self.source = KubernetesSource(api_client(api.url), settings=settings, options=FAST)
         self.source.start(lambda: None)
         self.writer = RouteStatusWriter(api_client(api.url), recheck_s=0.05)
         self.computer = Computer()
@@ -177,3 +181,110 @@ def test_an_ingress_of_our_class_gets_the_haproxy_addresses(
 ) -> None:
     balancer = status(cluster, "Ingress", "default", "shop")["loadBalancer"]
     assert sorted(i["ip"] for i in balancer["ingress"]) == ["127.0.0.11", "127.0.0.12"]
+
+
+SETTINGS = ObjectRef("haproxy-system", "haproxy-settings")
+
+
+def load_balancer(*ingress: Obj) -> Obj:
+    """haproxy-system/haproxy-lb: a LoadBalancer Service selecting the HAProxy pods."""
+    lb = service("haproxy-lb", "haproxy-system", expose=False)
+    lb["spec"].update(
+        {"type": "LoadBalancer", "selector": {"app.kubernetes.io/component": "haproxy"}}
+    )
+    lb["status"] = {"loadBalancer": {"ingress": list(ingress)}}
+    return lb
+
+
+def test_a_published_load_balancer_is_the_address_of_the_gateways_and_ingresses(
+    cluster: FakeKubeAPI,
+) -> None:
+    """`publish-service`: the Service's load-balancer ingress, IPs and hostnames, through
+    the CRD schema; while the cloud has assigned none, no address and AddressNotAssigned."""
+    cluster.apply(config_map("haproxy-settings", publish_service="haproxy-system/haproxy-lb"))
+    cluster.apply(load_balancer({"hostname": "lb.example.com"}, {"ip": "203.0.113.9"}))
+    pipeline = Pipeline(cluster, settings=SETTINGS)
+    try:
+        pipeline.sync()
+        web = status(cluster, "Gateway", "default", "web")
+        assert web["addresses"] == [
+            {"type": "IPAddress", "value": "203.0.113.9"},
+            {"type": "Hostname", "value": "lb.example.com"},
+        ]
+        assert conditions(web)["Programmed"] == ("True", "Programmed")
+        assert status(cluster, "Ingress", "default", "shop")["loadBalancer"] == {
+            "ingress": [{"ip": "203.0.113.9"}, {"hostname": "lb.example.com"}]
+        }
+        cluster.apply(load_balancer())  # the cloud took it back
+
+        def unassigned() -> bool:
+            pipeline.sync()
+            return status(cluster, "Gateway", "default", "web")["addresses"] == []
+
+        assert wait_until(unassigned)
+        web = status(cluster, "Gateway", "default", "web")
+        assert conditions(web)["Programmed"] == ("False", "AddressNotAssigned")
+        assert status(cluster, "Ingress", "default", "shop")["loadBalancer"] == {}
+        assert pipeline.writer.stats.failures == 0
+    finally:
+        pipeline.close()
+
+
+def _serve_on(obj: Obj, workload: str) -> Obj:
+    obj["metadata"].setdefault("annotations", {})["peerplane.dev/workload"] = workload
+    return obj
+
+
+@pytest.fixture
+def two_workloads(api: FakeKubeAPI) -> FakeKubeAPI:
+    """DaemonSets haproxy (haproxy-a, haproxy-b) and edge (edge-a), each with a Gateway and
+    an Ingress of its own."""
+    api.apply(pod("edge-a", "127.0.0.21", owner="edge", owner_kind="DaemonSet"))
+    edge_class = _serve_on(ingress_class("edge"), "haproxy-system/edge")
+    for obj in (
+        namespace("default"),
+        gateway_class(),
+        _serve_on(gateway(), "haproxy-system/haproxy"),
+        _serve_on(gateway("edge"), "haproxy-system/edge"),
+        _serve_on(ingress_class(), "haproxy-system/haproxy"),
+        edge_class,
+        ingress(host="ingress.example.com"),
+        ingress("edge", class_name="edge", host="edge.example.com"),
+    ):
+        api.apply(obj)
+    return api
+
+
+def test_an_address_change_rewrites_only_that_workloads_gateways_and_ingresses(
+    two_workloads: FakeKubeAPI,
+) -> None:
+    api = two_workloads
+    pipeline = Pipeline(api)
+    try:
+        pipeline.sync()
+        assert status(api, "Gateway", "default", "edge")["addresses"] == [
+            {"type": "IPAddress", "value": "127.0.0.21"}
+        ]
+        web_before = status(api, "Gateway", "default", "web")
+        ingress_before = status(api, "Ingress", "default", "shop")
+        reads, writes = pipeline.writer.stats.reads, pipeline.writer.stats.writes
+        api.apply(pod("edge-a", "127.0.0.22", owner="edge", owner_kind="DaemonSet"))
+
+        def moved() -> bool:
+            pipeline.sync()
+            found = status(api, "Gateway", "default", "edge")["addresses"]
+            return found == [{"type": "IPAddress", "value": "127.0.0.22"}]
+
+        assert wait_until(moved)
+        assert status(api, "Ingress", "default", "edge")["loadBalancer"] == {
+            "ingress": [{"ip": "127.0.0.22"}]
+        }
+        # The edge Gateway and Ingress were read and written; nothing of haproxy's was.
+        assert (pipeline.writer.stats.reads - reads, pipeline.writer.stats.writes - writes) == (
+            2,
+            2,
+        )
+        assert status(api, "Gateway", "default", "web") == web_before
+        assert status(api, "Ingress", "default", "shop") == ingress_before
+    finally:
+        pipeline.close()

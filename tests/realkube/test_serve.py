@@ -53,6 +53,13 @@ def conditions(entry: dict[str, Any]) -> dict[str, str]:
     return {c["type"]: c["status"] for c in entry.get("conditions") or []}
 
 
+def ingress_addresses(cluster: RealCluster, namespace: str, name: str) -> list[dict[str, str]]:
+    networking = client.NetworkingV1Api(cluster.api_client())
+    found = networking.read_namespaced_ingress(name, namespace, _preload_content=False)
+    status = json.loads(found.data).get("status") or {}
+    return list((status.get("loadBalancer") or {}).get("ingress") or [])
+
+
 def test_the_demo_is_served_under_the_shipped_rbac_with_no_403(
     installed: RealCluster, controlplane_kubeconfig: Path
 ) -> None:
@@ -66,7 +73,9 @@ def test_the_demo_is_served_under_the_shipped_rbac_with_no_403(
 
         def assigned() -> bool:
             found = snapshot(serve.address)
-            return "default_shop_http" in str(found) and slots(found, "default_shop_http") == expected
+            return (
+                "default_shop_http" in str(found) and slots(found, "default_shop_http") == expected
+            )
 
         assert wait_until(assigned, 30), serve.lines[-20:]
         found = snapshot(serve.address)
@@ -89,6 +98,15 @@ def test_the_demo_is_served_under_the_shipped_rbac_with_no_403(
         (listener,) = web["listeners"]
         assert listener["attachedRoutes"] == 1
         assert conditions(web)["Accepted"] == "True"
+        # No publish-service: the DaemonSet's pods' addresses, on the Gateway and Ingress.
+        pods = sorted(HAPROXY_PODS.values())
+        assert [a["value"] for a in web["addresses"]] == pods
+        assert conditions(web)["Programmed"] == "True"
+
+        def ingress_published() -> bool:
+            return ingress_addresses(installed, "default", "catalog") == [{"ip": ip} for ip in pods]
+
+        assert wait_until(ingress_published, 30), serve.lines[-20:]
 
         # The slot ledger's shards, written under the Role.
         core = client.CoreV1Api(installed.api_client())
@@ -99,3 +117,58 @@ def test_the_demo_is_served_under_the_shipped_rbac_with_no_403(
         assert leaf.serial_hex  # the certificate used is the one made here
     denied = [line for line in serve.lines if FORBIDDEN.search(line)]
     assert not denied, denied
+
+
+def test_published_load_balancer_addresses_pass_the_real_status_schemas_and_rbac(
+    installed: RealCluster, controlplane_kubeconfig: Path
+) -> None:
+    """`publish-service` names a LoadBalancer Service selecting the HAProxy pods: its
+    load balancer's IP and hostname are written to a Gateway's `status.addresses`
+    (IPAddress, Hostname: the CRD's patterns) and an Ingress's `status.loadBalancer`
+    through the real /status subresources, under the shipped RBAC."""
+    objects, _ = demo_objects()
+    installed.apply(objects)
+    core = client.CoreV1Api(installed.api_client())
+    balancer = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "haproxy-lb", "namespace": CONTROLPLANE_NS},
+        "spec": {
+            "type": "LoadBalancer",
+            "selector": {"app.kubernetes.io/component": "haproxy"},
+            "ports": [{"name": "http", "port": 80, "targetPort": 18080}],
+        },
+    }
+    installed.apply([balancer])
+    ingress = [{"ip": "203.0.113.10"}, {"hostname": "lb.example.com"}]
+    core.patch_namespaced_service_status(
+        "haproxy-lb", CONTROLPLANE_NS, {"status": {"loadBalancer": {"ingress": ingress}}}
+    )
+    core.patch_namespaced_config_map(
+        "haproxy-settings",
+        CONTROLPLANE_NS,
+        {"data": {"publish-service": f"{CONTROLPLANE_NS}/haproxy-lb"}},
+    )
+    expected = [
+        {"type": "IPAddress", "value": "203.0.113.10"},
+        {"type": "Hostname", "value": "lb.example.com"},
+    ]
+    try:
+        with ServeProcess(*serve_args(controlplane_kubeconfig)) as serve:
+
+            def published() -> bool:
+                web = route_status(installed, "gateways", "default", "web")
+                return web.get("addresses") == expected and (
+                    ingress_addresses(installed, "default", "catalog") == ingress
+                )
+
+            assert wait_until(published, 30), serve.lines[-20:]
+            web = route_status(installed, "gateways", "default", "web")
+            assert conditions(web) == {"Accepted": "True", "Programmed": "True"}
+        denied = [line for line in serve.lines if FORBIDDEN.search(line)]
+        assert not denied, denied
+    finally:
+        core.patch_namespaced_config_map(
+            "haproxy-settings", CONTROLPLANE_NS, {"data": {"publish-service": None}}
+        )
+        core.delete_namespaced_service("haproxy-lb", CONTROLPLANE_NS)

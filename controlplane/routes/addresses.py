@@ -1,0 +1,188 @@
+"""Where a HAProxy workload's Gateways and Ingresses are reached: the addresses the Lease
+holder publishes in their status (pure).
+
+A workload whose pods a Service of the settings' `publish-service` selects (same
+namespace, its `spec.selector` matching a pod's labels) publishes that Service's
+`status.loadBalancer.ingress` (its IPs and hostnames) and nothing else: while the load
+balancer has none yet it publishes none, rather than pod addresses that external-dns or a
+client would then use. Any other workload publishes its Running, not terminating pods'
+addresses: the node's (`status.hostIP`) for a `hostNetwork` pod, else `status.podIP`.
+Either way deduplicated and sorted (IPv4, IPv6, then hostnames), so the same cluster
+always gives the same list and an unrelated change rewrites no status. A Gateway lists the
+first 16 (its CRD's limit); an Ingress all.
+
+A Gateway lists its workload's addresses; with `spec.addresses` it lists those of them
+that the workload has (IPs compared canonically, hostnames without case), in the
+order requested, and is `Programmed: False` (`AddressNotUsable`) while any is not one of
+them; a workload with no address yet makes it `Programmed: False` (`AddressNotAssigned`).
+An address type other than IPAddress and Hostname is refused at placement
+(`Accepted: False`, `UnsupportedAddress`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from controlplane.compute.workloads import FINISHED_PHASES
+from controlplane.model import GatewayAddress, Pod, Service
+from controlplane.routes import names
+from controlplane.routes.placement import Verdict
+from peerplane.addresses import AddressError, canonical_address
+
+IP_ADDRESS = names.IP_ADDRESS
+HOSTNAME = names.HOSTNAME
+MAX_GATEWAY_ADDRESSES = 16
+"""The Gateway CRD's `status.addresses` MaxItems: a longer list is refused whole."""
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """A workload's addresses (sorted, no duplicates) and where they come from, as a
+    condition message says it."""
+
+    addresses: tuple[GatewayAddress, ...]
+    source: str
+
+
+def _ip(text: str) -> str | None:
+    """`text` in canonical form when it is an IP address, else None."""
+    try:
+        return canonical_address(text)
+    except AddressError:
+        return None
+
+
+def _sort_key(address: GatewayAddress) -> tuple[int, int, str]:
+    if address.type == IP_ADDRESS:
+        ip = ipaddress.ip_address(address.value)
+        return (ip.version, int(ip), "")
+    return (7, 0, address.value)
+
+
+def _ordered(addresses: Iterable[GatewayAddress]) -> tuple[GatewayAddress, ...]:
+    return tuple(sorted(set(addresses), key=_sort_key))
+
+
+def pod_address(pod: Pod) -> str | None:
+    """Where `pod` is reached from outside: the node's address with hostNetwork, else
+    the pod's; None while it does not serve (not Running, terminating) or has none."""
+    if pod.phase != "Running" or pod.phase in FINISHED_PHASES or pod.deleting:
+        return None
+    return _ip((pod.host_ip or pod.ip) if pod.host_network else pod.ip)
+
+
+def pod_addresses(pods: Iterable[Pod]) -> tuple[GatewayAddress, ...]:
+    found = (pod_address(pod) for pod in pods)
+    return _ordered(GatewayAddress(IP_ADDRESS, ip) for ip in found if ip)
+
+
+def balancer_addresses(service: Service) -> tuple[GatewayAddress, ...]:
+    """A Service's load-balancer ingress: each entry's IP, else its hostname."""
+    found: list[GatewayAddress] = []
+    for entry in service.load_balancer:
+        ip = _ip(entry.ip) if entry.ip else None
+        if ip is not None:
+            found.append(GatewayAddress(IP_ADDRESS, ip))
+        elif entry.hostname and not entry.ip:
+            found.append(GatewayAddress(HOSTNAME, entry.hostname.lower()))
+    return _ordered(found)
+
+
+def selects(service: Service, pods: Iterable[Pod]) -> bool:
+    """Whether `service` selects any of `pods` (a Service without a selector: none)."""
+    if not service.selector:
+        return False
+    return any(
+        pod.namespace == service.namespace
+        and all(pod.labels.get(key) == value for key, value in service.selector.items())
+        for pod in pods
+    )
+
+
+def published_addresses(
+    workload_pods: Mapping[str, Sequence[Pod]],
+    services: Iterable[Service],
+    publish: Collection[str],
+) -> dict[str, Published]:
+    """Each workload's ("namespace/name") published addresses; `publish`: the settings'
+    `publish-service` ("namespace/name" of Services)."""
+    listed = [s for s in services if f"{s.namespace}/{s.name}" in publish]
+    out: dict[str, Published] = {}
+    for workload, pods in workload_pods.items():
+        fronting = sorted(
+            (s for s in listed if selects(s, pods)), key=lambda s: (s.namespace, s.name)
+        )
+        if fronting:
+            refs = ", ".join(f"{s.namespace}/{s.name}" for s in fronting)
+            addresses = _ordered(a for s in fronting for a in balancer_addresses(s))
+            out[workload] = Published(addresses, f"the load balancer of Service {refs}")
+        else:
+            out[workload] = Published(pod_addresses(pods), f"the pods of workload {workload}")
+    return out
+
+
+def _same(requested: GatewayAddress, published: GatewayAddress) -> bool:
+    if requested.type != published.type:
+        return False
+    if requested.type == IP_ADDRESS:
+        return _ip(requested.value) == published.value
+    return requested.value.lower() == published.value
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayAddresses:
+    """What a Gateway's status says of its addresses: the list, and why it is not
+    programmed (None: nothing against it)."""
+
+    addresses: tuple[GatewayAddress, ...]
+    problem: Verdict | None = None
+
+
+def gateway_addresses(
+    requested: Sequence[GatewayAddress], published: Published
+) -> GatewayAddresses:
+    """The addresses a Gateway requesting `requested` (its `spec.addresses`) is given."""
+    if not published.addresses:
+        return GatewayAddresses(
+            (),
+            Verdict(
+                False,
+                names.ADDRESS_NOT_ASSIGNED,
+                f"no address yet: {published.source} has none",
+            ),
+        )
+    if not requested:
+        return GatewayAddresses(published.addresses[:MAX_GATEWAY_ADDRESSES])
+    usable: list[GatewayAddress] = []
+    unusable: list[GatewayAddress] = []
+    for wanted in requested:
+        found = next((a for a in published.addresses if _same(wanted, a)), None)
+        if found is None:
+            unusable.append(wanted)
+        elif found not in usable:
+            usable.append(found)
+    if not unusable:
+        return GatewayAddresses(tuple(usable))
+    missing = ", ".join(f"{a.type} {a.value}" for a in unusable)
+    has = ", ".join(a.value for a in published.addresses)
+    return GatewayAddresses(
+        tuple(usable),
+        Verdict(
+            False,
+            names.ADDRESS_NOT_USABLE,
+            f"spec.addresses {missing}: not an address of {published.source} ({has}); "
+            "request one of these or remove it",
+        ),
+    )
+
+
+def ingress_entries(published: Published | None) -> list[dict[str, str]]:
+    """An Ingress's `status.loadBalancer.ingress` from its workload's addresses."""
+    if published is None:
+        return []
+    return [
+        {"ip": a.value} if a.type == IP_ADDRESS else {"hostname": a.value}
+        for a in published.addresses
+    ]
