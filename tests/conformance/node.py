@@ -131,7 +131,7 @@ class NodeStandIn:
         while not self._stop.wait(0.3):
             try:
                 self._sync()
-            except Exception as error:  # noqa: BLE001 - a kubelet keeps going
+            except Exception as error:  # a kubelet keeps going
                 self.errors.append(repr(error))
                 print(f"node stand-in: {error!r}", file=sys.stderr, flush=True)
 
@@ -285,7 +285,9 @@ class NodeStandIn:
             environment[variable.name] = value
         return environment
 
-    def _spawn(self, argv: list[str], log: Path, cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, argv: list[str], log: Path, cwd: Path | None = None
+    ) -> subprocess.Popen[bytes]:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
             return subprocess.Popen(
