@@ -221,7 +221,7 @@ class NodeStandIn:
         n = self._next_pod
         ip = f"10.244.{n // 250}.{n % 250 + 1}"
         network = PodNetwork(
-            f"ppc{os.getpid() % 1000}x{n}",
+            f"pc{os.getpid() % 1000:03d}{n:05d}",  # 10 characters: its veths are NAMEh, NAMEp
             [ip],
             host_side=f"10.253.{n // 64}.{(n % 64) * 4 + 1}",
             pod_side=f"10.253.{n // 64}.{(n % 64) * 4 + 2}",
