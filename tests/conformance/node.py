@@ -6,9 +6,10 @@ to the Node, starts its "container" and reports it Running and Ready on its addr
 it and deletes the pod object when the pod is deleted. Two kinds of container:
 
 - the upstream echo backend (`echo-basic`, built from the very module the suite comes
-  from) for every pod of the suite, with the pod's environment (POD_NAME, NAMESPACE, ...
-  from `fieldRef`s and values; paths under a Secret volume's mount point read from a
-  folder the Secret is written to), in a network namespace of the pod's own
+  from) for every echo pod of the suite (another image, the suite's coredns for UDPRoute
+  tests, gets a placeholder process that serves nothing), with the pod's environment
+  (POD_NAME, NAMESPACE, ... from `fieldRef`s and values; paths under a Secret volume's
+  mount point read from a folder the Secret is written to), in a network namespace of the pod's own
   (tests/helpers/netns.py) on a 10.244.x.y address: a real EndpointSlice refuses loopback
   addresses, the /32 route keeps every packet on this machine;
 - peerplane's node agent with its own HAProxy for each pod of the HAProxy DaemonSet,
@@ -24,9 +25,11 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -56,11 +59,14 @@ class RunningPod:
     process: subprocess.Popen[bytes]
     network: PodNetwork | None = None
     directory: Path | None = None  # an agent's: its HAProxy's state (orphans stopped)
+    sockets: Path | None = None  # an agent's: its HAProxy's sockets
 
     def stop(self) -> None:
         stop_process(self.process, timeout=5)
         if self.directory is not None:
             stop_orphaned_haproxy(self.directory)
+        if self.sockets is not None:
+            shutil.rmtree(self.sockets, ignore_errors=True)
         if self.network is not None:
             self.network.close()
 
@@ -90,6 +96,11 @@ def echo_port(container: Any, environment: dict[str, str]) -> int:
     return ECHO_HTTP_PORT
 
 
+def is_echo(pod: Any) -> bool:
+    """Whether the pod's container is the suite's echo backend."""
+    return "/gateway-api/echo-" in str(pod.spec.containers[0].image)
+
+
 def answers(ip: str, port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection((ip, port), timeout=0.5):
         return True
@@ -103,7 +114,8 @@ class NodeStandIn:
     cluster: RealCluster
     workdir: Path
     echo_basic: Path
-    agent_argv: Callable[[str, str, Path], list[str]]  # (pod name, ip, dir) -> argv
+    # (pod name, ip, its folder, a short folder for its sockets) -> argv
+    agent_argv: Callable[[str, str, Path, Path], list[str]]
     pods: dict[str, RunningPod] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -212,11 +224,13 @@ class NodeStandIn:
         ip = f"127.0.1.{self._next_agent}"
         directory = self.workdir / "agents" / pod.metadata.name
         directory.mkdir(parents=True, exist_ok=True)
-        argv = self.agent_argv(pod.metadata.name, ip, directory)
+        # A Unix socket's path has at most 107 bytes: the sockets go under /tmp.
+        sockets = Path(tempfile.mkdtemp(prefix="ppc-", dir="/tmp"))
+        argv = self.agent_argv(pod.metadata.name, ip, directory, sockets)
         process = self._spawn(argv, directory / "agent.log", cwd=REPO)
-        return RunningPod(key, ip, process, directory=directory)
+        return RunningPod(key, ip, process, directory=directory, sockets=sockets)
 
-    def _run_echo(self, pod: Any, key: str) -> tuple[RunningPod, int]:
+    def _run_echo(self, pod: Any, key: str) -> tuple[RunningPod, int | None]:
         self._next_pod += 1
         n = self._next_pod
         ip = f"10.244.{n // 250}.{n % 250 + 1}"
@@ -238,14 +252,24 @@ class NodeStandIn:
                 "env",
                 "-i",
                 *(f"{k}={v}" for k, v in sorted(environment.items())),
-                str(self.echo_basic),
+                *self._command(pod),
             ]
             log = self.workdir / "pods" / f"{pod.metadata.namespace}_{pod.metadata.name}.log"
             process = self._spawn(argv, log)
         except BaseException:
             network.close()
             raise
-        return RunningPod(key, ip, process, network=network), echo_port(container, environment)
+        port = echo_port(container, environment) if is_echo(pod) else None
+        return RunningPod(key, ip, process, network=network), port
+
+    def _command(self, pod: Any) -> list[str]:
+        """echo-basic for the suite's echo pods; for another image (the suite's coredns,
+        for UDPRoute tests only, outside GATEWAY-HTTP) a placeholder that serves nothing,
+        said in the pod's log, so the namespace's pods are all Ready as the suite waits."""
+        if is_echo(pod):
+            return [str(self.echo_basic)]
+        image = pod.spec.containers[0].image
+        return ["sh", "-c", f"echo 'node stand-in: image {image} not run' && exec sleep infinity"]
 
     def _volumes(self, pod: Any, n: int) -> dict[str, Path]:
         """Each Secret volume's mount path -> a folder holding the Secret's keys."""
