@@ -13,8 +13,9 @@ it and deletes the pod object when the pod is deleted. Two kinds of container:
   (tests/helpers/netns.py) on a 10.244.x.y address: a real EndpointSlice refuses loopback
   addresses, the /32 route keeps every packet on this machine;
 - peerplane's node agent with its own HAProxy for each pod of the HAProxy DaemonSet,
-  on 127.0.1.N (a pod address may be loopback; its HAProxy binds the Gateways' ports
-  there, where the Gateway's status address points).
+  on 127.0.201.N (a pod address may be loopback; its HAProxy binds the Gateways' ports
+  there, where the Gateway's status address points; off the 127.0.1.x the demo's and the
+  test fleets' agents use, whose peer and metrics ports would clash).
 
 Pods of other workloads in haproxy-system (the control plane's Deployment: the harness
 runs the control plane itself) are left Pending. Root only (network namespaces).
@@ -48,6 +49,7 @@ PEERPLANE_NS = "haproxy-system"
 HAPROXY_LABEL = ("app.kubernetes.io/component", "haproxy")
 ECHO_HTTP_PORT = 3000  # echo-basic's HTTP_PORT default
 READY_TIMEOUT_S = 20.0
+AGENT_ADDRESSES = "127.0.201"  # the HAProxy pods' addresses: 127.0.201.1, .2, ...
 
 
 @dataclass
@@ -221,7 +223,7 @@ class NodeStandIn:
 
     def _run_agent(self, pod: Any, key: str) -> RunningPod:
         self._next_agent += 1
-        ip = f"127.0.1.{self._next_agent}"
+        ip = f"{AGENT_ADDRESSES}.{self._next_agent}"
         directory = self.workdir / "agents" / pod.metadata.name
         directory.mkdir(parents=True, exist_ok=True)
         # A Unix socket's path has at most 107 bytes: the sockets go under /tmp.
