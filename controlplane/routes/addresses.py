@@ -25,11 +25,10 @@ import ipaddress
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from controlplane.compute.workloads import FINISHED_PHASES
 from controlplane.model import GatewayAddress, Pod, Service
 from controlplane.routes import names
-from controlplane.routes.placement import Verdict
 from peerplane.addresses import AddressError, canonical_address
+from peerplane.names import is_host_name
 
 IP_ADDRESS = names.IP_ADDRESS
 HOSTNAME = names.HOSTNAME
@@ -68,7 +67,7 @@ def _ordered(addresses: Iterable[GatewayAddress]) -> tuple[GatewayAddress, ...]:
 def pod_address(pod: Pod) -> str | None:
     """Where `pod` is reached from outside: the node's address with hostNetwork, else
     the pod's; None while it does not serve (not Running, terminating) or has none."""
-    if pod.phase != "Running" or pod.phase in FINISHED_PHASES or pod.deleting:
+    if pod.phase != "Running" or pod.deleting:
         return None
     return _ip((pod.host_ip or pod.ip) if pod.host_network else pod.ip)
 
@@ -79,14 +78,17 @@ def pod_addresses(pods: Iterable[Pod]) -> tuple[GatewayAddress, ...]:
 
 
 def balancer_addresses(service: Service) -> tuple[GatewayAddress, ...]:
-    """A Service's load-balancer ingress: each entry's IP, else its hostname."""
+    """A Service's load-balancer ingress: each entry's IP, else its hostname; one that is
+    neither an IP nor a host name is left out (the Gateway CRD would refuse the whole
+    status for it)."""
     found: list[GatewayAddress] = []
     for entry in service.load_balancer:
         ip = _ip(entry.ip) if entry.ip else None
+        hostname = entry.hostname.lower()
         if ip is not None:
             found.append(GatewayAddress(IP_ADDRESS, ip))
-        elif entry.hostname and not entry.ip:
-            found.append(GatewayAddress(HOSTNAME, entry.hostname.lower()))
+        elif is_host_name(hostname):
+            found.append(GatewayAddress(HOSTNAME, hostname))
     return _ordered(found)
 
 
@@ -132,12 +134,20 @@ def _same(requested: GatewayAddress, published: GatewayAddress) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class AddressProblem:
+    """Why a Gateway is not programmed for its addresses: a Programmed reason, a message."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class GatewayAddresses:
     """What a Gateway's status says of its addresses: the list, and why it is not
     programmed (None: nothing against it)."""
 
     addresses: tuple[GatewayAddress, ...]
-    problem: Verdict | None = None
+    problem: AddressProblem | None = None
 
 
 def gateway_addresses(
@@ -147,10 +157,8 @@ def gateway_addresses(
     if not published.addresses:
         return GatewayAddresses(
             (),
-            Verdict(
-                False,
-                names.ADDRESS_NOT_ASSIGNED,
-                f"no address yet: {published.source} has none",
+            AddressProblem(
+                names.ADDRESS_NOT_ASSIGNED, f"no address yet: {published.source} has none"
             ),
         )
     if not requested:
@@ -166,11 +174,12 @@ def gateway_addresses(
     if not unusable:
         return GatewayAddresses(tuple(usable))
     missing = ", ".join(f"{a.type} {a.value}" for a in unusable)
-    has = ", ".join(a.value for a in published.addresses)
+    shown = published.addresses[:MAX_GATEWAY_ADDRESSES]  # a condition message is bounded
+    more = len(published.addresses) - len(shown)
+    has = ", ".join(a.value for a in shown) + (f" and {more} more" if more else "")
     return GatewayAddresses(
         tuple(usable),
-        Verdict(
-            False,
+        AddressProblem(
             names.ADDRESS_NOT_USABLE,
             f"spec.addresses {missing}: not an address of {published.source} ({has}); "
             "request one of these or remove it",

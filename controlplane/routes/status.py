@@ -124,7 +124,7 @@ def _gateway(
     if not ok:
         programmed = Verdict(False, names.INVALID, place.accepted.message)
     elif given.problem is not None:
-        programmed = given.problem
+        programmed = Verdict(False, given.problem.reason, given.problem.message)
     else:
         programmed = Verdict(True, names.PROGRAMMED, f"served by HAProxy workload {place.workload}")
     listed = [{"type": a.type, "value": a.value} for a in given.addresses] if ok else []

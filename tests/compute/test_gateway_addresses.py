@@ -98,6 +98,7 @@ def test_a_listed_service_selecting_the_workload_publishes_its_load_balancer() -
         LoadBalancerIngress(hostname="LB.Example.com"),
         LoadBalancerIngress(ip="203.0.113.9"),
         LoadBalancerIngress(ip="203.0.113.9", hostname="x.example.com"),  # the IP, once
+        LoadBalancerIngress(hostname="not a host"),  # the CRD would refuse it: left out
     )
     found = published_addresses(pods, [lb], {"haproxy-system/haproxy-lb"})
     assert found["haproxy-system/haproxy"] == Published(
@@ -165,7 +166,7 @@ def test_spec_addresses_are_given_when_the_workload_has_them(
 
 def test_an_unusable_address_is_named_with_what_the_workload_has() -> None:
     given = gateway_addresses((ip("10.0.0.7"),), PUBLISHED)
-    assert given.problem is not None and not given.problem.ok
+    assert given.problem is not None
     assert "IPAddress 10.0.0.7" in given.problem.message
     assert "10.0.0.1, 2001:db8::1, lb.example.com" in given.problem.message
 
@@ -266,3 +267,11 @@ def test_an_unsupported_address_type_is_not_accepted() -> None:
 def test_a_gateway_lists_at_most_the_16_addresses_its_crd_allows() -> None:
     many = Published(tuple(ip(f"10.0.0.{i}") for i in range(1, 21)), "the pods")
     assert gateway_addresses((), many).addresses == many.addresses[:16]
+
+
+def test_an_unusable_address_message_names_at_most_16_of_the_workloads() -> None:
+    many = Published(tuple(ip(f"10.0.{i}.1") for i in range(1, 201)), "the pods")
+    given = gateway_addresses((ip("10.9.9.9"),), many)
+    assert given.problem is not None
+    assert "10.0.16.1 and 184 more)" in given.problem.message
+    assert "10.0.17.1" not in given.problem.message
