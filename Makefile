@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv proto test lint unit fast churn demo haproxy bench bench-full image chart chart-docs clean
+.PHONY: venv proto test lint unit fast churn demo haproxy bench bench-full image chart chart-docs clean conformance
 
 venv: $(STAMP)
 
@@ -37,6 +37,14 @@ churn: $(STAMP)
 	PEERPLANE_CHURN=1 $(BIN)/pytest -q -s tests/system/test_e2e_persistence_churn.py
 
 test: lint unit
+
+# The upstream Gateway API conformance suite (tests/conformance/, the version its go.mod
+# pins) on a real cluster, every test of the GATEWAY-HTTP profile and the extended features
+# peerplane claims: writes the upstream ConformanceReport (root, Go for the first build).
+GATEWAY_API_VERSION := $(shell awk '/sigs.k8s.io\/gateway-api\/conformance v/ {print $$NF}' tests/conformance/go.mod)
+CONFORMANCE_REPORT ?= conformance/reports/$(GATEWAY_API_VERSION)/peerplane.yaml
+conformance: $(STAMP) haproxy
+	$(PY) tests/conformance/run --report $(CONFORMANCE_REPORT)
 
 # KUBE=real: the same demo on a real API server (tests/cluster/up; root, Go for the
 # first build of the cluster's binaries).

@@ -28,6 +28,7 @@ INVALID_KIND = "InvalidKind"
 UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
 PORT_UNAVAILABLE = "PortUnavailable"
 INVALID_ROUTE_KINDS = "InvalidRouteKinds"
+LISTENERS_NOT_VALID = "ListenersNotValid"
 INVALID_PARAMETERS = "InvalidParameters"
 INVALID = "Invalid"
 TLSROUTE_KIND = (GATEWAY_GROUP, "TLSRoute")

@@ -86,6 +86,10 @@ class ListenerPlace:
         some bad certificateRefs is still served with its valid ones)."""
         if not self.attachable:
             return False
+        if self.resolved.reason == names.INVALID_ROUTE_KINDS:  # served with its valid kinds
+            return bool(protocols.route_kinds(self.listener)) and (
+                self.listener.protocol != "HTTPS" or bool(self.certificates)
+            )
         return self.resolved.ok or (
             self.resolved.reason in CERTIFICATE_REASONS and bool(self.certificates)
         )
@@ -226,18 +230,29 @@ def _listener_place(
             names.UNSUPPORTED_VALUE,
             "allowedRoutes.namespaces is not Same, All or Selector with a selector",
         )
-    resolved = Verdict(True, names.RESOLVED_REFS, "route kinds resolved")
-    if listener.allowed_kinds and not protocols.route_kinds(listener):
-        served = ", ".join(kind for _, kind in protocols.protocol_kinds(listener))
-        resolved = Verdict(
-            False, names.INVALID_ROUTE_KINDS, f"only {served or 'no route kind'} is served here"
-        )
+    resolved = _route_kinds_resolved(listener)
     certificates: tuple[Certificate, ...] = ()
-    if listener.protocol == "HTTPS" and accepted.ok and resolved.ok:
+    if listener.protocol == "HTTPS" and accepted.ok and protocols.route_kinds(listener):
         tls = listener_tls(gateway, listener, secrets, grants)
         certificates = tls.certificates
-        resolved = Verdict(*tls.verdict)
+        resolved = Verdict(*tls.verdict) if resolved.ok else resolved
     return ListenerPlace(gateway, listener, accepted, resolved, certificates=certificates)
+
+
+def _route_kinds_resolved(listener: GatewayListener) -> Verdict:
+    """ResolvedRefs as far as allowedRoutes.kinds goes: False (InvalidRouteKinds) when a
+    kind listed is not one the listener's protocol carries, even if others are: the
+    listener still carries the valid ones (its supportedKinds)."""
+    served = protocols.protocol_kinds(listener)
+    invalid = [k.kind for k in listener.allowed_kinds if (k.group, k.kind) not in served]
+    if not invalid:
+        return Verdict(True, names.RESOLVED_REFS, "route kinds resolved")
+    carried = ", ".join(kind for _, kind in served) or "no route kind"
+    return Verdict(
+        False,
+        names.INVALID_ROUTE_KINDS,
+        f"route kind {', '.join(invalid)} is not served here (only {carried})",
+    )
 
 
 def _age(lp: ListenerPlace) -> tuple[str, str, str]:
@@ -383,15 +398,23 @@ def _unsupported_address(gateway: Gateway) -> Verdict | None:
 
 
 def _gateway_accepted(workload: Verdict, listeners: tuple[ListenerPlace, ...]) -> Verdict:
+    """Accepted: False (ListenersNotValid) when no listener can be served; True when some
+    can, its reason ListenersNotValid when the others cannot (the Gateway API's rule: the
+    Gateway is accepted for its valid listeners, and says that some are not)."""
     if not workload.ok:
         return workload
-    if not any(lp.accepted.ok and not lp.conflict for lp in listeners):
+    invalid = [lp for lp in listeners if not lp.accepted.ok or lp.conflict]
+    if len(invalid) == len(listeners):
         why = next(
             (f": listener {lp.listener.name}: {lp.conflict}" for lp in listeners if lp.conflict),
             "",
         )
-        return Verdict(False, "ListenersNotValid", f"no listener can be served{why}")
-    return Verdict(True, names.ACCEPTED, f"served by HAProxy workload {workload.message}")
+        return Verdict(False, names.LISTENERS_NOT_VALID, f"no listener can be served{why}")
+    served = f"served by HAProxy workload {workload.message}"
+    if invalid:
+        listed = ", ".join(lp.listener.name for lp in invalid)
+        return Verdict(True, names.LISTENERS_NOT_VALID, f"{served}; not served: listener {listed}")
+    return Verdict(True, names.ACCEPTED, served)
 
 
 def place(

@@ -37,7 +37,15 @@ def _setns(fd: int) -> None:
 class PodNetwork:
     """`addresses` reachable from the host through a veth into namespace `name`."""
 
-    def __init__(self, name: str, addresses: list[str]) -> None:
+    def __init__(
+        self,
+        name: str,
+        addresses: list[str],
+        host_side: str = HOST_SIDE,
+        pod_side: str = POD_SIDE,
+    ) -> None:
+        """`host_side`/`pod_side`: the veth pair's own two addresses (distinct for each
+        namespace when several live at once, as one per pod does)."""
         self.name = name
         self.addresses = sorted(set(addresses))
         self._host = f"{name[:10]}h"
@@ -47,15 +55,15 @@ class PodNetwork:
         try:
             _ip("link", "add", self._host, "type", "veth", "peer", "name", self._pod)
             _ip("link", "set", self._pod, "netns", name)
-            _ip("addr", "add", f"{HOST_SIDE}/32", "peer", f"{POD_SIDE}/32", "dev", self._host)
+            _ip("addr", "add", f"{host_side}/32", "peer", f"{pod_side}/32", "dev", self._host)
             _ip("link", "set", self._host, "up")
             _ip("link", "set", "lo", "up", netns=name)
             _ip(
                 "addr",
                 "add",
-                f"{POD_SIDE}/32",
+                f"{pod_side}/32",
                 "peer",
-                f"{HOST_SIDE}/32",
+                f"{host_side}/32",
                 "dev",
                 self._pod,
                 netns=name,
@@ -63,7 +71,7 @@ class PodNetwork:
             _ip("link", "set", self._pod, "up", netns=name)
             for address in self.addresses:
                 _ip("addr", "add", f"{address}/32", "dev", self._pod, netns=name)
-                _ip("route", "add", f"{address}/32", "via", POD_SIDE, "dev", self._host)
+                _ip("route", "add", f"{address}/32", "via", pod_side, "dev", self._host)
                 self._routed.append(address)
         except BaseException:
             self.close()

@@ -154,10 +154,11 @@ def test_gateway_conditions_listeners_attached_routes_and_addresses() -> None:
     web = dataclasses.replace(listeners, listeners=(*listeners.listeners, https), generation=4)
     statuses = route_statuses(state(web, route("r", SERVED), route("r2", SERVED)))
     body = statuses[GATEWAY]
-    assert conditions(body) == {
-        "Accepted": ("True", "Accepted"),
+    assert conditions(body) == {  # accepted for its valid listener, saying one is not
+        "Accepted": ("True", "ListenersNotValid"),
         "Programmed": ("True", "Programmed"),
     }
+    assert "not served: listener tls" in body["conditions"][0]["message"]
     assert {c["observedGeneration"] for c in body["conditions"]} == {4}
     assert body["addresses"] == [
         {"type": "IPAddress", "value": "127.0.1.1"},
@@ -207,6 +208,32 @@ def test_invalid_route_kinds_are_a_listener_resolved_refs_false() -> None:
     (listener,) = body["listeners"]
     assert conditions(listener)["ResolvedRefs"] == ("False", "InvalidRouteKinds")
     assert listener["supportedKinds"] == []
+
+
+def test_a_listener_with_some_invalid_route_kinds_carries_the_valid_ones() -> None:
+    """The conformance suite's GatewayInvalidRouteKind: kinds [InvalidRoute, HTTPRoute] is
+    ResolvedRefs False (InvalidRouteKinds), supportedKinds [HTTPRoute], and the listener
+    still serves its HTTPRoutes."""
+    from controlplane.model import RouteGroupKind
+
+    web = gateway()
+    mixed = dataclasses.replace(
+        web.listeners[0],
+        allowed_kinds=(
+            RouteGroupKind(GATEWAY_GROUP, "InvalidRoute"),
+            RouteGroupKind(GATEWAY_GROUP, "HTTPRoute"),
+        ),
+    )
+    statuses = route_statuses(
+        state(dataclasses.replace(web, listeners=(mixed,)), route("r", SERVED))
+    )
+    (listener,) = statuses[GATEWAY]["listeners"]
+    assert conditions(listener)["ResolvedRefs"] == ("False", "InvalidRouteKinds")
+    assert "InvalidRoute" in listener["conditions"][2]["message"]
+    assert listener["supportedKinds"] == [{"group": GATEWAY_GROUP, "kind": "HTTPRoute"}]
+    assert conditions(listener)["Programmed"] == ("True", "Programmed")
+    assert listener["attachedRoutes"] == 1
+    assert parent(statuses)["Accepted"] == ("True", "Accepted")
 
 
 def test_a_gateway_naming_no_workload_of_two_is_not_accepted() -> None:
