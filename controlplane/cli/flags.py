@@ -15,8 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from controlplane.compute.values import is_dns_label
-from controlplane.compute.workloads import DEFAULT_MAX_WORKLOADS, DEFAULT_WORKLOAD_KINDS
 from controlplane.logformat import LOG_FORMATS
 from controlplane.model import ObjectRef
 from controlplane.publish.store import (
@@ -27,6 +25,8 @@ from controlplane.publish.store import (
 from controlplane.server import ServerOptions
 from controlplane.server.auth import DEFAULT_AUDIENCE
 from controlplane.server.ratelimit import DEFAULT_OPENS_BURST, DEFAULT_OPENS_PER_S
+from controlplane.settings.values import is_dns_label
+from controlplane.settings.workloads import DEFAULT_MAX_WORKLOADS, DEFAULT_WORKLOAD_KINDS
 from controlplane.source.convert import DEFAULT_HAPROXY_SELECTOR
 from controlplane.status.command import add_arguments as add_status_arguments
 

@@ -17,9 +17,15 @@ from dataclasses import dataclass
 
 from controlplane.compute.assemble_incremental import PlanKey, WorkloadAssembly
 from controlplane.compute.plan import Planned, ServicePlan, plan_service
-from controlplane.compute.settings import Resolver
 from controlplane.compute.slots import retire, retired_until
-from controlplane.compute.types import (
+from controlplane.model import ClusterState, ConfigMap, EndpointSlice, Service
+from controlplane.routes.finalize import finalize, referenced
+from controlplane.routes.l4 import WorkloadL4
+from controlplane.routes.l4 import finalize as finalize_l4
+from controlplane.routes.table import RouteComputer, RouteTable, WorkloadRoutes
+from controlplane.settings.table import Resolver
+from controlplane.settings.workloads import DEFAULT_SCOPE, Workloads, WorkloadScope, discover
+from controlplane.snapshot import (
     BackendSlots,
     ComputeResult,
     HttpFrontend,
@@ -29,12 +35,6 @@ from controlplane.compute.types import (
     TlsPassthroughListener,
     WorkloadSnapshot,
 )
-from controlplane.compute.workloads import DEFAULT_SCOPE, Workloads, WorkloadScope, discover
-from controlplane.model import ClusterState, ConfigMap, EndpointSlice, Service
-from controlplane.routes.finalize import finalize, referenced
-from controlplane.routes.l4 import WorkloadL4
-from controlplane.routes.l4 import finalize as finalize_l4
-from controlplane.routes.table import RouteComputer, RouteTable, WorkloadRoutes
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,9 +27,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from controlplane.compute.types import ComputeResult, RejectedInput, SlotAssignment
 from controlplane.loop.reconcile import ComputeFn
 from controlplane.model import ClusterState
+from controlplane.snapshot import ComputeResult, RejectedInput, SlotAssignment
 from peerplane.runtime.untrusted import redact_pem
 
 log = logging.getLogger(__name__)

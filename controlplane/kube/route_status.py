@@ -33,9 +33,9 @@ from typing import Any, Protocol
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from controlplane.compute.types import ComputeResult, SlotAssignment
 from controlplane.loop.reconcile import ComputeFn
 from controlplane.model import GATEWAY_GROUP, ClusterState
+from controlplane.snapshot import ComputeResult, SlotAssignment
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from controlplane.publish.store import SnapshotStore
 from controlplane.source import Source
 
 if TYPE_CHECKING:
-    from controlplane.compute.types import ComputeResult, RejectedInput, SlotAssignment
     from controlplane.publish.content import SnapshotContent
+    from controlplane.snapshot import ComputeResult, RejectedInput, SlotAssignment
 
 log = logging.getLogger(__name__)
 

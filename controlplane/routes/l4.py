@@ -26,15 +26,6 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from controlplane.compute.types import (
-    HttpListener,
-    RejectedInput,
-    SniRoute,
-    TcpFrontend,
-    TlsPassthroughListener,
-    WeightedBackend,
-)
-from controlplane.compute.values import shown
 from controlplane.model import (
     ClusterState,
     HTTPBackendRef,
@@ -62,6 +53,15 @@ from controlplane.routes.placement import (
     listener_claim,
 )
 from controlplane.routes.precedence import Origin, Refusals
+from controlplane.settings.values import shown
+from controlplane.snapshot import (
+    HttpListener,
+    RejectedInput,
+    SniRoute,
+    TcpFrontend,
+    TlsPassthroughListener,
+    WeightedBackend,
+)
 from peerplane.routes import WILDCARD_PREFIX
 
 L4Route = TLSRoute | TCPRoute

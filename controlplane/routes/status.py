@@ -17,13 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controlplane.compute.settings import Resolver
-from controlplane.compute.workloads import DEFAULT_SCOPE, WorkloadScope, discover
 from controlplane.model import GATEWAY_GROUP, ClusterState, ParentRef
 from controlplane.routes import names, protocols
 from controlplane.routes.httproute import ParentOutcome
 from controlplane.routes.placement import GatewayPlace, ListenerPlace, Verdict
 from controlplane.routes.table import RouteTable, compute_routes
+from controlplane.settings.table import Resolver
+from controlplane.settings.workloads import DEFAULT_SCOPE, WorkloadScope, discover
 
 
 @dataclass(frozen=True, slots=True, order=True)

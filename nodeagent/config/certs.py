@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from nodeagent.config.errors import RenderError
+from nodeagent.haproxy.commands import CertUpdate
 from peerplane import routes
 from peerplane.v1 import peerplane_pb2 as pb
 
@@ -132,22 +133,6 @@ def check_bound(lists: CrtLists, certificates: Mapping[str, pb.Certificate]) -> 
 def bound(lists: CrtLists) -> frozenset[str]:
     """The certificates HAProxy loads: those some crt-list names."""
     return frozenset(line.name for lines in lists.values() for line in lines)
-
-
-@dataclass(frozen=True)
-class CertUpdate:
-    """One runtime API step on certificates. `op`: "load" (a certificate no crt-list named:
-    `new ssl cert`, `set ssl cert`, `commit ssl cert`), "set" (a renewed one: `set` and
-    `commit`), "add" / "del" (a crt-list line: `add ssl crt-list` / `del ssl crt-list`),
-    "unload" (`del ssl cert`, once no crt-list names it)."""
-
-    op: str
-    name: str
-    path: str  # the certificate's file
-    crtlist: str = ""  # add / del: the crt-list's file
-    line: str = ""  # add: the crt-list line
-    fingerprint: str = ""  # what logs and errors name instead of the certificate
-    pem: bytes = field(default=b"", repr=False)
 
 
 def cert_updates(

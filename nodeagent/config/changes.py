@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from nodeagent.config import certs, passthrough
 from nodeagent.config.render import Rendered
 from nodeagent.config.routes import MapEntries
+from nodeagent.haproxy.commands import CertUpdate, MapUpdate, ServerUpdate
 from nodeagent.held import ChangeSet, Held
 from peerplane.v1 import peerplane_pb2 as pb
 
@@ -27,27 +28,6 @@ class Kind(enum.Enum):
 
 
 @dataclass(frozen=True)
-class ServerUpdate:
-    """Target state of one server slot, applied with `set server`."""
-
-    backend: str
-    server: str
-    address: str
-    port: int
-    enabled: bool
-
-
-@dataclass(frozen=True)
-class MapUpdate:
-    """One entry of a route map file, changed with `add map` / `set map` / `del map`."""
-
-    path: str
-    op: str  # "add", "set" or "del"
-    key: str
-    value: str = ""
-
-
-@dataclass(frozen=True)
 class Decision:
     kind: Kind
     updates: tuple[ServerUpdate, ...] = ()
@@ -55,7 +35,7 @@ class Decision:
     maps: tuple[MapUpdate, ...] = ()
     # Certificate and crt-list steps (nodeagent/config/certs.py), and whether certificate
     # files change without HAProxy being told (a certificate no crt-list names).
-    certs: tuple[certs.CertUpdate, ...] = ()
+    certs: tuple[CertUpdate, ...] = ()
     cert_files: bool = False
 
 
@@ -171,7 +151,7 @@ def classify(
         if found_maps is None:
             return Decision(Kind.RELOAD, reason="route map files changed")
         maps = found_maps
-    steps: tuple[certs.CertUpdate, ...] = ()
+    steps: tuple[CertUpdate, ...] = ()
     cert_files = bool(change.certificates or change.removed_certificates)
     if change.frontends or cert_files:
         found_steps = certs.cert_updates(

@@ -21,8 +21,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from nodeagent.config.changes import MapUpdate, ServerUpdate
 from nodeagent.haproxy import HAProxyError
+from nodeagent.haproxy.commands import MapUpdate, ServerUpdate
 from nodeagent.haproxy.masterlog import MasterLog, failure_reason
 from nodeagent.haproxy.parse import (
     ProcInfo,

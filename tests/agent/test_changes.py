@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.config.changes import Kind, ServerUpdate, classify
+from nodeagent.config.changes import Kind, classify
 from nodeagent.config.render import RenderOptions, render_held
+from nodeagent.haproxy.commands import ServerUpdate
 from nodeagent.held import Held, diff
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.deltas import classify_snapshots

@@ -21,8 +21,9 @@ from nodeagent.apply.applier import Applier
 from nodeagent.apply.outcome import Result
 from nodeagent.cli.flags import build_parser
 from nodeagent.config import render as render_module
-from nodeagent.config.changes import Kind, ServerUpdate
+from nodeagent.config.changes import Kind
 from nodeagent.config.render import render
+from nodeagent.haproxy.commands import ServerUpdate
 from nodeagent.haproxy.driver import HAProxy
 from nodeagent.held import ChangeSet, Held
 from nodeagent.stream.client import Client

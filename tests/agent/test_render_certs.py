@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from nodeagent.config import certcheck, certs
 from nodeagent.config.changes import Kind, classify
 from nodeagent.config.render import RenderError, RenderOptions, render_held
+from nodeagent.haproxy import sslcerts
 from nodeagent.held import Held, diff
 from peerplane.limits import MAX_CERTIFICATE_PEM
 from peerplane.v1 import peerplane_pb2 as pb
@@ -125,7 +126,7 @@ def test_the_agent_checks_each_certificate_itself() -> None:
     assert "expired" in (certcheck.problem(good.cert_pem + good.key_pem, later) or "")
     # A payload ends at the first empty line: none is sent.
     spaced = good.cert_pem + b"\n\n" + good.key_pem
-    assert "\n\n" not in certcheck.payload(spaced)
+    assert "\n\n" not in sslcerts.payload(spaced)
 
 
 def test_the_agent_refuses_keys_haproxys_openssl_refuses_and_pem_over_the_shared_limit() -> None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.config.changes import Kind, MapUpdate, classify
+from nodeagent.config.changes import Kind, classify
 from nodeagent.config.render import Rendered, RenderError, RenderOptions, render_held
+from nodeagent.haproxy.commands import MapUpdate
 from nodeagent.held import Held, diff
 from peerplane import routes
 from peerplane.v1 import peerplane_pb2 as pb

@@ -11,9 +11,10 @@ from collections.abc import Callable
 import pytest
 
 from nodeagent.config import routes as rendered_routes
-from nodeagent.config.changes import MapUpdate, classify
+from nodeagent.config.changes import classify
 from nodeagent.config.render import RenderError, RenderOptions, render_held
 from nodeagent.haproxy import HAProxyError
+from nodeagent.haproxy.commands import MapUpdate
 from nodeagent.haproxy.driver import map_command
 from nodeagent.held import Held, diff
 from peerplane import routes

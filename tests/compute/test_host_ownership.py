@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controlplane.compute import WorkloadSnapshot, compute
-from controlplane.compute.types import HttpListener
 from controlplane.model import GATEWAY_GROUP, ClusterState
 from controlplane.routes.ownership import ANY_HOST, Claim, Holding, resolve
 from controlplane.routes.status import StatusKey, route_statuses
+from controlplane.snapshot import HttpListener
 from controlplane.source.convert_routes import namespace_from
 from peerplane.routes import host_matches
 from tests.helpers.builders import WORKLOAD

@@ -12,7 +12,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controlplane.compute import Computer, WorkloadSnapshot, compute
-from controlplane.compute.types import SniRoute, TcpFrontend, WeightedBackend
 from controlplane.model import (
     Gateway,
     GatewayListener,
@@ -25,6 +24,7 @@ from controlplane.model import (
     frozen_map,
 )
 from controlplane.routes.status import StatusKey, route_statuses
+from controlplane.snapshot import SniRoute, TcpFrontend, WeightedBackend
 from controlplane.source.convert_routes import reference_grant_from
 from peerplane import routes as patterns
 from tests.helpers.builders import WORKLOAD, service

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from controlplane.compute import compute
-from controlplane.compute.types import WorkloadSnapshot
+from controlplane.snapshot import WorkloadSnapshot
 from controlplane.source.convert import ManifestError
 from peerplane import names
 from peerplane import routes as patterns

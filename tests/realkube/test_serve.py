@@ -66,7 +66,9 @@ def test_the_demo_is_served_under_the_shipped_rbac_with_no_403(
 
         def assigned() -> bool:
             found = snapshot(serve.address)
-            return "default_shop_http" in str(found) and slots(found, "default_shop_http") == expected
+            return (
+                "default_shop_http" in str(found) and slots(found, "default_shop_http") == expected
+            )
 
         assert wait_until(assigned, 30), serve.lines[-20:]
         found = snapshot(serve.address)

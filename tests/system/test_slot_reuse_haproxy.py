@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from controlplane.compute import Computer
-from controlplane.compute.types import BackendSlots
 from controlplane.publish import encode_one
+from controlplane.snapshot import BackendSlots
 from nodeagent.config.changes import Kind
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import WORKLOAD, cluster, endpoint_slice, haproxy_pod, service

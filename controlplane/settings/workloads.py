@@ -13,9 +13,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from controlplane.compute.types import RejectedInput
-from controlplane.compute.values import is_dns_subdomain, shown
 from controlplane.model import Pod, ReplicaSet
+from controlplane.settings.values import is_dns_subdomain, shown
+from controlplane.snapshot import RejectedInput
 from peerplane import limits
 from peerplane.addresses import AddressError, canonical_address
 
