@@ -192,7 +192,7 @@ class Redirect:
 @dataclass(frozen=True, slots=True)
 class RouteRule:
     """One match of one route rule (for one hostname), as the agent applies it: the
-    contract's RouteRule. Every string passed `peerplane.routes`' patterns."""
+    contract's RouteRule. Every string passed `peerplane.patterns`' patterns."""
 
     source: str  # "HTTPRoute ns/name rule 0 match 1", "Ingress ns/name rule 0 path 2"
     hostnames: tuple[str, ...]  # () : any host

@@ -28,7 +28,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from controlplane.loop.reconcile import ComputeFn
-from controlplane.model import ClusterState
+from controlplane.model import ANNOTATION_PREFIX, ClusterState
 from controlplane.snapshot import ComputeResult, RejectedInput, SlotAssignment
 from peerplane.runtime.untrusted import redact_pem
 
@@ -46,7 +46,6 @@ REASONS = {
     "Gateway": "RouteRejected",
 }
 IGNORED_ANNOTATION = "IgnoredAnnotation"
-ANNOTATION_PREFIX = "haproxy.org/"
 ROUTE_KINDS = frozenset({"Ingress", "HTTPRoute", "Gateway"})
 # Event reasons by rejection key, where the kind's reason would mislead.
 KEY_REASONS = {

@@ -35,11 +35,11 @@ from kubernetes.client.exceptions import ApiException
 
 from controlplane.loop.reconcile import ComputeFn
 from controlplane.model import GATEWAY_GROUP, ClusterState
+from controlplane.routes.names import GATEWAY_CONTROLLER
 from controlplane.snapshot import ComputeResult, SlotAssignment
 
 log = logging.getLogger(__name__)
 
-GATEWAY_CONTROLLER = "peerplane.dev/gateway-controller"
 NETWORKING_GROUP = "networking.k8s.io"
 CONFLICT_ATTEMPTS = 5
 Obj = dict[str, Any]

@@ -23,7 +23,7 @@ from cryptography.x509.oid import NameOID
 
 from controlplane.model import TLSSecret
 from controlplane.snapshot import Certificate
-from peerplane import routes as patterns
+from peerplane import patterns
 from peerplane.certs import fingerprint, key_matches, weak_chain
 from peerplane.limits import MAX_CERTIFICATE_PEM
 

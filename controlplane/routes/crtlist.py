@@ -41,7 +41,7 @@ from controlplane.snapshot import (
     HttpListener,
     RejectedInput,
 )
-from peerplane import routes as patterns
+from peerplane import patterns
 
 ACCEPT_PROXY_KEY = "accept-proxy-protocol"  # the settings ConfigMap's
 DEFAULT_SAID = (

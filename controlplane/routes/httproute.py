@@ -51,7 +51,7 @@ from controlplane.snapshot import (
     WeightedBackend,
 )
 from peerplane import names as hosts
-from peerplane import routes as patterns
+from peerplane import patterns
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from controlplane.routes.ownership import Claim
 from controlplane.routes.placement import Placement
 from controlplane.routes.precedence import Candidate, Origin
 from controlplane.snapshot import RejectedInput, RoutePath, RouteRule, WeightedBackend
-from peerplane import routes as patterns
+from peerplane import patterns
 
 PATH_TYPES = {"Exact": "Exact", "Prefix": "PathPrefix", "ImplementationSpecific": "PathPrefix"}
 

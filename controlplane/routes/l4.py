@@ -62,7 +62,7 @@ from controlplane.snapshot import (
     TlsPassthroughListener,
     WeightedBackend,
 )
-from peerplane.routes import WILDCARD_PREFIX
+from peerplane.patterns import WILDCARD_PREFIX
 
 L4Route = TLSRoute | TCPRoute
 RouteKey = tuple[str, str, str]  # (kind, namespace, name)

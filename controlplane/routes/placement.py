@@ -37,7 +37,7 @@ from controlplane.routes.termination import (
 )
 from controlplane.settings.table import GATEWAY_NAMESPACES, GatewayNamespaces, Resolver
 from controlplane.snapshot import Certificate
-from peerplane import routes as patterns
+from peerplane import patterns
 
 
 @dataclass(frozen=True, slots=True)

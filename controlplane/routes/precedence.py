@@ -21,7 +21,7 @@ from operator import attrgetter
 from controlplane.routes.ownership import Claim, Holding
 from controlplane.settings.values import shown
 from controlplane.snapshot import HttpListener, RejectedInput, RouteRule
-from peerplane.routes import WILDCARD_PREFIX
+from peerplane.patterns import WILDCARD_PREFIX
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,7 +68,7 @@ from controlplane.source.convert import (
     _text,
     shown,
 )
-from peerplane import routes as patterns
+from peerplane import patterns
 
 T = TypeVar("T")
 

@@ -27,8 +27,8 @@ from nodeagent.apply.faults import crash_point
 from nodeagent.apply.outcome import ApplyError, Result, SetAside
 from nodeagent.config import changes
 from nodeagent.config.descriptors import Budget
+from nodeagent.config.listeners import MapEntries, map_file
 from nodeagent.config.render import PEERS_SECTION, Rendered, RenderError, RenderOptions, render_held
-from nodeagent.config.routes import MapEntries, map_file
 from nodeagent.haproxy import HAProxyError, sockrepair, sslcerts
 from nodeagent.haproxy.driver import HAProxy, validate
 from nodeagent.haproxy.supervisor import Supervisor
@@ -156,9 +156,9 @@ class Applier:
         if not result.ok or result.kind is None:
             return
         m.apply_seconds.labels(result.kind.value).observe(seconds)
-        if result.kind is changes.Kind.RELOAD:
+        if result.kind is changes.ApplyPath.RELOAD:
             m.reloads.inc()
-        elif result.kind is changes.Kind.RUNTIME:
+        elif result.kind is changes.ApplyPath.RUNTIME:
             m.runtime_updates.inc()
         m.applied_version.set(self.applied_version)
 
@@ -170,7 +170,7 @@ class Applier:
         render cache, only changed backends are rendered and classified."""
         ident = f"workload={snapshot.workload} version={snapshot.version}"
 
-        def extra(path: changes.Kind | None) -> dict[str, object]:
+        def extra(path: changes.ApplyPath | None) -> dict[str, object]:
             name = path.value if path is not None else None
             return fields(workload=snapshot.workload, version=snapshot.version, path=name)
 
@@ -188,11 +188,11 @@ class Applier:
             change = dataclasses.replace(change, frontends=True)
         rendered = self._render(snapshot, change, aside)
         data = rendered.data()  # the file; its text only on the reload path
-        decision = changes.Decision(changes.Kind.RELOAD, reason="nothing applied yet")
+        decision = changes.Decision(changes.ApplyPath.RELOAD, reason="nothing applied yet")
         if old is not None and change is not None:
             decision = changes.classify(old, self._applied_cfg, snapshot, rendered, change)
         started = self.activation.started
-        if decision.kind is changes.Kind.NOTHING and started:
+        if decision.kind is changes.ApplyPath.NOTHING and started:
             log.info(
                 "%s: no change to HAProxy (%s)", ident, decision.reason, extra=extra(decision.kind)
             )
@@ -203,20 +203,24 @@ class Applier:
                 self._write_config(data)
             self._record(snapshot, rendered, aside)
             return Result(True, decision.kind, set_aside=_listed(aside))
-        kind = decision.kind if started else changes.Kind.RELOAD
-        if kind is changes.Kind.RUNTIME and not sockrepair.answers(self.haproxy.runtime_socket):
+        kind = decision.kind if started else changes.ApplyPath.RELOAD
+        if kind is changes.ApplyPath.RUNTIME and not sockrepair.answers(
+            self.haproxy.runtime_socket
+        ):
             log.warning(
                 "%s: runtime socket %s does not answer; reloading to repair it",
                 ident,
                 self.haproxy.runtime_socket,
-                extra=extra(changes.Kind.RELOAD),
+                extra=extra(changes.ApplyPath.RELOAD),
             )
-            kind = changes.Kind.RELOAD
-        if kind is changes.Kind.RUNTIME:
+            kind = changes.ApplyPath.RELOAD
+        if kind is changes.ApplyPath.RUNTIME:
             done = self._runtime(snapshot, rendered, data, decision, ident, extra(kind), aside)
             if isinstance(done, Result):
                 return done
-            kind = changes.Kind.RELOAD  # the reload's reason says why the runtime API did not do
+            kind = (
+                changes.ApplyPath.RELOAD
+            )  # the reload's reason says why the runtime API did not do
             decision = dataclasses.replace(
                 decision, reason=f"runtime update failed, reloading: {done} ({decision.reason})"
             )
@@ -226,7 +230,7 @@ class Applier:
         self._write_maps(rendered.maps, before)  # `haproxy -c` and the reload read them
         try:
             cfg, rendered, aside = self._validated(cfg, decision, snapshot, rendered, change, aside)
-            said = extra(changes.Kind.RELOAD)
+            said = extra(changes.ApplyPath.RELOAD)
             pid, fresh = self._activate_checked(
                 cfg, decision, ident, restoring, said, snapshot, rendered, aside
             )
@@ -384,7 +388,7 @@ class Applier:
         self._record(snapshot, rendered, aside)
         self.certs.prune(served, rendered.crt_lists)
         return Result(
-            True, changes.Kind.RUNTIME, worker_pid=self._worker_pid(), set_aside=_listed(aside)
+            True, changes.ApplyPath.RUNTIME, worker_pid=self._worker_pid(), set_aside=_listed(aside)
         )
 
     def _restore_certs(self, snapshot: Held, rendered: Rendered) -> None:
@@ -420,9 +424,9 @@ class Applier:
             if previous is not None:
                 self._write_config(previous)
             self.metrics.refused("reload", str(e))
-            raise ApplyError(f"reload failed: {e}", changes.Kind.RELOAD, retryable=True) from e
+            raise ApplyError(f"reload failed: {e}", changes.ApplyPath.RELOAD, retryable=True) from e
 
-    def _check_descriptors(self, data: bytes, kind: changes.Kind) -> None:
+    def _check_descriptors(self, data: bytes, kind: changes.ApplyPath) -> None:
         """Before `haproxy -c` and any write: a config needing more open files than HAProxy
         may have is NACKed with the figures and the remedies, as HAProxy would refuse to
         start or reload on it (docs/design.md, "Open files")."""

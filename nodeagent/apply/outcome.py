@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeagent.config.changes import Kind
+from nodeagent.config.changes import ApplyPath
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Result:
     """Outcome of one apply: `error` is empty on success and is the NACK text otherwise."""
 
     ok: bool
-    kind: Kind | None = None
+    kind: ApplyPath | None = None
     error: str = ""
     worker_pid: int | None = None
     # The failure may pass without a new snapshot (a reload that failed on a port still
@@ -55,7 +55,7 @@ class ApplyError(Exception):
     """The snapshot is not applied: `reason` is the NACK text; HAProxy keeps serving what
     it ran. `retryable` when the same snapshot may apply later without a new one."""
 
-    def __init__(self, reason: str, kind: Kind | None = None, retryable: bool = False) -> None:
+    def __init__(self, reason: str, kind: ApplyPath | None = None, retryable: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.kind = kind

@@ -13,8 +13,8 @@ from nodeagent.apply.applier import missing_local_peer
 from nodeagent.apply.certfiles import CertFiles
 from nodeagent.apply.outcome import ApplyError
 from nodeagent.cli import wiring
+from nodeagent.config.listeners import map_file
 from nodeagent.config.render import Rendered, RenderError, render_held
-from nodeagent.config.routes import map_file
 from nodeagent.haproxy import version
 from nodeagent.held import DeltaError, Held
 from peerplane.v1 import peerplane_pb2 as pb

@@ -11,7 +11,7 @@ cert` + `commit ssl cert`, `new ssl cert`, `add ssl crt-list`, `del ssl crt-list
 ssl cert`, the same on 2.6, 3.0 and 3.2); a changed default certificate reloads, as a new
 HTTPS port does (its bind line is new config text).
 
-Every name and filter is re-checked against `peerplane.routes` before it is written: those
+Every name and filter is re-checked against `peerplane.patterns` before it is written: those
 patterns admit no space, quote, backslash or `#`, so nothing needs quoting in a bind line,
 a crt-list or a runtime command.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from nodeagent.config.errors import RenderError
 from nodeagent.haproxy.commands import CertUpdate
-from peerplane import routes
+from peerplane import patterns
 from peerplane.v1 import peerplane_pb2 as pb
 
 # HTTP/2 and HTTP/1.1 offered by ALPN: mode http frontends speak both on 2.6, 3.0 and 3.2.
@@ -68,7 +68,7 @@ def check_certs_dir(certs_dir: str) -> str:
 
 
 def check_name(name: str) -> str:
-    if not routes.is_certificate_name(name):
+    if not patterns.is_certificate_name(name):
         raise RenderError(f"invalid certificate name: {name[:80]!r}")
     return name
 
@@ -88,7 +88,7 @@ def crt_lists(
         for binding in listener.tls.certificates:
             name = check_name(binding.certificate)
             for host in binding.hostnames:  # "!name": not for this name (a catch-all line)
-                if not routes.is_route_host(host.removeprefix("!")):
+                if not patterns.is_route_host(host.removeprefix("!")):
                     raise RenderError(f"certificate {name} on port {port}: invalid SNI {host!r}")
             lines.append(CrtLine(name, tuple(binding.hostnames)))
         if not lines:

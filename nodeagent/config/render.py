@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from nodeagent.config import certs, passthrough, routes
+from nodeagent.config import certs, listeners, passthrough
 from nodeagent.config.errors import RenderError
 from nodeagent.haproxy import version
 from nodeagent.held import ChangeSet, DeltaError, Held
@@ -24,7 +24,7 @@ from peerplane.v1 import peerplane_pb2 as pb
 __all__ = ["RenderError", "RenderOptions", "Rendered", "render", "render_backend", "render_held"]
 
 PEERS_SECTION = names.PEERS_SECTION  # re-exported: the applier checks HAProxy runs it
-HTTP_FRONTEND = routes.HTTP_FRONTEND
+HTTP_FRONTEND = listeners.HTTP_FRONTEND
 
 # The names and words compute emits, from the shared vocabulary: it never emits what we
 # refuse, and we refuse what it would never emit.
@@ -183,37 +183,43 @@ class Frontends:
     frontends_key: bytes
     listeners_key: bytes
     section: Section
-    maps: Mapping[str, routes.MapEntries]
+    maps: Mapping[str, listeners.MapEntries]
     routed: frozenset[str]
     texts: Mapping[int, str]  # each listener frontend's text, by port
     crt_lists: certs.CrtLists = field(default_factory=dict)  # HTTPS listeners' crt-lists
     tls_key: bytes = b""  # the TLS passthrough listeners' part
     layer4: passthrough.Layer4 | None = None  # the passthrough and TCP frontends
     set_aside: frozenset[str] = frozenset()  # certificates left out of the crt-lists
+    # The listeners' checked rules and host layers, handed to the next render.
+    route_cache: listeners.RouteCache = field(
+        default_factory=listeners.RouteCache, compare=False, repr=False
+    )
 
 
-def _frontends(held: Held, opts: RenderOptions, set_aside: frozenset[str]) -> Frontends:
+def _frontends(
+    held: Held, opts: RenderOptions, set_aside: frozenset[str], cache: listeners.RouteCache
+) -> Frontends:
     """HTTP frontends (a listener's port takes the annotation routes of the same port as
     its last layer; otherwise they keep their own frontend), TLS passthrough and TCP
     frontends (nodeagent/config/passthrough.py)."""
-    http, listeners = held.http_frontend, held.http_listeners
-    ports = {listener.port for listener in listeners}
+    http, http_listeners = held.http_frontend, held.http_listeners
+    ports = {listener.port for listener in http_listeners}
     merged = http if http is not None and http.port in ports else None
-    crt_lists = certs.crt_lists(listeners, set_aside)
-    strict = certs.strict_sni_ports(listeners)
+    crt_lists = certs.crt_lists(http_listeners, set_aside)
+    strict = certs.strict_sni_ports(http_listeners)
 
     def bind(port: int) -> str:
         """A listener's bind line after `bind`: address, port, then its options."""
         tls = certs.bind_tls(opts.certs_dir, port, crt_lists, port in strict)
         return _bind(opts, port) + tls
 
-    proxied = {listener.port for listener in listeners if listener.accept_proxy}
+    proxied = {listener.port for listener in http_listeners if listener.accept_proxy}
 
     def proxy_bind(port: int) -> str:
         """With `accept-proxy` where the listener expects a PROXY protocol header."""
         return bind(port) + passthrough.proxy_option(port in proxied)
 
-    routed = routes.render_listeners(listeners, merged, opts.maps_dir, proxy_bind)
+    routed = listeners.render_listeners(http_listeners, merged, opts.maps_dir, proxy_bind, cache)
     layer4 = passthrough.render(
         held.tls_listeners, held.tcp_frontends, opts.maps_dir, lambda port: _bind(opts, port)
     )
@@ -233,6 +239,7 @@ def _frontends(held: Held, opts: RenderOptions, set_aside: frozenset[str]) -> Fr
         tls_key=held.parts.tls_listeners,
         layer4=layer4,
         set_aside=set_aside,
+        route_cache=cache,
     )
 
 
@@ -374,10 +381,6 @@ class Rendered:
     options: RenderOptions
 
     @property
-    def global_text(self) -> str:
-        return self.global_section.text
-
-    @property
     def peers(self) -> str:
         return self.peers_section.text
 
@@ -390,7 +393,7 @@ class Rendered:
         return self.frontends_section.text
 
     @property
-    def maps(self) -> Mapping[str, routes.MapEntries]:
+    def maps(self) -> Mapping[str, listeners.MapEntries]:
         """The route model's map files: path -> entries, written beside haproxy.cfg."""
         return self.routed.maps
 
@@ -457,7 +460,8 @@ def render_held(
     if peers is None:
         peers = _section(held.peers_part, _peers(held.peers))
     if frontends is None:
-        frontends = _frontends(held, opts, set_aside)
+        cache = previous.routed.route_cache if previous is not None else listeners.RouteCache()
+        frontends = _frontends(held, opts, set_aside, cache)
     certs.check_bound(frontends.crt_lists, held.certificates)
     unknown = [name for name in frontends.routed if name not in held.backends]
     if unknown:

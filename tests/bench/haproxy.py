@@ -44,7 +44,7 @@ from typing import Any
 import nodeagent.apply.applier
 from nodeagent.apply.applier import Applier
 from nodeagent.apply.saved import StateStore
-from nodeagent.config.changes import Kind
+from nodeagent.config.changes import ApplyPath
 from nodeagent.config.render import RenderOptions
 from nodeagent.haproxy.driver import HAProxy
 from nodeagent.haproxy.supervisor import Supervisor
@@ -250,7 +250,7 @@ class Bench:
         self.expire = 0
         self.phases = Phases()
 
-    def apply_all(self, expected: Kind | None = None) -> float:
+    def apply_all(self, expected: ApplyPath | None = None) -> float:
         """Apply the next snapshot to every agent; the first one timed to serving."""
         self.version += 1
         snap = make_snapshot(self.net, self.version, self.pod, EXPIRES_MS[self.expire], self.ports)
@@ -273,7 +273,7 @@ class Bench:
     def measure(self, path: str, changes: int, gap: float, load: bool = True) -> dict[str, Any]:
         """`changes` samples of one path, `gap` seconds apart, under a load loop."""
         first = self.agents[0]
-        kind = Kind.RUNTIME if path == "runtime" else Kind.RELOAD
+        kind = ApplyPath.RUNTIME if path == "runtime" else ApplyPath.RELOAD
         reloads_before = first.haproxy.show_proc().reloads
         timings: list[float] = []
         kept: list[float] = []

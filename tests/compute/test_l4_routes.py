@@ -26,7 +26,7 @@ from controlplane.model import (
 from controlplane.routes.status import StatusKey, route_statuses
 from controlplane.snapshot import SniRoute, TcpFrontend, WeightedBackend
 from controlplane.source.convert_routes import reference_grant_from
-from peerplane import routes as patterns
+from peerplane import patterns
 from tests.helpers.builders import WORKLOAD, service
 from tests.helpers.route_builders import prefix_rule, route, state, to
 

@@ -19,7 +19,7 @@ import pytest
 from nodeagent.apply import applier as applier_module
 from nodeagent.apply.applier import Applier
 from nodeagent.apply.saved import StateStore
-from nodeagent.config.changes import Kind
+from nodeagent.config.changes import ApplyPath
 from nodeagent.config.render import RenderOptions
 from nodeagent.haproxy import sockrepair
 from nodeagent.haproxy.driver import HAProxy
@@ -196,7 +196,7 @@ def test_unwritable_state_dir_nacks_then_the_resent_snapshot_is_saved(
         assert r.applier.applied_hash == ""  # the next Hello asks for it again
         blocker.unlink()
         again = r.applier.apply(v1)  # what the control plane resends after the reconnect
-        assert again.ok and again.kind is Kind.NOTHING, again.error
+        assert again.ok and again.kind is ApplyPath.NOTHING, again.error
         assert r.applier.applied_hash == v1.content_hash
         assert StateStore(str(blocker / "state")).load() == v1
 
@@ -210,7 +210,7 @@ def test_unreachable_sockets_fall_back_then_nack_then_recover(
         runtime.rename(r.sockets / "runtime.moved")
         v2 = r.snap(2, slot=1)  # only the slot's address: the runtime API path
         fallback = r.applier.apply(v2)
-        assert fallback.ok and fallback.kind is Kind.RELOAD, fallback.error
+        assert fallback.ok and fallback.kind is ApplyPath.RELOAD, fallback.error
         assert r.get() == "pod-12"
         assert sockrepair.answers(str(runtime))  # that reload bound the socket again
         runtime.rename(r.sockets / "runtime.repaired")

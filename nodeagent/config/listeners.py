@@ -18,7 +18,7 @@ of higher precedence wins. Map content changes through the runtime API without a
 the frontend's text changes only when config-rendered rules, wildcard depths, ports or
 the default backend do (docs/design.md, "Route rendering and runtime updates").
 
-Every string is re-checked against `peerplane.routes` before it is written: those
+Every string is re-checked against `peerplane.patterns` before it is written: those
 patterns admit no space, quote, backslash or `#`, so no value needs quoting in a config
 line or a map file; a `%` is doubled where HAProxy reads a log-format.
 """
@@ -29,17 +29,17 @@ import dataclasses
 import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nodeagent.config.errors import RenderError
-from peerplane import limits, names, routes
+from peerplane import limits, names, patterns
 from peerplane.v1 import peerplane_pb2 as pb
 
 HTTP_FRONTEND = "fe_http"  # the annotation routes' frontend, merged or not
 ANY_HOST = "*"  # the layer token of rules for any host
 # A map rule's precedence inside its layer: every Exact path above every prefix, a longer
 # prefix above a shorter one (the Gateway API's order, and the Ingress one).
-EXACT_STRENGTH = 2 * routes.MAX_PATH
+EXACT_STRENGTH = 2 * patterns.MAX_PATH
 # Wildcard suffix depths (labels) looked up even when no rule uses them, so that a first
 # `*.example.com` is a map change, not a reload.
 WILDCARD_DEPTHS = (1, 2, 3)
@@ -98,9 +98,12 @@ def render_listeners(
     annotation: pb.HttpFrontend | None,
     maps_dir: str,
     bind: Callable[[int], str],
+    cache: RouteCache,
 ) -> RoutedFrontends:
     """The listeners' frontends; `annotation` is the HTTP frontend of the Service
-    annotations when it shares a listener's port (its routes become the last layer)."""
+    annotations when it shares a listener's port (its routes become the last layer).
+    `cache` holds what the last renders checked (`RouteCache`): the caller passes the
+    previous render's, or a new one."""
     if listeners and not _MAPS_DIR.fullmatch(maps_dir):
         raise RenderError(f"invalid maps directory: {maps_dir!r}")
     lines: list[str] = []
@@ -116,7 +119,7 @@ def render_listeners(
             raise RenderError(f"two listeners on port {port}")
         seen.add(port)
         hosts = annotation if annotation is not None and annotation.port == port else None
-        section, files, named = _listener(listener, hosts, maps_dir, bind)
+        section, files, named = _listener(listener, hosts, maps_dir, bind, cache)
         lines += section
         maps.update(files)
         backends |= named
@@ -128,14 +131,14 @@ def render_listeners(
 # render: a bounded cache of checked values keeps 6,000 rules from costing 6,000 host
 # parses per change. Only whether a string passed is kept, never a string that failed.
 _CACHE = 1 << 16
-_route_host = functools.lru_cache(_CACHE)(routes.is_route_host)
-_path = functools.lru_cache(_CACHE)(routes.is_path)
+_route_host = functools.lru_cache(_CACHE)(patterns.is_route_host)
+_path = functools.lru_cache(_CACHE)(patterns.is_path)
 _proxy_name = functools.lru_cache(_CACHE)(
     lambda name: limits.PROXY_NAME.fullmatch(name) is not None
 )
 
 
-def backend_name(name: str) -> str:
+def checked_backend_name(name: str) -> str:
     """`name` when it is a valid HAProxy proxy name (checks remembered); else RenderError."""
     if not _proxy_name(name):
         raise RenderError(f"invalid backend name: {name!r}")
@@ -146,19 +149,16 @@ def _refuse(what: str, value: object, source: str) -> RenderError:
     return RenderError(f"rule {source!r}: invalid {what}: {value!r}")
 
 
-_checked_rules: dict[bytes, _Rule] = {}
-
-
-def _checked(r: pb.RouteRule) -> _Rule:
+def _checked(r: pb.RouteRule, cache: RouteCache) -> _Rule:
     """`_parse`, remembered by the rule's bytes (bounded): a listener is rendered whole on
     every change, and all but the changed rules are those of the last render."""
     key = r.SerializeToString(deterministic=True)
-    found = _checked_rules.get(key)
+    found = cache.rules.get(key)
     if found is None:
         found = _parse(pb.RouteRule.FromString(key))  # its own copy: callers may mutate theirs
-        if len(_checked_rules) >= _CACHE:
-            _checked_rules.clear()
-        _checked_rules[key] = found
+        if len(cache.rules) >= _CACHE:
+            cache.rules.clear()
+        cache.rules[key] = found
     return found
 
 
@@ -176,38 +176,38 @@ def _parse(r: pb.RouteRule) -> _Rule:
             raise _refuse("path", r.path.value, src)
         exact = r.path.type == pb.PathMatch.EXACT
         path = r.path.value if exact else (r.path.value.rstrip("/") or "/")
-    if r.method and not routes.is_method(r.method):
+    if r.method and not patterns.is_method(r.method):
         raise _refuse("method", r.method, src)
     for h in r.headers:
-        if not routes.is_header_name(h.name) or not routes.is_header_value(h.value):
+        if not patterns.is_header_name(h.name) or not patterns.is_header_value(h.value):
             raise _refuse("header match", f"{h.name}: {h.value}", src)
     for q in r.query_params:
-        if not routes.is_query_name(q.name) or not routes.is_query_value(q.value):
+        if not patterns.is_query_name(q.name) or not patterns.is_query_value(q.value):
             raise _refuse("query match", f"{q.name}={q.value}", src)
     for b in r.backends:
         if b.backend:
-            backend_name(b.backend)
-        if b.weight > routes.MAX_WEIGHT:
+            checked_backend_name(b.backend)
+        if b.weight > patterns.MAX_WEIGHT:
             raise _refuse("weight", b.weight, src)
     if r.HasField("request_headers"):
         m = r.request_headers
         for nv in (*m.set, *m.add):
-            if not routes.is_header_name(nv.name) or not routes.is_header_value(nv.value):
+            if not patterns.is_header_name(nv.name) or not patterns.is_header_value(nv.value):
                 raise _refuse("header filter", f"{nv.name}: {nv.value}", src)
         for name in m.remove:
-            if not routes.is_header_name(name):
+            if not patterns.is_header_name(name):
                 raise _refuse("header filter", name, src)
     if r.HasField("redirect"):
         d = r.redirect
-        if d.scheme and d.scheme not in routes.REDIRECT_SCHEMES:
+        if d.scheme and d.scheme not in patterns.REDIRECT_SCHEMES:
             raise _refuse("redirect scheme", d.scheme, src)
         if d.hostname and not names.is_host_name(d.hostname):
             raise _refuse("redirect hostname", d.hostname, src)
         if d.port > 65535:
             raise _refuse("redirect port", d.port, src)
-        if d.status_code and d.status_code not in routes.REDIRECT_CODES:
+        if d.status_code and d.status_code not in patterns.REDIRECT_CODES:
             raise _refuse("redirect status code", d.status_code, src)
-        if d.replace_full_path and not routes.is_path(d.replace_full_path):
+        if d.replace_full_path and not patterns.is_path(d.replace_full_path):
             raise _refuse("redirect path", d.replace_full_path, src)
     served = [b for b in r.backends if b.weight > 0]
     filters = r.HasField("redirect") or (
@@ -233,13 +233,21 @@ class _LayerEntries:
     config: tuple[_Rule, ...]
 
 
-_layers: dict[str, _LayerEntries] = {}
+@dataclass(frozen=True)
+class RouteCache:
+    """What the last renders checked, kept for the next, each map bounded: every rule by
+    its bytes (`_checked`) and every host layer's entries by its token (`_layer_entries`).
+    It travels with the render cache (`render.Frontends.route_cache`), from one render to
+    the next; a new one checks everything again and gives the same output."""
+
+    rules: dict[bytes, _Rule] = field(default_factory=dict)
+    layers: dict[str, _LayerEntries] = field(default_factory=dict)
 
 
-def _layer_entries(token: str, rules: tuple[_Rule, ...]) -> _LayerEntries:
+def _layer_entries(token: str, rules: tuple[_Rule, ...], cache: RouteCache) -> _LayerEntries:
     """`token`'s layer, remembered while its rules are the very same checked objects (a
     change re-renders a listener whole; with thousands of hosts, one host's layer moved)."""
-    found = _layers.get(token)
+    found = cache.layers.get(token)
     if found is not None and found.rules == rules:  # _Rule compares by identity
         return found
     mapped = _in_map_order(rules)
@@ -256,9 +264,9 @@ def _layer_entries(token: str, rules: tuple[_Rule, ...]) -> _LayerEntries:
         else:
             config.append(rule)
     found = _LayerEntries(rules, exact, prefix, frozenset(backends), tuple(config))
-    if len(_layers) >= _CACHE:
-        _layers.clear()
-    _layers[token] = found
+    if len(cache.layers) >= _CACHE:
+        cache.layers.clear()
+    cache.layers[token] = found
     return found
 
 
@@ -294,11 +302,12 @@ def _listener(
     annotation: pb.HttpFrontend | None,
     maps_dir: str,
     bind: Callable[[int], str],
+    cache: RouteCache,
 ) -> tuple[list[str], dict[str, MapEntries], set[str]]:
     port = listener.port
     if len(listener.rules) > MAX_RULES:
         raise RenderError(f"listener {port}: more than {MAX_RULES} rules")
-    parsed = [_checked(r) for r in listener.rules]
+    parsed = [_checked(r, cache) for r in listener.rules]
     layers: dict[str, list[_Rule]] = {}
     for rule in parsed:
         for token in rule.tokens:
@@ -308,7 +317,7 @@ def _listener(
     in_config: dict[str, list[_Rule]] = {}
     named: set[str] = set()
     for token, rules in layers.items():
-        layer = _layer_entries(token, tuple(rules))
+        layer = _layer_entries(token, tuple(rules), cache)
         exact_map.update(layer.exact)  # keys start with the token: no two layers share one
         prefix_map.update(layer.prefix)
         named.update(layer.backends)
@@ -366,7 +375,7 @@ def _listener(
         for route in sorted(annotation.routes, key=lambda r: (r.host, r.backend)):
             if not names.is_host_name(route.host):
                 raise RenderError(f"invalid host: {route.host!r}")
-            hosts.setdefault(route.host, backend_name(route.backend))
+            hosts.setdefault(route.host, checked_backend_name(route.backend))
         files[hosts_path] = hosts
         named.update(hosts.values())
         lines += [
@@ -384,7 +393,7 @@ def _listener(
         lines.append("  http-request return status 404 if !{ var(txn.be) -m found }")
     lines.append("  use_backend %[var(txn.be)] if { var(txn.be) -m found }")
     if default:
-        lines.append(f"  default_backend {backend_name(default)}")
+        lines.append(f"  default_backend {checked_backend_name(default)}")
         named.add(default)
     return [*lines, ""], files, named
 
