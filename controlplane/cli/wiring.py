@@ -16,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from controlplane.cli.flags import DEFAULT_SLOTS, SourceSpec, inspection_authenticated
+from controlplane.cli.flag_types import SourceSpec
+from controlplane.cli.flags import DEFAULT_SLOTS, inspection_authenticated
 from controlplane.ledger.store import MemoryLedger, SlotLedger
 from controlplane.loop.reconcile import ComputeFn
 from controlplane.model import ClusterState, ObjectRef

@@ -9,9 +9,13 @@ failure is understood, not re-derived from exception types elsewhere.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from nodeagent.config.changes import ApplyPath
+from nodeagent.logformat import fields
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -64,3 +68,18 @@ class ApplyError(Exception):
     def result(self) -> Result:
         """The NACK this failure is reported as."""
         return Result(False, self.kind, error=self.reason, retryable=self.retryable)
+
+
+def unexpected(error: Exception, workload: str, version: int) -> Result:
+    """The NACK for an exception that is no ApplyError (a broken temp dir, no descriptors
+    left, a bug): logged with its traceback, and retryable, since the fault may be
+    repaired and the agent cannot tell; the retries back off up to 30 s."""
+    log.error(
+        "workload=%s version=%d: not applied, unexpected error: %r",
+        workload,
+        version,
+        error,
+        exc_info=error,
+        extra=fields(workload=workload, version=version),
+    )
+    return Result(False, error=f"unexpected error: {error!r}", retryable=True)

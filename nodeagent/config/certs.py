@@ -18,10 +18,10 @@ a crt-list or a runtime command.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from nodeagent.config.checked import DIRECTORY, check
 from nodeagent.config.errors import RenderError
 from nodeagent.haproxy.commands import CertUpdate
 from peerplane import patterns
@@ -29,7 +29,6 @@ from peerplane.v1 import peerplane_pb2 as pb
 
 # HTTP/2 and HTTP/1.1 offered by ALPN: mode http frontends speak both on 2.6, 3.0 and 3.2.
 ALPN = "h2,http/1.1"
-_CERTS_DIR = re.compile(r"/[A-Za-z0-9_./-]{1,200}")
 
 
 @dataclass(frozen=True)
@@ -62,9 +61,7 @@ def crtlist_file(certs_dir: str, lines: Sequence[CrtLine]) -> bytes:
 
 
 def check_certs_dir(certs_dir: str) -> str:
-    if not _CERTS_DIR.fullmatch(certs_dir):
-        raise RenderError(f"invalid certificates directory: {certs_dir!r}")
-    return certs_dir
+    return check(DIRECTORY, certs_dir, "certificates directory")
 
 
 def check_name(name: str) -> str:

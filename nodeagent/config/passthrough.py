@@ -18,18 +18,13 @@ frontend's text changes only for ports, wildcard depths above 3, weight groups a
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from nodeagent.config.checked import DIRECTORY, check
 from nodeagent.config.errors import RenderError
-from nodeagent.config.listeners import (
-    ANY_HOST,
-    WILDCARD_DEPTHS,
-    MapEntries,
-    checked_backend_name,
-    wildcard_depth,
-)
+from nodeagent.config.listeners import WILDCARD_DEPTHS, MapEntries, wildcard_depth
+from nodeagent.config.rules import ANY_HOST, checked_backend_name
 from peerplane import patterns
 from peerplane.v1 import peerplane_pb2 as pb
 
@@ -38,7 +33,6 @@ TCP_FRONTEND = "TCP frontend"
 INSPECT_DELAY = "5s"  # how long a client may take to send its ClientHello
 MAX_ROUTES = 100_000
 ACCEPT_PROXY = " accept-proxy"
-_MAPS_DIR = re.compile(r"/[A-Za-z0-9_./-]{1,200}")
 _WEIGHT_TOTAL = 1 << 31
 # Map values and variable contents that are no backend: a proxy name starts with a letter
 # or digit, these with "_".
@@ -80,8 +74,8 @@ def render(
     bind: Callable[[int], str],
 ) -> Layer4:
     """The frontends of the passthrough listeners, then of the TCP frontends, by port."""
-    if tls_listeners and not _MAPS_DIR.fullmatch(maps_dir):
-        raise RenderError(f"invalid maps directory: {maps_dir!r}")
+    if tls_listeners:
+        check(DIRECTORY, maps_dir, "maps directory")
     lines: list[str] = []
     maps: dict[str, MapEntries] = {}
     backends: set[str] = set()
