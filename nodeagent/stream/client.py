@@ -140,11 +140,12 @@ class Client:
             )
             async for attempt in retrying:
                 with attempt:
-                    await self._session()
-            # The session was up and ended: start over with a fresh, short backoff.
+                    await self._one_stream()
+            # The stream was up and ended: start over with a fresh, short backoff.
             await asyncio.sleep(self.backoff_multiplier)
 
-    async def _session(self) -> None:
+    async def _one_stream(self) -> None:
+        """One stream: Hello, then the reader, the apply loop and the reports until one ends."""
         options = [
             ("grpc.keepalive_time_ms", KEEPALIVE_MS),
             ("grpc.keepalive_timeout_ms", 10_000),
@@ -157,7 +158,7 @@ class Client:
             stub = peerplane_pb2_grpc.PeerPlaneStub(channel)
             call = stub.Stream(metadata=metadata or None)
             answered = False
-            self._write_lock = asyncio.Lock()  # bound to this session's event loop
+            self._write_lock = asyncio.Lock()  # bound to this stream's event loop
             try:
                 held = self.applier.applied_held  # read first: an apply may still finish
                 hello = self.hello()
@@ -177,7 +178,7 @@ class Client:
                 reader_task = asyncio.create_task(self._read_loop(call, latest))
                 report_task = self._start_reports(call)
                 try:
-                    # Whichever ends first ends the session: an apply loop that died is
+                    # Whichever ends first ends the stream: an apply loop that died is
                     # noticed at once (the stream is started again and the control plane
                     # resends what the Hello does not claim), not at the next message.
                     await asyncio.wait(
@@ -228,7 +229,7 @@ class Client:
         if self.reporter is None:
             return None
         reporter = self.reporter
-        self._applied = asyncio.Event()  # bound to this session's event loop
+        self._applied = asyncio.Event()  # bound to this stream's event loop
 
         async def send(msg: pb.AgentMessage) -> None:
             await self._write(call, msg)

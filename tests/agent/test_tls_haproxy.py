@@ -22,8 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from google.protobuf import json_format
 
 from nodeagent import cli
-from nodeagent.apply import applier as applier_module
-from nodeagent.apply import setaside
+from nodeagent.apply import setaside, validation
 from nodeagent.config import certcheck
 from nodeagent.config import render as render_module
 from nodeagent.config.changes import ApplyPath
@@ -507,7 +506,7 @@ def test_haproxy_c_runs_are_bounded_however_many_certificates_it_refuses(
         runs.append(text)
         return validate(text, binary, timeout)
 
-    monkeypatch.setattr(applier_module, "validate", counted)
+    monkeypatch.setattr(validation, "validate", counted)
     inst = site.inst
     assert inst.applier.apply(site.snapshot(BINDINGS)).ok
     hosts = {f"ns_x{i}": f"x{i}.example.com" for i in range(6)}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.apply import applier as applier_module
+from nodeagent.apply import validation
 from nodeagent.apply.applier import Applier
 from nodeagent.apply.saved import StateStore
 from nodeagent.config.changes import ApplyPath
@@ -315,14 +315,14 @@ def test_haproxy_killed_in_the_middle_of_an_apply_is_nacked_then_restarted_and_r
         assert r.get() == "pod-11"
         applied_config = Path(r.applier.config_path).read_text()
         if where == "after-check":
-            check = applier_module.validate
+            check = validation.validate
 
             def check_then_kill(*args: object, **kwargs: object) -> str | None:
                 said = check(*args, **kwargs)  # type: ignore[arg-type]
                 killed.append(_kill_haproxy(r))
                 return said
 
-            monkeypatch.setattr(applier_module, "validate", check_then_kill)
+            monkeypatch.setattr(validation, "validate", check_then_kill)
             v2 = r.snap(2, slot=1, balance="roundrobin")  # a new file: the reload path
         else:
             set_servers = r.applier.haproxy.set_servers
