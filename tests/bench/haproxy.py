@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import nodeagent.apply.applier
+import nodeagent.apply.validation
 from nodeagent.apply.applier import Applier
 from nodeagent.apply.saved import StateStore
 from nodeagent.config.changes import ApplyPath
@@ -153,20 +154,21 @@ class Phases:
     @contextmanager
     def installed(self, agent: Agent) -> Iterator[None]:
         """Wrap the module functions the applier calls and the timed agent's methods."""
+        modules = {"render_held": nodeagent.apply.applier, "validate": nodeagent.apply.validation}
         module_originals: dict[str, Callable[..., Any]] = {
-            name: getattr(nodeagent.apply.applier, name) for name in ("render_held", "validate")
+            name: getattr(module, name) for name, module in modules.items()
         }
         phase = {"render_held": "render", "validate": "validate"}
         try:
             for name, fn in module_originals.items():
-                setattr(nodeagent.apply.applier, name, self.wrap(phase[name], fn))
+                setattr(modules[name], name, self.wrap(phase[name], fn))
             # Instance attributes shadow the class's methods for this one agent only.
             hx, applier = agent.haproxy, agent.applier
             methods: list[tuple[object, str, str]] = [
                 (hx, "set_servers", "set_servers"),
                 (hx, "reload", "reload"),
                 (hx, "wait_peers_synced", "wait_peers_synced"),
-                (applier, "_write_config", "write"),
+                (applier.files, "write_config", "write"),
                 (applier.store, "save_bytes", "save"),
             ]
             for obj, attr, name in methods:
@@ -174,7 +176,7 @@ class Phases:
             yield
         finally:
             for name, fn in module_originals.items():
-                setattr(nodeagent.apply.applier, name, fn)
+                setattr(modules[name], name, fn)
 
     def take(self) -> dict[str, list[float]]:
         taken, self.times = dict(self.times), defaultdict(list)
