@@ -113,6 +113,24 @@ def test_no_import_runs_back_up(top: str, layers: Sequence[tuple[str, ...]]) -> 
     assert violations(top, layers) == []
 
 
+@pytest.mark.parametrize(
+    ("top", "forbidden"),
+    [("controlplane", "nodeagent"), ("nodeagent", "controlplane"), ("proto/peerplane", "")],
+)
+def test_the_programs_share_only_the_peerplane_package(top: str, forbidden: str) -> None:
+    """The control plane and the agent never import each other; `peerplane`, below both,
+    imports neither."""
+    tops = {forbidden} if forbidden else {"controlplane", "nodeagent"}
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {target}"
+        for path in sorted((ROOT / top).rglob("*.py"))
+        if not path.name.endswith("_pb2_grpc.py")
+        for line, target in imports("peerplane.x", path, set())
+        if target.split(".")[0] in tops
+    ]
+    assert found == []
+
+
 def test_the_check_sees_every_form_of_import(tmp_path: Path) -> None:
     """Plain, `from`, relative and function-local imports are all read, and an import of a
     higher layer is placed above the importer's."""
