@@ -13,7 +13,7 @@ import time
 
 from google.protobuf import json_format
 
-from controlplane.cli.flags import SourceSpec
+from controlplane.cli.flag_types import SourceSpec
 from controlplane.cli.wiring import workload_scope
 from controlplane.compute import compute
 from controlplane.ledger.sqlite import FileLedger, LedgerReadError
@@ -24,7 +24,7 @@ from controlplane.source.files import load_manifests
 
 def run_compute(args: argparse.Namespace) -> int:
     source: SourceSpec = args.source
-    assert source.directory is not None  # flags.files_source accepts files:DIR only
+    assert source.directory is not None  # flag_types.files_source accepts files:DIR only
     loaded = load_manifests(source.directory, args.configmap, args.haproxy_selector)
     for error in loaded.errors:
         print(f"controlplane: manifest skipped: {error}", file=sys.stderr)

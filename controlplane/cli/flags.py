@@ -8,15 +8,24 @@ the parsed flags into objects. `--source` is parsed once, into a `SourceSpec`.
 from __future__ import annotations
 
 import argparse
-import math
 import os
-import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from controlplane.compute.values import is_dns_label
-from controlplane.compute.workloads import DEFAULT_MAX_WORKLOADS, DEFAULT_WORKLOAD_KINDS
+from controlplane.cli.flag_types import (
+    INT32_MAX,
+    MAX_BUDGET_BYTES,
+    MAX_SECONDS,
+    files_source,
+    int_in,
+    kinds,
+    listen_address,
+    namespaces,
+    object_ref,
+    port,
+    positive_int,
+    seconds_in,
+    source_spec,
+)
 from controlplane.logformat import LOG_FORMATS
 from controlplane.model import ObjectRef
 from controlplane.publish.store import (
@@ -27,6 +36,7 @@ from controlplane.publish.store import (
 from controlplane.server import ServerOptions
 from controlplane.server.auth import DEFAULT_AUDIENCE
 from controlplane.server.ratelimit import DEFAULT_OPENS_BURST, DEFAULT_OPENS_PER_S
+from controlplane.settings.workloads import DEFAULT_MAX_WORKLOADS, DEFAULT_WORKLOAD_KINDS
 from controlplane.source.convert import DEFAULT_HAPROXY_SELECTOR
 from controlplane.status.command import add_arguments as add_status_arguments
 
@@ -44,137 +54,6 @@ NO_TRANSPORT = (
     "the gRPC port needs TLS: pass --tls-cert FILE --tls-key FILE (and --client-ca FILE to "
     "require client certificates), or --insecure to serve plaintext (development only)"
 )
-
-_KIND = re.compile(r"[A-Z][A-Za-z0-9]{0,62}")
-
-
-@dataclass(frozen=True, slots=True)
-class SourceSpec:
-    """`--source`, parsed: `files:DIR` (a folder of manifests) or `kubernetes`."""
-
-    kind: str  # "files" or "kubernetes"
-    directory: Path | None = None  # set for "files"
-    text: str = ""  # as given, for messages
-
-    def __str__(self) -> str:
-        return self.text
-
-    @property
-    def kubernetes(self) -> bool:
-        return self.kind == "kubernetes"
-
-
-def source_spec(text: str) -> SourceSpec:
-    """argparse type for `serve --source`: files:DIR or kubernetes."""
-    kind, sep, argument = text.partition(":")
-    if kind == "files" and sep and argument:
-        return SourceSpec("files", Path(argument), text)
-    if text == "kubernetes":
-        return SourceSpec("kubernetes", None, text)
-    raise argparse.ArgumentTypeError(f"expected files:DIR or kubernetes, got {text!r}")
-
-
-def files_source(text: str) -> SourceSpec:
-    """argparse type for `compute --source`: files:DIR only."""
-    kind, sep, rest = text.partition(":")
-    if kind != "files" or not sep or not rest:
-        raise argparse.ArgumentTypeError(f"expected files:DIR, got {text!r}")
-    return SourceSpec("files", Path(rest), text)
-
-
-def object_ref(text: str) -> ObjectRef:
-    """argparse type for NAMESPACE/NAME."""
-    try:
-        return ObjectRef.parse(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _names(text: str, check: re.Pattern[str] | None, what: str) -> frozenset[str]:
-    names = frozenset(item.strip() for item in text.split(",") if item.strip())
-    bad = sorted(n for n in names if not (check.fullmatch(n) if check else is_dns_label(n)))
-    if not names or bad:
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {what}, got {text!r}")
-    return names
-
-
-def namespaces(text: str) -> frozenset[str]:
-    """argparse type for NS[,NS...]."""
-    return _names(text, None, "namespaces")
-
-
-def kinds(text: str) -> frozenset[str]:
-    """argparse type for KIND[,KIND...] (Kubernetes kinds: DaemonSet, Deployment, ...)."""
-    return _names(text, _KIND, "kinds such as DaemonSet,Deployment")
-
-
-def positive_int(text: str) -> int:
-    if not text.isascii() or not text.isdigit() or len(text) > 18 or int(text) == 0:
-        raise argparse.ArgumentTypeError(f"expected an integer > 0, got {text!r}")
-    return int(text)
-
-
-def non_negative_int(text: str) -> int:
-    # 18 digits: int() of thousands of digits raises (a traceback, not a usage error).
-    if not text.isascii() or not text.isdigit() or len(text) > 18:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return int(text)
-
-
-INT32_MAX = 2**31 - 1
-"""gRPC takes message sizes and milliseconds as C ints: larger values overflow."""
-MAX_SECONDS = 24 * 86400.0
-MAX_BUDGET_BYTES = 2**40
-"""Largest memory budget flag (1 TiB): anything larger is a typo, not a sizing."""
-"""Longest duration flag: 24 days of milliseconds still fit an int32."""
-
-
-def int_in(low: int, high: int) -> Callable[[str], int]:
-    """argparse type: an integer in [low, high]."""
-
-    def parse(text: str) -> int:
-        value = non_negative_int(text)
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(
-                f"expected an integer from {low} to {high}, got {text!r}"
-            )
-        return value
-
-    return parse
-
-
-def seconds_in(low: float, high: float) -> Callable[[str], float]:
-    """argparse type: a finite number of seconds in [low, high] (inf, nan and 1e300 are
-    refused here, not by a traceback from gRPC or the lease timer)."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected a number of seconds, got {text!r}"
-            ) from None
-        if not (math.isfinite(value) and low <= value <= high):
-            raise argparse.ArgumentTypeError(
-                f"expected seconds from {low:g} to {high:g}, got {text!r}"
-            )
-        return value
-
-    return parse
-
-
-def port(text: str) -> int:
-    value = non_negative_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"expected a port (0 picks one), got {text!r}")
-    return value
-
-
-def listen_address(text: str) -> str:
-    host, sep, port_text = text.rpartition(":")
-    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT (port 0 picks one), got {text!r}")
-    return text
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from controlplane.cli.flags import DEFAULT_SLOTS, SourceSpec, inspection_authenticated
-from controlplane.compute.workloads import WorkloadScope
+from controlplane.cli.flag_types import SourceSpec
+from controlplane.cli.flags import DEFAULT_SLOTS, inspection_authenticated
 from controlplane.ledger.store import MemoryLedger, SlotLedger
 from controlplane.loop.reconcile import ComputeFn
 from controlplane.model import ClusterState, ObjectRef
@@ -25,16 +25,17 @@ from controlplane.publish.store import SnapshotStore
 from controlplane.server import ServerOptions, StreamLimits, TlsFiles
 from controlplane.server.auth import Authenticator
 from controlplane.server.tlscheck import check_pem
+from controlplane.settings.workloads import WorkloadScope
 from controlplane.source import Source
 
 if TYPE_CHECKING:
     from controlplane.compute import Computer
-    from controlplane.compute.types import ComputeResult
     from controlplane.kube.events import EventRecorder
     from controlplane.kube.leader import AsyncLeadership
     from controlplane.kube.ledger_watch import LedgerWatch
     from controlplane.kube.route_status import RouteStatusWriter
     from controlplane.metrics import Metrics
+    from controlplane.snapshot import ComputeResult
 
 # The log lines keep the logger name operators and tests know from `serve`.
 log = logging.getLogger("controlplane.serve")

@@ -8,7 +8,7 @@ content hashes) on any control-plane replica.
 """
 
 from controlplane.compute.computer import Computer, compute
-from controlplane.compute.types import (
+from controlplane.snapshot import (
     BackendSlots,
     BackendSpec,
     ComputeResult,

@@ -21,15 +21,15 @@ from collections.abc import Collection, Mapping, Sequence
 
 from controlplane.compute.assemble_whole import assemble_with_claims, frontends
 from controlplane.compute.plan import ServicePlan
-from controlplane.compute.settings import GlobalSettings
-from controlplane.compute.types import (
+from controlplane.settings.table import GlobalSettings
+from controlplane.settings.workloads import PeerEntry, Workload
+from controlplane.snapshot import (
     BackendSpec,
     HttpFrontend,
     RejectedInput,
     TcpFrontend,
     WorkloadSnapshot,
 )
-from controlplane.compute.workloads import PeerEntry, Workload
 
 PlanKey = tuple[str, str]  # (namespace, name) of the Service
 Claim = tuple[tuple[str, str, str], tuple[str, ...], int | None, str]

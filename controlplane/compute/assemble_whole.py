@@ -6,8 +6,9 @@ import dataclasses
 from collections.abc import Sequence
 
 from controlplane.compute.plan import ServicePlan, service_rejection
-from controlplane.compute.settings import GlobalSettings
-from controlplane.compute.types import (
+from controlplane.settings.table import GlobalSettings
+from controlplane.settings.workloads import PeerEntry, Workload
+from controlplane.snapshot import (
     BackendSpec,
     HostRoute,
     HttpFrontend,
@@ -17,7 +18,6 @@ from controlplane.compute.types import (
     TcpFrontend,
     WorkloadSnapshot,
 )
-from controlplane.compute.workloads import PeerEntry, Workload
 from peerplane.names import PEERS_SECTION as PEER_SECTION
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import lru_cache
 
-from controlplane.compute.types import EndpointKey
 from controlplane.model import EndpointSlice, ServicePort
+from controlplane.snapshot import EndpointKey
 from peerplane.addresses import Address, AddressError, parse_address
 
 _ADDRESS_TYPES = frozenset({"IPv4", "IPv6"})

@@ -13,17 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controlplane.compute.endpoints import ready_endpoints
-from controlplane.compute.settings import BackendSettings, Resolver, lookup
 from controlplane.compute.slots import assign_slots, quarantine_seconds
-from controlplane.compute.types import (
-    BackendSlots,
-    BackendSpec,
-    HealthCheck,
-    Persistence,
-    RejectedInput,
-    SlotAssignment,
-)
-from controlplane.compute.values import (
+from controlplane.model import EndpointSlice, Service, ServicePort
+from controlplane.settings.table import BackendSettings, Resolver, lookup
+from controlplane.settings.values import (
     MAX_HOSTS,
     Invalid,
     is_dns_label,
@@ -34,8 +27,15 @@ from controlplane.compute.values import (
     parse_workload_refs,
     shown,
 )
-from controlplane.model import EndpointSlice, Service, ServicePort
-from peerplane import limits
+from controlplane.snapshot import (
+    BackendSlots,
+    BackendSpec,
+    HealthCheck,
+    Persistence,
+    RejectedInput,
+    SlotAssignment,
+)
+from peerplane import limits, names
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +84,6 @@ class Planned:
     rejections: tuple[RejectedInput, ...]
 
 
-def backend_name(service: Service, port: ServicePort) -> str:
-    return f"{service.namespace}_{service.name}_{port.name or port.port}"
-
-
 def service_rejection(service: Service, key: str, value: str, reason: str) -> RejectedInput:
     return RejectedInput("Service", service.namespace, service.name, key, shown(value), reason)
 
@@ -122,7 +118,7 @@ def _backend_names_fit(service: Service, rejections: list[RejectedInput]) -> boo
     Service is refused here, alone. Kubernetes' own limits keep names within
     `limits.MAX_PROXY_NAME`; this holds that promise if naming ever changes."""
     for port in service.ports:
-        name = backend_name(service, port)
+        name = names.backend_name(service.namespace, service.name, port.name, port.port)
         if _servable(port) and not limits.is_proxy_name(name):
             reason = (
                 f"backend name {shown(name, 40)} is not {limits.MAX_PROXY_NAME} characters or "
@@ -252,7 +248,7 @@ def plan_service(
                 )
             )
             continue
-        name = backend_name(service, port)
+        name = names.backend_name(service.namespace, service.name, port.name, port.port)
         found_warnings: list[RejectedInput] = []
         port_mode = "tcp" if not exposed and name in tcp_names else mode
         settings = resolver.backend(service, port_mode, found_warnings)

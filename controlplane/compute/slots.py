@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from types import MappingProxyType
 
-from controlplane.compute.types import BackendSlots, EndpointKey
+from controlplane.snapshot import BackendSlots, EndpointKey
 from peerplane import limits
 
 

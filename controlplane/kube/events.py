@@ -27,9 +27,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from controlplane.compute.types import ComputeResult, RejectedInput, SlotAssignment
 from controlplane.loop.reconcile import ComputeFn
-from controlplane.model import ClusterState
+from controlplane.model import ANNOTATION_PREFIX, ClusterState
+from controlplane.snapshot import ComputeResult, RejectedInput, SlotAssignment
 from peerplane.runtime.untrusted import redact_pem
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,6 @@ REASONS = {
     "Gateway": "RouteRejected",
 }
 IGNORED_ANNOTATION = "IgnoredAnnotation"
-ANNOTATION_PREFIX = "haproxy.org/"
 ROUTE_KINDS = frozenset({"Ingress", "HTTPRoute", "Gateway"})
 # Event reasons by rejection key, where the kind's reason would mislead.
 KEY_REASONS = {

@@ -31,7 +31,6 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from controlplane.compute.types import BackendSlots, SlotAssignment
 from controlplane.kube.ledger_watch import LedgerWatch
 from controlplane.ledger.shards import (
     LEDGER_LABEL,
@@ -46,6 +45,7 @@ from controlplane.ledger.shards import (
 )
 from controlplane.ledger.store import LedgerWriteError, changes
 from controlplane.model import ObjectRef
+from controlplane.snapshot import BackendSlots, SlotAssignment
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,6 @@ from collections.abc import Callable, Collection
 
 from kubernetes import client
 
-from controlplane.compute.types import BackendSlots, SlotAssignment
 from controlplane.kube.informer import Informer, Key, WatchOptions
 from controlplane.ledger.shards import (
     LEDGER_LABEL,
@@ -39,6 +38,7 @@ from controlplane.ledger.shards import (
     shard_name,
 )
 from controlplane.model import ObjectRef
+from controlplane.snapshot import BackendSlots, SlotAssignment
 
 log = logging.getLogger(__name__)
 

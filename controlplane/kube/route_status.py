@@ -33,13 +33,13 @@ from typing import Any, Protocol
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from controlplane.compute.types import ComputeResult, SlotAssignment
 from controlplane.loop.reconcile import ComputeFn
 from controlplane.model import GATEWAY_GROUP, ClusterState
+from controlplane.routes.names import GATEWAY_CONTROLLER
+from controlplane.snapshot import ComputeResult, SlotAssignment
 
 log = logging.getLogger(__name__)
 
-GATEWAY_CONTROLLER = "peerplane.dev/gateway-controller"
 NETWORKING_GROUP = "networking.k8s.io"
 CONFLICT_ATTEMPTS = 5
 Obj = dict[str, Any]

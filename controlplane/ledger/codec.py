@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, TypeGuard
 
-from controlplane.compute.types import BackendSlots, EndpointKey, SlotAssignment
+from controlplane.snapshot import BackendSlots, EndpointKey, SlotAssignment
 from peerplane import limits
 from peerplane.addresses import AddressError, canonical_address
 from peerplane.runtime import untrusted

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from controlplane.compute.types import BackendSlots, SlotAssignment
 from controlplane.ledger.codec import assignment_from_json, assignment_to_json, parse_json
+from controlplane.snapshot import BackendSlots, SlotAssignment
 from peerplane import limits
 
 LEDGER_LABEL = "peerplane.dev/slot-ledger"

@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from controlplane.compute.types import BackendSlots, SlotAssignment
 from controlplane.ledger.codec import (
     MAX_LEDGER_BYTES,
     STATE_FORMAT,
@@ -38,6 +37,7 @@ from controlplane.ledger.codec import (
     parse_json,
 )
 from controlplane.ledger.store import LedgerWriteError, changes
+from controlplane.snapshot import BackendSlots, SlotAssignment
 
 log = logging.getLogger(__name__)
 

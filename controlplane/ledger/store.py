@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from controlplane.compute.types import BackendSlots, SlotAssignment
+from controlplane.snapshot import BackendSlots, SlotAssignment
 
 
 class SlotLedger(Protocol):

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from controlplane.ledger.store import LedgerWriteError, SlotLedger
 from controlplane.logformat import fields
+from controlplane.loop.assignment import same_assignment, written_part
 from controlplane.metrics import Metrics
 from controlplane.model import ClusterState
 from controlplane.publish.encode import Encoder
@@ -31,8 +32,8 @@ from controlplane.publish.store import SnapshotStore
 from controlplane.source import Source
 
 if TYPE_CHECKING:
-    from controlplane.compute.types import ComputeResult, RejectedInput, SlotAssignment
     from controlplane.publish.content import SnapshotContent
+    from controlplane.snapshot import ComputeResult, RejectedInput, SlotAssignment
 
 log = logging.getLogger(__name__)
 
@@ -66,44 +67,6 @@ class SlotAuthority(Protocol):
     def ledger(self) -> SlotAssignment | None: ...
 
     def retain(self, in_use: Collection[str]) -> None: ...
-
-
-def same_assignment(
-    a: SlotAssignment, b: SlotAssignment, touched: frozenset[str] | None = None
-) -> bool:
-    """Equal content, whatever mapping types hold it (saves are skipped when equal).
-    With `touched` (every backend whose object may differ) only those are compared."""
-    if a is b:
-        return True
-    if touched is not None:
-        return all(a.get(k) == b.get(k) for k in touched)
-    if a.keys() != b.keys():
-        return False
-    # Unchanged backends keep their BackendSlots object: identity settles most of them.
-    return all(
-        a[k] is b[k]
-        or (
-            a[k].count == b[k].count
-            and dict(a[k].slots) == dict(b[k].slots)
-            and dict(a[k].freed) == dict(b[k].freed)
-            and dict(a[k].freed_by) == dict(b[k].freed_by)
-        )
-        for k in a
-    )
-
-
-def _written_part(
-    error: Exception, previous: SlotAssignment, assignment: SlotAssignment
-) -> SlotAssignment | None:
-    """What a failed save did write: `assignment` with each backend the error names as
-    unwritten back at its `previous` slots (or left out, if new); None when the error does
-    not say what was written (nothing may be published)."""
-    unwritten = error.unwritten if isinstance(error, LedgerWriteError) else None
-    if unwritten is None:
-        return None
-    written = {name: slots for name, slots in assignment.items() if name not in unwritten}
-    written.update({name: previous[name] for name in unwritten if name in previous})
-    return written
 
 
 def describe_rejection(rejection: RejectedInput) -> str:
@@ -319,7 +282,7 @@ class Reconciler:
                 )
             except Exception as error:
                 self._unpersisted(error)
-                written = _written_part(error, previous, result.assignment)
+                written = written_part(error, previous, result.assignment)
                 if written is None:
                     return
                 # One backend's refused shard freezes no other: publish what was

@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from controlplane.compute.types import SlotAssignment
+from controlplane.snapshot import SlotAssignment
 
 SINGLE, LEADER, FOLLOWER = "single", "leader", "follower"
 

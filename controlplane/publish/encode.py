@@ -20,7 +20,9 @@ from itertools import compress, count
 from operator import is_not
 from typing import TypeVar
 
-from controlplane.compute.types import (
+from controlplane.publish import wire
+from controlplane.publish.content import SnapshotContent
+from controlplane.snapshot import (
     BackendSpec,
     Certificate,
     CertificateBinding,
@@ -31,8 +33,6 @@ from controlplane.compute.types import (
     WeightedBackend,
     WorkloadSnapshot,
 )
-from controlplane.publish import wire
-from controlplane.publish.content import SnapshotContent
 from peerplane import protowire
 from peerplane.parts import (
     ContentParts,

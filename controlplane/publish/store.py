@@ -27,13 +27,20 @@ from __future__ import annotations
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from controlplane.publish import delta, wire
 from controlplane.publish.content import SnapshotContent, without_keys
-from peerplane.parts import ContentParts
+from controlplane.publish.retention import (
+    CURRENT,
+    REPLACED,
+    BackendRefs,
+    Retained,
+    fixed_bytes,
+    unshared,
+)
 from peerplane.v1 import peerplane_pb2 as pb
 
 Subscriber = Callable[[], None]
@@ -84,86 +91,6 @@ DEFAULT_DELTA_CACHE_BYTES = 32 * 1024 * 1024
 that replace every backend of a 2,000-Service snapshot."""
 
 
-@dataclass(slots=True)
-class _Retained:
-    """One retained content of a workload: its parts and, once replaced, the backends its
-    successor does not share (`own`) and the bytes of its other parts it alone holds."""
-
-    parts: ContentParts
-    own: tuple[bytes, ...] = ()
-    fixed: int = 0
-    version: int = 0  # the version it was published as (`snapshot_at`)
-
-
-_CURRENT, _REPLACED = 0, 1
-_ENTRY_BYTES = 180
-"""What `_BackendRefs` spends per object it follows (dict slot, id, list: measured with
-tracemalloc), counted with the object: a settings edit makes thousands of them."""
-
-
-class _BackendRefs:
-    """Who holds each backend bytes object: how many current versions, how many replaced
-    retained contents. The encoder shares one object between versions and between
-    workloads that serve the same Service (a settings edit makes 8 workloads' retained
-    contents hold the same new bytes), so memory held only for deltas is the objects that
-    replaced contents hold and no current version does, each counted once (with what
-    following it costs here)."""
-
-    __slots__ = ("_counts", "only_replaced")
-
-    def __init__(self) -> None:
-        self._counts: dict[int, list[int]] = {}  # id -> [current, replaced, size]
-        self.only_replaced = 0
-
-    def count(self, backends: Iterable[bytes], holder: int, step: int) -> None:
-        """Add `step` (+1 or -1) holders of kind `holder` to each object (callers hold the
-        objects meanwhile, so their ids stay theirs)."""
-        counts = self._counts
-        for framed in backends:
-            key = id(framed)
-            entry = counts.get(key)
-            if entry is None:
-                entry = counts[key] = [0, 0, len(framed) + _ENTRY_BYTES]
-            was = entry[_REPLACED] > 0 and not entry[_CURRENT]
-            entry[holder] += step
-            now = entry[_REPLACED] > 0 and not entry[_CURRENT]
-            if was != now:
-                self.only_replaced += entry[2] if now else -entry[2]
-            if not entry[_CURRENT] and not entry[_REPLACED]:
-                del counts[key]
-
-
-def _unshared(old: ContentParts, new: ContentParts) -> tuple[list[bytes], list[bytes]]:
-    """The backends of `old` that `new` does not hold (by identity), and those of `new`
-    that `old` does not: O(backends), comparing references only."""
-    # By identity, with C-speed set operations (a Python loop over 8,000 backends per
-    # publish was an eighth of a step): ids of live objects are unique.
-    before = dict(zip(map(id, old.backends.values()), old.backends.values(), strict=True))
-    after = dict(zip(map(id, new.backends.values()), new.backends.values(), strict=True))
-    gone = [before[i] for i in before.keys() - after.keys()]
-    added = [after[i] for i in after.keys() - before.keys()]
-    return gone, added
-
-
-def _fixed_bytes(old: ContentParts, new: ContentParts) -> int:
-    """Bytes of `old`'s parts other than backends that `new` does not share (a rotated
-    certificate's old bytes among them), and its backends dict (never shared)."""
-    others = (
-        (old.workload, new.workload),
-        (old.peers, new.peers),
-        (old.frontends, new.frontends),
-        (old.warnings, new.warnings),
-        (old.listeners, new.listeners),
-        (old.tls_listeners, new.tls_listeners),
-    )
-    certificates = sum(
-        len(framed)
-        for name, framed in old.certificates.items()
-        if new.certificates.get(name) is not framed
-    )
-    return sum(len(a) for a, b in others if a is not b) + certificates + sys.getsizeof(old.backends)
-
-
 class SnapshotStore:
     """Current published version of every workload, plus the pod -> workload mapping.
 
@@ -186,11 +113,11 @@ class SnapshotStore:
         self.delta_cache_budget = delta_cache_bytes
         # Per workload: content hash -> parts of the last `retained_versions` contents,
         # oldest first, the current one last.
-        self._retained: dict[str, OrderedDict[str, _Retained]] = {}
+        self._retained: dict[str, OrderedDict[str, Retained]] = {}
         # Replaced (non-current) retained contents of every workload, replaced longest ago
         # first: the eviction order of the byte budget.
         self._replaced: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self._refs = _BackendRefs()
+        self._refs = BackendRefs()
         self._fixed_total = 0  # replaced contents' `fixed` bytes
         # Per workload: base content hash -> ServerMessage(delta=...) to the current version;
         # every cached (workload, base) least recently used first, their bytes summed.
@@ -234,7 +161,7 @@ class SnapshotStore:
         removed = sorted(set(self._current) - set(snapshots))
         for workload in removed:
             gone = self._current.pop(workload)
-            self._refs.count(gone.content.parts.backends.values(), _CURRENT, -1)
+            self._refs.count(gone.content.parts.backends.values(), CURRENT, -1)
             self._drop_deltas(workload)
             for content_hash in list(self._retained.get(workload, ())):
                 self._forget(workload, content_hash)
@@ -281,20 +208,20 @@ class SnapshotStore:
         retained = self._retained.setdefault(workload, OrderedDict())
         self._forget(workload, content.content_hash)  # content going back: current again
         if replaced is None:
-            self._refs.count(content.parts.backends.values(), _CURRENT, 1)
+            self._refs.count(content.parts.backends.values(), CURRENT, 1)
         else:
             before = replaced.content.parts
-            gone, added = _unshared(before, content.parts)
-            self._refs.count(added, _CURRENT, 1)
-            self._refs.count(gone, _CURRENT, -1)
+            gone, added = unshared(before, content.parts)
+            self._refs.count(added, CURRENT, 1)
+            self._refs.count(gone, CURRENT, -1)
             previous = retained.get(replaced.content_hash)
             if previous is not None:
                 previous.own = tuple(gone)
-                previous.fixed = _fixed_bytes(before, content.parts) + sys.getsizeof(previous.own)
-                self._refs.count(previous.own, _REPLACED, 1)
+                previous.fixed = fixed_bytes(before, content.parts) + sys.getsizeof(previous.own)
+                self._refs.count(previous.own, REPLACED, 1)
                 self._fixed_total += previous.fixed
                 self._replaced[(workload, replaced.content_hash)] = None
-        retained[content.content_hash] = _Retained(content.parts, version=version)
+        retained[content.content_hash] = Retained(content.parts, version=version)
         while len(retained) > self.retained_versions:
             self._forget(workload, next(iter(retained)))
 
@@ -304,7 +231,7 @@ class SnapshotStore:
         gone = retained.pop(content_hash, None) if retained is not None else None
         if gone is None:
             return
-        self._refs.count(gone.own, _REPLACED, -1)
+        self._refs.count(gone.own, REPLACED, -1)
         self._fixed_total -= gone.fixed
         self._replaced.pop((workload, content_hash), None)
         cache = self._deltas.get(workload)

@@ -6,7 +6,7 @@ Ingress asks for (`httproute`, `ingress`, with backends resolved in `backends`),
 the Gateway API's precedence with conflicts dropped (`precedence`), each hostname of a
 shared port held by one namespace (`ownership`), assembled per workload (`table`), and the
 status documents the Lease holder writes (`status`). Every input that cannot be served is
-reported (`RejectedInput`) and the rest is served (docs/annotations.md, "Routes"). The
-package imports nothing itself: compute imports its modules, and they import compute's
-types.
+reported (`RejectedInput`) and the rest is served (docs/annotations.md, "Routes"). It
+reads the model, the snapshot types and the settings; compute, one layer up, calls it
+(docs/design.md, "Layers").
 """

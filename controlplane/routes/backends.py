@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from controlplane.compute.plan import backend_name
-from controlplane.compute.values import is_dns_label, is_port_name
 from controlplane.model import GATEWAY_GROUP, ReferenceGrant, Service, ServicePort
 from controlplane.routes import names
+from controlplane.settings.values import is_dns_label, is_port_name
 from peerplane import limits
+from peerplane.names import backend_name
 
 ServiceKey = tuple[str, str]
 
@@ -46,7 +46,7 @@ def _servable_port(service: Service, port: ServicePort) -> Resolved:
         return Resolved(
             "", reason=names.BACKEND_NOT_FOUND, message="Service name is not a DNS label"
         )
-    name = backend_name(service, port)
+    name = backend_name(service.namespace, service.name, port.name, port.port)
     if not limits.is_proxy_name(name):
         return Resolved("", reason=names.BACKEND_NOT_FOUND, message="backend name too long")
     return Resolved(name, (service.namespace, service.name))

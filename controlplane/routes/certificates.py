@@ -21,9 +21,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
-from controlplane.compute.types import Certificate
 from controlplane.model import TLSSecret
-from peerplane import routes as patterns
+from controlplane.snapshot import Certificate
+from peerplane import patterns
 from peerplane.certs import fingerprint, key_matches, weak_chain
 from peerplane.limits import MAX_CERTIFICATE_PEM
 

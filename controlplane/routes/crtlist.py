@@ -27,21 +27,21 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from controlplane.compute.settings import DEFAULT_CERTIFICATE, Resolver
-from controlplane.compute.types import (
-    Certificate,
-    CertificateBinding,
-    HttpListener,
-    RejectedInput,
-)
-from controlplane.compute.values import shown
 from controlplane.model import ClusterState, ConfigMap, Ingress
 from controlplane.routes import protocols, sni
 from controlplane.routes.certificates import CertificateCache
 from controlplane.routes.placement import ACCEPT_PROXY_ANNOTATION, Placement, accept_proxy
 from controlplane.routes.sni import Source
 from controlplane.routes.termination import SecretLookup
-from peerplane import routes as patterns
+from controlplane.settings.table import DEFAULT_CERTIFICATE, Resolver
+from controlplane.settings.values import shown
+from controlplane.snapshot import (
+    Certificate,
+    CertificateBinding,
+    HttpListener,
+    RejectedInput,
+)
+from peerplane import patterns
 
 ACCEPT_PROXY_KEY = "accept-proxy-protocol"  # the settings ConfigMap's
 DEFAULT_SAID = (

@@ -13,16 +13,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from controlplane.compute.types import (
+from controlplane.routes.l4 import http_names
+from controlplane.routes.table import WorkloadRoutes
+from controlplane.settings.values import shown
+from controlplane.snapshot import (
     HttpFrontend,
     HttpListener,
     RejectedInput,
     RouteRule,
     WeightedBackend,
 )
-from controlplane.compute.values import shown
-from controlplane.routes.l4 import http_names
-from controlplane.routes.table import WorkloadRoutes
 
 
 def referenced(routes: WorkloadRoutes) -> tuple[str, ...]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from peerplane.routes import WILDCARD_PREFIX, host_matches
+from peerplane.patterns import WILDCARD_PREFIX, host_matches
 
 
 def _wild(host: str) -> bool:

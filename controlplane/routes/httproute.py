@@ -15,15 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from controlplane.compute.types import (
-    HeaderChanges,
-    Redirect,
-    RejectedInput,
-    RoutePath,
-    RouteRule,
-    WeightedBackend,
-)
-from controlplane.compute.values import shown
 from controlplane.model import (
     ANNOTATION_PREFIX,
     GATEWAY_GROUP,
@@ -50,8 +41,17 @@ from controlplane.routes.placement import (
     allows_namespace,
 )
 from controlplane.routes.precedence import Candidate, Origin
+from controlplane.settings.values import shown
+from controlplane.snapshot import (
+    HeaderChanges,
+    Redirect,
+    RejectedInput,
+    RoutePath,
+    RouteRule,
+    WeightedBackend,
+)
 from peerplane import names as hosts
-from peerplane import routes as patterns
+from peerplane import patterns
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from controlplane.compute.types import RejectedInput, RoutePath, RouteRule, WeightedBackend
 from controlplane.model import ANNOTATION_PREFIX, Ingress, IngressBackend, Service
 from controlplane.routes.backends import Resolved, ServiceKey, service_port
 from controlplane.routes.ownership import Claim
 from controlplane.routes.placement import Placement
 from controlplane.routes.precedence import Candidate, Origin
-from peerplane import routes as patterns
+from controlplane.snapshot import RejectedInput, RoutePath, RouteRule, WeightedBackend
+from peerplane import patterns
 
 PATH_TYPES = {"Exact": "Exact", "Prefix": "PathPrefix", "ImplementationSpecific": "PathPrefix"}
 

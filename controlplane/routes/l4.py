@@ -26,15 +26,6 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from controlplane.compute.types import (
-    HttpListener,
-    RejectedInput,
-    SniRoute,
-    TcpFrontend,
-    TlsPassthroughListener,
-    WeightedBackend,
-)
-from controlplane.compute.values import shown
 from controlplane.model import (
     ClusterState,
     HTTPBackendRef,
@@ -62,7 +53,16 @@ from controlplane.routes.placement import (
     listener_claim,
 )
 from controlplane.routes.precedence import Origin, Refusals
-from peerplane.routes import WILDCARD_PREFIX
+from controlplane.settings.values import shown
+from controlplane.snapshot import (
+    HttpListener,
+    RejectedInput,
+    SniRoute,
+    TcpFrontend,
+    TlsPassthroughListener,
+    WeightedBackend,
+)
+from peerplane.patterns import WILDCARD_PREFIX
 
 L4Route = TLSRoute | TCPRoute
 RouteKey = tuple[str, str, str]  # (kind, namespace, name)

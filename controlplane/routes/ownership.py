@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from peerplane.routes import WILDCARD_PREFIX, host_matches
+from peerplane.patterns import WILDCARD_PREFIX, host_matches
 
 ANY_HOST = ""
 

@@ -18,8 +18,6 @@ import dataclasses
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from controlplane.compute.settings import GATEWAY_NAMESPACES, GatewayNamespaces, Resolver
-from controlplane.compute.types import Certificate
 from controlplane.model import (
     ClusterState,
     Gateway,
@@ -37,7 +35,9 @@ from controlplane.routes.termination import (
     by_namespace,
     listener_tls,
 )
-from peerplane import routes as patterns
+from controlplane.settings.table import GATEWAY_NAMESPACES, GatewayNamespaces, Resolver
+from controlplane.snapshot import Certificate
+from peerplane import patterns
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,10 +18,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from controlplane.compute.types import HttpListener, RejectedInput, RouteRule
-from controlplane.compute.values import shown
 from controlplane.routes.ownership import Claim, Holding
-from peerplane.routes import WILDCARD_PREFIX
+from controlplane.settings.values import shown
+from controlplane.snapshot import HttpListener, RejectedInput, RouteRule
+from peerplane.patterns import WILDCARD_PREFIX
 
 
 @dataclass(frozen=True, slots=True)

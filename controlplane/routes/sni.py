@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from peerplane import routes as patterns
+from peerplane import patterns
 
 Age = tuple[str, str, str, str, int]  # creationTimestamp ("~": none), namespace, name, kind, index
 

@@ -18,8 +18,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controlplane.compute.settings import Resolver
-from controlplane.compute.workloads import DEFAULT_SCOPE, WorkloadScope, discover
 from controlplane.model import GATEWAY_GROUP, ClusterState, ParentRef, Pod
 from controlplane.routes import names, protocols
 from controlplane.routes.addresses import (
@@ -31,6 +29,8 @@ from controlplane.routes.addresses import (
 from controlplane.routes.httproute import ParentOutcome
 from controlplane.routes.placement import GatewayPlace, ListenerPlace, Verdict
 from controlplane.routes.table import RouteTable, compute_routes
+from controlplane.settings.table import Resolver
+from controlplane.settings.workloads import DEFAULT_SCOPE, WorkloadScope, discover
 
 
 @dataclass(frozen=True, slots=True, order=True)

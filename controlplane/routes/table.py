@@ -22,7 +22,6 @@ import math
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from controlplane.compute.types import Certificate, HttpListener, RejectedInput
 from controlplane.model import (
     ClusterState,
     HTTPRoute,
@@ -44,6 +43,7 @@ from controlplane.routes.ownership import ANY_HOST, Claim, resolve
 from controlplane.routes.placement import Placement, Verdict, listener_claim, place
 from controlplane.routes.precedence import Candidate, Origin, Refusals, listeners
 from controlplane.routes.termination import SecretKey, SecretLookup
+from controlplane.snapshot import Certificate, HttpListener, RejectedInput
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,6 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from controlplane.compute.types import (
-    Certificate,
-)
 from controlplane.model import (
     GATEWAY_GROUP,
     Gateway,
@@ -27,6 +24,9 @@ from controlplane.model import (
 )
 from controlplane.routes import names
 from controlplane.routes.certificates import CertificateCache
+from controlplane.snapshot import (
+    Certificate,
+)
 
 SecretKey = tuple[str, str]  # (namespace, name)
 INVALID_CERTIFICATE_REF = "InvalidCertificateRef"

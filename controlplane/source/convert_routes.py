@@ -52,7 +52,7 @@ from controlplane.source.convert import (
     _timestamp,
     shown,
 )
-from peerplane import routes as patterns
+from peerplane import patterns
 
 MAX_WEIGHT = patterns.MAX_WEIGHT
 

@@ -13,12 +13,15 @@ HAProxy.
 
 from __future__ import annotations
 
+import logging
 from typing import Protocol
 
-from nodeagent.haproxy import HAProxyError
+from nodeagent.haproxy import HAProxyError, sockrepair
 from nodeagent.haproxy.driver import HAProxy
 from nodeagent.haproxy.parse import ProcInfo
 from nodeagent.haproxy.supervisor import Supervisor
+
+log = logging.getLogger(__name__)
 
 
 class Activation(Protocol):
@@ -101,3 +104,17 @@ class External:
 def for_mode(haproxy: HAProxy, supervisor: Supervisor | None) -> Activation:
     """The strategy of an agent that supervises HAProxy (`supervisor`) or not."""
     return External(haproxy) if supervisor is None else Managed(haproxy, supervisor)
+
+
+def socket_rebinding(haproxy: HAProxy, cfg: str) -> str | None:
+    """The config to reload with so that a deleted runtime socket is bound again, or
+    None when the socket answers (or HAProxy is not up: a start binds it anyway)."""
+    path = haproxy.runtime_socket
+    if sockrepair.answers(path) or not haproxy.is_running():
+        return None
+    rebind = sockrepair.rebinding_config(cfg, path)
+    if rebind is None:
+        log.error("runtime socket %s is gone and cannot be rebound by a reload", path)
+    else:
+        log.warning("runtime socket %s is gone: reloading so that HAProxy binds it", path)
+    return rebind

@@ -15,22 +15,24 @@ others").
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
-from nodeagent.apply import activation, saved, setaside
+from nodeagent.apply import activation, peers, saved, setaside
 from nodeagent.apply.certfiles import CertFiles
 from nodeagent.apply.faults import crash_point
-from nodeagent.apply.outcome import ApplyError, Result, SetAside
+from nodeagent.apply.files import HAProxyFiles
+from nodeagent.apply.outcome import ApplyError, Result, SetAside, unexpected
+from nodeagent.apply.validation import Validation
 from nodeagent.config import changes
 from nodeagent.config.descriptors import Budget
-from nodeagent.config.render import PEERS_SECTION, Rendered, RenderError, RenderOptions, render_held
-from nodeagent.config.routes import MapEntries, map_file
+from nodeagent.config.render import Rendered, RenderError, RenderOptions, render_held
 from nodeagent.haproxy import HAProxyError, sockrepair, sslcerts
-from nodeagent.haproxy.driver import HAProxy, validate
+from nodeagent.haproxy.driver import HAProxy
 from nodeagent.haproxy.supervisor import Supervisor
 from nodeagent.held import ChangeSet, DeltaError, Held, diff
 from nodeagent.logformat import fields
@@ -65,6 +67,7 @@ class Applier:
         self.options = dataclasses.replace(options, maps_dir=maps_dir, certs_dir=certs_dir)
         self.certs = CertFiles(certs_dir)
         self.config_path = config_path
+        self.files = HAProxyFiles(config_path, maps_dir)
         self.store = store
         self.haproxy = haproxy
         self.activation = activation.for_mode(haproxy, supervisor)
@@ -75,6 +78,7 @@ class Applier:
         self._unsaved = False  # HAProxy runs `applied` but the state dir lacks it
         self._lock = threading.Lock()
         self.metrics = metrics if metrics is not None else AgentMetrics()
+        self.validation = Validation(haproxy, self.certs, certs_dir, self.metrics)
         # The open files HAProxy may use: a config that needs more is NACKed before
         # `haproxy -c` (None: not counted; HAProxy's own refusal is quoted instead).
         self.budget = budget
@@ -156,9 +160,9 @@ class Applier:
         if not result.ok or result.kind is None:
             return
         m.apply_seconds.labels(result.kind.value).observe(seconds)
-        if result.kind is changes.Kind.RELOAD:
+        if result.kind is changes.ApplyPath.RELOAD:
             m.reloads.inc()
-        elif result.kind is changes.Kind.RUNTIME:
+        elif result.kind is changes.ApplyPath.RUNTIME:
             m.runtime_updates.inc()
         m.applied_version.set(self.applied_version)
 
@@ -170,11 +174,11 @@ class Applier:
         render cache, only changed backends are rendered and classified."""
         ident = f"workload={snapshot.workload} version={snapshot.version}"
 
-        def extra(path: changes.Kind | None) -> dict[str, object]:
+        def extra(path: changes.ApplyPath | None) -> dict[str, object]:
             name = path.value if path is not None else None
             return fields(workload=snapshot.workload, version=snapshot.version, path=name)
 
-        missing = missing_local_peer(snapshot.peers, self.options.pod_name)
+        missing = peers.missing_local_peer(snapshot.peers, self.options.pod_name)
         if missing is not None:
             raise ApplyError(missing)
         old = self.applied
@@ -188,11 +192,11 @@ class Applier:
             change = dataclasses.replace(change, frontends=True)
         rendered = self._render(snapshot, change, aside)
         data = rendered.data()  # the file; its text only on the reload path
-        decision = changes.Decision(changes.Kind.RELOAD, reason="nothing applied yet")
+        decision = changes.Decision(changes.ApplyPath.RELOAD, reason="nothing applied yet")
         if old is not None and change is not None:
             decision = changes.classify(old, self._applied_cfg, snapshot, rendered, change)
         started = self.activation.started
-        if decision.kind is changes.Kind.NOTHING and started:
+        if decision.kind is changes.ApplyPath.NOTHING and started:
             log.info(
                 "%s: no change to HAProxy (%s)", ident, decision.reason, extra=extra(decision.kind)
             )
@@ -200,45 +204,51 @@ class Applier:
             # without reading the old one (27 MB at 8,000 Services) to see that it differs.
             same = old is not None and old.content_hash == snapshot.content_hash
             if not same or self._read_config_bytes() != data:
-                self._write_config(data)
+                self.files.write_config(data)
             self._record(snapshot, rendered, aside)
-            return Result(True, decision.kind, set_aside=_listed(aside))
-        kind = decision.kind if started else changes.Kind.RELOAD
-        if kind is changes.Kind.RUNTIME and not sockrepair.answers(self.haproxy.runtime_socket):
+            return Result(True, decision.kind, set_aside=setaside.listed(aside))
+        kind = decision.kind if started else changes.ApplyPath.RELOAD
+        if kind is changes.ApplyPath.RUNTIME and not sockrepair.answers(
+            self.haproxy.runtime_socket
+        ):
             log.warning(
                 "%s: runtime socket %s does not answer; reloading to repair it",
                 ident,
                 self.haproxy.runtime_socket,
-                extra=extra(changes.Kind.RELOAD),
+                extra=extra(changes.ApplyPath.RELOAD),
             )
-            kind = changes.Kind.RELOAD
-        if kind is changes.Kind.RUNTIME:
+            kind = changes.ApplyPath.RELOAD
+        if kind is changes.ApplyPath.RUNTIME:
             done = self._runtime(snapshot, rendered, data, decision, ident, extra(kind), aside)
             if isinstance(done, Result):
                 return done
-            kind = changes.Kind.RELOAD  # the reload's reason says why the runtime API did not do
+            # The reload's reason says why the runtime API did not do.
+            kind = changes.ApplyPath.RELOAD
             decision = dataclasses.replace(
                 decision, reason=f"runtime update failed, reloading: {done} ({decision.reason})"
             )
         self._check_descriptors(data, decision.kind)
         cfg = data.decode()
         before = self._applied_cfg.maps if self._applied_cfg is not None else {}
-        self._write_maps(rendered.maps, before)  # `haproxy -c` and the reload read them
+        self.files.write_maps(rendered.maps, before)  # `haproxy -c` and the reload read them
+        render_aside = functools.partial(self._render, snapshot, change)
         try:
-            cfg, rendered, aside = self._validated(cfg, decision, snapshot, rendered, change, aside)
-            said = extra(changes.Kind.RELOAD)
+            cfg, rendered, aside = self.validation.validated(
+                cfg, decision, snapshot, rendered, aside, self.applied, render_aside
+            )
+            said = extra(changes.ApplyPath.RELOAD)
             pid, fresh = self._activate_checked(
                 cfg, decision, ident, restoring, said, snapshot, rendered, aside
             )
         except ApplyError:
             if self._applied_cfg is not None:  # the running HAProxy's maps, for a restart
-                self._write_maps(before, rendered.maps)
+                self.files.write_maps(before, rendered.maps)
                 self._restore_certs(snapshot, rendered)
             raise
         self._record(snapshot, rendered, aside, save=not restoring)
-        self.certs.prune(_served(snapshot, aside), rendered.crt_lists)
-        self._check_peers(snapshot, ident)
-        return Result(True, kind, worker_pid=pid, started=fresh, set_aside=_listed(aside))
+        self.certs.prune(setaside.served(snapshot, aside), rendered.crt_lists)
+        peers.check_peers(self.haproxy, snapshot, ident)
+        return Result(True, kind, worker_pid=pid, started=fresh, set_aside=setaside.listed(aside))
 
     def _checked_certificates(
         self, snapshot: Held, change: ChangeSet | None
@@ -250,7 +260,7 @@ class Applier:
         aside = setaside.carried(self._set_aside, snapshot.certificates, names)
         problems = self.certs.problems(snapshot, names)
         refused = setaside.refused_by_agent(problems, snapshot.certificates)
-        _log_set_aside(snapshot, refused.values())
+        setaside.log_set_aside(snapshot, refused.values())
         return {**aside, **refused}
 
     def _render(
@@ -262,61 +272,6 @@ class Applier:
             return render_held(snapshot, self.options, self._applied_cfg, change, frozenset(aside))
         except RenderError as e:
             raise ApplyError(f"render: {e}") from None
-
-    def _validated(
-        self,
-        cfg: str,
-        decision: changes.Decision,
-        snapshot: Held,
-        rendered: Rendered,
-        change: ChangeSet | None,
-        aside: dict[str, SetAside],
-    ) -> tuple[str, Rendered, dict[str, SetAside]]:
-        """`haproxy -c` on staged copies of the certificates that change: the config, its
-        render and the certificates set aside once it passes. A certificate whose file
-        HAProxy's alert names is set aside and the check runs again without it; at most
-        `setaside.MAX_CHECKS` runs: the last one sets aside, with the named ones, every
-        certificate of this version HAProxy has not taken yet. An alert naming no
-        certificate of the snapshot NACKs (not a part's fault)."""
-        checks = 0
-        while True:
-            error = self._check(cfg, decision, snapshot, rendered, aside)
-            checks += 1
-            if not error:
-                return cfg, rendered, aside
-            candidates = {n: c for n, c in snapshot.certificates.items() if n not in aside}
-            named = setaside.refused_by_haproxy(error, self.options.certs_dir, candidates)
-            if not named or checks >= setaside.MAX_CHECKS:
-                self.metrics.validation_failures.inc()
-                self.metrics.refused("check", error)
-                raise ApplyError(error, decision.kind)
-            added = dict(named)
-            if checks == setaside.MAX_CHECKS - 1:  # the last run: the new ones aside too
-                fresh = self.certs.changed(_served(snapshot, {**aside, **named}), self.applied)
-                added.update(setaside.unchecked(fresh, snapshot.certificates))
-            _log_set_aside(snapshot, added.values())
-            aside = {**aside, **added}
-            rendered = self._render(snapshot, change, aside)
-            cfg = rendered.data().decode()
-
-    def _check(
-        self,
-        cfg: str,
-        decision: changes.Decision,
-        snapshot: Held,
-        rendered: Rendered,
-        aside: Mapping[str, SetAside],
-    ) -> str | None:
-        """One `haproxy -c` on staged copies of the certificates that change: HAProxy's
-        words naming the live files, or None when it passed."""
-        served = _served(snapshot, aside)
-        try:
-            with self.certs.staged(served, rendered.crt_lists, self.applied) as staging:
-                checked = staging.config(cfg)
-                error = validate(checked, self.haproxy.haproxy_bin, self.haproxy.check_timeout)
-                return staging.said(error) if error else None
-        except OSError as e:  # its temp dir or pipes: the host's fault, not the config's
-            raise ApplyError(f"cannot run haproxy -c: {e}", decision.kind, retryable=True) from e
 
     def _activate_checked(
         self,
@@ -334,17 +289,20 @@ class Applier:
         and whether HAProxy was started."""
         before_lists = self._applied_cfg.crt_lists if self._applied_cfg is not None else {}
         self.certs.write(
-            _served(snapshot, aside), rendered.crt_lists, self._applied_served(), before_lists
+            setaside.served(snapshot, aside),
+            rendered.crt_lists,
+            self._applied_served(),
+            before_lists,
         )  # checked: now live
         if restoring and not self.activation.present():
-            self._write_config(cfg)  # an external HAProxy not up yet starts on this file
+            self.files.write_config(cfg)  # an external HAProxy not up yet starts on this file
             return None, False
         log.info("%s: reload (%s)", ident, decision.reason, extra=said)
         return self._activate(cfg, crash_at=None if restoring else "after-config-write")
 
     def _applied_served(self) -> Held | None:
         """The applied snapshot as its files are: without the certificates set aside."""
-        return None if self.applied is None else _served(self.applied, self._set_aside)
+        return None if self.applied is None else setaside.served(self.applied, self._set_aside)
 
     def _runtime(
         self,
@@ -376,15 +334,18 @@ class Applier:
             log.warning("%s: runtime update failed (%s); reloading instead", ident, e)
             return str(e) or type(e).__name__
         before = self._applied_cfg.maps if self._applied_cfg is not None else {}
-        self._write_maps(rendered.maps, before)  # a later reload or restart reads the same
+        self.files.write_maps(rendered.maps, before)  # a later reload or restart reads the same
         before_lists = self._applied_cfg.crt_lists if self._applied_cfg is not None else {}
-        served = _served(snapshot, aside)
+        served = setaside.served(snapshot, aside)
         self.certs.write(served, rendered.crt_lists, self._applied_served(), before_lists)
-        self._write_config(data)
+        self.files.write_config(data)
         self._record(snapshot, rendered, aside)
         self.certs.prune(served, rendered.crt_lists)
         return Result(
-            True, changes.Kind.RUNTIME, worker_pid=self._worker_pid(), set_aside=_listed(aside)
+            True,
+            changes.ApplyPath.RUNTIME,
+            worker_pid=self._worker_pid(),
+            set_aside=setaside.listed(aside),
         )
 
     def _restore_certs(self, snapshot: Held, rendered: Rendered) -> None:
@@ -401,15 +362,15 @@ class Applier:
         worker and whether HAProxy was started (not reloaded). A failure puts the previous
         file back (the next start must use the running config) and is a retryable
         ApplyError."""
-        previous = self._read_config()
-        rebind = self._rebinding(cfg) if self.activation.started else None
-        self._write_config(rebind or cfg)
+        previous = self.files.read_text()
+        rebind = activation.socket_rebinding(self.haproxy, cfg) if self.activation.started else None
+        self.files.write_config(rebind or cfg)
         if crash_at is not None:
             crash_point(crash_at)
         try:
             if rebind is not None:
                 pid = self.haproxy.reload(repairing=True).current_worker
-                self._write_config(cfg)  # same meaning, usual spelling
+                self.files.write_config(cfg)  # same meaning, usual spelling
                 self.metrics.socket_repairs.inc()
                 return pid, False
             info = self.activation.bring_up(self.start_timeout)
@@ -418,11 +379,11 @@ class Applier:
             return self.haproxy.reload().current_worker, False
         except (OSError, HAProxyError) as e:
             if previous is not None:
-                self._write_config(previous)
+                self.files.write_config(previous)
             self.metrics.refused("reload", str(e))
-            raise ApplyError(f"reload failed: {e}", changes.Kind.RELOAD, retryable=True) from e
+            raise ApplyError(f"reload failed: {e}", changes.ApplyPath.RELOAD, retryable=True) from e
 
-    def _check_descriptors(self, data: bytes, kind: changes.Kind) -> None:
+    def _check_descriptors(self, data: bytes, kind: changes.ApplyPath) -> None:
         """Before `haproxy -c` and any write: a config needing more open files than HAProxy
         may have is NACKed with the figures and the remedies, as HAProxy would refuse to
         start or reload on it (docs/design.md, "Open files")."""
@@ -434,58 +395,9 @@ class Applier:
             self.metrics.refused("descriptors", short)
             raise ApplyError(short, kind)
 
-    def _rebinding(self, cfg: str) -> str | None:
-        """The config to reload with so that a deleted runtime socket is bound again, or
-        None when the socket answers (or HAProxy is not up: a start binds it anyway)."""
-        path = self.haproxy.runtime_socket
-        if sockrepair.answers(path) or not self.haproxy.is_running():
-            return None
-        rebind = sockrepair.rebinding_config(cfg, path)
-        if rebind is None:
-            log.error("runtime socket %s is gone and cannot be rebound by a reload", path)
-        else:
-            log.warning("runtime socket %s is gone: reloading so that HAProxy binds it", path)
-        return rebind
-
-    def _write_config(self, cfg: str | bytes) -> None:
-        """Retryable when it fails: a full disk or a path taken by a directory may be
-        repaired, and the same snapshot then applies without a new one."""
-        try:
-            saved.atomic_write(self.config_path, cfg.encode() if isinstance(cfg, str) else cfg)
-        except OSError as e:
-            raise ApplyError(
-                f"cannot write {self.config_path}: {e.strerror or e}", retryable=True
-            ) from e
-
-    def _write_maps(self, maps: Mapping[str, MapEntries], before: Mapping[str, MapEntries]) -> None:
-        """Each route map file whose entries differ from `before` (or that is missing),
-        atomically; files `before` had and `maps` has not are removed. Retryable when it
-        fails, like the config."""
-        try:
-            if maps:
-                os.makedirs(self.options.maps_dir, exist_ok=True)
-            for path, entries in maps.items():
-                old = before.get(path)
-                if old is not None and (old is entries or old == entries) and os.path.exists(path):
-                    continue
-                saved.atomic_write(path, map_file(entries))
-            for path in before.keys() - maps.keys():
-                if os.path.exists(path):
-                    os.unlink(path)
-        except OSError as e:
-            raise ApplyError(
-                f"cannot write the route maps in {self.options.maps_dir}: {e.strerror or e}",
-                retryable=True,
-            ) from e
-
     def _read_config_bytes(self) -> bytes | None:
         """The file as HAProxy would read it, to compare with what a change renders."""
-        return _read_file(self.config_path)
-
-    def _read_config(self) -> str | None:
-        """The file before a reload, to put back if HAProxy refuses the new one."""
-        data = _read_file(self.config_path)
-        return None if data is None else data.decode("utf-8", errors="replace")
+        return self.files.read_bytes()
 
     def _worker_pid(self) -> int | None:
         """For the result only: HAProxy already runs the update, so a master CLI that does
@@ -495,18 +407,6 @@ class Applier:
         except (OSError, HAProxyError) as e:
             log.warning("cannot read show proc after a runtime update: %s", e)
             return None
-
-    def _check_peers(self, snapshot: Held, ident: str) -> None:
-        """2.6 may drop a peers section silently: say so loudly if the worker lacks it."""
-        if snapshot.peers is None or not snapshot.peers.peers:
-            return
-        try:
-            sections = self.haproxy.peers_sections()
-        except OSError as e:
-            log.warning("%s: cannot read show peers: %s", ident, e)
-            return
-        if PEERS_SECTION not in sections:
-            log.error("%s: HAProxy runs without peers section %s", ident, PEERS_SECTION)
 
     def _record(
         self,
@@ -536,76 +436,9 @@ class Applier:
         self._unsaved = False
 
 
-def _served(held: Held, aside: Mapping[str, SetAside]) -> Held:
-    """`held` as its files are written: without the certificates set aside."""
-    if not aside:
-        return held
-    kept = {n: c for n, c in held.certificates.items() if n not in aside}
-    return dataclasses.replace(held, certificates=kept)
-
-
-def _listed(aside: Mapping[str, SetAside]) -> tuple[SetAside, ...]:
-    return tuple(aside[name] for name in sorted(aside))
-
-
-def _log_set_aside(snapshot: Held, parts: Iterable[SetAside]) -> None:
-    for part in parts:
-        log.warning(
-            "workload=%s version=%d: certificate %s (sha256 %.16s) set aside: %s",
-            snapshot.workload,
-            snapshot.version,
-            part.name,
-            part.fingerprint,
-            part.reason,
-            extra=fields(workload=snapshot.workload, version=snapshot.version),
-        )
-
-
-def _read_file(path: str) -> bytes | None:
-    """Its bytes, None when absent; a retryable ApplyError when it cannot be read (a
-    directory in its place, no permission): the fault may be repaired."""
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise ApplyError(f"cannot read {path}: {e.strerror or e}", retryable=True) from e
-
-
-def unexpected(error: Exception, workload: str, version: int) -> Result:
-    """The NACK for an exception that is no ApplyError (a broken temp dir, no descriptors
-    left, a bug): logged with its traceback, and retryable, since the fault may be
-    repaired and the agent cannot tell; the retries back off up to 30 s."""
-    log.error(
-        "workload=%s version=%d: not applied, unexpected error: %r",
-        workload,
-        version,
-        error,
-        exc_info=error,
-        extra=fields(workload=workload, version=version),
-    )
-    return Result(False, error=f"unexpected error: {error!r}", retryable=True)
-
-
 def _hold(snapshot: pb.Snapshot) -> Held:
     """A full snapshot in parts; a duplicate backend is a render error, as before."""
     try:
         return Held.from_snapshot(snapshot)
     except DeltaError as e:
         raise ApplyError(f"render: {e}") from None
-
-
-def missing_local_peer(section: pb.PeerSection | None, pod_name: str) -> str | None:
-    """The NACK text when a non-empty peers list lacks this pod, else None.
-
-    HAProxy drops a peers section without its local peer (2.6 with only a warning):
-    the table would stop replicating and not be handed over at the reload.
-    """
-    peers = section.peers if section is not None else ()
-    if not peers or any(p.name == pod_name for p in peers):
-        return None
-    return (
-        f"peers list of {len(peers)} lacks this pod ({pod_name}): HAProxy would drop peers "
-        f"section {PEERS_SECTION} and stop replicating; keeping the running config"
-    )

@@ -9,9 +9,13 @@ failure is understood, not re-derived from exception types elsewhere.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
-from nodeagent.config.changes import Kind
+from nodeagent.config.changes import ApplyPath
+from nodeagent.logformat import fields
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,7 @@ class Result:
     """Outcome of one apply: `error` is empty on success and is the NACK text otherwise."""
 
     ok: bool
-    kind: Kind | None = None
+    kind: ApplyPath | None = None
     error: str = ""
     worker_pid: int | None = None
     # The failure may pass without a new snapshot (a reload that failed on a port still
@@ -55,7 +59,7 @@ class ApplyError(Exception):
     """The snapshot is not applied: `reason` is the NACK text; HAProxy keeps serving what
     it ran. `retryable` when the same snapshot may apply later without a new one."""
 
-    def __init__(self, reason: str, kind: Kind | None = None, retryable: bool = False) -> None:
+    def __init__(self, reason: str, kind: ApplyPath | None = None, retryable: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.kind = kind
@@ -64,3 +68,18 @@ class ApplyError(Exception):
     def result(self) -> Result:
         """The NACK this failure is reported as."""
         return Result(False, self.kind, error=self.reason, retryable=self.retryable)
+
+
+def unexpected(error: Exception, workload: str, version: int) -> Result:
+    """The NACK for an exception that is no ApplyError (a broken temp dir, no descriptors
+    left, a bug): logged with its traceback, and retryable, since the fault may be
+    repaired and the agent cannot tell; the retries back off up to 30 s."""
+    log.error(
+        "workload=%s version=%d: not applied, unexpected error: %r",
+        workload,
+        version,
+        error,
+        exc_info=error,
+        extra=fields(workload=workload, version=version),
+    )
+    return Result(False, error=f"unexpected error: {error!r}", retryable=True)

@@ -13,11 +13,17 @@ snapshot (a broken global section, a bad bind option) is not a part's fault: it 
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from nodeagent.apply.outcome import SetAside
+from nodeagent.held import Held
+from nodeagent.logformat import fields
 from peerplane.v1 import peerplane_pb2 as pb
+
+log = logging.getLogger(__name__)
 
 CERTIFICATE = "certificate"
 # `haproxy -c` runs per apply at most: 3 that each name refused certificates, and a last
@@ -86,3 +92,28 @@ def unchecked(
         name: SetAside(CERTIFICATE, name, certificates[name].fingerprint, reason, unchecked=True)
         for name in names
     }
+
+
+def served(held: Held, aside: Mapping[str, SetAside]) -> Held:
+    """`held` as its files are written: without the certificates set aside."""
+    if not aside:
+        return held
+    kept = {n: c for n, c in held.certificates.items() if n not in aside}
+    return dataclasses.replace(held, certificates=kept)
+
+
+def listed(aside: Mapping[str, SetAside]) -> tuple[SetAside, ...]:
+    return tuple(aside[name] for name in sorted(aside))
+
+
+def log_set_aside(snapshot: Held, parts: Iterable[SetAside]) -> None:
+    for part in parts:
+        log.warning(
+            "workload=%s version=%d: certificate %s (sha256 %.16s) set aside: %s",
+            snapshot.workload,
+            snapshot.version,
+            part.name,
+            part.fingerprint,
+            part.reason,
+            extra=fields(workload=snapshot.workload, version=snapshot.version),
+        )

@@ -9,12 +9,12 @@ import sys
 
 from google.protobuf import json_format
 
-from nodeagent.apply.applier import missing_local_peer
 from nodeagent.apply.certfiles import CertFiles
 from nodeagent.apply.outcome import ApplyError
+from nodeagent.apply.peers import missing_local_peer
 from nodeagent.cli import wiring
+from nodeagent.config.listeners import map_file
 from nodeagent.config.render import Rendered, RenderError, render_held
-from nodeagent.config.routes import map_file
 from nodeagent.haproxy import version
 from nodeagent.held import DeltaError, Held
 from peerplane.v1 import peerplane_pb2 as pb

@@ -61,9 +61,3 @@ def problem(pem: bytes, now: dt.datetime | None = None) -> str | None:
     if leaf.not_valid_after_utc <= when:
         return f"the certificate expired at {leaf.not_valid_after_utc.isoformat()}"
     return None
-
-
-def payload(pem: bytes) -> str:
-    """The PEM as a runtime API payload: the CLI ends a payload at its first empty line,
-    so empty lines (which PEM readers skip) are left out."""
-    return "\n".join(line for line in pem.decode("ascii").splitlines() if line.strip())

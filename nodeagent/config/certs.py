@@ -11,24 +11,24 @@ cert` + `commit ssl cert`, `new ssl cert`, `add ssl crt-list`, `del ssl crt-list
 ssl cert`, the same on 2.6, 3.0 and 3.2); a changed default certificate reloads, as a new
 HTTPS port does (its bind line is new config text).
 
-Every name and filter is re-checked against `peerplane.routes` before it is written: those
+Every name and filter is re-checked against `peerplane.patterns` before it is written: those
 patterns admit no space, quote, backslash or `#`, so nothing needs quoting in a bind line,
 a crt-list or a runtime command.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from nodeagent.config.checked import DIRECTORY, check
 from nodeagent.config.errors import RenderError
-from peerplane import routes
+from nodeagent.haproxy.commands import CertUpdate
+from peerplane import patterns
 from peerplane.v1 import peerplane_pb2 as pb
 
 # HTTP/2 and HTTP/1.1 offered by ALPN: mode http frontends speak both on 2.6, 3.0 and 3.2.
 ALPN = "h2,http/1.1"
-_CERTS_DIR = re.compile(r"/[A-Za-z0-9_./-]{1,200}")
 
 
 @dataclass(frozen=True)
@@ -61,13 +61,11 @@ def crtlist_file(certs_dir: str, lines: Sequence[CrtLine]) -> bytes:
 
 
 def check_certs_dir(certs_dir: str) -> str:
-    if not _CERTS_DIR.fullmatch(certs_dir):
-        raise RenderError(f"invalid certificates directory: {certs_dir!r}")
-    return certs_dir
+    return check(DIRECTORY, certs_dir, "certificates directory")
 
 
 def check_name(name: str) -> str:
-    if not routes.is_certificate_name(name):
+    if not patterns.is_certificate_name(name):
         raise RenderError(f"invalid certificate name: {name[:80]!r}")
     return name
 
@@ -87,7 +85,7 @@ def crt_lists(
         for binding in listener.tls.certificates:
             name = check_name(binding.certificate)
             for host in binding.hostnames:  # "!name": not for this name (a catch-all line)
-                if not routes.is_route_host(host.removeprefix("!")):
+                if not patterns.is_route_host(host.removeprefix("!")):
                     raise RenderError(f"certificate {name} on port {port}: invalid SNI {host!r}")
             lines.append(CrtLine(name, tuple(binding.hostnames)))
         if not lines:
@@ -132,22 +130,6 @@ def check_bound(lists: CrtLists, certificates: Mapping[str, pb.Certificate]) -> 
 def bound(lists: CrtLists) -> frozenset[str]:
     """The certificates HAProxy loads: those some crt-list names."""
     return frozenset(line.name for lines in lists.values() for line in lines)
-
-
-@dataclass(frozen=True)
-class CertUpdate:
-    """One runtime API step on certificates. `op`: "load" (a certificate no crt-list named:
-    `new ssl cert`, `set ssl cert`, `commit ssl cert`), "set" (a renewed one: `set` and
-    `commit`), "add" / "del" (a crt-list line: `add ssl crt-list` / `del ssl crt-list`),
-    "unload" (`del ssl cert`, once no crt-list names it)."""
-
-    op: str
-    name: str
-    path: str  # the certificate's file
-    crtlist: str = ""  # add / del: the crt-list's file
-    line: str = ""  # add: the crt-list line
-    fingerprint: str = ""  # what logs and errors name instead of the certificate
-    pem: bytes = field(default=b"", repr=False)
 
 
 def cert_updates(

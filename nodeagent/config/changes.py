@@ -14,48 +14,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nodeagent.config import certs, passthrough
+from nodeagent.config.listeners import MapEntries
 from nodeagent.config.render import Rendered
-from nodeagent.config.routes import MapEntries
+from nodeagent.haproxy.commands import CertUpdate, MapUpdate, ServerUpdate
 from nodeagent.held import ChangeSet, Held
 from peerplane.v1 import peerplane_pb2 as pb
 
 
-class Kind(enum.Enum):
+class ApplyPath(enum.Enum):
+    """How a change reaches HAProxy: not at all, runtime API commands, or a reload."""
+
     NOTHING = "nothing"
     RUNTIME = "runtime"
     RELOAD = "reload"
 
 
 @dataclass(frozen=True)
-class ServerUpdate:
-    """Target state of one server slot, applied with `set server`."""
-
-    backend: str
-    server: str
-    address: str
-    port: int
-    enabled: bool
-
-
-@dataclass(frozen=True)
-class MapUpdate:
-    """One entry of a route map file, changed with `add map` / `set map` / `del map`."""
-
-    path: str
-    op: str  # "add", "set" or "del"
-    key: str
-    value: str = ""
-
-
-@dataclass(frozen=True)
 class Decision:
-    kind: Kind
+    kind: ApplyPath
     updates: tuple[ServerUpdate, ...] = ()
     reason: str = ""
     maps: tuple[MapUpdate, ...] = ()
     # Certificate and crt-list steps (nodeagent/config/certs.py), and whether certificate
     # files change without HAProxy being told (a certificate no crt-list names).
-    certs: tuple[certs.CertUpdate, ...] = ()
+    certs: tuple[CertUpdate, ...] = ()
     cert_files: bool = False
 
 
@@ -160,18 +142,18 @@ def classify(
     """From the applied snapshot and its rendering to the new ones, looking only at the
     parts in `change` (what differs between the two): O(changed backends)."""
     if old is None or old_cfg is None:
-        return Decision(Kind.RELOAD, reason="nothing applied yet")
+        return Decision(ApplyPath.RELOAD, reason="nothing applied yet")
     if change.peers and old_cfg.peers != new_cfg.peers:
-        return Decision(Kind.RELOAD, reason="peers changed")
+        return Decision(ApplyPath.RELOAD, reason="peers changed")
     if change.frontends and old_cfg.frontends != new_cfg.frontends:
-        return Decision(Kind.RELOAD, reason=_frontends_reason(old_cfg, new_cfg))
+        return Decision(ApplyPath.RELOAD, reason=_frontends_reason(old_cfg, new_cfg))
     maps: tuple[MapUpdate, ...] = ()
     if change.frontends:
         found_maps = map_updates(old_cfg.maps, new_cfg.maps)
         if found_maps is None:
-            return Decision(Kind.RELOAD, reason="route map files changed")
+            return Decision(ApplyPath.RELOAD, reason="route map files changed")
         maps = found_maps
-    steps: tuple[certs.CertUpdate, ...] = ()
+    steps: tuple[CertUpdate, ...] = ()
     cert_files = bool(change.certificates or change.removed_certificates)
     if change.frontends or cert_files:
         found_steps = certs.cert_updates(
@@ -182,28 +164,28 @@ def classify(
             change.certificates,
         )
         if isinstance(found_steps, str):
-            return Decision(Kind.RELOAD, reason=found_steps)
+            return Decision(ApplyPath.RELOAD, reason=found_steps)
         steps = found_steps
     if change.removed:
-        return Decision(Kind.RELOAD, reason=f"{len(change.removed)} backend(s) removed")
+        return Decision(ApplyPath.RELOAD, reason=f"{len(change.removed)} backend(s) removed")
     updates: list[ServerUpdate] = []
     for name in sorted(change.backends):
         if name not in old.backends:
-            return Decision(Kind.RELOAD, reason=f"backend {name} added")
+            return Decision(ApplyPath.RELOAD, reason=f"backend {name} added")
         if old_cfg.encoded[name] == new_cfg.encoded[name]:
             continue  # a change nothing renders (warnings, a free slot's address)
         old_b, new_b = old.backends[name], new.backends[name]
         if _shape(old_b) != _shape(new_b):
-            return Decision(Kind.RELOAD, reason=f"backend {name} settings or slots changed")
+            return Decision(ApplyPath.RELOAD, reason=f"backend {name} settings or slots changed")
         found = _slot_updates(old_b, new_b)
         if not found:
-            return Decision(Kind.RELOAD, reason=f"backend {name} changed outside the slots")
+            return Decision(ApplyPath.RELOAD, reason=f"backend {name} changed outside the slots")
         updates += found
     if not updates and not maps and not steps and not cert_files:
-        return Decision(Kind.NOTHING, reason="rendered config identical")
+        return Decision(ApplyPath.NOTHING, reason="rendered config identical")
     said = [f"{len(updates)} slot(s)"] if updates else []
     said += [f"{len(maps)} route map entr{'y' if len(maps) == 1 else 'ies'}"] if maps else []
     said += [certs.describe(steps)] if steps else []
     said += ["certificate files"] if cert_files and not steps else []
     reason = f"{' and '.join(said)} changed"
-    return Decision(Kind.RUNTIME, tuple(updates), reason, maps, steps, cert_files)
+    return Decision(ApplyPath.RUNTIME, tuple(updates), reason, maps, steps, cert_files)

@@ -3,7 +3,7 @@ PROXY protocol on every bind.
 
 Pure. A passthrough listener is a `mode tcp` frontend that waits (`inspect-delay`) for
 the ClientHello, takes its SNI and picks the backend through a map file beside
-haproxy.cfg, with the HTTP host layers' semantics (nodeagent/config/routes.py): the exact
+haproxy.cfg, with the HTTP host layers' semantics (nodeagent/config/listeners.py): the exact
 name, then each `*.suffix` from the longest (looked up by the last N labels, only when the
 name has more than N: a wildcard never matches its bare suffix), then the routes for any
 name. No match, an unresolved backend or no TLS at all: the connection is closed. The TLS
@@ -18,19 +18,14 @@ frontend's text changes only for ports, wildcard depths above 3, weight groups a
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from nodeagent.config.checked import DIRECTORY, check
 from nodeagent.config.errors import RenderError
-from nodeagent.config.routes import (
-    ANY_HOST,
-    WILDCARD_DEPTHS,
-    MapEntries,
-    backend_name,
-    wildcard_depth,
-)
-from peerplane import routes
+from nodeagent.config.listeners import WILDCARD_DEPTHS, MapEntries, wildcard_depth
+from nodeagent.config.rules import ANY_HOST, checked_backend_name
+from peerplane import patterns
 from peerplane.v1 import peerplane_pb2 as pb
 
 TLS_LISTENER = "TLS passthrough listener"
@@ -38,7 +33,6 @@ TCP_FRONTEND = "TCP frontend"
 INSPECT_DELAY = "5s"  # how long a client may take to send its ClientHello
 MAX_ROUTES = 100_000
 ACCEPT_PROXY = " accept-proxy"
-_MAPS_DIR = re.compile(r"/[A-Za-z0-9_./-]{1,200}")
 _WEIGHT_TOTAL = 1 << 31
 # Map values and variable contents that are no backend: a proxy name starts with a letter
 # or digit, these with "_".
@@ -80,8 +74,8 @@ def render(
     bind: Callable[[int], str],
 ) -> Layer4:
     """The frontends of the passthrough listeners, then of the TCP frontends, by port."""
-    if tls_listeners and not _MAPS_DIR.fullmatch(maps_dir):
-        raise RenderError(f"invalid maps directory: {maps_dir!r}")
+    if tls_listeners:
+        check(DIRECTORY, maps_dir, "maps directory")
     lines: list[str] = []
     maps: dict[str, MapEntries] = {}
     backends: set[str] = set()
@@ -104,7 +98,7 @@ def render(
             f"frontend fe_tcp_{port}",
             "  mode tcp",
             f"  bind {bind(port)}{proxy_option(fe.accept_proxy)}",
-            f"  default_backend {backend_name(fe.backend)}",
+            f"  default_backend {checked_backend_name(fe.backend)}",
             "",
         ]
         lines += section
@@ -120,7 +114,7 @@ def _port(port: int, what: str) -> int:
 
 def _hostnames(route: pb.SniRoute) -> list[str]:
     for host in route.hostnames:
-        if not routes.is_route_host(host):
+        if not patterns.is_route_host(host):
             raise RenderError(f"route {route.source[:200]!r}: invalid hostname: {host!r}")
     return list(dict.fromkeys(route.hostnames)) or [ANY_HOST]
 
@@ -144,7 +138,7 @@ def _passthrough(
             count += 1
         for token in tokens:
             entries.setdefault(token, value)  # the first route of a name serves it
-    wildcards = {wildcard_depth(t) for t in entries if t.startswith(routes.WILDCARD_PREFIX)}
+    wildcards = {wildcard_depth(t) for t in entries if t.startswith(patterns.WILDCARD_PREFIX)}
     lines = [
         f"frontend {frontend_name(port)}",
         "  mode tcp",
@@ -181,10 +175,10 @@ def _target(route: pb.SniRoute, group: int, named: set[str]) -> tuple[str, list[
     its backends by `rand(total)`, or closed (no backend with weight, an unresolved one)."""
     served = [b for b in route.backends if b.weight > 0]
     for b in route.backends:
-        if b.weight > routes.MAX_WEIGHT:
+        if b.weight > patterns.MAX_WEIGHT:
             raise RenderError(f"route {route.source[:200]!r}: invalid weight: {b.weight}")
         if b.backend:
-            backend_name(b.backend)
+            checked_backend_name(b.backend)
     total = sum(b.weight for b in served)
     if not served or total >= _WEIGHT_TOTAL:
         return _CLOSED, []

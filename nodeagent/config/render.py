@@ -12,26 +12,33 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from nodeagent.config import certs, passthrough, routes
+from nodeagent.config import certs, listeners, passthrough, rules
+from nodeagent.config.backend import haproxy_size, render_backend
+from nodeagent.config.checked import check, endpoint
+from nodeagent.config.checked import host as checked_host
 from nodeagent.config.errors import RenderError
 from nodeagent.haproxy import version
 from nodeagent.held import ChangeSet, DeltaError, Held
-from peerplane import balance as words
-from peerplane import healthcheck, limits, names
-from peerplane.addresses import Address, AddressError, parse_address
+from peerplane import limits, names
 from peerplane.v1 import peerplane_pb2 as pb
 
-__all__ = ["RenderError", "RenderOptions", "Rendered", "render", "render_backend", "render_held"]
+__all__ = [
+    "RenderError",
+    "RenderOptions",
+    "Rendered",
+    "haproxy_size",
+    "render",
+    "render_backend",
+    "render_held",
+]
 
 PEERS_SECTION = names.PEERS_SECTION  # re-exported: the applier checks HAProxy runs it
-HTTP_FRONTEND = routes.HTTP_FRONTEND
+HTTP_FRONTEND = listeners.HTTP_FRONTEND
 
 # The names and words compute emits, from the shared vocabulary: it never emits what we
 # refuse, and we refuse what it would never emit.
 _POD_NAME = names.DNS_SUBDOMAIN
 _PROXY_NAME = limits.PROXY_NAME
-_PARAM = words.PARAM_NAME
-_HEADER = words.HEADER_NAME
 _SOCKET_PATH = re.compile(r"^/[A-Za-z0-9_./-]{1,106}$")
 _TIME = re.compile(r"^[0-9]{1,6}(ms|s|m|h)$")
 _WORKLOAD = limits.WORKLOAD_KEY
@@ -58,80 +65,15 @@ class RenderOptions:
     certs_dir: str = "/etc/haproxy/certs"
 
 
-def _check(pattern: re.Pattern[str], value: str, what: str) -> str:
-    if not pattern.fullmatch(value):  # fullmatch: `$` would accept a trailing newline
-        raise RenderError(f"invalid {what}: {value!r}")
-    return value
-
-
-def _host(value: str) -> str:
-    if not names.is_host_name(value):
-        raise RenderError(f"invalid host: {value!r}")
-    return value
-
-
-def _ip(value: str, what: str) -> Address:
-    try:
-        return parse_address(value)
-    except AddressError as e:
-        raise RenderError(f"invalid {what} address: {e}") from None
-
-
-def _port(value: int, what: str) -> int:
-    if not 1 <= value <= 65535:
-        raise RenderError(f"invalid {what} port: {value}")
-    return value
-
-
-def endpoint(address: str, port: int, what: str = "server") -> str:
-    """`addr:port`, IPv6 in brackets, after checking both; the address in canonical text
-    (the canonicaliser's output, never the input string)."""
-    ip = _ip(address, what)
-    _port(port, what)
-    if ip.version == 6:
-        return f"[{ip.text}]:{port}"
-    return f"{ip.text}:{port}"
-
-
-def haproxy_size(value: int) -> str:
-    """Largest exact power-of-1024 suffix, as HAProxy reads sizes."""
-    if value <= 0:
-        raise RenderError(f"invalid stick-table size: {value}")
-    for suffix, factor in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
-        if value % factor == 0:
-            return f"{value // factor}{suffix}"
-    return str(value)
-
-
-def _balance(backend: pb.Backend) -> str:
-    algo, arg = backend.balance, backend.balance_argument
-    if algo in words.PLAIN_ALGORITHMS:
-        if arg:
-            raise RenderError(f"backend {backend.name}: balance {algo} takes no argument")
-        return algo
-    if algo == "url_param":
-        return f"url_param {_check(_PARAM, arg, f'backend {backend.name}: balance url_param name')}"
-    if algo == "hdr":
-        return f"hdr({_check(_HEADER, arg, f'backend {backend.name}: balance header name')})"
-    raise RenderError(f"backend {backend.name}: invalid balance {algo!r}")
-
-
-def _hash_type(value: str, backend: str) -> str:
-    try:
-        return words.canonical_hash_type(value)
-    except ValueError:
-        raise RenderError(f"backend {backend}: invalid hash-type: {value!r}") from None
-
-
 def _global(opts: RenderOptions) -> list[str]:
     return [
         "global",
-        f"  localpeer {_check(_POD_NAME, opts.pod_name, 'pod name')}",
-        f"  stats socket {_check(_SOCKET_PATH, opts.runtime_socket, 'socket path')}"
+        f"  localpeer {check(_POD_NAME, opts.pod_name, 'pod name')}",
+        f"  stats socket {check(_SOCKET_PATH, opts.runtime_socket, 'socket path')}"
         " mode 600 level admin expose-fd listeners",
         "  stats timeout 30s",
         f"  maxconn {int(opts.maxconn)}",
-        f"  hard-stop-after {_check(_TIME, opts.hard_stop_after, 'time')}",
+        f"  hard-stop-after {check(_TIME, opts.hard_stop_after, 'time')}",
         "",
         "defaults",
         "  mode http",
@@ -155,7 +97,7 @@ def _peers(section: pb.PeerSection | None) -> list[str]:
         raise RenderError(f"invalid peers section name: {section.name!r}")
     lines = [f"peers {PEERS_SECTION}"]
     for peer in sorted(section.peers, key=lambda p: p.name):
-        name = _check(_POD_NAME, peer.name, "peer name")
+        name = check(_POD_NAME, peer.name, "peer name")
         lines.append(f"  peer {name} {endpoint(peer.address, peer.port or section.port, 'peer')}")
     return [*lines, ""]
 
@@ -169,9 +111,9 @@ def _http_frontend(fe: pb.HttpFrontend | None, opts: RenderOptions) -> list[str]
         return []
     lines = [f"frontend {HTTP_FRONTEND}", "  mode http", f"  bind {_bind(opts, fe.port)}"]
     for route in sorted(fe.routes, key=lambda r: (r.host, r.backend)):
-        host = _host(route.host)
-        backend = _check(_PROXY_NAME, route.backend, "backend name")
-        lines.append(f"  use_backend {backend} if {{ hdr(host),field(1,:),lower -m str {host} }}")
+        name = checked_host(route.host)
+        backend = check(_PROXY_NAME, route.backend, "backend name")
+        lines.append(f"  use_backend {backend} if {{ hdr(host),field(1,:),lower -m str {name} }}")
     return [*lines, ""]
 
 
@@ -183,37 +125,43 @@ class Frontends:
     frontends_key: bytes
     listeners_key: bytes
     section: Section
-    maps: Mapping[str, routes.MapEntries]
+    maps: Mapping[str, listeners.MapEntries]
     routed: frozenset[str]
     texts: Mapping[int, str]  # each listener frontend's text, by port
     crt_lists: certs.CrtLists = field(default_factory=dict)  # HTTPS listeners' crt-lists
     tls_key: bytes = b""  # the TLS passthrough listeners' part
     layer4: passthrough.Layer4 | None = None  # the passthrough and TCP frontends
     set_aside: frozenset[str] = frozenset()  # certificates left out of the crt-lists
+    # The listeners' checked rules and host layers, handed to the next render.
+    route_cache: rules.RouteCache = field(
+        default_factory=rules.RouteCache, compare=False, repr=False
+    )
 
 
-def _frontends(held: Held, opts: RenderOptions, set_aside: frozenset[str]) -> Frontends:
+def _frontends(
+    held: Held, opts: RenderOptions, set_aside: frozenset[str], cache: rules.RouteCache
+) -> Frontends:
     """HTTP frontends (a listener's port takes the annotation routes of the same port as
     its last layer; otherwise they keep their own frontend), TLS passthrough and TCP
     frontends (nodeagent/config/passthrough.py)."""
-    http, listeners = held.http_frontend, held.http_listeners
-    ports = {listener.port for listener in listeners}
+    http, http_listeners = held.http_frontend, held.http_listeners
+    ports = {listener.port for listener in http_listeners}
     merged = http if http is not None and http.port in ports else None
-    crt_lists = certs.crt_lists(listeners, set_aside)
-    strict = certs.strict_sni_ports(listeners)
+    crt_lists = certs.crt_lists(http_listeners, set_aside)
+    strict = certs.strict_sni_ports(http_listeners)
 
     def bind(port: int) -> str:
         """A listener's bind line after `bind`: address, port, then its options."""
         tls = certs.bind_tls(opts.certs_dir, port, crt_lists, port in strict)
         return _bind(opts, port) + tls
 
-    proxied = {listener.port for listener in listeners if listener.accept_proxy}
+    proxied = {listener.port for listener in http_listeners if listener.accept_proxy}
 
     def proxy_bind(port: int) -> str:
         """With `accept-proxy` where the listener expects a PROXY protocol header."""
         return bind(port) + passthrough.proxy_option(port in proxied)
 
-    routed = routes.render_listeners(listeners, merged, opts.maps_dir, proxy_bind)
+    routed = listeners.render_listeners(http_listeners, merged, opts.maps_dir, proxy_bind, cache)
     layer4 = passthrough.render(
         held.tls_listeners, held.tcp_frontends, opts.maps_dir, lambda port: _bind(opts, port)
     )
@@ -233,6 +181,7 @@ def _frontends(held: Held, opts: RenderOptions, set_aside: frozenset[str]) -> Fr
         tls_key=held.parts.tls_listeners,
         layer4=layer4,
         set_aside=set_aside,
+        route_cache=cache,
     )
 
 
@@ -246,81 +195,6 @@ def _reusable_frontends(
     if same and (previous.tls_key is tls or previous.tls_key == tls):
         return previous
     return None
-
-
-def _server(backend: str, slot: pb.Slot, options: str = "") -> str:
-    if names.server_index(slot.server_name) != slot.index:
-        raise RenderError(f"backend {backend}: slot {slot.index} named {slot.server_name!r}")
-    if slot.index > limits.MAX_SLOTS:  # the bound compute and the slot loaders hold too
-        raise RenderError(f"backend {backend}: slot {slot.index} above {limits.MAX_SLOTS}")
-    if slot.enabled:
-        try:
-            addr = endpoint(slot.address, slot.port)
-        except RenderError as e:  # which tenant's backend: the NACK says
-            raise RenderError(f"backend {backend}: slot {slot.index}: {e}") from None
-        return f"  server {slot.server_name} {addr} id {slot.index} enabled{options}"
-    return f"  server {slot.server_name} 127.0.0.1:1 id {slot.index} disabled{options}"
-
-
-def _health_check(backend: pb.Backend, name: str) -> tuple[list[str], str]:
-    """Backend lines and the server-line suffix of the backend's health checks.
-
-    Free slots get the suffix too: HAProxy never checks a server in maintenance, and one
-    that leaves it through the runtime API (`set server ... state ready`) is checked from
-    then on only if it was declared with `check`.
-    """
-    if not backend.HasField("check"):
-        return [], ""
-    c = backend.check
-    if not healthcheck.is_interval_ms(c.interval_ms):
-        raise RenderError(f"backend {name}: invalid check interval {c.interval_ms}")
-    if not healthcheck.is_count(c.rise) or not healthcheck.is_count(c.fall):
-        raise RenderError(f"backend {name}: invalid check rise {c.rise} / fall {c.fall}")
-    lines: list[str] = []
-    if c.http_path:
-        if backend.mode != "http" or not healthcheck.is_path(c.http_path):
-            raise RenderError(f"backend {name}: invalid check-http {c.http_path!r}")
-        lines = [f"  option httpchk GET {c.http_path}", "  http-check expect status 200-399"]
-    return lines, f" check inter {c.interval_ms} rise {c.rise} fall {c.fall}"
-
-
-def render_backend(
-    backend: pb.Backend, peers: bool = True, haproxy_version: version.Version | None = None
-) -> list[str]:
-    """One `backend` section; `peers` says whether the stick table is replicated,
-    `haproxy_version` which version-dependent keywords may be written."""
-    name = _check(_PROXY_NAME, backend.name, "backend name")
-    if backend.mode not in names.MODES:
-        raise RenderError(f"backend {name}: invalid mode {backend.mode!r}")
-    lines = [f"backend {name}"]
-    if backend.mode == "tcp":
-        lines.append("  mode tcp")
-    lines.append(f"  balance {_balance(backend)}")
-    if backend.hash_type:
-        lines.append(f"  hash-type {_hash_type(backend.hash_type, name)}")
-    if backend.HasField("persistence"):
-        p = backend.persistence
-        if not 0 < p.expire_ms <= limits.MAX_EXPIRE_MS:
-            raise RenderError(f"backend {name}: invalid expire {p.expire_ms}")
-        if p.table_size > limits.MAX_TABLE_SIZE:
-            raise RenderError(f"backend {name}: stick-table size above {limits.MAX_TABLE_SIZE}")
-        table = f"  stick-table type ip size {haproxy_size(p.table_size)} expire {p.expire_ms}"
-        if version.srvkey_addr(haproxy_version):
-            table += " srvkey addr"
-        if peers:
-            table += f" peers {PEERS_SECTION}"
-        lines += ["  stick on src", table]
-    check_lines, options = _health_check(backend, name)
-    lines += check_lines
-    if backend.hash_type.startswith("consistent") and version.hash_key_addr_port(haproxy_version):
-        options = " hash-key addr-port" + options
-    seen: set[int] = set()
-    for slot in sorted(backend.slots, key=lambda s: s.index):
-        if slot.index in seen:
-            raise RenderError(f"backend {name}: duplicate slot {slot.index}")
-        seen.add(slot.index)
-        lines.append(_server(name, slot, options))
-    return lines
 
 
 def _text(lines: list[str]) -> str:
@@ -374,10 +248,6 @@ class Rendered:
     options: RenderOptions
 
     @property
-    def global_text(self) -> str:
-        return self.global_section.text
-
-    @property
     def peers(self) -> str:
         return self.peers_section.text
 
@@ -390,7 +260,7 @@ class Rendered:
         return self.frontends_section.text
 
     @property
-    def maps(self) -> Mapping[str, routes.MapEntries]:
+    def maps(self) -> Mapping[str, listeners.MapEntries]:
         """The route model's map files: path -> entries, written beside haproxy.cfg."""
         return self.routed.maps
 
@@ -442,8 +312,8 @@ def render_held(
     header = _text(
         [
             "# Generated by the peerplane node agent; do not edit.",
-            f"# workload {_check(_WORKLOAD, held.workload, 'workload')}"
-            f" content {_check(_HASH, held.content_hash, 'hash')}",
+            f"# workload {check(_WORKLOAD, held.workload, 'workload')}"
+            f" content {check(_HASH, held.content_hash, 'hash')}",
             "",
         ]
     )
@@ -457,7 +327,8 @@ def render_held(
     if peers is None:
         peers = _section(held.peers_part, _peers(held.peers))
     if frontends is None:
-        frontends = _frontends(held, opts, set_aside)
+        cache = previous.routed.route_cache if previous is not None else rules.RouteCache()
+        frontends = _frontends(held, opts, set_aside, cache)
     certs.check_bound(frontends.crt_lists, held.certificates)
     unknown = [name for name in frontends.routed if name not in held.backends]
     if unknown:

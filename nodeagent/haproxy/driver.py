@@ -21,8 +21,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from nodeagent.config.changes import MapUpdate, ServerUpdate
 from nodeagent.haproxy import HAProxyError
+from nodeagent.haproxy.commands import MapUpdate, ServerUpdate
 from nodeagent.haproxy.masterlog import MasterLog, failure_reason
 from nodeagent.haproxy.parse import (
     ProcInfo,
@@ -38,7 +38,7 @@ from peerplane.addresses import AddressError, canonical_address
 
 log = logging.getLogger(__name__)
 
-# What a map command may carry: the route vocabulary's characters (peerplane/routes.py),
+# What a map command may carry: the route vocabulary's characters (peerplane/patterns.py),
 # no space, quote, backslash or `#`; a `;` (paths may hold one) is escaped as `\;`, which
 # the CLI reads as a plain character (verified on 2.6, 3.0 and 3.2).
 _MAP_WORD = re.compile(r"[A-Za-z0-9._~%/+,;=:@!*?&-]{1,2300}")

@@ -17,9 +17,8 @@ import logging
 import re
 from collections.abc import Callable, Iterable
 
-from nodeagent.config.certcheck import payload
-from nodeagent.config.certs import CertUpdate
 from nodeagent.haproxy import HAProxyError
+from nodeagent.haproxy.commands import CertUpdate
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +26,12 @@ _PATH = re.compile(r"/[A-Za-z0-9_./-]{1,500}")
 _LINE = re.compile(r"/[A-Za-z0-9_./-]{1,500}( [a-z0-9*][a-z0-9.-]{0,252})*")
 
 Send = Callable[[str], str]  # one command on the runtime socket -> HAProxy's reply
+
+
+def payload(pem: bytes) -> str:
+    """The PEM as a runtime API payload: the CLI ends a payload at its first empty line,
+    so empty lines (which PEM readers skip) are left out."""
+    return "\n".join(line for line in pem.decode("ascii").splitlines() if line.strip())
 
 
 def _said(reply: str) -> str:

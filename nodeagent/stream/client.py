@@ -16,7 +16,8 @@ applies (then the same nonce is ACKed) or a newer snapshot replaces it.
 
 What to do with each server message, what to answer, the coalescing and the retries are
 decided by the pure `protocol.py`; this module reads, writes, queues, waits, logs and
-counts (every ACK and NACK in one place, `_sent`).
+counts (every ACK and NACK in one place, `_sent`; what each event logs and counts is
+`events.py`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from nodeagent.held import ChangeSet, Held
 from nodeagent.logformat import fields
 from nodeagent.metrics import AgentMetrics
 from nodeagent.report import LastApply, Reporter, report_loop, rfc3339
-from nodeagent.stream import protocol
+from nodeagent.stream import events, protocol
 from nodeagent.stream.protocol import Identity
 from nodeagent.stream.transport import TokenError, Transport
 from peerplane.v1 import peerplane_pb2 as pb
@@ -139,11 +140,12 @@ class Client:
             )
             async for attempt in retrying:
                 with attempt:
-                    await self._session()
-            # The session was up and ended: start over with a fresh, short backoff.
+                    await self._one_stream()
+            # The stream was up and ended: start over with a fresh, short backoff.
             await asyncio.sleep(self.backoff_multiplier)
 
-    async def _session(self) -> None:
+    async def _one_stream(self) -> None:
+        """One stream: Hello, then the reader, the apply loop and the reports until one ends."""
         options = [
             ("grpc.keepalive_time_ms", KEEPALIVE_MS),
             ("grpc.keepalive_timeout_ms", 10_000),
@@ -156,7 +158,7 @@ class Client:
             stub = peerplane_pb2_grpc.PeerPlaneStub(channel)
             call = stub.Stream(metadata=metadata or None)
             answered = False
-            self._write_lock = asyncio.Lock()  # bound to this session's event loop
+            self._write_lock = asyncio.Lock()  # bound to this stream's event loop
             try:
                 held = self.applier.applied_held  # read first: an apply may still finish
                 hello = self.hello()
@@ -176,7 +178,7 @@ class Client:
                 reader_task = asyncio.create_task(self._read_loop(call, latest))
                 report_task = self._start_reports(call)
                 try:
-                    # Whichever ends first ends the session: an apply loop that died is
+                    # Whichever ends first ends the stream: an apply loop that died is
                     # noticed at once (the stream is started again and the control plane
                     # resends what the Hello does not claim), not at the next message.
                     await asyncio.wait(
@@ -227,7 +229,7 @@ class Client:
         if self.reporter is None:
             return None
         reporter = self.reporter
-        self._applied = asyncio.Event()  # bound to this session's event loop
+        self._applied = asyncio.Event()  # bound to this stream's event loop
 
         async def send(msg: pb.AgentMessage) -> None:
             await self._write(call, msg)
@@ -269,67 +271,18 @@ class Client:
         """Log what came, let the protocol decide, then do what it decided."""
         which = msg.WhichOneof("message")
         if which == "snapshot":
-            snap = msg.snapshot
-            log.info(
-                "snapshot received workload=%s version=%d hash=%.12s nonce=%s",
-                snap.workload,
-                snap.version,
-                snap.content_hash,
-                msg.nonce,
-                extra=fields(
-                    event="snapshot", workload=snap.workload, version=snap.version, nonce=msg.nonce
-                ),
-            )
+            events.snapshot_received(msg.nonce, msg.snapshot)
         elif which == "delta":
-            self._received_delta(msg.nonce, msg.delta)
+            events.delta_received(self.metrics, msg.nonce, msg.delta)
         self._state, decision = protocol.on_message(self._state, msg)
         if isinstance(decision, protocol.Note):
-            self._note(decision, msg)
+            events.noted(decision, msg)
             return
-        _coalesce(latest, decision)
+        events.coalesce(latest, decision)
         if isinstance(decision, protocol.Refuse):
             if decision.resync:
-                self.metrics.delta_resyncs.inc()
-                log.warning(
-                    "delta not applied, asking for the full snapshot (resync): %s nonce=%s",
-                    decision.reason,
-                    msg.nonce,
-                    extra=fields(
-                        event="delta_resync", workload=msg.delta.workload, version=msg.delta.version
-                    ),
-                )
+                events.resync_asked(self.metrics, decision.reason, msg)
             await self._write(call, self._sent(decision.answer))
-
-    def _received_delta(self, nonce: str, delta: pb.SnapshotDelta) -> None:
-        self.metrics.deltas.inc()
-        log.info(
-            "delta received workload=%s version=%d from=%.12s to=%.12s nonce=%s "
-            "(%d backend(s), %d removed)",
-            delta.workload,
-            delta.version,
-            delta.from_content_hash,
-            delta.to_content_hash,
-            nonce,
-            len(delta.backends),
-            len(delta.removed_backends),
-            extra=fields(
-                event="delta", workload=delta.workload, version=delta.version, nonce=nonce
-            ),
-        )
-
-    @staticmethod
-    def _note(note: protocol.Note, msg: pb.ServerMessage) -> None:
-        if note.kind == "in_sync":
-            log.info(
-                "in sync at version=%d hash=%.12s",
-                msg.in_sync.version,
-                msg.in_sync.content_hash,
-                extra=fields(event="in_sync", version=msg.in_sync.version),
-            )
-        elif note.kind == "waiting":
-            log.info("control plane says wait: %s", msg.waiting.reason)
-        else:
-            log.warning("ignoring unknown server message %s", note.kind)
 
     async def _write(
         self,
@@ -388,65 +341,8 @@ class Client:
 
     def _sent(self, answer: protocol.Answer) -> pb.AgentMessage:
         """The one place an ACK or NACK is logged and counted, whoever decided it."""
-        msg = answer.message
-        if answer.ok:
-            a = msg.ack
-            self.metrics.acks.inc()
-            retried = f", after {answer.attempts} attempts" if answer.attempts > 1 else ""
-            log.info(
-                "ACK workload=%s version=%d nonce=%s (%s%s)",
-                answer.workload,
-                a.version,
-                a.nonce,
-                answer.path,
-                retried,
-                extra=fields(
-                    event="ack",
-                    workload=answer.workload,
-                    version=a.version,
-                    nonce=a.nonce,
-                    path=answer.path,
-                ),
-            )
-            return msg
-        n = msg.nack
-        self.metrics.nacks.inc()
-        log.warning(
-            "NACK workload=%s version=%d nonce=%s: %s",
-            answer.workload,
-            n.version,
-            n.nonce,
-            n.error,
-            extra=fields(
-                event="nack",
-                error=n.error,
-                workload=answer.workload,
-                version=n.version,
-                nonce=n.nonce,
-                path=answer.path,
-            ),
-        )
-        return msg
+        return events.sent(self.metrics, answer)
 
 
 def _unpack(item: protocol.Apply) -> tuple[str, Held, ChangeSet | None]:
     return item.nonce, item.held, item.change
-
-
-def _coalesce(latest: asyncio.Queue[protocol.Apply], decision: protocol.Decision) -> None:
-    """Do what `protocol.coalesce` decides with the apply loop's single slot."""
-    waiting = latest.get_nowait() if latest.full() else None
-    keep, dropped = protocol.coalesce(waiting, decision)
-    if dropped is not None:
-        if keep is not None:
-            log.info(
-                "coalesced: version %d superseded by %d", dropped.held.version, keep.held.version
-            )
-        else:
-            log.info(
-                "superseded: version %d (nonce %s) will not be applied",
-                dropped.held.version,
-                dropped.nonce,
-            )
-    if keep is not None:
-        latest.put_nowait(keep)

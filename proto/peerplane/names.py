@@ -47,3 +47,12 @@ def is_dns_subdomain(text: str) -> bool:
 def is_host_name(text: str) -> bool:
     """A lower-case DNS host name routed by the HTTP frontend: labels joined by dots."""
     return 0 < len(text) <= MAX_HOST_NAME and all(is_dns_label(label) for label in text.split("."))
+
+
+def backend_name(namespace: str, service: str, port_name: str, port: int) -> str:
+    """The backend of one Service port: `<namespace>_<service>_<port name, else number>`.
+
+    Compute builds every backend name here; a name is written only when
+    `limits.is_proxy_name` holds, which the control plane checks before it serves the
+    Service and the agent checks again before it renders it."""
+    return f"{namespace}_{service}_{port_name or port}"

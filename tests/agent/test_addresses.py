@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.config.changes import ServerUpdate
 from nodeagent.config.render import RenderError, RenderOptions, render
 from nodeagent.haproxy import HAProxyError
+from nodeagent.haproxy.commands import ServerUpdate
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import (
     Instance,

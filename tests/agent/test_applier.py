@@ -24,7 +24,7 @@ from nodeagent.apply.applier import Applier
 from nodeagent.apply.saved import StateStore
 from nodeagent.cli import wiring
 from nodeagent.cli.flags import build_parser
-from nodeagent.config.changes import Kind
+from nodeagent.config.changes import ApplyPath
 from nodeagent.config.render import RenderOptions, render
 from nodeagent.haproxy.driver import HAProxy
 from peerplane.v1 import peerplane_pb2 as pb
@@ -107,7 +107,7 @@ def test_restore_gives_an_external_haproxy_not_up_yet_only_the_file(site: Site) 
         assert site.get() == "pod-11"
         moved = site.applier.apply(site.snap(1, 8))
         assert moved.ok, moved.error
-        assert moved.kind is Kind.RUNTIME
+        assert moved.kind is ApplyPath.RUNTIME
         assert site.get() == "pod-12"
 
 
@@ -136,7 +136,7 @@ def test_a_failed_activation_is_a_retryable_nack_and_puts_the_previous_file_back
     previous = render(site.snap(0, 1), site.options)
     Path(site.config).write_text(previous)
     result = site.applier.apply(site.snap(1, 2))
-    assert (result.ok, result.kind, result.retryable) == (False, Kind.RELOAD, True)
+    assert (result.ok, result.kind, result.retryable) == (False, ApplyPath.RELOAD, True)
     assert result.error.startswith("reload failed: HAProxy not running after 1.0s")
     # What the operator needs, not the errno of a socket that was never made
     assert f"no master answers on {site.applier.haproxy.master_socket}" in result.error
@@ -162,7 +162,7 @@ def test_render_check_and_peer_failures_are_final_nacks(site: Site, tmp_path: Pa
     failing.chmod(0o755)
     site.haproxy.haproxy_bin = str(failing)
     refused = site.applier.apply(site.snap(0, 3))
-    assert (refused.ok, refused.kind, refused.retryable) == (False, Kind.RELOAD, False)
+    assert (refused.ok, refused.kind, refused.retryable) == (False, ApplyPath.RELOAD, False)
     assert "check refused by test" in refused.error
     assert not Path(site.config).exists()
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.config.changes import Kind, ServerUpdate, classify
+from nodeagent.config.changes import ApplyPath, classify
 from nodeagent.config.render import RenderOptions, render_held
+from nodeagent.haproxy.commands import ServerUpdate
 from nodeagent.held import Held, diff
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.deltas import classify_snapshots
@@ -25,7 +26,7 @@ def base() -> pb.Snapshot:
     )
 
 
-def decide(old: pb.Snapshot, new: pb.Snapshot) -> tuple[Kind, tuple[ServerUpdate, ...]]:
+def decide(old: pb.Snapshot, new: pb.Snapshot) -> tuple[ApplyPath, tuple[ServerUpdate, ...]]:
     d = classify_snapshots(old, new, OPTS)
     return d.kind, d.updates
 
@@ -41,12 +42,12 @@ def changed(fn: object) -> pb.Snapshot:
 def test_first_apply_reloads() -> None:
     new = Held.from_snapshot(base())
     decision = classify(None, None, new, render_held(new, OPTS), diff(new, new))
-    assert decision.kind is Kind.RELOAD
+    assert decision.kind is ApplyPath.RELOAD
 
 
 def test_same_content_new_version_is_nothing() -> None:
     new = changed(lambda s: s.warnings.add(object="Service default/x", key="k", value="v"))
-    assert decide(base(), new) == (Kind.NOTHING, ())
+    assert decide(base(), new) == (ApplyPath.NOTHING, ())
 
 
 def test_slot_endpoint_change_is_runtime() -> None:
@@ -56,7 +57,7 @@ def test_slot_endpoint_change_is_runtime() -> None:
         s.backends[0].slots[0].port = 81
 
     kind, updates = decide(base(), changed(fill))
-    assert kind is Kind.RUNTIME
+    assert kind is ApplyPath.RUNTIME
     assert updates == (
         ServerUpdate("default_shop_http", "SRV_1", "10.244.0.1", 81, True),
         ServerUpdate("default_shop_http", "SRV_3", "10.244.0.3", 80, True),
@@ -68,7 +69,7 @@ def test_slot_freed_is_runtime_maint() -> None:
         s.backends[0].slots[1].CopyFrom(pb.Slot(index=2, server_name="SRV_2"))
 
     kind, updates = decide(base(), changed(free))
-    assert kind is Kind.RUNTIME
+    assert kind is ApplyPath.RUNTIME
     assert updates == (ServerUpdate("default_shop_http", "SRV_2", "", 0, False),)
 
 
@@ -84,5 +85,5 @@ def test_reload_cases() -> None:
     }
     for name, fn in cases.items():
         kind, updates = decide(base(), changed(fn))
-        assert kind is Kind.RELOAD, name
+        assert kind is ApplyPath.RELOAD, name
         assert updates == (), name

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.config.changes import Kind
+from nodeagent.config.changes import ApplyPath
 from nodeagent.config.render import RenderOptions
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.deltas import classify_snapshots
@@ -141,7 +141,7 @@ def test_free_slot_given_a_pod_at_runtime_is_checked_from_then_on(
             new = shop(ip, ports, more, 2, **check)
             result = inst.applier.apply(new)
             assert result.ok, result.error
-            assert result.kind is Kind.RUNTIME
+            assert result.kind is ApplyPath.RUNTIME
             # Both start UP (health = rise: one failed check takes a server down) ...
             assert server_status(inst)["SRV_2"][0].startswith("UP")
             # ... and are checked from then on: the dead one goes DOWN, the live one stays.
@@ -169,7 +169,7 @@ def test_slot_moved_to_another_pod_starts_up(tmp_path: Path, haproxy_bin: HAProx
             moved = shop(ip, ports, [(pods["pod-12"].address, pods["pod-12"].port)], 2, **check)
             result = inst.applier.apply(moved)
             assert result.ok, result.error
-            assert result.kind is Kind.RUNTIME
+            assert result.kind is ApplyPath.RUNTIME
             assert server_status(inst)["SRV_1"][0].startswith("UP")
             assert http_get(ip, HOST, port=ports[1]) == "pod-12"
 
@@ -185,18 +185,18 @@ def test_check_settings_change_needs_a_reload() -> None:
         new.CopyFrom(old)
         setattr(new.backends[0].check, field, value)
         decision = classify_snapshots(old, new, opts)
-        assert decision.kind is Kind.RELOAD, field
+        assert decision.kind is ApplyPath.RELOAD, field
     off = pb.Snapshot()
     off.CopyFrom(old)
     off.backends[0].ClearField("check")
-    assert classify_snapshots(old, off, opts).kind is Kind.RELOAD
+    assert classify_snapshots(old, off, opts).kind is ApplyPath.RELOAD
     # A slot change with checks on stays on the runtime path.
     moved = pb.Snapshot()
     moved.CopyFrom(old)
     moved.backends[0].slots[1].CopyFrom(
         pb.Slot(index=2, server_name="SRV_2", address="10.0.0.12", port=80, enabled=True)
     )
-    assert classify_snapshots(old, moved, opts).kind is Kind.RUNTIME
+    assert classify_snapshots(old, moved, opts).kind is ApplyPath.RUNTIME
 
 
 @dataclass

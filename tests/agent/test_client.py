@@ -16,7 +16,7 @@ import pytest
 
 from nodeagent import __version__
 from nodeagent.apply.outcome import Result
-from nodeagent.config.changes import Kind
+from nodeagent.config.changes import ApplyPath
 from nodeagent.held import ChangeSet, Held
 from nodeagent.stream.client import Client
 from nodeagent.stream.protocol import Identity
@@ -209,7 +209,7 @@ class SlowApplier:
         self.applying.set()
         self.release.wait(15)
         self.applied.append(snapshot.version)
-        return Result(True, Kind.NOTHING)
+        return Result(True, ApplyPath.NOTHING)
 
 
 class BurstPlane(FakePlane):
@@ -301,7 +301,7 @@ class FlakyApplier(SlowApplier):
             self.fails -= 1
             raise OSError(24, "Too many open files")
         self.applied.append(snapshot.version)
-        return Result(True, Kind.NOTHING)
+        return Result(True, ApplyPath.NOTHING)
 
 
 def test_an_apply_that_raises_is_a_retryable_nack_and_heals_without_a_new_change() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from controlplane.publish import content_hash
-from nodeagent.config.changes import Kind, classify
+from nodeagent.config.changes import ApplyPath, classify
 from nodeagent.config.render import RenderOptions, render, render_held
 from nodeagent.held import DeltaError, Held, diff
 from peerplane.v1 import peerplane_pb2 as pb
@@ -78,7 +78,7 @@ def test_a_one_slot_delta_is_a_runtime_change_of_that_slot_only() -> None:
     assert held_next.framed["ns_b_80"] is held.framed["ns_b_80"]  # shared, not copied
     r0 = render_held(held, OPTS)
     decision = classify(held, r0, held_next, render_held(held_next, OPTS, r0), change)
-    assert decision.kind is Kind.RUNTIME
+    assert decision.kind is ApplyPath.RUNTIME
     assert [(u.backend, u.server) for u in decision.updates] == [("ns_a_80", "SRV_2")]
 
 
@@ -190,7 +190,7 @@ def test_listeners_move_with_the_frontends_and_are_hashed() -> None:
     assert r1.text() == render(new, OPTS)
     assert r1.frontends == r0.frontends  # the new rule is a map entry, not a config line
     decision = classify(held, r0, held_next, r1, change)
-    assert decision.kind is Kind.RUNTIME and not decision.updates
+    assert decision.kind is ApplyPath.RUNTIME and not decision.updates
     added = [(u.op, u.key, u.value) for u in decision.maps]
     assert added == [("add", "a.example.com/b/", "2:ns_b_80")]
     # Without the flag the held listeners stay: the hash says no.

@@ -21,8 +21,9 @@ from nodeagent.apply.applier import Applier
 from nodeagent.apply.outcome import Result
 from nodeagent.cli.flags import build_parser
 from nodeagent.config import render as render_module
-from nodeagent.config.changes import Kind, ServerUpdate
+from nodeagent.config.changes import ApplyPath
 from nodeagent.config.render import render
+from nodeagent.haproxy.commands import ServerUpdate
 from nodeagent.haproxy.driver import HAProxy
 from nodeagent.held import ChangeSet, Held
 from nodeagent.stream.client import Client
@@ -130,7 +131,7 @@ def test_runtime_only_delta_sets_only_the_changed_slot_and_a_settings_delta_relo
         held2, change = base.apply(delta_between(v1, v2))
         assert change.backends == {"default_shop_http"}
         runtime = applier.apply(held2, change)
-        assert (runtime.ok, runtime.kind) == (True, Kind.RUNTIME), runtime.error
+        assert (runtime.ok, runtime.kind) == (True, ApplyPath.RUNTIME), runtime.error
         assert spy.sent == [[ServerUpdate("default_shop_http", "SRV_1", f"{net}.12", p12, True)]]
         assert shop.get() == "pod-12"
         assert runtime.worker_pid == worker  # no reload
@@ -143,7 +144,7 @@ def test_runtime_only_delta_sets_only_the_changed_slot_and_a_settings_delta_relo
 
         held3, change3 = held2.apply(delta_between(v2, v3))
         reload = applier.apply(held3, change3)
-        assert (reload.ok, reload.kind) == (True, Kind.RELOAD), reload.error
+        assert (reload.ok, reload.kind) == (True, ApplyPath.RELOAD), reload.error
         assert reload.worker_pid != worker
         assert len(spy.sent) == 1
         assert Path(inst.config_path).read_text() == render(v3, applier.options)
@@ -185,13 +186,13 @@ def test_a_change_haproxy_does_not_see_writes_the_file_without_reading_it_first(
         held2, change = base.apply(delta_between(v1, v2))
         assert change.warnings and not (change.backends or change.frontends)
         quiet = applier.apply(held2, change)
-        assert (quiet.ok, quiet.kind) == (True, Kind.NOTHING), quiet.error
+        assert (quiet.ok, quiet.kind) == (True, ApplyPath.NOTHING), quiet.error
         assert Path(inst.config_path).read_text() == render(v2, applier.options)
         assert reads == []
         assert applier.store.load() == v2
         Path(inst.config_path).write_text("damaged")
         again = applier.apply(v2)  # the same content, as a full snapshot
-        assert (again.ok, again.kind) == (True, Kind.NOTHING), again.error
+        assert (again.ok, again.kind) == (True, ApplyPath.NOTHING), again.error
         assert reads == [1]
         assert Path(inst.config_path).read_text() == render(v2, applier.options)
         assert shop.get() == "pod-11"

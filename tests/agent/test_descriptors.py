@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.config import descriptors, routes
+from nodeagent.config import descriptors, listeners
 from nodeagent.config.render import RenderOptions, render, render_held
 from nodeagent.haproxy import openfiles, version
 from nodeagent.held import Held
@@ -118,7 +118,7 @@ def test_estimate_is_what_haproxy_asks_for(
     rendered = render_held(Held.from_snapshot(snap), opts)
     (tmp_path / "maps").mkdir()
     for path, entries in rendered.maps.items():  # HAProxy opens them before it counts
-        Path(path).write_bytes(routes.map_file(entries))
+        Path(path).write_bytes(listeners.map_file(entries))
     cfg = rendered.text()
     threads = openfiles.default_threads(haproxy_bin.path)
     need = descriptors.needs(cfg.encode(), threads, served, reload=False)

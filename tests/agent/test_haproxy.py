@@ -16,7 +16,7 @@ import pytest
 
 from nodeagent.apply.applier import Applier
 from nodeagent.apply.saved import StateStore
-from nodeagent.config.changes import Kind
+from nodeagent.config.changes import ApplyPath
 from nodeagent.config.render import RenderOptions, render
 from nodeagent.haproxy.supervisor import Supervisor
 from peerplane.v1 import peerplane_pb2 as pb
@@ -95,7 +95,7 @@ def worker_pid(inst: Instance) -> int:
 def test_endpoint_change_uses_runtime_api_without_reload(fleet: Fleet) -> None:
     first = fleet.inst.applier.apply(fleet.snap(["pod-11"], 1))
     assert first.ok, first.error
-    assert first.kind is Kind.RELOAD
+    assert first.kind is ApplyPath.RELOAD
     assert fleet.get() == "pod-11"
     pid = worker_pid(fleet.inst)
     reloads = fleet.inst.haproxy.show_proc().reloads
@@ -105,7 +105,7 @@ def test_endpoint_change_uses_runtime_api_without_reload(fleet: Fleet) -> None:
     v2.backends[0].slots[0].CopyFrom(pb.Slot(index=1, server_name="SRV_1"))
     result = fleet.inst.applier.apply(v2)
     assert result.ok, result.error
-    assert result.kind is Kind.RUNTIME
+    assert result.kind is ApplyPath.RUNTIME
     assert worker_pid(fleet.inst) == pid
     assert fleet.inst.haproxy.show_proc().reloads == reloads
     assert {fleet.get() for _ in range(5)} == {"pod-12"}
@@ -137,13 +137,13 @@ def test_reload_is_hitless_for_a_looping_client(fleet: Fleet) -> None:
         setting = fleet.snap(["pod-11"], 2, balance="roundrobin")
         r2 = fleet.inst.applier.apply(setting)
         assert r2.ok, r2.error
-        assert r2.kind is Kind.RELOAD
+        assert r2.kind is ApplyPath.RELOAD
         assert r2.worker_pid not in (None, pid)
         peer_b = ("pod-b", f"{fleet.net}.2", fleet.peer_port)
         peers = fleet.snap(["pod-11"], 3, balance="roundrobin", extra_peers=[peer_b])
         r3 = fleet.inst.applier.apply(peers)
         assert r3.ok, r3.error
-        assert r3.kind is Kind.RELOAD
+        assert r3.kind is ApplyPath.RELOAD
         assert r3.worker_pid not in (None, pid, r2.worker_pid)
         time.sleep(0.3)
     finally:
@@ -318,11 +318,11 @@ def test_drives_an_haproxy_started_by_someone_else(fleet: Fleet) -> None:
         wait_until(serves(fleet, "pod-11"), 15)
         reloaded = external.apply(fleet.snap(["pod-12"], 2, balance="roundrobin"))
         assert reloaded.ok, reloaded.error
-        assert reloaded.kind is Kind.RELOAD
+        assert reloaded.kind is ApplyPath.RELOAD
         assert fleet.get() == "pod-12"
         runtime = external.apply(fleet.snap(["pod-13"], 3, balance="roundrobin"))
         assert runtime.ok, runtime.error
-        assert (runtime.kind, runtime.worker_pid) == (Kind.RUNTIME, reloaded.worker_pid)
+        assert (runtime.kind, runtime.worker_pid) == (ApplyPath.RUNTIME, reloaded.worker_pid)
         assert fleet.get() == "pod-13"
     finally:
         haproxy.terminate()
@@ -342,7 +342,7 @@ def test_runtime_path_needs_no_haproxy_check_but_reload_path_does(
     try:
         runtime = fleet.inst.applier.apply(fleet.snap(["pod-12"], 2))
         assert runtime.ok, runtime.error
-        assert runtime.kind is Kind.RUNTIME
+        assert runtime.kind is ApplyPath.RUNTIME
         assert fleet.get() == "pod-12"
         reload = fleet.inst.applier.apply(fleet.snap(["pod-12"], 3, balance="roundrobin"))
         assert not reload.ok

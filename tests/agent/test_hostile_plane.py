@@ -21,8 +21,8 @@ import pytest
 from google.protobuf.message import Message
 
 from nodeagent.config import certs
+from nodeagent.config.listeners import map_file
 from nodeagent.config.render import RenderError, RenderOptions, render_held
-from nodeagent.config.routes import map_file
 from nodeagent.held import DeltaError, Held
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.agent.test_client import FakePlane, running, serve, within

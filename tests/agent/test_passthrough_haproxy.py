@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.config.changes import Kind
+from nodeagent.config.changes import ApplyPath
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import (
     Instance,
@@ -149,7 +149,7 @@ def test_passthrough_by_sni_and_routes_changed_at_runtime(edge: Edge) -> None:
     ]
     for version, (routes, want) in enumerate(steps, start=2):
         result = inst.applier.apply(edge.snapshot(version, routes))
-        assert result.ok and result.kind is Kind.RUNTIME, result
+        assert result.ok and result.kind is ApplyPath.RUNTIME, result
         assert {sni: edge.hello(sni).split(" ")[0] for sni in want} == want
     after = inst.haproxy.show_proc()
     assert (after.reloads, after.current_worker) == (before.reloads, before.current_worker)
@@ -157,7 +157,7 @@ def test_passthrough_by_sni_and_routes_changed_at_runtime(edge: Edge) -> None:
     # config change, so a reload.
     split = [("a", 1), ("b", 2), ("", 1)]
     result = inst.applier.apply(edge.snapshot(9, [(["*.example.com"], split)]))
-    assert result.ok and result.kind is Kind.RELOAD, result
+    assert result.ok and result.kind is ApplyPath.RELOAD, result
     shares = Counter(edge.hello("s.example.com").split(" ")[0] for _ in range(400))
     assert set(shares) == {A, B, "closed"}, shares
     assert abs(shares[B] / 400 - 0.5) < 0.1 and abs(shares[A] / 400 - 0.25) < 0.1, shares
@@ -166,7 +166,7 @@ def test_passthrough_by_sni_and_routes_changed_at_runtime(edge: Edge) -> None:
     second = pb.TlsPassthroughListener(port=port, routes=[pb.SniRoute(hostnames=[B])])
     second.routes[0].backends.add(backend="ns_b_443", weight=1)
     result = inst.applier.apply(edge.snapshot(10, [([A], "a")], extra=[second]))
-    assert result.ok and result.kind is Kind.RELOAD, result
+    assert result.ok and result.kind is ApplyPath.RELOAD, result
     assert edge.hello(B, port=port).startswith(B) and edge.hello(A).startswith(A)
 
 

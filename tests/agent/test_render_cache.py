@@ -131,7 +131,7 @@ def test_unchanged_peers_and_frontends_are_reused_not_rendered_again(
     held2, change = held.apply(delta_between(v1, v2))
     assert not (change.frontends or change.peers)
     assert held2.frontends_part is held.frontends_part  # what the cache is keyed by
-    for name in ("_http_frontend", "_frontends", "_peers", "_host", "_global"):
+    for name in ("_http_frontend", "_frontends", "_peers", "checked_host", "_global"):
         monkeypatch.setattr(render, name, _fail)
     after_delta = render_held(held2, OPTS, first, change)
     assert after_delta.frontends_section is first.frontends_section

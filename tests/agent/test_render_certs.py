@@ -11,8 +11,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from nodeagent.config import certcheck, certs
-from nodeagent.config.changes import Kind, classify
+from nodeagent.config.changes import ApplyPath, classify
 from nodeagent.config.render import RenderError, RenderOptions, render_held
+from nodeagent.haproxy import sslcerts
 from nodeagent.held import Held, diff
 from peerplane.limits import MAX_CERTIFICATE_PEM
 from peerplane.v1 import peerplane_pb2 as pb
@@ -72,7 +73,7 @@ def test_a_listener_without_default_certificate_binds_strict_sni_and_turning_it_
     assert f"{line} strict-sni" in render_held(strict, OPTS).text().splitlines()
     assert line in render_held(default, OPTS).text().splitlines()
     kind, _, reason = _decide(default, strict)
-    assert kind is Kind.RELOAD and "8443" in reason, reason
+    assert kind is ApplyPath.RELOAD and "8443" in reason, reason
 
 
 @pytest.mark.parametrize(
@@ -125,7 +126,7 @@ def test_the_agent_checks_each_certificate_itself() -> None:
     assert "expired" in (certcheck.problem(good.cert_pem + good.key_pem, later) or "")
     # A payload ends at the first empty line: none is sent.
     spaced = good.cert_pem + b"\n\n" + good.key_pem
-    assert "\n\n" not in certcheck.payload(spaced)
+    assert "\n\n" not in sslcerts.payload(spaced)
 
 
 def test_the_agent_refuses_keys_haproxys_openssl_refuses_and_pem_over_the_shared_limit() -> None:
@@ -159,7 +160,7 @@ def test_a_certificate_keeps_its_pem_out_of_reprs() -> None:
     assert decision.certs and "PRIVATE" not in repr(decision)
 
 
-def _decide(before: Held, after: Held) -> tuple[Kind, list[tuple[str, str]], str]:
+def _decide(before: Held, after: Held) -> tuple[ApplyPath, list[tuple[str, str]], str]:
     decision = classify(
         before, render_held(before, OPTS), after, render_held(after, OPTS), diff(before, after)
     )
@@ -170,43 +171,52 @@ def test_which_certificate_changes_go_through_the_runtime_api() -> None:
     two = [("a", ["a.example.com"]), ("b", ["b.example.com"])]
     base = _held(two)
     renewed = {**LEAVES, "b": CA.issue("b.example.com")}
-    assert _decide(base, _held(two, renewed))[:2] == (Kind.RUNTIME, [("set", "ns_b")])
+    assert _decide(base, _held(two, renewed))[:2] == (ApplyPath.RUNTIME, [("set", "ns_b")])
     # A certificate newly bound: loaded, then its crt-list line added.
     three = [*two, ("w", ["*.w.example.com"])]
     kind, steps, reason = _decide(base, _held(three))
-    assert (kind, steps) == (Kind.RUNTIME, [("load", "ns_w"), ("add", "ns_w")])
+    assert (kind, steps) == (ApplyPath.RUNTIME, [("load", "ns_w"), ("add", "ns_w")])
     assert reason == "certificates (bound ns_w) changed"
     # Unbound: its line removed, then the certificate.
-    assert _decide(_held(three), base)[:2] == (Kind.RUNTIME, [("del", "ns_w"), ("unload", "ns_w")])
+    assert _decide(_held(three), base)[:2] == (
+        ApplyPath.RUNTIME,
+        [("del", "ns_w"), ("unload", "ns_w")],
+    )
     # Filters changed: the line replaced, the certificate kept.
     other = [("a", ["a.example.com"]), ("b", ["b.example.com", "c.example.com"])]
-    assert _decide(base, _held(other))[:2] == (Kind.RUNTIME, [("del", "ns_b"), ("add", "ns_b")])
+    assert _decide(base, _held(other))[:2] == (
+        ApplyPath.RUNTIME,
+        [("del", "ns_b"), ("add", "ns_b")],
+    )
     # A certificate no crt-list names: only its file changes.
     one = [("a", ["a.example.com"])]
     assert _decide(_held(one), _held(one, renewed)) == (
-        Kind.RUNTIME,
+        ApplyPath.RUNTIME,
         [],
         "certificate files changed",
     )
     # The default certificate replaced, a new HTTPS port: reloads, said why.
     kind, _, reason = _decide(base, _held([("b", ["b.example.com"]), ("a", ["a.example.com"])]))
     assert (kind, reason) == (
-        Kind.RELOAD,
+        ApplyPath.RELOAD,
         "HTTPS listener 8443: default certificate changed (first crt-list line)",
     )
     # A certificate on two lines (the default, and for another host too): its renewal
     # is runtime, a change of its lines reloads.
     twice = [("a", []), ("b", ["b.example.com"]), ("a", ["alias.example.com"])]
     renewed_a = {**LEAVES, "a": CA.issue("a.example.com")}
-    assert _decide(_held(twice), _held(twice, renewed_a))[:2] == (Kind.RUNTIME, [("set", "ns_a")])
+    assert _decide(_held(twice), _held(twice, renewed_a))[:2] == (
+        ApplyPath.RUNTIME,
+        [("set", "ns_a")],
+    )
     kind, _, reason = _decide(_held(twice), _held(twice[:2]))
     assert (kind, reason) == (
-        Kind.RELOAD,
+        ApplyPath.RELOAD,
         "HTTPS listener 8443: certificate ns_a bound on two lines changed",
     )
     more = _held(two, extra=[https_listener(9443, [("ns_a", [])])])
     kind, _, reason = _decide(base, more)
-    assert kind is Kind.RELOAD and "9443 added" in reason
+    assert kind is ApplyPath.RELOAD and "9443 added" in reason
 
 
 def test_a_delta_renewing_one_certificate_is_one_runtime_step() -> None:
@@ -226,7 +236,7 @@ def test_a_delta_renewing_one_certificate_is_one_runtime_step() -> None:
     old_cfg = render_held(base, OPTS)
     new_cfg = render_held(after, OPTS, old_cfg, change)
     decision = classify(base, old_cfg, after, new_cfg, change)
-    assert decision.kind is Kind.RUNTIME
+    assert decision.kind is ApplyPath.RUNTIME
     assert [(u.op, u.name, u.path) for u in decision.certs] == [("set", "ns_b", f"{DIR}/ns_b.pem")]
     assert decision.certs[0].pem == renewed.certificates["ns_b"].pem
     assert decision.reason == "certificates (renewed ns_b) changed"

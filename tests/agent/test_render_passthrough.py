@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.config.changes import Kind, MapUpdate, classify
+from nodeagent.config.changes import ApplyPath, classify
 from nodeagent.config.render import Rendered, RenderError, RenderOptions, render_held
+from nodeagent.haproxy.commands import MapUpdate
 from nodeagent.held import Held, diff
-from peerplane import routes
+from peerplane import patterns
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import backend, snapshot
 
@@ -103,7 +104,7 @@ def test_a_passthrough_frontend_routes_by_sni_through_its_map() -> None:
         (_route(["*"], ("ns_a_443", 1)), "invalid hostname"),
         (_route(["a.example.com\nfrontend x"], ("ns_a_443", 1)), "invalid hostname"),
         (_route(["a.example.com"], ("ns_a_443 if TRUE", 1)), "invalid backend name"),
-        (_route(["a.example.com"], ("ns_a_443", routes.MAX_WEIGHT + 1)), "invalid weight"),
+        (_route(["a.example.com"], ("ns_a_443", patterns.MAX_WEIGHT + 1)), "invalid weight"),
         (_route(["a.example.com"], ("ns_x_443", 1)), "unknown backend 'ns_x_443'"),
     ],
 )
@@ -135,7 +136,9 @@ def test_accept_proxy_on_every_kind_of_bind_and_the_route_source_not_rendered() 
     assert sourced.text() == plain.text()
 
 
-def _decide(before: pb.Snapshot, after: pb.Snapshot) -> tuple[Kind, str, tuple[MapUpdate, ...]]:
+def _decide(
+    before: pb.Snapshot, after: pb.Snapshot
+) -> tuple[ApplyPath, str, tuple[MapUpdate, ...]]:
     old, old_cfg = _render(before)
     new, new_cfg = _render(after)
     decision = classify(old, old_cfg, new, new_cfg, diff(old, new))
@@ -145,19 +148,19 @@ def _decide(before: pb.Snapshot, after: pb.Snapshot) -> tuple[Kind, str, tuple[M
 def test_sni_routes_change_through_the_runtime_api() -> None:
     repointed = _route(["a.example.com"], ("ns_b_443", 1))
     assert _decide(_snap(A, WILD), _snap(repointed, WILD)) == (
-        Kind.RUNTIME,
+        ApplyPath.RUNTIME,
         "1 route map entry changed",
         (MapUpdate(SNI_MAP, "set", "a.example.com", "ns_b_443"),),
     )
     kind, _, maps = _decide(_snap(A), _snap(A, WILD, ANY))
-    assert kind is Kind.RUNTIME and {(m.op, m.key) for m in maps} == {
+    assert kind is ApplyPath.RUNTIME and {(m.op, m.key) for m in maps} == {
         ("add", "*.w.example.com"),
         ("add", "*"),
     }
     kind, _, maps = _decide(_snap(A, WILD), _snap(WILD))
-    assert (kind, maps) == (Kind.RUNTIME, (MapUpdate(SNI_MAP, "del", "a.example.com"),))
+    assert (kind, maps) == (ApplyPath.RUNTIME, (MapUpdate(SNI_MAP, "del", "a.example.com"),))
     kind, reason, _ = _decide(_snap(A), _snap(A, tcp_source="TCPRoute ns/db rule 0"))
-    assert (kind, reason) == (Kind.NOTHING, "rendered config identical")
+    assert (kind, reason) == (ApplyPath.NOTHING, "rendered config identical")
 
 
 @pytest.mark.parametrize(
@@ -188,7 +191,7 @@ def test_sni_routes_change_through_the_runtime_api() -> None:
     ],
 )
 def test_what_reloads_says_why(after: pb.Snapshot, reason: str) -> None:
-    assert _decide(_snap(A), after)[:2] == (Kind.RELOAD, reason)
+    assert _decide(_snap(A), after)[:2] == (ApplyPath.RELOAD, reason)
 
 
 def test_a_changed_passthrough_listener_is_rendered_again_from_the_cache() -> None:

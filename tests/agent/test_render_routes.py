@@ -1,5 +1,5 @@
-"""The route renderer's checks (nodeagent/config/routes.py): every route string is matched
-whole against peerplane/routes.py before it reaches haproxy.cfg, a map file or the runtime
+"""The route renderer's checks (nodeagent/config/listeners.py): every route string is matched
+whole against peerplane/patterns.py before it reaches haproxy.cfg, a map file or the runtime
 socket; what the maps hold and what stays in the config.
 
 docs/design.md, "Route rendering and runtime updates"; "Untrusted strings and their sinks"."""
@@ -10,13 +10,15 @@ from collections.abc import Callable
 
 import pytest
 
-from nodeagent.config import routes as rendered_routes
-from nodeagent.config.changes import MapUpdate, classify
+from nodeagent.config import listeners
+from nodeagent.config.changes import classify
 from nodeagent.config.render import RenderError, RenderOptions, render_held
+from nodeagent.config.rules import RouteCache
 from nodeagent.haproxy import HAProxyError
+from nodeagent.haproxy.commands import MapUpdate
 from nodeagent.haproxy.driver import map_command
 from nodeagent.held import Held, diff
-from peerplane import routes
+from peerplane import patterns
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import backend, snapshot
 
@@ -81,7 +83,7 @@ BAD: dict[str, Callable[[pb.RouteRule], None]] = {
     "redirect code": _set("redirect.status_code", 307),
     "redirect host": _set("redirect.hostname", "a..b"),
     "redirect path": _set("redirect.replace_full_path", "/x y"),
-    "weight": lambda r: r.backends.add(backend="ns_b_80", weight=routes.MAX_WEIGHT + 1),
+    "weight": lambda r: r.backends.add(backend="ns_b_80", weight=patterns.MAX_WEIGHT + 1),
     "backend name": lambda r: r.backends.add(backend="ns_b_80 if TRUE", weight=1),
 }
 
@@ -118,7 +120,7 @@ def test_map_rules_are_entries_and_the_rest_config_lines() -> None:
     out = render_held(_held(*rules), OPTS)
     exact = out.maps["/var/lib/maps/fe_8080.exact.map"]
     prefix = out.maps["/var/lib/maps/fe_8080.prefix.map"]
-    assert dict(exact) == {"a.example.com/x": f"{2 * routes.MAX_PATH + 2}:ns_a_80"}
+    assert dict(exact) == {"a.example.com/x": f"{2 * patterns.MAX_PATH + 2}:ns_a_80"}
     assert dict(prefix) == {
         "a.example.com/": "1:ns_a_80",
         "a.example.com/a/": "2:ns_a_80",
@@ -200,16 +202,29 @@ def test_a_layer_kept_from_the_last_render_gives_what_a_fresh_render_gives() -> 
     the render equals one made with nothing kept."""
     hosts = [f"h{i}.example.com" for i in range(30)]
     rules = [_host_rule(h, "/") for h in hosts]
-    render_held(_held(*rules), OPTS)
+    first = render_held(_held(*rules), OPTS)
     changed = list(rules)
     changed[3] = _host_rule(hosts[3], "/", to="ns_b_80")
     changed.insert(7, _host_rule(hosts[6], "/", method="POST"))
-    kept = render_held(_held(*changed), OPTS)
-    rendered_routes._layers.clear()
-    fresh = render_held(_held(*changed), OPTS)
+    kept = render_held(_held(*changed), OPTS, previous=first)
+    fresh = render_held(_held(*changed), OPTS)  # a new route cache: nothing kept
     assert kept.maps == fresh.maps and kept.frontends == fresh.frontends
     prefix = kept.maps["/var/lib/maps/fe_8080.prefix.map"]
     assert prefix["h3.example.com/"].endswith(":ns_b_80")
+
+
+def test_the_route_cache_travels_with_the_render_and_nowhere_else() -> None:
+    """The checked rules and host layers are the render's own (no module-level state): a
+    render with the previous one keeps its cache, a render without starts a new one."""
+    rules = [_host_rule(f"h{i}.example.com", "/") for i in range(3)]
+    first = render_held(_held(*rules), OPTS)
+    cache = first.routed.route_cache
+    assert len(cache.rules) == 3 and set(cache.layers) == {f"h{i}.example.com" for i in range(3)}
+    moved = render_held(_held(*rules, _host_rule("h9.example.com", "/")), OPTS, previous=first)
+    assert moved.routed.route_cache is cache and "h9.example.com" in cache.layers
+    alone = render_held(_held(*rules), OPTS)
+    assert alone.routed.route_cache is not cache and len(alone.routed.route_cache.rules) == 3
+    assert len(cache.rules) == 4  # the other render left it alone
 
 
 def test_closed_hosts_are_a_checked_map_and_only_the_first_one_reloads() -> None:
@@ -252,6 +267,8 @@ def test_a_redirects_defaults_are_the_listeners_scheme_and_port(
     listener = pb.HttpListener(port=port, rules=[_rule(to="", redirect=redirect)])
     if tls:
         listener.tls.strict_sni = True
-    out = rendered_routes.render_listeners([listener], None, "/m", lambda p: f"127.0.0.1:{p}")
+    out = listeners.render_listeners(
+        [listener], None, "/m", lambda p: f"127.0.0.1:{p}", RouteCache()
+    )
     (line,) = [ln for ln in out.lines if "http-request redirect" in ln]
     assert line.startswith(f"  http-request redirect location {location} code 302 if ")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.config.changes import Kind
+from nodeagent.config.changes import ApplyPath
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import Instance, backend, free_port, loopback_net, running_instance
 from tests.helpers.haproxy_env import snapshot as make_snapshot
@@ -350,7 +350,7 @@ def test_routes_change_on_a_running_haproxy_without_a_reload(site: Site) -> None
             wait_until(lambda v=version: served >= 50 * (v - 1), 10)  # load between
             result = inst.applier.apply(site.snapshot([new], version))
             assert result.ok, result.error
-            assert result.kind is Kind.RUNTIME, result
+            assert result.kind is ApplyPath.RUNTIME, result
             assert site.served_by(P, "/new") == want
         assert site.served_by("w.example.com", "/new") == "404"
     finally:
@@ -362,7 +362,7 @@ def test_routes_change_on_a_running_haproxy_without_a_reload(site: Site) -> None
     # The map files hold what HAProxy runs: a reload (a method rule is config) keeps it.
     again = listener(rule([P], "c", "/new"), rule([P], "b", "/post", method="POST"))
     result = inst.applier.apply(site.snapshot([again], 10))
-    assert result.ok and result.kind is Kind.RELOAD, result
+    assert result.ok and result.kind is ApplyPath.RELOAD, result
     wait_until(lambda: inst.haproxy.show_proc().reloads > before.reloads, 5)
     assert site.served_by(P, "/new") == "c" and site.served_by(P, "/stable") == "a"
     assert site.served_by(P, "/post", method="POST") == "b"
@@ -382,7 +382,7 @@ def test_a_refused_map_command_falls_back_to_a_reload(
     one = pb.HttpListener(port=port, rules=[rule([P], "c", "/x")])
     with caplog.at_level("INFO", logger="nodeagent.apply.applier"):
         result = inst.applier.apply(site.snapshot([one], 2))
-    assert result.ok and result.kind is Kind.RELOAD, result
+    assert result.ok and result.kind is ApplyPath.RELOAD, result
     assert "runtime update failed, reloading: map update refused" in caplog.text
     assert site.served_by(P, "/x") == "c" and site.served_by(P, "/y") == "404"
     with open(prefix) as f:

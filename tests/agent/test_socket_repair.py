@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.config.changes import Kind
+from nodeagent.config.changes import ApplyPath
 from nodeagent.config.render import PEERS_SECTION, render
 from nodeagent.haproxy import sockrepair
 from nodeagent.haproxy.driver import command
@@ -88,14 +88,14 @@ def test_a_deleted_runtime_socket_is_bound_again(
     peers sync check was skipped."""
     applier, runtime = pod.inst.applier, pod.inst.haproxy.runtime_socket
     assert applier.apply(pod.snap(["pod-11"], 1)).ok
-    assert applier.apply(pod.snap(["pod-12"], 2)).kind is Kind.RUNTIME
+    assert applier.apply(pod.snap(["pod-12"], 2)).kind is ApplyPath.RUNTIME
 
     os.unlink(runtime)
     assert not sockrepair.answers(runtime)
     with caplog.at_level(logging.INFO, logger="nodeagent"):
         repaired = applier.apply(pod.snap(["pod-13"], 3))
     assert repaired.ok, repaired.error
-    assert repaired.kind is Kind.RELOAD
+    assert repaired.kind is ApplyPath.RELOAD
     assert sockrepair.answers(runtime)
     assert applier.metrics.socket_repairs._value.get() == 1
     assert not [r for r in caplog.records if "cannot read show peers" in r.getMessage()]
@@ -108,12 +108,12 @@ def test_a_deleted_runtime_socket_is_bound_again(
     for version, name in ((4, "pod-11"), (5, "pod-12")):
         later = applier.apply(pod.snap([name], version))
         assert later.ok, later.error
-        assert later.kind is Kind.RUNTIME
+        assert later.kind is ApplyPath.RUNTIME
         assert pod.get() == name
     assert pod.worker() == worker
     # A reload with the usual spelling keeps the rebound socket.
     reload = applier.apply(pod.snap(["pod-12"], 6, peers=["pod-a", "pod-b"]))
-    assert reload.ok and reload.kind is Kind.RELOAD
+    assert reload.ok and reload.kind is ApplyPath.RELOAD
     assert sockrepair.answers(runtime)
     assert applier.metrics.socket_repairs._value.get() == 1
 
@@ -163,7 +163,7 @@ def test_a_runtime_socket_that_accepts_and_never_answers_is_replaced_in_bounded_
         repaired = applier.apply(pod.snap(["pod-12"], 2))
         took = time.monotonic() - start
         assert repaired.ok, repaired.error
-        assert repaired.kind is Kind.RELOAD
+        assert repaired.kind is ApplyPath.RELOAD
         assert accepted  # the agent did try it
         assert took < 4.0, f"{took:.1f}s: waited for a command to time out"
         said = [r.getMessage() for r in caplog.records]
@@ -174,7 +174,7 @@ def test_a_runtime_socket_that_accepts_and_never_answers_is_replaced_in_bounded_
         assert "Name: HAProxy" in command(runtime, "show info", 2.0)
         worker = pod.worker()
         later = applier.apply(pod.snap(["pod-13"], 3))
-        assert later.ok and later.kind is Kind.RUNTIME, later.error
+        assert later.ok and later.kind is ApplyPath.RUNTIME, later.error
         assert pod.worker() == worker and pod.get() == "pod-13"
 
 
@@ -224,6 +224,6 @@ def test_a_runtime_update_is_acked_when_only_the_master_cli_is_gone(pod: Pod) ->
     finally:
         os.rename(master + ".moved", master)
     assert result.ok, result.error
-    assert result.kind is Kind.RUNTIME and result.worker_pid is None
+    assert result.kind is ApplyPath.RUNTIME and result.worker_pid is None
     assert applier.applied_version == 2
     assert pod.get() == "pod-12"

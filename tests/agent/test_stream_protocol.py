@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 
 from nodeagent.apply.outcome import Result, SetAside
-from nodeagent.config.changes import Kind
+from nodeagent.config.changes import ApplyPath
 from nodeagent.held import Held
 from nodeagent.stream import protocol
 from nodeagent.stream.protocol import (
@@ -252,16 +252,16 @@ def test_a_stream_of_messages_walks_the_base() -> None:
 @pytest.mark.parametrize(
     ("result", "attempt", "kind", "path", "attempts", "error"),
     [
-        pytest.param(Result(True, Kind.RELOAD), 1, "ack", "reload", 1, "", id="ack-reload"),
+        pytest.param(Result(True, ApplyPath.RELOAD), 1, "ack", "reload", 1, "", id="ack-reload"),
         pytest.param(
-            Result(True, Kind.RUNTIME), 3, "ack", "runtime", 3, "", id="ack-after-retries"
+            Result(True, ApplyPath.RUNTIME), 3, "ack", "runtime", 3, "", id="ack-after-retries"
         ),
-        pytest.param(Result(True, Kind.NOTHING), 1, "ack", "nothing", 1, "", id="ack-nothing"),
+        pytest.param(Result(True, ApplyPath.NOTHING), 1, "ack", "nothing", 1, "", id="ack-nothing"),
         pytest.param(
-            Result(True, Kind.RELOAD, started=True), 1, "ack", "reload", 1, "", id="ack-start"
+            Result(True, ApplyPath.RELOAD, started=True), 1, "ack", "reload", 1, "", id="ack-start"
         ),
         pytest.param(
-            Result(False, Kind.RELOAD, error="reload failed: x", retryable=True),
+            Result(False, ApplyPath.RELOAD, error="reload failed: x", retryable=True),
             1,
             "nack",
             "reload",
@@ -357,7 +357,7 @@ def test_an_ack_names_the_parts_set_aside_the_first_256_and_their_count() -> Non
     parts = tuple(
         SetAside("certificate", f"b_tls-{i:04}", "ab" * 32, "ee key too small") for i in range(300)
     )
-    result = Result(True, Kind.RELOAD, set_aside=parts)
+    result = Result(True, ApplyPath.RELOAD, set_aside=parts)
     ack = protocol.answer("nonce-7", H2, result, 1).message.ack
     assert ack.set_aside_count == 300
     assert len(ack.set_aside) == protocol.MAX_SET_ASIDE_SENT == 256

@@ -22,11 +22,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from google.protobuf import json_format
 
 from nodeagent import cli
-from nodeagent.apply import applier as applier_module
-from nodeagent.apply import setaside
+from nodeagent.apply import setaside, validation
 from nodeagent.config import certcheck
 from nodeagent.config import render as render_module
-from nodeagent.config.changes import Kind
+from nodeagent.config.changes import ApplyPath
 from nodeagent.config.render import RenderOptions
 from nodeagent.haproxy.driver import validate
 from peerplane.certs import weak_chain
@@ -244,7 +243,7 @@ def test_a_renewed_certificate_is_served_without_a_reload(
         wait_until(lambda: served >= 20, 10)
         site.leaves["b"] = CA.issue("b.example.com")
         result = inst.applier.apply(site.snapshot(BINDINGS))
-        assert result.ok and result.kind is Kind.RUNTIME, result
+        assert result.ok and result.kind is ApplyPath.RUNTIME, result
         assert site.serial("b.example.com") == site.leaves["b"].serial_hex
         mark = served
         wait_until(lambda: served >= mark + 20, 10)
@@ -274,11 +273,11 @@ def test_certificates_are_bound_and_unbound_through_the_runtime_api(site: Site) 
     serials = {k: leaf.serial_hex for k, leaf in site.leaves.items()}
     assert site.serial("x.w.example.com") == serials["d"]
     bound = inst.applier.apply(site.snapshot(BINDINGS[:4]))  # the wildcard newly bound
-    assert bound.ok and bound.kind is Kind.RUNTIME, bound
+    assert bound.ok and bound.kind is ApplyPath.RUNTIME, bound
     assert site.serial("x.w.example.com") == serials["w"]
     del site.leaves["b"]
     unbound = inst.applier.apply(site.snapshot([BINDINGS[0], BINDINGS[1], BINDINGS[3]]))
-    assert unbound.ok and unbound.kind is Kind.RUNTIME, unbound
+    assert unbound.ok and unbound.kind is ApplyPath.RUNTIME, unbound
     assert site.serial("b.example.com") == serials["d"]
     assert site.serial("a.example.com") == serials["a"]
     after = inst.haproxy.show_proc()
@@ -293,7 +292,7 @@ def test_certificates_are_bound_and_unbound_through_the_runtime_api(site: Site) 
         ]
     # A new default certificate: a reload, said why; the files are what it reads.
     swapped = inst.applier.apply(site.snapshot([BINDINGS[1], BINDINGS[0]]))
-    assert swapped.ok and swapped.kind is Kind.RELOAD, swapped
+    assert swapped.ok and swapped.kind is ApplyPath.RELOAD, swapped
     assert site.serial(None) == serials["a"] and site.serial("nothing.org") == serials["a"]
     assert site.serial(HOSTS["d"]) == serials["d"]  # its own name, no filter
 
@@ -330,7 +329,7 @@ def test_a_bad_certificate_is_set_aside_and_the_others_apply(site: Site) -> None
     snap = site.snapshot(BINDINGS, ns_b=expired)
     snap.http_listeners.append(https_listener(free_port(inst.ip), [("ns_a", [])]))
     reloaded = inst.applier.apply(snap)
-    assert reloaded.ok and reloaded.kind is Kind.RELOAD, reloaded
+    assert reloaded.ok and reloaded.kind is ApplyPath.RELOAD, reloaded
     assert [p.name for p in reloaded.set_aside] == ["ns_b"]
     assert "expired" in reloaded.set_aside[0].reason
     assert "ns_b.pem" not in os.listdir(certs_dir)
@@ -548,7 +547,7 @@ def test_haproxy_c_runs_are_bounded_however_many_certificates_it_refuses(
         runs.append(text)
         return validate(text, binary, timeout)
 
-    monkeypatch.setattr(applier_module, "validate", counted)
+    monkeypatch.setattr(validation, "validate", counted)
     inst = site.inst
     assert inst.applier.apply(site.snapshot(BINDINGS)).ok
     hosts = {f"ns_x{i}": f"x{i}.example.com" for i in range(6)}
@@ -581,7 +580,7 @@ def test_a_refused_certificate_command_falls_back_to_a_reload(site: Site) -> Non
     assert "deleted" in inst.haproxy.runtime(f"del ssl cert {path}")
     site.leaves["w"] = CA.issue("*.w.example.com")
     result = inst.applier.apply(site.snapshot(BINDINGS))
-    assert result.ok and result.kind is Kind.RELOAD, result
+    assert result.ok and result.kind is ApplyPath.RELOAD, result
     assert site.serial("x.w.example.com") == site.leaves["w"].serial_hex
 
 
@@ -628,7 +627,7 @@ def test_a_delta_carrying_a_renewed_certificate_rotates_it_at_runtime(site: Site
     assert base is not None
     held, change = base.apply(delta)
     result = inst.applier.apply(held, change)
-    assert result.ok and result.kind is Kind.RUNTIME, result
+    assert result.ok and result.kind is ApplyPath.RUNTIME, result
     assert (
         site.serial(HOSTS["a"]) == site.serial("alias.example.com") == site.leaves["a"].serial_hex
     )

@@ -22,7 +22,7 @@ from controlplane.server import ControlPlaneServer, ServerOptions, TlsFiles
 from controlplane.server.auth import Authenticator
 from nodeagent.apply.outcome import Result
 from nodeagent.cli import flags as agent_flags
-from nodeagent.config.changes import Kind
+from nodeagent.config.changes import ApplyPath
 from nodeagent.held import ChangeSet, Held
 from nodeagent.stream import transport
 from nodeagent.stream.client import Client
@@ -60,7 +60,7 @@ class RecordingApplier:
 
     def apply(self, snapshot: Held, change: ChangeSet | None = None) -> Result:
         self.versions.append(snapshot.version)
-        return Result(True, Kind.NOTHING)
+        return Result(True, ApplyPath.NOTHING)
 
 
 def tls_harness(certs: Certs, reviewer: FakeReviewer, mtls: bool) -> Harness:

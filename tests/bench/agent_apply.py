@@ -23,7 +23,7 @@ from controlplane.compute import Computer
 from controlplane.model import ClusterState, frozen_map
 from controlplane.publish import Encoder
 from nodeagent.apply.saved import atomic_write
-from nodeagent.config.changes import Kind, classify
+from nodeagent.config.changes import ApplyPath, classify
 from nodeagent.config.render import RenderOptions, render_held
 from nodeagent.held import Held, diff
 from peerplane.v1 import peerplane_pb2 as pb
@@ -121,7 +121,7 @@ def measure(
                 )
                 result = applier.apply(Held.from_snapshot(msg.snapshot))
                 full.append(time.process_time() - start)
-                if result.kind is not Kind.RUNTIME:
+                if result.kind is not ApplyPath.RUNTIME:
                     raise RuntimeError(f"full: {result}")
             delta = times.setdefault("delta", [])
             for _ in range(changes):
@@ -132,7 +132,7 @@ def measure(
                 held, change = base.apply(msg.delta)
                 result = applier.apply(held, change)
                 delta.append(time.process_time() - start)
-                if result.kind is not Kind.RUNTIME:
+                if result.kind is not ApplyPath.RUNTIME:
                     raise RuntimeError(f"delta: {result}")
         finally:
             inst.supervisor.stop()
@@ -210,7 +210,7 @@ def measure_without_haproxy(services: int, changes: int, hosts: bool = True) -> 
                     steps[name].append(b - a)
                 totals.append(t7 - t0)
                 cfg_bytes = len(data)
-                if decision.kind is not Kind.RUNTIME:
+                if decision.kind is not ApplyPath.RUNTIME:
                     raise RuntimeError(f"{kind}: {decision}")
                 held, rendered = new, new_r
             if rendered.data() != render_held(held, opts).data():

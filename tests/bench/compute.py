@@ -27,10 +27,10 @@ from collections.abc import Callable, Mapping
 from functools import partial
 
 from controlplane.compute import Computer, ComputeResult, compute
-from controlplane.compute.types import BackendSlots, WorkloadSnapshot
 from controlplane.model import ClusterState
 from controlplane.publish import Encoder, SnapshotContent, encode
 from controlplane.publish.store import SnapshotStore
+from controlplane.snapshot import BackendSlots, WorkloadSnapshot
 from tests.bench.common import (
     ENDPOINTS_PER_SERVICE,
     HAPROXY_PODS,

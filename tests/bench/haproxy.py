@@ -42,9 +42,10 @@ from pathlib import Path
 from typing import Any
 
 import nodeagent.apply.applier
+import nodeagent.apply.validation
 from nodeagent.apply.applier import Applier
 from nodeagent.apply.saved import StateStore
-from nodeagent.config.changes import Kind
+from nodeagent.config.changes import ApplyPath
 from nodeagent.config.render import RenderOptions
 from nodeagent.haproxy.driver import HAProxy
 from nodeagent.haproxy.supervisor import Supervisor
@@ -147,20 +148,21 @@ class Phases:
     @contextmanager
     def installed(self, agent: Agent) -> Iterator[None]:
         """Wrap the module functions the applier calls and the timed agent's methods."""
+        modules = {"render_held": nodeagent.apply.applier, "validate": nodeagent.apply.validation}
         module_originals: dict[str, Callable[..., Any]] = {
-            name: getattr(nodeagent.apply.applier, name) for name in ("render_held", "validate")
+            name: getattr(module, name) for name, module in modules.items()
         }
         phase = {"render_held": "render", "validate": "validate"}
         try:
             for name, fn in module_originals.items():
-                setattr(nodeagent.apply.applier, name, self.wrap(phase[name], fn))
+                setattr(modules[name], name, self.wrap(phase[name], fn))
             # Instance attributes shadow the class's methods for this one agent only.
             hx, applier = agent.haproxy, agent.applier
             methods: list[tuple[object, str, str]] = [
                 (hx, "set_servers", "set_servers"),
                 (hx, "reload", "reload"),
                 (hx, "wait_peers_synced", "wait_peers_synced"),
-                (applier, "_write_config", "write"),
+                (applier.files, "write_config", "write"),
                 (applier.store, "save_bytes", "save"),
             ]
             for obj, attr, name in methods:
@@ -168,7 +170,7 @@ class Phases:
             yield
         finally:
             for name, fn in module_originals.items():
-                setattr(nodeagent.apply.applier, name, fn)
+                setattr(modules[name], name, fn)
 
     def take(self) -> dict[str, list[float]]:
         taken, self.times = dict(self.times), defaultdict(list)
@@ -244,7 +246,7 @@ class Bench:
         self.expire = 0
         self.phases = Phases()
 
-    def apply_all(self, expected: Kind | None = None) -> float:
+    def apply_all(self, expected: ApplyPath | None = None) -> float:
         """Apply the next snapshot to every agent; the first one timed to serving."""
         self.version += 1
         snap = make_snapshot(self.net, self.version, self.pod, EXPIRES_MS[self.expire], self.ports)
@@ -267,7 +269,7 @@ class Bench:
     def measure(self, path: str, changes: int, gap: float, load: bool = True) -> dict[str, Any]:
         """`changes` samples of one path, `gap` seconds apart, under a load loop."""
         first = self.agents[0]
-        kind = Kind.RUNTIME if path == "runtime" else Kind.RELOAD
+        kind = ApplyPath.RUNTIME if path == "runtime" else ApplyPath.RELOAD
         reloads_before = first.haproxy.show_proc().reloads
         timings: list[float] = []
         kept: list[float] = []

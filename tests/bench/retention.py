@@ -24,7 +24,6 @@ import tracemalloc
 from typing import Any
 
 from controlplane.compute import Computer
-from controlplane.compute.types import BackendSlots
 from controlplane.model import ClusterState
 from controlplane.publish import Encoder
 from controlplane.publish.store import (
@@ -33,6 +32,7 @@ from controlplane.publish.store import (
     DEFAULT_RETAINED_VERSIONS,
     SnapshotStore,
 )
+from controlplane.snapshot import BackendSlots
 from tests.bench.common import Result, big_cluster, log, loopback_ip
 from tests.helpers.builders import haproxy_pod, settings
 

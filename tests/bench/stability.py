@@ -30,9 +30,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from controlplane.compute import compute
-from controlplane.compute.types import BackendSlots
 from controlplane.ledger.codec import assignment_from_json, assignment_to_json
 from controlplane.model import ClusterState
+from controlplane.snapshot import BackendSlots
 from tests.bench.common import Result, log, loopback_ip
 from tests.helpers.builders import cluster, endpoint_slice, haproxy_pod, service
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from controlplane.compute.settings import SETTINGS
+from controlplane.settings.table import SETTINGS
 from tests.helpers import chart_values
 from tests.helpers.helm import (
     CHART,
@@ -284,7 +284,7 @@ def test_the_schema_refuses_what_cannot_work(helm: Helm, case: str) -> None:
 
 def test_the_schema_s_settings_keys_are_the_configmap_s() -> None:
     """The settings keys the schema accepts: every key the settings ConfigMap may hold
-    (controlplane/compute/settings.py's table), but the ports haproxy.ports sets."""
+    (controlplane/settings/table.py's table), but the ports haproxy.ports sets."""
     schema = json.loads((CHART / "values.schema.json").read_text())
     settings = schema["properties"]["settings"]
     assert settings["additionalProperties"] is False

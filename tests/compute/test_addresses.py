@@ -9,8 +9,8 @@ from types import MappingProxyType
 import pytest
 
 from controlplane.compute import compute
-from controlplane.compute.types import BackendSlots, SlotAssignment
 from controlplane.ledger.codec import assignment_from_json, assignment_to_json
+from controlplane.snapshot import BackendSlots, SlotAssignment
 from tests.helpers.builders import (
     DEFAULT_PODS,
     WORKLOAD,

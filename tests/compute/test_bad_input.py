@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from controlplane.compute import compute
-from controlplane.compute.settings import SETTINGS
-from controlplane.compute.values import MAX_HOSTS
 from controlplane.publish import encode_one
+from controlplane.settings.table import SETTINGS
+from controlplane.settings.values import MAX_HOSTS
 from nodeagent.config.render import RenderOptions, render
 from peerplane import limits
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service

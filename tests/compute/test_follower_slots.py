@@ -12,10 +12,10 @@ import json
 
 from controlplane.compute import Computer, compute
 from controlplane.compute.slots import assign_slots
-from controlplane.compute.types import ComputeResult, SlotAssignment
 from controlplane.ledger.codec import assignment_from_json, assignment_to_json
 from controlplane.model import ClusterState
 from controlplane.publish import encode_one
+from controlplane.snapshot import ComputeResult, SlotAssignment
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service
 
 A, B, C, D = (("10.0.0.1", 80), ("10.0.0.2", 80), ("10.0.0.3", 80), ("10.0.0.4", 80))

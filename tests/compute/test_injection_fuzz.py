@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controlplane.compute import compute
-from controlplane.compute.settings import SETTINGS as TABLE
 from controlplane.model import ClusterState
 from controlplane.publish import encode
+from controlplane.settings.table import SETTINGS as TABLE
+from nodeagent.config.listeners import map_file
 from nodeagent.config.render import RenderOptions, render, render_held
-from nodeagent.config.routes import map_file
 from nodeagent.held import Held
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import cluster, endpoint_slice, haproxy_pod, service

@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controlplane.compute import Computer, compute
-from controlplane.compute.values import Invalid, parse_balance, parse_hash_type
 from controlplane.ledger.codec import assignment_from_json, assignment_to_json
 from controlplane.model import ClusterState
 from controlplane.publish import encode
+from controlplane.settings.values import Invalid, parse_balance, parse_hash_type
 from tests.helpers.builders import (
     DEFAULT_PODS,
     WORKLOAD,

@@ -15,9 +15,9 @@ from controlplane.compute import (
     WorkloadSnapshot,
     compute,
 )
-from controlplane.compute.workloads import WorkloadScope
 from controlplane.model import ClusterState, Pod
 from controlplane.publish import content_hash, encode_one
+from controlplane.settings.workloads import WorkloadScope
 from nodeagent.config.render import RenderOptions, render
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import (

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from controlplane.compute.settings import (
+from controlplane.model import ConfigMap, Service
+from controlplane.settings.table import (
     BY_KEY,
     SETTINGS,
     BackendSettings,
@@ -21,9 +22,8 @@ from controlplane.compute.settings import (
     Setting,
     lookup,
 )
-from controlplane.compute.types import RejectedInput
-from controlplane.compute.values import Invalid
-from controlplane.model import ConfigMap, Service
+from controlplane.settings.values import Invalid
+from controlplane.snapshot import RejectedInput
 
 ROOT = Path(__file__).resolve().parents[2]
 ANNOTATIONS = (ROOT / "docs" / "annotations.md").read_text()

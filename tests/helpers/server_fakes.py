@@ -8,7 +8,10 @@ import time
 from collections.abc import Callable
 from types import MappingProxyType
 
-from controlplane.compute.types import (
+from controlplane.ledger.store import LedgerWriteError
+from controlplane.model import ClusterState
+from controlplane.publish.store import SnapshotStore
+from controlplane.snapshot import (
     BackendSlots,
     BackendSpec,
     ComputeResult,
@@ -18,9 +21,6 @@ from controlplane.compute.types import (
     SlotAssignment,
     WorkloadSnapshot,
 )
-from controlplane.ledger.store import LedgerWriteError
-from controlplane.model import ClusterState
-from controlplane.publish.store import SnapshotStore
 from tests.helpers.server_harness import NS, W1
 
 

@@ -10,7 +10,7 @@ import hashlib
 
 from cryptography import x509
 
-from controlplane.compute.types import (
+from controlplane.snapshot import (
     Certificate,
     CertificateBinding,
     HttpListener,

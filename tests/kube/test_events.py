@@ -9,8 +9,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from controlplane.compute.types import RejectedInput
 from controlplane.kube.events import EventRecorder
+from controlplane.snapshot import RejectedInput
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import (
     MISPLACED,

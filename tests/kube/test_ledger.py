@@ -17,7 +17,6 @@ from types import MappingProxyType
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from controlplane.compute.types import BackendSlots, SlotAssignment
 from controlplane.kube.events import EventRecorder
 from controlplane.kube.ledger_store import LedgerReadError
 from controlplane.ledger.codec import assignment_to_json
@@ -31,6 +30,7 @@ from controlplane.ledger.shards import (
     shard_name,
 )
 from controlplane.ledger.store import LedgerWriteError
+from controlplane.snapshot import BackendSlots, SlotAssignment
 from tests.helpers.ledger import REF, data_limit_objects, kube_ledger
 from tests.helpers.waiting import wait_until
 from tests.kubeapi import FakeKubeAPI

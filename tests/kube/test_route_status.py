@@ -14,7 +14,6 @@ from kubernetes.client import CustomObjectsApi
 from prometheus_client import CollectorRegistry
 
 from controlplane.compute import compute
-from controlplane.compute.types import ComputeResult
 from controlplane.kube.leader import LeaderElector, LeaseTimings
 from controlplane.kube.route_status import (
     GATEWAY_CONTROLLER,
@@ -25,6 +24,7 @@ from controlplane.kube.route_status import (
 from controlplane.kube.served_version import ServedVersion
 from controlplane.metrics import Metrics
 from controlplane.model import ClusterState
+from controlplane.snapshot import ComputeResult
 from tests.helpers.waiting import wait_until
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import (

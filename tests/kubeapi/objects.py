@@ -8,6 +8,8 @@ from typing import Any
 
 from kubernetes import client
 
+from controlplane.routes.names import GATEWAY_CONTROLLER, INGRESS_CONTROLLER
+
 Obj = dict[str, Any]
 
 
@@ -124,8 +126,6 @@ def config_map(name: str, ns: str = "haproxy-system", **data: str) -> Obj:
 
 
 GATEWAY_API = "gateway.networking.k8s.io/v1"
-GATEWAY_CONTROLLER = "peerplane.dev/gateway-controller"
-INGRESS_CONTROLLER = "peerplane.dev/ingress-controller"
 
 
 def namespace(name: str, **labels: str) -> Obj:

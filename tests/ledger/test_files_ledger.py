@@ -15,9 +15,9 @@ from types import MappingProxyType
 
 import pytest
 
-from controlplane.compute.types import BackendSlots
 from controlplane.ledger.codec import assignment_to_json
 from controlplane.ledger.sqlite import SQLITE_MAGIC, FileLedger, LedgerReadError
+from controlplane.snapshot import BackendSlots
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = 1_800_000_000.0
@@ -120,7 +120,7 @@ WRITER = textwrap.dedent(
     import sys
     from types import MappingProxyType
     from pathlib import Path
-    from controlplane.compute.types import BackendSlots
+    from controlplane.snapshot import BackendSlots
     from controlplane.ledger.sqlite import FileLedger
 
     ledger = FileLedger(Path(sys.argv[1]))

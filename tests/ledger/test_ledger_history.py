@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from controlplane.compute import Computer
-from controlplane.compute.types import SlotAssignment
 from controlplane.ledger.codec import backend_text
 from controlplane.ledger.sqlite import FileLedger
+from controlplane.snapshot import SlotAssignment
 from tests.helpers.builders import DEFAULT_PODS, cluster, endpoint_slice, service
 
 T0 = 1_800_000_000.0

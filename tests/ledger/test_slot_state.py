@@ -15,13 +15,13 @@ import pytest
 
 from controlplane import cli
 from controlplane.compute import compute
-from controlplane.compute.types import BackendSlots, SlotAssignment
 from controlplane.ledger import codec
 from controlplane.ledger.codec import STATE_FORMAT
 from controlplane.ledger.shards import SLOTS_KEY
 from controlplane.ledger.sqlite import FileLedger, LedgerReadError
 from controlplane.model import ObjectRef
 from controlplane.publish import encode_one
+from controlplane.snapshot import BackendSlots, SlotAssignment
 from nodeagent.config.render import RenderError, render_backend
 from peerplane import limits
 from peerplane.v1 import peerplane_pb2 as pb

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from controlplane.compute.types import RejectedInput
 from controlplane.loop.reconcile import REFREEZE_GEN2_OBJECTS, Reconciler
 from controlplane.publish.store import SnapshotStore
+from controlplane.snapshot import RejectedInput
 from tests.helpers.server_fakes import FakeCompute, FakeSource, RecordingLedger, assignment_for
 from tests.helpers.server_harness import W1, run
 

@@ -7,7 +7,11 @@ from __future__ import annotations
 import dataclasses
 
 from controlplane.compute import Computer
-from controlplane.compute.types import (
+from controlplane.model import ClusterState
+from controlplane.publish import Encoder
+from controlplane.publish.content import SnapshotContent
+from controlplane.publish.delta import delta_bytes
+from controlplane.snapshot import (
     HeaderChanges,
     HttpListener,
     Redirect,
@@ -15,10 +19,6 @@ from controlplane.compute.types import (
     RouteRule,
     WeightedBackend,
 )
-from controlplane.model import ClusterState
-from controlplane.publish import Encoder
-from controlplane.publish.content import SnapshotContent
-from controlplane.publish.delta import delta_bytes
 from controlplane.source.convert_gateway import gateway_class_from, gateway_from
 from controlplane.source.convert_routes import http_route_from
 from peerplane.v1 import peerplane_pb2 as pb

@@ -8,10 +8,10 @@ from __future__ import annotations
 import dataclasses
 
 from controlplane.compute import Computer
-from controlplane.compute.types import WorkloadSnapshot
 from controlplane.publish import Encoder
 from controlplane.publish.content import SnapshotContent
 from controlplane.publish.delta import delta_bytes
+from controlplane.snapshot import WorkloadSnapshot
 from nodeagent.held import Held
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service

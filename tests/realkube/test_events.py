@@ -14,8 +14,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from controlplane.compute.types import RejectedInput
 from controlplane.kube.events import COMPONENT, EventRecorder
+from controlplane.snapshot import RejectedInput
 from tests.helpers.cluster import RealCluster
 from tests.helpers.cluster_serve import (
     exposed_service,

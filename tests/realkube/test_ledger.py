@@ -23,7 +23,6 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from controlplane.compute.types import BackendSlots, SlotAssignment
 from controlplane.kube import ledger_store
 from controlplane.kube.events import EventRecorder
 from controlplane.ledger.shards import (
@@ -39,6 +38,7 @@ from controlplane.ledger.shards import (
 )
 from controlplane.ledger.store import LedgerWriteError
 from controlplane.model import ObjectRef
+from controlplane.snapshot import BackendSlots, SlotAssignment
 from tests.helpers.cluster import RealCluster
 from tests.helpers.cluster_serve import (
     CONTROLPLANE_NS,

@@ -14,9 +14,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
-from controlplane.compute.types import Certificate
 from controlplane.model import TLSSecret
 from controlplane.routes.certificates import CertificateCache, parse
+from controlplane.snapshot import Certificate
 from peerplane.limits import MAX_CERTIFICATE_PEM
 from tests.helpers.tls_certs import Leaf, PrivateKey, ec_key, make_ca, rsa_key, sha1_signed
 

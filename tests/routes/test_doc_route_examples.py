@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from controlplane.compute import compute
-from controlplane.compute.types import CertificateBinding, WeightedBackend
 from controlplane.model import GATEWAY_GROUP, ClusterState, ObjectRef
 from controlplane.routes.status import StatusKey, route_statuses
+from controlplane.snapshot import CertificateBinding, WeightedBackend
 from controlplane.source.files import load_manifests
 from tests.helpers.tls_certs import make_ca, tls_secret
 

@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controlplane.compute import WorkloadSnapshot, compute
-from controlplane.compute.types import HttpListener
 from controlplane.model import GATEWAY_GROUP, ClusterState
 from controlplane.routes.ownership import ANY_HOST, Claim, Holding, resolve
 from controlplane.routes.status import StatusKey, route_statuses
+from controlplane.snapshot import HttpListener
 from controlplane.source.convert_gateway import namespace_from
-from peerplane.routes import host_matches
+from peerplane.patterns import host_matches
 from tests.helpers.builders import WORKLOAD
 from tests.helpers.builders import settings as configmap
 from tests.helpers.route_builders import gateway, ingress, path, prefix_rule, route, state, to

@@ -12,7 +12,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controlplane.compute import Computer, WorkloadSnapshot, compute
-from controlplane.compute.types import SniRoute, TcpFrontend, WeightedBackend
 from controlplane.model import (
     Gateway,
     GatewayListener,
@@ -25,8 +24,9 @@ from controlplane.model import (
     frozen_map,
 )
 from controlplane.routes.status import StatusKey, route_statuses
+from controlplane.snapshot import SniRoute, TcpFrontend, WeightedBackend
 from controlplane.source.convert_gateway import reference_grant_from
-from peerplane import routes as patterns
+from peerplane import patterns
 from tests.helpers.builders import WORKLOAD, service
 from tests.helpers.route_builders import prefix_rule, route, state, to
 

@@ -1,7 +1,7 @@
 """Hostile route strings: whatever an HTTPRoute or an Ingress holds (newlines, quotes,
 spaces, `#`, braces, unicode, huge values) in hostnames, paths, header and query names and
 values, methods and redirects, every string compute puts in the listeners matches the
-shared patterns (peerplane/routes.py), a clean route beside it is still served, and input
+shared patterns (peerplane/patterns.py), a clean route beside it is still served, and input
 order never changes the result."""
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from controlplane.compute import compute
-from controlplane.compute.types import WorkloadSnapshot
+from controlplane.snapshot import WorkloadSnapshot
 from controlplane.source.convert import ManifestError
-from peerplane import names
-from peerplane import routes as patterns
+from peerplane import names, patterns
 from tests.helpers.builders import WORKLOAD, service
 from tests.helpers.route_builders import gateway, ingress, prefix_rule, route, state, to
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from controlplane.compute import Computer, WorkloadSnapshot, compute
-from controlplane.compute.types import RoutePath, RouteRule, WeightedBackend
 from controlplane.model import ClusterState, frozen_map
+from controlplane.snapshot import RoutePath, RouteRule, WeightedBackend
 from controlplane.source.convert_gateway import namespace_from, reference_grant_from
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, endpoint_slice, service, settings
 from tests.helpers.route_builders import (

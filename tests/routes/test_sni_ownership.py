@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from controlplane.compute import Computer, WorkloadSnapshot, compute
-from controlplane.compute.types import CertificateBinding, RejectedInput
 from controlplane.model import ClusterState, ConfigMap, TLSSecret
 from controlplane.routes import sni
 from controlplane.routes.status import route_statuses
+from controlplane.snapshot import CertificateBinding, RejectedInput
 from controlplane.source.convert_gateway import gateway_from
 from controlplane.source.convert_ingress import ingress_from
 from tests.helpers.builders import WORKLOAD

@@ -19,9 +19,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from controlplane.compute import Computer, WorkloadSnapshot, compute
-from controlplane.compute.types import Certificate, CertificateBinding, RejectedInput
 from controlplane.model import ClusterState, ConfigMap, TLSSecret
 from controlplane.routes.status import route_statuses
+from controlplane.snapshot import Certificate, CertificateBinding, RejectedInput
 from controlplane.source.convert_gateway import gateway_from, reference_grant_from
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, endpoint_slice, service
 from tests.helpers.route_builders import edge_pod, ingress, path, prefix_rule, route, state, to

@@ -18,13 +18,13 @@ from collections.abc import Iterator
 import pytest
 
 from controlplane.compute import Computer
-from controlplane.compute.types import Certificate, WorkloadSnapshot
 from controlplane.logformat import JsonFormatter
 from controlplane.metrics import Metrics, MetricsServer
 from controlplane.publish import Encoder
 from controlplane.publish.content import SnapshotContent
 from controlplane.publish.store import SnapshotStore
 from controlplane.server import ControlPlaneServer
+from controlplane.snapshot import Certificate, WorkloadSnapshot
 from nodeagent.held import Held
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service

@@ -8,10 +8,10 @@ import logging
 
 import pytest
 
-from controlplane.compute.types import RejectedInput
 from controlplane.kube.events import message_for
 from controlplane.logformat import JsonFormatter as ControlJson
 from controlplane.publish.encode import rejected_input
+from controlplane.snapshot import RejectedInput
 from nodeagent.logformat import JsonFormatter as AgentJson
 from peerplane.runtime.logjson import TextFormatter
 from peerplane.runtime.untrusted import PEM_REMOVED, clean, redact_pem, shown

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controlplane.compute.values import (
+from controlplane.settings.values import (
     Invalid,
     parse_balance,
     parse_hash_type,

@@ -17,8 +17,8 @@ from controlplane.ledger.sqlite import ledger_document
 from controlplane.model import ObjectRef
 from controlplane.publish import encode
 from controlplane.source.files import FilesSource, load_manifests
+from nodeagent.config.listeners import map_file
 from nodeagent.config.render import RenderOptions, render_held
-from nodeagent.config.routes import map_file
 from nodeagent.held import Held
 from tests.helpers.haproxy_versions import HAProxyBinary
 from tests.helpers.server_process import ServeProcess, grpcurl

@@ -454,7 +454,7 @@ def test_control_plane_serves_the_shipped_haproxy_workload_and_refuses_strays(
 ) -> None:
     from controlplane.cli.flags import build_parser
     from controlplane.cli.wiring import workload_scope
-    from controlplane.compute.workloads import Workload
+    from controlplane.settings.workloads import Workload
 
     deployment = find(base, "Deployment", "peerplane-controlplane")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.apply import applier as applier_module
+from nodeagent.apply import validation
 from nodeagent.apply.applier import Applier
 from nodeagent.apply.saved import StateStore
-from nodeagent.config.changes import Kind
+from nodeagent.config.changes import ApplyPath
 from nodeagent.config.render import RenderOptions
 from nodeagent.haproxy import sockrepair
 from nodeagent.haproxy.driver import HAProxy
@@ -197,7 +197,7 @@ def test_unwritable_state_dir_nacks_then_the_resent_snapshot_is_saved(
         assert r.applier.applied_hash == ""  # the next Hello asks for it again
         blocker.unlink()
         again = r.applier.apply(v1)  # what the control plane resends after the reconnect
-        assert again.ok and again.kind is Kind.NOTHING, again.error
+        assert again.ok and again.kind is ApplyPath.NOTHING, again.error
         assert r.applier.applied_hash == v1.content_hash
         assert StateStore(str(blocker / "state")).load() == v1
 
@@ -211,7 +211,7 @@ def test_unreachable_sockets_fall_back_then_nack_then_recover(
         runtime.rename(r.sockets / "runtime.moved")
         v2 = r.snap(2, slot=1)  # only the slot's address: the runtime API path
         fallback = r.applier.apply(v2)
-        assert fallback.ok and fallback.kind is Kind.RELOAD, fallback.error
+        assert fallback.ok and fallback.kind is ApplyPath.RELOAD, fallback.error
         assert r.get() == "pod-12"
         assert sockrepair.answers(str(runtime))  # that reload bound the socket again
         runtime.rename(r.sockets / "runtime.repaired")
@@ -318,14 +318,14 @@ def test_haproxy_killed_in_the_middle_of_an_apply_is_nacked_then_restarted_and_r
         assert r.get() == "pod-11"
         applied_config = Path(r.applier.config_path).read_text()
         if where == "after-check":
-            check = applier_module.validate
+            check = validation.validate
 
             def check_then_kill(*args: object, **kwargs: object) -> str | None:
                 said = check(*args, **kwargs)  # type: ignore[arg-type]
                 killed.append(_kill_haproxy(r))
                 return said
 
-            monkeypatch.setattr(applier_module, "validate", check_then_kill)
+            monkeypatch.setattr(validation, "validate", check_then_kill)
             v2 = r.snap(2, slot=1, balance="roundrobin")  # a new file: the reload path
         else:
             set_servers = r.applier.haproxy.set_servers

@@ -27,9 +27,9 @@ from pathlib import Path
 import pytest
 
 from controlplane.compute import Computer
-from controlplane.compute.types import BackendSlots
 from controlplane.publish import encode_one
-from nodeagent.config.changes import Kind
+from controlplane.snapshot import BackendSlots
+from nodeagent.config.changes import ApplyPath
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import WORKLOAD, cluster, endpoint_slice, haproxy_pod, service
 from tests.helpers.fleet import Backends, http_get, table_entries, unix_command
@@ -95,7 +95,7 @@ def apply(instance: Instance, snap: pb.Snapshot) -> bool:
     it had no entry, whatever the slots (a reload matter, not a slot-reuse one)."""
     result = instance.applier.apply(snap)
     assert result.ok, result.error
-    if result.kind is not Kind.RELOAD:
+    if result.kind is not ApplyPath.RELOAD:
         return False
     wait_until(instance.haproxy.peers_synced, 10, f"{instance.pod}'s new worker to resync")
     return True

@@ -18,7 +18,7 @@ import pytest
 from controlplane.compute import compute
 from controlplane.publish import encode_one
 from controlplane.source.convert_gateway import namespace_from
-from nodeagent.config.changes import Kind
+from nodeagent.config.changes import ApplyPath
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import WORKLOAD, endpoint_slice, haproxy_pod, service, settings
 from tests.helpers.haproxy_env import free_port, identity_server, loopback_net, running_instance
@@ -164,7 +164,7 @@ def test_a_hostname_closed_on_a_running_haproxy_stops_its_lookup_at_once(
         assert list(after.http_listeners[0].closed_hosts) == ["*.demo.example.com", "c.example.org"]
         result = inst.applier.apply(after)
         assert result.ok, result.error
-        assert result.kind is Kind.RUNTIME
+        assert result.kind is ApplyPath.RUNTIME
         assert served_by(ip, port, "c.example.org", "/") == "404"
         assert served_by(ip, port, HOST, "/cart") == "shop"
         assert served_by(ip, port, "other.example.com", "/") == "bsvc"

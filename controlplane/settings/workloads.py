@@ -13,9 +13,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from controlplane.compute.types import RejectedInput
-from controlplane.compute.values import is_dns_subdomain, shown
 from controlplane.model import Pod, ReplicaSet
+from controlplane.settings.values import is_dns_subdomain, shown
+from controlplane.snapshot import RejectedInput
 from peerplane import limits
 from peerplane.addresses import AddressError, canonical_address
 
@@ -102,15 +102,12 @@ class WorkloadScope:
 DEFAULT_SCOPE = WorkloadScope()
 
 
+def _pod_rejection(pod: Pod, key: str, value: str, reason: str) -> RejectedInput:
+    return RejectedInput("Pod", pod.namespace, shown(pod.name, 63), key, shown(value), reason)
+
+
 def _refused(pod: Pod, workload: Workload, reason: str) -> RejectedInput:
-    return RejectedInput(
-        "Pod",
-        pod.namespace,
-        shown(pod.name, 63),
-        "metadata.ownerReferences",
-        shown(workload.key),
-        reason,
-    )
+    return _pod_rejection(pod, "metadata.ownerReferences", workload.key, reason)
 
 
 def admit(
@@ -172,13 +169,8 @@ def discover(
         if not is_dns_subdomain(pod.name) or len(pod.name) > 63:
             # Pod names become peer names in haproxy.cfg; Kubernetes never allows these.
             rejections.append(
-                RejectedInput(
-                    "Pod",
-                    pod.namespace,
-                    shown(pod.name, 63),
-                    "metadata.name",
-                    shown(pod.name),
-                    "not a DNS label: cannot be a peer name",
+                _pod_rejection(
+                    pod, "metadata.name", pod.name, "not a DNS label: cannot be a peer name"
                 )
             )
             continue
@@ -186,12 +178,10 @@ def discover(
             address = haproxy_peer_address(pod)
         except AddressError:
             rejections.append(
-                RejectedInput(
-                    "Pod",
-                    pod.namespace,
-                    shown(pod.name, 63),
+                _pod_rejection(
+                    pod,
                     "status.podIP",
-                    shown(pod.ip),
+                    pod.ip,
                     "not an IPv4 or IPv6 address without zone: cannot be a peer",
                 )
             )

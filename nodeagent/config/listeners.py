@@ -18,7 +18,7 @@ of higher precedence wins. Map content changes through the runtime API without a
 the frontend's text changes only when config-rendered rules, wildcard depths, ports or
 the default backend do (docs/design.md, "Route rendering and runtime updates").
 
-Every string is re-checked against `peerplane.routes` before it is written: those
+Every string is re-checked against `peerplane.patterns` before it is written: those
 patterns admit no space, quote, backslash or `#`, so no value needs quoting in a config
 line or a map file; a `%` is doubled where HAProxy reads a log-format.
 """
@@ -26,25 +26,28 @@ line or a map file; a `%` is doubled where HAProxy reads a log-format.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from nodeagent.config.checked import DIRECTORY, check
 from nodeagent.config.errors import RenderError
-from peerplane import limits, names, routes
+from nodeagent.config.rules import (
+    ANY_HOST,
+    RouteCache,
+    Rule,
+    checked_backend_name,
+    checked_rule,
+    layer_entries,
+    route_host,
+)
+from peerplane import names
 from peerplane.v1 import peerplane_pb2 as pb
 
 HTTP_FRONTEND = "fe_http"  # the annotation routes' frontend, merged or not
-ANY_HOST = "*"  # the layer token of rules for any host
-# A map rule's precedence inside its layer: every Exact path above every prefix, a longer
-# prefix above a shorter one (the Gateway API's order, and the Ingress one).
-EXACT_STRENGTH = 2 * routes.MAX_PATH
 # Wildcard suffix depths (labels) looked up even when no rule uses them, so that a first
 # `*.example.com` is a map change, not a reload.
 WILDCARD_DEPTHS = (1, 2, 3)
 MAX_RULES = 100_000
-_MAPS_DIR = re.compile(r"/[A-Za-z0-9_./-]{1,200}")
 _WEIGHT_TOTAL = 1 << 31
 
 MapEntries = Mapping[str, str]  # key -> value, in file order
@@ -60,17 +63,6 @@ class RoutedFrontends:
     maps: Mapping[str, MapEntries]
     backends: frozenset[str]
     texts: Mapping[int, str]
-
-
-@dataclass(frozen=True, eq=False)
-class _Rule:
-    rid: str  # "c<n>", a config rule's name once it won ("" until it is one)
-    exact: bool
-    path: str
-    strength: int
-    backend: str | None  # set when the rule is a map rule
-    rule: pb.RouteRule
-    tokens: tuple[str, ...] = ()  # the host layers it belongs to: its hostnames, or any host
 
 
 def map_paths(maps_dir: str, port: int) -> tuple[str, str, str]:
@@ -98,11 +90,14 @@ def render_listeners(
     annotation: pb.HttpFrontend | None,
     maps_dir: str,
     bind: Callable[[int], str],
+    cache: RouteCache,
 ) -> RoutedFrontends:
     """The listeners' frontends; `annotation` is the HTTP frontend of the Service
-    annotations when it shares a listener's port (its routes become the last layer)."""
-    if listeners and not _MAPS_DIR.fullmatch(maps_dir):
-        raise RenderError(f"invalid maps directory: {maps_dir!r}")
+    annotations when it shares a listener's port (its routes become the last layer).
+    `cache` holds what the last renders checked (`RouteCache`): the caller passes the
+    previous render's, or a new one."""
+    if listeners:
+        check(DIRECTORY, maps_dir, "maps directory")
     lines: list[str] = []
     maps: dict[str, MapEntries] = {}
     backends: set[str] = set()
@@ -116,7 +111,7 @@ def render_listeners(
             raise RenderError(f"two listeners on port {port}")
         seen.add(port)
         hosts = annotation if annotation is not None and annotation.port == port else None
-        section, files, named = _listener(listener, hosts, maps_dir, bind)
+        section, files, named = _listener(listener, hosts, maps_dir, bind, cache)
         lines += section
         maps.update(files)
         backends |= named
@@ -127,162 +122,6 @@ def render_listeners(
 # Every change re-renders a listener whole; its strings are mostly those of the last
 # render: a bounded cache of checked values keeps 6,000 rules from costing 6,000 host
 # parses per change. Only whether a string passed is kept, never a string that failed.
-_CACHE = 1 << 16
-_route_host = functools.lru_cache(_CACHE)(routes.is_route_host)
-_path = functools.lru_cache(_CACHE)(routes.is_path)
-_proxy_name = functools.lru_cache(_CACHE)(
-    lambda name: limits.PROXY_NAME.fullmatch(name) is not None
-)
-
-
-def backend_name(name: str) -> str:
-    """`name` when it is a valid HAProxy proxy name (checks remembered); else RenderError."""
-    if not _proxy_name(name):
-        raise RenderError(f"invalid backend name: {name!r}")
-    return name
-
-
-def _refuse(what: str, value: object, source: str) -> RenderError:
-    return RenderError(f"rule {source!r}: invalid {what}: {value!r}")
-
-
-_checked_rules: dict[bytes, _Rule] = {}
-
-
-def _checked(r: pb.RouteRule) -> _Rule:
-    """`_parse`, remembered by the rule's bytes (bounded): a listener is rendered whole on
-    every change, and all but the changed rules are those of the last render."""
-    key = r.SerializeToString(deterministic=True)
-    found = _checked_rules.get(key)
-    if found is None:
-        found = _parse(pb.RouteRule.FromString(key))  # its own copy: callers may mutate theirs
-        if len(_checked_rules) >= _CACHE:
-            _checked_rules.clear()
-        _checked_rules[key] = found
-    return found
-
-
-def _parse(r: pb.RouteRule) -> _Rule:
-    """Check every string of one rule; its path match, precedence and map backend."""
-    src = r.source[:200]
-    for host in r.hostnames:
-        if not _route_host(host):
-            raise _refuse("hostname", host, src)
-    exact, path = False, "/"
-    if r.HasField("path"):
-        if r.path.type not in (pb.PathMatch.PATH_PREFIX, pb.PathMatch.EXACT):
-            raise _refuse("path match type", r.path.type, src)
-        if not _path(r.path.value):
-            raise _refuse("path", r.path.value, src)
-        exact = r.path.type == pb.PathMatch.EXACT
-        path = r.path.value if exact else (r.path.value.rstrip("/") or "/")
-    if r.method and not routes.is_method(r.method):
-        raise _refuse("method", r.method, src)
-    for h in r.headers:
-        if not routes.is_header_name(h.name) or not routes.is_header_value(h.value):
-            raise _refuse("header match", f"{h.name}: {h.value}", src)
-    for q in r.query_params:
-        if not routes.is_query_name(q.name) or not routes.is_query_value(q.value):
-            raise _refuse("query match", f"{q.name}={q.value}", src)
-    for b in r.backends:
-        if b.backend:
-            backend_name(b.backend)
-        if b.weight > routes.MAX_WEIGHT:
-            raise _refuse("weight", b.weight, src)
-    if r.HasField("request_headers"):
-        m = r.request_headers
-        for nv in (*m.set, *m.add):
-            if not routes.is_header_name(nv.name) or not routes.is_header_value(nv.value):
-                raise _refuse("header filter", f"{nv.name}: {nv.value}", src)
-        for name in m.remove:
-            if not routes.is_header_name(name):
-                raise _refuse("header filter", name, src)
-    if r.HasField("redirect"):
-        d = r.redirect
-        if d.scheme and d.scheme not in routes.REDIRECT_SCHEMES:
-            raise _refuse("redirect scheme", d.scheme, src)
-        if d.hostname and not names.is_host_name(d.hostname):
-            raise _refuse("redirect hostname", d.hostname, src)
-        if d.port > 65535:
-            raise _refuse("redirect port", d.port, src)
-        if d.status_code and d.status_code not in routes.REDIRECT_CODES:
-            raise _refuse("redirect status code", d.status_code, src)
-        if d.replace_full_path and not routes.is_path(d.replace_full_path):
-            raise _refuse("redirect path", d.replace_full_path, src)
-    served = [b for b in r.backends if b.weight > 0]
-    filters = r.HasField("redirect") or (
-        r.HasField("request_headers")
-        and bool(r.request_headers.set or r.request_headers.add or r.request_headers.remove)
-    )
-    plain = not (r.method or r.headers or r.query_params or filters)
-    backend = served[0].backend if plain and len(served) == 1 and served[0].backend else None
-    strength = (EXACT_STRENGTH if exact else 0) + len(path)
-    tokens = tuple(dict.fromkeys(r.hostnames or (ANY_HOST,)))
-    return _Rule("", exact, path, strength, backend, r, tokens)
-
-
-@dataclass(frozen=True, slots=True)
-class _LayerEntries:
-    """One host layer's map entries (in order, the first of a key winning), the backends
-    they name, and the rules left to config lines."""
-
-    rules: tuple[_Rule, ...]
-    exact: dict[str, str]
-    prefix: dict[str, str]
-    backends: frozenset[str]
-    config: tuple[_Rule, ...]
-
-
-_layers: dict[str, _LayerEntries] = {}
-
-
-def _layer_entries(token: str, rules: tuple[_Rule, ...]) -> _LayerEntries:
-    """`token`'s layer, remembered while its rules are the very same checked objects (a
-    change re-renders a listener whole; with thousands of hosts, one host's layer moved)."""
-    found = _layers.get(token)
-    if found is not None and found.rules == rules:  # _Rule compares by identity
-        return found
-    mapped = _in_map_order(rules)
-    exact: dict[str, str] = {}
-    prefix: dict[str, str] = {}
-    backends: set[str] = set()
-    config: list[_Rule] = []
-    for rule in rules:
-        if mapped and rule.backend is not None:
-            key = f"{token}{rule.path}" if rule.exact else f"{token}{rule.path.rstrip('/')}/"
-            target = exact if rule.exact else prefix
-            target.setdefault(key, f"{rule.strength}:{rule.backend}")  # first one wins
-            backends.add(rule.backend)
-        else:
-            config.append(rule)
-    found = _LayerEntries(rules, exact, prefix, frozenset(backends), tuple(config))
-    if len(_layers) >= _CACHE:
-        _layers.clear()
-    _layers[token] = found
-    return found
-
-
-def _in_map_order(rules: Sequence[_Rule]) -> bool:
-    """Whether map lookups and guarded config rules give this layer's first match in list
-    order: no rule of higher precedence follows a map rule, none of lower precedence comes
-    before one, and no config rule with the very same path match follows one (it would win
-    the guard's tie). Rules of equal precedence but other paths never match one request."""
-    lowest = None
-    for rule in rules:  # forwards: what comes before a map rule ranks at least as high
-        if rule.backend is not None and lowest is not None and lowest < rule.strength:
-            return False
-        lowest = rule.strength if lowest is None else min(lowest, rule.strength)
-    highest, later_config = None, set()
-    for rule in reversed(rules):  # backwards: what follows a map rule ranks no higher
-        if rule.backend is not None:
-            if highest is not None and highest > rule.strength:
-                return False
-            if (rule.exact, rule.path) in later_config:
-                return False
-        else:
-            later_config.add((rule.exact, rule.path))
-        highest = rule.strength if highest is None else max(highest, rule.strength)
-    return True
 
 
 def wildcard_depth(token: str) -> int:
@@ -294,21 +133,22 @@ def _listener(
     annotation: pb.HttpFrontend | None,
     maps_dir: str,
     bind: Callable[[int], str],
+    cache: RouteCache,
 ) -> tuple[list[str], dict[str, MapEntries], set[str]]:
     port = listener.port
     if len(listener.rules) > MAX_RULES:
         raise RenderError(f"listener {port}: more than {MAX_RULES} rules")
-    parsed = [_checked(r) for r in listener.rules]
-    layers: dict[str, list[_Rule]] = {}
+    parsed = [checked_rule(r, cache) for r in listener.rules]
+    layers: dict[str, list[Rule]] = {}
     for rule in parsed:
         for token in rule.tokens:
             layers.setdefault(token, []).append(rule)  # hostnames checked by _parse
     exact_map: dict[str, str] = {}
     prefix_map: dict[str, str] = {}
-    in_config: dict[str, list[_Rule]] = {}
+    in_config: dict[str, list[Rule]] = {}
     named: set[str] = set()
     for token, rules in layers.items():
-        layer = _layer_entries(token, tuple(rules))
+        layer = layer_entries(token, tuple(rules), cache)
         exact_map.update(layer.exact)  # keys start with the token: no two layers share one
         prefix_map.update(layer.prefix)
         named.update(layer.backends)
@@ -366,7 +206,7 @@ def _listener(
         for route in sorted(annotation.routes, key=lambda r: (r.host, r.backend)):
             if not names.is_host_name(route.host):
                 raise RenderError(f"invalid host: {route.host!r}")
-            hosts.setdefault(route.host, backend_name(route.backend))
+            hosts.setdefault(route.host, checked_backend_name(route.backend))
         files[hosts_path] = hosts
         named.update(hosts.values())
         lines += [
@@ -385,7 +225,7 @@ def _listener(
         lines.append("  http-request return status 404 if !{ var(txn.be) -m found }")
     lines.append("  use_backend %[var(txn.be)] if { var(txn.be) -m found }")
     if default:
-        lines.append(f"  default_backend {backend_name(default)}")
+        lines.append(f"  default_backend {checked_backend_name(default)}")
         named.add(default)
     return [*lines, ""], files, named
 
@@ -397,13 +237,13 @@ CLOSED = "x"  # `txn.r` of a request stopped at a closed host layer
 def _closed_hosts(listener: pb.HttpListener) -> tuple[str, ...]:
     """The listener's closed host layers, checked (exact names and wildcards), sorted."""
     for host in listener.closed_hosts:
-        if not _route_host(host):
+        if not route_host(host):
             raise RenderError(f"listener {listener.port}: invalid closed host: {host!r}")
     return tuple(sorted(set(listener.closed_hosts)))
 
 
 def _layer(
-    tokens: Sequence[str], in_config: Mapping[str, list[_Rule]], exact_path: str, prefix_path: str
+    tokens: Sequence[str], in_config: Mapping[str, list[Rule]], exact_path: str, prefix_path: str
 ) -> list[str]:
     """One host layer: the map lookups for the host token in `txn.k`, the layer's config
     rules (in list order, each losing to a map hit of higher precedence), then the map
@@ -429,7 +269,7 @@ def _layer(
     ]
 
 
-def _conditions(rule: _Rule) -> str:
+def _conditions(rule: Rule) -> str:
     """The ACLs of a config rule beyond its host: path, method, headers, query."""
     r = rule.rule
     out = []
@@ -457,7 +297,7 @@ def _lf(value: str) -> str:
     return value.replace("%", "%%")
 
 
-def _outcome(rule: _Rule, port: int, scheme: str, named: set[str]) -> list[str]:
+def _outcome(rule: Rule, port: int, scheme: str, named: set[str]) -> list[str]:
     """What a config rule does once it won: its backend (by weight; 500 for an
     unresolved share or none), its header filter, its redirect (`scheme`: the
     listener's, http or https)."""

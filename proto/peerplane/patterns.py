@@ -91,10 +91,3 @@ def host_matches(pattern: str, host: str) -> bool:
         suffix = pattern[1:]  # ".suffix"
         return host.endswith(suffix) and len(host) > len(suffix)
     return host == pattern
-
-
-def prefix_matches(prefix: str, path: str) -> bool:
-    """PathPrefix, element-wise: "/foo" matches "/foo" and "/foo/bar", not "/foobar"."""
-    if prefix == "/":
-        return path.startswith("/")
-    return path == prefix or path.startswith(prefix + "/")

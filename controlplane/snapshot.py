@@ -1,5 +1,8 @@
-"""Value types the computation returns: slots, rejections and each workload's snapshot.
+"""The snapshot model the pipeline speaks: slots, rejections and each workload's snapshot.
 
+Compute produces these, routes build their parts, publish encodes them, the ledger stores
+the slots and the loop, status and Kubernetes edges read them: one layer of its own above
+the model, so no stage reaches into another for them (docs/design.md, "Layers").
 Everything here is a frozen dataclass with no protobuf in it: `controlplane/publish/`
 turns a `WorkloadSnapshot` into the wire bytes (docs/design.md, "Architecture").
 """
@@ -189,7 +192,7 @@ class Redirect:
 @dataclass(frozen=True, slots=True)
 class RouteRule:
     """One match of one route rule (for one hostname), as the agent applies it: the
-    contract's RouteRule. Every string passed `peerplane.routes`' patterns."""
+    contract's RouteRule. Every string passed `peerplane.patterns`' patterns."""
 
     source: str  # "HTTPRoute ns/name rule 0 match 1", "Ingress ns/name rule 0 path 2"
     hostnames: tuple[str, ...]  # () : any host

@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Literal, TypeVar
 
-from controlplane.compute.types import RejectedInput
-from controlplane.compute.values import (
+from controlplane.model import ANNOTATION_PREFIX, ConfigMap, LabelSelector, Service
+from controlplane.settings.values import (
     MAX_SERVER_SLOTS,
     Balance,
     Hosts,
@@ -37,7 +37,7 @@ from controlplane.compute.values import (
     parse_workload_refs,
     shown,
 )
-from controlplane.model import ANNOTATION_PREFIX, ConfigMap, LabelSelector, Service
+from controlplane.snapshot import RejectedInput
 from peerplane import healthcheck
 
 T = TypeVar("T")

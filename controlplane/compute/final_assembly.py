@@ -1,0 +1,196 @@
+"""Final assembly: a workload's assembled snapshot completed with what the route table
+gives it, its HTTP listeners, its TLS passthrough listeners and route TCP frontends, and
+the settings' PROXY protocol on the ports the table leaves out.
+
+Each part is made consistent with the snapshot's backends again only when its inputs
+changed, and kept by identity otherwise, so the encoder reuses its bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from controlplane.compute.assemble_incremental import WorkloadAssembly
+from controlplane.routes.finalize import finalize, referenced
+from controlplane.routes.l4 import WorkloadL4
+from controlplane.routes.l4 import finalize as finalize_l4
+from controlplane.routes.table import WorkloadRoutes
+from controlplane.snapshot import (
+    HttpFrontend,
+    HttpListener,
+    RejectedInput,
+    TcpFrontend,
+    TlsPassthroughListener,
+    WorkloadSnapshot,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Final:
+    """One workload's listeners as last finalized, with what they were made from."""
+
+    routes: WorkloadRoutes
+    http: HttpFrontend | None
+    names: tuple[str, ...]  # backends the listeners reference
+    modes: tuple[str | None, ...]  # their modes in the snapshot
+    listeners: tuple[HttpListener, ...]
+    rejections: tuple[RejectedInput, ...]  # the table's and finalize's
+
+
+@dataclass(frozen=True, slots=True)
+class _L4Final:
+    """One workload's TLS passthrough listeners and route TCP frontends as last
+    finalized, with what they were made from."""
+
+    routes: WorkloadL4
+    modes: tuple[str | None, ...]  # of `routes.names` in the snapshot
+    tls: tuple[TlsPassthroughListener, ...]
+    tcp: tuple[TcpFrontend, ...]
+    rejections: tuple[RejectedInput, ...]
+
+
+def _port(frontend: TcpFrontend) -> int:
+    return frontend.port
+
+
+@dataclass(frozen=True, slots=True)
+class _Proxied:
+    """One workload's frontends as last given the settings' PROXY protocol, with what
+    they were made from."""
+
+    tcp: tuple[TcpFrontend, ...]
+    listeners: tuple[HttpListener, ...]
+    http: HttpFrontend | None
+    tcp_out: tuple[TcpFrontend, ...]
+    listeners_out: tuple[HttpListener, ...]
+
+
+def _listener_port(listener: HttpListener) -> int:
+    return listener.port
+
+
+class FinalAssembly:
+    """Each workload's listeners as last made consistent with its snapshot (`finalize`),
+    by workload key."""
+
+    def __init__(self) -> None:
+        self._finals: dict[str, _Final] = {}
+        self._l4_finals: dict[str, _L4Final] = {}
+        self._proxied: dict[str, _Proxied] = {}
+
+    def complete(
+        self,
+        key: str,
+        snapshot: WorkloadSnapshot,
+        routes: WorkloadRoutes,
+        l4_routes: WorkloadL4,
+        assembly: WorkloadAssembly,
+        accept_proxy: bool,
+    ) -> tuple[WorkloadSnapshot, tuple[RejectedInput, ...]]:
+        """The snapshot with its listeners and route frontends, and the rejections the
+        route table and finalizing report for it."""
+        snapshot = self._with_routes(key, snapshot, routes, assembly)
+        snapshot = self._with_l4(key, snapshot, l4_routes, assembly)
+        snapshot = self._with_proxy(key, snapshot, accept_proxy)
+        return snapshot, (*self._finals[key].rejections, *self._l4_finals[key].rejections)
+
+    def keep(self, keys: Iterable[str]) -> None:
+        """Forget every workload but `keys` (those of the last computation)."""
+        keys = set(keys)
+        self._finals = {key: self._finals[key] for key in keys}
+        self._l4_finals = {key: self._l4_finals[key] for key in keys}
+        self._proxied = {key: self._proxied[key] for key in keys if key in self._proxied}
+
+    def _with_routes(
+        self,
+        key: str,
+        snapshot: WorkloadSnapshot,
+        routes: WorkloadRoutes,
+        assembly: WorkloadAssembly,
+    ) -> WorkloadSnapshot:
+        """The assembled snapshot with the workload's listeners and route warnings. The
+        listeners are made consistent with the snapshot (`finalize`) again only when the
+        table, the HTTP frontend or a referenced backend's mode changed."""
+        last = self._finals.get(key)
+        names = last.names if last is not None and last.routes is routes else referenced(routes)
+        modes = tuple(map(assembly.mode_of, names))
+        http = snapshot.http_frontend
+        if (
+            last is None
+            or last.routes is not routes
+            or last.http is not http
+            or last.modes != modes
+        ):
+            listeners, added = finalize(routes, http, assembly.mode_of, names)
+            last = _Final(routes, http, names, modes, listeners, (*routes.rejections, *added))
+            self._finals[key] = last
+        if not last.listeners and not last.rejections:
+            return snapshot
+        return dataclasses.replace(
+            snapshot,
+            http_listeners=last.listeners,
+            certificates=routes.certificates,  # only those its own listeners bind
+            warnings=(*snapshot.warnings, *last.rejections),
+        )
+
+    def _with_proxy(self, key: str, snapshot: WorkloadSnapshot, accept: bool) -> WorkloadSnapshot:
+        """The settings' accept-proxy-protocol on the ports not from Gateways the route
+        table leaves out: the Services' `haproxy.org/tcp-port` frontends, and the
+        `haproxy.org/hosts` routes' port (a listener without rules of its own where the
+        table has none, which takes them as its last layer). Kept by identity while its
+        inputs are, so the encoder reuses their bytes."""
+        if not accept:
+            return snapshot
+        tcp, listeners, http = (
+            snapshot.tcp_frontends,
+            snapshot.http_listeners,
+            snapshot.http_frontend,
+        )
+        last = self._proxied.get(key)
+        if last is None or not (
+            last.tcp is tcp and last.listeners is listeners and last.http is http
+        ):
+            tcp_out = tuple(
+                f if f.source or f.accept_proxy else dataclasses.replace(f, accept_proxy=True)
+                for f in tcp
+            )
+            out = listeners
+            if http is not None and all(lst.port != http.port for lst in listeners):
+                own = HttpListener(http.port, (), "", accept_proxy=True)
+                out = tuple(sorted((*listeners, own), key=_listener_port))
+            last = _Proxied(tcp, listeners, http, tcp_out, out)
+            self._proxied[key] = last
+        if last.tcp_out == tcp and last.listeners_out is listeners:
+            return snapshot
+        return dataclasses.replace(
+            snapshot, tcp_frontends=last.tcp_out, http_listeners=last.listeners_out
+        )
+
+    def _with_l4(
+        self,
+        key: str,
+        snapshot: WorkloadSnapshot,
+        routes: WorkloadL4,
+        assembly: WorkloadAssembly,
+    ) -> WorkloadSnapshot:
+        """The snapshot with the workload's TLS passthrough listeners and route TCP
+        frontends (made consistent with its backends' modes, `l4.finalize`)."""
+        last = self._l4_finals.get(key)
+        modes = tuple(map(assembly.mode_of, routes.names))
+        if last is None or last.routes is not routes or last.modes != modes:
+            tls, tcp, added = finalize_l4(routes, assembly.mode_of)
+            last = _L4Final(routes, modes, tls, tcp, (*routes.rejections, *added))
+            self._l4_finals[key] = last
+        if not (last.tls or last.tcp or last.rejections):
+            return snapshot
+        frontends = snapshot.tcp_frontends
+        if last.tcp:
+            frontends = tuple(sorted((*frontends, *last.tcp), key=_port))
+        return dataclasses.replace(
+            snapshot,
+            tls_listeners=last.tls,
+            tcp_frontends=frontends,
+            warnings=(*snapshot.warnings, *last.rejections),
+        )

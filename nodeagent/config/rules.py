@@ -1,0 +1,197 @@
+"""A route rule of the snapshot, checked: every string matched whole against the shared
+patterns (`peerplane.patterns`, `peerplane.names`, `peerplane.limits`), its path match,
+precedence and map backend found, and its host layers' map entries.
+
+Pure. What the last renders checked is kept in a `RouteCache` the caller passes (the
+render cache carries it): every change re-renders a listener whole, and all but the
+changed rules are those of the last render.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from nodeagent.config.errors import RenderError
+from peerplane import limits, names, patterns
+from peerplane.v1 import peerplane_pb2 as pb
+
+ANY_HOST = "*"  # the layer token of rules for any host
+# A map rule's precedence inside its layer: every Exact path above every prefix, a longer
+# prefix above a shorter one (the Gateway API's order, and the Ingress one).
+EXACT_STRENGTH = 2 * patterns.MAX_PATH
+
+
+@dataclass(frozen=True, eq=False)
+class Rule:
+    rid: str  # "c<n>", a config rule's name once it won ("" until it is one)
+    exact: bool
+    path: str
+    strength: int
+    backend: str | None  # set when the rule is a map rule
+    rule: pb.RouteRule
+    tokens: tuple[str, ...] = ()  # the host layers it belongs to: its hostnames, or any host
+
+
+_CACHE = 1 << 16
+route_host = functools.lru_cache(_CACHE)(patterns.is_route_host)
+_path = functools.lru_cache(_CACHE)(patterns.is_path)
+_proxy_name = functools.lru_cache(_CACHE)(
+    lambda name: limits.PROXY_NAME.fullmatch(name) is not None
+)
+
+
+def checked_backend_name(name: str) -> str:
+    """`name` when it is a valid HAProxy proxy name (checks remembered); else RenderError."""
+    if not _proxy_name(name):
+        raise RenderError(f"invalid backend name: {name!r}")
+    return name
+
+
+def _refuse(what: str, value: object, source: str) -> RenderError:
+    return RenderError(f"rule {source!r}: invalid {what}: {value!r}")
+
+
+def checked_rule(r: pb.RouteRule, cache: RouteCache) -> Rule:
+    """`_parse`, remembered by the rule's bytes (bounded): a listener is rendered whole on
+    every change, and all but the changed rules are those of the last render."""
+    key = r.SerializeToString(deterministic=True)
+    found = cache.rules.get(key)
+    if found is None:
+        found = _parse(pb.RouteRule.FromString(key))  # its own copy: callers may mutate theirs
+        if len(cache.rules) >= _CACHE:
+            cache.rules.clear()
+        cache.rules[key] = found
+    return found
+
+
+def _parse(r: pb.RouteRule) -> Rule:
+    """Check every string of one rule; its path match, precedence and map backend."""
+    src = r.source[:200]
+    for host in r.hostnames:
+        if not route_host(host):
+            raise _refuse("hostname", host, src)
+    exact, path = False, "/"
+    if r.HasField("path"):
+        if r.path.type not in (pb.PathMatch.PATH_PREFIX, pb.PathMatch.EXACT):
+            raise _refuse("path match type", r.path.type, src)
+        if not _path(r.path.value):
+            raise _refuse("path", r.path.value, src)
+        exact = r.path.type == pb.PathMatch.EXACT
+        path = r.path.value if exact else (r.path.value.rstrip("/") or "/")
+    if r.method and not patterns.is_method(r.method):
+        raise _refuse("method", r.method, src)
+    for h in r.headers:
+        if not patterns.is_header_name(h.name) or not patterns.is_header_value(h.value):
+            raise _refuse("header match", f"{h.name}: {h.value}", src)
+    for q in r.query_params:
+        if not patterns.is_query_name(q.name) or not patterns.is_query_value(q.value):
+            raise _refuse("query match", f"{q.name}={q.value}", src)
+    for b in r.backends:
+        if b.backend:
+            checked_backend_name(b.backend)
+        if b.weight > patterns.MAX_WEIGHT:
+            raise _refuse("weight", b.weight, src)
+    if r.HasField("request_headers"):
+        m = r.request_headers
+        for nv in (*m.set, *m.add):
+            if not patterns.is_header_name(nv.name) or not patterns.is_header_value(nv.value):
+                raise _refuse("header filter", f"{nv.name}: {nv.value}", src)
+        for name in m.remove:
+            if not patterns.is_header_name(name):
+                raise _refuse("header filter", name, src)
+    if r.HasField("redirect"):
+        d = r.redirect
+        if d.scheme and d.scheme not in patterns.REDIRECT_SCHEMES:
+            raise _refuse("redirect scheme", d.scheme, src)
+        if d.hostname and not names.is_host_name(d.hostname):
+            raise _refuse("redirect hostname", d.hostname, src)
+        if d.port > 65535:
+            raise _refuse("redirect port", d.port, src)
+        if d.status_code and d.status_code not in patterns.REDIRECT_CODES:
+            raise _refuse("redirect status code", d.status_code, src)
+        if d.replace_full_path and not patterns.is_path(d.replace_full_path):
+            raise _refuse("redirect path", d.replace_full_path, src)
+    served = [b for b in r.backends if b.weight > 0]
+    filters = r.HasField("redirect") or (
+        r.HasField("request_headers")
+        and bool(r.request_headers.set or r.request_headers.add or r.request_headers.remove)
+    )
+    plain = not (r.method or r.headers or r.query_params or filters)
+    backend = served[0].backend if plain and len(served) == 1 and served[0].backend else None
+    strength = (EXACT_STRENGTH if exact else 0) + len(path)
+    tokens = tuple(dict.fromkeys(r.hostnames or (ANY_HOST,)))
+    return Rule("", exact, path, strength, backend, r, tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class LayerEntries:
+    """One host layer's map entries (in order, the first of a key winning), the backends
+    they name, and the rules left to config lines."""
+
+    rules: tuple[Rule, ...]
+    exact: dict[str, str]
+    prefix: dict[str, str]
+    backends: frozenset[str]
+    config: tuple[Rule, ...]
+
+
+@dataclass(frozen=True)
+class RouteCache:
+    """What the last renders checked, kept for the next, each map bounded: every rule by
+    its bytes (`checked_rule`) and every host layer's entries by its token (`layer_entries`).
+    It travels with the render cache (`render.Frontends.route_cache`), from one render to
+    the next; a new one checks everything again and gives the same output."""
+
+    rules: dict[bytes, Rule] = field(default_factory=dict)
+    layers: dict[str, LayerEntries] = field(default_factory=dict)
+
+
+def layer_entries(token: str, rules: tuple[Rule, ...], cache: RouteCache) -> LayerEntries:
+    """`token`'s layer, remembered while its rules are the very same checked objects (a
+    change re-renders a listener whole; with thousands of hosts, one host's layer moved)."""
+    found = cache.layers.get(token)
+    if found is not None and found.rules == rules:  # Rule compares by identity
+        return found
+    mapped = in_map_order(rules)
+    exact: dict[str, str] = {}
+    prefix: dict[str, str] = {}
+    backends: set[str] = set()
+    config: list[Rule] = []
+    for rule in rules:
+        if mapped and rule.backend is not None:
+            key = f"{token}{rule.path}" if rule.exact else f"{token}{rule.path.rstrip('/')}/"
+            target = exact if rule.exact else prefix
+            target.setdefault(key, f"{rule.strength}:{rule.backend}")  # first one wins
+            backends.add(rule.backend)
+        else:
+            config.append(rule)
+    found = LayerEntries(rules, exact, prefix, frozenset(backends), tuple(config))
+    if len(cache.layers) >= _CACHE:
+        cache.layers.clear()
+    cache.layers[token] = found
+    return found
+
+
+def in_map_order(rules: Sequence[Rule]) -> bool:
+    """Whether map lookups and guarded config rules give this layer's first match in list
+    order: no rule of higher precedence follows a map rule, none of lower precedence comes
+    before one, and no config rule with the very same path match follows one (it would win
+    the guard's tie). Rules of equal precedence but other paths never match one request."""
+    lowest = None
+    for rule in rules:  # forwards: what comes before a map rule ranks at least as high
+        if rule.backend is not None and lowest is not None and lowest < rule.strength:
+            return False
+        lowest = rule.strength if lowest is None else min(lowest, rule.strength)
+    highest, later_config = None, set()
+    for rule in reversed(rules):  # backwards: what follows a map rule ranks no higher
+        if rule.backend is not None:
+            if highest is not None and highest > rule.strength:
+                return False
+            if (rule.exact, rule.path) in later_config:
+                return False
+        else:
+            later_config.add((rule.exact, rule.path))
+        highest = rule.strength if highest is None else max(highest, rule.strength)
+    return True
