@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import ClassVar, TypeVar
 
 EndpointKey = tuple[str, int]  # (address, port)
 
@@ -173,6 +174,10 @@ class WeightedBackend:
 class HeaderChanges:
     """A RequestHeaderModifier filter."""
 
+    # The noun of a filter that answers the request itself ("" : it does not); a rule
+    # holding one has no backends.
+    answers: ClassVar[str] = ""
+
     set: tuple[tuple[str, str], ...] = ()
     add: tuple[tuple[str, str], ...] = ()
     remove: tuple[str, ...] = ()
@@ -182,11 +187,21 @@ class HeaderChanges:
 class Redirect:
     """A RequestRedirect filter; empty or 0 fields keep the request's value."""
 
+    answers: ClassVar[str] = "redirect"
+
     scheme: str = ""
     hostname: str = ""
     port: int = 0
     status_code: int = 302
     replace_full_path: str = ""
+
+
+RouteFilter = HeaderChanges | Redirect
+"""A route rule's filter as the agent applies it: one type per Gateway API filter type
+served, each translated by its module of `controlplane/routes/filters/` (docs/design.md,
+"Adding a route filter")."""
+
+_Filter = TypeVar("_Filter", bound=RouteFilter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,8 +216,11 @@ class RouteRule:
     headers: tuple[tuple[str, str], ...] = ()
     query_params: tuple[tuple[str, str], ...] = ()
     backends: tuple[WeightedBackend, ...] = ()
-    request_headers: HeaderChanges | None = None
-    redirect: Redirect | None = None
+    filters: tuple[RouteFilter, ...] = ()  # in the route's order, at most one of a type
+
+    def filter(self, kind: type[_Filter]) -> _Filter | None:
+        """The rule's filter of type `kind`; None when it has none."""
+        return next((f for f in self.filters if isinstance(f, kind)), None)
 
 
 @dataclass(frozen=True, slots=True)

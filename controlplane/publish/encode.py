@@ -22,6 +22,7 @@ from typing import TypeVar
 
 from controlplane.publish import wire
 from controlplane.publish.content import SnapshotContent
+from controlplane.publish.encode_filters import encode_filters
 from controlplane.snapshot import (
     BackendSpec,
     Certificate,
@@ -145,20 +146,7 @@ def route_rule(rule: RouteRule) -> pb.RouteRule:
     if rule.path is not None:
         message.path.type = PATH_TYPES[rule.path.type]
         message.path.value = rule.path.value
-    changes = rule.request_headers
-    if changes is not None:
-        message.request_headers.SetInParent()
-        message.request_headers.set.extend(pb.NameValue(name=n, value=v) for n, v in changes.set)
-        message.request_headers.add.extend(pb.NameValue(name=n, value=v) for n, v in changes.add)
-        message.request_headers.remove.extend(changes.remove)
-    redirect = rule.redirect
-    if redirect is not None:
-        message.redirect.SetInParent()
-        message.redirect.scheme = redirect.scheme
-        message.redirect.hostname = redirect.hostname
-        message.redirect.port = redirect.port
-        message.redirect.status_code = redirect.status_code
-        message.redirect.replace_full_path = redirect.replace_full_path
+    encode_filters(rule.filters, message)
     return message
 
 

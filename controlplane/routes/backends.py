@@ -12,7 +12,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from controlplane.model import GATEWAY_GROUP, ReferenceGrant, Service, ServicePort
+from controlplane.model import (
+    GATEWAY_GROUP,
+    HTTPBackendRef,
+    HTTPRoute,
+    ReferenceGrant,
+    Service,
+    ServicePort,
+    TCPRoute,
+    TLSRoute,
+)
 from controlplane.routes import names
 from controlplane.settings.values import is_dns_label, is_port_name
 from peerplane import limits
@@ -94,3 +103,42 @@ def granted(
         if any(t.group == "" and t.kind == "Service" and t.name in ("", to_name) for t in grant.to):
             return True
     return False
+
+
+def resolve_backend(
+    ref: HTTPBackendRef,
+    route: HTTPRoute | TLSRoute | TCPRoute,
+    services: Mapping[ServiceKey, Service],
+    grants: Mapping[str, tuple[ReferenceGrant, ...]],
+) -> Resolved:
+    """A backendRef to a Service port's backend, or why not (ResolvedRefs reasons)."""
+    kind = type(route).__name__
+    namespace = ref.namespace or route.namespace
+    if (ref.group, ref.kind) != names.SERVICE_KIND:
+        return Resolved(
+            "",
+            reason=names.INVALID_KIND,
+            message=f"backendRef kind {ref.group}/{ref.kind} is not a core Service",
+        )
+    if namespace != route.namespace and not granted(
+        grants, kind, route.namespace, namespace, ref.name
+    ):
+        return Resolved(
+            "",
+            reason=names.REF_NOT_PERMITTED,
+            message=(
+                f"no ReferenceGrant in {namespace} lets {kind}s of {route.namespace} "
+                f"reference Service {ref.name}"
+            ),
+        )
+    if not ref.port:
+        return Resolved(
+            "",
+            reason=names.BACKEND_NOT_FOUND,
+            message=f"backendRef to Service {namespace}/{ref.name} has no port",
+        )
+    if ref.filters:
+        return Resolved(
+            "", reason=names.UNSUPPORTED_VALUE, message="backendRef filters are not served"
+        )
+    return service_port(services, namespace, ref.name, ref.port)

@@ -2,11 +2,9 @@
 each of its parentRefs (for the status) and every rejection.
 
 What cannot be served is reported and left out, the rest served: an invalid hostname is
-dropped (all invalid: the route is not accepted); a match with a regular expression, a
-bad path, header, query parameter or method is dropped; a rule with an unsupported or
-invalid filter (a redirect port outside 1-65535 too) or a backendRef weight outside
-0-1,000,000 is dropped; a backendRef that does not resolve keeps its weight and gets a
-500 for its share (ResolvedRefs False).
+dropped (all invalid: the route is not accepted); its rules are checked by `httprules`
+(matches, filters, weights and backendRefs). The attachment through parentRefs is shared
+with TLSRoutes and TCPRoutes (`l4`).
 """
 
 from __future__ import annotations
@@ -18,11 +16,7 @@ from typing import Protocol
 from controlplane.model import (
     ANNOTATION_PREFIX,
     GATEWAY_GROUP,
-    HTTPBackendRef,
     HTTPRoute,
-    HTTPRouteFilter,
-    HTTPRouteMatch,
-    HTTPRouteRule,
     ParentRef,
     ReferenceGrant,
     Service,
@@ -30,8 +24,10 @@ from controlplane.model import (
     TLSRoute,
 )
 from controlplane.routes import names, protocols
-from controlplane.routes.backends import Resolved, ServiceKey, granted, service_port
+from controlplane.routes.backends import ServiceKey
+from controlplane.routes.backends import resolve_backend as resolve_backend  # l4 reads it here
 from controlplane.routes.hostnames import intersect
+from controlplane.routes.httprules import CheckedRule, checked_rules
 from controlplane.routes.ownership import Claim, later
 from controlplane.routes.placement import (
     GatewayPlace,
@@ -41,16 +37,7 @@ from controlplane.routes.placement import (
     allows_namespace,
 )
 from controlplane.routes.precedence import Candidate, Origin
-from controlplane.settings.values import shown
-from controlplane.snapshot import (
-    HeaderChanges,
-    Redirect,
-    RejectedInput,
-    RoutePath,
-    RouteRule,
-    WeightedBackend,
-)
-from peerplane import names as hosts
+from controlplane.snapshot import RejectedInput, RouteRule
 from peerplane import patterns
 
 
@@ -79,264 +66,6 @@ class RouteOutcome:
     @property
     def workloads(self) -> set[str]:
         return {p.workload for p in self.parents if p.workload}
-
-
-@dataclass(frozen=True, slots=True)
-class _Rule:
-    """A rule's matches (validated, without hostname) and what it does."""
-
-    index: int
-    matches: tuple[
-        tuple[int, RoutePath, str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]], ...
-    ]
-    backends: tuple[WeightedBackend, ...]
-    services: tuple[ServiceKey, ...]
-    request_headers: HeaderChanges | None
-    redirect: Redirect | None
-
-
-def _path(value: str, kind: str) -> RoutePath | None:
-    if not patterns.is_path(value) or kind not in ("Exact", "PathPrefix"):
-        return None
-    if kind == "PathPrefix" and value != "/":
-        value = value.rstrip("/") or "/"
-    return RoutePath(kind, value)
-
-
-def _match(
-    match: HTTPRouteMatch, where: str, origin: Origin, rejections: list[RejectedInput]
-) -> tuple[RoutePath, str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] | None:
-    def reject(key: str, value: str, reason: str) -> None:
-        rejections.append(origin.rejection(value, f"{reason}; match not served", f"{where}.{key}"))
-
-    if match.path.type not in ("Exact", "PathPrefix"):
-        reject("path.type", match.path.type, "only Exact and PathPrefix paths are served")
-        return None
-    path = _path(match.path.value, match.path.type)
-    if path is None:
-        reject("path.value", match.path.value, "not a path of letters, digits and -._~%/+,;=:@!")
-        return None
-    headers: dict[str, tuple[str, str]] = {}
-    for index, header in enumerate(match.headers):
-        if header.type != "Exact":
-            reject(f"headers[{index}].type", header.type, "only Exact header matches are served")
-            return None
-        if not patterns.is_header_name(header.name) or not patterns.is_header_value(header.value):
-            reject(
-                f"headers[{index}]",
-                f"{header.name}: {header.value}",
-                "not a header name and value peerplane serves",
-            )
-            return None
-        headers.setdefault(header.name.lower(), (header.name, header.value))
-    query: dict[str, tuple[str, str]] = {}
-    for index, param in enumerate(match.query_params):
-        if param.type != "Exact":
-            reject(
-                f"queryParams[{index}].type",
-                param.type,
-                "only Exact query parameter matches are served",
-            )
-            return None
-        if not patterns.is_query_name(param.name) or not patterns.is_query_value(param.value):
-            reject(
-                f"queryParams[{index}]",
-                f"{param.name}={param.value}",
-                "not a query parameter peerplane serves",
-            )
-            return None
-        query.setdefault(param.name, (param.name, param.value))
-    if match.method and not patterns.is_method(match.method):
-        reject("method", match.method, "not an HTTP method")
-        return None
-    return path, match.method, tuple(headers.values()), tuple(query.values())
-
-
-def _filters(
-    filters: tuple[HTTPRouteFilter, ...],
-    where: str,
-    origin: Origin,
-    rejections: list[RejectedInput],
-) -> tuple[HeaderChanges | None, Redirect | None] | None:
-    """The rule's header changes and redirect; None (reported) when a filter is not
-    served, so the rule is not served at all rather than served without it."""
-    changes: HeaderChanges | None = None
-    redirect: Redirect | None = None
-
-    def reject(index: int, value: str, reason: str) -> None:
-        rejections.append(
-            origin.rejection(value, f"{reason}; rule not served", f"{where}.filters[{index}]")
-        )
-
-    for index, item in enumerate(filters):
-        modifier, wanted = item.request_header_modifier, item.request_redirect
-        if item.type == "RequestHeaderModifier" and modifier is not None:
-            pairs = [*modifier.set, *modifier.add]
-            if not all(
-                patterns.is_header_name(n) and patterns.is_header_value(v) for n, v in pairs
-            ) or not all(patterns.is_header_name(n) for n in modifier.remove):
-                reject(index, item.type, "a header name or value peerplane does not serve")
-                return None
-            if changes is None:
-                changes = HeaderChanges(modifier.set, modifier.add, modifier.remove)
-        elif item.type == "RequestRedirect" and wanted is not None:
-            problem = ""
-            if wanted.scheme and wanted.scheme not in patterns.REDIRECT_SCHEMES:
-                problem = f"scheme {wanted.scheme} (http or https only)"
-            elif wanted.hostname and not hosts.is_host_name(wanted.hostname):
-                problem = "hostname is not a lower-case host name"
-            elif wanted.port is not None and not 1 <= wanted.port <= 65535:
-                problem = f"port {shown(str(wanted.port), 20)} is not in 1-65535"
-            elif wanted.status_code not in patterns.REDIRECT_CODES:
-                problem = f"status code {wanted.status_code} (301 or 302 only)"
-            elif wanted.path_type not in ("", "ReplaceFullPath"):
-                problem = f"path {wanted.path_type} (only ReplaceFullPath is served)"
-            elif wanted.path_type and not patterns.is_path(wanted.path_value):
-                problem = "replaceFullPath is not a path peerplane serves"
-            if problem:
-                reject(index, item.type, problem)
-                return None
-            if redirect is None:
-                redirect = Redirect(
-                    wanted.scheme,
-                    wanted.hostname,
-                    wanted.port or 0,
-                    wanted.status_code,
-                    wanted.path_value,
-                )
-        else:
-            reject(
-                index,
-                item.type,
-                "filter type not served (RequestHeaderModifier and RequestRedirect are)",
-            )
-            return None
-    return changes, redirect
-
-
-def resolve_backend(
-    ref: HTTPBackendRef,
-    route: HTTPRoute | TLSRoute | TCPRoute,
-    services: Mapping[ServiceKey, Service],
-    grants: Mapping[str, tuple[ReferenceGrant, ...]],
-) -> Resolved:
-    """A backendRef to a Service port's backend, or why not (ResolvedRefs reasons)."""
-    kind = type(route).__name__
-    namespace = ref.namespace or route.namespace
-    if (ref.group, ref.kind) != names.SERVICE_KIND:
-        return Resolved(
-            "",
-            reason=names.INVALID_KIND,
-            message=f"backendRef kind {ref.group}/{ref.kind} is not a core Service",
-        )
-    if namespace != route.namespace and not granted(
-        grants, kind, route.namespace, namespace, ref.name
-    ):
-        return Resolved(
-            "",
-            reason=names.REF_NOT_PERMITTED,
-            message=(
-                f"no ReferenceGrant in {namespace} lets {kind}s of {route.namespace} "
-                f"reference Service {ref.name}"
-            ),
-        )
-    if not ref.port:
-        return Resolved(
-            "",
-            reason=names.BACKEND_NOT_FOUND,
-            message=f"backendRef to Service {namespace}/{ref.name} has no port",
-        )
-    if ref.filters:
-        return Resolved(
-            "", reason=names.UNSUPPORTED_VALUE, message="backendRef filters are not served"
-        )
-    return service_port(services, namespace, ref.name, ref.port)
-
-
-def _rules(
-    route: HTTPRoute,
-    services: Mapping[ServiceKey, Service],
-    grants: Mapping[str, tuple[ReferenceGrant, ...]],
-    rejections: list[RejectedInput],
-) -> tuple[list[_Rule], Verdict]:
-    rules: list[_Rule] = []
-    resolved = Verdict(True, names.RESOLVED_REFS, "all references resolved")
-    for index, rule in enumerate(route.rules):
-        where = f"spec.rules[{index}]"
-        origin = Origin("HTTPRoute", route.namespace, route.name, where)
-        built = _rule(route, rule, index, origin, services, grants, rejections)
-        if built is None:
-            continue
-        found, unresolved = built
-        if unresolved is not None and resolved.ok:
-            resolved = unresolved
-        rules.append(found)
-    return rules, resolved
-
-
-def _rule(
-    route: HTTPRoute,
-    rule: HTTPRouteRule,
-    index: int,
-    origin: Origin,
-    services: Mapping[ServiceKey, Service],
-    grants: Mapping[str, tuple[ReferenceGrant, ...]],
-    rejections: list[RejectedInput],
-) -> tuple[_Rule, Verdict | None] | None:
-    where = origin.key
-    for number, ref in enumerate(rule.backend_refs):
-        if not 0 <= ref.weight <= patterns.MAX_WEIGHT:
-            # The split written cannot be kept: the rule is not served rather than served
-            # with another (what an invalid filter does too).
-            rejections.append(
-                origin.rejection(
-                    str(ref.weight),
-                    f"weight is not in 0-{patterns.MAX_WEIGHT}; rule not served",
-                    f"{where}.backendRefs[{number}].weight",
-                )
-            )
-            return None
-    done = _filters(rule.filters, where, origin, rejections)
-    if done is None:
-        return None
-    changes, redirect = done
-    matches = []
-    for number, match in enumerate(rule.matches):
-        checked = _match(match, f"{where}.matches[{number}]", origin, rejections)
-        if checked is not None:
-            matches.append((number, *checked))
-    if not matches:
-        return None
-    backends: list[WeightedBackend] = []
-    services_used: list[ServiceKey] = []
-    unresolved: Verdict | None = None
-    if redirect is None:
-        for number, ref in enumerate(rule.backend_refs):
-            found = resolve_backend(ref, route, services, grants)
-            backends.append(WeightedBackend(found.backend, ref.weight))
-            if found.service is not None:
-                services_used.append(found.service)
-            elif unresolved is None:
-                unresolved = Verdict(False, found.reason, found.message)
-                rejections.append(
-                    origin.rejection(
-                        ref.name,
-                        f"{found.message}: its share gets a 500",
-                        f"{where}.backendRefs[{number}]",
-                    )
-                )
-    elif rule.backend_refs:
-        rejections.append(
-            origin.rejection(
-                "backendRefs",
-                "a redirect rule has no backends: backendRefs ignored",
-                f"{where}.backendRefs",
-            )
-        )
-    return (
-        _Rule(index, tuple(matches), tuple(backends), tuple(services_used), changes, redirect),
-        unresolved,
-    )
 
 
 Parent = tuple[int, ParentRef, tuple[str, str], GatewayPlace]
@@ -503,7 +232,7 @@ def route_outcome(
     origin = Origin("HTTPRoute", route.namespace, route.name, "metadata.annotations")
     rejections.extend(ignored_annotations(route, origin))
     hostnames = served_hostnames(route.hostnames, origin, rejections)
-    rules, resolved = _rules(route, services, grants, rejections)
+    rules, resolved = checked_rules(route, services, grants, rejections)
     refused: Verdict | None = None
     if route.hostnames and not hostnames:
         refused = Verdict(False, names.UNSUPPORTED_VALUE, "no hostname of the route can be served")
@@ -526,7 +255,7 @@ def route_outcome(
 
 
 def _candidates(
-    route: HTTPRoute, rule: _Rule, lp: ListenerPlace, hostnames: tuple[str, ...], age: str
+    route: HTTPRoute, rule: CheckedRule, lp: ListenerPlace, hostnames: tuple[str, ...], age: str
 ) -> list[Candidate]:
     """One candidate per hostname (or one for any host) and match of a rule; each host
     claimed by the listener's namespace since the later of the Gateway and the route."""
@@ -554,8 +283,7 @@ def _candidates(
                         headers=headers,
                         query_params=query,
                         backends=rule.backends,
-                        request_headers=rule.request_headers,
-                        redirect=rule.redirect,
+                        filters=rule.filters,
                     ),
                     Origin("HTTPRoute", route.namespace, route.name, key),
                     age,

@@ -76,13 +76,13 @@ def test_every_rule_field_is_encoded_as_the_contract_says() -> None:
         headers=(("x-a", "1"),),
         query_params=(("q", "2"),),
         backends=(WeightedBackend("default_shop_http", 3), WeightedBackend("", 1)),
-        request_headers=HeaderChanges(set=(("x-s", "1"),), add=(("x-d", "2"),), remove=("x-r",)),
+        filters=(HeaderChanges(set=(("x-s", "1"),), add=(("x-d", "2"),), remove=("x-r",)),),
     )
     redirect = RouteRule(
         "Ingress default/i rule 0 path 0",
         (),
         RoutePath("PathPrefix", "/old"),
-        redirect=Redirect("https", "b.example.com", 8443, 301, "/new"),
+        filters=(Redirect("https", "b.example.com", 8443, 301, "/new"),),
     )
     computer = Computer()
     snapshot = computer.compute(state("/"), {}).workloads[WORKLOAD]

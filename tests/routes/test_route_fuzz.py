@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from controlplane.compute import compute
-from controlplane.snapshot import WorkloadSnapshot
+from controlplane.snapshot import HeaderChanges, Redirect, WorkloadSnapshot
 from controlplane.source.convert import ManifestError
 from peerplane import names, patterns
 from tests.helpers.builders import WORKLOAD, service
@@ -80,14 +80,14 @@ def check_strings(snapshot: WorkloadSnapshot) -> None:
                 patterns.is_query_name(n) and patterns.is_query_value(v)
                 for n, v in rule.query_params
             )
-            changes = rule.request_headers
+            changes = rule.filter(HeaderChanges)
             if changes is not None:
                 pairs = (*changes.set, *changes.add)
                 assert all(
                     patterns.is_header_name(n) and patterns.is_header_value(v) for n, v in pairs
                 )
                 assert all(patterns.is_header_name(n) for n in changes.remove)
-            redirect = rule.redirect
+            redirect = rule.filter(Redirect)
             if redirect is not None:
                 assert not redirect.scheme or redirect.scheme in patterns.REDIRECT_SCHEMES
                 assert not redirect.hostname or names.is_host_name(redirect.hostname)

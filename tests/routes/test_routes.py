@@ -10,7 +10,7 @@ import pytest
 
 from controlplane.compute import Computer, WorkloadSnapshot, compute
 from controlplane.model import ClusterState, frozen_map
-from controlplane.snapshot import RoutePath, RouteRule, WeightedBackend
+from controlplane.snapshot import Redirect, RoutePath, RouteRule, WeightedBackend
 from controlplane.source.convert_gateway import namespace_from, reference_grant_from
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, endpoint_slice, service, settings
 from tests.helpers.route_builders import (
@@ -400,7 +400,7 @@ def test_a_value_the_schema_refuses_drops_its_rule_alone(
         "HTTPRoute default/r rule 0 match 0",
         "HTTPRoute default/r rule 2 match 0",
     ]
-    redirected = rules_of(got)[1].redirect
+    redirected = rules_of(got)[1].filter(Redirect)
     assert redirected is not None and redirected.port == 8443
     assert reasons(got) == [f"HTTPRoute default/r {warning}; rule not served"]
 

@@ -1,0 +1,21 @@
+"""RequestHeaderModifier: set, add and remove request headers before the backend."""
+
+from __future__ import annotations
+
+from controlplane.model import HTTPRouteFilter
+from controlplane.routes.filters.base import Refused
+from controlplane.snapshot import HeaderChanges
+from peerplane import patterns
+
+
+def translate(item: HTTPRouteFilter) -> HeaderChanges | Refused | None:
+    """Every name and value whole-matched by `peerplane.patterns`, or refused."""
+    modifier = item.request_header_modifier
+    if modifier is None:
+        return None
+    pairs = [*modifier.set, *modifier.add]
+    if not all(
+        patterns.is_header_name(n) and patterns.is_header_value(v) for n, v in pairs
+    ) or not all(patterns.is_header_name(n) for n in modifier.remove):
+        return Refused("a header name or value peerplane does not serve")
+    return HeaderChanges(modifier.set, modifier.add, modifier.remove)
