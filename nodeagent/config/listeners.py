@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 from nodeagent.config.checked import DIRECTORY, check
 from nodeagent.config.errors import RenderError
+from nodeagent.config.filters import filter_lines
+from nodeagent.config.filters.base import RuleOutcome
 from nodeagent.config.rules import (
     ANY_HOST,
     RouteCache,
@@ -292,24 +294,14 @@ def _equals(fetch: str, value: str) -> str:
     return f"{{ {fetch} -m found }} {{ {fetch} -m len 0 }}"
 
 
-def _lf(value: str) -> str:
-    """A checked value inside a log-format argument: only `%` means something there."""
-    return value.replace("%", "%%")
-
-
 def _outcome(rule: Rule, port: int, scheme: str, named: set[str]) -> list[str]:
     """What a config rule does once it won: its backend (by weight; 500 for an
-    unresolved share or none), its header filter, its redirect (`scheme`: the
-    listener's, http or https)."""
+    unresolved share or none) after its filters' lines (`nodeagent/config/filters`; a
+    filter that answers, a redirect, ends it)."""
     r, won = rule.rule, f"{{ var(txn.r) -m str {rule.rid} }}"
-    lines: list[str] = []
-    if r.HasField("request_headers"):
-        m = r.request_headers
-        for verb, pairs in (("set-header", m.set), ("add-header", m.add)):
-            lines += [f"  http-request {verb} {h.name} {_value(h.value)} if {won}" for h in pairs]
-        lines += [f"  http-request del-header {name} if {won}" for name in m.remove]
-    if r.HasField("redirect"):
-        return lines + _redirect(r.redirect, port, scheme, won)
+    lines, answered = filter_lines(r, RuleOutcome(port, scheme, won))
+    if answered:
+        return lines
     served = [b for b in r.backends if b.weight > 0]
     total = sum(b.weight for b in served)
     if total == 0 or total >= _WEIGHT_TOTAL:
@@ -330,32 +322,3 @@ def _share(backend: str, condition: str, named: set[str]) -> list[str]:
         return [f"  http-request set-var(txn.st) int(500) if {condition}"]
     named.add(backend)
     return [f"  http-request set-var(txn.be) str({backend}) if {condition}"]
-
-
-def _value(value: str) -> str:
-    return _lf(value) if value else '""'
-
-
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def _redirect(d: pb.Redirect, port: int, listener_scheme: str, won: str) -> list[str]:
-    """RequestRedirect: scheme, host, port (the Gateway API's defaults: no scheme is the
-    request's, that is the listener's, https where it terminates TLS; no port is the
-    scheme's well-known one when a scheme is given, else the listener's), code, and the
-    request's path and query unless ReplaceFullPath."""
-    scheme = d.scheme or listener_scheme
-    host = d.hostname or "%[var(txn.h)]"
-    to_port: int | None = d.port or (None if d.scheme else port)
-    if to_port == _DEFAULT_PORTS[scheme]:
-        to_port = None
-    base = f"{scheme}://{host}" + (f":{to_port}" if to_port else "")
-    code = d.status_code or 302
-    if not d.replace_full_path:
-        return [f"  http-request redirect location {base}%[pathq] code {code} if {won}"]
-    path = _lf(d.replace_full_path)
-    return [
-        f"  http-request redirect location {base}{path}?%[query] code {code}"
-        f" if {won} {{ query -m len gt 0 }}",
-        f"  http-request redirect location {base}{path} code {code} if {won}",
-    ]

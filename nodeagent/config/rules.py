@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from nodeagent.config.errors import RenderError
-from peerplane import limits, names, patterns
+from nodeagent.config.filters import check_filters, map_entry_ok
+from nodeagent.config.filters.base import refuse
+from peerplane import limits, patterns
 from peerplane.v1 import peerplane_pb2 as pb
 
 ANY_HOST = "*"  # the layer token of rules for any host
@@ -49,10 +51,6 @@ def checked_backend_name(name: str) -> str:
     return name
 
 
-def _refuse(what: str, value: object, source: str) -> RenderError:
-    return RenderError(f"rule {source!r}: invalid {what}: {value!r}")
-
-
 def checked_rule(r: pb.RouteRule, cache: RouteCache) -> Rule:
     """`_parse`, remembered by the rule's bytes (bounded): a listener is rendered whole on
     every change, and all but the changed rules are those of the last render."""
@@ -71,55 +69,31 @@ def _parse(r: pb.RouteRule) -> Rule:
     src = r.source[:200]
     for host in r.hostnames:
         if not route_host(host):
-            raise _refuse("hostname", host, src)
+            raise refuse("hostname", host, src)
     exact, path = False, "/"
     if r.HasField("path"):
         if r.path.type not in (pb.PathMatch.PATH_PREFIX, pb.PathMatch.EXACT):
-            raise _refuse("path match type", r.path.type, src)
+            raise refuse("path match type", r.path.type, src)
         if not _path(r.path.value):
-            raise _refuse("path", r.path.value, src)
+            raise refuse("path", r.path.value, src)
         exact = r.path.type == pb.PathMatch.EXACT
         path = r.path.value if exact else (r.path.value.rstrip("/") or "/")
     if r.method and not patterns.is_method(r.method):
-        raise _refuse("method", r.method, src)
+        raise refuse("method", r.method, src)
     for h in r.headers:
         if not patterns.is_header_name(h.name) or not patterns.is_header_value(h.value):
-            raise _refuse("header match", f"{h.name}: {h.value}", src)
+            raise refuse("header match", f"{h.name}: {h.value}", src)
     for q in r.query_params:
         if not patterns.is_query_name(q.name) or not patterns.is_query_value(q.value):
-            raise _refuse("query match", f"{q.name}={q.value}", src)
+            raise refuse("query match", f"{q.name}={q.value}", src)
     for b in r.backends:
         if b.backend:
             checked_backend_name(b.backend)
         if b.weight > patterns.MAX_WEIGHT:
-            raise _refuse("weight", b.weight, src)
-    if r.HasField("request_headers"):
-        m = r.request_headers
-        for nv in (*m.set, *m.add):
-            if not patterns.is_header_name(nv.name) or not patterns.is_header_value(nv.value):
-                raise _refuse("header filter", f"{nv.name}: {nv.value}", src)
-        for name in m.remove:
-            if not patterns.is_header_name(name):
-                raise _refuse("header filter", name, src)
-    if r.HasField("redirect"):
-        d = r.redirect
-        if d.scheme and d.scheme not in patterns.REDIRECT_SCHEMES:
-            raise _refuse("redirect scheme", d.scheme, src)
-        if d.hostname and not names.is_host_name(d.hostname):
-            raise _refuse("redirect hostname", d.hostname, src)
-        if d.port > 65535:
-            raise _refuse("redirect port", d.port, src)
-        if d.status_code and d.status_code not in patterns.REDIRECT_CODES:
-            raise _refuse("redirect status code", d.status_code, src)
-        if d.replace_full_path and not patterns.is_path(d.replace_full_path):
-            raise _refuse("redirect path", d.replace_full_path, src)
-    served = [b for b in r.backends if b.weight > 0]
-    filters = r.HasField("redirect") or (
-        r.HasField("request_headers")
-        and bool(r.request_headers.set or r.request_headers.add or r.request_headers.remove)
-    )
-    plain = not (r.method or r.headers or r.query_params or filters)
-    backend = served[0].backend if plain and len(served) == 1 and served[0].backend else None
+            raise refuse("weight", b.weight, src)
+    check_filters(r, src)
+    # A map rule's one backend (map_entry_ok: its one served share, resolved).
+    backend = next(b.backend for b in r.backends if b.weight > 0) if map_entry_ok(r) else None
     strength = (EXACT_STRENGTH if exact else 0) + len(path)
     tokens = tuple(dict.fromkeys(r.hostnames or (ANY_HOST,)))
     return Rule("", exact, path, strength, backend, r, tokens)

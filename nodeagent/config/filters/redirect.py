@@ -1,0 +1,53 @@
+"""RequestRedirect (`redirect`): the rule answers with a redirect, never a backend."""
+
+from __future__ import annotations
+
+from nodeagent.config.filters.base import FilterRenderer, RuleOutcome, log_format, refuse
+from peerplane import names, patterns
+from peerplane.v1 import peerplane_pb2 as pb
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _acts(r: pb.RouteRule) -> bool:
+    return r.HasField("redirect")
+
+
+def _check(r: pb.RouteRule, source: str) -> None:
+    d = r.redirect
+    if d.scheme and d.scheme not in patterns.REDIRECT_SCHEMES:
+        raise refuse("redirect scheme", d.scheme, source)
+    if d.hostname and not names.is_host_name(d.hostname):
+        raise refuse("redirect hostname", d.hostname, source)
+    if d.port > 65535:
+        raise refuse("redirect port", d.port, source)
+    if d.status_code and d.status_code not in patterns.REDIRECT_CODES:
+        raise refuse("redirect status code", d.status_code, source)
+    if d.replace_full_path and not patterns.is_path(d.replace_full_path):
+        raise refuse("redirect path", d.replace_full_path, source)
+
+
+def _lines(r: pb.RouteRule, at: RuleOutcome) -> list[str]:
+    """Scheme, host, port (the Gateway API's defaults: no scheme is the request's, that is
+    the listener's, https where it terminates TLS; no port is the scheme's well-known one
+    when a scheme is given, else the listener's), code, and the request's path and query
+    unless ReplaceFullPath."""
+    d, won = r.redirect, at.won
+    scheme = d.scheme or at.scheme
+    host = d.hostname or "%[var(txn.h)]"
+    to_port: int | None = d.port or (None if d.scheme else at.port)
+    if to_port == _DEFAULT_PORTS[scheme]:
+        to_port = None
+    base = f"{scheme}://{host}" + (f":{to_port}" if to_port else "")
+    code = d.status_code or 302
+    if not d.replace_full_path:
+        return [f"  http-request redirect location {base}%[pathq] code {code} if {won}"]
+    path = log_format(d.replace_full_path)
+    return [
+        f"  http-request redirect location {base}{path}?%[query] code {code}"
+        f" if {won} {{ query -m len gt 0 }}",
+        f"  http-request redirect location {base}{path} code {code} if {won}",
+    ]
+
+
+RENDERER = FilterRenderer("redirect", _acts, _check, _lines, answers=True)
