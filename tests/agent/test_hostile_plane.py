@@ -21,6 +21,7 @@ import pytest
 from google.protobuf.message import Message
 
 from nodeagent.config import certs
+from nodeagent.config.filters import RENDERERS
 from nodeagent.config.listeners import map_file
 from nodeagent.config.render import RenderError, RenderOptions, render_held
 from nodeagent.held import DeltaError, Held
@@ -155,6 +156,13 @@ REFUSAL = {
     "http_listeners.rules.query_params.name": "invalid query match",
     "http_listeners.rules.query_params.value": "invalid query match",
     "http_listeners.rules.backends.backend": "invalid backend name",
+    # Each route filter's fields, in the words of its renderer (nodeagent/config/filters):
+    # a new filter's come with it; those of the first two are written out here too.
+    **{
+        f"http_listeners.rules.{renderer.field}.{name}": words
+        for renderer in RENDERERS
+        for name, words in renderer.refusals.items()
+    },
     "http_listeners.rules.request_headers.set.name": "invalid header filter",
     "http_listeners.rules.request_headers.set.value": "invalid header filter",
     "http_listeners.rules.request_headers.add.name": "invalid header filter",

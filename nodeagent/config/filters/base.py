@@ -3,7 +3,7 @@ a route rule (a field of the contract's RouteRule)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from nodeagent.config.errors import RenderError
@@ -25,12 +25,16 @@ class FilterRenderer:
     """One filter on the agent. `acts`: the rule carries it and it changes something (a
     rule with such a filter is never a map entry); `check` raises a RenderError for a value
     compute would never send; `lines` are the frontend's lines once the rule won; a filter
-    that `answers` the request itself ends the rule's outcome (its backends unused)."""
+    that `answers` the request itself ends the rule's outcome (its backends unused).
+    `refusals`: each string field of its message (dotted, below `field`) and the words of
+    the RenderError that refuses a bad value of it (tests/agent/test_hostile_plane.py
+    gives every string field a hostile value)."""
 
     field: str  # the RouteRule field that carries it
     acts: Callable[[pb.RouteRule], bool]
     check: Callable[[pb.RouteRule, str], None]
     lines: Callable[[pb.RouteRule, RuleOutcome], list[str]]
+    refusals: Mapping[str, str]
     answers: bool = False
 
 

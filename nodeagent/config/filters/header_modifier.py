@@ -34,4 +34,16 @@ def _lines(r: pb.RouteRule, at: RuleOutcome) -> list[str]:
     return lines + [f"  http-request del-header {name} if {won}" for name in m.remove]
 
 
-RENDERER = FilterRenderer("request_headers", _acts, _check, _lines)
+RENDERER = FilterRenderer(
+    "request_headers",
+    _acts,
+    _check,
+    _lines,
+    refusals={
+        "set.name": "invalid header filter",
+        "set.value": "invalid header filter",
+        "add.name": "invalid header filter",
+        "add.value": "invalid header filter",
+        "remove": "invalid header filter",
+    },
+)

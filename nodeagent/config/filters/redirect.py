@@ -50,4 +50,15 @@ def _lines(r: pb.RouteRule, at: RuleOutcome) -> list[str]:
     ]
 
 
-RENDERER = FilterRenderer("redirect", _acts, _check, _lines, answers=True)
+RENDERER = FilterRenderer(
+    "redirect",
+    _acts,
+    _check,
+    _lines,
+    refusals={
+        "scheme": "invalid redirect scheme",
+        "hostname": "invalid redirect hostname",
+        "replace_full_path": "invalid redirect path",
+    },
+    answers=True,
+)

@@ -1,0 +1,142 @@
+"""A route filter has one home on each side: the checklist "Adding a route filter" in
+docs/design.md names one existing file per step, and every filter is in every table it
+names (translator, snapshot type, encoder, renderer, golden feature, reference)."""
+
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from controlplane.model import HeaderModifier, HTTPRouteFilter, RequestRedirect
+from controlplane.publish.encode_filters import FILTER_ENCODERS
+from controlplane.routes.filters import FILTERS, rule_filters
+from controlplane.routes.filters.base import Refused
+from controlplane.routes.precedence import Origin
+from controlplane.snapshot import HeaderChanges, Redirect, RejectedInput, RouteFilter
+from nodeagent.config.filters import RENDERERS
+from peerplane.v1 import peerplane_pb2 as pb
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden"
+# The RouteRule fields that are no filter: what a rule matches and where it sends.
+NOT_FILTERS = {"source", "hostnames", "path", "method", "headers", "query_params", "backends"}
+ORIGIN = Origin("HTTPRoute", "default", "r", "spec.rules[0]")
+
+
+def checklist() -> list[str]:
+    """The numbered steps of the design's "Adding a route filter"."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    section = text.split("\n## Adding a route filter\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\d+\. (.*(?:\n    .*)*)", section, re.M)
+
+
+def source_file(item: Any) -> Path:
+    return ROOT / (item.__module__.replace(".", "/") + ".py")
+
+
+def translator_modules() -> list[Path]:
+    return [source_file(translate) for translate in FILTERS.values()]
+
+
+def renderer_modules() -> list[Path]:
+    return [source_file(renderer.check) for renderer in RENDERERS]
+
+
+def golden_filter_types() -> set[str]:
+    """Every filter type an HTTPRoute of a golden feature's input uses."""
+    found: set[str] = set()
+    for path in GOLDEN.glob("*/input.yaml"):
+        for document in yaml.safe_load_all(path.read_text()):
+            if document and document.get("kind") == "HTTPRoute":
+                for rule in document["spec"].get("rules", []):
+                    found.update(f["type"] for f in rule.get("filters", []))
+    return found
+
+
+def test_the_checklist_names_one_existing_file_per_step() -> None:
+    steps = checklist()
+    assert len(steps) >= 8
+    placeholders = {
+        "controlplane/routes/filters/<filter>.py": translator_modules(),
+        "nodeagent/config/filters/<filter>.py": renderer_modules(),
+        "tests/golden/<feature>/input.yaml": sorted(GOLDEN.glob("*/input.yaml")),
+    }
+    named = []
+    for step in steps:
+        files = re.findall(r"`([\w./<>-]+\.(?:py|yaml|md|proto))`", step)
+        assert len(files) == 1, step
+        named += files
+        for path in placeholders.get(files[0], [ROOT / files[0]]):
+            assert path.is_file(), path
+    assert set(placeholders) <= set(named)
+    for path in ("controlplane/routes/filters/__init__.py", "nodeagent/config/filters/__init__.py"):
+        assert path in named
+
+
+def test_every_filter_type_has_a_translator_module_a_golden_feature_and_a_reference() -> None:
+    assert all(path.parent == ROOT / "controlplane/routes/filters" for path in translator_modules())
+    assert len(set(translator_modules())) == len(FILTERS)
+    assert set(FILTERS) <= golden_filter_types()
+    reference = (ROOT / "docs" / "annotations.md").read_text()
+    row = next(line for line in reference.splitlines() if line.startswith("| Filters |"))
+    served = row.split("|")[2]
+    for kind in FILTERS:
+        assert f"`{kind}`" in served, kind
+
+
+def _returned(translate: Any) -> set[type]:
+    hints = typing.get_type_hints(translate)
+    return set(typing.get_args(hints["return"])) - {Refused, type(None)}
+
+
+def test_every_snapshot_filter_has_a_translator_and_an_encoder() -> None:
+    kinds = set(typing.get_args(RouteFilter))
+    assert set().union(*(_returned(t) for t in FILTERS.values())) == kinds
+    assert set(FILTER_ENCODERS) == kinds
+
+
+def test_every_filter_field_of_the_contract_has_one_renderer() -> None:
+    fields = {r.field for r in RENDERERS}
+    assert len(fields) == len(RENDERERS)
+    assert all(path.parent == ROOT / "nodeagent/config/filters" for path in renderer_modules())
+    assert set(pb.RouteRule.DESCRIPTOR.fields_by_name) - NOT_FILTERS == fields
+    for kind, encode in FILTER_ENCODERS.items():
+        message = pb.RouteRule()
+        encode(kind(), message)
+        assert [f.name for f, _ in message.ListFields()] in ([r.field] for r in RENDERERS), kind
+
+
+def test_the_first_filter_of_a_type_is_kept_in_the_routes_order() -> None:
+    first = HeaderModifier(set=(("x-a", "1"),))
+    filters = (
+        HTTPRouteFilter("RequestRedirect", request_redirect=RequestRedirect(scheme="https")),
+        HTTPRouteFilter("RequestHeaderModifier", request_header_modifier=first),
+        HTTPRouteFilter("RequestHeaderModifier", request_header_modifier=HeaderModifier()),
+    )
+    rejections: list[RejectedInput] = []
+    got = rule_filters(filters, "spec.rules[0]", ORIGIN, rejections)
+    assert got == (Redirect(scheme="https"), HeaderChanges(set=(("x-a", "1"),)))
+    assert rejections == []
+
+
+def test_a_filter_not_served_drops_the_rule_and_names_what_is_served() -> None:
+    modifier = HTTPRouteFilter("RequestHeaderModifier", request_header_modifier=HeaderModifier())
+    unserved = (
+        HTTPRouteFilter("URLRewrite"),
+        HTTPRouteFilter("RequestRedirect"),  # its own field missing: not served either
+    )
+    for item in unserved:
+        rejections: list[RejectedInput] = []
+        assert rule_filters((modifier, item), "spec.rules[0]", ORIGIN, rejections) is None
+        assert [(r.key, r.value, r.reason) for r in rejections] == [
+            (
+                "spec.rules[0].filters[1]",
+                item.type,
+                "filter type not served (RequestHeaderModifier and RequestRedirect are); "
+                "rule not served",
+            )
+        ]
