@@ -122,8 +122,9 @@ class RequestRedirect:
 
 @dataclass(frozen=True, slots=True)
 class HTTPRouteFilter:
-    """A filter; only RequestHeaderModifier and RequestRedirect are served, any other type
-    is kept by name so compute can report it."""
+    """A filter: one field per type peerplane reads (the types served are the rows of
+    `controlplane/routes/filters` FILTERS); any other type is kept by name so compute can
+    report it."""
 
     type: str
     request_header_modifier: HeaderModifier | None = None

@@ -10,13 +10,14 @@ of a request it has no match for with a 404: no less specific layer, annotation 
 route or default backend answers it.
 
 Within a layer, a rule that needs only a host and a path lookup and names one backend
-(a "map rule") is an entry of a map file (`map_str` for Exact paths, `map_beg` for
-prefixes, keyed `<host><path>/` so that the longest prefix wins element-wise); every other
-rule (method, header or query matches, filters, weights, an unresolved backend) is
-rendered into the frontend as lines evaluated in order, each guarded so that a map rule
-of higher precedence wins. Map content changes through the runtime API without a reload;
-the frontend's text changes only when config-rendered rules, wildcard depths, ports or
-the default backend do (docs/design.md, "Route rendering and runtime updates").
+(a "map rule", `filters.map_entry_ok`) is an entry of a map file (`map_str` for Exact
+paths, `map_beg` for prefixes, keyed `<host><path>/` so that the longest prefix wins
+element-wise); every other rule (method, header or query matches, filters, weights, an
+unresolved backend) is rendered into the frontend as lines evaluated in order, each
+guarded so that a map rule of higher precedence wins. Map content changes through the
+runtime API without a reload; the frontend's text changes only when config-rendered
+rules, wildcard depths, ports or the default backend do (docs/design.md, "Route
+rendering and runtime updates").
 
 Every string is re-checked against `peerplane.patterns` before it is written: those
 patterns admit no space, quote, backslash or `#`, so no value needs quoting in a config
