@@ -9,7 +9,7 @@ for its share (ResolvedRefs False). Each is reported.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -17,6 +17,7 @@ from controlplane.model import (
     HTTPRoute,
     HTTPRouteMatch,
     HTTPRouteRule,
+    NameValueMatch,
     ReferenceGrant,
     Service,
 )
@@ -59,6 +60,60 @@ def _path(value: str, kind: str) -> RoutePath | None:
     return RoutePath(kind, value)
 
 
+class _PairKind(NamedTuple):
+    """How one kind of name/value match (headers, query parameters) is checked and keyed."""
+
+    noun: str  # in the refusal: "only Exact <noun> matches are served"
+    separator: str  # between name and value in the refusal
+    is_name: Callable[[str], bool]
+    is_value: Callable[[str], bool]
+    folds_case: bool  # header names are case-insensitive, query parameter names are not
+    refusal: str  # for a name or value peerplane does not serve
+
+
+_HEADER = _PairKind(
+    "header",
+    ": ",
+    patterns.is_header_name,
+    patterns.is_header_value,
+    True,
+    "not a header name and value peerplane serves",
+)
+_QUERY = _PairKind(
+    "query parameter",
+    "=",
+    patterns.is_query_name,
+    patterns.is_query_value,
+    False,
+    "not a query parameter peerplane serves",
+)
+
+
+def _exact_pairs(
+    items: Sequence[NameValueMatch],
+    field: str,
+    kind: _PairKind,
+    reject: Callable[[str, str, str], None],
+) -> tuple[tuple[str, str], ...] | None:
+    """The Exact name/value matches, the first of each name kept; None (reported) when
+    one is not Exact or not a name and value peerplane serves."""
+    found: dict[str, tuple[str, str]] = {}
+    for index, item in enumerate(items):
+        if item.type != "Exact":
+            reject(
+                f"{field}[{index}].type", item.type, f"only Exact {kind.noun} matches are served"
+            )
+            return None
+        if not kind.is_name(item.name) or not kind.is_value(item.value):
+            shown = f"{item.name}{kind.separator}{item.value}"
+            reject(f"{field}[{index}]", shown, kind.refusal)
+            return None
+        found.setdefault(
+            item.name.lower() if kind.folds_case else item.name, (item.name, item.value)
+        )
+    return tuple(found.values())
+
+
 def _match(
     match: HTTPRouteMatch, where: str, origin: Origin, rejections: list[RejectedInput]
 ) -> tuple[RoutePath, str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] | None:
@@ -72,40 +127,14 @@ def _match(
     if path is None:
         reject("path.value", match.path.value, "not a path of letters, digits and -._~%/+,;=:@!")
         return None
-    headers: dict[str, tuple[str, str]] = {}
-    for index, header in enumerate(match.headers):
-        if header.type != "Exact":
-            reject(f"headers[{index}].type", header.type, "only Exact header matches are served")
-            return None
-        if not patterns.is_header_name(header.name) or not patterns.is_header_value(header.value):
-            reject(
-                f"headers[{index}]",
-                f"{header.name}: {header.value}",
-                "not a header name and value peerplane serves",
-            )
-            return None
-        headers.setdefault(header.name.lower(), (header.name, header.value))
-    query: dict[str, tuple[str, str]] = {}
-    for index, param in enumerate(match.query_params):
-        if param.type != "Exact":
-            reject(
-                f"queryParams[{index}].type",
-                param.type,
-                "only Exact query parameter matches are served",
-            )
-            return None
-        if not patterns.is_query_name(param.name) or not patterns.is_query_value(param.value):
-            reject(
-                f"queryParams[{index}]",
-                f"{param.name}={param.value}",
-                "not a query parameter peerplane serves",
-            )
-            return None
-        query.setdefault(param.name, (param.name, param.value))
+    headers = _exact_pairs(match.headers, "headers", _HEADER, reject)
+    query = _exact_pairs(match.query_params, "queryParams", _QUERY, reject)
+    if headers is None or query is None:
+        return None
     if match.method and not patterns.is_method(match.method):
         reject("method", match.method, "not an HTTP method")
         return None
-    return path, match.method, tuple(headers.values()), tuple(query.values())
+    return path, match.method, headers, query
 
 
 def checked_rules(
