@@ -59,7 +59,6 @@ from tests.helpers.fleet import (  # noqa: E402
     http_get,
     table_entries,
     tcp_get,
-    wait_for,
 )
 from tests.helpers.https_fleet import (  # noqa: E402
     GATEWAY_HOST,
@@ -75,6 +74,7 @@ from tests.helpers.https_fleet import (  # noqa: E402
     write_secret,
 )
 from tests.helpers.tls_certs import Leaf, TestCA, make_ca  # noqa: E402
+from tests.helpers.waiting import wait_until  # noqa: E402
 
 GRPCURL = str(Path(sys.executable).parent / "grpcurl")
 CLIENT = "127.0.9.1"
@@ -227,7 +227,7 @@ def failover(fleet: Fleet, ctx: ssl.SSLContext) -> bool:
         table = table_entries(b.runtime("show table default_shop_http"))
         return all(c in table for c in (CLIENT, *ROUTE_CLIENTS, *HTTPS_CLIENTS))
 
-    wait_for(replicated, 10, "the stick-table entry to reach B")
+    wait_until(replicated, 10, "the stick-table entry to reach B")
     server = table_entries(b.runtime("show table default_shop_http"))[CLIENT]
     print(f"HAProxy B's stick table (runtime API `show table`): {CLIENT} -> {server}")
     print(f"stopping agent A and its HAProxy ({a.address}) ...")
