@@ -86,7 +86,7 @@ class Computer:
         """The Services to check (changed objects, lapsed history, backends whose previous
         slots moved: every one when not continuing), those whose objects changed, and
         whether this call continues from the assignment returned last."""
-        dirty = self._plans.index(state)
+        dirty = self._plans.index.update(state)
         changed_services = set(dirty)
         settings_same = self._settings is state.settings or self._settings == state.settings
         continuing = (

@@ -167,9 +167,14 @@ class Informer(Generic[T]):
         convert: Callable[[Manifest], T],
         options: WatchOptions | None = None,
         optional: OptionalGroup | None = None,
+        *,
+        record_changes: bool = False,
     ) -> None:
-        """With `optional`, a 404 on the collection means its API group is not installed."""
+        """With `optional`, a 404 on the collection means its API group is not installed;
+        with `record_changes`, the keys of changed objects are kept for `take`."""
         self.name = name
+        self._record = record_changes
+        self._changed: set[Key] = set()  # keys changed since the last `take`
         self._optional = optional
         self._lister = lister
         self._convert = convert
@@ -207,6 +212,14 @@ class Informer(Generic[T]):
     def items(self) -> dict[Key, T]:
         with self._lock:
             return dict(self._items)
+
+    def take(self) -> tuple[dict[Key, T], set[Key]]:
+        """The cache and the keys whose object changed (came, went or was replaced) since
+        the last `take`, at one instant (with `record_changes`: watch events, and what a
+        relist or a 404 found different, deletions included)."""
+        with self._lock:
+            changed, self._changed = self._changed, set()
+            return dict(self._items), changed
 
     @property
     def resource_version(self) -> str | None:
@@ -303,6 +316,8 @@ class Informer(Generic[T]):
         with self._lock:
             before = self._items
             self._items, self._bad, self._rv, self._failure = {}, {}, None, ""
+            if self._record:
+                self._changed.update(before)
         if self._on_item is not None:
             for key, old in before.items():
                 self._item(key, old, None)
@@ -338,15 +353,22 @@ class Informer(Generic[T]):
         if self._optional is not None:
             self._optional.present(self.name)
         with self._lock:
-            changed = items != self._items
             before = self._items
+            # An object equal to the cached one stays the very object (as for a watch
+            # event), so only the keys that differ count as changed.
+            for key, new in items.items():
+                old = before.get(key)
+                if old is not None and old == new:
+                    items[key] = old
+            differ = [k for k in before.keys() | items.keys() if before.get(k) is not items.get(k)]
+            changed = bool(differ)
+            if self._record:
+                self._changed.update(differ)
             self._items, self._bad, self._rv, self._failure = items, bad, rv, ""
             self.relists += 1
-        if changed and self._on_item is not None:
-            for key in before.keys() | items.keys():
-                old, new = before.get(key), items.get(key)
-                if old != new:
-                    self._item(key, old, new)
+        if self._on_item is not None:
+            for key in differ:
+                self._item(key, before.get(key), items.get(key))
         first = not self._synced.is_set()
         self._synced.set()
         log.debug("informer %s: listed %d objects at %s", self.name, len(items), rv)
@@ -475,8 +497,10 @@ class Informer(Generic[T]):
                 return False
             else:
                 self._items[key] = after
-        if before == after:
-            return False
+            if before == after:
+                return False
+            if self._record:
+                self._changed.add(key)
         if self._on_item is not None:
             self._item(key, before, after)
         return True

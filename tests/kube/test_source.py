@@ -179,6 +179,36 @@ def test_gone_during_a_gap_relists_and_derives_deletions(
     assert changes.count >= 2
 
 
+def test_a_relist_reports_the_keys_it_found_changed_deletions_included(
+    api: FakeKubeAPI, source: KubernetesSource
+) -> None:
+    """Each state carries the keys changed since the state before (its ChangeSet); after
+    a 410 the relist's derived deletions are among them, and unchanged objects are not
+    (they stay the very objects: the Computer's change index reads only these keys)."""
+    first = source.state()
+    seen: dict[tuple[str, str, str], object] = {}
+
+    def gone() -> bool:
+        state = source.state()
+        assert state.changes is not None
+        seen.update(state.changes.objects)
+        return ("Pod", "haproxy-system", "haproxy-a") in seen and pod_names(state) == ["haproxy-b"]
+
+    api.stall_watches()
+    api.delete("Pod", "haproxy-system", "haproxy-a")
+    api.apply(service("blog", load_balance="first"))
+    api.compact()
+    api.drop_watches()
+    wait_until(gone)
+    wait_until(lambda: gone() and ("Service", "default", "blog") in seen)
+    assert seen[("Pod", "haproxy-system", "haproxy-a")] is None
+    assert ("Service", "default", "shop") not in seen
+    assert source.informers["Pod"].relists >= 2
+    shop = [s for s in first.services if s.name == "shop"]
+    assert shop and shop[0] in source.state().services
+    assert any(s is shop[0] for s in source.state().services)
+
+
 def test_gone_as_http_410_on_the_watch_request(api: FakeKubeAPI, source: KubernetesSource) -> None:
     relists = source.informers["Pod"].relists
     api.fail_next("Pod", 410)
