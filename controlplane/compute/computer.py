@@ -19,7 +19,8 @@ from controlplane.compute.plan import ServicePlan
 from controlplane.compute.plan_cache import PlanCache
 from controlplane.compute.retirement import RetiredSlots
 from controlplane.model import ClusterState, ConfigMap
-from controlplane.routes.table import RouteComputer, RouteTable
+from controlplane.routes.route_computer import RouteComputer
+from controlplane.routes.table import RouteTable
 from controlplane.settings.table import GlobalSettings, Resolver
 from controlplane.settings.workloads import DEFAULT_SCOPE, Workloads, WorkloadScope, discover
 from controlplane.snapshot import BackendSlots, ComputeResult, RejectedInput, WorkloadSnapshot

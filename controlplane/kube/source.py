@@ -27,8 +27,10 @@ from kubernetes import client
 
 from controlplane.changes import ChangeKey, ChangeLog
 from controlplane.kube.collection import CollectionLister
-from controlplane.kube.informer import Informer, Lister, OptionalGroup, WatchOptions
+from controlplane.kube.informer import Informer, Lister
+from controlplane.kube.optional_group import OptionalGroup
 from controlplane.kube.served_version import ServedVersion
+from controlplane.kube.watch_stream import WatchOptions
 from controlplane.model import ClusterState, ObjectRef, Pod, ReplicaSet
 from controlplane.source.convert import DEFAULT_HAPROXY_SELECTOR, parse_selector
 from controlplane.source.kinds import INPUT_KINDS, InputKind, OptionalCRDs, Selection

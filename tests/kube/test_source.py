@@ -14,8 +14,9 @@ from kubernetes import client
 
 from controlplane.compute import compute
 from controlplane.kube.client import load_api_client
-from controlplane.kube.informer import Informer, WatchOptions
+from controlplane.kube.informer import Informer
 from controlplane.kube.source import KubernetesSource
+from controlplane.kube.watch_stream import WatchOptions
 from controlplane.model import ClusterState, ObjectRef
 from controlplane.source.convert import service_from
 from tests.helpers.waiting import wait_until
