@@ -38,6 +38,8 @@ from controlplane.snapshot import Certificate, RejectedInput
 
 @dataclass(slots=True)
 class _Workload:
+    """One workload's part of the table while the stages build it."""
+
     candidates: list[Candidate] = field(default_factory=list)
     defaults: dict[int, str] = field(default_factory=dict)
     default_owner: dict[int, str] = field(default_factory=dict)
