@@ -66,7 +66,7 @@ class ChangeIndex:
             if before is found:
                 continue
             if before is not None:
-                del self._services[id(before)]
+                self._services.pop(id(before), None)
                 del self.by_key[key]
             if found is not None:
                 self._services[id(found)] = found
