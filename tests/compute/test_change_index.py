@@ -5,17 +5,22 @@ gives, for any sequence of changes; a state it cannot place falls back to the di
 from __future__ import annotations
 
 import dataclasses
+import shutil
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controlplane.changes import ChangeLog
 from controlplane.compute import Computer, compute
-from controlplane.model import ClusterState, EndpointSlice, Service
+from controlplane.model import ClusterState, EndpointSlice, ObjectRef, Service
+from controlplane.source.files import FilesSource
 from tests.helpers.builders import cluster, endpoint_slice, haproxy_pod, service
 
 NAMES = ("a", "b", "c", "d")
 HOSTS = ("one.example.com", "two.example.com")
+DEMO = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "demo"
+SETTINGS = ObjectRef("haproxy-system", "haproxy-settings")
 PODS = (haproxy_pod("haproxy-a", "127.0.1.1"), haproxy_pod("haproxy-b", "127.0.1.2"))
 
 
@@ -150,3 +155,24 @@ def test_a_state_replaced_from_a_stamped_one_is_diffed() -> None:
     result = computer.compute(replaced, {})
     assert result.workloads == compute(replaced, {}).workloads
     assert computer._plans.index.diffed == 2
+
+
+def test_the_folder_source_feeds_the_change_index(tmp_path: Path) -> None:
+    """A real source's ChangeSets are placed: after the first state, an edited and a
+    removed file cost no diff, and the results equal a fresh computation."""
+    folder = tmp_path / "m"
+    shutil.copytree(DEMO, folder)
+    source = FilesSource(folder, SETTINGS)
+    source.refresh()
+    computer = Computer()
+    result = computer.compute(source.state(), {})
+    (folder / "db.yaml").unlink()
+    shop = folder / "shop.yaml"
+    shop.write_text(shop.read_text().replace("127.0.2.3", "127.0.2.9"))
+    assert source.refresh()
+    state = source.state()
+    after = computer.compute(state, result.assignment)
+    assert computer._plans.index.diffed == 1
+    assert after.workloads == compute(state, result.assignment).workloads
+    assert {s.name for s in state.services} == {"shop", "catalog"}
+    assert computer.planned == 1  # shop: an endpoint moved (db's plan went, unplanned)
