@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from controlplane.changes import ChangeSet
 from controlplane.model_meta import (
     ANNOTATION_PREFIX,
     EMPTY_MAP,
@@ -285,3 +286,6 @@ class ClusterState:
     tls_routes: tuple[TLSRoute, ...] = ()
     tcp_routes: tuple[TCPRoute, ...] = ()
     secrets: tuple[TLSSecret, ...] = ()
+    # What changed since the source's state before (None: the source cannot say); not
+    # part of what a state is, so two states of equal objects are equal.
+    changes: ChangeSet | None = field(default=None, compare=False, repr=False)

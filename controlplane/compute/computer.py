@@ -4,9 +4,10 @@
 Service whose object, EndpointSlices, settings ConfigMap and previous slots are unchanged
 reuses its plan (and its `BackendSpec` objects, whose bytes the encoder keeps), so one
 endpoint change costs one Service's work plus the assembly of the snapshots it appears in.
-Its steps: the plan cache, the route table, each workload's assembly and final assembly
-(`final_assembly.py`), slot retirement (`retirement.py`). The result is identical to a
-fresh computation.
+Its steps: the change index (`change_index.py`: the Services whose objects changed, from
+the source's change keys), the route table, the plan cache, each workload's assembly and
+final assembly (`final_assembly.py`), slot retirement (`retirement.py`). The result is
+identical to a fresh computation.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from controlplane.compute.plan import ServicePlan
 from controlplane.compute.plan_cache import PlanCache
 from controlplane.compute.retirement import RetiredSlots
 from controlplane.model import ClusterState, ConfigMap
-from controlplane.routes.table import RouteComputer, RouteTable
+from controlplane.routes.route_computer import RouteComputer
+from controlplane.routes.table import RouteTable
 from controlplane.settings.table import GlobalSettings, Resolver
 from controlplane.settings.workloads import DEFAULT_SCOPE, Workloads, WorkloadScope, discover
 from controlplane.snapshot import BackendSlots, ComputeResult, RejectedInput, WorkloadSnapshot
@@ -86,7 +88,7 @@ class Computer:
         """The Services to check (changed objects, lapsed history, backends whose previous
         slots moved: every one when not continuing), those whose objects changed, and
         whether this call continues from the assignment returned last."""
-        dirty = self._plans.index(state)
+        dirty = self._plans.index.update(state)
         changed_services = set(dirty)
         settings_same = self._settings is state.settings or self._settings == state.settings
         continuing = (
@@ -204,29 +206,26 @@ class Computer:
         `assign_new=False` computes as a follower: `previous` is the leader's ledger, and
         endpoints it has no slot for are left out and counted in `waiting`.
         """
+        # The change index: the Services whose objects changed, and those to check.
         dirty, changed_services, continuing = self._dirty(state, previous, now, assign_new)
+        # The workloads and the route table (the last one while no route input changed).
         resolver = Resolver(state.settings)
         pod_rejections: list[RejectedInput] = []
         workloads = discover(state.haproxy_pods, state.replica_sets, pod_rejections, self._scope)
         table = self._route_table(state, workloads, resolver, changed_services, now)
         dirty |= self._demand_moved(table)
+        # The plan cache: each Service to check planned again unless its inputs are equal.
         plans = self._plans
         plans.replan(dirty, state, resolver, previous, now, assign_new, table)
         configmap_rejections = plans.configmap_rejections()
         global_settings = resolver.global_settings(configmap_rejections)
         global_warnings = _dedupe(configmap_rejections)
+        # Each workload's assembly and final assembly.
         snapshots, assembled = self._assemble(workloads, table, global_settings, global_warnings)
         rejections = [*plans.rejections(), *pod_rejections, *table.rejections, *assembled]
+        # Slot retirement, then the new assignment.
         self._retired.update(plans, previous, now, resolver, assign_new, continuing)
-        # The same mapping when no backend's slots changed, and the names that may have
-        # when `previous` was the last one returned: callers tell "nothing to persist"
-        # by identity, or by comparing those backends only.
-        touched = frozenset(plans.touched) if continuing else None
-        assignment = self._assignment
-        if assignment is None or plans.touched:
-            assignment = {**plans.slots, **self._retired.slots}
-        plans.touched = set()
-        self._assignment = assignment
+        assignment, touched = self._new_assignment(continuing)
         return ComputeResult(
             workloads=snapshots,
             assignment=assignment,
@@ -236,6 +235,22 @@ class Computer:
             touched=touched,
             recompute_at=self._routes.changes_at,
         )
+
+    def _new_assignment(
+        self, continuing: bool
+    ) -> tuple[Mapping[str, BackendSlots], frozenset[str] | None]:
+        """The plans' and the retired backends' slots: the same mapping when no backend's
+        slots changed, and the names that may have when `previous` was the last one
+        returned (callers tell "nothing to persist" by identity, or by comparing those
+        backends only)."""
+        plans = self._plans
+        touched = frozenset(plans.touched) if continuing else None
+        assignment = self._assignment
+        if assignment is None or plans.touched:
+            assignment = {**plans.slots, **self._retired.slots}
+        plans.touched = set()
+        self._assignment = assignment
+        return assignment, touched
 
 
 def compute(

@@ -7,7 +7,10 @@ resourceVersion of every event, BOOKMARK included. 410 Gone (an ERROR event or a
 triggers a relist whose diff against the cache yields the deletions missed in the gap; any
 other failure reconnects from the last resourceVersion after an exponential backoff with
 jitter. Objects are cached converted to model types, so a change the model does not see
-(a status field, a relist that finds the same objects) never calls `on_change`.
+(a status field, a relist that finds the same objects) never calls `on_change`, and an
+unchanged object stays the very object. With `record_changes` the keys of the objects that
+changed (each event's, and what a relist or a 404 found different, deletions included) are
+kept until `take`: the Kubernetes source hands them with its state (`changes.ChangeSet`).
 
 A collection of an `OptionalGroup` (the Gateway API, whose CRDs a cluster may lack) that
 answers 404 is an empty, synced cache: the group says so once, the informer asks again
@@ -16,13 +19,12 @@ every `absent_recheck` seconds and fills the cache when the CRDs appear.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -35,84 +37,28 @@ from tenacity import (
     wait_random,
 )
 
+from controlplane.kube.optional_group import OptionalGroup
+from controlplane.kube.watch_stream import (
+    Gone,
+    Key,
+    WatchError,
+    WatchOptions,
+    close,
+    key_of,
+    lines,
+    resource_version,
+)
 from controlplane.source.convert import Manifest, ManifestError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Key = tuple[str, str]  # (namespace, name)
 Lister = Callable[..., Any]  # an official client list_* method, other arguments bound
 ItemListener = Callable[[Key, T | None, T | None], None]  # key, before, after
 
 
-@dataclass(frozen=True, slots=True)
-class WatchOptions:
-    """Timeouts and backoff of the list/watch loop (seconds)."""
-
-    page_size: int = 500
-    watch_timeout: float = 300.0  # server-side timeoutSeconds, jittered up to 1.5x
-    connect_timeout: float = 10.0
-    read_timeout: float = 90.0  # client socket timeout: silence longer than this reconnects
-    backoff_initial: float = 0.5
-    backoff_max: float = 30.0
-    backoff_jitter: float = 1.0
-    absent_recheck: float = 60.0  # an OptionalGroup's collection answering 404: ask again
-
-    @property
-    def request_timeout(self) -> tuple[float, float]:
-        return (self.connect_timeout, self.read_timeout)
-
-
-class Gone(Exception):
-    """410 Gone: the resourceVersion is too old to watch from; relist."""
-
-
-class WatchError(Exception):
-    """An ERROR event other than 410 in a watch stream."""
-
-
 class _Stopped(Exception):
     """Raised out of a backoff sleep when the informer is stopped."""
-
-
-class OptionalGroup:
-    """An API group the cluster may not serve (CRDs not installed). Its informers take a
-    404 for "no objects"; the group logs once when the first goes missing and once when
-    the last comes back, not once per collection and retry.
-
-    `what` names it in those lines (default "API group <group>") and `level` is the level
-    of the first: kinds many clusters lack by choice (the Gateway API's experimental
-    channel) say so at INFO, not as a warning."""
-
-    def __init__(
-        self, group: str, consequence: str, *, what: str = "", level: int = logging.WARNING
-    ) -> None:
-        self.group = group
-        self._consequence = consequence
-        self._what = what or f"API group {group}"
-        self._level = level
-        self._lock = threading.Lock()
-        self._absent: set[str] = set()
-
-    def absent(self, collection: str) -> None:
-        with self._lock:
-            first = not self._absent
-            self._absent.add(collection)
-        if first:
-            log.log(self._level, "%s is not served (404): %s", self._what, self._consequence)
-
-    def present(self, collection: str) -> None:
-        with self._lock:
-            was = collection in self._absent
-            self._absent.discard(collection)
-            last = was and not self._absent
-        if last:
-            log.info("%s is served now", self._what)
-
-    @property
-    def missing(self) -> bool:
-        with self._lock:
-            return bool(self._absent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,41 +66,6 @@ class _Rejected:
     """An object that could not be converted, and why."""
 
     reason: str
-
-
-def _meta_str(raw: Manifest, field: str) -> str:
-    """A string field of metadata, "" when absent or of any other type (never str() of a
-    container a hostile object put there)."""
-    meta = raw.get("metadata")
-    value = meta.get(field) if isinstance(meta, Mapping) else None
-    return value if isinstance(value, str) else ""
-
-
-def _key(raw: Manifest) -> Key:
-    return (_meta_str(raw, "namespace"), _meta_str(raw, "name"))
-
-
-def _resource_version(raw: Manifest) -> str | None:
-    return _meta_str(raw, "resourceVersion") or None
-
-
-def _lines(response: Any) -> Iterator[bytes]:
-    """JSON lines of a chunked watch response, as chunks arrive."""
-    buffer = b""
-    for chunk in response.stream(amt=None, decode_content=False):
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            if line.strip():
-                yield line
-    if buffer.strip():
-        yield buffer
-
-
-def _close(response: Any) -> None:
-    for method in ("shutdown", "close", "release_conn"):
-        with contextlib.suppress(Exception):
-            getattr(response, method)()
 
 
 class Informer(Generic[T]):
@@ -167,9 +78,14 @@ class Informer(Generic[T]):
         convert: Callable[[Manifest], T],
         options: WatchOptions | None = None,
         optional: OptionalGroup | None = None,
+        *,
+        record_changes: bool = False,
     ) -> None:
-        """With `optional`, a 404 on the collection means its API group is not installed."""
+        """With `optional`, a 404 on the collection means its API group is not installed;
+        with `record_changes`, the keys of changed objects are kept for `take`."""
         self.name = name
+        self._record = record_changes
+        self._changed: set[Key] = set()  # keys changed since the last `take`
         self._optional = optional
         self._lister = lister
         self._convert = convert
@@ -208,6 +124,14 @@ class Informer(Generic[T]):
         with self._lock:
             return dict(self._items)
 
+    def take(self) -> tuple[dict[Key, T], set[Key]]:
+        """The cache and the keys whose object changed (came, went or was replaced) since
+        the last `take`, at one instant (with `record_changes`: watch events, and what a
+        relist or a 404 found different, deletions included)."""
+        with self._lock:
+            changed, self._changed = self._changed, set()
+            return dict(self._items), changed
+
     @property
     def resource_version(self) -> str | None:
         with self._lock:
@@ -225,7 +149,7 @@ class Informer(Generic[T]):
         self._stopping.set()
         response = self._response
         if response is not None:
-            _close(response)
+            close(response)
 
     def stop(self, timeout: float = 5.0) -> None:
         self.signal_stop()
@@ -303,6 +227,8 @@ class Informer(Generic[T]):
         with self._lock:
             before = self._items
             self._items, self._bad, self._rv, self._failure = {}, {}, None, ""
+            if self._record:
+                self._changed.update(before)
         if self._on_item is not None:
             for key, old in before.items():
                 self._item(key, old, None)
@@ -338,15 +264,22 @@ class Informer(Generic[T]):
         if self._optional is not None:
             self._optional.present(self.name)
         with self._lock:
-            changed = items != self._items
             before = self._items
+            # An object equal to the cached one stays the very object (as for a watch
+            # event), so only the keys that differ count as changed.
+            for key, new in items.items():
+                old = before.get(key)
+                if old is not None and old == new:
+                    items[key] = old
+            differ = [k for k in before.keys() | items.keys() if before.get(k) is not items.get(k)]
+            changed = bool(differ)
+            if self._record:
+                self._changed.update(differ)
             self._items, self._bad, self._rv, self._failure = items, bad, rv, ""
             self.relists += 1
-        if changed and self._on_item is not None:
-            for key in before.keys() | items.keys():
-                old, new = before.get(key), items.get(key)
-                if old != new:
-                    self._item(key, old, new)
+        if self._on_item is not None:
+            for key in differ:
+                self._item(key, before.get(key), items.get(key))
         first = not self._synced.is_set()
         self._synced.set()
         log.debug("informer %s: listed %d objects at %s", self.name, len(items), rv)
@@ -378,13 +311,13 @@ class Informer(Generic[T]):
         except ManifestError as error:
             return _Rejected(str(error))
         except Exception as error:
-            log.exception("informer %s: unexpected error converting %s", self.name, _key(raw))
+            log.exception("informer %s: unexpected error converting %s", self.name, key_of(raw))
             return _Rejected(f"unexpected {type(error).__name__} converting the object")
 
     def _convert_into(self, raw: Any, items: dict[Key, T], bad: dict[Key, str]) -> None:
         if not isinstance(raw, Mapping):
             return
-        key = _key(raw)
+        key = key_of(raw)
         converted = self._converted(raw)
         if isinstance(converted, _Rejected):
             bad[key] = converted.reason
@@ -417,14 +350,14 @@ class Informer(Generic[T]):
         try:
             if self._stopping.is_set():
                 raise _Stopped
-            for line in _lines(response):
+            for line in lines(response):
                 if self._stopping.is_set():
                     raise _Stopped
                 self._handle(json.loads(line))
                 events += 1
         finally:
             self._response = None
-            _close(response)
+            close(response)
         if not events and time.monotonic() - opened < min(1.0, timeout / 2):
             # A stream closed at once without a word (a proxy, say): back off, do not spin.
             raise WatchError("watch closed immediately")
@@ -440,7 +373,7 @@ class Informer(Generic[T]):
             if raw.get("code") == 410:
                 raise Gone(str(raw.get("message") or "expired"))
             raise WatchError(f"{raw.get('code')} {raw.get('reason')}: {raw.get('message')}")
-        rv = _resource_version(raw)
+        rv = resource_version(raw)
         changed = False
         if kind in ("ADDED", "MODIFIED", "DELETED"):
             changed = self._apply(str(kind), raw)
@@ -456,7 +389,7 @@ class Informer(Generic[T]):
             self._notify()
 
     def _apply(self, kind: str, raw: Mapping[str, Any]) -> bool:
-        key = _key(raw)
+        key = key_of(raw)
         with self._lock:
             before = self._items.get(key)
             self._bad.pop(key, None)
@@ -475,8 +408,10 @@ class Informer(Generic[T]):
                 return False
             else:
                 self._items[key] = after
-        if before == after:
-            return False
+            if before == after:
+                return False
+            if self._record:
+                self._changed.add(key)
         if self._on_item is not None:
             self._item(key, before, after)
         return True

@@ -27,7 +27,8 @@ from collections.abc import Callable, Collection
 
 from kubernetes import client
 
-from controlplane.kube.informer import Informer, Key, WatchOptions
+from controlplane.kube.informer import Informer
+from controlplane.kube.watch_stream import Key, WatchOptions
 from controlplane.ledger.shards import (
     LEDGER_LABEL,
     Legacy,

@@ -25,9 +25,12 @@ from typing import Any, TypeVar
 
 from kubernetes import client
 
+from controlplane.changes import ChangeKey, ChangeLog
 from controlplane.kube.collection import CollectionLister
-from controlplane.kube.informer import Informer, Lister, OptionalGroup, WatchOptions
+from controlplane.kube.informer import Informer, Lister
+from controlplane.kube.optional_group import OptionalGroup
 from controlplane.kube.served_version import ServedVersion
+from controlplane.kube.watch_stream import WatchOptions
 from controlplane.model import ClusterState, ObjectRef, Pod, ReplicaSet
 from controlplane.source.convert import DEFAULT_HAPROXY_SELECTOR, parse_selector
 from controlplane.source.kinds import INPUT_KINDS, InputKind, OptionalCRDs, Selection
@@ -60,6 +63,7 @@ class KubernetesSource:
         self.optional_groups: dict[OptionalCRDs, OptionalGroup] = {}
         self.served_versions: dict[str, ServedVersion] = {}
         self.informers: dict[str, Informer[Any]] = {}
+        self._changes = ChangeLog()
         custom = client.CustomObjectsApi(api)
         for row in INPUT_KINDS:
             if row.selection is Selection.SETTINGS and settings is None:
@@ -70,6 +74,7 @@ class KubernetesSource:
                 row.convert,
                 options,
                 None if row.optional is None else self._optional_group(row),
+                record_changes=True,
             )
 
     def _optional_group(self, row: InputKind[Any]) -> OptionalGroup:
@@ -144,11 +149,20 @@ class KubernetesSource:
         return item
 
     def state(self) -> ClusterState:
+        """The informers' caches as a state, with the keys each informer saw change
+        since the last call (`ChangeSet`; for the ReplicaSets, whose field also depends
+        on the pods, the informer's keys: consumers of that field compare it whole)."""
         fields: dict[str, Any] = {}
         pods: tuple[Pod, ...] = ()
+        changed: dict[ChangeKey, object | None] = {}
         for row in INPUT_KINDS:
             informer = self.informers.get(row.kind)
-            found = _values(informer.items()) if informer is not None else ()
+            found: tuple[Any, ...] = ()
+            if informer is not None:
+                items, keys = informer.take()
+                found = _values(items)
+                for key in keys:
+                    changed[row.kind, key[0], key[1]] = items.get(key)
             if row.selection is Selection.HAPROXY_PODS:
                 pods = found
             fields[row.field] = (
@@ -157,7 +171,7 @@ class KubernetesSource:
         for row in INPUT_KINDS:  # after every pod is known
             if row.selection is Selection.HAPROXY_OWNERS:
                 fields[row.field] = _owners_of(pods, fields[row.field])
-        return ClusterState(**fields)
+        return ClusterState(**fields, changes=self._changes.stamp(changed))
 
     def errors(self) -> list[str]:
         return [error for informer in self.informers.values() for error in informer.errors()]

@@ -17,7 +17,8 @@ listener, the Ingress port, the `http-port` setting) is not served, nor one whos
 an older Gateway's listener of the other family holds; both reported on the Gateway. The
 Services reached are mode-tcp backends (`tcp_names`), unless a route reaches the same
 Service port in HTTP: HTTP keeps it, and `finalize` leaves the TCP reference unresolved
-(connections closed) and reports it.
+(connections closed) and reports it. One route's outcome is `l4_outcome.py`'s; here, the
+workloads' listeners and frontends made of the outcomes (`l4_table`) and `finalize`.
 """
 
 from __future__ import annotations
@@ -28,27 +29,22 @@ from dataclasses import dataclass, field
 
 from controlplane.model import (
     ClusterState,
-    HTTPBackendRef,
     ReferenceGrant,
     Service,
-    TCPRoute,
-    TLSRoute,
 )
-from controlplane.routes import names
 from controlplane.routes.backends import ServiceKey
-from controlplane.routes.httproute import (
-    ParentOutcome,
-    attach_parent,
-    ignored_annotations,
-    our_parents,
-    resolve_backend,
-    served_hostnames,
+from controlplane.routes.l4_outcome import (
+    UNSERVED,
+    Entry,
+    L4Outcome,
+    L4Route,
+    RouteKey,
+    route_outcome,
 )
-from controlplane.routes.ownership import Claim, later, resolve
+from controlplane.routes.ownership import Claim, resolve
 from controlplane.routes.placement import (
     ACCEPT_PROXY_ANNOTATION,
     Placement,
-    Verdict,
     accept_proxy,
     listener_claim,
 )
@@ -63,39 +59,6 @@ from controlplane.snapshot import (
     WeightedBackend,
 )
 from peerplane.patterns import WILDCARD_PREFIX
-
-L4Route = TLSRoute | TCPRoute
-RouteKey = tuple[str, str, str]  # (kind, namespace, name)
-
-
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    """One SNI name (TLS) or one frontend (TCP) a route asks of a workload's port."""
-
-    workload: str
-    port: int
-    host: str  # TLS: the SNI name, "" any; TCP: ""
-    backends: tuple[WeightedBackend, ...]
-    source: str  # "TLSRoute ns/name rule 0"
-    origin: Origin
-    order: tuple[str, str, str, int]  # age, namespace, name, rule
-    claim: Claim  # TLS: the SNI name, held by the listener's namespace (ownership.py)
-
-
-@dataclass(slots=True)
-class L4Outcome:
-    """Everything one TLSRoute or TCPRoute gives."""
-
-    kind: str
-    parents: list[ParentOutcome] = field(default_factory=list)
-    entries: list[_Entry] = field(default_factory=list)
-    rejections: list[RejectedInput] = field(default_factory=list)
-    demand: set[tuple[ServiceKey, str]] = field(default_factory=set)
-    names: dict[str, ServiceKey] = field(default_factory=dict)  # backends resolved
-
-    @property
-    def workloads(self) -> set[str]:
-        return {p.workload for p in self.parents if p.workload}
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,171 +102,8 @@ class L4Table:
 
 EMPTY_TABLE = L4Table()
 
-_UNSERVED = {
-    "TLSRoute": "its connections are closed",
-    "TCPRoute": "the port is not served (no frontend without a backend: connections refused)",
-}
-"""What an unresolved backend costs, by route kind."""
-
 Memo = dict[int, tuple[L4Route, L4Outcome | None]]
 """id(route) -> the route and its outcome, reused as `table.Memo` is."""
-
-
-def _rule_backends(
-    route: L4Route,
-    rule_index: int,
-    refs: Iterable[tuple[int, HTTPBackendRef]],
-    services: Mapping[ServiceKey, Service],
-    grants: Mapping[str, tuple[ReferenceGrant, ...]],
-    outcome: L4Outcome,
-    origin: Origin,
-) -> tuple[tuple[WeightedBackend, ...], set[ServiceKey], Verdict | None]:
-    """The backends of refs (numbered in their rule), unresolved ones "" and reported."""
-    backends: list[WeightedBackend] = []
-    found_services: set[ServiceKey] = set()
-    unresolved: Verdict | None = None
-    for number, ref in refs:
-        found = resolve_backend(ref, route, services, grants)
-        backends.append(WeightedBackend(found.backend, ref.weight))
-        if found.service is not None:
-            found_services.add(found.service)
-            outcome.names[found.backend] = found.service
-            continue
-        if unresolved is None:
-            unresolved = Verdict(False, found.reason, found.message)
-        outcome.rejections.append(
-            origin.rejection(
-                ref.name,
-                f"{found.message}: {_UNSERVED[outcome.kind]}",
-                f"spec.rules[{rule_index}].backendRefs[{number}]",
-            )
-        )
-    return tuple(backends), found_services, unresolved
-
-
-@dataclass(frozen=True, slots=True)
-class _Rule:
-    index: int
-    backends: tuple[WeightedBackend, ...]
-    services: frozenset[ServiceKey]
-
-
-def _tcp_rule(
-    route: TCPRoute,
-    services: Mapping[ServiceKey, Service],
-    grants: Mapping[str, tuple[ReferenceGrant, ...]],
-    outcome: L4Outcome,
-    origin: Origin,
-) -> tuple[list[_Rule], Verdict | None]:
-    """A TCPRoute's one served backend: the first rule's first backendRef weighted above
-    0; every other rule and backendRef reported."""
-    for index in range(1, len(route.rules)):
-        outcome.rejections.append(
-            origin.rejection(
-                "rules",
-                "a TCP frontend serves one rule (the first): ignored",
-                f"spec.rules[{index}]",
-            )
-        )
-    if not route.rules:
-        return [], None
-    refs = list(enumerate(route.rules[0].backend_refs))
-    chosen = [(n, ref) for n, ref in refs if ref.weight > 0][:1]
-    for number, ref in refs:
-        if (number, ref) not in chosen:
-            outcome.rejections.append(
-                origin.rejection(
-                    ref.name,
-                    "a TCP frontend has one backend (no weights): the first backendRef with "
-                    "a weight above 0 is served; this one is not",
-                    f"spec.rules[0].backendRefs[{number}]",
-                )
-            )
-    backends, found, unresolved = _rule_backends(
-        route, 0, chosen, services, grants, outcome, origin
-    )
-    served = tuple(WeightedBackend(b.backend, 1) for b in backends)
-    return [_Rule(0, served, frozenset(found))], unresolved
-
-
-def _tls_rules(
-    route: TLSRoute,
-    services: Mapping[ServiceKey, Service],
-    grants: Mapping[str, tuple[ReferenceGrant, ...]],
-    outcome: L4Outcome,
-    origin: Origin,
-) -> tuple[list[_Rule], Verdict | None]:
-    rules: list[_Rule] = []
-    unresolved: Verdict | None = None
-    for index, rule in enumerate(route.rules):
-        backends, found, missing = _rule_backends(
-            route, index, enumerate(rule.backend_refs), services, grants, outcome, origin
-        )
-        unresolved = unresolved or missing
-        rules.append(_Rule(index, backends, frozenset(found)))
-    return rules, unresolved
-
-
-def route_outcome(
-    route: L4Route,
-    placement: Placement,
-    services: Mapping[ServiceKey, Service],
-    grants: Mapping[str, tuple[ReferenceGrant, ...]],
-) -> L4Outcome | None:
-    """The outcome of a TLSRoute or TCPRoute; None when no parentRef names one of our
-    Gateways."""
-    ours = our_parents(route, placement)
-    if not ours:
-        return None
-    kind = type(route).__name__
-    outcome = L4Outcome(kind)
-    origin = Origin(kind, route.namespace, route.name, "spec")
-    outcome.rejections.extend(ignored_annotations(route, origin))
-    hostnames: tuple[str, ...] = ()
-    refused: Verdict | None = None
-    if isinstance(route, TLSRoute):
-        hostnames = served_hostnames(route.hostnames, origin, outcome.rejections)
-        if route.hostnames and not hostnames:
-            refused = Verdict(
-                False, names.UNSUPPORTED_VALUE, "no hostname of the route can be served"
-            )
-        rules, unresolved = _tls_rules(route, services, grants, outcome, origin)
-    else:
-        rules, unresolved = _tcp_rule(route, services, grants, outcome, origin)
-    if not rules and refused is None:
-        refused = Verdict(False, names.UNSUPPORTED_VALUE, "the route has no rule")
-    resolved = unresolved or Verdict(True, names.RESOLVED_REFS, "all references resolved")
-    age = route.creation_timestamp or "~"
-    source = f"{kind} {route.namespace}/{route.name}"
-    for parent in ours:
-        attached = attach_parent(
-            route, parent, hostnames, placement, (refused, resolved), origin, outcome
-        )
-        place = parent[3]
-        for rule in rules:
-            if attached:
-                outcome.demand.update((service, place.workload) for service in rule.services)
-            for lp, common in attached:
-                gateway = lp.gateway
-                holder = (
-                    f"{source} on Gateway {gateway.namespace}/{gateway.name} "
-                    f"listener {lp.listener.name}"
-                )
-                since = later(gateway.creation_timestamp, age)
-                for host in common if kind == "TLSRoute" and common else ("",):
-                    outcome.entries.append(
-                        _Entry(
-                            place.workload,
-                            lp.listener.port,
-                            host,
-                            rule.backends,
-                            f"{source} rule {rule.index}",
-                            Origin(kind, route.namespace, route.name, f"spec.rules[{rule.index}]"),
-                            (age, route.namespace, route.name, rule.index),
-                            Claim(since, gateway.namespace, holder, host),
-                        )
-                    )
-    return outcome
 
 
 def http_names(listeners: Iterable[HttpListener]) -> set[str]:
@@ -391,20 +191,20 @@ def _ports(
     return ports
 
 
-def _sni_rank(entry: _Entry) -> tuple[object, ...]:
+def _sni_rank(entry: Entry) -> tuple[object, ...]:
     """Exact names before wildcards, longer first, any name last; then the older route."""
     host = entry.host
     return (not host, host.startswith(WILDCARD_PREFIX), -len(host), entry.order)
 
 
-def _lost(entry: _Entry, value: str, reason: str) -> RejectedInput:
+def _lost(entry: Entry, value: str, reason: str) -> RejectedInput:
     return entry.origin.rejection(value, reason)
 
 
 def _tls_listener(
-    port: int, entries: list[_Entry], proxy: bool, rejections: list[RejectedInput]
+    port: int, entries: list[Entry], proxy: bool, rejections: list[RejectedInput]
 ) -> TlsPassthroughListener:
-    taken: dict[str, _Entry] = {}
+    taken: dict[str, Entry] = {}
     routes: list[SniRoute] = []
     for entry in sorted(entries, key=_sni_rank):
         winner = taken.get(entry.host)
@@ -446,10 +246,10 @@ def _listener_claims(
 
 def _held_names(
     port: int,
-    entries: list[_Entry],
+    entries: list[Entry],
     listeners: list[tuple[Claim, Origin]],
     rejections: list[RejectedInput],
-) -> list[_Entry]:
+) -> list[Entry]:
     """The entries whose SNI name no other namespace holds on the port (ownership.py);
     the others, and a listener whose name is held, reported."""
     holding = resolve([*(claim for claim, _ in listeners), *(e.claim for e in entries)])
@@ -469,7 +269,7 @@ def _held_names(
 
 
 def _tcp_frontend(
-    port: int, entries: list[_Entry], proxy: bool, rejections: list[RejectedInput]
+    port: int, entries: list[Entry], proxy: bool, rejections: list[RejectedInput]
 ) -> TcpFrontend:
     ordered = sorted(entries, key=lambda e: e.order)
     winner = ordered[0]
@@ -514,7 +314,7 @@ def l4_table(
             memo[id(route)] = (route, outcome)
         if outcome is not None:
             outcomes[outcome.kind, route.namespace, route.name] = outcome
-    per: dict[tuple[str, int], list[_Entry]] = {key: [] for key in ports}
+    per: dict[tuple[str, int], list[Entry]] = {key: [] for key in ports}
     demand: set[tuple[ServiceKey, str]] = set()
     reached: dict[str, ServiceKey] = {}
     for outcome in outcomes.values():
@@ -593,7 +393,7 @@ def finalize(
     def served(source: str, backend: str) -> str:
         if backend and mode_of(backend) != "tcp":
             kind = source.split(" ")[0]
-            reason = f"{_NOT_TCP}: {_UNSERVED.get(kind, 'not served')}"
+            reason = f"{_NOT_TCP}: {UNSERVED.get(kind, 'not served')}"
             rejections.append(_source_rejection(source, backend, reason))
             return ""
         return backend

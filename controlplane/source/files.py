@@ -16,6 +16,7 @@ rescan as a safety net).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import stat
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controlplane.changes import ChangeLog
 from controlplane.model import ClusterState, ObjectRef
 from controlplane.source.convert import (
     DEFAULT_HAPROXY_SELECTOR,
@@ -193,6 +195,7 @@ class FilesSource:
         self._pass_lock = threading.Lock()  # one pass at a time
         self._lock = threading.Lock()  # guards _result, read from other threads
         self._result = LoadResult(ClusterState())
+        self._changes = ChangeLog()  # what each refresh changed, until `state()` hands it
         self._watch: FolderWatch | None = None
         self.parsed_files = 0
 
@@ -232,6 +235,7 @@ class FilesSource:
         with self._lock:
             changed = result.state != self._result.state or result.errors != self._result.errors
             self._result = result
+            self._changes.record(self._index.changed())
         return changed
 
     def _local(self, paths: set[Path]) -> set[Path] | None:
@@ -323,8 +327,9 @@ class FilesSource:
         self._watch.start()
 
     def state(self) -> ClusterState:
+        """The state, with what changed since the last call (`ChangeSet`)."""
         with self._lock:
-            return self._result.state
+            return dataclasses.replace(self._result.state, changes=self._changes.stamp())
 
     def errors(self) -> list[str]:
         with self._lock:

@@ -82,7 +82,7 @@ class Selection(enum.Enum):
 class OptionalCRDs:
     """Kinds a cluster may not serve (their CRDs are not installed). The Kubernetes source
     takes a 404 on one as an empty, synced cache, asks again now and then, and says it
-    once per set (`kube.informer.OptionalGroup`): `consequence` at WARNING, or at INFO
+    once per set (`kube.optional_group.OptionalGroup`): `consequence` at WARNING, or at INFO
     when `by_choice` (kinds many clusters lack on purpose)."""
 
     consequence: str

@@ -72,6 +72,8 @@ class ManifestIndex:
         self._stale: set[Path] = set()  # files whose view must be derived again
         self._state = ClusterState()
         self._errors: tuple[str, ...] = ()
+        self._removed: list[_View] = []  # views of files removed since the last refresh
+        self._changed: dict[Key, InputObject | None] = {}
 
     def __contains__(self, path: Path) -> bool:
         return path in self._files
@@ -100,7 +102,9 @@ class ManifestIndex:
         if old is None:
             return False
         self._unclaim(path, old)
-        self._views.pop(path, None)
+        view = self._views.pop(path, None)
+        if view is not None:
+            self._removed.append(view)
         self._stale.discard(path)
         self._order = None
         return True
@@ -162,16 +166,22 @@ class ManifestIndex:
         derivation per changed file (and per file sharing a key with one), plus joining
         the per-file tuples of the fields those files hold or held (every field when a
         file came or went); the other fields keep their tuples."""
+        self._changed = {}
         if not self._stale and self._order is not None:
             return False
         touched: set[str] = set()
+        before_views, self._removed = self._removed, []
+        after_views: list[_View] = []
         for path in self._stale:
             before = self._views.get(path)
             self._views[path] = view = self._derive(path)
+            after_views.append(view)
             touched.update(view.objects)
             if before is not None:
+                before_views.append(before)
                 touched.update(before.objects)
         self._stale.clear()
+        self._changed = _differing(before_views, after_views)
         whole = self._order is None
         if self._order is None:
             self._order = sorted(self._files)
@@ -193,6 +203,11 @@ class ManifestIndex:
         """The state as of the last `refresh`."""
         return self._state
 
+    def changed(self) -> dict[Key, InputObject | None]:
+        """The objects the last `refresh` changed, by key, with their object in the state
+        (None: gone); an object of a re-read file that stayed the same is not among them."""
+        return self._changed
+
     def errors(self) -> list[str]:
         """Every file's errors as of the last `refresh`, by path, then document order."""
         return list(self._errors)
@@ -207,6 +222,17 @@ def _reusing(old: ParsedFile, new: ParsedFile) -> ParsedFile:
         before = previous.get(key_of(obj))
         objects.append((position, where, before if before is not None and before == obj else obj))
     return ParsedFile(tuple(objects), new.errors)
+
+
+def _differing(before: list[_View], after: list[_View]) -> dict[Key, InputObject | None]:
+    """The keys whose kept object differs between the views of the files a refresh
+    derived again (before: as they were, and the removed files'; after: as derived now).
+    Every file claiming a changed key is derived again, so the key's winner is among them."""
+    old = {key_of(obj): obj for view in before for objs in view.objects.values() for obj in objs}
+    new = {key_of(obj): obj for view in after for objs in view.objects.values() for obj in objs}
+    return {
+        key: new.get(key) for key in old.keys() | new.keys() if old.get(key) is not new.get(key)
+    }
 
 
 def _joined(parts: Iterable[tuple[T, ...]]) -> tuple[T, ...]:

@@ -26,6 +26,7 @@ import tracemalloc
 from collections.abc import Callable, Mapping
 from functools import partial
 
+from controlplane.changes import ChangeLog
 from controlplane.compute import Computer, ComputeResult, compute
 from controlplane.model import ClusterState
 from controlplane.publish import Encoder, SnapshotContent, encode
@@ -109,8 +110,11 @@ def bench_incremental(
     full_ms: float | None,
     computer: ComputeFn | None = None,
     prefix: str = "compute.one_change",
+    keyed: bool = False,
 ) -> list[Result]:
-    """One endpoint change in the cluster: recompute + publish into the store."""
+    """One endpoint change in the cluster: recompute + publish into the store. `keyed`:
+    each state carries its ChangeSet (the changed slice's key, as the sources hand it),
+    so the Computer's change index reads that key instead of diffing every object."""
     computer = computer or make_computer()
     # The reconcile loop's pairing: the incremental Computer with one Encoder that keeps
     # unchanged backends' bytes; a stateless compute() is encoded from scratch.
@@ -118,14 +122,24 @@ def bench_incremental(
     encoder: EncodeFn = Encoder().encode if incremental else encode
     base = big_cluster(services)
     variants = [with_one_endpoint_changed(base, services // 2, flip) for flip in (True, False)]
+    log_of_changes = ChangeLog()
+
+    def handed(state: ClusterState) -> ClusterState:
+        """`state` as a source hands it: with the changed slice's key, or without."""
+        if not keyed:
+            return state
+        changed = state.endpoint_slices[services // 2]
+        key = ("EndpointSlice", changed.namespace, changed.name)
+        return dataclasses.replace(state, changes=log_of_changes.stamp({key: changed}))
+
     store = SnapshotStore()
-    result = computer(base, {})
+    result = computer(handed(base), {})
     store.publish(encoder(result.workloads), result.pod_workloads)
     assignment = result.assignment
     compute_times: list[float] = []
     publish_times: list[float] = []
     for i in range(changes):
-        state = variants[i % 2]
+        state = handed(variants[i % 2])
         start = time.perf_counter()
         result = computer(state, assignment)
         contents = encoder(result.workloads)
@@ -143,6 +157,7 @@ def bench_incremental(
         "endpoints": services * ENDPOINTS_PER_SERVICE,
         "changes": changes,
         "api": getattr(computer, "__qualname__", repr(computer)),
+        "change_keys": keyed,
     }
     best_total = min(totals)
     results = [
@@ -235,12 +250,20 @@ TARGETS = {
 def run(quick: bool = False) -> list[Result]:
     sizes = QUICK_SIZES if quick else FULL_SIZES
     results = bench_full(sizes, repeat=2 if quick else 3)
-    middle = sizes[1]
+    middle, largest = sizes[1], sizes[-1]
     full_ms = next(
         r.value for r in results if r.name == "compute.full" and r.parameters["services"] == middle
     )
     changes = 5 if quick else 20
     results += bench_incremental(middle, changes, full_ms=full_ms)
+    # The same change with the source's change keys: the change index instead of the diff.
+    results += bench_incremental(
+        middle, changes, None, prefix="compute.one_change_keyed", keyed=True
+    )
+    results += bench_incremental(largest, changes, None, prefix="compute.one_change_large")
+    results += bench_incremental(
+        largest, changes, None, prefix="compute.one_change_large_keyed", keyed=True
+    )
     # The same change through the stateless `compute()`: what the work was before.
     results += bench_incremental(
         middle, changes, None, computer=compute, prefix="compute.one_change_stateless"

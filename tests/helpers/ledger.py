@@ -9,9 +9,9 @@ from contextlib import contextmanager
 
 from kubernetes import client
 
-from controlplane.kube.informer import WatchOptions
 from controlplane.kube.ledger_store import ConfigMapLedger
 from controlplane.kube.ledger_watch import LedgerWatch, StrayListener
+from controlplane.kube.watch_stream import WatchOptions
 from controlplane.ledger.shards import MAX_OBJECT_BYTES
 from controlplane.model import ObjectRef
 from tests.kubeapi.objects import api_client

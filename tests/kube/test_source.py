@@ -12,10 +12,11 @@ from urllib.parse import unquote
 import pytest
 from kubernetes import client
 
-from controlplane.compute import compute
+from controlplane.compute import Computer, compute
 from controlplane.kube.client import load_api_client
-from controlplane.kube.informer import Informer, WatchOptions
+from controlplane.kube.informer import Informer
 from controlplane.kube.source import KubernetesSource
+from controlplane.kube.watch_stream import WatchOptions
 from controlplane.model import ClusterState, ObjectRef
 from controlplane.source.convert import service_from
 from tests.helpers.waiting import wait_until
@@ -177,6 +178,61 @@ def test_gone_during_a_gap_relists_and_derives_deletions(
     wait_until(lambda: backends(source.state()) == {"default_shop_http"})
     assert source.informers["Pod"].relists >= 2 and source.informers["Service"].relists >= 2
     assert changes.count >= 2
+
+
+def test_a_relist_reports_the_keys_it_found_changed_deletions_included(
+    api: FakeKubeAPI, source: KubernetesSource
+) -> None:
+    """Each state carries the keys changed since the state before (its ChangeSet); after
+    a 410 the relist's derived deletions are among them, and unchanged objects are not
+    (they stay the very objects: the Computer's change index reads only these keys)."""
+    first = source.state()
+    seen: dict[tuple[str, str, str], object] = {}
+
+    def gone() -> bool:
+        state = source.state()
+        assert state.changes is not None
+        seen.update(state.changes.objects)
+        return ("Pod", "haproxy-system", "haproxy-a") in seen and pod_names(state) == ["haproxy-b"]
+
+    api.stall_watches()
+    api.delete("Pod", "haproxy-system", "haproxy-a")
+    api.apply(service("blog", load_balance="first"))
+    api.compact()
+    api.drop_watches()
+    wait_until(gone)
+    wait_until(lambda: gone() and ("Service", "default", "blog") in seen)
+    assert seen[("Pod", "haproxy-system", "haproxy-a")] is None
+    assert ("Service", "default", "shop") not in seen
+    assert source.informers["Pod"].relists >= 2
+    shop = [s for s in first.services if s.name == "shop"]
+    assert shop and shop[0] in source.state().services
+    assert any(s is shop[0] for s in source.state().services)
+
+
+def test_the_computer_reads_the_informers_keys_instead_of_diffing(
+    api: FakeKubeAPI, source: KubernetesSource
+) -> None:
+    """An endpoint change arrives as its key in the next state's ChangeSet, which the
+    Computer's change index places: no identity diff after the first state."""
+    computer = Computer()
+    first = computer.compute(source.state(), {})
+    api.apply(endpoint_slice("shop", {"10.0.1.1": True, "10.0.1.3": True}))
+    informer = source.informers["EndpointSlice"]
+
+    def moved() -> bool:  # the cache, not state(): a state no one computes is unseen
+        return any(
+            e.addresses == ("10.0.1.3",) for s in informer.items().values() for e in s.endpoints
+        )
+
+    wait_until(moved)
+    state = source.state()
+    assert state.changes is not None
+    assert ("EndpointSlice", "default", "shop-abc") in state.changes.objects
+    result = computer.compute(state, first.assignment)
+    assert computer._plans.index.diffed == 1
+    assert computer.planned == 1
+    assert result.workloads == compute(state, first.assignment).workloads
 
 
 def test_gone_as_http_410_on_the_watch_request(api: FakeKubeAPI, source: KubernetesSource) -> None:

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from controlplane.kube.informer import WatchOptions
 from controlplane.kube.source import KubernetesSource
+from controlplane.kube.watch_stream import WatchOptions
 from controlplane.model import ClusterState
 from controlplane.source.kinds import GATEWAY_API
 from tests.helpers.waiting import wait_until

@@ -23,7 +23,8 @@ import pytest
 from kubernetes import client
 
 from controlplane.kube.client import load_api_client
-from controlplane.kube.informer import Informer, WatchOptions
+from controlplane.kube.informer import Informer
+from controlplane.kube.watch_stream import WatchOptions
 from controlplane.model import ConfigMap
 from controlplane.source.convert import config_map_from
 from tests.helpers.cluster import RealCluster

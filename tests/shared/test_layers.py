@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CONTROLPLANE: tuple[tuple[str, ...], ...] = (
     ("controlplane",),  # the package's own __init__: version only
     ("controlplane.logformat", "controlplane.metrics"),
+    ("controlplane.changes",),  # what changed between two states of a source
     ("controlplane.model",),
     ("controlplane.snapshot",),
     ("controlplane.source",),

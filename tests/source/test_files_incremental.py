@@ -87,6 +87,27 @@ def test_a_removed_file_removes_its_objects(tmp_path: Path) -> None:
     assert source.errors() == []
 
 
+def test_each_state_carries_the_keys_its_changed_files_changed(tmp_path: Path) -> None:
+    """The ChangeSet of each state: the objects the re-read or removed files changed since
+    the state before, with their object now (None: gone), and nothing else; the Computer's
+    change index reads these instead of diffing every object."""
+    folder = demo_copy(tmp_path)
+    source = FilesSource(folder, SETTINGS)
+    source.refresh()
+    first = source.state()
+    assert first.changes is not None and ("Service", "default", "shop") in first.changes.objects
+    (folder / "db.yaml").unlink()
+    assert source.refresh()
+    after = source.state()
+    assert after.changes is not None and after.changes.since == first.changes.version
+    assert set(after.changes.objects) >= {("Service", "default", "db")}
+    assert all(found is None for found in after.changes.objects.values())
+    assert all(key[2].startswith("db") for key in after.changes.objects)
+    again = source.state()  # nothing changed since
+    assert again.changes is not None and again.changes.objects == {}
+    assert again.changes.since == after.changes.version
+
+
 def test_a_malformed_edit_is_reported_drops_that_file_and_comes_back_when_fixed(
     tmp_path: Path,
 ) -> None:

@@ -52,7 +52,8 @@ def test_the_checklist_names_the_table_and_the_model() -> None:
 
 def test_every_cluster_state_field_has_one_row() -> None:
     fields = [row.field for row in INPUT_KINDS]
-    assert sorted(fields) == sorted(f.name for f in dataclasses.fields(ClusterState))
+    # Every field a state is made of (`changes` describes the state, it is not a kind).
+    assert sorted(fields) == sorted(f.name for f in dataclasses.fields(ClusterState) if f.compare)
     assert len({row.kind for row in INPUT_KINDS}) == len(INPUT_KINDS)
     assert len({row.model for row in INPUT_KINDS}) == len(INPUT_KINDS)
     for row in INPUT_KINDS:

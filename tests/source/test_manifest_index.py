@@ -21,7 +21,8 @@ from controlplane.model import (
     frozen_map,
 )
 from controlplane.source.convert import DEFAULT_HAPROXY_SELECTOR, parse_selector
-from controlplane.source.manifest_index import ManifestIndex, ParsedFile
+from controlplane.source.kinds import INPUT_KINDS, Selection
+from controlplane.source.manifest_index import ManifestIndex, ParsedFile, key_of
 
 SETTINGS = ObjectRef("haproxy-system", "haproxy-settings")
 SELECTOR = parse_selector(DEFAULT_HAPROXY_SELECTOR)
@@ -82,3 +83,42 @@ def test_any_sequence_of_changes_assembles_what_a_fresh_index_does(
         expected = fresh(current)
         assert index.state() == expected.state()
         assert index.errors() == expected.errors()
+
+
+def _by_key(index: ManifestIndex) -> dict[tuple[str, str, str], object]:
+    """Every object of the index's state by (kind, namespace, name)."""
+    state = index.state()
+    found: dict[tuple[str, str, str], object] = {}
+    for row in INPUT_KINDS:
+        value = getattr(state, row.field)
+        objects = (
+            (() if value is None else (value,)) if row.selection is Selection.SETTINGS else value
+        )
+        found.update((key_of(obj), obj) for obj in objects)
+    return found
+
+
+@settings(max_examples=300, deadline=None)
+@given(changes)
+def test_each_refresh_reports_exactly_the_objects_it_changed(
+    steps: list[tuple[Path, ParsedFile | None]],
+) -> None:
+    """`changed()` (what the folder source hands as the state's ChangeSet) is the keys
+    whose object in the state differs from the state before, with the object now (None:
+    gone), duplicates and filtered kinds included, and no other key."""
+    index = ManifestIndex(SETTINGS, SELECTOR)
+    before: dict[tuple[str, str, str], object] = {}
+    for path, parsed in steps:
+        if parsed is None:
+            index.remove(path)
+        else:
+            index.put(path, parsed)
+        index.refresh()
+        after = _by_key(index)
+        expected = {
+            key: after.get(key)
+            for key in before.keys() | after.keys()
+            if before.get(key) is not after.get(key)
+        }
+        assert index.changed() == expected
+        before = after

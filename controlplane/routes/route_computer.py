@@ -1,0 +1,188 @@
+"""`RouteComputer`: the route table again only when a route input changed.
+
+It keeps its last table and computes again only when a route input changed: the route
+kinds (compared by identity first: sources keep unchanged objects), the workloads, the
+HTTP and peer ports, the ports of a Service a route looked up, a Secret a listener or an
+Ingress looked up (each parsed once per object), or the clock passing a used
+certificate's start or end. An endpoint or annotation change costs one comparison per
+changed Service; an HTTPRoute change costs that route's outcome (the other routes keep
+theirs while nothing they read changed), the grouping and the ordering of the workload's
+rules (docs/design.md, "The route model"; tests/bench/route_table.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterator, Mapping
+
+from controlplane.model import ClusterState, Service, ServicePort, TLSSecret
+from controlplane.routes.backends import ServiceKey
+from controlplane.routes.certificates import CertificateCache
+from controlplane.routes.crtlist import Edge
+from controlplane.routes.l4 import Memo as L4Memo
+from controlplane.routes.placement import Placement
+from controlplane.routes.table import build_table, place_routes
+from controlplane.routes.table_types import Memo, RouteTable
+from controlplane.routes.termination import SecretKey, SecretLookup
+
+
+class _Recording(Mapping[ServiceKey, Service]):
+    """The Services by key, remembering every key looked up (found or not): the only
+    Services whose ports the table depends on."""
+
+    def __init__(self, services: Mapping[ServiceKey, Service]) -> None:
+        self._services = services
+        self.looked: dict[ServiceKey, tuple[ServicePort, ...] | None] = {}
+
+    def __getitem__(self, key: ServiceKey) -> Service:
+        found = self._services.get(key)
+        self.looked[key] = None if found is None else found.ports
+        if found is None:
+            raise KeyError(key)
+        return found
+
+    def __iter__(self) -> Iterator[ServiceKey]:
+        return iter(self._services)
+
+    def __len__(self) -> int:
+        return len(self._services)
+
+
+def _served_https(placement: Placement) -> tuple[tuple[str, str, str, bool], ...]:
+    """Whether each HTTPS listener is served: what HTTPRoute outcomes read of the
+    certificates (a route attaches to a served listener only)."""
+    return tuple(
+        (*key, lp.listener.name, lp.usable)
+        for key, gateway_place in placement.gateways.items()
+        for lp in gateway_place.listeners
+        if lp.listener.protocol == "HTTPS"
+    )
+
+
+class RouteComputer:
+    """`compute_routes` that answers its last table while no route input changed.
+
+    `computed` counts the tables computed (not reused), for tests and benchmarks."""
+
+    def __init__(self) -> None:
+        self._inputs: tuple[object, ...] | None = None
+        self._looked: dict[ServiceKey, tuple[ServicePort, ...] | None] = {}
+        self._table: RouteTable | None = None
+        self._memo: Memo = {}
+        self._l4_memo: L4Memo = {}
+        # The Secrets: parsed once per object; those the last table looked up (the only
+        # ones it depends on), and when the clock next changes one's answer.
+        self._certificates = CertificateCache()
+        self._secrets: tuple[TLSSecret, ...] = ()
+        self._secrets_looked: dict[SecretKey, TLSSecret | None] = {}
+        self._changes_at = math.inf
+        self.computed = 0
+
+    def compute(
+        self,
+        state: ClusterState,
+        workloads: Collection[str],
+        http_port: int,
+        peer_port: int,
+        services: Mapping[ServiceKey, Service],
+        changed_services: Collection[ServiceKey] | None,
+        *,
+        https_port: int = 443,
+        accept_proxy: bool = False,
+        now: float = 0.0,
+    ) -> RouteTable:
+        """The table; `services` by key as of `state`, `changed_services` the keys whose
+        Service may differ since the last call (None: unknown, look at all looked up);
+        `now`: compute's clock."""
+        context = (
+            state.gateway_classes,
+            state.gateways,
+            state.reference_grants,
+            state.ingress_classes,
+            state.namespaces,
+            frozenset(workloads),
+            http_port,
+            peer_port,
+            https_port,
+            accept_proxy,
+            state.settings,
+        )
+        inputs = (context, state.http_routes, state.ingresses, state.tls_routes, state.tcp_routes)
+        table = self._table
+        moved = table is not None and self._ports_moved(services, changed_services)
+        secrets_moved = self._secrets_moved(state.secrets, now)
+        if table is not None and inputs == self._inputs and not moved and not secrets_moved:
+            self._secrets = state.secrets  # what the table read of them is unchanged
+            return table
+        # Each unchanged HTTPRoute keeps its outcome while what it reads is unchanged: a
+        # route change costs that route, the grouping and the ordering. Of the Secrets,
+        # outcomes read only whether each HTTPS listener is served.
+        if state.secrets is not self._secrets:
+            self._certificates.keep_only(state.secrets)
+        secrets = SecretLookup(state.secrets, self._certificates, now)
+        placement = place_routes(state, workloads, http_port, peer_port, Edge(secrets))
+        last = self._inputs
+        reuse = (
+            self._memo
+            if last is not None
+            and last[0] == context
+            and not moved
+            and (
+                table is None
+                or not secrets_moved
+                or _served_https(table.placement) == _served_https(placement)
+            )
+            else None
+        )
+        recording = _Recording(services)
+        if reuse is not None:
+            recording.looked.update(self._looked)
+        memo: Memo = {}
+        l4_memo: L4Memo = {}
+        l4_reuse = self._l4_memo if reuse is not None else None
+        edge = Edge(secrets, https_port, accept_proxy, state.settings)
+        table = build_table(
+            state,
+            workloads,
+            http_port,
+            peer_port,
+            recording,
+            memo,
+            reuse,
+            l4_memo,
+            l4_reuse,
+            edge=edge,
+            placement=placement,
+        )
+        self._inputs, self._looked, self._table, self._memo = inputs, recording.looked, table, memo
+        self._secrets, self._secrets_looked = state.secrets, secrets.looked
+        self._changes_at = secrets.changes_at
+        self._l4_memo = l4_memo
+        self.computed += 1
+        return table
+
+    @property
+    def changes_at(self) -> float:
+        """When the clock next changes the last table's answer (a used certificate's start
+        or end, wall-clock seconds); inf when never."""
+        return self._changes_at
+
+    def _secrets_moved(self, secrets: tuple[TLSSecret, ...], now: float) -> bool:
+        """Whether a Secret the last table looked up is another object (or gone, or
+        new), or the clock passed a looked-up certificate's start or end."""
+        if now >= self._changes_at:
+            return True
+        if secrets is self._secrets or not self._secrets_looked:
+            return False
+        index = {(s.namespace, s.name): s for s in secrets}
+        return any(index.get(key) is not found for key, found in self._secrets_looked.items())
+
+    def _ports_moved(
+        self, services: Mapping[ServiceKey, Service], changed: Collection[ServiceKey] | None
+    ) -> bool:
+        keys = self._looked.keys() if changed is None else [k for k in changed if k in self._looked]
+        for key in keys:
+            found = services.get(key)
+            if (None if found is None else found.ports) != self._looked[key]:
+                return True
+        return False
