@@ -2,7 +2,10 @@
 
 Each port's hostnames are held by one namespace (`ownership.py`): the candidates whose
 hostname another namespace holds are dropped and reported, and the listeners carry the
-hostnames whose lookup ends at their own layer (`closed_hosts`).
+hostnames whose lookup ends at their own layer (`closed_hosts`). A Gateway with an address
+of its own is a lane of its workload (`placement.lane`): its listeners, hostnames and
+crt-lists are computed apart and bound to its address, then joined into the workload's
+table.
 
 `compute_routes` is the pure function of the cluster state. `RouteComputer` keeps its last
 table and computes again only when a route input changed: the route kinds (compared by
@@ -40,7 +43,14 @@ from controlplane.routes.l4 import EMPTY_TABLE as EMPTY_L4
 from controlplane.routes.l4 import L4Table, l4_table
 from controlplane.routes.l4 import Memo as L4Memo
 from controlplane.routes.ownership import ANY_HOST, Claim, resolve
-from controlplane.routes.placement import Placement, Verdict, listener_claim, place
+from controlplane.routes.placement import (
+    LANE_SEPARATOR,
+    Placement,
+    Verdict,
+    lane_workload,
+    listener_claim,
+    place,
+)
 from controlplane.routes.precedence import Candidate, Origin, Refusals, listeners
 from controlplane.routes.termination import SecretKey, SecretLookup
 from controlplane.snapshot import Certificate, HttpListener, RejectedInput
@@ -54,7 +64,7 @@ class WorkloadRoutes:
 
     @property
     def ports(self) -> tuple[int, ...]:
-        return tuple(listener.port for listener in self.listeners)
+        return tuple(sorted({listener.port for listener in self.listeners}))
 
 
 EMPTY = WorkloadRoutes()
@@ -123,6 +133,8 @@ def _of(per: dict[str, _Workload], workload: str) -> _Workload:
 
 
 def _add(demand: dict[ServiceKey, set[str]], service: ServiceKey, workload: str) -> None:
+    if LANE_SEPARATOR in workload:  # a Gateway's lane: its workload routes the Service
+        workload = lane_workload(workload)[0]
     found = demand.get(service)
     if found is None:
         demand[service] = {workload}
@@ -270,7 +282,11 @@ def _table(
             certificates = crt_lists.bound(built)
             tls_conflicts.update(crt_lists.conflicts)
         rejections.extend(conflicts)
+        address = lane_workload(workload)[1]
+        if address:
+            built = tuple(dataclasses.replace(b, address=address) for b in built)
         tables[workload] = WorkloadRoutes(built, (*mine.rejections, *conflicts), certificates)
+    tables = _joined_lanes(tables)
     for key, by_workload in refused_routes.items():
         routes[key] = _not_held(routes[key], by_workload)
     http = {workload: found.listeners for workload, found in tables.items()}
@@ -288,6 +304,32 @@ def _table(
         tls_conflicts=tls_conflicts,
         l4=l4_routes,
     )
+
+
+def _joined_lanes(tables: dict[str, WorkloadRoutes]) -> dict[str, WorkloadRoutes]:
+    """Each workload's table with its lanes' (its Gateways of their own addresses)
+    joined in: listeners by (port, address), rejections once each, certificates by name."""
+    if not any(LANE_SEPARATOR in key for key in tables):
+        return tables
+    parts: dict[str, list[WorkloadRoutes]] = {}
+    for key in sorted(tables):
+        parts.setdefault(lane_workload(key)[0], []).append(tables[key])
+    joined: dict[str, WorkloadRoutes] = {}
+    for workload, found in parts.items():
+        if len(found) == 1 and workload in tables:
+            joined[workload] = found[0]
+            continue
+        listeners = sorted(
+            (li for part in found for li in part.listeners), key=lambda li: (li.port, li.address)
+        )
+        rejections = dict.fromkeys(r for part in found for r in part.rejections)
+        certificates = {c.name: c for part in found for c in part.certificates}
+        joined[workload] = WorkloadRoutes(
+            tuple(listeners),
+            tuple(rejections),
+            tuple(certificates[name] for name in sorted(certificates)),
+        )
+    return joined
 
 
 def _hold(

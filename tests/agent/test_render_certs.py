@@ -56,7 +56,7 @@ def test_an_https_listener_binds_its_crt_list_in_binding_order() -> None:
     assert f"  bind 0.0.0.0:8443 ssl crt-list {DIR}/fe_8443.crtlist alpn h2,http/1.1" in (
         rendered.text().splitlines()
     )
-    lines = rendered.crt_lists[8443]
+    lines = rendered.crt_lists["8443"]
     assert certs.crtlist_file(DIR, lines).decode().splitlines() == [
         f"{DIR}/ns_a.pem a.example.com",  # the first: the default certificate
         f"{DIR}/ns_w.pem *.w.example.com",
