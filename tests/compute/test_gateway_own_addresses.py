@@ -193,3 +193,28 @@ def test_static_addresses_in_and_out_of_the_pool() -> None:
 
 def test_own_address_dataclass_defaults_to_none() -> None:
     assert OwnAddress() == OwnAddress("", "")
+
+
+def test_a_gateways_status_addresses_are_read_back_and_a_malformed_status_never_refuses_it() -> (
+    None
+):
+    from controlplane.source.convert_gateway import gateway_from
+
+    manifest: dict[str, Any] = {
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "gatewayClassName": "peerplane",
+            "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}],
+        },
+        "status": {
+            "addresses": [
+                {"type": "IPAddress", "value": "192.0.2.10"},
+                {"type": "Hostname", "value": "lb.example.com"},
+                {"value": 7},
+                "junk",
+            ]
+        },
+    }
+    assert gateway_from(manifest).status_addresses == (ip("192.0.2.10"),)
+    manifest["status"] = "junk"
+    assert gateway_from(manifest).status_addresses == ()
