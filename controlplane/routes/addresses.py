@@ -25,7 +25,8 @@ lists that address alone. It keeps it for its life: the oldest Gateways first
 `status.addresses` already lists (a control-plane restart, another Gateway's deletion
 never moves it); then a Gateway whose `spec.addresses` names pool addresses gets the
 first free one of them; then every other Gateway without `spec.addresses` gets the first
-free address in the pool's order. A Gateway that gets none (the pool is exhausted, or the
+free address in the pool's order. A HAProxy pod's address is never given. A Gateway that
+gets none (the pool is exhausted, or the
 pool address it requests is another Gateway's) is served on its workload's addresses, and
 its Programmed condition says why.
 """
@@ -186,15 +187,17 @@ def _pool_requests(gateway: Gateway, pool: AddressPool) -> list[str]:
 
 
 def own_addresses(
-    gateways: Iterable[Gateway], pool: AddressPool | None
+    gateways: Iterable[Gateway], pool: AddressPool | None, pods: Collection[str] = ()
 ) -> dict[tuple[str, str], OwnAddress]:
     """Each Gateway's (by namespace, name) address of its own from `pool` (the module's
-    rule); `gateways`: the served ones, of every workload (one pool, no address twice)."""
+    rule); `gateways`: the served ones, of every workload (one pool, no address twice).
+    `pods`: the HAProxy pods' addresses, never given (a pod's every-address frontends
+    already bind them: two frontends on one address and port would split its requests)."""
     if pool is None:
         return {}
     order = sorted(gateways, key=_age)
     given: dict[tuple[str, str], OwnAddress] = {}
-    holders: dict[str, Gateway] = {}
+    holders: dict[str, Gateway | None] = dict.fromkeys(pods)
 
     def give(gateway: Gateway, ip: str) -> None:
         given[gateway.namespace, gateway.name] = OwnAddress(ip)
@@ -219,10 +222,12 @@ def own_addresses(
             give(gateway, free)
             continue
         holder = holders[requested[0]]
-        given[key] = OwnAddress(
-            why_none=f"spec.addresses {requested[0]} is the address of the older Gateway "
-            f"{holder.namespace}/{holder.name}"
+        owner = (
+            f"the older Gateway {holder.namespace}/{holder.name}"
+            if holder is not None
+            else "a HAProxy pod"
         )
+        given[key] = OwnAddress(why_none=f"spec.addresses {requested[0]} is the address of {owner}")
     addresses = pool.addresses()
     for gateway in order:  # new: the first free address of the pool
         key = (gateway.namespace, gateway.name)

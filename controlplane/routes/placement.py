@@ -20,7 +20,7 @@ addresses never compete. Protocols still conflict per port of the workload.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from controlplane.model import (
@@ -29,10 +29,11 @@ from controlplane.model import (
     GatewayListener,
     LabelSelector,
     ObjectRef,
+    Pod,
     ReferenceGrant,
 )
 from controlplane.routes import names, protocols
-from controlplane.routes.addresses import OwnAddress, own_addresses
+from controlplane.routes.addresses import OwnAddress, own_addresses, pod_address
 from controlplane.routes.certificates import CertificateCache
 from controlplane.routes.ownership import Claim, resolve
 from controlplane.routes.termination import (
@@ -450,13 +451,16 @@ def _gateway_accepted(workload: Verdict, listeners: tuple[ListenerPlace, ...]) -
     return Verdict(True, names.ACCEPTED, served)
 
 
-def _own_lanes(gateways: dict[tuple[str, str], GatewayPlace], pool: AddressPool | None) -> None:
+def _own_lanes(
+    gateways: dict[tuple[str, str], GatewayPlace], pool: AddressPool | None, pods: Iterable[Pod]
+) -> None:
     """Give the served Gateways their addresses of their own from `pool` (none: no
-    change), each with an address moved to its lane."""
+    change), each with an address moved to its lane; never a HAProxy pod's address."""
     if pool is None:
         return
     served = [p.gateway for p in gateways.values() if p.workload]
-    for key, own in own_addresses(served, pool).items():
+    reserved = {found for found in map(pod_address, pods) if found}
+    for key, own in own_addresses(served, pool, reserved).items():
         found = gateways[key]
         gateways[key] = dataclasses.replace(
             found, workload=lane(found.workload, own.address), own=own
@@ -509,7 +513,7 @@ def place(
             _gateway_accepted(workload, listeners),
             listeners,
         )
-    _own_lanes(gateways, Resolver(state.settings).gateway_address_pool())
+    _own_lanes(gateways, Resolver(state.settings).gateway_address_pool(), state.haproxy_pods)
     # Across a workload's Gateways (each needs the listeners of all): two protocols on
     # one port, then the hostnames another namespace holds on a port (of an address).
     _conflicted(gateways, _port_protocols(gateways), names.PROTOCOL_CONFLICT)

@@ -218,3 +218,19 @@ def test_a_gateways_status_addresses_are_read_back_and_a_malformed_status_never_
     assert gateway_from(manifest).status_addresses == (ip("192.0.2.10"),)
     manifest["status"] = "junk"
     assert gateway_from(manifest).status_addresses == ()
+
+
+def test_a_haproxy_pods_address_in_the_pool_is_never_given() -> None:
+    """The pods' every-address frontends bind it already: skipped, and a Gateway asking
+    for it is told whose it is."""
+    a = gw("a", "2026-01-01T00:00:00Z", status=("192.0.2.10",))
+    b = gw("b", "2026-01-02T00:00:00Z", spec=("192.0.2.11",))
+    found = own_addresses([a, b], parse_address_pool(POOL), {"192.0.2.10", "192.0.2.11"})
+    assert found[("default", "a")].address == "192.0.2.12"
+    assert found[("default", "b")].why_none == (
+        "spec.addresses 192.0.2.11 is the address of a HAProxy pod"
+    )
+    table = compute_routes(
+        two_gateways(**{"gateway-address-pool": "127.0.1.1-127.0.1.3"}), [WORKLOAD], 80, 10000
+    )  # the default pods are 127.0.1.1 and 127.0.1.2
+    assert [li.address for li in table.of(WORKLOAD).listeners] == ["", "127.0.1.3"]
