@@ -203,6 +203,9 @@ class Gateway(NamespacedObject):
     gateway_class_name: str
     listeners: tuple[GatewayListener, ...]
     addresses: tuple[GatewayAddress, ...] = ()
+    # status.addresses as last written: where a Gateway's own address is read back from
+    # (controlplane/routes/addresses.py), so a restart never moves it.
+    status_addresses: tuple[GatewayAddress, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

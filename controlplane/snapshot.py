@@ -261,6 +261,9 @@ class HttpListener:
     # Hostnames whose lookup ends at their own layer: the next less specific hostname of
     # the port is another namespace's (controlplane/routes/ownership.py). Sorted.
     closed_hosts: tuple[str, ...] = ()
+    # The address it binds (a Gateway's own, canonical); "" : every address. A workload's
+    # listeners are unique by (address, port).
+    address: str = ""
 
 
 @dataclass(frozen=True, slots=True)

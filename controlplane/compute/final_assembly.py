@@ -67,8 +67,8 @@ class _Proxied:
     listeners_out: tuple[HttpListener, ...]
 
 
-def _listener_port(listener: HttpListener) -> int:
-    return listener.port
+def _listener_port(listener: HttpListener) -> tuple[int, str]:
+    return listener.port, listener.address
 
 
 class FinalAssembly:
@@ -157,7 +157,7 @@ class FinalAssembly:
                 for f in tcp
             )
             out = listeners
-            if http is not None and all(lst.port != http.port for lst in listeners):
+            if http is not None and all(lst.port != http.port or lst.address for lst in listeners):
                 own = HttpListener(http.port, (), "", accept_proxy=True)
                 out = tuple(sorted((*listeners, own), key=_listener_port))
             last = _Proxied(tcp, listeners, http, tcp_out, out)

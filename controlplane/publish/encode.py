@@ -151,13 +151,14 @@ def route_rule(rule: RouteRule) -> pb.RouteRule:
 
 
 def _listener_tail(listener: HttpListener) -> bytes:
-    """A listener's fields after its rules (3 to 6), deterministic: its serialization is
+    """A listener's fields after its rules (3 to 7), deterministic: its serialization is
     port, then the rules' framed bytes, then these."""
     tail = pb.HttpListener(
         default_backend=listener.default_backend,
         tls=tls_termination(listener.tls, listener.strict_sni),
         accept_proxy=listener.accept_proxy,
         closed_hosts=listener.closed_hosts,
+        address=listener.address,
     )
     return tail.SerializeToString(deterministic=True)
 

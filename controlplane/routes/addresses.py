@@ -17,6 +17,18 @@ order requested, and is `Programmed: False` (`AddressNotUsable`) while any is no
 them; a workload with no address yet makes it `Programmed: False` (`AddressNotAssigned`).
 An address type other than IPAddress and Hostname is refused at placement
 (`Accepted: False`, `UnsupportedAddress`).
+
+With the settings' `gateway-address-pool`, each served Gateway gets an address of its own
+(`own_addresses`): its HTTP and HTTPS listeners bind that address only, and its status
+lists that address alone. It keeps it for its life: the oldest Gateways first
+(creationTimestamp, then namespace/name), a Gateway keeps the pool address its
+`status.addresses` already lists (a control-plane restart, another Gateway's deletion
+never moves it); then a Gateway whose `spec.addresses` names pool addresses gets the
+first free one of them; then every other Gateway without `spec.addresses` gets the first
+free address in the pool's order. A HAProxy pod's address is never given. A Gateway that
+gets none (the pool is exhausted, or the
+pool address it requests is another Gateway's) is served on its workload's addresses, and
+its Programmed condition says why.
 """
 
 from __future__ import annotations
@@ -25,8 +37,9 @@ import ipaddress
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from controlplane.model import GatewayAddress, Pod, Service
+from controlplane.model import Gateway, GatewayAddress, Pod, Service
 from controlplane.routes import names
+from controlplane.settings.values import AddressPool
 from peerplane.addresses import AddressError, canonical_address
 from peerplane.names import is_host_name
 
@@ -150,10 +163,95 @@ class GatewayAddresses:
     problem: AddressProblem | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class OwnAddress:
+    """A Gateway's address of its own ("" : none, it is on its workload's addresses) and,
+    with none, why (a condition message; "" when no pool is set)."""
+
+    address: str = ""
+    why_none: str = ""
+
+
+def _age(gateway: Gateway) -> tuple[str, str, str]:
+    return (gateway.creation_timestamp or "~", gateway.namespace, gateway.name)
+
+
+def _pool_requests(gateway: Gateway, pool: AddressPool) -> list[str]:
+    """The IPAddress entries of `gateway`'s spec.addresses in `pool`, canonical, in order."""
+    found: list[str] = []
+    for wanted in gateway.addresses:
+        ip = _ip(wanted.value) if wanted.type == IP_ADDRESS else None
+        if ip is not None and ip in pool and ip not in found:
+            found.append(ip)
+    return found
+
+
+def own_addresses(
+    gateways: Iterable[Gateway], pool: AddressPool | None, pods: Collection[str] = ()
+) -> dict[tuple[str, str], OwnAddress]:
+    """Each Gateway's (by namespace, name) address of its own from `pool` (the module's
+    rule); `gateways`: the served ones, of every workload (one pool, no address twice).
+    `pods`: the HAProxy pods' addresses, never given (a pod's every-address frontends
+    already bind them: two frontends on one address and port would split its requests)."""
+    if pool is None:
+        return {}
+    order = sorted(gateways, key=_age)
+    given: dict[tuple[str, str], OwnAddress] = {}
+    holders: dict[str, Gateway | None] = dict.fromkeys(pods)
+
+    def give(gateway: Gateway, ip: str) -> None:
+        given[gateway.namespace, gateway.name] = OwnAddress(ip)
+        holders[ip] = gateway
+
+    for gateway in order:  # kept: the pool address its status lists, still fitting
+        requested = _pool_requests(gateway, pool)
+        for listed in gateway.status_addresses:
+            ip = _ip(listed.value) if listed.type == IP_ADDRESS else None
+            if ip is None or ip not in pool or ip in holders:
+                continue
+            if not gateway.addresses or ip in requested:
+                give(gateway, ip)
+                break
+    for gateway in order:  # static: the first free pool address of its spec.addresses
+        key = (gateway.namespace, gateway.name)
+        requested = _pool_requests(gateway, pool)
+        if key in given or not requested:
+            continue
+        free = next((ip for ip in requested if ip not in holders), None)
+        if free is not None:
+            give(gateway, free)
+            continue
+        holder = holders[requested[0]]
+        owner = (
+            f"the older Gateway {holder.namespace}/{holder.name}"
+            if holder is not None
+            else "a HAProxy pod"
+        )
+        given[key] = OwnAddress(why_none=f"spec.addresses {requested[0]} is the address of {owner}")
+    addresses = pool.addresses()
+    for gateway in order:  # new: the first free address of the pool
+        key = (gateway.namespace, gateway.name)
+        if key in given or gateway.addresses:
+            continue
+        free = next((ip for ip in addresses if ip not in holders), None)
+        if free is None:
+            given[key] = OwnAddress(
+                why_none="the settings' gateway-address-pool has no free address"
+            )
+        else:
+            give(gateway, free)
+    return given
+
+
 def gateway_addresses(
-    requested: Sequence[GatewayAddress], published: Published
+    requested: Sequence[GatewayAddress], published: Published, own: OwnAddress | None = None
 ) -> GatewayAddresses:
-    """The addresses a Gateway requesting `requested` (its `spec.addresses`) is given."""
+    """The addresses a Gateway requesting `requested` (its `spec.addresses`) is given;
+    `own`: its address of its own, if any (then that one alone)."""
+    if own is not None and own.address:
+        return _own_addresses(requested, own.address)
+    if own is not None and own.why_none:
+        published = Published(published.addresses, f"{published.source} ({own.why_none})")
     if not published.addresses:
         return GatewayAddresses(
             (),
@@ -183,6 +281,25 @@ def gateway_addresses(
             names.ADDRESS_NOT_USABLE,
             f"spec.addresses {missing}: not an address of {published.source} ({has}); "
             "request one of these or remove it",
+        ),
+    )
+
+
+def _own_addresses(requested: Sequence[GatewayAddress], address: str) -> GatewayAddresses:
+    """A Gateway with an address of its own lists it alone; any other address its
+    spec.addresses requests is not usable (its listeners bind that address only)."""
+    listed = (GatewayAddress(IP_ADDRESS, address),)
+    unusable = [a for a in requested if not _same(a, listed[0])]
+    if not unusable:
+        return GatewayAddresses(listed)
+    missing = ", ".join(f"{a.type} {a.value}" for a in unusable)
+    return GatewayAddresses(
+        listed,
+        AddressProblem(
+            names.ADDRESS_NOT_USABLE,
+            f"spec.addresses {missing}: not in the settings' gateway-address-pool or the "
+            f"address of another Gateway; this Gateway's address is {address}; "
+            "request a free pool address or remove it",
         ),
     )
 

@@ -150,7 +150,7 @@ def _ports(
     )
     for place in by_age:
         gateway = place.gateway
-        if not place.workload:
+        if not place.serving_workload:
             continue
         proxy = accept_proxy(gateway)
         owner = f"Gateway {gateway.namespace}/{gateway.name}"
@@ -159,14 +159,14 @@ def _ports(
             if not lp.usable or listener.protocol not in ("TLS", "TCP"):
                 continue
             port = listener.port
-            held = ports.get((place.workload, port))
+            held = ports.get((place.serving_workload, port))
             reason = ""
-            if port == http_port or port in http_ports.get(place.workload, ()):
+            if port == http_port or port in http_ports.get(place.serving_workload, ()):
                 reason = f"port {port} is served in HTTP by this HAProxy workload"
             elif held is not None and held.protocol != listener.protocol:
                 reason = f"port {port} is a {held.protocol} listener of the older {held.owner}"
             elif held is not None and held.accept_proxy != proxy:
-                rejections.setdefault(place.workload, []).append(
+                rejections.setdefault(place.serving_workload, []).append(
                     _gateway_rejection(
                         gateway.namespace,
                         gateway.name,
@@ -177,7 +177,7 @@ def _ports(
                     )
                 )
             if reason:
-                rejections.setdefault(place.workload, []).append(
+                rejections.setdefault(place.serving_workload, []).append(
                     _gateway_rejection(
                         gateway.namespace,
                         gateway.name,
@@ -187,7 +187,7 @@ def _ports(
                     )
                 )
                 continue
-            ports.setdefault((place.workload, port), _Port(listener.protocol, proxy, owner))
+            ports.setdefault((place.serving_workload, port), _Port(listener.protocol, proxy, owner))
     return ports
 
 
@@ -233,7 +233,7 @@ def _listener_claims(
     found: dict[tuple[str, int], list[tuple[Claim, Origin]]] = {}
     for place in placement.gateways.values():
         for index, lp in enumerate(place.listeners):
-            key = (place.workload, lp.listener.port)
+            key = (place.serving_workload, lp.listener.port)
             held = ports.get(key)
             if held is None or held.protocol != "TLS" or lp.listener.protocol != "TLS":
                 continue

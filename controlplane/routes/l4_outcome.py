@@ -204,7 +204,9 @@ def route_outcome(
         place = parent[3]
         for rule in rules:
             if attached:
-                outcome.demand.update((service, place.workload) for service in rule.services)
+                outcome.demand.update(
+                    (service, place.serving_workload) for service in rule.services
+                )
             for lp, common in attached:
                 gateway = lp.gateway
                 holder = (
@@ -215,7 +217,7 @@ def route_outcome(
                 for host in common if kind == "TLSRoute" and common else ("",):
                     outcome.entries.append(
                         Entry(
-                            place.workload,
+                            place.serving_workload,
                             lp.listener.port,
                             host,
                             rule.backends,

@@ -10,12 +10,17 @@ Across a workload's Gateways, a listener on a port an older listener of another 
 serves in another protocol, an HTTP and an HTTPS listener on one port, and a listener
 whose hostname an older listener of another namespace holds on its port
 (`ownership.py`), are conflicted.
+
+With the settings' `gateway-address-pool`, a served Gateway gets an address of its own
+(`addresses.own_addresses`): its HTTP and HTTPS listeners are a lane of their own, bound
+to that address, so hostnames are held per (address, port): requests on different
+addresses never compete. Protocols still conflict per port of the workload.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from controlplane.model import (
@@ -24,9 +29,11 @@ from controlplane.model import (
     GatewayListener,
     LabelSelector,
     ObjectRef,
+    Pod,
     ReferenceGrant,
 )
 from controlplane.routes import names, protocols
+from controlplane.routes.addresses import OwnAddress, own_addresses, pod_address
 from controlplane.routes.certificates import CertificateCache
 from controlplane.routes.ownership import Claim, resolve
 from controlplane.routes.termination import (
@@ -36,6 +43,7 @@ from controlplane.routes.termination import (
     listener_tls,
 )
 from controlplane.settings.table import GATEWAY_NAMESPACES, GatewayNamespaces, Resolver
+from controlplane.settings.values import AddressPool
 from controlplane.snapshot import Certificate
 from peerplane import patterns
 
@@ -95,12 +103,35 @@ class ListenerPlace:
         )
 
 
+LANE_SEPARATOR = "@"
+
+
+def lane(workload: str, address: str) -> str:
+    """Where a Gateway's HTTP routes are computed: its workload ("namespace/name"), or
+    with an address of its own `namespace/name@address` (its listeners' frontends)."""
+    return f"{workload}{LANE_SEPARATOR}{address}" if address else workload
+
+
+def lane_workload(key: str) -> tuple[str, str]:
+    """(workload, address) of a lane (`lane`); address "" for the workload's own."""
+    workload, _, address = key.partition(LANE_SEPARATOR)
+    return workload, address
+
+
 @dataclass(frozen=True, slots=True)
 class GatewayPlace:
     gateway: Gateway
-    workload: str  # "namespace/name" of the serving workload; "" when none resolves
+    # "namespace/name" of the serving workload, `@address` appended when the Gateway has
+    # an address of its own (`lane`); "" when none resolves.
+    workload: str
     accepted: Verdict
     listeners: tuple[ListenerPlace, ...]
+    own: OwnAddress | None = None  # None: no pool (settings' gateway-address-pool)
+
+    @property
+    def serving_workload(self) -> str:
+        """The serving workload's "namespace/name", without the lane's address."""
+        return lane_workload(self.workload)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,7 +310,8 @@ def _port_protocols(gateways: Mapping[tuple[str, str], GatewayPlace]) -> dict[in
             continue
         for lp in gateway_place.listeners:
             if lp.accepted.ok and not lp.conflict:
-                by_port.setdefault((gateway_place.workload, lp.listener.port), []).append(lp)
+                shared = (gateway_place.serving_workload, lp.listener.port)
+                by_port.setdefault(shared, []).append(lp)
     found: dict[int, str] = {}
     for (_, port), sharing in by_port.items():
         if len({lp.listener.protocol for lp in sharing}) < 2:
@@ -327,7 +359,9 @@ def _hostname_conflicts(gateways: Mapping[tuple[str, str], GatewayPlace]) -> dic
         for lp in gateway_place.listeners:
             if lp.holds_hostname:
                 tls = lp.listener.protocol == "TLS"  # SNI names, apart from Host names
-                key = (gateway_place.workload, lp.listener.port, tls)
+                # TLS passthrough is served on every address of the workload (l4.py).
+                where = gateway_place.serving_workload if tls else gateway_place.workload
+                key = (where, lp.listener.port, tls)
                 by_port.setdefault(key, []).append(lp)
     found: dict[int, str] = {}
     for (_, port, _), sharing in by_port.items():
@@ -378,7 +412,7 @@ def _conflicted(
             else lp
             for lp in gateway_place.listeners
         )
-        workload = Verdict(True, "", gateway_place.workload)
+        workload = Verdict(True, "", gateway_place.serving_workload)
         gateways[key] = dataclasses.replace(
             gateway_place, listeners=listeners, accepted=_gateway_accepted(workload, listeners)
         )
@@ -415,6 +449,22 @@ def _gateway_accepted(workload: Verdict, listeners: tuple[ListenerPlace, ...]) -
         listed = ", ".join(lp.listener.name for lp in invalid)
         return Verdict(True, names.LISTENERS_NOT_VALID, f"{served}; not served: listener {listed}")
     return Verdict(True, names.ACCEPTED, served)
+
+
+def _own_lanes(
+    gateways: dict[tuple[str, str], GatewayPlace], pool: AddressPool | None, pods: Iterable[Pod]
+) -> None:
+    """Give the served Gateways their addresses of their own from `pool` (none: no
+    change), each with an address moved to its lane; never a HAProxy pod's address."""
+    if pool is None:
+        return
+    served = [p.gateway for p in gateways.values() if p.workload]
+    reserved = {found for found in map(pod_address, pods) if found}
+    for key, own in own_addresses(served, pool, reserved).items():
+        found = gateways[key]
+        gateways[key] = dataclasses.replace(
+            found, workload=lane(found.workload, own.address), own=own
+        )
 
 
 def place(
@@ -463,8 +513,9 @@ def place(
             _gateway_accepted(workload, listeners),
             listeners,
         )
+    _own_lanes(gateways, Resolver(state.settings).gateway_address_pool(), state.haproxy_pods)
     # Across a workload's Gateways (each needs the listeners of all): two protocols on
-    # one port, then the hostnames another namespace holds on a port.
+    # one port, then the hostnames another namespace holds on a port (of an address).
     _conflicted(gateways, _port_protocols(gateways), names.PROTOCOL_CONFLICT)
     _conflicted(gateways, _hostname_conflicts(gateways), names.HOSTNAME_CONFLICT)
     ingress_classes: dict[str, Verdict] = {}

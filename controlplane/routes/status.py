@@ -119,14 +119,21 @@ def _gateway(
     gateway = place.gateway
     generation = gateway.generation
     ok = place.accepted.ok
-    published = addresses.get(place.workload) or Published((), f"workload {place.workload}")
-    given = gateway_addresses(gateway.addresses, published)
+    workload = place.serving_workload
+    published = addresses.get(workload) or Published((), f"workload {workload}")
+    given = gateway_addresses(gateway.addresses, published, place.own)
     if not ok:
         programmed = Verdict(False, names.INVALID, place.accepted.message)
     elif given.problem is not None:
         programmed = Verdict(False, given.problem.reason, given.problem.message)
     else:
-        programmed = Verdict(True, names.PROGRAMMED, f"served by HAProxy workload {place.workload}")
+        served = f"served by HAProxy workload {workload}"
+        own = place.own
+        if own is not None and own.address:
+            served += f" on its own address {own.address}"
+        elif own is not None and own.why_none:
+            served += f" on the workload's addresses: {own.why_none}"
+        programmed = Verdict(True, names.PROGRAMMED, served)
     listed = [{"type": a.type, "value": a.value} for a in given.addresses] if ok else []
     return {
         "addresses": listed,

@@ -2,7 +2,10 @@
 
 Each port's hostnames are held by one namespace (`ownership.py`): the candidates whose
 hostname another namespace holds are dropped and reported, and the listeners carry the
-hostnames whose lookup ends at their own layer (`closed_hosts`).
+hostnames whose lookup ends at their own layer (`closed_hosts`). A Gateway with an address
+of its own is a lane of its workload (`placement.lane`): its listeners, hostnames and
+crt-lists are computed apart and bound to its address, then joined into the workload's
+table.
 
 `compute_routes` is the pure function of the cluster state; `build_table` runs the
 table's stages in order (`table_stages.STAGES`). `RouteComputer` (`route_computer.py`)

@@ -8,7 +8,9 @@ and adds its part.
 4. Ingresses: the same for each Ingress of our classes, oldest first, with its TLS and
    its defaultBackend (the oldest sets it).
 5. Workload listeners: per workload, the hostnames each port's namespace holds
-   (`ownership.py`), the listeners built from the candidates kept and their certificates.
+   (`ownership.py`), the listeners built from the candidates kept and their certificates;
+   a Gateway with an address of its own is a lane of its workload (`placement.lane`),
+   built apart, bound to its address, then joined into the workload's table.
 6. Hostnames not held: an HTTPRoute none of whose candidates a workload kept is not
    accepted there.
 7. TLS and TCP routes: `l4.l4_table`, given the HTTP listeners.
@@ -30,7 +32,13 @@ from controlplane.routes.l4 import EMPTY_TABLE as EMPTY_L4
 from controlplane.routes.l4 import L4Table, l4_table
 from controlplane.routes.l4 import Memo as L4Memo
 from controlplane.routes.ownership import ANY_HOST, Claim, resolve
-from controlplane.routes.placement import Placement, Verdict, listener_claim
+from controlplane.routes.placement import (
+    LANE_SEPARATOR,
+    Placement,
+    Verdict,
+    lane_workload,
+    listener_claim,
+)
 from controlplane.routes.precedence import Candidate, Origin, Refusals, listeners
 from controlplane.routes.table_types import Memo, RouteTable, WorkloadRoutes
 from controlplane.snapshot import Certificate, RejectedInput
@@ -60,6 +68,8 @@ def _of(per: dict[str, _Workload], workload: str) -> _Workload:
 
 
 def _add(demand: dict[ServiceKey, set[str]], service: ServiceKey, workload: str) -> None:
+    if LANE_SEPARATOR in workload:  # a Gateway's lane: its workload routes the Service
+        workload = lane_workload(workload)[0]
     found = demand.get(service)
     if found is None:
         demand[service] = {workload}
@@ -237,7 +247,37 @@ def workload_listeners(build: Build) -> None:
             certificates = crt_lists.bound(built)
             build.tls_conflicts.update(crt_lists.conflicts)
         build.rejections.extend(conflicts)
+        address = lane_workload(workload)[1]
+        if address:
+            built = tuple(dataclasses.replace(b, address=address) for b in built)
         build.tables[workload] = WorkloadRoutes(built, (*mine.rejections, *conflicts), certificates)
+    build.tables = _joined_lanes(build.tables)
+
+
+def _joined_lanes(tables: dict[str, WorkloadRoutes]) -> dict[str, WorkloadRoutes]:
+    """Each workload's table with its lanes' (its Gateways of their own addresses)
+    joined in: listeners by (port, address), rejections once each, certificates by name."""
+    if not any(LANE_SEPARATOR in key for key in tables):
+        return tables
+    parts: dict[str, list[WorkloadRoutes]] = {}
+    for key in sorted(tables):
+        parts.setdefault(lane_workload(key)[0], []).append(tables[key])
+    joined: dict[str, WorkloadRoutes] = {}
+    for workload, found in parts.items():
+        if len(found) == 1 and workload in tables:
+            joined[workload] = found[0]
+            continue
+        listeners = sorted(
+            (li for part in found for li in part.listeners), key=lambda li: (li.port, li.address)
+        )
+        rejections = dict.fromkeys(r for part in found for r in part.rejections)
+        certificates = {c.name: c for part in found for c in part.certificates}
+        joined[workload] = WorkloadRoutes(
+            tuple(listeners),
+            tuple(rejections),
+            tuple(certificates[name] for name in sorted(certificates)),
+        )
+    return joined
 
 
 def hostnames_not_held(build: Build) -> None:

@@ -23,7 +23,7 @@ class WorkloadRoutes:
 
     @property
     def ports(self) -> tuple[int, ...]:
-        return tuple(listener.port for listener in self.listeners)
+        return tuple(sorted({listener.port for listener in self.listeners}))
 
 
 EMPTY = WorkloadRoutes()

@@ -18,9 +18,11 @@ from typing import Any, Generic, Literal, TypeVar
 from controlplane.model import ANNOTATION_PREFIX, ConfigMap, LabelSelector, Service
 from controlplane.settings.values import (
     MAX_SERVER_SLOTS,
+    AddressPool,
     Balance,
     Hosts,
     Invalid,
+    parse_address_pool,
     parse_balance,
     parse_bool,
     parse_check_count,
@@ -180,6 +182,15 @@ PUBLISH_SERVICE: Setting[frozenset[str] | None] = Setting(
     "publishes that Service's `status.loadBalancer.ingress` as the address of its Gateways "
     "and Ingresses; any other workload publishes its pods' addresses.",
 )  # fmt: skip
+GATEWAY_ADDRESS_POOL: Setting[AddressPool | None] = Setting(
+    "gateway-address-pool", _any_mode(parse_address_pool), None, "ConfigMap",
+    "none (every Gateway on its workload's addresses)",
+    "Comma-separated IP addresses, `first-last` ranges and CIDRs from which each Gateway "
+    "of peerplane's classes gets an address of its own, kept for its life: its HTTP and "
+    "HTTPS listeners bind that address only, so Gateways never share a frontend. A "
+    "Gateway's `spec.addresses` of type IPAddress in the pool is honoured. The addresses "
+    "must reach the HAProxy nodes (docs/operations.md, \"Gateway addresses\").",
+)  # fmt: skip
 PEER_PORT = Setting(
     "peer-port", _any_mode(parse_port), 10000, "ConfigMap", "`10000`",
     "Port of the `peers localinstance` section on every HAProxy pod.",
@@ -207,6 +218,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     DEFAULT_CERTIFICATE,
     GATEWAY_NAMESPACES,
     PUBLISH_SERVICE,
+    GATEWAY_ADDRESS_POOL,
     PEER_PORT,
 )
 BY_KEY: Mapping[str, Setting[Any]] = {row.key: row for row in SETTINGS}
@@ -410,6 +422,7 @@ class Resolver:
         accept_proxy = self._configmap_value(ACCEPT_PROXY, "http", rejections)
         self.gateway_namespaces(rejections)  # read by the routes' placement; reported here
         self.publish_services(rejections)  # read by the route status; reported here
+        self.gateway_address_pool(rejections)  # read by the routes' placement; reported here
         return GlobalSettings(
             http_port=http,
             peer_port=peer,
@@ -423,6 +436,14 @@ class Resolver:
         publishes (none: every workload publishes its pods' addresses)."""
         found = [] if rejections is None else rejections
         return self._configmap_value(PUBLISH_SERVICE, "http", found) or frozenset()
+
+    def gateway_address_pool(
+        self, rejections: list[RejectedInput] | None = None
+    ) -> AddressPool | None:
+        """The addresses Gateways get one of their own from (None: no pool, every Gateway
+        is on its workload's addresses; an invalid value is reported and is no pool)."""
+        found = [] if rejections is None else rejections
+        return self._configmap_value(GATEWAY_ADDRESS_POOL, "http", found)
 
     def default_certificate(self, rejections: list[RejectedInput]) -> str:
         """The "namespace/name" of the Secret every HTTPS port presents when no SNI

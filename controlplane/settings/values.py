@@ -6,7 +6,9 @@ reason. Nothing reaches haproxy.cfg unless it matched one of these patterns.
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from controlplane.model import LabelSelector, SelectorRequirement, frozen_map
@@ -269,3 +271,64 @@ def shown(value: str, limit: int = 120) -> str:
     """The value as a warning shows it: printable, bounded (the one rule for every quoted
     value, `peerplane.runtime.untrusted.shown`, with warnings' longer limit)."""
     return untrusted.shown(value, limit)
+
+
+MAX_POOL_RANGES = 256
+
+
+@dataclass(frozen=True, slots=True)
+class AddressPool:
+    """The settings' `gateway-address-pool`: inclusive ranges of IP addresses (as
+    integers, with their version), in the order written. A CIDR's network and broadcast
+    addresses are not in it (IPv4 up to /30; IPv6 up to /126: not its subnet-router
+    address)."""
+
+    ranges: tuple[tuple[int, int, int], ...]  # (version, first, last)
+
+    def __contains__(self, address: object) -> bool:
+        if not isinstance(address, str):
+            return False
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        value = int(ip)
+        return any(v == ip.version and lo <= value <= hi for v, lo, hi in self.ranges)
+
+    def addresses(self) -> Iterator[str]:
+        """Every address of the pool, in the order written (canonical text)."""
+        for version, first, last in self.ranges:
+            for value in range(first, last + 1):
+                yield str(
+                    ipaddress.IPv4Address(value) if version == 4 else ipaddress.IPv6Address(value)
+                )
+
+
+def _pool_range(item: str) -> tuple[int, int, int]:
+    """One entry of an address pool: an address, `first-last`, or a CIDR."""
+    try:
+        if "/" in item:
+            network = ipaddress.ip_network(item, strict=False)
+            first, last = int(network.network_address), int(network.broadcast_address)
+            hosts = network.max_prefixlen - network.prefixlen >= 2
+            if hosts:  # not the network (and, IPv4, broadcast) address
+                first, last = first + 1, last - (1 if network.version == 4 else 0)
+            return network.version, first, last
+        start, dash, end = item.partition("-")
+        low = ipaddress.ip_address(start.strip())
+        high = ipaddress.ip_address(end.strip()) if dash else low
+    except ValueError:
+        raise Invalid(f"{item!r} is not an IP address, first-last range or CIDR") from None
+    if low.version != high.version or int(high) < int(low):
+        raise Invalid(f"{item!r}: the range's last address is before its first")
+    return low.version, int(low), int(high)
+
+
+def parse_address_pool(text: str) -> AddressPool:
+    """Comma-separated IP addresses, `first-last` ranges and CIDRs (IPv4 or IPv6)."""
+    items = [raw.strip() for raw in text.split(",") if raw.strip()]
+    if not items:
+        raise Invalid("expected at least one address, range or CIDR")
+    if len(items) > MAX_POOL_RANGES:
+        raise Invalid(f"more than {MAX_POOL_RANGES} entries")
+    return AddressPool(tuple(_pool_range(item) for item in items))

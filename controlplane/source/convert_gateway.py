@@ -170,6 +170,22 @@ def _address(item: Mapping[str, Any], where: str) -> GatewayAddress:
     )
 
 
+def _status_addresses(obj: Manifest) -> tuple[GatewayAddress, ...]:
+    """status.addresses of type IPAddress as written (ours, read back); an entry of
+    another shape is skipped: a status never refuses its Gateway."""
+    status = obj.get("status")
+    found = status.get("addresses") if isinstance(status, Mapping) else None
+    if not isinstance(found, list):
+        return ()
+    return tuple(
+        GatewayAddress("IPAddress", item["value"])
+        for item in found[:16]
+        if isinstance(item, Mapping)
+        and item.get("type", "IPAddress") == "IPAddress"
+        and isinstance(item.get("value"), str)
+    )
+
+
 def gateway_from(obj: Manifest) -> Gateway:
     meta = _metadata(obj)
     spec = _spec(obj)
@@ -186,6 +202,7 @@ def gateway_from(obj: Manifest) -> Gateway:
         gateway_class_name=_required(spec.get("gatewayClassName"), "spec.gatewayClassName"),
         listeners=listeners,
         addresses=_items(spec.get("addresses"), "spec.addresses", _address),
+        status_addresses=_status_addresses(obj),
         generation=_generation(meta),
         creation_timestamp=_timestamp(meta),
         annotations=_annotations(meta),

@@ -1,7 +1,8 @@
 """TLS termination of the route model's HTTP listeners -> crt-lists, bind options, and the
 runtime API commands that move HAProxy from one set of certificates to the next.
 
-Pure. Each HTTPS listener port P reads `<certs dir>/fe_P.crtlist`, one line per binding in
+Pure. Each HTTPS listener K (`listeners.listener_key`: its port, or `<address>_<port>`)
+reads `<certs dir>/fe_K.crtlist`, one line per binding in
 the snapshot's order (the first is the default certificate: the one a client gets whose
 SNI matches no line, or who sends none), each line `<certs dir>/<name>.pem [sni...]`. A
 listener with `strict_sni` has no default: its bind line says `strict-sni`, and a client
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 from nodeagent.config.checked import DIRECTORY, check
 from nodeagent.config.errors import RenderError
+from nodeagent.config.listeners import listener_key
 from nodeagent.haproxy.commands import CertUpdate
 from peerplane import patterns
 from peerplane.v1 import peerplane_pb2 as pb
@@ -40,15 +42,16 @@ class CrtLine:
     filters: tuple[str, ...] = ()
 
 
-CrtLists = Mapping[int, tuple[CrtLine, ...]]  # port -> its crt-list's lines, in order
+CrtLists = Mapping[str, tuple[CrtLine, ...]]  # listener key -> its crt-list's lines, in order
 
 
 def cert_path(certs_dir: str, name: str) -> str:
     return f"{certs_dir}/{name}.pem"
 
 
-def crtlist_path(certs_dir: str, port: int) -> str:
-    return f"{certs_dir}/fe_{port}.crtlist"
+def crtlist_path(certs_dir: str, key: str) -> str:
+    """The crt-list of the listener `key` (`listeners.listener_key`)."""
+    return f"{certs_dir}/fe_{key}.crtlist"
 
 
 def crtlist_line(certs_dir: str, line: CrtLine) -> str:
@@ -72,11 +75,11 @@ def check_name(name: str) -> str:
 
 def crt_lists(
     listeners: Sequence[pb.HttpListener], set_aside: frozenset[str] = frozenset()
-) -> dict[int, tuple[CrtLine, ...]]:
-    """The crt-list of every listener with TLS, by port, every string checked. The lines
+) -> dict[str, tuple[CrtLine, ...]]:
+    """The crt-list of every listener with TLS, by listener key, every string checked. The lines
     of the certificates `set_aside` (refused by the agent or by HAProxy) are left out: a
     listener whose every line is set aside has an empty crt-list (`bind_tls`)."""
-    out: dict[int, tuple[CrtLine, ...]] = {}
+    out: dict[str, tuple[CrtLine, ...]] = {}
     for listener in listeners:
         if not listener.HasField("tls"):
             continue
@@ -91,28 +94,28 @@ def crt_lists(
         if not lines:
             raise RenderError(f"HTTPS listener {port} has no certificate")
         # A certificate may be bound twice (other host filters).
-        out[port] = tuple(line for line in lines if line.name not in set_aside)
+        out[listener_key(listener)] = tuple(line for line in lines if line.name not in set_aside)
     return out
 
 
-def strict_sni_ports(listeners: Sequence[pb.HttpListener]) -> frozenset[int]:
-    """The HTTPS listener ports without a default certificate."""
+def strict_sni_ports(listeners: Sequence[pb.HttpListener]) -> frozenset[str]:
+    """The HTTPS listeners (by listener key) without a default certificate."""
     return frozenset(
-        listener.port
+        listener_key(listener)
         for listener in listeners
         if listener.HasField("tls") and listener.tls.strict_sni
     )
 
 
-def bind_tls(certs_dir: str, port: int, lists: CrtLists, strict_sni: bool = False) -> str:
-    """The bind line's TLS options of a listener port ("" for plain HTTP); `strict_sni`:
+def bind_tls(certs_dir: str, key: str, lists: CrtLists, strict_sni: bool = False) -> str:
+    """The bind line's TLS options of a listener (by key; "" for plain HTTP); `strict_sni`:
     no default certificate. A listener whose certificates are all set aside keeps its port
     with `strict-sni` too: HAProxy (2.6, 3.0, 3.2) takes an empty crt-list only with it,
     and its handshakes then fail."""
-    if port not in lists:
+    if key not in lists:
         return ""
-    path = crtlist_path(check_certs_dir(certs_dir), port)
-    strict = strict_sni or not lists[port]
+    path = crtlist_path(check_certs_dir(certs_dir), key)
+    strict = strict_sni or not lists[key]
     return f" ssl crt-list {path} alpn {ALPN}" + (" strict-sni" if strict else "")
 
 

@@ -81,7 +81,9 @@ def _frontends_reason(old_cfg: Rendered, new_cfg: Rendered) -> str:
     after = {port: ("HTTP listener", text) for port, text in new_cfg.routed.texts.items()}
     for layer4, into in ((old_l4, before), (new_l4, after)):
         if layer4 is not None:
-            into.update((port, (layer4.kinds[port], text)) for port, text in layer4.texts.items())
+            into.update(
+                (str(port), (layer4.kinds[port], text)) for port, text in layer4.texts.items()
+            )
     added = sorted(after.keys() - before.keys())
     if added:
         return f"{after[added[0]][0]} port {added[0]} added (a new port needs a reload)"

@@ -1,13 +1,15 @@
 """The route model's HTTP listeners -> HAProxy frontends and the map files they read.
 
-Pure. One frontend per listener port; the Service annotations' host routes of the same
-port join it as a last layer. A request is served by the first rule, in the snapshot's
-order, among the rules of the most specific host layer that has a match: the exact host,
-then each `*.suffix` wildcard from the longest suffix, then the rules for any host, then
-the annotation host routes, then `default_backend` or 404. A layer of `closed_hosts` (its
-hostname held by another namespace than the next less specific one's) ends the lookup
-of a request it has no match for with a 404: no less specific layer, annotation host
-route or default backend answers it.
+Pure. One frontend per listener (address, port): a listener without an address binds every
+address of its port, one with an address (a Gateway's own) binds that address only, so
+requests on different addresses never meet. The Service annotations' host routes of the
+same port join the every-address listener as a last layer. A request is served by the
+first rule, in the snapshot's order, among the rules of the most specific host layer that
+has a match: the exact host, then each `*.suffix` wildcard from the longest suffix, then
+the rules for any host, then the annotation host routes, then `default_backend` or 404.
+A layer of `closed_hosts` (its hostname held by another namespace than the next less
+specific one's) ends the lookup of a request it has no match for with a 404: no less
+specific layer, annotation host route or default backend answers it.
 
 Within a layer, a rule that needs only a host and a path lookup and names one backend
 (a "map rule", `filters.map_entry_ok`) is an entry of a map file (`map_str` for Exact
@@ -44,6 +46,7 @@ from nodeagent.config.rules import (
     route_host,
 )
 from peerplane import names
+from peerplane.addresses import AddressError, canonical_address
 from peerplane.v1 import peerplane_pb2 as pb
 
 HTTP_FRONTEND = "fe_http"  # the annotation routes' frontend, merged or not
@@ -59,28 +62,41 @@ MapEntries = Mapping[str, str]  # key -> value, in file order
 @dataclass(frozen=True)
 class RoutedFrontends:
     """The HTTP frontends of the listeners: their config lines, the map files they read
-    (path -> entries), the backends they name, and each frontend's text by port (what a
-    change must compare to know whether it can go through the runtime API)."""
+    (path -> entries), the backends they name, and each frontend's text by listener key
+    (what a change must compare to know whether it can go through the runtime API)."""
 
     lines: tuple[str, ...]
     maps: Mapping[str, MapEntries]
     backends: frozenset[str]
-    texts: Mapping[int, str]
+    texts: Mapping[str, str]
 
 
-def map_paths(maps_dir: str, port: int) -> tuple[str, str, str]:
-    """The exact, prefix and annotation-host map files of one listener port."""
-    base = f"{maps_dir}/fe_{port}"
+def listener_key(listener: pb.HttpListener) -> str:
+    """What names a listener's frontend and files: its port ("80"), or with an address
+    `<address>_<port>` ("127.0.201.2_80"; an IPv6 address's colons as dashes), the
+    address checked and canonical."""
+    if not listener.address:
+        return str(listener.port)
+    try:
+        address = canonical_address(listener.address)
+    except AddressError as err:
+        raise RenderError(f"listener {listener.port}: invalid address: {err}") from None
+    return f"{address.replace(':', '-')}_{listener.port}"
+
+
+def map_paths(maps_dir: str, key: str) -> tuple[str, str, str]:
+    """The exact, prefix and annotation-host map files of one listener (`listener_key`)."""
+    base = f"{maps_dir}/fe_{key}"
     return f"{base}.exact.map", f"{base}.prefix.map", f"{base}.hosts.map"
 
 
-def closed_path(maps_dir: str, port: int) -> str:
-    """The map file of one listener port's closed host layers (`closed_hosts`)."""
-    return f"{maps_dir}/fe_{port}.closed.map"
+def closed_path(maps_dir: str, key: str) -> str:
+    """The map file of one listener's closed host layers (`closed_hosts`)."""
+    return f"{maps_dir}/fe_{key}.closed.map"
 
 
-def frontend_name(port: int, merged: bool) -> str:
-    return HTTP_FRONTEND if merged else f"fe_http_{port}"
+def frontend_name(key: str, merged: bool) -> str:
+    return HTTP_FRONTEND if merged else f"fe_http_{key}"
 
 
 def map_file(entries: MapEntries) -> bytes:
@@ -92,7 +108,7 @@ def render_listeners(
     listeners: Sequence[pb.HttpListener],
     annotation: pb.HttpFrontend | None,
     maps_dir: str,
-    bind: Callable[[int], str],
+    bind: Callable[[pb.HttpListener], str],
     cache: RouteCache,
 ) -> RoutedFrontends:
     """The listeners' frontends; `annotation` is the HTTP frontend of the Service
@@ -104,21 +120,22 @@ def render_listeners(
     lines: list[str] = []
     maps: dict[str, MapEntries] = {}
     backends: set[str] = set()
-    texts: dict[int, str] = {}
-    seen: set[int] = set()
-    for listener in sorted(listeners, key=lambda li: li.port):
+    texts: dict[str, str] = {}
+    for listener in sorted(listeners, key=lambda li: (li.port, li.address)):
         port = listener.port
         if not 1 <= port <= 65535:
             raise RenderError(f"invalid listener port: {port}")
-        if port in seen:
-            raise RenderError(f"two listeners on port {port}")
-        seen.add(port)
-        hosts = annotation if annotation is not None and annotation.port == port else None
-        section, files, named = _listener(listener, hosts, maps_dir, bind, cache)
+        key = listener_key(listener)
+        if key in texts:
+            where = f" address {listener.address}" if listener.address else ""
+            raise RenderError(f"two listeners on port {port}{where}")
+        shared = annotation is not None and annotation.port == port and not listener.address
+        hosts = annotation if shared else None
+        section, files, named = _listener(listener, key, hosts, maps_dir, bind, cache)
         lines += section
         maps.update(files)
         backends |= named
-        texts[port] = "\n".join(section)
+        texts[key] = "\n".join(section)
     return RoutedFrontends(tuple(lines), maps, frozenset(backends), texts)
 
 
@@ -133,9 +150,10 @@ def wildcard_depth(token: str) -> int:
 
 def _listener(
     listener: pb.HttpListener,
+    key: str,
     annotation: pb.HttpFrontend | None,
     maps_dir: str,
-    bind: Callable[[int], str],
+    bind: Callable[[pb.HttpListener], str],
     cache: RouteCache,
 ) -> tuple[list[str], dict[str, MapEntries], set[str]]:
     port = listener.port
@@ -165,13 +183,13 @@ def _listener(
         token: [dataclasses.replace(r, rid=f"c{order[id(r)]}") for r in rules]
         for token, rules in in_config.items()
     }
-    exact_path, prefix_path, hosts_path = map_paths(maps_dir, port)
+    exact_path, prefix_path, hosts_path = map_paths(maps_dir, key)
     files: dict[str, MapEntries] = {
         exact_path: dict(sorted(exact_map.items())),
         prefix_path: dict(sorted(prefix_map.items())),
     }
     merged = annotation is not None
-    lines = [f"frontend {frontend_name(port, merged)}", "  mode http", f"  bind {bind(port)}"]
+    lines = [f"frontend {frontend_name(key, merged)}", "  mode http", f"  bind {bind(listener)}"]
     lines += [
         "  http-request set-var(txn.h) req.hdr(host),field(1,:),lower",
         "  http-request set-var(txn.p) path",
@@ -180,7 +198,7 @@ def _listener(
     closed = _closed_hosts(listener)
     close: list[str] = []
     if closed:
-        closed_file = closed_path(maps_dir, port)
+        closed_file = closed_path(maps_dir, key)
         files[closed_file] = {host: "1" for host in closed}
         close = [
             f"  http-request set-var(txn.r) str({CLOSED}) if {_UNDECIDED}"

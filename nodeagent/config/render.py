@@ -127,7 +127,7 @@ class Frontends:
     section: Section
     maps: Mapping[str, listeners.MapEntries]
     routed: frozenset[str]
-    texts: Mapping[int, str]  # each listener frontend's text, by port
+    texts: Mapping[str, str]  # each listener frontend's text, by listener key
     crt_lists: certs.CrtLists = field(default_factory=dict)  # HTTPS listeners' crt-lists
     tls_key: bytes = b""  # the TLS passthrough listeners' part
     layer4: passthrough.Layer4 | None = None  # the passthrough and TCP frontends
@@ -146,20 +146,20 @@ def _frontends(
     frontends (nodeagent/config/passthrough.py)."""
     http, http_listeners = held.http_frontend, held.http_listeners
     ports = {listener.port for listener in http_listeners}
-    merged = http if http is not None and http.port in ports else None
+    shared = {listener.port for listener in http_listeners if not listener.address}
+    merged = http if http is not None and http.port in shared else None
     crt_lists = certs.crt_lists(http_listeners, set_aside)
     strict = certs.strict_sni_ports(http_listeners)
 
-    def bind(port: int) -> str:
-        """A listener's bind line after `bind`: address, port, then its options."""
-        tls = certs.bind_tls(opts.certs_dir, port, crt_lists, port in strict)
-        return _bind(opts, port) + tls
-
-    proxied = {listener.port for listener in http_listeners if listener.accept_proxy}
-
-    def proxy_bind(port: int) -> str:
-        """With `accept-proxy` where the listener expects a PROXY protocol header."""
-        return bind(port) + passthrough.proxy_option(port in proxied)
+    def proxy_bind(listener: pb.HttpListener) -> str:
+        """A listener's bind line after `bind`: its own address (a Gateway's) or the
+        instance's, the port, then its TLS options and `accept-proxy` where it expects
+        a PROXY protocol header."""
+        key = listeners.listener_key(listener)
+        tls = certs.bind_tls(opts.certs_dir, key, crt_lists, key in strict)
+        address = listener.address or opts.bind_address
+        proxy = passthrough.proxy_option(listener.accept_proxy)
+        return endpoint(address, listener.port, "bind") + tls + proxy
 
     routed = listeners.render_listeners(http_listeners, merged, opts.maps_dir, proxy_bind, cache)
     layer4 = passthrough.render(

@@ -148,6 +148,7 @@ REFUSAL = {
     "http_frontend.routes.backend": "invalid backend name",
     "tcp_frontends.backend": "invalid backend name",
     "http_listeners.default_backend": "invalid backend name",
+    "http_listeners.address": "invalid address",
     "http_listeners.rules.hostnames": "invalid hostname",
     "http_listeners.rules.method": "invalid method",
     "http_listeners.rules.path.value": "invalid path",

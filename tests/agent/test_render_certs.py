@@ -56,12 +56,34 @@ def test_an_https_listener_binds_its_crt_list_in_binding_order() -> None:
     assert f"  bind 0.0.0.0:8443 ssl crt-list {DIR}/fe_8443.crtlist alpn h2,http/1.1" in (
         rendered.text().splitlines()
     )
-    lines = rendered.crt_lists[8443]
+    lines = rendered.crt_lists["8443"]
     assert certs.crtlist_file(DIR, lines).decode().splitlines() == [
         f"{DIR}/ns_a.pem a.example.com",  # the first: the default certificate
         f"{DIR}/ns_w.pem *.w.example.com",
         f"{DIR}/ns_b.pem",  # no filter: the certificate's own names
     ]
+
+
+def test_https_listeners_of_one_port_on_their_own_addresses_have_their_own_crt_lists() -> None:
+    """Two Gateways' HTTPS listeners on port 8443, each on an address of its own: two
+    frontends, each binding its address with its own crt-list (and its own maps)."""
+    other = https_listener(8443, [("ns_b", ["b.example.com"])])
+    other.address, other.default_backend = "192.0.2.11", "ns_a_80"
+    held = _held([("a", ["a.example.com"])], extra=[other])
+    rendered = render_held(held, OPTS)
+    text = rendered.text().splitlines()
+    assert f"  bind 0.0.0.0:8443 ssl crt-list {DIR}/fe_8443.crtlist alpn h2,http/1.1" in text
+    own = f"{DIR}/fe_192.0.2.11_8443.crtlist"
+    assert f"  bind 192.0.2.11:8443 ssl crt-list {own} alpn h2,http/1.1" in text
+    assert "frontend fe_http_192.0.2.11_8443" in text
+    assert rendered.crt_lists == {
+        "8443": (certs.CrtLine("ns_a", ("a.example.com",)),),
+        "192.0.2.11_8443": (certs.CrtLine("ns_b", ("b.example.com",)),),
+    }
+    again = https_listener(8443, [("ns_a", [])])
+    again.address = "192.0.2.11"
+    with pytest.raises(RenderError, match=r"two listeners on port 8443 address 192\.0\.2\.11"):
+        render_held(_held([("a", [])], extra=[other, again]), OPTS)
 
 
 def test_a_listener_without_default_certificate_binds_strict_sni_and_turning_it_reloads() -> None:
@@ -240,3 +262,15 @@ def test_a_delta_renewing_one_certificate_is_one_runtime_step() -> None:
     assert [(u.op, u.name, u.path) for u in decision.certs] == [("set", "ns_b", f"{DIR}/ns_b.pem")]
     assert decision.certs[0].pem == renewed.certificates["ns_b"].pem
     assert decision.reason == "certificates (renewed ns_b) changed"
+
+
+@pytest.mark.parametrize(
+    ("address", "key"),
+    [("", "8443"), ("192.0.2.11", "192.0.2.11_8443"), ("2001:DB8::1", "2001-db8--1_8443")],
+)
+def test_a_listener_key_is_its_port_or_its_canonical_address_and_port(
+    address: str, key: str
+) -> None:
+    from nodeagent.config.listeners import listener_key
+
+    assert listener_key(pb.HttpListener(port=8443, address=address)) == key

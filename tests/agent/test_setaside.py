@@ -100,9 +100,9 @@ def test_crt_lists_leave_out_what_is_set_aside_and_an_emptied_one_is_strict_sni(
         _listener(9443, "tenant-b_web-tls"),
     ]
     lists = certs.crt_lists(listeners, frozenset({"tenant-b_web-tls"}))
-    assert lists == {8443: (certs.CrtLine("tenant-a_web-tls"),), 9443: ()}
-    assert "strict-sni" not in certs.bind_tls(DIR, 8443, lists)
-    assert certs.bind_tls(DIR, 9443, lists) == (
+    assert lists == {"8443": (certs.CrtLine("tenant-a_web-tls"),), "9443": ()}
+    assert "strict-sni" not in certs.bind_tls(DIR, "8443", lists)
+    assert certs.bind_tls(DIR, "9443", lists) == (
         f" ssl crt-list {DIR}/fe_9443.crtlist alpn {certs.ALPN} strict-sni"
     )
     before = certs.crt_lists(listeners)

@@ -76,6 +76,7 @@ VALID = {
     "accept-proxy-protocol": ("true", "false"),
     "gateway-namespaces": ("team=a", "tier in (web,api),!legacy"),
     "publish-service": ("haproxy-system/haproxy", "a/b,haproxy-system/lb"),
+    "gateway-address-pool": ("127.0.201.2-127.0.201.9", "10.0.0.0/29,fd00::7"),
     "peer-port": ("10001", "10000"),
     "default-certificate": ("haproxy-system/default-tls", "default/missing"),
 }

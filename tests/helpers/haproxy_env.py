@@ -133,18 +133,23 @@ class Instance:
 
 
 def make_instance(
-    tmp: Path, ip: str, pod: str, sync_wait: float = 1.0, binary: str = SYSTEM_BINARY
+    tmp: Path,
+    ip: str,
+    pod: str,
+    sync_wait: float = 1.0,
+    binary: str = SYSTEM_BINARY,
+    bind_address: str = "",
 ) -> Instance:
     """One agent-managed HAProxy. Tests that run it pass `binary=haproxy_bin.path` (the
     `haproxy_bin` fixture: each installed version); the default is for tests that never
-    start it."""
+    start it. `bind_address`: the agent's --bind-address (default: `ip`)."""
     tmp.mkdir(parents=True, exist_ok=True)
     master, runtime = str(tmp / "master.sock"), str(tmp / "runtime.sock")
     cfg = str(tmp / "haproxy.cfg")
     hx = HAProxy(master, runtime, binary, sync_wait=sync_wait)
     sup = Supervisor(cfg, master, str(tmp / "haproxy.pid"), binary)
     applier = Applier(
-        RenderOptions(pod, bind_address=ip, runtime_socket=runtime),
+        RenderOptions(pod, bind_address=bind_address or ip, runtime_socket=runtime),
         cfg,
         StateStore(str(tmp / "state")),
         hx,
@@ -155,9 +160,14 @@ def make_instance(
 
 @contextlib.contextmanager
 def running_instance(
-    tmp: Path, ip: str, pod: str, sync_wait: float = 1.0, binary: str = SYSTEM_BINARY
+    tmp: Path,
+    ip: str,
+    pod: str,
+    sync_wait: float = 1.0,
+    binary: str = SYSTEM_BINARY,
+    bind_address: str = "",
 ) -> Iterator[Instance]:
-    inst = make_instance(tmp, ip, pod, sync_wait, binary)
+    inst = make_instance(tmp, ip, pod, sync_wait, binary, bind_address)
     try:
         yield inst
     finally:

@@ -142,20 +142,22 @@ class TcpFrontend(_message.Message):
     def __init__(self, port: _Optional[int] = ..., backend: _Optional[str] = ..., source: _Optional[str] = ..., accept_proxy: _Optional[bool] = ...) -> None: ...
 
 class HttpListener(_message.Message):
-    __slots__ = ("port", "rules", "default_backend", "tls", "accept_proxy", "closed_hosts")
+    __slots__ = ("port", "rules", "default_backend", "tls", "accept_proxy", "closed_hosts", "address")
     PORT_FIELD_NUMBER: _ClassVar[int]
     RULES_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_BACKEND_FIELD_NUMBER: _ClassVar[int]
     TLS_FIELD_NUMBER: _ClassVar[int]
     ACCEPT_PROXY_FIELD_NUMBER: _ClassVar[int]
     CLOSED_HOSTS_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
     port: int
     rules: _containers.RepeatedCompositeFieldContainer[RouteRule]
     default_backend: str
     tls: TlsTermination
     accept_proxy: bool
     closed_hosts: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, port: _Optional[int] = ..., rules: _Optional[_Iterable[_Union[RouteRule, _Mapping]]] = ..., default_backend: _Optional[str] = ..., tls: _Optional[_Union[TlsTermination, _Mapping]] = ..., accept_proxy: _Optional[bool] = ..., closed_hosts: _Optional[_Iterable[str]] = ...) -> None: ...
+    address: str
+    def __init__(self, port: _Optional[int] = ..., rules: _Optional[_Iterable[_Union[RouteRule, _Mapping]]] = ..., default_backend: _Optional[str] = ..., tls: _Optional[_Union[TlsTermination, _Mapping]] = ..., accept_proxy: _Optional[bool] = ..., closed_hosts: _Optional[_Iterable[str]] = ..., address: _Optional[str] = ...) -> None: ...
 
 class TlsTermination(_message.Message):
     __slots__ = ("certificates", "strict_sni")
