@@ -21,7 +21,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from controlplane.compute.assemble_whole import assemble_with_claims, frontends
 from controlplane.compute.plan import ServicePlan
-from controlplane.settings.table import GlobalSettings
+from controlplane.settings.resolver import GlobalSettings
 from controlplane.settings.workloads import PeerEntry, Workload
 from controlplane.snapshot import (
     BackendSpec,

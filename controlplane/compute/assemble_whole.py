@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from controlplane.compute.plan import ServicePlan, service_rejection
-from controlplane.settings.table import GlobalSettings
+from controlplane.settings.resolver import GlobalSettings
 from controlplane.settings.workloads import PeerEntry, Workload
 from controlplane.snapshot import (
     BackendSpec,

@@ -22,7 +22,7 @@ from controlplane.compute.retirement import RetiredSlots
 from controlplane.model import ClusterState, ConfigMap
 from controlplane.routes.route_computer import RouteComputer
 from controlplane.routes.table import RouteTable
-from controlplane.settings.table import GlobalSettings, Resolver
+from controlplane.settings.resolver import GlobalSettings, Resolver
 from controlplane.settings.workloads import DEFAULT_SCOPE, Workloads, WorkloadScope, discover
 from controlplane.snapshot import BackendSlots, ComputeResult, RejectedInput, WorkloadSnapshot
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from controlplane.compute.endpoints import ready_endpoints
 from controlplane.compute.slots import assign_slots, quarantine_seconds
 from controlplane.model import EndpointSlice, Service, ServicePort
-from controlplane.settings.table import BackendSettings, Resolver, lookup
+from controlplane.settings.resolver import BackendSettings, Resolver, lookup
 from controlplane.settings.values import (
     MAX_HOSTS,
     Invalid,

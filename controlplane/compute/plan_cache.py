@@ -19,7 +19,7 @@ from controlplane.compute.change_index import ChangeIndex, slices_of
 from controlplane.compute.plan import Planned, ServicePlan, plan_service
 from controlplane.model import ClusterState, ConfigMap, EndpointSlice, Service
 from controlplane.routes.table import RouteTable
-from controlplane.settings.table import Resolver
+from controlplane.settings.resolver import Resolver
 from controlplane.snapshot import BackendSlots, RejectedInput
 
 NOWHERE: frozenset[str] = frozenset()

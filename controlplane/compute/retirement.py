@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from controlplane.compute.plan_cache import PlanCache
 from controlplane.compute.slots import retire, retired_until
-from controlplane.settings.table import Resolver
+from controlplane.settings.resolver import Resolver
 from controlplane.snapshot import BackendSlots
 
 

@@ -33,7 +33,8 @@ from controlplane.routes.certificates import CertificateCache
 from controlplane.routes.placement import ACCEPT_PROXY_ANNOTATION, Placement, accept_proxy
 from controlplane.routes.sni import Source
 from controlplane.routes.termination import SecretLookup
-from controlplane.settings.table import DEFAULT_CERTIFICATE, Resolver
+from controlplane.settings.resolver import Resolver
+from controlplane.settings.table import DEFAULT_CERTIFICATE
 from controlplane.settings.values import shown
 from controlplane.snapshot import (
     Certificate,

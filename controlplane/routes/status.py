@@ -29,7 +29,7 @@ from controlplane.routes.addresses import (
 from controlplane.routes.httproute import ParentOutcome
 from controlplane.routes.placement import GatewayPlace, ListenerPlace, Verdict
 from controlplane.routes.table import RouteTable, compute_routes
-from controlplane.settings.table import Resolver
+from controlplane.settings.resolver import Resolver
 from controlplane.settings.workloads import DEFAULT_SCOPE, WorkloadScope, discover
 
 

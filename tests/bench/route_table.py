@@ -18,7 +18,7 @@ from controlplane.compute import Computer
 from controlplane.model import ClusterState, HTTPRoute
 from controlplane.publish import Encoder
 from controlplane.routes.table import compute_routes
-from controlplane.settings.table import Resolver
+from controlplane.settings.resolver import Resolver
 from controlplane.source.convert_gateway import gateway_class_from, gateway_from
 from controlplane.source.convert_routes import http_route_from
 from tests.bench.common import Result, best_of, log, median

@@ -12,16 +12,14 @@ import pytest
 import yaml
 
 from controlplane.model import ConfigMap, Service
-from controlplane.settings.table import (
-    BY_KEY,
-    SETTINGS,
+from controlplane.settings.resolver import (
     BackendSettings,
     CheckSettings,
     GlobalSettings,
     Resolver,
-    Setting,
     lookup,
 )
+from controlplane.settings.table import BY_KEY, SETTINGS, Setting
 from controlplane.settings.values import Invalid
 from controlplane.snapshot import RejectedInput
 
