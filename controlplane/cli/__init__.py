@@ -1,5 +1,5 @@
 """`controlplane` command line: `compute` prints snapshots, `serve` runs the control plane,
-`status` shows every agent's sync state (`controlplane/status`).
+`status` shows every agent's sync state (`controlplane/fleetstatus`).
 
 `flags` holds every flag, `wiring` turns flags into objects, `lifecycle` runs `serve`,
 `compute` runs `compute`. `main` is the console script.
@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     given = sys.argv[1:] if argv is None else argv
     if given[:1] == ["status"]:  # without the serve flags' imports: half its start time
-        from controlplane.status.command import main as status_main
+        from controlplane.fleetstatus.command import main as status_main
 
         return status_main(given[1:])
     from controlplane.cli.flags import build_parser

@@ -26,6 +26,7 @@ from controlplane.cli.flag_types import (
     seconds_in,
     source_spec,
 )
+from controlplane.fleetstatus.command import add_arguments as add_status_arguments
 from controlplane.logformat import LOG_FORMATS
 from controlplane.model import ObjectRef
 from controlplane.publish.store import (
@@ -38,7 +39,6 @@ from controlplane.server.auth import DEFAULT_AUDIENCE
 from controlplane.server.ratelimit import DEFAULT_OPENS_BURST, DEFAULT_OPENS_PER_S
 from controlplane.settings.workloads import DEFAULT_MAX_WORKLOADS, DEFAULT_WORKLOAD_KINDS
 from controlplane.source.convert import DEFAULT_HAPROXY_SELECTOR
-from controlplane.status.command import add_arguments as add_status_arguments
 
 DEFAULT_SETTINGS_CONFIGMAP = "haproxy-system/haproxy-settings"
 DEFAULT_LISTEN = "127.0.0.1:18000"

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from controlplane.model import GatewayListener
 from controlplane.routes import names
 
-Kind = tuple[str, str]  # (group, kind)
+GroupKind = tuple[str, str]  # (group, kind)
 
 L4_PROTOCOLS = ("TLS", "TCP")
 HTTP_PROTOCOLS = ("HTTP", "HTTPS")
-_KINDS: dict[str, tuple[Kind, ...]] = {
+_KINDS: dict[str, tuple[GroupKind, ...]] = {
     "HTTP": (names.HTTPROUTE_KIND,),
     "HTTPS": (names.HTTPROUTE_KIND,),
     "TLS": (names.TLSROUTE_KIND,),
@@ -27,12 +27,12 @@ _KINDS: dict[str, tuple[Kind, ...]] = {
 }
 
 
-def protocol_kinds(listener: GatewayListener) -> tuple[Kind, ...]:
+def protocol_kinds(listener: GatewayListener) -> tuple[GroupKind, ...]:
     """The route kinds the listener's protocol carries."""
     return _KINDS.get(listener.protocol, ())
 
 
-def route_kinds(listener: GatewayListener) -> tuple[Kind, ...]:
+def route_kinds(listener: GatewayListener) -> tuple[GroupKind, ...]:
     """The route kinds the listener carries: its protocol's, narrowed to allowedRoutes.kinds
     when given."""
     kinds = protocol_kinds(listener)

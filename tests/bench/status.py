@@ -29,10 +29,10 @@ from typing import Any
 import grpc
 
 from controlplane.compute import compute
+from controlplane.fleetstatus import render, rows
 from controlplane.publish import encode
 from controlplane.publish.store import SnapshotStore
 from controlplane.server import ControlPlaneServer
-from controlplane.status import render, rows
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 from tests.bench.common import Child, Result, log, median

@@ -31,7 +31,7 @@ CONTROLPLANE: tuple[tuple[str, ...], ...] = (
     ("controlplane.loop",),
     ("controlplane.server",),
     ("controlplane.kube",),
-    ("controlplane.status",),
+    ("controlplane.fleetstatus",),
     ("controlplane.cli",),
 )
 NODEAGENT: tuple[tuple[str, ...], ...] = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from controlplane.status.rows import AgentRow, State, WorkloadRow
+from controlplane.fleetstatus.rows import AgentRow, State, WorkloadRow
 from peerplane.runtime.untrusted import escape
 
 MAX_TABLES_SHOWN = 3  # stick tables named per agent row; the rest are summed

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from controlplane.status import diff, render, rows
-from controlplane.status.rows import State
+from controlplane.fleetstatus import diff, render, rows
+from controlplane.fleetstatus.rows import State
 from peerplane.v1 import peerplane_pb2 as pb
 
 pytestmark = pytest.mark.unit

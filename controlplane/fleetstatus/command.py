@@ -15,8 +15,8 @@ import shutil
 import sys
 from datetime import UTC, datetime
 
-from controlplane.status import diff, render, rows
-from controlplane.status.client import Inspector, StatusError
+from controlplane.fleetstatus import diff, render, rows
+from controlplane.fleetstatus.client import Inspector, StatusError
 
 DEFAULT_CONTROL_PLANE = "127.0.0.1:18000"
 

@@ -1,4 +1,4 @@
-"""`controlplane status` (controlplane/status/): its pure rows, verdict and diff (`unit`), and
+"""`controlplane status` (controlplane/fleetstatus/): its pure rows, verdict and diff (`unit`), and
 the command over the agent's transports against a real `controlplane serve`.
 
 Every test here is marked `integration` (tests/helpers/levels.py), but the pure ones, which
