@@ -217,6 +217,8 @@ class RouteRule:
     query_params: tuple[tuple[str, str], ...] = ()
     backends: tuple[WeightedBackend, ...] = ()
     filters: tuple[RouteFilter, ...] = ()  # in the route's order, at most one of a type
+    # `*.` hostnames match exactly one label (Ingress), not one or more (Gateway API)
+    single_label_wildcards: bool = False
 
     def filter(self, kind: type[_Filter]) -> _Filter | None:
         """The rule's filter of type `kind`; None when it has none."""

@@ -142,6 +142,7 @@ def route_rule(rule: RouteRule) -> pb.RouteRule:
         headers=[pb.NameValue(name=n, value=v) for n, v in rule.headers],
         query_params=[pb.NameValue(name=n, value=v) for n, v in rule.query_params],
         backends=[pb.WeightedBackend(backend=b.backend, weight=b.weight) for b in rule.backends],
+        single_label_wildcards=rule.single_label_wildcards,
     )
     if rule.path is not None:
         message.path.type = PATH_TYPES[rule.path.type]

@@ -1,6 +1,7 @@
 """One Ingress of our class to candidate rules on the workload's HTTP port.
 
-Rules: host (exact or `*.` wildcard; none: any host) and paths of pathType Exact, Prefix
+Rules: host (exact or `*.` wildcard of exactly one label, the Ingress API's rule; none:
+any host) and paths of pathType Exact, Prefix
 (element-wise) or ImplementationSpecific (served as Prefix). `defaultBackend` becomes the
 listener's default backend (the oldest Ingress keeps it). A `resource` backend, a missing
 Service or port keeps the path with an unresolved backend (a 500), reported.
@@ -123,6 +124,7 @@ def ingress_outcome(
                         hostnames=(rule.host,) if rule.host else (),
                         path=RoutePath(kind, value),
                         backends=(WeightedBackend(backend, 1),),
+                        single_label_wildcards=rule.host.startswith(patterns.WILDCARD_PREFIX),
                     ),
                     Origin("Ingress", ingress.namespace, ingress.name, at),
                     age,

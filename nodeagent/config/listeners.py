@@ -5,8 +5,10 @@ address of its port, one with an address (a Gateway's own) binds that address on
 requests on different addresses never meet. The Service annotations' host routes of the
 same port join the every-address listener as a last layer. A request is served by the
 first rule, in the snapshot's order, among the rules of the most specific host layer that
-has a match: the exact host, then each `*.suffix` wildcard from the longest suffix, then
-the rules for any host, then the annotation host routes, then `default_backend` or 404.
+has a match: the exact host, then each `*.suffix` wildcard from the longest suffix (a
+rule with `single_label_wildcards`, an Ingress rule's, only when one label precedes the
+suffix: `rules.DEEP_PREFIX`), then the rules for any host, then the annotation host
+routes, then `default_backend` or 404.
 A layer of `closed_hosts` (its hostname held by another namespace than the next less
 specific one's) ends the lookup of a request it has no match for with a 404: no less
 specific layer, annotation host route or default backend answers it.
@@ -38,10 +40,12 @@ from nodeagent.config.filters import filter_lines
 from nodeagent.config.filters.base import RuleOutcome
 from nodeagent.config.rules import (
     ANY_HOST,
+    DEEP_PREFIX,
     RouteCache,
     Rule,
     checked_backend_name,
     checked_rule,
+    is_wildcard_token,
     layer_entries,
     route_host,
 )
@@ -145,7 +149,7 @@ def render_listeners(
 
 
 def wildcard_depth(token: str) -> int:
-    return token.count(".")  # "*.b.com": 2 labels after the "*"
+    return token.count(".")  # "*.b.com", "**.b.com": 2 labels after the "*"
 
 
 def _listener(
@@ -199,14 +203,15 @@ def _listener(
     close: list[str] = []
     if closed:
         closed_file = closed_path(maps_dir, key)
-        files[closed_file] = {host: "1" for host in closed}
+        # a closed wildcard ends the lookup of deeper names too (its "**." layer)
+        files[closed_file] = {token: "1" for host in closed for token in _closed_tokens(host)}
         close = [
             f"  http-request set-var(txn.r) str({CLOSED}) if {_UNDECIDED}"
             f" {{ var(txn.k),map_str({closed_file}) -m found }}"
         ]
-    exact_tokens = sorted(t for t in layers if t != ANY_HOST and not t.startswith("*."))
+    exact_tokens = sorted(t for t in layers if t != ANY_HOST and not is_wildcard_token(t))
     lines += _layer(exact_tokens, in_config, exact_path, prefix_path) + close
-    wildcards = [t for t in layers if t.startswith("*.")]
+    wildcards = [t for t in layers if is_wildcard_token(t)]
     depths = {*WILDCARD_DEPTHS, *map(wildcard_depth, wildcards)}
     depths.update(wildcard_depth(t) for t in closed if t.startswith("*."))
     for depth in sorted(depths, reverse=True):
@@ -215,8 +220,11 @@ def _listener(
             "  http-request unset-var(txn.w)",
             f"  http-request set-var(txn.w) var(txn.h),field(-1,.,{depth}) if {_UNDECIDED}"
             f" {{ var(txn.h),field(-{depth + 1},.) -m len gt 0 }}",
+            # one label before the suffix: the "*." layer; more: the "**." one
             f"  http-request set-var(txn.k) str(*.),concat(,txn.w,) if {_UNDECIDED}"
-            " { var(txn.w) -m found }",
+            f" {{ var(txn.w) -m found }} !{{ var(txn.h),field(-{depth + 2},.) -m len gt 0 }}",
+            f"  http-request set-var(txn.k) str({DEEP_PREFIX}),concat(,txn.w,) if {_UNDECIDED}"
+            f" {{ var(txn.w) -m found }} {{ var(txn.h),field(-{depth + 2},.) -m len gt 0 }}",
         ]
         tokens = sorted(t for t in wildcards if wildcard_depth(t) == depth)
         lines += _layer(tokens, in_config, exact_path, prefix_path) + close
@@ -253,6 +261,11 @@ def _listener(
 
 _UNDECIDED = "!{ var(txn.r) -m found }"
 CLOSED = "x"  # `txn.r` of a request stopped at a closed host layer
+
+
+def _closed_tokens(host: str) -> tuple[str, ...]:
+    """The layer tokens a closed host stops: a wildcard's one-label and deeper layers."""
+    return (host, f"*{host}") if is_wildcard_token(host) else (host,)
 
 
 def _closed_hosts(listener: pb.HttpListener) -> tuple[str, ...]:

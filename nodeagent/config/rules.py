@@ -20,6 +20,10 @@ from peerplane import limits, patterns
 from peerplane.v1 import peerplane_pb2 as pb
 
 ANY_HOST = "*"  # the layer token of rules for any host
+# A wildcard's layer tokens: "*.suffix" is looked up for a host of exactly one label before
+# the suffix, "**.suffix" for a deeper one; a rule whose wildcards take one label
+# (`single_label_wildcards`, Ingress) joins only the first, any other rule both.
+DEEP_PREFIX = "**."
 # A map rule's precedence inside its layer: every Exact path above every prefix, a longer
 # prefix above a shorter one (the Gateway API's order, and the Ingress one).
 EXACT_STRENGTH = 2 * patterns.MAX_PATH
@@ -95,8 +99,25 @@ def _parse(r: pb.RouteRule) -> Rule:
     # A map rule's one backend (map_entry_ok: its one served share, resolved).
     backend = next(b.backend for b in r.backends if b.weight > 0) if map_entry_ok(r) else None
     strength = (EXACT_STRENGTH if exact else 0) + len(path)
-    tokens = tuple(dict.fromkeys(r.hostnames or (ANY_HOST,)))
+    tokens = tuple(dict.fromkeys(_tokens(r.hostnames, r.single_label_wildcards)))
     return Rule("", exact, path, strength, backend, r, tokens)
+
+
+def _tokens(hostnames: Sequence[str], single_label: bool) -> list[str]:
+    """The host layers of a rule with these (checked) hostnames (`DEEP_PREFIX`)."""
+    if not hostnames:
+        return [ANY_HOST]
+    out: list[str] = []
+    for host in hostnames:
+        out.append(host)
+        if host.startswith(patterns.WILDCARD_PREFIX) and not single_label:
+            out.append(f"*{host}")
+    return out
+
+
+def is_wildcard_token(token: str) -> bool:
+    """Whether a layer token is a wildcard's (one label or deeper), not an exact host's."""
+    return token.startswith((patterns.WILDCARD_PREFIX, DEEP_PREFIX))
 
 
 @dataclass(frozen=True, slots=True)

@@ -235,7 +235,11 @@ def test_closed_hosts_are_a_checked_map_and_only_the_first_one_reloads() -> None
     with pytest.raises(RenderError, match=r"invalid closed host: 'a b\.example\.com'"):
         render_held(_held(_rule(), closed=("a b.example.com",)), OPTS)
     out = render_held(_held(_rule(), default="ns_b_80", closed=("*.a.example.com",)), OPTS)
-    assert dict(out.maps["/var/lib/maps/fe_8080.closed.map"]) == {"*.a.example.com": "1"}
+    # a closed wildcard stops its one-label and its deeper layer (listeners.py)
+    assert dict(out.maps["/var/lib/maps/fe_8080.closed.map"]) == {
+        "*.a.example.com": "1",
+        "**.a.example.com": "1",
+    }
     assert "  http-request return status 404 if { var(txn.r) -m str x }" in (
         out.frontends.splitlines()
     )
@@ -246,6 +250,28 @@ def test_closed_hosts_are_a_checked_map_and_only_the_first_one_reloads() -> None
         "runtime",
         "1 route map entry changed",
     )
+
+
+def test_a_single_label_wildcard_is_a_map_entry_of_its_one_label_layer_only() -> None:
+    """An Ingress `*.foo.com` (single_label_wildcards) is keyed under `*.foo.com`, looked
+    up for one label before the suffix; a Gateway API one under `**.foo.com` as well, the
+    layer of deeper names. Either is a runtime map change, not a reload."""
+    one = _rule("/i", single_label_wildcards=True)
+    deep = _rule("/g", to="ns_b_80")
+    for rule in (one, deep):
+        rule.hostnames[:] = ["*.foo.com"]
+    out = render_held(_held(one, deep), OPTS)
+    assert dict(out.maps["/var/lib/maps/fe_8080.prefix.map"]) == {
+        "**.foo.com/g/": "2:ns_b_80",
+        "*.foo.com/g/": "2:ns_b_80",
+        "*.foo.com/i/": "2:ns_a_80",
+    }
+    lines = out.frontends.splitlines()
+    assert (
+        "  http-request set-var(txn.k) str(**.),concat(,txn.w,) if !{ var(txn.r) -m found }"
+        " { var(txn.w) -m found } { var(txn.h),field(-4,.) -m len gt 0 }" in lines
+    )
+    assert _decide(_held(deep), _held(one, deep)) == ("runtime", "1 route map entry changed")
 
 
 @pytest.mark.parametrize(

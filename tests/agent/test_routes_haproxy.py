@@ -387,3 +387,67 @@ def test_a_refused_map_command_falls_back_to_a_reload(
     assert site.served_by(P, "/x") == "c" and site.served_by(P, "/y") == "404"
     with open(prefix) as f:
         assert f.read() == f"{P}/x/ 2:ns_c_80\n"
+
+
+def test_an_ingress_wildcard_takes_one_label_a_gateway_wildcard_any(site: Site) -> None:
+    """`*.foo.com` of an Ingress rule answers bar.foo.com, not baz.bar.foo.com (it falls
+    through to a Gateway API `*.foo.com` or the default backend); through runtime map
+    commands and through a reload alike."""
+    port = site.ports[0]
+
+    def ingress(to: str, path: str, single: bool = True) -> pb.RouteRule:
+        return rule(["*.foo.com"], to, path, source="Ingress ns/i", single_label_wildcards=single)
+
+    def listener(*extra: pb.RouteRule) -> pb.HttpListener:
+        return pb.HttpListener(
+            port=port, rules=[rule([P], "a", "/stable"), *extra], default_backend="ns_c_80"
+        )
+
+    inst = site.inst
+    assert inst.applier.apply(site.snapshot([listener()], 1)).ok
+    steps = [  # (rules, kind of change, {(host, path): served by})
+        (
+            [rule(["*.foo.com"], "b", "/gw"), ingress("a", "/")],
+            ApplyPath.RUNTIME,
+            {
+                ("bar.foo.com", "/x"): "a",
+                ("baz.bar.foo.com", "/x"): "c",
+                ("baz.bar.foo.com", "/gw"): "b",
+                ("bar.foo.com", "/gw"): "b",
+            },
+        ),
+        (  # the same host as a Gateway API route's: any number of labels
+            [ingress("a", "/", single=False)],
+            ApplyPath.RUNTIME,
+            {("bar.foo.com", "/x"): "a", ("baz.bar.foo.com", "/x"): "a"},
+        ),
+        (  # back to one label
+            [ingress("b", "/")],
+            ApplyPath.RUNTIME,
+            {("bar.foo.com", "/x"): "b", ("a.baz.bar.foo.com", "/x"): "c"},
+        ),
+        (  # a config rule (an unresolved backend: 500) takes one label as well
+            [
+                rule(
+                    ["*.foo.com"],
+                    [("", 1)],
+                    "/broken",
+                    source="Ingress ns/i",
+                    single_label_wildcards=True,
+                ),
+                ingress("b", "/"),
+            ],
+            ApplyPath.RELOAD,
+            {
+                ("bar.foo.com", "/broken"): "500",
+                ("baz.bar.foo.com", "/broken"): "c",
+                ("bar.foo.com", "/x"): "b",
+                ("baz.bar.foo.com", "/x"): "c",
+            },
+        ),
+    ]
+    for version, (extra, kind, want) in enumerate(steps, start=2):
+        result = inst.applier.apply(site.snapshot([listener(*extra)], version))
+        assert result.ok and result.kind is kind, result
+        got = {(h, p): site.served_by(h, p) for h, p in want}
+        assert got == want, version

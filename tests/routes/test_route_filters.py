@@ -23,7 +23,16 @@ from peerplane.v1 import peerplane_pb2 as pb
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
 # The RouteRule fields that are no filter: what a rule matches and where it sends.
-NOT_FILTERS = {"source", "hostnames", "path", "method", "headers", "query_params", "backends"}
+NOT_FILTERS = {
+    "source",
+    "hostnames",
+    "path",
+    "method",
+    "headers",
+    "query_params",
+    "backends",
+    "single_label_wildcards",
+}
 ORIGIN = Origin("HTTPRoute", "default", "r", "spec.rules[0]")
 
 

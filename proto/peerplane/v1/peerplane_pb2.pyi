@@ -214,7 +214,7 @@ class SniRoute(_message.Message):
     def __init__(self, source: _Optional[str] = ..., hostnames: _Optional[_Iterable[str]] = ..., backends: _Optional[_Iterable[_Union[WeightedBackend, _Mapping]]] = ...) -> None: ...
 
 class RouteRule(_message.Message):
-    __slots__ = ("source", "hostnames", "path", "method", "headers", "query_params", "backends", "request_headers", "redirect")
+    __slots__ = ("source", "hostnames", "path", "method", "headers", "query_params", "backends", "request_headers", "redirect", "single_label_wildcards")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     HOSTNAMES_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
@@ -224,6 +224,7 @@ class RouteRule(_message.Message):
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_HEADERS_FIELD_NUMBER: _ClassVar[int]
     REDIRECT_FIELD_NUMBER: _ClassVar[int]
+    SINGLE_LABEL_WILDCARDS_FIELD_NUMBER: _ClassVar[int]
     source: str
     hostnames: _containers.RepeatedScalarFieldContainer[str]
     path: PathMatch
@@ -233,7 +234,8 @@ class RouteRule(_message.Message):
     backends: _containers.RepeatedCompositeFieldContainer[WeightedBackend]
     request_headers: HeaderModifier
     redirect: Redirect
-    def __init__(self, source: _Optional[str] = ..., hostnames: _Optional[_Iterable[str]] = ..., path: _Optional[_Union[PathMatch, _Mapping]] = ..., method: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[NameValue, _Mapping]]] = ..., query_params: _Optional[_Iterable[_Union[NameValue, _Mapping]]] = ..., backends: _Optional[_Iterable[_Union[WeightedBackend, _Mapping]]] = ..., request_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., redirect: _Optional[_Union[Redirect, _Mapping]] = ...) -> None: ...
+    single_label_wildcards: bool
+    def __init__(self, source: _Optional[str] = ..., hostnames: _Optional[_Iterable[str]] = ..., path: _Optional[_Union[PathMatch, _Mapping]] = ..., method: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[NameValue, _Mapping]]] = ..., query_params: _Optional[_Iterable[_Union[NameValue, _Mapping]]] = ..., backends: _Optional[_Iterable[_Union[WeightedBackend, _Mapping]]] = ..., request_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., redirect: _Optional[_Union[Redirect, _Mapping]] = ..., single_label_wildcards: _Optional[bool] = ...) -> None: ...
 
 class PathMatch(_message.Message):
     __slots__ = ("type", "value")
