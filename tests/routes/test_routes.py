@@ -528,6 +528,31 @@ def test_ingress_rules_go_to_the_http_port_with_the_default_class() -> None:
     ]
 
 
+def test_an_ingress_wildcard_takes_one_label_a_gateway_api_wildcard_any() -> None:
+    """The Ingress API: `*.foo.com` matches exactly one label; the Gateway API: any number.
+    The rule says which (`single_label_wildcards`, the agent's `*.` / `**.` layers)."""
+    got = snapshot_of(
+        state(
+            gateway(port=18080),
+            route("r", [prefix_rule("/gw", [to("shop")])], hostnames=("*.foo.com",)),
+            ingress(
+                "web",
+                [
+                    {"host": "*.foo.com", "http": {"paths": [path("/", "Prefix")]}},
+                    {"host": "a.foo.com", "http": {"paths": [path("/", "Prefix")]}},
+                ],
+            ),
+            config=settings(**{"http-port": "18080"}),
+        )
+    )
+    (listener,) = got.http_listeners
+    assert [(r.source, r.hostnames, r.single_label_wildcards) for r in listener.rules] == [
+        ("Ingress default/web rule 1 path 0", ("a.foo.com",), False),
+        ("HTTPRoute default/r rule 0 match 0", ("*.foo.com",), False),
+        ("Ingress default/web rule 0 path 0", ("*.foo.com",), True),
+    ]
+
+
 def test_ingress_of_another_class_is_not_ours_and_bad_paths_are_reported() -> None:
     mine = ingress(
         "mine",
