@@ -119,6 +119,7 @@ class Reconciler:
         self._stopping = asyncio.Event()
         self._done = asyncio.Condition()
         self._first_change: float | None = None
+        self._seen_at: float | None = None  # the same instant, time.monotonic (convergence)
         self._last_change = 0.0
         self._idle_since = -math.inf  # when the last computation finished (loop time)
         self._prompt_at = -math.inf  # when the last change computed at once was (loop time)
@@ -155,6 +156,7 @@ class Reconciler:
         now = self._loop.time()
         if self._first_change is None:
             self._first_change = now
+            self._seen_at = time.monotonic()
         self._last_change = now
         self._changed.set()
 
@@ -220,13 +222,13 @@ class Reconciler:
             await self._wait(self._stopping, remaining)
 
     async def _reconcile(self) -> None:
-        self._first_change = None
+        seen_at, self._seen_at, self._first_change = self._seen_at, None, None
         with self._lock:
             self._pending = 0
         self._changed.clear()
         self.computations += 1
         try:
-            await self._step()
+            await self._step(seen_at)
         finally:
             self._idle_since = self._loop.time()
             async with self._done:
@@ -271,7 +273,8 @@ class Reconciler:
             log.info("leading: continuing the slot ledger")
         return self._assignment, True
 
-    async def _step(self) -> None:
+    async def _step(self, seen_at: float | None) -> None:
+        """`seen_at`: when the first change this step computes was seen (None: none)."""
         try:
             previous, assigning = await self._previous()
         except Exception as error:
@@ -315,7 +318,7 @@ class Reconciler:
             self._assignment = result.assignment
         self.waiting = result.waiting
         self._wake_at(result.recompute_at)
-        self._publish(result, contents)
+        self._publish(result, contents, seen_at)
         self._log_problems(result.rejections, self._source.errors())
         self._settle_heap()
 
@@ -395,12 +398,17 @@ class Reconciler:
         gc.freeze()
         self._frozen = True
 
-    def _publish(self, result: ComputeResult, contents: dict[str, SnapshotContent]) -> None:
+    def _publish(
+        self,
+        result: ComputeResult,
+        contents: dict[str, SnapshotContent],
+        seen_at: float | None,
+    ) -> None:
         outcome = self._store.publish_result(contents, result.pod_workloads)
         for workload in outcome.changed:
             published = self._store.get(workload)
             if published is not None:
-                self._metrics.published(workload, published.version)
+                self._metrics.published(workload, published.version, seen_at)
                 log.info(
                     "published %s v%d hash %s",
                     workload,
