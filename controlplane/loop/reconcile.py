@@ -6,8 +6,9 @@ computed at once, even right after a computation: one route or endpoint change, 
 atomic file write (the folder source notifies once, when the state changed), reaches the
 agents without waiting; so is a change finding the loop idle for ~100 ms. Several changes
 since the last computation started, or a lone one within ~100 ms of the last computation
-made at once (a steady stream of changes), are a burst and are coalesced: the loop waits for ~100 ms of quiet, but never more than ~1 s after the
-first unhandled change, then computes once (in a worker thread: compute is pure but may be heavy). The new slot
+made at once (a steady stream of changes), are a burst and are coalesced: the loop
+waits for ~100 ms of quiet, but never more than ~1 s after the first unhandled change,
+then computes once (in a worker thread: compute is pure but may be heavy). The new slot
 assignment is persisted *before* the snapshots that use it are published, so a control
 plane that restarts or fails over continues exactly the slots agents already run.
 """

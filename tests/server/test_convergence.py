@@ -36,7 +36,7 @@ def test_observed_when_the_last_connected_agent_acks() -> None:
 
 
 def test_a_newer_version_acked_converges_the_older_one_too() -> None:
-    convergence, clock, seen = tracker()
+    convergence, _, seen = tracker()
     convergence.connected("w1", "a")
     convergence.published("w1", 2, seen_at=99.0)
     convergence.published("w1", 3, seen_at=99.5)
@@ -56,7 +56,7 @@ def test_a_disconnected_agent_is_not_waited_for() -> None:
 
 
 def test_nothing_is_observed_without_agents_or_without_a_change() -> None:
-    convergence, clock, seen = tracker()
+    convergence, _, seen = tracker()
     convergence.published("w1", 2, seen_at=99.0)  # no agent connected
     convergence.connected("w1", "a")
     convergence.acked("w1", "a", 2)
