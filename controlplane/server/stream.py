@@ -167,6 +167,10 @@ class StreamHandler:
                     self._metrics.convergence.disconnected(tracked, id(session))
                     tracked = session.workload
                     self._metrics.convergence.connected(tracked, id(session))
+                    if session.state.pending is None:  # told InSync: it runs that version
+                        self._metrics.convergence.acked(
+                            tracked, id(session), session.state.acked_version
+                        )
                 if message is not None:
                     await self._send(context, session, message)
                     # This stream's copy (nonce + shared snapshot bytes) is sent: do not keep
