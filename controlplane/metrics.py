@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from prometheus_client import (
     CollectorRegistry,
@@ -21,6 +21,7 @@ from prometheus_client import (
     Histogram,
 )
 
+from controlplane.convergence import ConvergenceTracker
 from peerplane.runtime.httpserve import MetricsHttpServer
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,14 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.convergence_time = Histogram(
+            "peerplane_convergence_seconds",
+            "From the control plane seeing a change to every connected agent of the "
+            "workload ACKing a version that includes it (Istio: pilot_proxy_convergence_time)",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.convergence = ConvergenceTracker(self.convergence_time.observe)
         self.rejections = Counter(
             "peerplane_rejections",
             "Rejected inputs (each distinct rejection counted when it first appears)",
@@ -180,10 +189,13 @@ class Metrics:
 
     # The methods the server, the stream handler and the reconcile loop call.
 
-    def published(self, workload: str, version: int) -> None:
+    def published(self, workload: str, version: int, seen_at: float | None = None) -> None:
+        """`seen_at`: when the first change this version includes was seen (monotonic)."""
         self.snapshot_version.labels(workload=label(workload)).set(version)
+        self.convergence.published(workload, version, seen_at)
 
     def removed(self, workload: str) -> None:
+        self.convergence.removed(workload)
         with contextlib.suppress(KeyError):
             self.snapshot_version.remove(label(workload))
 
@@ -209,9 +221,13 @@ class Metrics:
         self.retained_bytes.set(size)
         self.delta_cache_bytes.set(delta_cache)
 
-    def acked(self, workload: str, latency_s: float) -> None:
+    def acked(
+        self, workload: str, latency_s: float, agent: Hashable = None, version: int = 0
+    ) -> None:
         self.acks.labels(workload=label(workload)).inc()
         self.push_latency.observe(max(0.0, latency_s))
+        if agent is not None:
+            self.convergence.acked(workload, agent, version)
 
     def nacked(self, workload: str) -> None:
         self.nacks.labels(workload=label(workload)).inc()

@@ -1,11 +1,14 @@
 """The reconcile loop: source changes -> debounced compute -> persist slots -> publish.
 
 Sources call `on_change` from their own threads, often in bursts (a rollout touches
-hundreds of objects). A change that finds the loop idle (no computation in the last ~100
-ms) is computed at once: one route or endpoint change reaches the agents without waiting.
-Changes arriving while a computation runs, or right after one, are coalesced: the loop
-waits for ~100 ms of quiet, but never more than ~1 s after the first unhandled change, then
-computes once (in a worker thread: compute is pure but may be heavy). The new slot
+hundreds of objects). A lone change (the only one since the last computation started) is
+computed at once, even right after a computation: one route or endpoint change, or one
+atomic file write (the folder source notifies once, when the state changed), reaches the
+agents without waiting; so is a change finding the loop idle for ~100 ms. Several changes
+since the last computation started, or a lone one within ~100 ms of the last computation
+made at once (a steady stream of changes), are a burst and are coalesced: the loop
+waits for ~100 ms of quiet, but never more than ~1 s after the first unhandled change,
+then computes once (in a worker thread: compute is pure but may be heavy). The new slot
 assignment is persisted *before* the snapshots that use it are published, so a control
 plane that restarts or fails over continues exactly the slots agents already run.
 """
@@ -117,10 +120,13 @@ class Reconciler:
         self._stopping = asyncio.Event()
         self._done = asyncio.Condition()
         self._first_change: float | None = None
+        self._seen_at: float | None = None  # the same instant, time.monotonic (convergence)
         self._last_change = 0.0
         self._idle_since = -math.inf  # when the last computation finished (loop time)
+        self._prompt_at = -math.inf  # when the last change computed at once was (loop time)
         self._wake: asyncio.TimerHandle | None = None  # `_wake_at`'s timer
         self._scheduled = False  # a _mark call is queued on the loop (coalesces bursts)
+        self._pending = 0  # on_change calls since the last computation started (bursts)
         self._lock = threading.Lock()
         self._assignment: SlotAssignment = {}
         self._logged_rejections: set[RejectedInput] = set()
@@ -136,6 +142,7 @@ class Reconciler:
     def on_change(self) -> None:
         """Called by the source, from any thread: schedule a debounced recompute."""
         with self._lock:
+            self._pending += 1
             if self._scheduled:
                 return
             self._scheduled = True
@@ -150,6 +157,7 @@ class Reconciler:
         now = self._loop.time()
         if self._first_change is None:
             self._first_change = now
+            self._seen_at = time.monotonic()
         self._last_change = now
         self._changed.set()
 
@@ -197,9 +205,15 @@ class Reconciler:
                 waiter.cancel()
 
     async def _debounce(self) -> None:
+        """Return at once for a lone change or one finding the loop idle; otherwise (a
+        burst) once changes paused for `quiet_s`, or `max_delay_s` after the first."""
+        with self._lock:
+            lone = self._pending <= 1
         first = self._first_change if self._first_change is not None else self._last_change
-        if first - self._idle_since >= self._quiet_s:
-            return  # the loop was idle: this change is not part of a burst we are in
+        idle = first - self._idle_since >= self._quiet_s
+        if idle or (lone and first - self._prompt_at >= self._quiet_s):
+            self._prompt_at = first
+            return  # not part of a burst: computed without waiting for quiet
         while not self._stopping.is_set():
             first = self._first_change if self._first_change is not None else self._last_change
             deadline = min(self._last_change + self._quiet_s, first + self._max_delay_s)
@@ -209,11 +223,13 @@ class Reconciler:
             await self._wait(self._stopping, remaining)
 
     async def _reconcile(self) -> None:
-        self._first_change = None
+        seen_at, self._seen_at, self._first_change = self._seen_at, None, None
+        with self._lock:
+            self._pending = 0
         self._changed.clear()
         self.computations += 1
         try:
-            await self._step()
+            await self._step(seen_at)
         finally:
             self._idle_since = self._loop.time()
             async with self._done:
@@ -258,7 +274,8 @@ class Reconciler:
             log.info("leading: continuing the slot ledger")
         return self._assignment, True
 
-    async def _step(self) -> None:
+    async def _step(self, seen_at: float | None) -> None:
+        """`seen_at`: when the first change this step computes was seen (None: none)."""
         try:
             previous, assigning = await self._previous()
         except Exception as error:
@@ -302,7 +319,7 @@ class Reconciler:
             self._assignment = result.assignment
         self.waiting = result.waiting
         self._wake_at(result.recompute_at)
-        self._publish(result, contents)
+        self._publish(result, contents, seen_at)
         self._log_problems(result.rejections, self._source.errors())
         self._settle_heap()
 
@@ -382,12 +399,17 @@ class Reconciler:
         gc.freeze()
         self._frozen = True
 
-    def _publish(self, result: ComputeResult, contents: dict[str, SnapshotContent]) -> None:
+    def _publish(
+        self,
+        result: ComputeResult,
+        contents: dict[str, SnapshotContent],
+        seen_at: float | None,
+    ) -> None:
         outcome = self._store.publish_result(contents, result.pod_workloads)
         for workload in outcome.changed:
             published = self._store.get(workload)
             if published is not None:
-                self._metrics.published(workload, published.version)
+                self._metrics.published(workload, published.version, seen_at)
                 log.info(
                     "published %s v%d hash %s",
                     workload,

@@ -152,6 +152,7 @@ class StreamHandler:
             extra=fields(event="connected", agent=session.pod, peer=session.peer_address),
         )
         self._metrics.connected_agents.inc()
+        tracked = ""  # the workload this agent is counted in for convergence
         wake = asyncio.Event()
         self._wakers.add(wake)
         unsubscribe = self._store.subscribe(wake.set)
@@ -162,6 +163,14 @@ class StreamHandler:
                     message = self._next_message(session)
                 except _TooLarge as too_large:
                     await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, too_large.reason)
+                if session.workload != tracked:  # resolved (or moved): converge it there
+                    self._metrics.convergence.disconnected(tracked, id(session))
+                    tracked = session.workload
+                    self._metrics.convergence.connected(tracked, id(session))
+                    if session.state.pending is None:  # told InSync: it runs that version
+                        self._metrics.convergence.acked(
+                            tracked, id(session), session.state.acked_version
+                        )
                 if message is not None:
                     await self._send(context, session, message)
                     # This stream's copy (nonce + shared snapshot bytes) is sent: do not keep
@@ -176,6 +185,7 @@ class StreamHandler:
             self._wakers.discard(wake)
             self._registry.close(session)
             self._metrics.connected_agents.dec()
+            self._metrics.convergence.disconnected(tracked, id(session))
             reader.cancel()
             log.info(
                 "agent %s disconnected",
@@ -332,7 +342,9 @@ class StreamHandler:
                 version,
                 extra=fields(event="ack", agent=session.pod, workload=workload, version=version),
             )
-            self._metrics.acked(workload, time.monotonic() - outcome.sent.since)
+            self._metrics.acked(
+                workload, time.monotonic() - outcome.sent.since, id(session), version
+            )
         elif isinstance(outcome, protocol.Nacked):
             version = outcome.sent.version
             log.warning(

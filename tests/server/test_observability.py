@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -118,3 +120,98 @@ def test_metrics_and_json_logs_after_an_ack_and_a_nack(tmp_path: Path) -> None:
     assert "parsing failed" in str(nack["reason"])
     (rejection,) = by_event["rejected"]
     assert rejection["key"] == "haproxy.org/load-balance" and rejection["kind"] == "Service"
+
+
+async def two_agents_ack_a_change(address: str, change: Callable[[], None]) -> None:
+    """Two agents ACK the first version, a manifest changes, both ACK the next one."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        agents = [Agent(channel, "haproxy-7x2kq"), Agent(channel, "haproxy-m4r9t")]
+        for agent in agents:
+            await agent.hello()
+            await agent.ack(await agent.recv_snapshot())
+        change()
+        for agent in agents:
+            message = await agent.recv_snapshot()
+            assert message.snapshot.version == 2
+            await agent.ack(message)
+        for agent in agents:
+            await agent.call.done_writing()
+        for agent in agents:
+            await asyncio.wait_for(agent.call.code(), 10)
+
+
+def test_a_change_acked_by_both_agents_is_one_convergence_observation(tmp_path: Path) -> None:
+    """peerplane_convergence_seconds: from the folder source seeing the change to the last
+    of the workload's two connected agents ACKing it, observed once."""
+    manifests = tmp_path / "manifests"
+    shutil.copytree(DEMO, manifests)
+    catalog = manifests / "catalog.yaml"
+
+    def change() -> None:  # an atomic write, as editors and kubectl cp do
+        written = tmp_path / "catalog.yaml.tmp"
+        written.write_text(catalog.read_text().replace("catalog.example.com", "c2.example.com"))
+        os.replace(written, catalog)
+
+    args = ("--source", f"files:{manifests}", "--metrics-port", "0", "--log-format", "json")
+    with ServeProcess(*args) as serve:
+        port = int(serve.wait_for(re.compile(r"metrics on http://127\.0\.0\.1:(\d+)/")).group(1))
+        serve.wait_for(re.compile(r'"event": "published"'))
+        run(two_agents_ack_a_change(serve.address, change))
+        for pod in ("haproxy-7x2kq", "haproxy-m4r9t"):
+            serve.wait_for(re.compile(rf'"event": "disconnected".*{pod}|{pod}.*"event": "disco'))
+        found = samples(scrape(port)[1])
+        assert found[("peerplane_acks_total", (("workload", WORKLOAD),))] == 4
+        assert found[("peerplane_convergence_seconds_count", ())] == 1
+        assert 0 < found[("peerplane_convergence_seconds_sum", ())] < 10
+        assert serve.terminate() == 0
+
+
+async def an_agent_in_sync_is_not_waited_for(
+    address: str, port: int, change: Callable[[], None]
+) -> None:
+    """B ACKs v1 and receives v2; A reconnects already running v2 (told InSync, it ACKs
+    nothing); B's ACK of v2 is then the last one the change waits for."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        agent_b = Agent(channel, "haproxy-m4r9t")
+        await agent_b.hello()
+        await agent_b.ack(await agent_b.recv_snapshot())
+        change()
+        second = await agent_b.recv_snapshot()
+        agent_a = Agent(channel, "haproxy-7x2kq")
+        await agent_a.hello(second.snapshot.content_hash, second.snapshot.version)
+        assert (await agent_a.recv()).WhichOneof("message") == "in_sync"
+        await agent_b.ack(second)
+        # Observed at B's ACK, both streams still open (not when A disconnects).
+        key = ("peerplane_convergence_seconds_count", ())
+        for _ in range(100):
+            found = samples((await asyncio.to_thread(scrape, port))[1])
+            if found.get(key):
+                break
+            await asyncio.sleep(0.03)
+        assert found.get(key) == 1, found.get(key)
+        for agent in (agent_a, agent_b):
+            await agent.call.done_writing()
+        for agent in (agent_a, agent_b):
+            await asyncio.wait_for(agent.call.code(), 10)
+
+
+def test_an_agent_told_in_sync_does_not_hold_convergence(tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    shutil.copytree(DEMO, manifests)
+    catalog = manifests / "catalog.yaml"
+
+    def change() -> None:
+        written = tmp_path / "catalog.yaml.tmp"
+        written.write_text(catalog.read_text().replace("catalog.example.com", "c2.example.com"))
+        os.replace(written, catalog)
+
+    args = ("--source", f"files:{manifests}", "--metrics-port", "0", "--log-format", "json")
+    with ServeProcess(*args) as serve:
+        port = int(serve.wait_for(re.compile(r"metrics on http://127\.0\.0\.1:(\d+)/")).group(1))
+        serve.wait_for(re.compile(r'"event": "published"'))
+        run(an_agent_in_sync_is_not_waited_for(serve.address, port, change))
+        for pod in ("haproxy-7x2kq", "haproxy-m4r9t"):
+            serve.wait_for(re.compile(rf'"event": "disconnected".*{pod}|{pod}.*"event": "disco'))
+        found = samples(scrape(port)[1])
+        assert found[("peerplane_convergence_seconds_count", ())] == 1
+        assert serve.terminate() == 0

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -155,6 +157,27 @@ def test_files_source_notices_changes(tmp_path: Path) -> None:
         (folder / "db.yaml").unlink()
         assert changed.wait(5)
         assert {s.name for s in source.state().services} == {"shop", "catalog"}
+    finally:
+        source.stop()
+
+
+def test_an_atomic_write_is_one_change(tmp_path: Path) -> None:
+    """A file written to a temporary name then renamed over a manifest (editors,
+    `kubectl cp`, the benchmarks) notifies the reconcile loop once, so the loop computes
+    it at once instead of taking it for a burst (docs/design.md, the debounce)."""
+    folder = tmp_path / "m"
+    shutil.copytree(DEMO, folder)
+    calls: list[int] = []
+    source = FilesSource(folder, SETTINGS, poll_interval=0.05, rescan_interval=60.0)
+    source.start(lambda: calls.append(1))
+    try:
+        catalog = folder / "catalog.yaml"
+        written = folder / "catalog.yaml.tmp"
+        written.write_text(catalog.read_text().replace("catalog.example.com", "c2.example.com"))
+        os.replace(written, catalog)
+        wait_until(lambda: len(calls) >= 2)
+        time.sleep(0.3)  # a second notification would come within the 10 ms grouping step
+        assert len(calls) == 2
     finally:
         source.stop()
 

@@ -430,6 +430,12 @@ def test_every_alert_and_panel_queries_live_metrics_and_alerts_fire_on_real_stat
         lambda live: agents(live, "synced") == 2 and agents(live, "pending") == 0,
     )
 
+    # Each change both agents applied was observed once they had both ACKed it: the
+    # convergence panel and PeerplaneSlowConvergence read real observations.
+    converged = resumed.value("peerplane_convergence_seconds_count")
+    assert converged >= 2, converged  # cache.yaml written, then removed
+    assert 0 < resumed.value("peerplane_convergence_seconds_sum") < 120 * converged
+
     # Every query against this scrape: by now every labelled counter the queries group
     # by has samples (a NACK, deltas, a rejection happened; a restart would reset them).
     queries = [(rule["alert"], rule["expr"]) for rule in rules()] + panel_queries()
