@@ -16,7 +16,6 @@ plane that restarts or fails over continues exactly the slots agents already run
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import math
 import threading
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 from controlplane.ledger.store import LedgerWriteError, SlotLedger
 from controlplane.logformat import fields
 from controlplane.loop.assignment import same_assignment, written_part
+from controlplane.loop.heap import Heap
 from controlplane.metrics import Metrics
 from controlplane.model import ClusterState
 from controlplane.publish.encode import Encoder
@@ -44,11 +44,6 @@ log = logging.getLogger(__name__)
 # one-second resolution), at most this far ahead (a clock set forward is noticed in a day).
 WAKE_MARGIN_S = 1.0
 MAX_WAKE_S = 86400.0
-# Objects in the oldest generation (not frozen) past which a step collects and freezes
-# again; a full collection then walks at most about this many (~10 ms).
-REFREEZE_GEN2_OBJECTS = 50_000
-# A step that encoded at least this many backends rebuilt enough of the heap to freeze it.
-FREEZE_MIN_ENCODED = 500
 
 
 class ComputeFn(Protocol):
@@ -132,7 +127,7 @@ class Reconciler:
         self._logged_rejections: set[RejectedInput] = set()
         self._logged_source_errors: set[str] = set()
         self.computations = 0  # computations started, for tests and metrics
-        self._frozen = False  # gc.freeze() ran after a step (see _settle_heap)
+        self._heap = Heap()  # frozen after the steps that built it (heap.py)
         # Workload -> endpoints left out for want of a slot, as last published.
         self.waiting: Mapping[str, int] = {}
         self._finished = 0
@@ -321,7 +316,7 @@ class Reconciler:
         self._wake_at(result.recompute_at)
         self._publish(result, contents, seen_at)
         self._log_problems(result.rejections, self._source.errors())
-        self._settle_heap()
+        self._heap.settle(self._encoder.encoded)
 
     async def _computed(
         self, state: ClusterState | None, previous: SlotAssignment, assigning: bool
@@ -377,27 +372,6 @@ class Reconciler:
                 delay,
                 extra=fields(event="ledger-write-failed", cause=cause, permanent=permanent),
             )
-
-    def _settle_heap(self) -> None:
-        """Take the cluster's objects out of the cyclic collector's reach after a step
-        that built most of them (the first one, a settings change).
-
-        A 2,000-Service cluster is millions of live objects; Python's full collection walks
-        all of them and fired every few changes, stalling a one-endpoint change for ~300 ms
-        instead of ~10 (measured, docs/design.md "The folder source"). `gc.freeze` moves
-        every live object to the permanent generation in O(1); objects are still freed by
-        reference counting when dropped, only cycles among frozen objects would stay.
-        """
-        if self._frozen and self._encoder.encoded < FREEZE_MIN_ENCODED:
-            # Objects made since (a route status round, watch events replacing thousands
-            # of objects) are walked by every full collection: 40-90 ms stalls with 3,000
-            # routes. Once they are many, collect them once and freeze the survivors.
-            if len(gc.get_objects(generation=2)) > REFREEZE_GEN2_OBJECTS:
-                gc.collect()
-                gc.freeze()
-            return
-        gc.freeze()
-        self._frozen = True
 
     def _publish(
         self,

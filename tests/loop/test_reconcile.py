@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from controlplane.loop.reconcile import REFREEZE_GEN2_OBJECTS, Reconciler
+from controlplane.loop.heap import REFREEZE_GEN2_OBJECTS
+from controlplane.loop.reconcile import Reconciler
 from controlplane.publish.store import SnapshotStore
 from controlplane.snapshot import RejectedInput
 from tests.helpers.server_fakes import FakeCompute, FakeSource, RecordingLedger, assignment_for
