@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +38,21 @@ HOST = "shop.example.com"
 _ASKED = re.compile(r"Cannot raise FD limit to (\d+), limit is (\d+)")
 
 
+# Sets the open-files limit, then execs the command: a wrapper process, not `preexec_fn`,
+# which forks the test process with its gRPC threads (gRPC's fork handlers then break the
+# child at random: an `epoll_wait` error instead of HAProxy's output).
+_LIMITED = (
+    "import os, resource, sys; "
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[2]))); "
+    "os.execv(sys.argv[3], sys.argv[3:])"
+)
+
+
+def limited(argv: list[str], soft: int, hard: int) -> list[str]:
+    """`argv` run under the open-files limit (soft, hard), that process only."""
+    return [sys.executable, "-c", _LIMITED, str(soft), str(hard), *argv]
+
+
 def asked(binary: str, cfg: str, tmp: Path, limit: int = 1000) -> tuple[int, int, str]:
     """Start HAProxy as the supervisor does (master-worker) on `cfg` under `limit` open
     files: (the N it asked for, the limit it saw, its output). It exits at once."""
@@ -47,11 +61,8 @@ def asked(binary: str, cfg: str, tmp: Path, limit: int = 1000) -> tuple[int, int
     argv = [binary, "-W", "-S", str(tmp / "master.sock"), "-f", str(path)]
     argv += ["-p", str(tmp / "haproxy.pid")]
 
-    def low() -> None:  # in the child only
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
-
     done = subprocess.run(
-        argv, preexec_fn=low, capture_output=True, text=True, timeout=60, check=False
+        limited(argv, limit, limit), capture_output=True, text=True, timeout=60, check=False
     )
     out = done.stdout + done.stderr
     found = _ASKED.search(out)
@@ -267,14 +278,14 @@ def test_no_limit_or_a_fitting_one_refuses_nothing() -> None:
 def test_the_agent_raises_its_soft_limit_to_the_hard_one(tmp_path: Path) -> None:
     """In a child started with soft 256 / hard 4096 (the test process keeps its own)."""
 
-    def low() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 4096))
-
     code = (
         "import resource; from nodeagent.haproxy import openfiles; "
         "print(openfiles.raise_soft_limit(), resource.getrlimit(resource.RLIMIT_NOFILE))"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], preexec_fn=low, capture_output=True, text=True, check=True
+        limited([sys.executable, "-c", code], 256, 4096),
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert done.stdout.split("\n")[0] == "4096 (4096, 4096)", done.stderr
