@@ -4,10 +4,6 @@
 Every setting is one `Setting` row of `SETTINGS`: key, parser, default, scope and a
 one-line doc. The resolver reads the rows, `lookup` refuses a key that is not a row, and
 a test checks docs/annotations.md and deploy/base/settings.yaml against the table.
-
-A key is read as `haproxy.org/<name>` or bare `<name>`; when both are present the prefixed
-one wins and the bare one is ignored. A value that fails its parser is rejected: the next
-level's value is used and a `RejectedInput` says what and why.
 """
 
 from __future__ import annotations
