@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.server_harness import Agent, run
 from tests.helpers.server_process import ROOT, ServeProcess
+from tests.helpers.waiting import wait_until_async
 
 DEMO = ROOT / "deploy" / "examples" / "demo"
 WORKLOAD = "haproxy-system/DaemonSet/haproxy"
@@ -140,17 +141,25 @@ async def two_agents_ack_a_change(address: str, change: Callable[[], None]) -> N
             await asyncio.wait_for(agent.call.code(), 10)
 
 
+def catalog_renamed(manifests: Path, scratch: Path) -> Callable[[], None]:
+    """A change to the demo's catalog host, written atomically (a temporary file, then a
+    rename), as editors and kubectl cp do."""
+    catalog = manifests / "catalog.yaml"
+
+    def change() -> None:
+        written = scratch / "catalog.yaml.tmp"
+        written.write_text(catalog.read_text().replace("catalog.example.com", "c2.example.com"))
+        os.replace(written, catalog)
+
+    return change
+
+
 def test_a_change_acked_by_both_agents_is_one_convergence_observation(tmp_path: Path) -> None:
     """peerplane_convergence_seconds: from the folder source seeing the change to the last
     of the workload's two connected agents ACKing it, observed once."""
     manifests = tmp_path / "manifests"
     shutil.copytree(DEMO, manifests)
-    catalog = manifests / "catalog.yaml"
-
-    def change() -> None:  # an atomic write, as editors and kubectl cp do
-        written = tmp_path / "catalog.yaml.tmp"
-        written.write_text(catalog.read_text().replace("catalog.example.com", "c2.example.com"))
-        os.replace(written, catalog)
+    change = catalog_renamed(manifests, tmp_path)
 
     args = ("--source", f"files:{manifests}", "--metrics-port", "0", "--log-format", "json")
     with ServeProcess(*args) as serve:
@@ -183,12 +192,12 @@ async def an_agent_in_sync_is_not_waited_for(
         await agent_b.ack(second)
         # Observed at B's ACK, both streams still open (not when A disconnects).
         key = ("peerplane_convergence_seconds_count", ())
-        for _ in range(100):
-            found = samples((await asyncio.to_thread(scrape, port))[1])
-            if found.get(key):
-                break
-            await asyncio.sleep(0.03)
-        assert found.get(key) == 1, found.get(key)
+
+        async def count() -> float | None:
+            return samples((await asyncio.to_thread(scrape, port))[1]).get(key)
+
+        await wait_until_async(count, 3, "a convergence observation at B's ACK")
+        assert await count() == 1
         for agent in (agent_a, agent_b):
             await agent.call.done_writing()
         for agent in (agent_a, agent_b):
@@ -198,12 +207,7 @@ async def an_agent_in_sync_is_not_waited_for(
 def test_an_agent_told_in_sync_does_not_hold_convergence(tmp_path: Path) -> None:
     manifests = tmp_path / "manifests"
     shutil.copytree(DEMO, manifests)
-    catalog = manifests / "catalog.yaml"
-
-    def change() -> None:
-        written = tmp_path / "catalog.yaml.tmp"
-        written.write_text(catalog.read_text().replace("catalog.example.com", "c2.example.com"))
-        os.replace(written, catalog)
+    change = catalog_renamed(manifests, tmp_path)
 
     args = ("--source", f"files:{manifests}", "--metrics-port", "0", "--log-format", "json")
     with ServeProcess(*args) as serve:
