@@ -19,7 +19,11 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cluster import ROOT, RealCluster, daemon_node
+from tests.helpers.cluster_demo import EXAMPLES, documents
+from tests.helpers.cluster_serve import serve_args
 from tests.helpers.levels import mark_folder
+from tests.helpers.replicas import health
+from tests.helpers.server_process import ServeProcess
 from tests.helpers.waiting import wait_until
 
 FOLDER = Path(__file__).resolve().parent
@@ -90,3 +94,27 @@ def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluste
         yield started
     finally:
         started.down()
+
+
+@pytest.fixture
+def classes(installed: RealCluster) -> RealCluster:
+    """The demo's settings (its HTTP and HTTPS ports), GatewayClass and IngressClass, as
+    the operator installs them (idempotent: test_serve applies the same)."""
+    wanted = {"ConfigMap", "GatewayClass", "IngressClass"}
+    objects = [
+        d
+        for f in ("settings.yaml", "routes.yaml")
+        for d in documents(EXAMPLES / "demo" / f)
+        if d["kind"] in wanted
+    ]
+    for obj in objects:
+        obj["metadata"].pop("creationTimestamp", None)
+    installed.apply(objects)
+    return installed
+
+
+@pytest.fixture
+def serving(classes: RealCluster, controlplane_kubeconfig: Path) -> Iterator[ServeProcess]:
+    with ServeProcess(*serve_args(controlplane_kubeconfig)) as serve:
+        wait_until(lambda: health(serve.address) == "SERVING", 60, message=lambda: serve.lines)
+        yield serve

@@ -24,9 +24,7 @@ import pytest
 from kubernetes import client
 
 from tests.helpers.cluster import KubectlError, RealCluster
-from tests.helpers.cluster_demo import EXAMPLES, documents
-from tests.helpers.cluster_serve import exposed_service, serve_args
-from tests.helpers.replicas import health
+from tests.helpers.cluster_serve import exposed_service
 from tests.helpers.server_process import ServeProcess, grpcurl
 from tests.helpers.tls_certs import make_ca, tls_secret
 from tests.helpers.waiting import wait_until
@@ -129,30 +127,6 @@ def events_of(cluster: RealCluster, ns: str, kind: str, name: str) -> list[str]:
     core = client.CoreV1Api(cluster.api_client())
     found = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}")
     return [e.message for e in found.items if e.involved_object.kind == kind]
-
-
-@pytest.fixture
-def classes(installed: RealCluster) -> RealCluster:
-    """The demo's settings (its HTTP and HTTPS ports), GatewayClass and IngressClass, as
-    the operator installs them (idempotent: test_serve applies the same)."""
-    wanted = {"ConfigMap", "GatewayClass", "IngressClass"}
-    objects = [
-        d
-        for f in ("settings.yaml", "routes.yaml")
-        for d in documents(EXAMPLES / "demo" / f)
-        if d["kind"] in wanted
-    ]
-    for obj in objects:
-        obj["metadata"].pop("creationTimestamp", None)
-    installed.apply(objects)
-    return installed
-
-
-@pytest.fixture
-def serving(classes: RealCluster, controlplane_kubeconfig: Path) -> Iterator[ServeProcess]:
-    with ServeProcess(*serve_args(controlplane_kubeconfig)) as serve:
-        wait_until(lambda: health(serve.address) == "SERVING", 60, message=lambda: serve.lines)
-        yield serve
 
 
 def test_a_younger_tenant_can_take_neither_the_certificate_nor_the_routes_of_an_older_one(
