@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -274,6 +275,21 @@ class RealCluster:
             }
         }
         core.patch_namespaced_pod_status(name, namespace, body)
+
+
+def cert_manager_crds() -> list[Path]:
+    """cert-manager's CRD files (deploy/crds) at the release tests/cluster/certmanager pins,
+    fetched through the Go module proxy and checked against its go.sum."""
+    go = shutil.which("go") or "/usr/local/go/bin/go"  # where the machine installs it
+    reply = subprocess.run(
+        [go, "mod", "download", "-json", "github.com/cert-manager/cert-manager"],
+        cwd=ROOT / "tests" / "cluster" / "certmanager",
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return sorted((Path(json.loads(reply.stdout)["Dir"]) / "deploy" / "crds").glob("*.yaml"))
 
 
 def daemon_node(pod: Any) -> str | None:
