@@ -28,7 +28,7 @@ def duration_ms(text: str) -> int | None:
     return sum(int(n) * _UNIT_MS[unit] for n, unit in _COMPONENT.findall(text))
 
 
-def _limit(text: str | None, field: str) -> int | None | Refused:
+def _limit(text: str | None, field: str) -> int | Refused | None:
     if text is None:
         return None
     ms = duration_ms(text)

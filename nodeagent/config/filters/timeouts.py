@@ -14,7 +14,9 @@ from peerplane.v1 import peerplane_pb2 as pb
 
 VARIABLE = "txn.tmo"
 # What every HTTP backend section says to apply the variable (ms, an integer).
-BACKEND_LINE = f"  http-request set-timeout server var({VARIABLE}) if {{ var({VARIABLE}) -m found }}"
+BACKEND_LINE = (
+    f"  http-request set-timeout server var({VARIABLE}) if {{ var({VARIABLE}) -m found }}"
+)
 
 
 def _acts(r: pb.RouteRule) -> bool:
