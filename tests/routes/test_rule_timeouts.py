@@ -137,3 +137,30 @@ def test_a_request_mirror_drops_its_rule_with_the_reason() -> None:
 def test_a_route_whose_only_rule_is_refused_is_not_accepted(extra: dict[str, Any]) -> None:
     objects = state(gateway(), route("r", [prefix_rule("/", [to("shop")], **extra)]))
     assert parent(route_statuses(objects))["Accepted"] == ("False", "UnsupportedValue")
+
+
+def test_a_route_with_a_dropped_rule_says_which_in_partially_invalid() -> None:
+    """GEP-1364: Accepted stays True, and PartiallyInvalid (UnsupportedValue) names each
+    dropped rule, its message starting "Dropped Rule"; gone once every rule is served."""
+    rules = [
+        prefix_rule("/ok", [to("shop")]),
+        prefix_rule("/m", [to("shop")], filters=[{"type": "RequestMirror", "requestMirror": {}}]),
+        prefix_rule("/t", [to("shop")], timeouts={"request": "1s", "backendRequest": "2s"}),
+    ]
+    (entry,) = [
+        body["parents"][0]
+        for key, body in route_statuses(state(gateway(), route("r", rules))).items()
+        if key.kind == "HTTPRoute"
+    ]
+    by_type = {c["type"]: c for c in entry["conditions"]}
+    assert (by_type["Accepted"]["status"], by_type["Accepted"]["reason"]) == ("True", "Accepted")
+    partial = by_type["PartiallyInvalid"]
+    assert (partial["status"], partial["reason"]) == ("True", "UnsupportedValue")
+    assert partial["message"] == (
+        "Dropped Rule 1 (spec.rules[1].filters[0]: RequestMirror not served: HAProxy mirrors"
+        " requests only through an external SPOE agent (spoa-mirror), which peerplane does"
+        " not run; rule not served); 2 (spec.rules[2].timeouts: backendRequest 2s exceeds"
+        " request 1s; rule not served)"
+    )
+    served = state(gateway(), route("r", rules[:1]))
+    assert "PartiallyInvalid" not in parent(route_statuses(served))
