@@ -143,11 +143,31 @@ class HTTPBackendRef:
 
 
 @dataclass(frozen=True, slots=True)
+class HTTPRouteTimeouts:
+    """A rule's `timeouts`, each a Gateway API duration as written (None: absent); compute
+    parses them (controlplane/routes/filters/timeouts.py)."""
+
+    request: str | None = None
+    backend_request: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HTTPRouteRetry:
+    """A rule's `retry` (experimental channel), as written (None: absent)."""
+
+    codes: tuple[int, ...] = ()
+    attempts: int | None = None
+    backoff: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class HTTPRouteRule:
     matches: tuple[HTTPRouteMatch, ...] = (HTTPRouteMatch(),)
     filters: tuple[HTTPRouteFilter, ...] = ()
     backend_refs: tuple[HTTPBackendRef, ...] = ()
     name: str = ""
+    timeouts: HTTPRouteTimeouts | None = None
+    retry: HTTPRouteRetry | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -196,7 +196,28 @@ class Redirect:
     replace_full_path: str = ""
 
 
-RouteFilter = HeaderChanges | Redirect
+@dataclass(frozen=True, slots=True)
+class RouteTimeouts:
+    """A rule's `timeouts` (no filter: a rule field, carried with the filters): each in
+    milliseconds, 0 for "0s" (disabled), None when absent; backend_request_ms <= request_ms
+    when both limit."""
+
+    answers: ClassVar[str] = ""
+
+    request_ms: int | None = None
+    backend_request_ms: int | None = None
+
+    @property
+    def server_ms(self) -> int | None:
+        """How long the backend may stay silent: the smaller limit set, 0 (no limit) when
+        every one set is "0s", None when none is set."""
+        limits = [t for t in (self.request_ms, self.backend_request_ms) if t is not None]
+        if not limits:
+            return None
+        return min((t for t in limits if t), default=0)
+
+
+RouteFilter = HeaderChanges | Redirect | RouteTimeouts
 """A route rule's filter as the agent applies it: one type per Gateway API filter type
 served, each translated by its module of `controlplane/routes/filters/` (docs/design.md,
 "Adding a route filter")."""

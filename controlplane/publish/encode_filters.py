@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from controlplane.snapshot import HeaderChanges, Redirect, RouteFilter
+from controlplane.snapshot import HeaderChanges, Redirect, RouteFilter, RouteTimeouts
 from peerplane.v1 import peerplane_pb2 as pb
 
 
@@ -26,9 +26,18 @@ def _redirect(redirect: Redirect, message: pb.RouteRule) -> None:
     message.redirect.replace_full_path = redirect.replace_full_path
 
 
+def _timeouts(timeouts: RouteTimeouts, message: pb.RouteRule) -> None:
+    """The one limit the agent enforces (`RouteTimeouts.server_ms`); nothing when the rule
+    sets none."""
+    server_ms = timeouts.server_ms
+    if server_ms is not None:
+        message.timeouts.server_timeout_ms = server_ms
+
+
 FILTER_ENCODERS: Mapping[type, Callable[[Any, pb.RouteRule], None]] = {
     HeaderChanges: _header_changes,
     Redirect: _redirect,
+    RouteTimeouts: _timeouts,
 }
 """The snapshot's filter type -> what writes it into the rule's message."""
 

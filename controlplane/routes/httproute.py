@@ -10,7 +10,7 @@ with TLSRoutes and TCPRoutes (`l4`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from controlplane.model import (
@@ -51,6 +51,8 @@ class ParentOutcome:
     accepted: Verdict
     resolved: Verdict
     listeners: tuple[str, ...] = ()  # names of the listeners it attached to
+    # Some rules dropped, the others served (`dropped_rules`); None: none dropped.
+    partially_invalid: Verdict | None = None
 
 
 @dataclass(slots=True)
@@ -239,10 +241,13 @@ def route_outcome(
     elif not rules:
         refused = Verdict(False, names.UNSUPPORTED_VALUE, "no rule of the route can be served")
     age = route.creation_timestamp or "~"
+    partial = dropped_rules(route, rules, rejections) if rules else None
     for parent in ours:
         attached = attach_parent(
             route, parent, hostnames, placement, (refused, resolved), origin, outcome
         )
+        if partial is not None and outcome.parents[-1].accepted.ok:
+            outcome.parents[-1] = replace(outcome.parents[-1], partially_invalid=partial)
         place = parent[3]
         if not attached:
             continue
@@ -252,6 +257,31 @@ def route_outcome(
             for lp, common in attached:
                 mine.extend(_candidates(route, rule, lp, common, age))
     return outcome
+
+
+MAX_DROPPED_MESSAGE = 1024  # characters of the PartiallyInvalid message (a Kubernetes
+# condition message holds 32,768)
+
+
+def dropped_rules(
+    route: HTTPRoute, rules: list[CheckedRule], rejections: list[RejectedInput]
+) -> Verdict | None:
+    """The PartiallyInvalid condition of a route some of whose rules are dropped (a filter,
+    timeouts, retry or weight refused, or every match): "Dropped Rule" and each dropped
+    rule's index with its first reason; None when every rule is served."""
+    served = {rule.index for rule in rules}
+    dropped = [index for index in range(len(route.rules)) if index not in served]
+    if not dropped:
+        return None
+    parts = []
+    for index in dropped:
+        where = f"spec.rules[{index}]"
+        why = next((r for r in rejections if r.key.startswith(where)), None)
+        parts.append(f"{index} ({why.key}: {why.reason})" if why is not None else str(index))
+    message = f"Dropped Rule {'; '.join(parts)}"
+    if len(message) > MAX_DROPPED_MESSAGE:
+        message = message[: MAX_DROPPED_MESSAGE - 3] + "..."
+    return Verdict(True, names.UNSUPPORTED_VALUE, message)
 
 
 def _candidates(

@@ -23,7 +23,7 @@ from controlplane.model import (
 )
 from controlplane.routes import names
 from controlplane.routes.backends import ServiceKey, resolve_backend
-from controlplane.routes.filters import rule_filters
+from controlplane.routes.filters import rule_filters, rule_parts
 from controlplane.routes.placement import Verdict
 from controlplane.routes.precedence import Origin
 from controlplane.snapshot import RejectedInput, RouteFilter, RoutePath, WeightedBackend
@@ -181,8 +181,10 @@ def _rule(
             )
             return None
     filters = rule_filters(rule.filters, where, origin, rejections)
-    if filters is None:
+    parts = rule_parts(rule, where, origin, rejections) if filters is not None else None
+    if filters is None or parts is None:
         return None
+    filters += parts
     matches = []
     for number, match in enumerate(rule.matches):
         checked = _match(match, f"{where}.matches[{number}]", origin, rejections)

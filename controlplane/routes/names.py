@@ -18,6 +18,8 @@ ACCEPTED = "Accepted"
 PROGRAMMED = "Programmed"
 RESOLVED_REFS = "ResolvedRefs"
 CONFLICTED = "Conflicted"
+# A route of which some rules are dropped (GEP-1364: its message starts "Dropped Rule").
+PARTIALLY_INVALID = "PartiallyInvalid"
 NOT_ALLOWED_BY_LISTENERS = "NotAllowedByListeners"
 NO_MATCHING_PARENT = "NoMatchingParent"
 NO_MATCHING_LISTENER_HOSTNAME = "NoMatchingListenerHostname"

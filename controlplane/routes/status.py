@@ -5,8 +5,8 @@ our GatewayClasses (Accepted), our Gateways (Accepted, Programmed, each listener
 conditions and attachedRoutes, the addresses the serving workload publishes, see
 `routes.addresses`), each HTTPRoute, TLSRoute and TCPRoute naming one
 of our Gateways (one `parents[]` entry per such parentRef, with Accepted and
-ResolvedRefs) and each Ingress of our classes (`loadBalancer.ingress`: its workload's
-addresses). Conditions carry
+ResolvedRefs, and PartiallyInvalid when some of its rules are dropped) and each Ingress of
+our classes (`loadBalancer.ingress`: its workload's addresses). Conditions carry
 no lastTransitionTime: the writer keeps the old time when status and reason are
 unchanged, else sets now. An HTTPRoute's entries for other controllers' parents are not
 ours: the writer keeps them.
@@ -169,14 +169,19 @@ def _route_parents(parents: Sequence[ParentOutcome], generation: int) -> dict[st
     of our Gateways."""
     written = []
     for parent in parents:
+        conditions = [
+            condition(names.ACCEPTED, parent.accepted, generation),
+            condition(names.RESOLVED_REFS, parent.resolved, generation),
+        ]
+        if parent.partially_invalid is not None:
+            conditions.append(
+                condition(names.PARTIALLY_INVALID, parent.partially_invalid, generation)
+            )
         written.append(
             {
                 "parentRef": _parent_ref(parent.ref),
                 "controllerName": names.GATEWAY_CONTROLLER,
-                "conditions": [
-                    condition(names.ACCEPTED, parent.accepted, generation),
-                    condition(names.RESOLVED_REFS, parent.resolved, generation),
-                ],
+                "conditions": conditions,
             }
         )
     return {"parents": written}

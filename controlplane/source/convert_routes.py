@@ -24,7 +24,9 @@ from controlplane.model import (
     HTTPRoute,
     HTTPRouteFilter,
     HTTPRouteMatch,
+    HTTPRouteRetry,
     HTTPRouteRule,
+    HTTPRouteTimeouts,
     L4Rule,
     NameValueMatch,
     ParentRef,
@@ -40,6 +42,7 @@ from controlplane.source.convert import (
     _generation,
     _int,
     _items,
+    _list,
     _map,
     _metadata,
     _namespace,
@@ -49,6 +52,7 @@ from controlplane.source.convert import (
     _spec,
     _str,
     _strings,
+    _text,
     _timestamp,
     shown,
 )
@@ -152,6 +156,34 @@ def _backend_ref(item: Mapping[str, Any], where: str) -> HTTPBackendRef:
     )
 
 
+def _duration(value: Any, what: str) -> str | None:
+    """A duration's text as written (an unquoted `5` is "5": compute refuses the rule for
+    it, not the object); None when absent."""
+    return None if value is None else _text(value, what)
+
+
+def _timeouts(value: Any, what: str) -> HTTPRouteTimeouts | None:
+    if value is None:
+        return None
+    timeouts = _map(value, what)
+    return HTTPRouteTimeouts(
+        request=_duration(timeouts.get("request"), f"{what}.request"),
+        backend_request=_duration(timeouts.get("backendRequest"), f"{what}.backendRequest"),
+    )
+
+
+def _retry(value: Any, what: str) -> HTTPRouteRetry | None:
+    if value is None:
+        return None
+    retry = _map(value, what)
+    codes = _list(retry.get("codes"), f"{what}.codes")
+    return HTTPRouteRetry(
+        codes=tuple(_int(code, f"{what}.codes[{index}]") for index, code in enumerate(codes)),
+        attempts=_number(retry.get("attempts"), f"{what}.attempts"),
+        backoff=_duration(retry.get("backoff"), f"{what}.backoff"),
+    )
+
+
 def _rule(item: Mapping[str, Any], where: str) -> HTTPRouteRule:
     matches = _items(item.get("matches"), f"{where}.matches", _match)
     return HTTPRouteRule(
@@ -159,6 +191,8 @@ def _rule(item: Mapping[str, Any], where: str) -> HTTPRouteRule:
         filters=_items(item.get("filters"), f"{where}.filters", _filter),
         backend_refs=_items(item.get("backendRefs"), f"{where}.backendRefs", _backend_ref),
         name=_str(item.get("name"), f"{where}.name"),
+        timeouts=_timeouts(item.get("timeouts"), f"{where}.timeouts"),
+        retry=_retry(item.get("retry"), f"{where}.retry"),
     )
 
 

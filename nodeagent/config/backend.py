@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from nodeagent.config.checked import check, endpoint
 from nodeagent.config.errors import RenderError
+from nodeagent.config.filters import timeouts
 from nodeagent.haproxy import version
 from peerplane import balance as words
 from peerplane import healthcheck, limits, names
@@ -96,6 +97,8 @@ def render_backend(
     lines = [f"backend {name}"]
     if backend.mode == "tcp":
         lines.append("  mode tcp")
+    else:  # a route rule's timeouts, set by its frontend (config/filters/timeouts.py)
+        lines.append(timeouts.BACKEND_LINE)
     lines.append(f"  balance {_balance(backend)}")
     if backend.hash_type:
         lines.append(f"  hash-type {_hash_type(backend.hash_type, name)}")

@@ -45,3 +45,7 @@ MAX_EXPIRE_MS = (1 << 31) - 1  # HAProxy keeps expiry in a signed 32-bit ms coun
 # one, and the control plane refuses a Secret whose PEM, written again from what it parsed
 # (base64 in 64-character lines, larger than a Secret's single-line base64), would be larger.
 MAX_CERTIFICATE_PEM = 1 << 20  # a chain of a few certificates and a key is a few KB
+
+# A route rule's server timeout (`RouteRule.timeouts`): HAProxy keeps timeouts in a signed
+# 32-bit ms counter (`set-timeout` refuses more). Compute refuses a longer duration.
+MAX_TIMEOUT_MS = (1 << 31) - 1

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.config.filters import filter_lines, map_entry_ok
+from nodeagent.config.errors import RenderError
+from nodeagent.config.filters import check_filters, filter_lines, map_entry_ok
 from nodeagent.config.filters.base import RuleOutcome
+from peerplane import limits
 from peerplane.v1 import peerplane_pb2 as pb
 
 pytestmark = pytest.mark.unit  # pure
@@ -37,6 +39,7 @@ def test_a_match_a_filter_or_a_share_that_is_not_one_backend_is_config() -> None
         pb.RouteRule(query_params=[pb.NameValue(name="q", value="1")]),
         pb.RouteRule(request_headers=pb.HeaderModifier(remove=["x-r"])),
         pb.RouteRule(redirect=pb.Redirect()),
+        pb.RouteRule(timeouts=pb.Timeouts()),  # "0s" acts too: it lifts the backend's limit
     ]
     for change in changed:
         rule = plain()
@@ -61,3 +64,25 @@ def test_header_lines_come_first_and_a_redirect_answers() -> None:
     ]
     rule.ClearField("redirect")
     assert filter_lines(rule, RuleOutcome(8080, "http", WON))[1] is False
+
+
+def test_a_rules_timeout_sets_the_variable_its_backend_applies() -> None:
+    """0 ("0s") is HAProxy's longest timeout; the backend section's line applies the
+    variable (tests/agent/test_timeouts_haproxy.py on a real HAProxy)."""
+    for ms, written in ((1500, 1500), (0, limits.MAX_TIMEOUT_MS)):
+        rule = plain()
+        rule.timeouts.server_timeout_ms = ms
+        lines, answered = filter_lines(rule, RuleOutcome(8080, "http", WON))
+        assert (lines, answered) == (
+            [f"  http-request set-var(txn.tmo) int({written}) if {WON}"],
+            False,
+        )
+
+
+def test_a_timeout_haproxy_cannot_hold_is_refused() -> None:
+    rule = plain()
+    rule.timeouts.server_timeout_ms = limits.MAX_TIMEOUT_MS
+    check_filters(rule, "r")
+    rule.timeouts.server_timeout_ms = limits.MAX_TIMEOUT_MS + 1
+    with pytest.raises(RenderError, match="invalid server timeout: 2147483648"):
+        check_filters(rule, "r")

@@ -1,6 +1,7 @@
 """A route filter has one home on each side: the checklist "Adding a route filter" in
 docs/design.md names one existing file per step, and every filter is in every table it
-names (translator, snapshot type, encoder, renderer, golden feature, reference)."""
+names (translator, snapshot type, encoder, renderer, golden feature, reference). The rule
+fields carried as filters (`RULE_FIELDS`: timeouts, retry) are held to the same tables."""
 
 from __future__ import annotations
 
@@ -13,10 +14,16 @@ import yaml
 
 from controlplane.model import HeaderModifier, HTTPRouteFilter, RequestRedirect
 from controlplane.publish.encode_filters import FILTER_ENCODERS
-from controlplane.routes.filters import FILTERS, rule_filters
+from controlplane.routes.filters import FILTERS, RULE_FIELDS, UNSERVED, rule_filters
 from controlplane.routes.filters.base import Refused
 from controlplane.routes.precedence import Origin
-from controlplane.snapshot import HeaderChanges, Redirect, RejectedInput, RouteFilter
+from controlplane.snapshot import (
+    HeaderChanges,
+    Redirect,
+    RejectedInput,
+    RouteFilter,
+    RouteTimeouts,
+)
 from nodeagent.config.filters import RENDERERS
 from peerplane.v1 import peerplane_pb2 as pb
 
@@ -33,6 +40,8 @@ NOT_FILTERS = {
     "backends",
     "single_label_wildcards",
 }
+# A part whose empty value encodes nothing: one that does.
+SAMPLES: dict[type, Any] = {RouteTimeouts: RouteTimeouts(request_ms=500)}
 ORIGIN = Origin("HTTPRoute", "default", "r", "spec.rules[0]")
 
 
@@ -47,8 +56,12 @@ def source_file(item: Any) -> Path:
     return ROOT / (item.__module__.replace(".", "/") + ".py")
 
 
+def translators() -> list[Any]:
+    return [*FILTERS.values(), *RULE_FIELDS.values()]
+
+
 def translator_modules() -> list[Path]:
-    return [source_file(translate) for translate in FILTERS.values()]
+    return [source_file(translate) for translate in translators()]
 
 
 def renderer_modules() -> list[Path]:
@@ -56,13 +69,15 @@ def renderer_modules() -> list[Path]:
 
 
 def golden_filter_types() -> set[str]:
-    """Every filter type an HTTPRoute of a golden feature's input uses."""
+    """Every filter type, and every `RULE_FIELDS` field, an HTTPRoute rule of a golden
+    feature's input uses."""
     found: set[str] = set()
     for path in GOLDEN.glob("*/input.yaml"):
         for document in yaml.safe_load_all(path.read_text()):
             if document and document.get("kind") == "HTTPRoute":
                 for rule in document["spec"].get("rules", []):
                     found.update(f["type"] for f in rule.get("filters", []))
+                    found.update(name for name in RULE_FIELDS if name in rule)
     return found
 
 
@@ -88,13 +103,25 @@ def test_the_checklist_names_one_existing_file_per_step() -> None:
 
 def test_every_filter_type_has_a_translator_module_a_golden_feature_and_a_reference() -> None:
     assert all(path.parent == ROOT / "controlplane/routes/filters" for path in translator_modules())
-    assert len(set(translator_modules())) == len(FILTERS)
+    assert len(set(translator_modules())) == len(FILTERS) + len(RULE_FIELDS)
     assert set(FILTERS) <= golden_filter_types()
     reference = (ROOT / "docs" / "annotations.md").read_text()
     row = next(line for line in reference.splitlines() if line.startswith("| Filters |"))
-    served = row.split("|")[2]
+    served, unserved = row.split("|")[2:4]
     for kind in FILTERS:
         assert f"`{kind}`" in served, kind
+    for kind in UNSERVED:
+        assert f"`{kind}`" in unserved, kind
+
+
+def test_every_rule_field_has_a_golden_feature_and_a_row_of_the_reference() -> None:
+    """A served rule field (one whose translator gives a part) is in a golden feature; each
+    has its row ("| Rule `timeouts` |") saying what is served and what is not."""
+    served = {n for n, t in RULE_FIELDS.items() if _returned(t)}
+    assert served <= golden_filter_types()
+    reference = (ROOT / "docs" / "annotations.md").read_text()
+    for name in RULE_FIELDS:
+        assert f"| Rule `{name}` |" in reference, name
 
 
 def _returned(translate: Any) -> set[type]:
@@ -104,7 +131,7 @@ def _returned(translate: Any) -> set[type]:
 
 def test_every_snapshot_filter_has_a_translator_and_an_encoder() -> None:
     kinds = set(typing.get_args(RouteFilter))
-    assert set().union(*(_returned(t) for t in FILTERS.values())) == kinds
+    assert set().union(*(_returned(t) for t in translators())) == kinds
     assert set(FILTER_ENCODERS) == kinds
 
 
@@ -115,7 +142,7 @@ def test_every_filter_field_of_the_contract_has_one_renderer() -> None:
     assert set(pb.RouteRule.DESCRIPTOR.fields_by_name) - NOT_FILTERS == fields
     for kind, encode in FILTER_ENCODERS.items():
         message = pb.RouteRule()
-        encode(kind(), message)
+        encode(SAMPLES.get(kind, kind()), message)
         assert [f.name for f, _ in message.ListFields()] in ([r.field] for r in RENDERERS), kind
 
 

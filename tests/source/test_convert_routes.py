@@ -15,7 +15,9 @@ from controlplane.model import (
     HTTPBackendRef,
     HTTPRouteFilter,
     HTTPRouteMatch,
+    HTTPRouteRetry,
     HTTPRouteRule,
+    HTTPRouteTimeouts,
     IngressBackend,
     NameValueMatch,
     ParentRef,
@@ -244,6 +246,17 @@ def test_a_rule_value_out_of_range_is_kept_for_compute_to_refuse_that_rule(
         assert redirect is not None and redirect.port == value
 
 
+def test_rule_timeouts_and_retry_are_kept_as_written() -> None:
+    """Durations stay text (an unquoted number too): compute parses them and refuses a bad
+    one for its rule alone."""
+    document = changed(ROUTE, "spec.rules.0.timeouts", {"request": "10s", "backendRequest": 5})
+    document = changed(document, "spec.rules.1.retry", {"codes": [500, 503], "attempts": 3})
+    first, second = http_route_from(document).rules
+    assert first.timeouts == HTTPRouteTimeouts(request="10s", backend_request="5")
+    assert first.retry is None and second.timeouts is None
+    assert second.retry == HTTPRouteRetry(codes=(500, 503), attempts=3, backoff=None)
+
+
 def test_http_route_without_rules_has_one_catch_all_rule() -> None:
     route = http_route_from({"metadata": {"name": "r"}, "spec": {"parentRefs": [{"name": "g"}]}})
     assert route.namespace == "default" and route.rules == (HTTPRouteRule(),)
@@ -426,6 +439,8 @@ BAD = [
         "spec.from[0].namespace is missing",
     ),
     (reference_grant_from, GRANT, "spec.to.0", [], "spec.to[0] is not a map"),
+    (http_route_from, ROUTE, "spec.rules.0.timeouts", "1s", "spec.rules[0].timeouts is not a map"),
+    (http_route_from, ROUTE, "spec.rules.0.retry", {"codes": ["5xx"]}, "codes[0] is not an int"),
 ]
 
 

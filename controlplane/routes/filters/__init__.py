@@ -3,16 +3,17 @@
 One module per Gateway API filter type served, joined in `FILTERS`; a filter of any other
 type, or one its translator refuses, drops the whole rule (reported) rather than serve it
 without the filter. The first filter of a type is kept (docs/design.md, "Adding a route
-filter").
+filter"). The rule fields that act like filters (`timeouts`, `retry`) have a module each
+too, joined in `RULE_FIELDS`, and are carried with the filters.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from controlplane.model import HTTPRouteFilter
-from controlplane.routes.filters import header_modifier, redirect
-from controlplane.routes.filters.base import Refused, Translator
+from controlplane.model import HTTPRouteFilter, HTTPRouteRule
+from controlplane.routes.filters import header_modifier, redirect, retry, timeouts
+from controlplane.routes.filters.base import Refused, RuleTranslator, Translator
 from controlplane.routes.precedence import Origin
 from controlplane.snapshot import RejectedInput, RouteFilter
 
@@ -21,6 +22,19 @@ FILTERS: Mapping[str, Translator] = {
     "RequestRedirect": redirect.translate,
 }
 """The Gateway API filter type -> its translator."""
+
+UNSERVED: Mapping[str, str] = {
+    "RequestMirror": "RequestMirror not served: HAProxy mirrors requests only through an"
+    " external SPOE agent (spoa-mirror), which peerplane does not run",
+}
+"""Filter types peerplane knows and does not serve, with why (else: "not served")."""
+
+RULE_FIELDS: Mapping[str, RuleTranslator] = {
+    "timeouts": timeouts.translate,
+    "retry": retry.translate,
+}
+"""The Gateway API rule field -> its translator (the rule to its part, carried with the
+filters)."""
 
 
 def _served() -> str:
@@ -41,7 +55,7 @@ def rule_filters(
         translate = FILTERS.get(item.type)
         result = translate(item) if translate is not None else None
         if result is None:
-            result = Refused(f"filter type not served ({_served()} are)")
+            result = Refused(UNSERVED.get(item.type, f"filter type not served ({_served()} are)"))
         if isinstance(result, Refused):
             rejections.append(
                 origin.rejection(
@@ -51,3 +65,21 @@ def rule_filters(
             return None
         found.setdefault(type(result), result)
     return tuple(found.values())
+
+
+def rule_parts(
+    rule: HTTPRouteRule, where: str, origin: Origin, rejections: list[RejectedInput]
+) -> tuple[RouteFilter, ...] | None:
+    """The parts of the rule's fields in `RULE_FIELDS` that it sets; None (reported) when
+    one is refused, so the rule is not served at all rather than served without it."""
+    found: list[RouteFilter] = []
+    for name, translate in RULE_FIELDS.items():
+        result = translate(rule)
+        if isinstance(result, Refused):
+            rejections.append(
+                origin.rejection(name, f"{result.reason}; rule not served", f"{where}.{name}")
+            )
+            return None
+        if result is not None:
+            found.append(result)
+    return tuple(found)

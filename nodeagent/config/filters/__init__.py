@@ -5,11 +5,15 @@ RouteRule), joined in `RENDERERS`, and the one rule of which rules can be map en
 
 from __future__ import annotations
 
-from nodeagent.config.filters import header_modifier, redirect
+from nodeagent.config.filters import header_modifier, redirect, timeouts
 from nodeagent.config.filters.base import FilterRenderer, RuleOutcome
 from peerplane.v1 import peerplane_pb2 as pb
 
-RENDERERS: tuple[FilterRenderer, ...] = (header_modifier.RENDERER, redirect.RENDERER)
+RENDERERS: tuple[FilterRenderer, ...] = (
+    header_modifier.RENDERER,
+    redirect.RENDERER,
+    timeouts.RENDERER,
+)
 """In the order their checks run and their lines are written."""
 
 

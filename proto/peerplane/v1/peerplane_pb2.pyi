@@ -214,7 +214,7 @@ class SniRoute(_message.Message):
     def __init__(self, source: _Optional[str] = ..., hostnames: _Optional[_Iterable[str]] = ..., backends: _Optional[_Iterable[_Union[WeightedBackend, _Mapping]]] = ...) -> None: ...
 
 class RouteRule(_message.Message):
-    __slots__ = ("source", "hostnames", "path", "method", "headers", "query_params", "backends", "request_headers", "redirect", "single_label_wildcards")
+    __slots__ = ("source", "hostnames", "path", "method", "headers", "query_params", "backends", "request_headers", "redirect", "single_label_wildcards", "timeouts")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     HOSTNAMES_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
@@ -225,6 +225,7 @@ class RouteRule(_message.Message):
     REQUEST_HEADERS_FIELD_NUMBER: _ClassVar[int]
     REDIRECT_FIELD_NUMBER: _ClassVar[int]
     SINGLE_LABEL_WILDCARDS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUTS_FIELD_NUMBER: _ClassVar[int]
     source: str
     hostnames: _containers.RepeatedScalarFieldContainer[str]
     path: PathMatch
@@ -235,7 +236,14 @@ class RouteRule(_message.Message):
     request_headers: HeaderModifier
     redirect: Redirect
     single_label_wildcards: bool
-    def __init__(self, source: _Optional[str] = ..., hostnames: _Optional[_Iterable[str]] = ..., path: _Optional[_Union[PathMatch, _Mapping]] = ..., method: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[NameValue, _Mapping]]] = ..., query_params: _Optional[_Iterable[_Union[NameValue, _Mapping]]] = ..., backends: _Optional[_Iterable[_Union[WeightedBackend, _Mapping]]] = ..., request_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., redirect: _Optional[_Union[Redirect, _Mapping]] = ..., single_label_wildcards: _Optional[bool] = ...) -> None: ...
+    timeouts: Timeouts
+    def __init__(self, source: _Optional[str] = ..., hostnames: _Optional[_Iterable[str]] = ..., path: _Optional[_Union[PathMatch, _Mapping]] = ..., method: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[NameValue, _Mapping]]] = ..., query_params: _Optional[_Iterable[_Union[NameValue, _Mapping]]] = ..., backends: _Optional[_Iterable[_Union[WeightedBackend, _Mapping]]] = ..., request_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., redirect: _Optional[_Union[Redirect, _Mapping]] = ..., single_label_wildcards: _Optional[bool] = ..., timeouts: _Optional[_Union[Timeouts, _Mapping]] = ...) -> None: ...
+
+class Timeouts(_message.Message):
+    __slots__ = ("server_timeout_ms",)
+    SERVER_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    server_timeout_ms: int
+    def __init__(self, server_timeout_ms: _Optional[int] = ...) -> None: ...
 
 class PathMatch(_message.Message):
     __slots__ = ("type", "value")
