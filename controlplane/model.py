@@ -50,6 +50,7 @@ from controlplane.model_parts import (
     RouteGroupKind,
     SecretRef,
     SelectorRequirement,
+    URLRewrite,
 )
 
 __all__ = [  # the whole model: its parts are re-exported from here
@@ -103,6 +104,7 @@ __all__ = [  # the whole model: its parts are re-exported from here
     "TCPRoute",
     "TLSRoute",
     "TLSSecret",
+    "URLRewrite",
     "frozen_map",
 ]
 

@@ -180,7 +180,7 @@ def _rule(
                 )
             )
             return None
-    filters = rule_filters(rule.filters, where, origin, rejections)
+    filters = rule_filters(rule.filters, rule.matches, where, origin, rejections)
     if filters is None:
         return None
     matches = []
