@@ -48,7 +48,8 @@ def _redirect(redirect: Redirect, message: pb.RouteRule) -> None:
     message.redirect.hostname = redirect.hostname
     message.redirect.port = redirect.port
     message.redirect.status_code = redirect.status_code
-    message.redirect.replace_full_path = redirect.replace_full_path
+    if redirect.replace_full_path:
+        message.redirect.replace_full_path = redirect.replace_full_path
     if redirect.replace_prefix_match is not None:
         message.redirect.replace_prefix_match = redirect.replace_prefix_match
 

@@ -97,6 +97,7 @@ class Reply:
     path: str
     headers: dict[str, str]
     location: str
+    response_headers: dict[str, list[str]]
 
 
 @dataclass
@@ -151,6 +152,7 @@ class Site:
                 doc.get("path", ""),
                 doc.get("headers", {}),
                 r.getheader("Location") or "",
+                {k.lower(): r.headers.get_all(k) or [] for k in r.headers},
             )
         finally:
             if own:
@@ -226,6 +228,22 @@ def gateway_listener(port: int) -> pb.HttpListener:
                 request_headers=pb.HeaderModifier(
                     set=nv(X_Set="50%"), add=nv(X_Add="yes"), remove=["X-Drop"]
                 ),
+            ),
+            rule(
+                [P],
+                "b",
+                "/rw",
+                url_rewrite=pb.URLRewrite(
+                    hostname="rw.example.org", path=pb.PathRewrite(replace_prefix_match="/new")
+                ),
+                response_headers=pb.HeaderModifier(
+                    set=nv(X_Resp="1"), add=nv(X_More="2"), remove=["Server"]
+                ),
+            ),
+            rule(
+                [P],
+                path="/moved",
+                redirect=pb.Redirect(status_code=308, replace_prefix_match="/to"),
             ),
             rule(["*.w.example.com"], "a"),
             rule(["*.example.com"], "b"),
@@ -308,6 +326,99 @@ def test_the_routing_table_on_haproxy(site: Site) -> None:
     assert sum(shares.values()) == 2000 and set(shares) == {"a", "b"}
     assert abs(shares["a"] / 2000 - 0.25) < 0.05, shares
     assert set(half) == {200, 500} and abs(half[500] / 400 - 0.5) < 0.1, half
+
+
+def test_rewrites_prefix_redirects_and_response_headers_on_haproxy(site: Site) -> None:
+    """URLRewrite (host, full path, ReplacePrefixMatch with the Gateway API's trailing
+    "/" cases), RequestRedirect ReplacePrefixMatch with 303/307/308, and
+    ResponseHeaderModifier on the responses of its own rule only (a backend's and a
+    redirect's)."""
+    port = site.ports[0]
+
+    def prefix_to(value: str) -> pb.URLRewrite:
+        return pb.URLRewrite(path=pb.PathRewrite(replace_prefix_match=value))
+
+    listener = pb.HttpListener(
+        port=port,
+        rules=[
+            rule([P], "a", "/prefix/one", url_rewrite=prefix_to("/one")),
+            rule([P], "a", "/strip-prefix", url_rewrite=prefix_to("/")),
+            rule([P], "a", "/slash", url_rewrite=prefix_to("/xyz/")),
+            rule(
+                [P],
+                "a",
+                "/full/one",
+                url_rewrite=pb.URLRewrite(path=pb.PathRewrite(replace_full_path="/one")),
+            ),
+            rule([P], "b", "/host", url_rewrite=pb.URLRewrite(hostname="one.example.org")),
+            rule(
+                [P],
+                "c",
+                "/resp",
+                response_headers=pb.HeaderModifier(
+                    set=nv(X_Set="50%"), add=nv(X_Add="1"), remove=["Server"]
+                ),
+            ),
+            rule(
+                [P],
+                path="/orig",
+                redirect=pb.Redirect(status_code=307, replace_prefix_match="/repl"),
+            ),
+            rule(
+                [P],
+                path="/gone",
+                redirect=pb.Redirect(
+                    hostname="example.org", status_code=308, replace_prefix_match=""
+                ),
+                response_headers=pb.HeaderModifier(set=nv(X_Moved="yes")),
+            ),
+            rule([P], path="/see", redirect=pb.Redirect(status_code=303)),
+            rule([P], "c"),
+        ],
+    )
+    result = site.inst.applier.apply(site.snapshot([listener], 1))
+    assert result.ok, result.error
+    backend_saw = [
+        # (path asked, backend, path the backend got)
+        ("/prefix/one/two", "a", "/one/two"),
+        ("/prefix/one", "a", "/one"),
+        ("/prefix/one/", "a", "/one/"),
+        ("/prefix/one/x?q=1", "a", "/one/x?q=1"),
+        ("/prefix/onetwo", "c", "/prefix/onetwo"),  # element-wise: not its prefix
+        ("/strip-prefix/three", "a", "/three"),
+        ("/strip-prefix", "a", "/"),
+        ("/strip-prefix/", "a", "/"),
+        ("/strip-prefix?q=1", "a", "/?q=1"),
+        ("/slash/bar", "a", "/xyz/bar"),
+        ("/slash", "a", "/xyz"),
+        ("/slash/", "a", "/xyz/"),
+        ("/full/one/two?q=1", "a", "/one?q=1"),
+        ("/host/x", "b", "/host/x"),
+    ]
+    got = [(p, *(lambda r: (r.name, r.path))(site.request(P, p))) for p, _, _ in backend_saw]
+    assert got == backend_saw
+    assert site.request(P, "/host/x").headers["host"] == "one.example.org"
+    assert site.request(P, "/prefix/one").headers["host"] == P
+    modified = site.request(P, "/resp/x")
+    assert modified.name == "c"
+    assert modified.response_headers["x-set"] == ["50%"]
+    assert modified.response_headers["x-add"] == ["1"]
+    assert "server" not in modified.response_headers
+    other = site.request(P, "/other")  # another rule's response keeps its headers
+    assert other.name == "c" and "server" in other.response_headers
+    assert "x-set" not in other.response_headers
+    base = f"http://{P}:{port}"
+    redirects = [
+        ("/orig/lemon?a=b", 307, f"{base}/repl/lemon?a=b"),
+        ("/orig", 307, f"{base}/repl"),
+        ("/gone", 308, f"http://example.org:{port}/"),
+        ("/gone/x/y", 308, f"http://example.org:{port}/x/y"),
+        ("/see/x?q=1", 303, f"{base}/see/x?q=1"),
+    ]
+    got_r = [(p, *(lambda r: (r.status, r.location))(site.request(P, p))) for p, _, _ in redirects]
+    assert got_r == redirects
+    assert site.request(P, "/gone").response_headers.get("x-moved") == ["yes"]
+    assert "x-moved" not in site.request(P, "/see/x").response_headers
 
 
 def test_routes_change_on_a_running_haproxy_without_a_reload(site: Site) -> None:

@@ -221,7 +221,11 @@ def test_invalid_rewrites_and_redirects_drop_their_rule_with_the_reason() -> Non
         ((_rewrite("ReplaceFullPath", "/x y"),), exact, "replaceFullPath is not a path"),
         ((_rewrite("", "", "Bad_Host"),), exact, "hostname is not a lower-case host name"),
         (
-            (HTTPRouteFilter("RequestRedirect", request_redirect=RequestRedirect(status_code=304)),),
+            (
+                HTTPRouteFilter(
+                    "RequestRedirect", request_redirect=RequestRedirect(status_code=304)
+                ),
+            ),
             exact,
             "status code 304 (301, 302, 303, 307, 308 only)",
         ),

@@ -14,6 +14,4 @@ def translate(item: HTTPRouteFilter) -> ResponseHeaderChanges | Refused | None:
     modifier = item.response_header_modifier
     if modifier is None:
         return None
-    return refusal(modifier) or ResponseHeaderChanges(
-        modifier.set, modifier.add, modifier.remove
-    )
+    return refusal(modifier) or ResponseHeaderChanges(modifier.set, modifier.add, modifier.remove)

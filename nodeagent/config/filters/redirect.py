@@ -27,8 +27,6 @@ def _check(r: pb.RouteRule, source: str) -> None:
     if d.replace_full_path and not patterns.is_path(d.replace_full_path):
         raise refuse("redirect path", d.replace_full_path, source)
     if d.HasField("replace_prefix_match"):
-        if d.replace_full_path:
-            raise refuse("redirect path", "both a full path and a prefix", source)
         prefix.check(d.replace_prefix_match, r, "redirect prefix", source)
 
 
