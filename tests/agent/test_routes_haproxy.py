@@ -421,6 +421,59 @@ def test_rewrites_prefix_redirects_and_response_headers_on_haproxy(site: Site) -
     assert "x-moved" not in site.request(P, "/see/x").response_headers
 
 
+def newer(r: pb.RouteRule, field: int, inside: str = "") -> pb.RouteRule:
+    """`r` as a control plane newer than this agent sends it: with a field (a filter, or a
+    filter's value `inside` one of its messages) this contract does not know."""
+    tag, varint = field << 3 | 2, bytearray()  # a length-delimited field: "/x"
+    while tag > 0x7F:
+        varint.append(tag & 0x7F | 0x80)
+        tag >>= 7
+    unknown = bytes([*varint, tag, 2]) + b"/x"
+    out = pb.RouteRule()
+    out.CopyFrom(r)
+    if inside:
+        getattr(out, inside).MergeFromString(unknown)
+    else:
+        out.MergeFromString(unknown)
+    return out
+
+
+def test_a_rule_with_fields_the_agent_does_not_know_is_set_aside_alone(site: Site) -> None:
+    """An agent older than a filter would serve the rule without it: the rule keeps its
+    match and answers 500, the ACK's set-aside parts name it, every other rule is served;
+    the same rule without the unknown field is served again."""
+    port = site.ports[0]
+    moved = rule(
+        [P], path="/moved", redirect=pb.Redirect(status_code=301), source="HTTPRoute ns/moved"
+    )
+
+    def listener(*extra: pb.RouteRule) -> pb.HttpListener:
+        return pb.HttpListener(port=port, rules=[*extra, rule([P], "b", "/ok"), rule([P], "c")])
+
+    unknown = listener(newer(rule([P], "a", "/new"), 99), newer(moved, 9, inside="redirect"))
+    result = site.inst.applier.apply(site.snapshot([unknown], 1))
+    assert result.ok, result.error
+    assert [(p.kind, p.name, p.reason) for p in result.set_aside] == [
+        (
+            "route-rule",
+            "HTTPRoute ns/r /new",
+            "carries fields this agent does not know (99): answered with a 500; upgrade the agent",
+        ),
+        (
+            "route-rule",
+            "HTTPRoute ns/moved",
+            "carries fields this agent does not know (redirect.9): answered with a 500;"
+            " upgrade the agent",
+        ),
+    ]
+    served = [site.served_by(P, p) for p in ("/new/x", "/moved", "/ok", "/other")]
+    assert served == ["500", "500", "b", "c"]
+    again = site.inst.applier.apply(site.snapshot([listener(rule([P], "a", "/new"), moved)], 2))
+    assert again.ok and again.set_aside == (), again
+    assert site.served_by(P, "/new/x") == "a"
+    assert site.request(P, "/moved").status == 301
+
+
 def test_routes_change_on_a_running_haproxy_without_a_reload(site: Site) -> None:
     """Added, re-pointed and removed under a request loop: runtime map commands, the same
     worker, no failed request; the map files say the same, so a reload keeps routing."""
