@@ -1,5 +1,5 @@
 """URLRewrite: the Host header and the path the backend gets (ReplaceFullPath, or
-ReplacePrefixMatch on a rule whose matches are all PathPrefix: `rule_filters`)."""
+ReplacePrefixMatch on a rule of exactly one PathPrefix match: `rule_filters`)."""
 
 from __future__ import annotations
 
