@@ -322,8 +322,7 @@ def test_a_rule_with_an_unknown_field_keeps_its_match_and_answers_500() -> None:
     assert out.routed.rules_aside == (
         (
             "HTTPRoute ns/r rule 0",
-            "carries fields this agent does not know (111): answered with a 500;"
-            " upgrade the agent",
+            "carries fields this agent does not know (111): answered with a 500; upgrade the agent",
         ),
         (
             "HTTPRoute ns/r rule 0",
