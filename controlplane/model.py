@@ -52,6 +52,7 @@ from controlplane.model_parts import (
     RouteGroupKind,
     SecretRef,
     SelectorRequirement,
+    URLRewrite,
 )
 
 __all__ = [  # the whole model: its parts are re-exported from here
@@ -107,6 +108,7 @@ __all__ = [  # the whole model: its parts are re-exported from here
     "TCPRoute",
     "TLSRoute",
     "TLSSecret",
+    "URLRewrite",
     "frozen_map",
 ]
 

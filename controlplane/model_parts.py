@@ -116,7 +116,14 @@ class RequestRedirect:
     hostname: str = ""
     port: int | None = None  # None: absent (keep the request's); as written otherwise
     status_code: int = 302
-    path_type: str = ""  # "" (keep the path), ReplaceFullPath, ReplacePrefixMatch (reported)
+    path_type: str = ""  # "" (keep the path), ReplaceFullPath, ReplacePrefixMatch
+    path_value: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class URLRewrite:
+    hostname: str = ""
+    path_type: str = ""  # "" (keep the path), ReplaceFullPath, ReplacePrefixMatch
     path_value: str = ""
 
 
@@ -129,6 +136,8 @@ class HTTPRouteFilter:
     type: str
     request_header_modifier: HeaderModifier | None = None
     request_redirect: RequestRedirect | None = None
+    response_header_modifier: HeaderModifier | None = None
+    url_rewrite: URLRewrite | None = None
 
 
 @dataclass(frozen=True, slots=True)

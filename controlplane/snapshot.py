@@ -185,7 +185,9 @@ class HeaderChanges:
 
 @dataclass(frozen=True, slots=True)
 class Redirect:
-    """A RequestRedirect filter; empty or 0 fields keep the request's value."""
+    """A RequestRedirect filter; empty or 0 fields keep the request's value. The path is
+    the request's, or `replace_full_path`, or with `replace_prefix_match` set its rule's
+    PathPrefix match replaced (`PathRewrite`)."""
 
     answers: ClassVar[str] = "redirect"
 
@@ -194,6 +196,11 @@ class Redirect:
     port: int = 0
     status_code: int = 302
     replace_full_path: str = ""
+    replace_prefix_match: str | None = None
+
+    @property
+    def replaces_prefix(self) -> bool:
+        return self.replace_prefix_match is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +224,43 @@ class RouteTimeouts:
         return min((t for t in limits if t), default=0)
 
 
-RouteFilter = HeaderChanges | Redirect | RouteTimeouts
+@dataclass(frozen=True, slots=True)
+class PathRewrite:
+    """A URLRewrite's path: `value` is the whole path (ReplaceFullPath) or the prefix
+    that replaces the rule's PathPrefix match (ReplacePrefixMatch; its trailing "/"
+    aside, "" or "/" strip the match, an empty result is "/")."""
+
+    type: str  # "ReplaceFullPath" or "ReplacePrefixMatch"
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class URLRewrite:
+    """A URLRewrite filter: the Host header and path the backend gets."""
+
+    answers: ClassVar[str] = ""
+
+    hostname: str = ""  # "" : the request's
+    path: PathRewrite | None = None  # None : the request's
+
+    @property
+    def replaces_prefix(self) -> bool:
+        return self.path is not None and self.path.type == "ReplacePrefixMatch"
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseHeaderChanges:
+    """A ResponseHeaderModifier filter: applied to every response to a request its rule
+    won (a backend's, and one peerplane gives itself, such as a redirect)."""
+
+    answers: ClassVar[str] = ""
+
+    set: tuple[tuple[str, str], ...] = ()
+    add: tuple[tuple[str, str], ...] = ()
+    remove: tuple[str, ...] = ()
+
+
+RouteFilter = HeaderChanges | Redirect | URLRewrite | ResponseHeaderChanges | RouteTimeouts
 """A route rule's filter as the agent applies it: one type per Gateway API filter type
 served, each translated by its module of `controlplane/routes/filters/` (docs/design.md,
 "Adding a route filter")."""

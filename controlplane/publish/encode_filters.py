@@ -6,15 +6,41 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from controlplane.snapshot import HeaderChanges, Redirect, RouteFilter, RouteTimeouts
+from controlplane.snapshot import (
+    HeaderChanges,
+    Redirect,
+    ResponseHeaderChanges,
+    RouteFilter,
+    RouteTimeouts,
+    URLRewrite,
+)
 from peerplane.v1 import peerplane_pb2 as pb
 
 
+def _modifier(changes: HeaderChanges | ResponseHeaderChanges, into: pb.HeaderModifier) -> None:
+    into.SetInParent()
+    into.set.extend(pb.NameValue(name=n, value=v) for n, v in changes.set)
+    into.add.extend(pb.NameValue(name=n, value=v) for n, v in changes.add)
+    into.remove.extend(changes.remove)
+
+
 def _header_changes(changes: HeaderChanges, message: pb.RouteRule) -> None:
-    message.request_headers.SetInParent()
-    message.request_headers.set.extend(pb.NameValue(name=n, value=v) for n, v in changes.set)
-    message.request_headers.add.extend(pb.NameValue(name=n, value=v) for n, v in changes.add)
-    message.request_headers.remove.extend(changes.remove)
+    _modifier(changes, message.request_headers)
+
+
+def _response_header_changes(changes: ResponseHeaderChanges, message: pb.RouteRule) -> None:
+    _modifier(changes, message.response_headers)
+
+
+def _url_rewrite(rewrite: URLRewrite, message: pb.RouteRule) -> None:
+    message.url_rewrite.SetInParent()
+    message.url_rewrite.hostname = rewrite.hostname
+    if rewrite.path is None:
+        return
+    if rewrite.path.type == "ReplaceFullPath":
+        message.url_rewrite.path.replace_full_path = rewrite.path.value
+    else:
+        message.url_rewrite.path.replace_prefix_match = rewrite.path.value
 
 
 def _redirect(redirect: Redirect, message: pb.RouteRule) -> None:
@@ -23,7 +49,10 @@ def _redirect(redirect: Redirect, message: pb.RouteRule) -> None:
     message.redirect.hostname = redirect.hostname
     message.redirect.port = redirect.port
     message.redirect.status_code = redirect.status_code
-    message.redirect.replace_full_path = redirect.replace_full_path
+    if redirect.replace_full_path:
+        message.redirect.replace_full_path = redirect.replace_full_path
+    if redirect.replace_prefix_match is not None:
+        message.redirect.replace_prefix_match = redirect.replace_prefix_match
 
 
 def _timeouts(timeouts: RouteTimeouts, message: pb.RouteRule) -> None:
@@ -38,6 +67,8 @@ FILTER_ENCODERS: Mapping[type, Callable[[Any, pb.RouteRule], None]] = {
     HeaderChanges: _header_changes,
     Redirect: _redirect,
     RouteTimeouts: _timeouts,
+    URLRewrite: _url_rewrite,
+    ResponseHeaderChanges: _response_header_changes,
 }
 """The snapshot's filter type -> what writes it into the rule's message."""
 

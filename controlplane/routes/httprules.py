@@ -180,7 +180,7 @@ def _rule(
                 )
             )
             return None
-    filters = rule_filters(rule.filters, where, origin, rejections)
+    filters = rule_filters(rule.filters, rule.matches, where, origin, rejections)
     parts = rule_parts(rule, where, origin, rejections) if filters is not None else None
     if filters is None or parts is None:
         return None

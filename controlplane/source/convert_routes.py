@@ -34,6 +34,7 @@ from controlplane.model import (
     RequestRedirect,
     TCPRoute,
     TLSRoute,
+    URLRewrite,
 )
 from controlplane.source.convert import (
     Manifest,
@@ -109,15 +110,21 @@ def _header_modifier(value: Any, what: str) -> HeaderModifier:
     )
 
 
-def _redirect(value: Any, what: str) -> RequestRedirect:
-    redirect = _map(value, what)
-    path = _map(redirect.get("path"), f"{what}.path")
-    path_type = _str(path.get("type"), f"{what}.path.type")
+def _path_modifier(value: Any, what: str) -> tuple[str, str]:
+    """An HTTPPathModifier: its type and the value of that type's field."""
+    path = _map(value, what)
+    path_type = _str(path.get("type"), f"{what}.type")
     path_value = ""
     if path_type == "ReplaceFullPath":
-        path_value = _str(path.get("replaceFullPath"), f"{what}.path.replaceFullPath")
+        path_value = _str(path.get("replaceFullPath"), f"{what}.replaceFullPath")
     elif path_type == "ReplacePrefixMatch":
-        path_value = _str(path.get("replacePrefixMatch"), f"{what}.path.replacePrefixMatch")
+        path_value = _str(path.get("replacePrefixMatch"), f"{what}.replacePrefixMatch")
+    return path_type, path_value
+
+
+def _redirect(value: Any, what: str) -> RequestRedirect:
+    redirect = _map(value, what)
+    path_type, path_value = _path_modifier(redirect.get("path"), f"{what}.path")
     code = redirect.get("statusCode")
     return RequestRedirect(
         scheme=_str(redirect.get("scheme"), f"{what}.scheme"),
@@ -129,16 +136,38 @@ def _redirect(value: Any, what: str) -> RequestRedirect:
     )
 
 
+def _url_rewrite(value: Any, what: str) -> URLRewrite:
+    rewrite = _map(value, what)
+    path_type, path_value = _path_modifier(rewrite.get("path"), f"{what}.path")
+    return URLRewrite(
+        hostname=_str(rewrite.get("hostname"), f"{what}.hostname"),
+        path_type=path_type,
+        path_value=path_value,
+    )
+
+
 def _filter(item: Mapping[str, Any], where: str) -> HTTPRouteFilter:
     kind = _required(item.get("type"), f"{where}.type")
-    modifier = redirect = None
+    modifier = redirect = response = rewrite = None
     if kind == "RequestHeaderModifier":
         modifier = _header_modifier(
             item.get("requestHeaderModifier"), f"{where}.requestHeaderModifier"
         )
     elif kind == "RequestRedirect":
         redirect = _redirect(item.get("requestRedirect"), f"{where}.requestRedirect")
-    return HTTPRouteFilter(type=kind, request_header_modifier=modifier, request_redirect=redirect)
+    elif kind == "ResponseHeaderModifier":
+        response = _header_modifier(
+            item.get("responseHeaderModifier"), f"{where}.responseHeaderModifier"
+        )
+    elif kind == "URLRewrite":
+        rewrite = _url_rewrite(item.get("urlRewrite"), f"{where}.urlRewrite")
+    return HTTPRouteFilter(
+        type=kind,
+        request_header_modifier=modifier,
+        request_redirect=redirect,
+        response_header_modifier=response,
+        url_rewrite=rewrite,
+    )
 
 
 def _backend_ref(item: Mapping[str, Any], where: str) -> HTTPBackendRef:

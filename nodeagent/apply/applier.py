@@ -206,7 +206,9 @@ class Applier:
             if not same or self._read_config_bytes() != data:
                 self.files.write_config(data)
             self._record(snapshot, rendered, aside)
-            return Result(True, decision.kind, set_aside=setaside.listed(aside))
+            return Result(
+                True, decision.kind, set_aside=setaside.listed(aside, rendered.routed.rules_aside)
+            )
         kind = decision.kind if started else changes.ApplyPath.RELOAD
         if kind is changes.ApplyPath.RUNTIME and not sockrepair.answers(
             self.haproxy.runtime_socket
@@ -248,7 +250,13 @@ class Applier:
         self._record(snapshot, rendered, aside, save=not restoring)
         self.certs.prune(setaside.served(snapshot, aside), rendered.crt_lists)
         peers.check_peers(self.haproxy, snapshot, ident)
-        return Result(True, kind, worker_pid=pid, started=fresh, set_aside=setaside.listed(aside))
+        return Result(
+            True,
+            kind,
+            worker_pid=pid,
+            started=fresh,
+            set_aside=setaside.listed(aside, rendered.routed.rules_aside),
+        )
 
     def _checked_certificates(
         self, snapshot: Held, change: ChangeSet | None
@@ -345,7 +353,7 @@ class Applier:
             True,
             changes.ApplyPath.RUNTIME,
             worker_pid=self._worker_pid(),
-            set_aside=setaside.listed(aside),
+            set_aside=setaside.listed(aside, rendered.routed.rules_aside),
         )
 
     def _restore_certs(self, snapshot: Held, rendered: Rendered) -> None:
@@ -419,9 +427,14 @@ class Applier:
         then save it (unless it is the saved one) from the bytes in hand. A failed save is
         an ApplyError: the Hello then names no hash, so the control plane sends the snapshot
         again and the save is retried."""
+        before = self._applied_cfg.routed.rules_aside if self._applied_cfg is not None else ()
+        rules_aside = rendered.routed.rules_aside
+        if rules_aside != before:
+            setaside.log_rules_set_aside(snapshot, (p for p in rules_aside if p not in before))
         self.applied, self._applied_cfg = snapshot, rendered
         self._set_aside = dict(aside)
         self.metrics.set_aside.labels(setaside.CERTIFICATE).set(len(aside))
+        self.metrics.set_aside.labels(setaside.ROUTE_RULE).set(len(rules_aside))
         if not save:
             return
         try:

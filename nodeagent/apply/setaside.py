@@ -26,6 +26,9 @@ from peerplane.v1 import peerplane_pb2 as pb
 log = logging.getLogger(__name__)
 
 CERTIFICATE = "certificate"
+# A route rule that carries fields this agent does not know: the renderer keeps its match
+# and answers it with a 500 (`nodeagent/config/rules.py`, `unknown_fields_aside`).
+ROUTE_RULE = "route-rule"
 # `haproxy -c` runs per apply at most: 3 that each name refused certificates, and a last
 # one with every certificate new in the version and not yet taken set aside.
 MAX_CHECKS = 4
@@ -102,8 +105,25 @@ def served(held: Held, aside: Mapping[str, SetAside]) -> Held:
     return dataclasses.replace(held, certificates=kept)
 
 
-def listed(aside: Mapping[str, SetAside]) -> tuple[SetAside, ...]:
-    return tuple(aside[name] for name in sorted(aside))
+def listed(
+    aside: Mapping[str, SetAside], rules: Iterable[tuple[str, str]] = ()
+) -> tuple[SetAside, ...]:
+    """What the ACK reports: the certificates by name, then the route rules the render set
+    aside (source, reason), in the snapshot's order."""
+    parts = [SetAside(ROUTE_RULE, source, "", reason) for source, reason in rules]
+    return tuple(aside[name] for name in sorted(aside)) + tuple(parts)
+
+
+def log_rules_set_aside(snapshot: Held, rules: Iterable[tuple[str, str]]) -> None:
+    for source, reason in rules:
+        log.warning(
+            "workload=%s version=%d: route rule %r set aside: %s",
+            snapshot.workload,
+            snapshot.version,
+            source,
+            reason,
+            extra=fields(workload=snapshot.workload, version=snapshot.version),
+        )
 
 
 def log_set_aside(snapshot: Held, parts: Iterable[SetAside]) -> None:

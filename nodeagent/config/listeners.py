@@ -73,6 +73,8 @@ class RoutedFrontends:
     maps: Mapping[str, MapEntries]
     backends: frozenset[str]
     texts: Mapping[str, str]
+    # (source, reason) of each rule set aside (`rules.unknown_fields_aside`), in order
+    rules_aside: tuple[tuple[str, str], ...] = ()
 
 
 def listener_key(listener: pb.HttpListener) -> str:
@@ -125,6 +127,7 @@ def render_listeners(
     maps: dict[str, MapEntries] = {}
     backends: set[str] = set()
     texts: dict[str, str] = {}
+    aside: list[tuple[str, str]] = []
     for listener in sorted(listeners, key=lambda li: (li.port, li.address)):
         port = listener.port
         if not 1 <= port <= 65535:
@@ -135,12 +138,13 @@ def render_listeners(
             raise RenderError(f"two listeners on port {port}{where}")
         shared = annotation is not None and annotation.port == port and not listener.address
         hosts = annotation if shared else None
-        section, files, named = _listener(listener, key, hosts, maps_dir, bind, cache)
+        section, files, named, refused = _listener(listener, key, hosts, maps_dir, bind, cache)
+        aside += refused
         lines += section
         maps.update(files)
         backends |= named
         texts[key] = "\n".join(section)
-    return RoutedFrontends(tuple(lines), maps, frozenset(backends), texts)
+    return RoutedFrontends(tuple(lines), maps, frozenset(backends), texts, tuple(aside))
 
 
 # Every change re-renders a listener whole; its strings are mostly those of the last
@@ -159,11 +163,14 @@ def _listener(
     maps_dir: str,
     bind: Callable[[pb.HttpListener], str],
     cache: RouteCache,
-) -> tuple[list[str], dict[str, MapEntries], set[str]]:
+) -> tuple[list[str], dict[str, MapEntries], set[str], list[tuple[str, str]]]:
+    """One listener's frontend lines, map files, the backends it names and the rules it
+    sets aside (source, reason)."""
     port = listener.port
     if len(listener.rules) > MAX_RULES:
         raise RenderError(f"listener {port}: more than {MAX_RULES} rules")
     parsed = [checked_rule(r, cache) for r in listener.rules]
+    aside = [(rule.rule.source, rule.aside) for rule in parsed if rule.aside]
     layers: dict[str, list[Rule]] = {}
     for rule in parsed:
         for token in rule.tokens:
@@ -256,7 +263,7 @@ def _listener(
     if default:
         lines.append(f"  default_backend {checked_backend_name(default)}")
         named.add(default)
-    return [*lines, ""], files, named
+    return [*lines, ""], files, named, aside
 
 
 _UNDECIDED = "!{ var(txn.r) -m found }"

@@ -132,6 +132,8 @@ class Frontends:
     tls_key: bytes = b""  # the TLS passthrough listeners' part
     layer4: passthrough.Layer4 | None = None  # the passthrough and TCP frontends
     set_aside: frozenset[str] = frozenset()  # certificates left out of the crt-lists
+    # (source, reason) of the route rules set aside (`rules.unknown_fields_aside`)
+    rules_aside: tuple[tuple[str, str], ...] = ()
     # The listeners' checked rules and host layers, handed to the next render.
     route_cache: rules.RouteCache = field(
         default_factory=rules.RouteCache, compare=False, repr=False
@@ -181,6 +183,7 @@ def _frontends(
         tls_key=held.parts.tls_listeners,
         layer4=layer4,
         set_aside=set_aside,
+        rules_aside=routed.rules_aside,
         route_cache=cache,
     )
 

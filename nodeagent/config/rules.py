@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from nodeagent.config.errors import RenderError
-from nodeagent.config.filters import check_filters, map_entry_ok
+from nodeagent.config.filters import RENDERERS, check_filters, map_entry_ok
 from nodeagent.config.filters.base import refuse
+from nodeagent.config.unknown import unknown_field_paths
 from peerplane import limits, patterns
 from peerplane.v1 import peerplane_pb2 as pb
 
@@ -38,6 +39,9 @@ class Rule:
     backend: str | None  # set when the rule is a map rule
     rule: pb.RouteRule
     tokens: tuple[str, ...] = ()  # the host layers it belongs to: its hostnames, or any host
+    # Why the rule is set aside ("" : it is not): it carries fields this agent does not
+    # know, so it keeps its match and answers 500 (`unknown_fields_aside`).
+    aside: str = ""
 
 
 _CACHE = 1 << 16
@@ -68,8 +72,30 @@ def checked_rule(r: pb.RouteRule, cache: RouteCache) -> Rule:
     return found
 
 
-def _parse(r: pb.RouteRule) -> Rule:
+def unknown_fields_aside(r: pb.RouteRule) -> tuple[pb.RouteRule, str]:
+    """A rule carrying fields this agent does not know (a filter newer than the agent, or
+    a new value of one) would be served without them: it keeps its match only, no
+    backend and no filter, so its requests get a 500 rather than another rule's answer or
+    the rule served without its filter; the reason says which fields ("" : none)."""
+    unknown = unknown_field_paths(r)
+    if not unknown:
+        return r, ""
+    kept = pb.RouteRule()
+    kept.CopyFrom(r)
+    kept.ClearField("backends")
+    for renderer in RENDERERS:
+        kept.ClearField(renderer.field)
+    kept.DiscardUnknownFields()
+    fields = ", ".join(unknown)
+    return kept, (
+        f"carries fields this agent does not know ({fields}): answered with a 500;"
+        " upgrade the agent"
+    )
+
+
+def _parse(given: pb.RouteRule) -> Rule:
     """Check every string of one rule; its path match, precedence and map backend."""
+    r, aside = unknown_fields_aside(given)
     src = r.source[:200]
     for host in r.hostnames:
         if not route_host(host):
@@ -100,7 +126,7 @@ def _parse(r: pb.RouteRule) -> Rule:
     backend = next(b.backend for b in r.backends if b.weight > 0) if map_entry_ok(r) else None
     strength = (EXACT_STRENGTH if exact else 0) + len(path)
     tokens = tuple(dict.fromkeys(_tokens(r.hostnames, r.single_label_wildcards)))
-    return Rule("", exact, path, strength, backend, r, tokens)
+    return Rule("", exact, path, strength, backend, r, tokens, aside)
 
 
 def _tokens(hostnames: Sequence[str], single_label: bool) -> list[str]:

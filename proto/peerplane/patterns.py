@@ -33,7 +33,7 @@ METHODS = frozenset(
     {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
 )
 REDIRECT_SCHEMES = frozenset({"http", "https"})
-REDIRECT_CODES = frozenset({301, 302})
+REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
 MAX_WEIGHT = 1_000_000
 
 WILDCARD_PREFIX = "*."
@@ -48,6 +48,11 @@ CERTIFICATE_NAME = re.compile(
 def is_path(text: str) -> bool:
     """A path match value, a redirect's full path (whole-string match)."""
     return PATH.fullmatch(text) is not None
+
+
+def is_prefix_replacement(text: str) -> bool:
+    """A ReplacePrefixMatch value: a path, or "" (the matched prefix removed)."""
+    return text == "" or is_path(text)
 
 
 def is_header_name(text: str) -> bool:

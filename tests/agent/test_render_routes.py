@@ -80,9 +80,18 @@ BAD: dict[str, Callable[[pb.RouteRule], None]] = {
     "set header with backslash": _set("request_headers.set", [NV(name="X-A", value="a\\b")]),
     "remove header with space": _set("request_headers.remove", ["X A"]),
     "redirect scheme": _set("redirect.scheme", "ftp"),
-    "redirect code": _set("redirect.status_code", 307),
+    "redirect code": _set("redirect.status_code", 304),
     "redirect host": _set("redirect.hostname", "a..b"),
     "redirect path": _set("redirect.replace_full_path", "/x y"),
+    "redirect prefix": _set("redirect.replace_prefix_match", "x"),
+    "rewrite host": _set("url_rewrite.hostname", "a..b"),
+    "rewrite path": _set("url_rewrite.path.replace_full_path", "/x#"),
+    "rewrite prefix": _set("url_rewrite.path.replace_prefix_match", "/x y"),
+    "response header": _set("response_headers.remove", ["X A"]),
+    "prefix rewrite on an Exact match": lambda r: (
+        setattr(r.path, "type", pb.PathMatch.EXACT),
+        setattr(r.url_rewrite.path, "replace_prefix_match", "/x"),
+    ),
     "weight": lambda r: r.backends.add(backend="ns_b_80", weight=patterns.MAX_WEIGHT + 1),
     "backend name": lambda r: r.backends.add(backend="ns_b_80 if TRUE", weight=1),
 }
@@ -298,3 +307,33 @@ def test_a_redirects_defaults_are_the_listeners_scheme_and_port(
     )
     (line,) = [ln for ln in out.lines if "http-request redirect" in ln]
     assert line.startswith(f"  http-request redirect location {location} code 302 if ")
+
+
+def test_a_rule_with_an_unknown_field_keeps_its_match_and_answers_500() -> None:
+    """A field this agent does not know (a newer filter, or a new value of one, at any
+    depth) is never ignored: the rule is no map entry, has no backend and no filter lines,
+    and the render names it (`rules_aside`); its unknown bytes never reach a line."""
+    known = _rule("/new", request_headers=pb.HeaderModifier(remove=["X-Drop"]))
+    unknown = pb.RouteRule.FromString(known.SerializeToString() + b"\xfa\x06\x02/x")  # 111
+    nested = _rule("/moved", to="", redirect=pb.Redirect(status_code=301))
+    nested.redirect.MergeFromString(b"\x4a\x02/y")  # Redirect field 9
+    nested = pb.RouteRule.FromString(nested.SerializeToString())
+    out = render_held(_held(unknown, nested, _rule("/ok")), OPTS)
+    assert out.routed.rules_aside == (
+        (
+            "HTTPRoute ns/r rule 0",
+            "carries fields this agent does not know (111): answered with a 500; upgrade the agent",
+        ),
+        (
+            "HTTPRoute ns/r rule 0",
+            "carries fields this agent does not know (redirect.9): answered with a 500;"
+            " upgrade the agent",
+        ),
+    )
+    prefix = out.maps["/var/lib/maps/fe_8080.prefix.map"]
+    assert dict(prefix) == {"a.example.com/ok/": "3:ns_a_80"}
+    lines = out.frontends.splitlines()
+    assert not [ln for ln in lines if "X-Drop" in ln or "redirect" in ln]
+    for rid in ("c0", "c1"):
+        assert f"  http-request set-var(txn.st) int(500) if {{ var(txn.r) -m str {rid} }}" in lines
+    assert render_held(_held(known, _rule("/ok")), OPTS).routed.rules_aside == ()

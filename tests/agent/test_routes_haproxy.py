@@ -97,6 +97,7 @@ class Reply:
     path: str
     headers: dict[str, str]
     location: str
+    response_headers: dict[str, list[str]]
 
 
 @dataclass
@@ -151,6 +152,7 @@ class Site:
                 doc.get("path", ""),
                 doc.get("headers", {}),
                 r.getheader("Location") or "",
+                {k.lower(): r.headers.get_all(k) or [] for k in r.headers},
             )
         finally:
             if own:
@@ -226,6 +228,22 @@ def gateway_listener(port: int) -> pb.HttpListener:
                 request_headers=pb.HeaderModifier(
                     set=nv(X_Set="50%"), add=nv(X_Add="yes"), remove=["X-Drop"]
                 ),
+            ),
+            rule(
+                [P],
+                "b",
+                "/rw",
+                url_rewrite=pb.URLRewrite(
+                    hostname="rw.example.org", path=pb.PathRewrite(replace_prefix_match="/new")
+                ),
+                response_headers=pb.HeaderModifier(
+                    set=nv(X_Resp="1"), add=nv(X_More="2"), remove=["Server"]
+                ),
+            ),
+            rule(
+                [P],
+                path="/moved",
+                redirect=pb.Redirect(status_code=308, replace_prefix_match="/to"),
             ),
             rule(["*.w.example.com"], "a"),
             rule(["*.example.com"], "b"),
@@ -308,6 +326,152 @@ def test_the_routing_table_on_haproxy(site: Site) -> None:
     assert sum(shares.values()) == 2000 and set(shares) == {"a", "b"}
     assert abs(shares["a"] / 2000 - 0.25) < 0.05, shares
     assert set(half) == {200, 500} and abs(half[500] / 400 - 0.5) < 0.1, half
+
+
+def test_rewrites_prefix_redirects_and_response_headers_on_haproxy(site: Site) -> None:
+    """URLRewrite (host, full path, ReplacePrefixMatch with the Gateway API's trailing
+    "/" cases), RequestRedirect ReplacePrefixMatch with 303/307/308, and
+    ResponseHeaderModifier on the responses of its own rule only (a backend's and a
+    redirect's)."""
+    port = site.ports[0]
+
+    def prefix_to(value: str) -> pb.URLRewrite:
+        return pb.URLRewrite(path=pb.PathRewrite(replace_prefix_match=value))
+
+    listener = pb.HttpListener(
+        port=port,
+        rules=[
+            rule([P], "a", "/prefix/one", url_rewrite=prefix_to("/one")),
+            rule([P], "a", "/strip-prefix", url_rewrite=prefix_to("/")),
+            rule([P], "a", "/slash", url_rewrite=prefix_to("/xyz/")),
+            rule(
+                [P],
+                "a",
+                "/full/one",
+                url_rewrite=pb.URLRewrite(path=pb.PathRewrite(replace_full_path="/one")),
+            ),
+            rule([P], "b", "/host", url_rewrite=pb.URLRewrite(hostname="one.example.org")),
+            rule(
+                [P],
+                "c",
+                "/resp",
+                response_headers=pb.HeaderModifier(
+                    set=nv(X_Set="50%"), add=nv(X_Add="1"), remove=["Server"]
+                ),
+            ),
+            rule(
+                [P],
+                path="/orig",
+                redirect=pb.Redirect(status_code=307, replace_prefix_match="/repl"),
+            ),
+            rule(
+                [P],
+                path="/gone",
+                redirect=pb.Redirect(
+                    hostname="example.org", status_code=308, replace_prefix_match=""
+                ),
+                response_headers=pb.HeaderModifier(set=nv(X_Moved="yes")),
+            ),
+            rule([P], path="/see", redirect=pb.Redirect(status_code=303)),
+            rule([P], "c"),
+        ],
+    )
+    result = site.inst.applier.apply(site.snapshot([listener], 1))
+    assert result.ok, result.error
+    backend_saw = [
+        # (path asked, backend, path the backend got)
+        ("/prefix/one/two", "a", "/one/two"),
+        ("/prefix/one", "a", "/one"),
+        ("/prefix/one/", "a", "/one/"),
+        ("/prefix/one/x?q=1", "a", "/one/x?q=1"),
+        ("/prefix/onetwo", "c", "/prefix/onetwo"),  # element-wise: not its prefix
+        ("/strip-prefix/three", "a", "/three"),
+        ("/strip-prefix", "a", "/"),
+        ("/strip-prefix/", "a", "/"),
+        ("/strip-prefix?q=1", "a", "/?q=1"),
+        ("/slash/bar", "a", "/xyz/bar"),
+        ("/slash", "a", "/xyz"),
+        ("/slash/", "a", "/xyz/"),
+        ("/full/one/two?q=1", "a", "/one?q=1"),
+        ("/host/x", "b", "/host/x"),
+    ]
+    got = [(p, *(lambda r: (r.name, r.path))(site.request(P, p))) for p, _, _ in backend_saw]
+    assert got == backend_saw
+    assert site.request(P, "/host/x").headers["host"] == "one.example.org"
+    assert site.request(P, "/prefix/one").headers["host"] == P
+    modified = site.request(P, "/resp/x")
+    assert modified.name == "c"
+    assert modified.response_headers["x-set"] == ["50%"]
+    assert modified.response_headers["x-add"] == ["1"]
+    assert "server" not in modified.response_headers
+    other = site.request(P, "/other")  # another rule's response keeps its headers
+    assert other.name == "c" and "server" in other.response_headers
+    assert "x-set" not in other.response_headers
+    base = f"http://{P}:{port}"
+    redirects = [
+        ("/orig/lemon?a=b", 307, f"{base}/repl/lemon?a=b"),
+        ("/orig", 307, f"{base}/repl"),
+        ("/gone", 308, f"http://example.org:{port}/"),
+        ("/gone/x/y", 308, f"http://example.org:{port}/x/y"),
+        ("/see/x?q=1", 303, f"{base}/see/x?q=1"),
+    ]
+    got_r = [(p, *(lambda r: (r.status, r.location))(site.request(P, p))) for p, _, _ in redirects]
+    assert got_r == redirects
+    assert site.request(P, "/gone").response_headers.get("x-moved") == ["yes"]
+    assert "x-moved" not in site.request(P, "/see/x").response_headers
+
+
+def newer(r: pb.RouteRule, field: int, inside: str = "") -> pb.RouteRule:
+    """`r` as a control plane newer than this agent sends it: with a field (a filter, or a
+    filter's value `inside` one of its messages) this contract does not know."""
+    tag, varint = field << 3 | 2, bytearray()  # a length-delimited field: "/x"
+    while tag > 0x7F:
+        varint.append(tag & 0x7F | 0x80)
+        tag >>= 7
+    unknown = bytes([*varint, tag, 2]) + b"/x"
+    out = pb.RouteRule()
+    out.CopyFrom(r)
+    if inside:
+        getattr(out, inside).MergeFromString(unknown)
+    else:
+        out.MergeFromString(unknown)
+    return out
+
+
+def test_a_rule_with_fields_the_agent_does_not_know_is_set_aside_alone(site: Site) -> None:
+    """An agent older than a filter would serve the rule without it: the rule keeps its
+    match and answers 500, the ACK's set-aside parts name it, every other rule is served;
+    the same rule without the unknown field is served again."""
+    port = site.ports[0]
+    moved = rule(
+        [P], path="/moved", redirect=pb.Redirect(status_code=301), source="HTTPRoute ns/moved"
+    )
+
+    def listener(*extra: pb.RouteRule) -> pb.HttpListener:
+        return pb.HttpListener(port=port, rules=[*extra, rule([P], "b", "/ok"), rule([P], "c")])
+
+    unknown = listener(newer(rule([P], "a", "/new"), 99), newer(moved, 9, inside="redirect"))
+    result = site.inst.applier.apply(site.snapshot([unknown], 1))
+    assert result.ok, result.error
+    assert [(p.kind, p.name, p.reason) for p in result.set_aside] == [
+        (
+            "route-rule",
+            "HTTPRoute ns/r /new",
+            "carries fields this agent does not know (99): answered with a 500; upgrade the agent",
+        ),
+        (
+            "route-rule",
+            "HTTPRoute ns/moved",
+            "carries fields this agent does not know (redirect.9): answered with a 500;"
+            " upgrade the agent",
+        ),
+    ]
+    served = [site.served_by(P, p) for p in ("/new/x", "/moved", "/ok", "/other")]
+    assert served == ["500", "500", "b", "c"]
+    again = site.inst.applier.apply(site.snapshot([listener(rule([P], "a", "/new"), moved)], 2))
+    assert again.ok and again.set_aside == (), again
+    assert site.served_by(P, "/new/x") == "a"
+    assert site.request(P, "/moved").status == 301
 
 
 def test_routes_change_on_a_running_haproxy_without_a_reload(site: Site) -> None:

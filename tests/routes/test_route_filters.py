@@ -12,18 +12,28 @@ from typing import Any
 
 import yaml
 
-from controlplane.model import HeaderModifier, HTTPRouteFilter, RequestRedirect
+from controlplane.model import (
+    HeaderModifier,
+    HTTPRouteFilter,
+    HTTPRouteMatch,
+    PathMatch,
+    RequestRedirect,
+    URLRewrite,
+)
 from controlplane.publish.encode_filters import FILTER_ENCODERS
 from controlplane.routes.filters import FILTERS, RULE_FIELDS, UNSERVED, rule_filters
 from controlplane.routes.filters.base import Refused
 from controlplane.routes.precedence import Origin
 from controlplane.snapshot import (
     HeaderChanges,
+    PathRewrite,
     Redirect,
     RejectedInput,
+    ResponseHeaderChanges,
     RouteFilter,
     RouteTimeouts,
 )
+from controlplane.snapshot import URLRewrite as Rewrite
 from nodeagent.config.filters import RENDERERS
 from peerplane.v1 import peerplane_pb2 as pb
 
@@ -43,6 +53,7 @@ NOT_FILTERS = {
 # A part whose empty value encodes nothing: one that does.
 SAMPLES: dict[type, Any] = {RouteTimeouts: RouteTimeouts(request_ms=500)}
 ORIGIN = Origin("HTTPRoute", "default", "r", "spec.rules[0]")
+ANY_PATH = (HTTPRouteMatch(),)
 
 
 def checklist() -> list[str]:
@@ -154,25 +165,107 @@ def test_the_first_filter_of_a_type_is_kept_in_the_routes_order() -> None:
         HTTPRouteFilter("RequestHeaderModifier", request_header_modifier=HeaderModifier()),
     )
     rejections: list[RejectedInput] = []
-    got = rule_filters(filters, "spec.rules[0]", ORIGIN, rejections)
+    got = rule_filters(filters, ANY_PATH, "spec.rules[0]", ORIGIN, rejections)
     assert got == (Redirect(scheme="https"), HeaderChanges(set=(("x-a", "1"),)))
     assert rejections == []
 
 
 def test_a_filter_not_served_drops_the_rule_and_names_what_is_served() -> None:
     modifier = HTTPRouteFilter("RequestHeaderModifier", request_header_modifier=HeaderModifier())
-    unserved = (
-        HTTPRouteFilter("URLRewrite"),
-        HTTPRouteFilter("RequestRedirect"),  # its own field missing: not served either
+    generic = (
+        "filter type not served (RequestHeaderModifier, RequestRedirect,"
+        " ResponseHeaderModifier and URLRewrite are); rule not served"
     )
-    for item in unserved:
+    unserved = {
+        HTTPRouteFilter("RequestMirror"): f"{UNSERVED['RequestMirror']}; rule not served",
+        HTTPRouteFilter("RequestRedirect"): generic,  # its own field missing: not served
+    }
+    for item, reason in unserved.items():
         rejections: list[RejectedInput] = []
-        assert rule_filters((modifier, item), "spec.rules[0]", ORIGIN, rejections) is None
+        assert rule_filters((modifier, item), ANY_PATH, "spec.rules[0]", ORIGIN, rejections) is None
         assert [(r.key, r.value, r.reason) for r in rejections] == [
-            (
-                "spec.rules[0].filters[1]",
-                item.type,
-                "filter type not served (RequestHeaderModifier and RequestRedirect are); "
-                "rule not served",
-            )
+            ("spec.rules[0].filters[1]", item.type, reason)
         ]
+
+
+def _rewrite(path_type: str, value: str, hostname: str = "") -> HTTPRouteFilter:
+    return HTTPRouteFilter("URLRewrite", url_rewrite=URLRewrite(hostname, path_type, value))
+
+
+def _prefix(value: str) -> tuple[HTTPRouteMatch, ...]:
+    return (HTTPRouteMatch(path=PathMatch("PathPrefix", value)),)
+
+
+def test_url_rewrite_response_headers_and_redirect_paths_are_translated() -> None:
+    rejections: list[RejectedInput] = []
+    response = HeaderModifier(set=(("x-s", "1"),), add=(("x-a", "2"),), remove=("x-r",))
+    filters = (
+        _rewrite("ReplacePrefixMatch", "", "one.example.org"),
+        HTTPRouteFilter("ResponseHeaderModifier", response_header_modifier=response),
+    )
+    got = rule_filters(filters, _prefix("/strip"), "spec.rules[0]", ORIGIN, rejections)
+    assert got == (
+        Rewrite("one.example.org", PathRewrite("ReplacePrefixMatch", "")),
+        ResponseHeaderChanges((("x-s", "1"),), (("x-a", "2"),), ("x-r",)),
+    )
+    redirect = RequestRedirect(status_code=308, path_type="ReplacePrefixMatch", path_value="/n")
+    got = rule_filters(
+        (HTTPRouteFilter("RequestRedirect", request_redirect=redirect),),
+        _prefix("/o"),
+        "spec.rules[0]",
+        ORIGIN,
+        rejections,
+    )
+    assert got == (Redirect(status_code=308, replace_prefix_match="/n"),)
+    assert rejections == []
+
+
+def test_invalid_rewrites_and_redirects_drop_their_rule_with_the_reason() -> None:
+    exact = (HTTPRouteMatch(path=PathMatch("Exact", "/a")),)
+    two = (*_prefix("/a"), *_prefix("/b"))
+    prefix_redirect = HTTPRouteFilter(
+        "RequestRedirect",
+        request_redirect=RequestRedirect(path_type="ReplacePrefixMatch", path_value="/n"),
+    )
+    cases: list[tuple[tuple[HTTPRouteFilter, ...], tuple[HTTPRouteMatch, ...], str]] = [
+        (
+            (_rewrite("ReplacePrefixMatch", "/n"),),
+            exact,
+            "replacePrefixMatch needs exactly one PathPrefix match",
+        ),
+        ((prefix_redirect,), two, "replacePrefixMatch needs exactly one PathPrefix match"),
+        (
+            (_rewrite("", "", "a.example"), prefix_redirect),
+            _prefix("/a"),
+            "a RequestRedirect and a URLRewrite cannot go together",
+        ),
+        ((_rewrite("ReplaceFullPath", "/x y"),), exact, "replaceFullPath is not a path"),
+        ((_rewrite("", "", "Bad_Host"),), exact, "hostname is not a lower-case host name"),
+        (
+            (
+                HTTPRouteFilter(
+                    "RequestRedirect", request_redirect=RequestRedirect(status_code=304)
+                ),
+            ),
+            exact,
+            "status code 304 (301, 302, 303, 307, 308 only)",
+        ),
+        (
+            (
+                HTTPRouteFilter(
+                    "ResponseHeaderModifier",
+                    response_header_modifier=HeaderModifier(set=(("x a", "1"),)),
+                ),
+            ),
+            exact,
+            "a header name or value peerplane does not serve",
+        ),
+    ]
+    for filters, matches, reason in cases:
+        rejections: list[RejectedInput] = []
+        assert rule_filters(filters, matches, "spec.rules[0]", ORIGIN, rejections) is None
+        assert len(rejections) == 1 and rejections[0].reason.startswith(reason), (
+            reason,
+            rejections,
+        )
+        assert rejections[0].reason.endswith("; rule not served")

@@ -14,7 +14,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from controlplane.compute import compute
-from controlplane.snapshot import HeaderChanges, Redirect, WorkloadSnapshot
+from controlplane.snapshot import (
+    HeaderChanges,
+    Redirect,
+    ResponseHeaderChanges,
+    URLRewrite,
+    WorkloadSnapshot,
+)
 from controlplane.source.convert import ManifestError
 from peerplane import names, patterns
 from tests.helpers.builders import WORKLOAD, service
@@ -48,6 +54,9 @@ def hostile_rule(draw: st.DrawFn) -> dict[str, Any]:
             },
         }
     ]
+    path_type = draw(st.sampled_from(["ReplaceFullPath", "ReplacePrefixMatch"]))
+    field = "replaceFullPath" if path_type == "ReplaceFullPath" else "replacePrefixMatch"
+    path = {"type": path_type, field: draw(text)}
     if draw(st.booleans()):
         filters = [
             {
@@ -55,10 +64,24 @@ def hostile_rule(draw: st.DrawFn) -> dict[str, Any]:
                 "requestRedirect": {
                     "scheme": draw(st.one_of(st.just("https"), text)),
                     "hostname": draw(text),
-                    "statusCode": draw(st.sampled_from([301, 302, 307])),
-                    "path": {"type": "ReplaceFullPath", "replaceFullPath": draw(text)},
+                    "statusCode": draw(st.sampled_from([301, 302, 303, 304, 307, 308])),
+                    "path": path,
                 },
             }
+        ]
+    else:
+        filters += [
+            {
+                "type": "URLRewrite",
+                "urlRewrite": {"hostname": draw(text), "path": path},
+            },
+            {
+                "type": "ResponseHeaderModifier",
+                "responseHeaderModifier": {
+                    "add": [{"name": draw(text), "value": draw(text)}],
+                    "remove": [draw(text)],
+                },
+            },
         ]
     return {
         "matches": [match],
@@ -87,8 +110,24 @@ def check_strings(snapshot: WorkloadSnapshot) -> None:
                     patterns.is_header_name(n) and patterns.is_header_value(v) for n, v in pairs
                 )
                 assert all(patterns.is_header_name(n) for n in changes.remove)
+            response = rule.filter(ResponseHeaderChanges)
+            if response is not None:
+                pairs = (*response.set, *response.add)
+                assert all(
+                    patterns.is_header_name(n) and patterns.is_header_value(v) for n, v in pairs
+                )
+                assert all(patterns.is_header_name(n) for n in response.remove)
+            rewrite = rule.filter(URLRewrite)
+            if rewrite is not None:
+                assert not rewrite.hostname or names.is_host_name(rewrite.hostname)
+                assert rewrite.path is None or patterns.is_prefix_replacement(rewrite.path.value)
+                if rewrite.replaces_prefix:
+                    assert rule.path is not None and rule.path.type == "PathPrefix"
             redirect = rule.filter(Redirect)
             if redirect is not None:
+                if redirect.replace_prefix_match is not None:
+                    assert patterns.is_prefix_replacement(redirect.replace_prefix_match)
+                    assert rule.path is not None and rule.path.type == "PathPrefix"
                 assert not redirect.scheme or redirect.scheme in patterns.REDIRECT_SCHEMES
                 assert not redirect.hostname or names.is_host_name(redirect.hostname)
                 assert redirect.status_code in patterns.REDIRECT_CODES

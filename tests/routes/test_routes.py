@@ -301,13 +301,13 @@ def test_unsupported_matches_and_filters_are_reported_and_the_rest_served() -> N
         },
         {
             "matches": [prefix("/u")],
-            "filters": [{"type": "URLRewrite", "urlRewrite": {}}],
+            "filters": [{"type": "RequestMirror", "requestMirror": {}}],
             "backendRefs": [to("shop")],
         },
         {"matches": [prefix("/bad path")], "backendRefs": [to("shop")]},
         {"matches": [prefix("/m", method="BREW")], "backendRefs": [to("shop")]},
         {
-            "matches": [prefix("/r")],
+            "matches": [{"path": {"type": "Exact", "value": "/r"}}],
             "filters": [
                 {
                     "type": "RequestRedirect",
@@ -344,12 +344,13 @@ def test_unsupported_matches_and_filters_are_reported_and_the_rest_served() -> N
         "HTTPRoute default/r spec.rules[1].matches[0].headers[0].type: only Exact header "
         "matches are served; match not served",
         "HTTPRoute default/r spec.rules[2].filters[0]: filter type not served "
-        "(RequestHeaderModifier and RequestRedirect are); rule not served",
+        "(RequestHeaderModifier, RequestRedirect, ResponseHeaderModifier and URLRewrite are);"
+        " rule not served",
         "HTTPRoute default/r spec.rules[3].matches[0].path.value: not a path of letters, "
         "digits and -._~%/+,;=:@!; match not served",
         "HTTPRoute default/r spec.rules[4].matches[0].method: not an HTTP method; match not served",
-        "HTTPRoute default/r spec.rules[5].filters[0]: path ReplacePrefixMatch (only "
-        "ReplaceFullPath is served); rule not served",
+        "HTTPRoute default/r spec.rules[5].filters[0]: replacePrefixMatch needs exactly one "
+        "PathPrefix match; rule not served",
         "HTTPRoute default/r spec.rules[6].matches[0].queryParams[0]: not a query parameter "
         "peerplane serves; match not served",
     ]
@@ -381,8 +382,39 @@ def redirect(**fields: Any) -> dict[str, Any]:
             {"matches": [prefix("/r")], "backendRefs": [to("shop", weight=1_000_001)]},
             "spec.rules[1].backendRefs[0].weight: weight is not in 0-1000000",
         ),
+        (
+            {"matches": [prefix("/r")], "filters": [redirect(statusCode=304)]},
+            "spec.rules[1].filters[0]: status code 304 (301, 302, 303, 307, 308 only)",
+        ),
+        (
+            {
+                "matches": [prefix("/r"), prefix("/s")],
+                "filters": [
+                    redirect(path={"type": "ReplacePrefixMatch", "replacePrefixMatch": "/n"})
+                ],
+            },
+            "spec.rules[1].filters[0]: replacePrefixMatch needs exactly one PathPrefix match",
+        ),
+        (
+            {
+                "matches": [prefix("/r")],
+                "filters": [
+                    {"type": "URLRewrite", "urlRewrite": {"hostname": "a.example.org"}},
+                    redirect(statusCode=301),
+                ],
+            },
+            "spec.rules[1].filters[1]: a RequestRedirect and a URLRewrite cannot go together",
+        ),
     ],
-    ids=["redirect-port-99999", "redirect-port-0", "weight-negative", "weight-too-large"],
+    ids=[
+        "redirect-port-99999",
+        "redirect-port-0",
+        "weight-negative",
+        "weight-too-large",
+        "redirect-code-304",
+        "prefix-on-two-matches",
+        "rewrite-with-redirect",
+    ],
 )
 def test_a_value_the_schema_refuses_drops_its_rule_alone(
     bad_rule: dict[str, Any], warning: str

@@ -25,6 +25,7 @@ from controlplane.model import (
     RequestRedirect,
     RouteGroupKind,
     SelectorRequirement,
+    URLRewrite,
 )
 from controlplane.source.convert import ManifestError
 from controlplane.source.convert_gateway import (
@@ -100,7 +101,18 @@ ROUTE: dict[str, Any] = {
                             "remove": ["x-c"],
                         },
                     },
-                    {"type": "URLRewrite", "urlRewrite": {"hostname": "x"}},
+                    {
+                        "type": "URLRewrite",
+                        "urlRewrite": {
+                            "hostname": "x",
+                            "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": ""},
+                        },
+                    },
+                    {
+                        "type": "ResponseHeaderModifier",
+                        "responseHeaderModifier": {"set": [{"name": "x-r", "value": "1"}]},
+                    },
+                    {"type": "RequestMirror", "requestMirror": {}},
                 ],
                 "backendRefs": [
                     {"name": "cart", "port": 80, "weight": 90},
@@ -210,7 +222,11 @@ def test_http_route_with_defaults_filled_in() -> None:
             "RequestHeaderModifier",
             request_header_modifier=HeaderModifier((("x-a", "1"),), (("x-b", "2"),), ("x-c",)),
         ),
-        HTTPRouteFilter("URLRewrite"),  # kept by type, for compute to report
+        HTTPRouteFilter("URLRewrite", url_rewrite=URLRewrite("x", "ReplacePrefixMatch", "")),
+        HTTPRouteFilter(
+            "ResponseHeaderModifier", response_header_modifier=HeaderModifier((("x-r", "1"),))
+        ),
+        HTTPRouteFilter("RequestMirror"),  # kept by type, for compute to report
     )
     assert first.backend_refs == (
         HTTPBackendRef("cart", port=80, weight=90),

@@ -11,15 +11,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from controlplane.model import HTTPRouteFilter, HTTPRouteRule
-from controlplane.routes.filters import header_modifier, redirect, retry, timeouts
+from controlplane.model import HTTPRouteFilter, HTTPRouteMatch, HTTPRouteRule
+from controlplane.routes.filters import (
+    header_modifier,
+    redirect,
+    response_header_modifier,
+    retry,
+    timeouts,
+    url_rewrite,
+)
 from controlplane.routes.filters.base import Refused, RuleTranslator, Translator
 from controlplane.routes.precedence import Origin
-from controlplane.snapshot import RejectedInput, RouteFilter
+from controlplane.snapshot import Redirect, RejectedInput, RouteFilter, URLRewrite
 
 FILTERS: Mapping[str, Translator] = {
     "RequestHeaderModifier": header_modifier.translate,
     "RequestRedirect": redirect.translate,
+    "ResponseHeaderModifier": response_header_modifier.translate,
+    "URLRewrite": url_rewrite.translate,
 }
 """The Gateway API filter type -> its translator."""
 
@@ -44,18 +53,22 @@ def _served() -> str:
 
 def rule_filters(
     filters: tuple[HTTPRouteFilter, ...],
+    matches: tuple[HTTPRouteMatch, ...],
     where: str,
     origin: Origin,
     rejections: list[RejectedInput],
 ) -> tuple[RouteFilter, ...] | None:
-    """The rule's filters, the first of each type; None (reported) when one is not served,
-    so the rule is not served at all rather than served without it."""
+    """The rule's filters, the first of each type; None (reported) when one is not served
+    or they cannot go together on the rule's matches, so the rule is not served at all
+    rather than served without it."""
     found: dict[type, RouteFilter] = {}
     for index, item in enumerate(filters):
         translate = FILTERS.get(item.type)
         result = translate(item) if translate is not None else None
         if result is None:
             result = Refused(UNSERVED.get(item.type, f"filter type not served ({_served()} are)"))
+        if not isinstance(result, Refused):
+            result = _combined(result, found, matches)
         if isinstance(result, Refused):
             rejections.append(
                 origin.rejection(
@@ -83,3 +96,18 @@ def rule_parts(
         if result is not None:
             found.append(result)
     return tuple(found)
+
+
+def _combined(
+    result: RouteFilter, found: Mapping[type, RouteFilter], matches: tuple[HTTPRouteMatch, ...]
+) -> RouteFilter | Refused:
+    """The Gateway API's rules across a rule's filters and matches (its CRD's validation,
+    held here too): no redirect with a URLRewrite, and a ReplacePrefixMatch only on a rule
+    of exactly one PathPrefix match (the prefix it replaces)."""
+    kinds = {type(result), *found}
+    if Redirect in kinds and URLRewrite in kinds:
+        return Refused("a RequestRedirect and a URLRewrite cannot go together")
+    replaces_prefix = isinstance(result, Redirect | URLRewrite) and result.replaces_prefix
+    if replaces_prefix and (len(matches) != 1 or matches[0].path.type != "PathPrefix"):
+        return Refused("replacePrefixMatch needs exactly one PathPrefix match")
+    return result

@@ -1,9 +1,11 @@
-"""RequestRedirect: answer with a redirect (scheme, host, port, full path, 301 or 302)."""
+"""RequestRedirect: answer with a redirect (scheme, host, port, path, 301, 302, 303, 307
+or 308)."""
 
 from __future__ import annotations
 
 from controlplane.model import HTTPRouteFilter
 from controlplane.routes.filters.base import Refused
+from controlplane.routes.filters.url_rewrite import path_rewrite
 from controlplane.settings.values import shown
 from controlplane.snapshot import Redirect
 from peerplane import names as hosts
@@ -11,11 +13,12 @@ from peerplane import patterns
 
 
 def translate(item: HTTPRouteFilter) -> Redirect | Refused | None:
-    """The redirect, or the first of its values peerplane does not serve (a
-    ReplacePrefixMatch path, a port outside 1-65535, ...)."""
+    """The redirect, or the first of its values peerplane does not serve (a port outside
+    1-65535, ...)."""
     wanted = item.request_redirect
     if wanted is None:
         return None
+    codes = ", ".join(map(str, sorted(patterns.REDIRECT_CODES)))
     problem = ""
     if wanted.scheme and wanted.scheme not in patterns.REDIRECT_SCHEMES:
         problem = f"scheme {wanted.scheme} (http or https only)"
@@ -24,13 +27,14 @@ def translate(item: HTTPRouteFilter) -> Redirect | Refused | None:
     elif wanted.port is not None and not 1 <= wanted.port <= 65535:
         problem = f"port {shown(str(wanted.port), 20)} is not in 1-65535"
     elif wanted.status_code not in patterns.REDIRECT_CODES:
-        problem = f"status code {wanted.status_code} (301 or 302 only)"
-    elif wanted.path_type not in ("", "ReplaceFullPath"):
-        problem = f"path {wanted.path_type} (only ReplaceFullPath is served)"
-    elif wanted.path_type and not patterns.is_path(wanted.path_value):
-        problem = "replaceFullPath is not a path peerplane serves"
+        problem = f"status code {wanted.status_code} ({codes} only)"
     if problem:
         return Refused(problem)
+    path = path_rewrite(wanted.path_type, wanted.path_value)
+    if isinstance(path, Refused):
+        return path
+    full = path.value if path is not None and path.type == "ReplaceFullPath" else ""
+    prefix = path.value if path is not None and path.type == "ReplacePrefixMatch" else None
     return Redirect(
-        wanted.scheme, wanted.hostname, wanted.port or 0, wanted.status_code, wanted.path_value
+        wanted.scheme, wanted.hostname, wanted.port or 0, wanted.status_code, full, prefix
     )

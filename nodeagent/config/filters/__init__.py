@@ -5,16 +5,25 @@ RouteRule), joined in `RENDERERS`, and the one rule of which rules can be map en
 
 from __future__ import annotations
 
-from nodeagent.config.filters import header_modifier, redirect, timeouts
+from nodeagent.config.filters import (
+    header_modifier,
+    redirect,
+    response_header_modifier,
+    timeouts,
+    url_rewrite,
+)
 from nodeagent.config.filters.base import FilterRenderer, RuleOutcome
 from peerplane.v1 import peerplane_pb2 as pb
 
 RENDERERS: tuple[FilterRenderer, ...] = (
     header_modifier.RENDERER,
-    redirect.RENDERER,
+    url_rewrite.RENDERER,
+    response_header_modifier.RENDERER,
     timeouts.RENDERER,
+    redirect.RENDERER,
 )
-"""In the order their checks run and their lines are written."""
+"""In the order their checks run and their lines are written: a filter that answers (the
+redirect) last, since its rule's lines end with it."""
 
 
 def check_filters(r: pb.RouteRule, source: str) -> None:

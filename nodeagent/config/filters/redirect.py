@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nodeagent.config.filters import prefix
 from nodeagent.config.filters.base import FilterRenderer, RuleOutcome, log_format, refuse
 from peerplane import names, patterns
 from peerplane.v1 import peerplane_pb2 as pb
@@ -25,13 +26,15 @@ def _check(r: pb.RouteRule, source: str) -> None:
         raise refuse("redirect status code", d.status_code, source)
     if d.replace_full_path and not patterns.is_path(d.replace_full_path):
         raise refuse("redirect path", d.replace_full_path, source)
+    if d.HasField("replace_prefix_match"):
+        prefix.check(d.replace_prefix_match, r, "redirect prefix", source)
 
 
 def _lines(r: pb.RouteRule, at: RuleOutcome) -> list[str]:
     """Scheme, host, port (the Gateway API's defaults: no scheme is the request's, that is
     the listener's, https where it terminates TLS; no port is the scheme's well-known one
-    when a scheme is given, else the listener's), code, and the request's path and query
-    unless ReplaceFullPath."""
+    when a scheme is given, else the listener's), code, and the request's path (or
+    ReplaceFullPath's, or the request's with its prefix replaced) and query."""
     d, won = r.redirect, at.won
     scheme = d.scheme or at.scheme
     host = d.hostname or "%[var(txn.h)]"
@@ -40,14 +43,29 @@ def _lines(r: pb.RouteRule, at: RuleOutcome) -> list[str]:
         to_port = None
     base = f"{scheme}://{host}" + (f":{to_port}" if to_port else "")
     code = d.status_code or 302
+    if d.HasField("replace_prefix_match"):
+        return _prefix_lines(base, prefix.replacement(d.replace_prefix_match, r), code, won)
     if not d.replace_full_path:
         return [f"  http-request redirect location {base}%[pathq] code {code} if {won}"]
-    path = log_format(d.replace_full_path)
+    return _with_query(f"{base}{log_format(d.replace_full_path)}", code, won)
+
+
+def _with_query(location: str, code: int, condition: str) -> list[str]:
+    """A redirect to `location` with the request's query, if it has one."""
     return [
-        f"  http-request redirect location {base}{path}?%[query] code {code}"
-        f" if {won} {{ query -m len gt 0 }}",
-        f"  http-request redirect location {base}{path} code {code} if {won}",
+        f"  http-request redirect location {location}?%[query] code {code}"
+        f" if {condition} {{ query -m len gt 0 }}",
+        f"  http-request redirect location {location} code {code} if {condition}",
     ]
+
+
+def _prefix_lines(base: str, p: prefix.PrefixReplacement, code: int, won: str) -> list[str]:
+    if p.head:
+        return _with_query(f"{base}{p.head}{p.rest}", code, won)
+    # stripped: the rest, or "/" when there is none
+    return _with_query(f"{base}/", code, f"{won} {p.whole}") + _with_query(
+        f"{base}{p.rest}", code, won
+    )
 
 
 RENDERER = FilterRenderer(
@@ -59,6 +77,7 @@ RENDERER = FilterRenderer(
         "scheme": "invalid redirect scheme",
         "hostname": "invalid redirect hostname",
         "replace_full_path": "invalid redirect path",
+        "replace_prefix_match": "invalid redirect prefix",
     },
     answers=True,
 )

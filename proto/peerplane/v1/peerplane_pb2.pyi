@@ -214,7 +214,7 @@ class SniRoute(_message.Message):
     def __init__(self, source: _Optional[str] = ..., hostnames: _Optional[_Iterable[str]] = ..., backends: _Optional[_Iterable[_Union[WeightedBackend, _Mapping]]] = ...) -> None: ...
 
 class RouteRule(_message.Message):
-    __slots__ = ("source", "hostnames", "path", "method", "headers", "query_params", "backends", "request_headers", "redirect", "single_label_wildcards", "timeouts")
+    __slots__ = ("source", "hostnames", "path", "method", "headers", "query_params", "backends", "request_headers", "redirect", "single_label_wildcards", "url_rewrite", "response_headers", "timeouts")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     HOSTNAMES_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
@@ -225,6 +225,8 @@ class RouteRule(_message.Message):
     REQUEST_HEADERS_FIELD_NUMBER: _ClassVar[int]
     REDIRECT_FIELD_NUMBER: _ClassVar[int]
     SINGLE_LABEL_WILDCARDS_FIELD_NUMBER: _ClassVar[int]
+    URL_REWRITE_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_HEADERS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUTS_FIELD_NUMBER: _ClassVar[int]
     source: str
     hostnames: _containers.RepeatedScalarFieldContainer[str]
@@ -236,8 +238,10 @@ class RouteRule(_message.Message):
     request_headers: HeaderModifier
     redirect: Redirect
     single_label_wildcards: bool
+    url_rewrite: URLRewrite
+    response_headers: HeaderModifier
     timeouts: Timeouts
-    def __init__(self, source: _Optional[str] = ..., hostnames: _Optional[_Iterable[str]] = ..., path: _Optional[_Union[PathMatch, _Mapping]] = ..., method: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[NameValue, _Mapping]]] = ..., query_params: _Optional[_Iterable[_Union[NameValue, _Mapping]]] = ..., backends: _Optional[_Iterable[_Union[WeightedBackend, _Mapping]]] = ..., request_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., redirect: _Optional[_Union[Redirect, _Mapping]] = ..., single_label_wildcards: _Optional[bool] = ..., timeouts: _Optional[_Union[Timeouts, _Mapping]] = ...) -> None: ...
+    def __init__(self, source: _Optional[str] = ..., hostnames: _Optional[_Iterable[str]] = ..., path: _Optional[_Union[PathMatch, _Mapping]] = ..., method: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[NameValue, _Mapping]]] = ..., query_params: _Optional[_Iterable[_Union[NameValue, _Mapping]]] = ..., backends: _Optional[_Iterable[_Union[WeightedBackend, _Mapping]]] = ..., request_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., redirect: _Optional[_Union[Redirect, _Mapping]] = ..., single_label_wildcards: _Optional[bool] = ..., url_rewrite: _Optional[_Union[URLRewrite, _Mapping]] = ..., response_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., timeouts: _Optional[_Union[Timeouts, _Mapping]] = ...) -> None: ...
 
 class Timeouts(_message.Message):
     __slots__ = ("server_timeout_ms",)
@@ -286,18 +290,36 @@ class HeaderModifier(_message.Message):
     def __init__(self, set: _Optional[_Iterable[_Union[NameValue, _Mapping]]] = ..., add: _Optional[_Iterable[_Union[NameValue, _Mapping]]] = ..., remove: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Redirect(_message.Message):
-    __slots__ = ("scheme", "hostname", "port", "status_code", "replace_full_path")
+    __slots__ = ("scheme", "hostname", "port", "status_code", "replace_full_path", "replace_prefix_match")
     SCHEME_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     STATUS_CODE_FIELD_NUMBER: _ClassVar[int]
     REPLACE_FULL_PATH_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_PREFIX_MATCH_FIELD_NUMBER: _ClassVar[int]
     scheme: str
     hostname: str
     port: int
     status_code: int
     replace_full_path: str
-    def __init__(self, scheme: _Optional[str] = ..., hostname: _Optional[str] = ..., port: _Optional[int] = ..., status_code: _Optional[int] = ..., replace_full_path: _Optional[str] = ...) -> None: ...
+    replace_prefix_match: str
+    def __init__(self, scheme: _Optional[str] = ..., hostname: _Optional[str] = ..., port: _Optional[int] = ..., status_code: _Optional[int] = ..., replace_full_path: _Optional[str] = ..., replace_prefix_match: _Optional[str] = ...) -> None: ...
+
+class URLRewrite(_message.Message):
+    __slots__ = ("hostname", "path")
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    hostname: str
+    path: PathRewrite
+    def __init__(self, hostname: _Optional[str] = ..., path: _Optional[_Union[PathRewrite, _Mapping]] = ...) -> None: ...
+
+class PathRewrite(_message.Message):
+    __slots__ = ("replace_full_path", "replace_prefix_match")
+    REPLACE_FULL_PATH_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_PREFIX_MATCH_FIELD_NUMBER: _ClassVar[int]
+    replace_full_path: str
+    replace_prefix_match: str
+    def __init__(self, replace_full_path: _Optional[str] = ..., replace_prefix_match: _Optional[str] = ...) -> None: ...
 
 class RejectedInput(_message.Message):
     __slots__ = ("object", "key", "value", "reason")
