@@ -31,6 +31,7 @@ never shadowed, and its hosts share the namespace's listeners' hostnames they na
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -79,12 +80,14 @@ class Holding:
     refused: dict[Claim, Claim]  # a refused claim -> the accepted claim that covers it
     closed: tuple[str, ...]  # sorted
     listeners: dict[str, str] = field(default_factory=dict)  # held listener hostname -> ns
+    # the namespaces holding two listener hostnames or more: only theirs can shadow
+    isolating: frozenset[str] = frozenset()
 
     def shadowing(self, listener: str, host: str, namespace: str) -> str | None:
         """The listener hostname of `namespace` more specific than `listener` (which a
         candidate for `host` attaches through) that covers `host`: requests for it are
         that listener's, so the candidate is never served. None: the candidate's own."""
-        if len(self.listeners) < 2 or not host:
+        if namespace not in self.isolating or not host:
             return None
         for wider_host in (host, *wider(host)):
             if wider_host == listener:
@@ -135,7 +138,9 @@ def resolve(claims: Iterable[Claim], listeners: Collection[Claim] = ()) -> Holdi
     closed = _closed(holders, wildcards)
     if len(holders) > 1 and held_listeners:
         closed = tuple(sorted({*closed, *_isolated(holders, held_listeners)}))
-    return Holding(holders, refused, closed, held_listeners)
+    counts = Counter(held_listeners.values())
+    isolating = frozenset(namespace for namespace, count in counts.items() if count > 1)
+    return Holding(holders, refused, closed, held_listeners, isolating)
 
 
 def _isolated(holders: dict[str, Claim], listeners: dict[str, str]) -> list[str]:

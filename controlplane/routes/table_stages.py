@@ -351,18 +351,25 @@ def _hold(
         else:
             refuse(origin, claim, port, "this listener is not served for it")
     closed = {port: holding.closed for port, holding in holdings.items() if holding.closed}
-    isolating = any(len(holding.listeners) > 1 for holding in holdings.values())
+    isolating = any(holding.isolating for holding in holdings.values())
     if not isolating and not any(holding.refused for holding in holdings.values()):
         return mine.candidates, closed  # one namespace per hostname already: most tables
     kept: list[Candidate] = []
     served: set[tuple[str, str]] = set()
+    # a route's rules and matches share their listener and host: each asked once
+    shadowed: dict[tuple[int, str, Claim], bool] = {}
     for candidate in mine.candidates:
         origin = candidate.origin
         holding = holdings[candidate.port]
-        if candidate.listener is not None and holding.shadowing(
-            candidate.listener, candidate.claim.host, candidate.claim.namespace
-        ):
-            continue  # a more specific listener of its namespace takes these requests
+        if candidate.listener is not None:
+            asked = (candidate.port, candidate.listener, candidate.claim)
+            found = shadowed.get(asked)
+            if found is None:
+                host, namespace = candidate.claim.host, candidate.claim.namespace
+                found = bool(holding.shadowing(candidate.listener, host, namespace))
+                shadowed[asked] = found
+            if found:
+                continue  # a more specific listener of its namespace takes these requests
         if candidate.claim in holding.refused:
             refuse(origin, candidate.claim, candidate.port, "dropped")
             if origin.kind == "HTTPRoute":
