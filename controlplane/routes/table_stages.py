@@ -322,9 +322,10 @@ def _hold(
 ) -> tuple[list[Candidate], dict[int, tuple[str, ...]]]:
     """The workload's candidates but those whose hostname another namespace holds on
     their port or a more specific listener of their namespace takes (ownership.py), and
-    the hostnames each port closes. A refused claim is
-    reported once per object and hostname; a refused defaultBackend is not served; an
-    HTTPRoute none of whose candidates is kept goes into `unheld` with why."""
+    the hostnames each port closes. A refused claim is reported once per object and
+    hostname; a refused defaultBackend is not served; an HTTPRoute none of whose
+    candidates is kept goes into `unheld` with why (one none of whose candidates is
+    served because more specific listeners take them stays accepted: the spec's rule)."""
     by_port: dict[int, list[Claim]] = {}
     listener_claims: dict[int, list[Claim]] = {}
     for port, claim, origin in mine.claims:
