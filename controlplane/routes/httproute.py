@@ -319,6 +319,7 @@ def _candidates(
                     age,
                     (rule.index, number),
                     claim,
+                    lp.listener.hostname,
                 )
             )
     return found

@@ -16,12 +16,24 @@ it: where the next less specific hostname on the port (a wildcard, then any host
 the defaultBackend) is held by another namespace, the lookup stops at the hostname
 (`closed`): a request its holder does not route gets a 404, never another namespace's
 rule.
+
+Within a namespace, Gateway listeners isolate their routes (Gateway API, Listener
+hostname; the conformance test GatewayHTTPListenerIsolation): a request belongs to the
+most specific held listener hostname matching it, and only the routes attached through
+that listener take it. A candidate whose hostname a more specific listener of its
+namespace covers is never served (`Holding.shadowing`), and a held listener hostname
+under any less specific held hostname is closed (whatever claims that one is another
+listener's, an Ingress's or another namespace's). Equal listener hostnames of one
+namespace share; across namespaces the rule above decides (the older claim keeps a host,
+even under a newer, more specific listener). An Ingress has no listener: its rules are
+never shadowed, and its hosts share the namespace's listeners' hostnames they name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from peerplane.patterns import WILDCARD_PREFIX, host_matches
@@ -67,6 +79,22 @@ class Holding:
     holders: dict[str, Claim]  # hostname -> its oldest accepted claim
     refused: dict[Claim, Claim]  # a refused claim -> the accepted claim that covers it
     closed: tuple[str, ...]  # sorted
+    listeners: dict[str, str] = field(default_factory=dict)  # held listener hostname -> ns
+    # the namespaces holding two listener hostnames or more: only theirs can shadow
+    isolating: frozenset[str] = frozenset()
+
+    def shadowing(self, listener: str, host: str, namespace: str) -> str | None:
+        """The listener hostname of `namespace` more specific than `listener` (which a
+        candidate for `host` attaches through) that covers `host`: requests for it are
+        that listener's, so the candidate is never served. None: the candidate's own."""
+        if namespace not in self.isolating or not host:
+            return None
+        for wider_host in (host, *wider(host)):
+            if wider_host == listener:
+                return None
+            if self.listeners.get(wider_host) == namespace:
+                return wider_host
+        return None
 
     def why(self, claim: Claim, port: int) -> str:
         """The reason a refused claim is refused, as a rejection says it."""
@@ -85,8 +113,9 @@ def wider(host: str) -> list[str]:
     return [WILDCARD_PREFIX + ".".join(labels[at:]) for at in range(first, len(labels)) if at]
 
 
-def resolve(claims: Iterable[Claim]) -> Holding:
-    """Accept and refuse `claims` of one port, oldest first; the hostnames to close."""
+def resolve(claims: Iterable[Claim], listeners: Collection[Claim] = ()) -> Holding:
+    """Accept and refuse `claims` of one port, oldest first; the hostnames to close.
+    `listeners`: those of `claims` that are Gateway listeners' hostnames (isolated)."""
     holders: dict[str, Claim] = {}
     refused: dict[Claim, Claim] = {}
     wildcards = False  # whether a wildcard is held yet (most ports have none)
@@ -102,7 +131,27 @@ def resolve(claims: Iterable[Claim]) -> Holding:
         if claim.host not in holders:
             holders[claim.host] = claim
             wildcards = wildcards or claim.host.startswith(WILDCARD_PREFIX)
-    return Holding(holders, refused, _closed(holders, wildcards))
+    held_listeners: dict[str, str] = {}
+    for claim in sorted(listeners):
+        if claim not in refused:
+            held_listeners.setdefault(claim.host, claim.namespace)
+    closed = _closed(holders, wildcards)
+    if len(holders) > 1 and held_listeners:
+        closed = tuple(sorted({*closed, *_isolated(holders, held_listeners)}))
+    counts = Counter(held_listeners.values())
+    isolating = frozenset(namespace for namespace, count in counts.items() if count > 1)
+    return Holding(holders, refused, closed, held_listeners, isolating)
+
+
+def _isolated(holders: dict[str, Claim], listeners: dict[str, str]) -> list[str]:
+    """The held listener hostnames under a less specific held hostname: a request for
+    one ends at its listener's routes (whatever holds the wider one is not its listener:
+    that listener's routes serve its own hostname or narrower ones)."""
+    return [
+        host
+        for host in listeners
+        if host and (ANY_HOST in holders or any(w in holders for w in wider(host)))
+    ]
 
 
 def _closed(holders: dict[str, Claim], wildcards: bool) -> tuple[str, ...]:

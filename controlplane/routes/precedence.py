@@ -74,6 +74,7 @@ class Candidate:
     age: str  # creationTimestamp; "~" (after every timestamp) when unknown
     order: tuple[int, int]  # rule and match (or path) index within the object
     claim: Claim  # the hostname it serves, held by its listener's namespace (ownership.py)
+    listener: str | None = None  # the hostname of its Gateway listener; None: an Ingress's
     key: tuple[object, ...] = field(init=False, repr=False, compare=False)
     match: tuple[object, ...] = field(init=False, repr=False, compare=False)
 

@@ -321,15 +321,22 @@ def _hold(
     mine: _Workload, rejections: list[RejectedInput], unheld: dict[tuple[str, str], str]
 ) -> tuple[list[Candidate], dict[int, tuple[str, ...]]]:
     """The workload's candidates but those whose hostname another namespace holds on
-    their port (ownership.py), and the hostnames each port closes. A refused claim is
-    reported once per object and hostname; a refused defaultBackend is not served; an
-    HTTPRoute none of whose candidates is kept goes into `unheld` with why."""
+    their port or a more specific listener of their namespace takes (ownership.py), and
+    the hostnames each port closes. A refused claim is reported once per object and
+    hostname; a refused defaultBackend is not served; an HTTPRoute none of whose
+    candidates is kept goes into `unheld` with why (one none of whose candidates is
+    served because more specific listeners take them stays accepted: the spec's rule)."""
     by_port: dict[int, list[Claim]] = {}
-    for port, claim, _ in mine.claims:
+    listener_claims: dict[int, list[Claim]] = {}
+    for port, claim, origin in mine.claims:
         by_port.setdefault(port, []).append(claim)
+        if origin.kind == "Gateway":
+            listener_claims.setdefault(port, []).append(claim)
     for candidate in mine.candidates:
         by_port.setdefault(candidate.port, []).append(candidate.claim)
-    holdings = {port: resolve(claims) for port, claims in by_port.items()}
+    holdings = {
+        port: resolve(claims, listener_claims.get(port, ())) for port, claims in by_port.items()
+    }
     report = Refusals(rejections)
 
     def refuse(origin: Origin, claim: Claim, port: int, outcome: str) -> None:
@@ -345,13 +352,25 @@ def _hold(
         else:
             refuse(origin, claim, port, "this listener is not served for it")
     closed = {port: holding.closed for port, holding in holdings.items() if holding.closed}
-    if not any(holding.refused for holding in holdings.values()):
+    isolating = any(holding.isolating for holding in holdings.values())
+    if not isolating and not any(holding.refused for holding in holdings.values()):
         return mine.candidates, closed  # one namespace per hostname already: most tables
     kept: list[Candidate] = []
     served: set[tuple[str, str]] = set()
+    # a route's rules and matches share their listener and host: each asked once
+    shadowed: dict[tuple[int, str, Claim], bool] = {}
     for candidate in mine.candidates:
         origin = candidate.origin
         holding = holdings[candidate.port]
+        if candidate.listener is not None:
+            asked = (candidate.port, candidate.listener, candidate.claim)
+            found = shadowed.get(asked)
+            if found is None:
+                host, namespace = candidate.claim.host, candidate.claim.namespace
+                found = bool(holding.shadowing(candidate.listener, host, namespace))
+                shadowed[asked] = found
+            if found:
+                continue  # a more specific listener of its namespace takes these requests
         if candidate.claim in holding.refused:
             refuse(origin, candidate.claim, candidate.port, "dropped")
             if origin.kind == "HTTPRoute":

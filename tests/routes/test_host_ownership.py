@@ -14,13 +14,25 @@ from hypothesis import strategies as st
 
 from controlplane.compute import WorkloadSnapshot, compute
 from controlplane.model import GATEWAY_GROUP, ClusterState
-from controlplane.routes.ownership import ANY_HOST, Claim, Holding, resolve
+from controlplane.routes.ownership import (
+    ANY_HOST,
+    Claim,
+    Holding,
+    covers,
+    resolve,
+    wider,
+)
 from controlplane.routes.status import StatusKey, route_statuses
 from controlplane.snapshot import HttpListener
 from controlplane.source.convert_gateway import namespace_from
 from peerplane.patterns import host_matches
-from tests.helpers.builders import WORKLOAD
+from tests.helpers.builders import WORKLOAD, service
 from tests.helpers.builders import settings as configmap
+from tests.helpers.listener_isolation import (
+    expected_answers,
+    isolation_gateway,
+    isolation_routes,
+)
 from tests.helpers.route_builders import gateway, ingress, path, prefix_rule, route, state, to
 from tests.helpers.tenants import (
     HOST,
@@ -363,3 +375,144 @@ def test_a_newer_claim_never_takes_what_is_held(
         was = answering(before, request)
         if was and was[0][0] != ANY_HOST:  # a named hostname's namespace still answers
             assert answering(after, request)[0][1] == was[0][1], request
+
+
+# ---------------------------------------------------------------- listener isolation
+
+
+def lookup(listener: HttpListener, host: str, request_path: str) -> str:
+    """The backend of the rule that answers a GET, as the agent's host layers look it up
+    (nodeagent/config/listeners.py): the exact host, each wildcard from the longest, any
+    host, each layer's rules in order; a closed layer with no match ends it: "404"."""
+    for token in (host, *wider(host), ANY_HOST):
+        for rule in listener.rules:
+            if (token in rule.hostnames or (not token and not rule.hostnames)) and (
+                rule.path is None
+                or f"{request_path}/".startswith(f"{rule.path.value.rstrip('/')}/")
+            ):
+                return rule.backends[0].backend
+        if token in listener.closed_hosts:
+            return "404"
+    return listener.default_backend or "404"
+
+
+@pytest.mark.parametrize("intersecting", [False, True], ids=["listeners", "intersection"])
+def test_a_request_is_answered_only_by_its_most_specific_listeners_routes(
+    intersecting: bool,
+) -> None:
+    """GatewayHTTPListenerIsolation's shape: before, bar.example.com/empty-hostname fell
+    through the wildcard listener's routes to the empty-hostname listener's, and with
+    route hostnames abc.foo.example.com/empty-hostname was served by the route on the
+    empty-hostname listener."""
+    cluster_state = tenants(
+        isolation_gateway(PORT), *isolation_routes(intersecting, service="shop")
+    )
+    listener = listener_of(snapshot_of(cluster_state))
+    got = {(host, p): lookup(listener, host, p) for host, p in expected_answers("")}
+    assert got == expected_answers(VICTIM_BACKEND)
+    assert listener.closed_hosts == ("*.example.com", "*.foo.example.com", "abc.foo.example.com")
+    # Every route attaches and is accepted (hostnames another listener takes are not
+    # a refusal: the spec's own example).
+    statuses = route_statuses(cluster_state)
+    for name in ("attaches-to-empty-hostname", "attaches-to-abc-foo-example-com"):
+        (parent,) = statuses[StatusKey(GATEWAY_GROUP, "HTTPRoute", "default", name)]["parents"]
+        assert {c["type"]: c["status"] for c in parent["conditions"]}["Accepted"] == "True"
+
+
+def test_two_gateways_of_one_namespace_isolate_like_two_listeners() -> None:
+    """A wildcard Gateway and an exact one of the same namespace on one port: a miss on
+    the exact host is a 404, not the wildcard's route; equal hostnames still share."""
+    specific = gateway("foo", port=PORT, hostname=HOST, created=NEW)
+    only_cart = route("cart", [prefix_rule("/cart", [to("shop")])], parent={"name": "foo"})
+    everything = route("all", [prefix_rule("/", [to("shop")])], created=OLD)
+    listener = listener_of(snapshot_of(tenants(victim()[0], specific, only_cart, everything)))
+    assert lookup(listener, HOST, "/cart") == VICTIM_BACKEND
+    assert lookup(listener, HOST, "/other") == "404"  # before: the wildcard's route
+    assert lookup(listener, "y.demo.example.com", "/other") == VICTIM_BACKEND
+    assert listener.closed_hosts == (HOST,)
+
+
+def test_an_ingress_shares_the_hosts_it_names_but_not_a_listeners_host_under_its_own() -> None:
+    """An Ingress has no listener: a rule for a host the namespace's listener covers serves
+    beside the listener's routes (by precedence, as before), but its catch-all and its
+    defaultBackend answer no host a Gateway listener holds."""
+    beside = ingress(
+        "beside",
+        [
+            {"host": HOST, "http": {"paths": [path("/more", "Prefix", svc="catalog")]}},
+            {"http": {"paths": [path("/", "Prefix", svc="catalog")]}},
+        ],
+        created=NEW,
+    )
+    cluster_state = state(
+        *victim(),
+        beside,
+        services=(*SERVICES, service("catalog")),
+        config=configmap(**{"http-port": str(PORT)}),
+    )
+    listener = listener_of(snapshot_of(cluster_state))
+    assert lookup(listener, HOST, "/more") == "default_catalog_http"
+    assert lookup(listener, HOST, "/cart") == VICTIM_BACKEND
+    assert lookup(listener, HOST, "/other") == "404"  # before: the Ingress's catch-all
+    assert lookup(listener, "other.org", "/") == "default_catalog_http"
+    assert listener.closed_hosts == ("*.demo.example.com",)
+
+
+@pytest.mark.parametrize(
+    ("listener", "host", "shadowed_by"),
+    [
+        ("", "abc.x.com", "abc.x.com"),  # the most specific listener covering it
+        ("", "*.a.x.com", "*.x.com"),
+        ("*.x.com", "abc.x.com", "abc.x.com"),
+        ("*.x.com", "b.x.com", None),  # no more specific listener: its own
+        ("abc.x.com", "abc.x.com", None),
+        ("", "other.org", None),
+        ("", "", None),
+    ],
+)
+def test_a_more_specific_listener_of_the_namespace_shadows_a_candidate(
+    listener: str, host: str, shadowed_by: str | None
+) -> None:
+    listeners = [claim(h, "a", OLD) for h in ("", "*.x.com", "abc.x.com")]
+    holding = resolve([*listeners, claim(host, "a", NEW)], listeners)
+    assert holding.shadowing(listener, host, "a") == shadowed_by
+    assert holding.shadowing(listener, host, "b") is None  # another namespace's: ownership
+
+
+def test_another_namespaces_newer_listener_never_shadows_a_held_host() -> None:
+    """Across namespaces the older claim keeps a host, even under a newer, more specific
+    listener: B's `*.x.com` gets the rest of it, closed at A's host."""
+    a_any, a_route = claim("", "a", OLD), claim("s.x.com", "a", OLD)
+    b_wild = claim("*.x.com", "b", NEW)
+    holding = resolve([a_any, a_route, b_wild], [a_any, b_wild])
+    assert holding.shadowing("", "s.x.com", "a") is None
+    assert holding.holders["s.x.com"] == a_route
+    assert holding.closed == ("*.x.com", "s.x.com")
+
+
+listeners_strategy = st.lists(
+    st.builds(
+        lambda host, namespace, day: claim(host, namespace, f"2026-01-{day:02d}T00:00:00Z"),
+        st.sampled_from(HOSTS),
+        st.sampled_from(("a", "b")),
+        st.integers(1, 28),
+    ),
+    max_size=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(claims_strategy, listeners_strategy)
+def test_a_lookup_never_passes_a_held_listener_hostname(
+    claims: list[Claim], listeners: list[Claim]
+) -> None:
+    """A request's lookup visits no hostname less specific than the most specific held
+    listener hostname matching it, and still one namespace."""
+    holding = resolve([*claims, *listeners], listeners)
+    for request in REQUESTS:
+        visited = [host for host, _ in answering(holding, request)]
+        assert len({namespace for _, namespace in answering(holding, request)}) <= 1, request
+        mine = [h for h in holding.listeners if h and host_matches(h, request)]
+        if mine:
+            own = min(mine, key=lambda h: (h.startswith("*."), -len(h)))
+            assert all(covers(own, host) for host in visited), (request, visited)
