@@ -343,9 +343,9 @@ def test_unsupported_matches_and_filters_are_reported_and_the_rest_served() -> N
         "paths are served; match not served",
         "HTTPRoute default/r spec.rules[1].matches[0].headers[0].type: only Exact header "
         "matches are served; match not served",
-        "HTTPRoute default/r spec.rules[2].filters[0]: filter type not served "
-        "(RequestHeaderModifier, RequestRedirect, ResponseHeaderModifier and URLRewrite are);"
-        " rule not served",
+        "HTTPRoute default/r spec.rules[2].filters[0]: RequestMirror not served: HAProxy "
+        "mirrors requests only through an external SPOE agent (spoa-mirror), which peerplane "
+        "does not run; rule not served",
         "HTTPRoute default/r spec.rules[3].matches[0].path.value: not a path of letters, "
         "digits and -._~%/+,;=:@!; match not served",
         "HTTPRoute default/r spec.rules[4].matches[0].method: not an HTTP method; match not served",
