@@ -60,10 +60,12 @@ PLURALS = {
     "Secret": "secrets",
     "TLSRoute": "tlsroutes",
     "TCPRoute": "tcproutes",
+    "SourceIPPersistencePolicy": "sourceippersistencepolicies",
 }
 KINDS = {plural: kind for kind, plural in PLURALS.items()}
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
+POLICY_GROUP = "peerplane.dev"
 # The audience of the API server's own tokens (--api-audiences; a cluster's issuer).
 API_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
 # The path prefix (group and version) each collection is served under; another prefix
@@ -89,6 +91,7 @@ API_PATHS = {
     "tcproutes": f"apis/{GATEWAY_GROUP}/v1",
     "ingresses": "apis/networking.k8s.io/v1",
     "ingressclasses": "apis/networking.k8s.io/v1",
+    "sourceippersistencepolicies": f"apis/{POLICY_GROUP}/v1alpha1",
 }
 CLUSTER_SCOPED = frozenset({"namespaces", "gatewayclasses", "ingressclasses", "tokenreviews"})
 # Kinds with a `/status` subresource as the real server has it: a write to the main
@@ -96,6 +99,7 @@ CLUSTER_SCOPED = frozenset({"namespaces", "gatewayclasses", "ingressclasses", "t
 # `metadata.generation` counts changes of everything but metadata and status.
 STATUS_KINDS = frozenset(
     {"gatewayclasses", "gateways", "httproutes", "tlsroutes", "tcproutes", "ingresses"}
+    | {"sourceippersistencepolicies"}
 )
 GENERATION_KINDS = STATUS_KINDS | {"referencegrants", "ingressclasses"}
 # The Gateway API CRDs' limits on status (metav1.Condition and the list sizes).
