@@ -105,6 +105,7 @@ GENERATION_KINDS = STATUS_KINDS | {"referencegrants", "ingressclasses"}
 # The Gateway API CRDs' limits on status (metav1.Condition and the list sizes).
 MAX_CONDITIONS = 8
 MAX_PARENTS = 32
+MAX_ANCESTORS = 16  # a policy's status.ancestors (Gateway API PolicyStatus)
 MAX_LISTENERS = 64
 MAX_ADDRESSES = 16
 MAX_CONDITION_MESSAGE = 32768
@@ -147,7 +148,7 @@ _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
 _ROUTE = re.compile(
-    r"^/(?P<group>api/v1|apis/[^/]+/v1(?:beta1|alpha2)?)(?:/namespaces/(?P<ns>[^/]+))?"
+    r"^/(?P<group>api/v1|apis/[^/]+/v1(?:beta1|alpha1|alpha2)?)(?:/namespaces/(?P<ns>[^/]+))?"
     r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>status))?)?$"
 )
 
@@ -1074,10 +1075,16 @@ def _validate_status(plural: str, name: str, body: Any) -> None:
     16 addresses."""
     if plural == "ingresses" or body is None:
         return
-    invalid = f'{KINDS[plural]}.{GATEWAY_GROUP} "{name}" is invalid: '
+    group = POLICY_GROUP if plural == "sourceippersistencepolicies" else GATEWAY_GROUP
+    invalid = f'{KINDS[plural]}.{group} "{name}" is invalid: '
     if not isinstance(body, dict):
         raise _Failure(422, "Invalid", invalid + "status: Invalid value: must be an object")
-    limits = (("parents", MAX_PARENTS), ("listeners", MAX_LISTENERS), ("addresses", MAX_ADDRESSES))
+    limits = (
+        ("parents", MAX_PARENTS),
+        ("listeners", MAX_LISTENERS),
+        ("addresses", MAX_ADDRESSES),
+        ("ancestors", MAX_ANCESTORS),
+    )
     for key, most in limits:
         if len(body.get(key) or []) > most:
             raise _Failure(
