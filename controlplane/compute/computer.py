@@ -2,8 +2,9 @@
 
 `Computer` remembers each Service's plan with the inputs it came from (`plan_cache.py`); a
 Service whose object, EndpointSlices, settings ConfigMap, policies' settings and previous
-slots are unchanged reuses its plan (and its `BackendSpec` objects, whose bytes the encoder keeps), so one
-endpoint change costs one Service's work plus the assembly of the snapshots it appears in.
+slots are unchanged reuses its plan (and its `BackendSpec` objects, whose bytes the
+encoder keeps), so one endpoint change costs one Service's work plus the assembly of the
+snapshots it appears in.
 Its steps: the change index (`change_index.py`: the Services whose objects changed, from
 the source's change keys), the route table, the plan cache, each workload's assembly and
 final assembly (`final_assembly.py`), slot retirement (`retirement.py`). The result is
@@ -19,7 +20,7 @@ from controlplane.compute.final_assembly import FinalAssembly
 from controlplane.compute.plan import ServicePlan
 from controlplane.compute.plan_cache import PlanCache
 from controlplane.compute.retirement import RetiredSlots
-from controlplane.model import ClusterState, ConfigMap
+from controlplane.model import ClusterState, ConfigMap, SourceIPPersistencePolicy
 from controlplane.routes.route_computer import RouteComputer
 from controlplane.routes.table import RouteTable
 from controlplane.settings.policies import EMPTY_TABLE, PolicyTable, resolve_policies
@@ -71,7 +72,7 @@ class Computer:
         # The SourceIPPersistencePolicies' table, the policies it came from and the
         # Services they target (a change to one of those may change the table).
         self._policy_table: PolicyTable = EMPTY_TABLE
-        self._policies: tuple[object, ...] = ()
+        self._policies: tuple[SourceIPPersistencePolicy, ...] = ()
         self._targeted: set[tuple[str, str]] = set()
 
     @property
@@ -124,9 +125,7 @@ class Computer:
         table = resolve_policies(policies, self._plans.by_key)
         self._policy_table, self._policies = table, policies
         self._targeted = {
-            (policy.namespace, target.name)
-            for policy in policies
-            for target in policy.target_refs
+            (policy.namespace, target.name) for policy in policies for target in policy.target_refs
         }
         moved = {
             key

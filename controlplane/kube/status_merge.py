@@ -95,9 +95,7 @@ def merged_status(
     shared = "parents" if kind in ROUTE_KINDS else "ancestors" if kind in POLICY_KINDS else ""
     if shared:
         ours = {controller} | {
-            str(p.get("controllerName"))
-            for p in status.get(shared) or []
-            if isinstance(p, Mapping)
+            str(p.get("controllerName")) for p in status.get(shared) or [] if isinstance(p, Mapping)
         }
         others = [
             copy.deepcopy(p)

@@ -319,6 +319,6 @@ def route_statuses(
         policies = resolve_policies(state.source_ip_persistence_policies, services)
         for policy_outcome in policies.outcomes:
             policy = policy_outcome.policy
-            key = StatusKey(POLICY_GROUP, POLICY_KIND, policy.namespace, policy.name)
-            out[key] = policy_status(policy_outcome)
+            status_key = StatusKey(POLICY_GROUP, POLICY_KIND, policy.namespace, policy.name)
+            out[status_key] = policy_status(policy_outcome)
     return dict(sorted(out.items(), key=_sort_key))

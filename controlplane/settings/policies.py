@@ -47,7 +47,9 @@ INVALID = "Invalid"
 TARGET_NOT_FOUND = "TargetNotFound"
 
 ANNOTATION_KEYS = tuple(
-    prefix + row.key for row in (PERSISTENCE, TABLE_SIZE, EXPIRE) for prefix in (ANNOTATION_PREFIX, "")
+    prefix + row.key
+    for row in (PERSISTENCE, TABLE_SIZE, EXPIRE)
+    for prefix in (ANNOTATION_PREFIX, "")
 )
 """The annotations that set source-IP persistence on a Service (and win over a policy)."""
 
@@ -183,7 +185,7 @@ def _target(
     """One target's verdict; the ports it wins go into `ports` (policies come oldest
     first, so a port already held is held by an older one)."""
     if target.group != "" or target.kind != "Service":
-        why = f"targets {_target_text(target)}: only core Services (group \"\", kind Service)"
+        why = f'targets {_target_text(target)}: only core Services (group "", kind Service)'
         return TargetOutcome(target, False, INVALID, why)
     key = (policy.namespace, target.name)
     service = services.get(key)

@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 
 from controlplane.model import (
     GATEWAY_GROUP,
+    POLICY_GROUP,
     ClusterObject,
     ConfigMap,
     EndpointSlice,
@@ -31,7 +32,6 @@ from controlplane.model import (
     IngressClass,
     Namespace,
     NamespacedObject,
-    POLICY_GROUP,
     Pod,
     ReferenceGrant,
     ReplicaSet,

@@ -131,9 +131,7 @@ def test_the_older_policy_wins_a_port() -> None:
 
 def test_a_whole_service_policy_keeps_the_ports_an_older_one_leaves() -> None:
     older = persistence_policy("old", [("shop", "http")], table_size="1k")
-    newer = persistence_policy(
-        "new", ["shop"], table_size="2k", created="2026-03-01T00:00:00Z"
-    )
+    newer = persistence_policy("new", ["shop"], table_size="2k", created="2026-03-01T00:00:00Z")
     state = with_policies(two_ports(), newer, older)
     found = backends(state)
     assert found["default_shop_http"].persistence.table_size == 1024  # type: ignore[union-attr]
@@ -163,7 +161,9 @@ def test_missing_targets_and_invalid_policies_set_nothing() -> None:
         ("kind", "shop", ""): (False, INVALID),
         ("elsewhere", "shop", ""): (False, TARGET_NOT_FOUND),  # its own namespace only
     }
-    rejected = {r.name for r in compute(state, {}).rejections if r.kind == "SourceIPPersistencePolicy"}
+    rejected = {
+        r.name for r in compute(state, {}).rejections if r.kind == "SourceIPPersistencePolicy"
+    }
     assert rejected == {"gone", "port", "size", "expire", "kind", "elsewhere"}
 
 

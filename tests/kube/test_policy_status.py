@@ -92,7 +92,11 @@ def test_policies_are_read_and_their_status_written(api: FakeKubeAPI) -> None:
         assert [(c["status"], c["reason"]) for c in lost["conditions"]] == [
             ("False", "TargetNotFound")
         ]
-        assert any(p.endswith("/sourceippersistencepolicies/sticky/status") for m, p in api.requests if m == "PUT")
+        assert any(
+            p.endswith("/sourceippersistencepolicies/sticky/status")
+            for m, p in api.requests
+            if m == "PUT"
+        )
     finally:
         writer.close()
         src.stop()
@@ -110,15 +114,19 @@ def test_without_the_crd_policies_are_off_and_the_rest_is_served(
         assert [s.name for s in state.services] == ["shop"]
         assert src.optional_groups[PEERPLANE_POLICIES].missing and src.errors() == []
         wait_until(
-            lambda: sum(
-                1 for m, p in api.requests if "/sourceippersistencepolicies" in p and m == "GET"
+            lambda: (
+                sum(
+                    1 for m, p in api.requests if "/sourceippersistencepolicies" in p and m == "GET"
+                )
+                >= 3
             )
-            >= 3
         )
         said = [r for r in caplog.records if "is not served" in r.getMessage()]
         assert [r.levelno for r in said if POLICY_GROUP in r.getMessage()] == [logging.INFO]
         api.install_group(POLICY_GROUP)
         api.apply(source_ip_persistence_policy("sticky"))
-        wait_until(lambda: [p.name for p in src.state().source_ip_persistence_policies] == ["sticky"])
+        wait_until(
+            lambda: [p.name for p in src.state().source_ip_persistence_policies] == ["sticky"]
+        )
     finally:
         src.stop()

@@ -45,7 +45,9 @@ def service_ref(name: str, **more: str) -> dict[str, str]:
 
 def backends(address: str) -> dict[str, Any]:
     reply = json.loads(
-        grpcurl(address, "peerplane.v1.PeerPlane/GetSnapshot", data=json.dumps({"workload": WORKLOAD}))
+        grpcurl(
+            address, "peerplane.v1.PeerPlane/GetSnapshot", data=json.dumps({"workload": WORKLOAD})
+        )
     )
     return {b["name"]: b for b in reply.get("backends", [])}
 
@@ -78,7 +80,13 @@ def test_a_policy_is_served_and_accepted_under_the_shipped_rbac(
         installed.apply(annotated)
         installed.apply(
             [
-                policy(ns, "sticky", service_ref("sticky", sectionName="http"), tableSize="64k", expire="10m"),
+                policy(
+                    ns,
+                    "sticky",
+                    service_ref("sticky", sectionName="http"),
+                    tableSize="64k",
+                    expire="10m",
+                ),
                 policy(ns, "lost", service_ref("nosuch")),
             ]
         )
@@ -122,7 +130,10 @@ def test_a_policy_is_served_and_accepted_under_the_shipped_rbac(
     [
         ({"targetRefs": [service_ref("shop")], "expire": "2y"}, "spec.expire"),
         ({"targetRefs": [service_ref("shop")], "tableSize": "lots"}, "spec.tableSize"),
-        ({"targetRefs": [{"group": "apps", "kind": "Deployment", "name": "shop"}]}, "only core Services"),
+        (
+            {"targetRefs": [{"group": "apps", "kind": "Deployment", "name": "shop"}]},
+            "only core Services",
+        ),
         ({"targetRefs": []}, "spec.targetRefs"),
         ({"targetRefs": [service_ref("shop"), service_ref("shop")]}, "unique"),
     ],

@@ -73,7 +73,8 @@ def test_a_conflicted_or_targetless_policy_is_reported(tmp_path: Path) -> None:
     done = run_compute("--source", f"files:{folder}", "--workload", WORKLOAD)
     assert done.returncode == 0, done.stderr
     shop = {b["name"]: b for b in json.loads(done.stdout)["backends"]}["default_shop_http"]
-    assert shop["persistence"] == {"tableSize": "1048576", "expireMs": "1800000"}  # the annotation's
+    # The annotation's values, not the policy's.
+    assert shop["persistence"] == {"tableSize": "1048576", "expireMs": "1800000"}
     assert "SourceIPPersistencePolicy default/sticky-shop" in done.stderr
     assert "Conflicted" in done.stderr and "annotation wins" in done.stderr
     assert "SourceIPPersistencePolicy default/lost" in done.stderr
