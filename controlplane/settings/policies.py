@@ -172,7 +172,7 @@ def resolve_policies(
             _target(policy, target, settings, services, ports) for target in policy.target_refs
         ]
         outcomes.append(PolicyOutcome(policy, tuple(verdicts)))
-    return PolicyTable(ports, tuple(sorted(outcomes, key=lambda o: o.policy.ref.__str__())))
+    return PolicyTable(ports, tuple(sorted(outcomes, key=lambda o: str(o.policy.ref))))
 
 
 def _target(
