@@ -28,6 +28,7 @@ from controlplane.model_meta import (
 )
 from controlplane.model_parts import (
     GATEWAY_GROUP,
+    POLICY_GROUP,
     GatewayAddress,
     GatewayListener,
     HeaderModifier,
@@ -46,6 +47,7 @@ from controlplane.model_parts import (
     NameValueMatch,
     ParentRef,
     PathMatch,
+    PolicyTargetRef,
     ReferenceGrantFrom,
     ReferenceGrantTo,
     RequestRedirect,
@@ -59,6 +61,7 @@ __all__ = [  # the whole model: its parts are re-exported from here
     "ANNOTATION_PREFIX",
     "EMPTY_MAP",
     "GATEWAY_GROUP",
+    "POLICY_GROUP",
     "ClusterObject",
     "ClusterState",
     "ConfigMap",
@@ -95,6 +98,7 @@ __all__ = [  # the whole model: its parts are re-exported from here
     "ParentRef",
     "PathMatch",
     "Pod",
+    "PolicyTargetRef",
     "ReferenceGrant",
     "ReferenceGrantFrom",
     "ReferenceGrantTo",
@@ -105,6 +109,7 @@ __all__ = [  # the whole model: its parts are re-exported from here
     "SelectorRequirement",
     "Service",
     "ServicePort",
+    "SourceIPPersistencePolicy",
     "TCPRoute",
     "TLSRoute",
     "TLSSecret",
@@ -270,6 +275,23 @@ class Ingress(NamespacedObject):
     tls: tuple[IngressTLS, ...] = ()
 
 
+# ------------------------------------------------------------------ peerplane's policies
+# peerplane.dev/v1alpha1 policy kinds (Gateway API policy attachment, GEP-713). Values are
+# kept as written: the settings' resolution (controlplane/settings/policies.py) checks
+# them with the annotations' parsers and says on the policy's status what it refused.
+
+
+@dataclass(frozen=True, slots=True)
+class SourceIPPersistencePolicy(NamespacedObject):
+    """Source-IP persistence for Services of its namespace (the annotation
+    `haproxy.org/source-ip-persistence` as a policy): `table_size` and `expire` as
+    written ("": the next level's value, the ConfigMap's or the default)."""
+
+    target_refs: tuple[PolicyTargetRef, ...]
+    table_size: str = ""
+    expire: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterState:
     """Everything the computation reads.
@@ -295,6 +317,8 @@ class ClusterState:
     tls_routes: tuple[TLSRoute, ...] = ()
     tcp_routes: tuple[TCPRoute, ...] = ()
     secrets: tuple[TLSSecret, ...] = ()
+    # peerplane's policies.
+    source_ip_persistence_policies: tuple[SourceIPPersistencePolicy, ...] = ()
     # What changed since the source's state before (None: the source cannot say); not
     # part of what a state is, so two states of equal objects are equal.
     changes: ChangeSet | None = field(default=None, compare=False, repr=False)

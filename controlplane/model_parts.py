@@ -12,6 +12,8 @@ from controlplane.model_meta import frozen_map
 
 # The Gateway API's group: a ParentRef's default, the group of its kinds.
 GATEWAY_GROUP = "gateway.networking.k8s.io"
+# peerplane's own API group: its policy kinds (SourceIPPersistencePolicy).
+POLICY_GROUP = "peerplane.dev"
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,3 +231,15 @@ class IngressRule:
 class IngressTLS:
     hosts: tuple[str, ...] = ()  # () : the certificate's own names
     secret_name: str = ""  # "" : none (reported)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyTargetRef:
+    """A policy's spec.targetRefs entry (Gateway API LocalPolicyTargetReferenceWithSectionName):
+    an object of the policy's own namespace, as written ("" section_name: the whole
+    object)."""
+
+    group: str
+    kind: str
+    name: str
+    section_name: str = ""

@@ -1,9 +1,10 @@
 """The computation entry points: `compute` (pure function) and `Computer` (incremental).
 
 `Computer` remembers each Service's plan with the inputs it came from (`plan_cache.py`); a
-Service whose object, EndpointSlices, settings ConfigMap and previous slots are unchanged
-reuses its plan (and its `BackendSpec` objects, whose bytes the encoder keeps), so one
-endpoint change costs one Service's work plus the assembly of the snapshots it appears in.
+Service whose object, EndpointSlices, settings ConfigMap, policies' settings and previous
+slots are unchanged reuses its plan (and its `BackendSpec` objects, whose bytes the
+encoder keeps), so one endpoint change costs one Service's work plus the assembly of the
+snapshots it appears in.
 Its steps: the change index (`change_index.py`: the Services whose objects changed, from
 the source's change keys), the route table, the plan cache, each workload's assembly and
 final assembly (`final_assembly.py`), slot retirement (`retirement.py`). The result is
@@ -19,9 +20,10 @@ from controlplane.compute.final_assembly import FinalAssembly
 from controlplane.compute.plan import ServicePlan
 from controlplane.compute.plan_cache import PlanCache
 from controlplane.compute.retirement import RetiredSlots
-from controlplane.model import ClusterState, ConfigMap
+from controlplane.model import ClusterState, ConfigMap, SourceIPPersistencePolicy
 from controlplane.routes.route_computer import RouteComputer
 from controlplane.routes.table import RouteTable
+from controlplane.settings.policies import EMPTY_TABLE, PolicyTable, resolve_policies
 from controlplane.settings.resolver import GlobalSettings, Resolver
 from controlplane.settings.workloads import DEFAULT_SCOPE, Workloads, WorkloadScope, discover
 from controlplane.snapshot import BackendSlots, ComputeResult, RejectedInput, WorkloadSnapshot
@@ -67,6 +69,11 @@ class Computer:
         self._routes = RouteComputer()
         self._table: RouteTable | None = None
         self._final = FinalAssembly()
+        # The SourceIPPersistencePolicies' table, the policies it came from and the
+        # Services they target (a change to one of those may change the table).
+        self._policy_table: PolicyTable = EMPTY_TABLE
+        self._policies: tuple[SourceIPPersistencePolicy, ...] = ()
+        self._targeted: set[tuple[str, str]] = set()
 
     @property
     def planned(self) -> int:
@@ -104,6 +111,28 @@ class Computer:
         self._settings = state.settings
         self._assign_new = assign_new
         return dirty, changed_services, continuing
+
+    def _policies_of(
+        self, state: ClusterState, changed_services: set[tuple[str, str]]
+    ) -> tuple[PolicyTable, set[tuple[str, str]]]:
+        """The policies' table (the last one while no policy and no Service they target
+        changed) and the Services whose policies' settings it moved."""
+        policies = state.source_ip_persistence_policies
+        last = self._policy_table
+        same = self._policies is policies or self._policies == policies
+        if same and not (changed_services & self._targeted):
+            return last, set()
+        table = resolve_policies(policies, self._plans.by_key)
+        self._policy_table, self._policies = table, policies
+        self._targeted = {
+            (policy.namespace, target.name) for policy in policies for target in policy.target_refs
+        }
+        moved = {
+            key
+            for key in last.ports.keys() | table.ports.keys()
+            if last.ports.get(key) != table.ports.get(key)
+        }
+        return table, moved
 
     @property
     def route_table(self) -> RouteTable | None:
@@ -208,8 +237,10 @@ class Computer:
         """
         # The change index: the Services whose objects changed, and those to check.
         dirty, changed_services, continuing = self._dirty(state, previous, now, assign_new)
+        policies, moved = self._policies_of(state, changed_services)
+        dirty |= moved
         # The workloads and the route table (the last one while no route input changed).
-        resolver = Resolver(state.settings)
+        resolver = Resolver(state.settings, policies)
         pod_rejections: list[RejectedInput] = []
         workloads = discover(state.haproxy_pods, state.replica_sets, pod_rejections, self._scope)
         table = self._route_table(state, workloads, resolver, changed_services, now)
@@ -222,7 +253,13 @@ class Computer:
         global_warnings = _dedupe(configmap_rejections)
         # Each workload's assembly and final assembly.
         snapshots, assembled = self._assemble(workloads, table, global_settings, global_warnings)
-        rejections = [*plans.rejections(), *pod_rejections, *table.rejections, *assembled]
+        rejections = [
+            *plans.rejections(),
+            *pod_rejections,
+            *table.rejections,
+            *assembled,
+            *policies.rejections(),
+        ]
         # Slot retirement, then the new assignment.
         self._retired.update(plans, previous, now, resolver, assign_new, continuing)
         assignment, touched = self._new_assignment(continuing)

@@ -251,7 +251,7 @@ def plan_service(
         name = names.backend_name(service.namespace, service.name, port.name, port.port)
         found_warnings: list[RejectedInput] = []
         port_mode = "tcp" if not exposed and name in tcp_names else mode
-        settings = resolver.backend(service, port_mode, found_warnings)
+        settings = resolver.backend(service, port_mode, found_warnings, port.name)
         endpoints = ready_endpoints(slices, port)
         quarantine_s = quarantine_seconds(settings.persistence, settings.expire_ms)
         slots = assign_slots(

@@ -1,7 +1,7 @@
 """The plan cache: each Service's plan with the inputs it came from, and what is derived.
 
-A Service whose object, EndpointSlices, settings ConfigMap and previous slots are
-unchanged reuses its plan (and its `BackendSpec` objects, whose bytes the encoder keeps).
+A Service whose object, EndpointSlices, settings ConfigMap, policies' settings and previous
+slots are unchanged reuses its plan (and its `BackendSpec` objects, whose bytes the encoder keeps).
 The Services that changed come from the change index (`change_index.py`). The indexes derived from
 the plans (keys with rejections, the slot assignment, owners, lapses) are kept in step per
 re-planned Service, so a small change costs little.
@@ -12,13 +12,14 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from controlplane.compute.assemble_incremental import PlanKey
 from controlplane.compute.change_index import ChangeIndex, slices_of
 from controlplane.compute.plan import Planned, ServicePlan, plan_service
 from controlplane.model import ClusterState, ConfigMap, EndpointSlice, Service
 from controlplane.routes.table import RouteTable
+from controlplane.settings.policies import NO_OVERRIDES, PersistenceOverride
 from controlplane.settings.resolver import Resolver
 from controlplane.snapshot import BackendSlots, RejectedInput
 
@@ -35,6 +36,8 @@ class CachedPlan:
     assign_new: bool
     routed_to: frozenset[str] = frozenset()
     tcp_names: frozenset[str] = frozenset()
+    # by port name
+    policies: Mapping[str, PersistenceOverride] = field(default_factory=lambda: NO_OVERRIDES)
 
     def reusable(
         self,
@@ -46,6 +49,7 @@ class CachedPlan:
         now: float,
         routed_to: frozenset[str] = frozenset(),
         tcp_names: frozenset[str] = frozenset(),
+        policies: Mapping[str, PersistenceOverride] = NO_OVERRIDES,
     ) -> bool:
         if self.planned.plan is not None and now >= self.planned.plan.lapses_at:
             return False  # planning now forgets history past its quarantine
@@ -56,6 +60,7 @@ class CachedPlan:
             and (self.service is service or self.service == service)
             and self.slices == slices
             and (self.settings is settings or self.settings == settings)
+            and (self.policies is policies or self.policies == policies)
         ):
             return False
         plan = self.planned.plan
@@ -141,10 +146,12 @@ class PlanCache:
             mine = slices_of(self.index.slices_by_key.get(key, NO_SLICES))
             routed = table.demand.get(key, NOWHERE)
             tcp_names = table.l4.tcp_names.get(key, NOWHERE)
+            policies = resolver.policies.of(*key)
             cached = self.cache.get(key)
             if cached is None or not cached.reusable(
-                service, mine, state.settings, previous, assign_new, now, routed, tcp_names
-            ):
+                service, mine, state.settings, previous, assign_new, now, routed, tcp_names,
+                policies,
+            ):  # fmt: skip
                 self.planned += 1
                 planned = plan_service(
                     service, mine, resolver, previous, now, assign_new, routed, tcp_names
@@ -152,7 +159,14 @@ class PlanCache:
                 self._replace(
                     key,
                     CachedPlan(
-                        service, mine, state.settings, planned, assign_new, routed, tcp_names
+                        service,
+                        mine,
+                        state.settings,
+                        planned,
+                        assign_new,
+                        routed,
+                        tcp_names,
+                        policies,
                     ),
                 )
 

@@ -2,7 +2,8 @@
 
 `controlplane.routes.status.route_statuses` says, per object, the whole `status` it
 should have (GatewayClass and Gateway conditions, Gateway listeners and addresses,
-HTTPRoute, TLSRoute and TCPRoute parents, Ingress loadBalancer). This writer makes the
+HTTPRoute, TLSRoute and TCPRoute parents, Ingress loadBalancer, SourceIPPersistencePolicy
+ancestors). This writer makes the
 cluster say it:
 
 - only while this replica holds the Lease (`leading()`; always without election), and
@@ -12,7 +13,8 @@ cluster say it:
 - cost follows the change: a document equal to the one last made true is not looked
   at; a changed one is read, and written only when it differs from what is stored;
 - a condition keeps the stored `lastTransitionTime` while its status and reason are
-  unchanged, else gets now; route `parents` entries of other controllers are kept;
+  unchanged, else gets now; route `parents` and policy `ancestors` entries of other
+  controllers are kept;
 - a write is a PUT with the resourceVersion read: a 409 reads again and retries, a
   missing object (404) is skipped, any other failure is retried later with backoff;
   one object's failure never holds up the others.
@@ -33,7 +35,7 @@ from kubernetes.client.exceptions import ApiException
 
 from controlplane.kube.status_merge import ROUTE_KINDS, merged_status, rfc3339
 from controlplane.loop.reconcile import ComputeFn
-from controlplane.model import GATEWAY_GROUP, ClusterState
+from controlplane.model import GATEWAY_GROUP, POLICY_GROUP, ClusterState
 from controlplane.routes.names import GATEWAY_CONTROLLER
 from controlplane.snapshot import ComputeResult, SlotAssignment
 
@@ -77,6 +79,9 @@ RESOURCES: Mapping[tuple[str, str], _Resource] = {
     (GATEWAY_GROUP, "TLSRoute"): _Resource("v1", "tlsroutes"),
     (GATEWAY_GROUP, "TCPRoute"): _Resource("v1", "tcproutes"),
     (NETWORKING_GROUP, "Ingress"): _Resource("v1", "ingresses"),
+    (POLICY_GROUP, "SourceIPPersistencePolicy"): _Resource(
+        "v1alpha1", "sourceippersistencepolicies"
+    ),
 }
 
 

@@ -1,7 +1,8 @@
 """The status document to store over the one stored: what `RouteStatusWriter` writes.
 
 Pure: a condition keeps the stored `lastTransitionTime` while its status and reason are
-unchanged, else gets now; a route keeps the `parents` entries other controllers wrote.
+unchanged, else gets now; a route keeps the `parents` entries other controllers wrote, a
+policy the `ancestors` entries.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 Obj = dict[str, Any]
 
 ROUTE_KINDS = frozenset({"HTTPRoute", "TLSRoute", "TCPRoute"})
+POLICY_KINDS = frozenset({"SourceIPPersistencePolicy"})
+"""Kinds whose status is shared per ancestor (Gateway API PolicyAncestorStatus)."""
 
 
 def rfc3339(moment: float) -> str:
@@ -24,9 +27,11 @@ def rfc3339(moment: float) -> str:
 
 def _identity(item: Mapping[str, Any]) -> str:
     """What names an entry of a status list across writes: a listener's name, a route
-    parent's parentRef and controller."""
+    parent's parentRef and controller, a policy ancestor's ancestorRef and controller."""
     if "parentRef" in item:
         return json.dumps([item.get("parentRef"), item.get("controllerName")], sort_keys=True)
+    if "ancestorRef" in item:
+        return json.dumps([item.get("ancestorRef"), item.get("controllerName")], sort_keys=True)
     return json.dumps(item.get("name"))
 
 
@@ -84,18 +89,18 @@ def merged_status(
     kind: str, stored: Mapping[str, Any], desired: Mapping[str, Any], now: str, controller: str
 ) -> Obj:
     """The status to store: `desired` with transition times carried over; a route keeps
-    the `parents` entries other controllers wrote (status is shared per parent)."""
+    the `parents` entries other controllers wrote (status is shared per parent), a policy
+    the `ancestors` entries."""
     status = with_transition_times(desired, stored, now)
-    if kind in ROUTE_KINDS:
+    shared = "parents" if kind in ROUTE_KINDS else "ancestors" if kind in POLICY_KINDS else ""
+    if shared:
         ours = {controller} | {
-            str(p.get("controllerName"))
-            for p in status.get("parents") or []
-            if isinstance(p, Mapping)
+            str(p.get("controllerName")) for p in status.get(shared) or [] if isinstance(p, Mapping)
         }
         others = [
             copy.deepcopy(p)
-            for p in stored.get("parents") or []
+            for p in stored.get(shared) or []
             if isinstance(p, Mapping) and p.get("controllerName") not in ours
         ]
-        status["parents"] = others + list(status.get("parents") or [])
+        status[shared] = others + list(status.get(shared) or [])
     return dict(status)

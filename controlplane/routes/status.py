@@ -5,8 +5,10 @@ our GatewayClasses (Accepted), our Gateways (Accepted, Programmed, each listener
 conditions and attachedRoutes, the addresses the serving workload publishes, see
 `routes.addresses`), each HTTPRoute, TLSRoute and TCPRoute naming one
 of our Gateways (one `parents[]` entry per such parentRef, with Accepted and
-ResolvedRefs, and PartiallyInvalid when some of its rules are dropped) and each Ingress of
-our classes (`loadBalancer.ingress`: its workload's addresses). Conditions carry
+ResolvedRefs, and PartiallyInvalid when some of its rules are dropped), each Ingress of
+our classes (`loadBalancer.ingress`: its workload's addresses) and each
+SourceIPPersistencePolicy (`ancestors`: one entry per targetRef, the targeted Service as
+ancestor, with Accepted; `settings.policies`). Conditions carry
 no lastTransitionTime: the writer keeps the old time when status and reason are
 unchanged, else sets now. An HTTPRoute's entries for other controllers' parents are not
 ours: the writer keeps them.
@@ -18,7 +20,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controlplane.model import GATEWAY_GROUP, ClusterState, ParentRef, Pod
+from controlplane.model import (
+    GATEWAY_GROUP,
+    POLICY_GROUP,
+    ClusterState,
+    ParentRef,
+    Pod,
+    PolicyTargetRef,
+)
 from controlplane.routes import names, protocols
 from controlplane.routes.addresses import (
     Published,
@@ -29,13 +38,14 @@ from controlplane.routes.addresses import (
 from controlplane.routes.httproute import ParentOutcome
 from controlplane.routes.placement import GatewayPlace, ListenerPlace, Verdict
 from controlplane.routes.table import RouteTable, compute_routes
+from controlplane.settings.policies import POLICY_KIND, PolicyOutcome, resolve_policies
 from controlplane.settings.resolver import Resolver
 from controlplane.settings.workloads import DEFAULT_SCOPE, WorkloadScope, discover
 
 
 @dataclass(frozen=True, slots=True, order=True)
 class StatusKey:
-    group: str  # "gateway.networking.k8s.io" or "networking.k8s.io"
+    group: str  # "gateway.networking.k8s.io", "networking.k8s.io" or "peerplane.dev"
     kind: str
     namespace: str  # "" when cluster-scoped
     name: str
@@ -187,6 +197,39 @@ def _route_parents(parents: Sequence[ParentOutcome], generation: int) -> dict[st
     return {"parents": written}
 
 
+def _ancestor_ref(namespace: str, target: PolicyTargetRef) -> dict[str, Any]:
+    written: dict[str, Any] = {
+        "group": target.group,
+        "kind": target.kind,
+        "namespace": namespace,
+        "name": target.name,
+    }
+    if target.section_name:
+        written["sectionName"] = target.section_name
+    return written
+
+
+def policy_status(outcome: PolicyOutcome) -> dict[str, Any]:
+    """A policy's status: one `ancestors` entry per targetRef (the targeted object as its
+    ancestor, at most 16 as the CRD's targetRefs), with its Accepted condition."""
+    policy = outcome.policy
+    ancestors = []
+    seen: set[PolicyTargetRef] = set()
+    for target in outcome.targets:
+        if target.target in seen:  # a repeated targetRef: one entry (the list's map key)
+            continue
+        seen.add(target.target)
+        verdict = Verdict(target.accepted, target.reason, target.message)
+        ancestors.append(
+            {
+                "ancestorRef": _ancestor_ref(policy.namespace, target.target),
+                "controllerName": names.GATEWAY_CONTROLLER,
+                "conditions": [condition(names.ACCEPTED, verdict, policy.generation)],
+            }
+        )
+    return {"ancestors": ancestors}
+
+
 class StatusMemo:
     """Route status bodies kept by their outcome's identity and the route's generation:
     the route table keeps an unchanged route's outcome object, so with thousands of routes
@@ -277,4 +320,11 @@ def route_statuses(
         out[StatusKey("networking.k8s.io", "Ingress", *key)] = {
             "loadBalancer": {"ingress": entries} if entries else {}
         }
+    if state.source_ip_persistence_policies:
+        services = {(s.namespace, s.name): s for s in state.services}
+        policies = resolve_policies(state.source_ip_persistence_policies, services)
+        for policy_outcome in policies.outcomes:
+            policy = policy_outcome.policy
+            status_key = StatusKey(POLICY_GROUP, POLICY_KIND, policy.namespace, policy.name)
+            out[status_key] = policy_status(policy_outcome)
     return dict(sorted(out.items(), key=_sort_key))

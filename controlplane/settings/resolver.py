@@ -1,5 +1,7 @@
 """Settings resolved for a Service or a workload: Service annotation, then ConfigMap, then
-default, over the rows of `table.py`.
+default, over the rows of `table.py`. Source-IP persistence of a Service port may also come
+from a SourceIPPersistencePolicy (`policies.py`): annotation, then policy, then ConfigMap,
+then default.
 
 A key is read as `haproxy.org/<name>` or bare `<name>`; when both are present the prefixed
 one wins and the bare one is ignored. A value that fails its parser is rejected: the next
@@ -12,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from controlplane.model import ANNOTATION_PREFIX, ConfigMap, LabelSelector, Service
+from controlplane.settings.policies import EMPTY_TABLE, PersistenceOverride, PolicyTable
 from controlplane.settings.table import (
     ACCEPT_PROXY,
     BY_KEY,
@@ -109,10 +112,12 @@ class GatewayNamespaces:
 
 
 class Resolver:
-    """Resolves settings for Services against one settings ConfigMap."""
+    """Resolves settings for Services against one settings ConfigMap and the policies'
+    table (`policies.resolve_policies`; none by default)."""
 
-    def __init__(self, settings: ConfigMap | None) -> None:
+    def __init__(self, settings: ConfigMap | None, policies: PolicyTable = EMPTY_TABLE) -> None:
         self._configmap = settings
+        self.policies = policies
 
     def _resolve(
         self, service: Service, row: Setting[T], mode: str, rejections: list[RejectedInput]
@@ -157,18 +162,39 @@ class Resolver:
             return row.default
 
     def backend(
-        self, service: Service, mode: str, rejections: list[RejectedInput]
+        self, service: Service, mode: str, rejections: list[RejectedInput], port: str = ""
     ) -> BackendSettings:
-        """Backend-wide settings of `service`'s backends in `mode` ("http" or "tcp")."""
+        """Backend-wide settings of `service`'s backend of port `port` (its name, "" when
+        unnamed) in `mode` ("http" or "tcp")."""
+        override = self.policies.of(service.namespace, service.name).get(port)
+        if override is None:
+            persistence = self._resolve(service, PERSISTENCE, mode, rejections)
+            table_size = self._resolve(service, TABLE_SIZE, mode, rejections)
+            expire_ms = self._resolve(service, EXPIRE, mode, rejections)
+        else:
+            persistence, table_size, expire_ms = self._policy(override, mode, rejections)
         return BackendSettings(
             balance=self._resolve(service, LOAD_BALANCE, mode, rejections),
             hash_type=self._resolve(service, HASH_TYPE, mode, rejections),
-            persistence=self._resolve(service, PERSISTENCE, mode, rejections),
-            table_size=self._resolve(service, TABLE_SIZE, mode, rejections),
-            expire_ms=self._resolve(service, EXPIRE, mode, rejections),
+            persistence=persistence,
+            table_size=table_size,
+            expire_ms=expire_ms,
             server_slots=self._resolve(service, SERVER_SLOTS, mode, rejections),
             check=self._check(service, mode, rejections),
         )
+
+    def _policy(
+        self, override: PersistenceOverride, mode: str, rejections: list[RejectedInput]
+    ) -> tuple[bool, int, int]:
+        """A policy's persistence (the table holds one only where the Service has no
+        persistence annotation): on, its values, else the ConfigMap's, else the default."""
+        table_size = override.table_size
+        if table_size is None:
+            table_size = self._configmap_value(TABLE_SIZE, mode, rejections)
+        expire_ms = override.expire_ms
+        if expire_ms is None:
+            expire_ms = self._configmap_value(EXPIRE, mode, rejections)
+        return True, table_size, expire_ms
 
     def _check(
         self, service: Service, mode: str, rejections: list[RejectedInput]

@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 
 from controlplane.model import (
     GATEWAY_GROUP,
+    POLICY_GROUP,
     ClusterObject,
     ConfigMap,
     EndpointSlice,
@@ -35,6 +36,7 @@ from controlplane.model import (
     ReferenceGrant,
     ReplicaSet,
     Service,
+    SourceIPPersistencePolicy,
     TCPRoute,
     TLSRoute,
     TLSSecret,
@@ -55,6 +57,7 @@ from controlplane.source.convert_gateway import (
     reference_grant_from,
 )
 from controlplane.source.convert_ingress import ingress_class_from, ingress_from
+from controlplane.source.convert_policy import source_ip_persistence_policy_from
 from controlplane.source.convert_routes import http_route_from, tcp_route_from, tls_route_from
 from controlplane.source.convert_secret import TLS_SECRET_TYPE, tls_secret_from
 
@@ -102,6 +105,14 @@ L4_ROUTES = OptionalCRDs(
     by_choice=True,
 )
 """Their own set: a cluster with an older standard channel lacks just these."""
+PEERPLANE_POLICIES = OptionalCRDs(
+    "peerplane's policy CRDs (deploy/base/policy-crds.yaml) are not installed; serving "
+    "source-IP persistence from Service annotations only, no SourceIPPersistencePolicy",
+    what=f"{POLICY_GROUP} SourceIPPersistencePolicy",
+    by_choice=True,
+)
+"""peerplane's own CRDs: absent, the policies are off and the annotations still serve."""
+POLICY_VERSIONS = ("v1alpha1",)
 
 GATEWAY_VERSIONS = ("v1", "v1beta1")
 """What a manifest of a Gateway API kind may say (the folder reads both)."""
@@ -275,6 +286,18 @@ INPUT_KINDS: tuple[InputKind[Any], ...] = (
         "namespaces",
         namespaced=False,
         manifest_versions=("v1",),
+    ),
+    InputKind(
+        "SourceIPPersistencePolicy",
+        POLICY_GROUP,
+        "sourceippersistencepolicies",
+        SourceIPPersistencePolicy,
+        source_ip_persistence_policy_from,
+        "source_ip_persistence_policies",
+        versions=POLICY_VERSIONS,
+        manifest_versions=POLICY_VERSIONS,
+        optional=PEERPLANE_POLICIES,
+        reports_deletion=True,
     ),
     InputKind(
         "ConfigMap",

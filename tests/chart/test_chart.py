@@ -40,6 +40,7 @@ VALUES = HERE / "values"
 GOLDEN = HERE / "golden"
 CASES = ("default", "deployment", "hostnetwork", "tls", "monitoring")
 PORT_SETTINGS = ("http-port", "https-port", "peer-port")
+CRD = "sourceippersistencepolicies.peerplane.dev"  # in the chart's crds/, not its templates
 Obj = dict[str, Any]
 
 
@@ -90,14 +91,21 @@ def test_every_rendered_object_passes_the_kubernetes_schemas(helm: Helm, case: s
 
 def test_defaults_render_the_kustomize_base(helm: Helm) -> None:
     """`helm template` with the defaults is `kubectl kustomize deploy/` (every field of
-    every object), Helm's release labels aside; with namespace.create the Namespace too."""
+    every object), Helm's release labels aside; with namespace.create the Namespace too;
+    the chart's crds/ (peerplane's policy CRDs) included as `helm install` applies them."""
     base = normalised(kustomize(ROOT / "deploy"))
-    with_namespace = normalised(documents(render(helm, "default", "namespace.create=true")))
+    rendered = helm.template(
+        VALUES / "default.yaml", sets=("namespace.create=true",), include_crds=True
+    )
+    with_namespace = normalised(documents(rendered))
     assert sorted(with_namespace) == sorted(base)
     for key, obj in base.items():
         assert with_namespace[key] == obj, key
     defaults = normalised(documents(render(helm, "default")))
-    assert sorted(set(base) - set(defaults)) == [("v1", "Namespace", "", "haproxy-system")]
+    assert sorted(set(base) - set(defaults)) == [
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", CRD),
+        ("v1", "Namespace", "", "haproxy-system"),
+    ]
     assert all(defaults[key] == base[key] for key in defaults)
 
 

@@ -12,9 +12,11 @@ from controlplane.model import (
     EndpointSlice,
     OwnerRef,
     Pod,
+    PolicyTargetRef,
     ReplicaSet,
     Service,
     ServicePort,
+    SourceIPPersistencePolicy,
     frozen_map,
 )
 
@@ -100,6 +102,32 @@ def cluster(
         haproxy_pods=tuple(pods),
         replica_sets=tuple(replica_sets),
         settings=config,
+    )
+
+
+def persistence_policy(
+    name: str,
+    targets: Iterable[str | tuple[str, str]] = (),
+    namespace: str = "default",
+    table_size: str = "",
+    expire: str = "",
+    created: str = "2026-01-01T00:00:00Z",
+    generation: int = 1,
+    kind: str = "Service",
+) -> SourceIPPersistencePolicy:
+    """A SourceIPPersistencePolicy on each target: a Service name, or (name, port name)."""
+    refs = tuple(
+        PolicyTargetRef("", kind, t, "") if isinstance(t, str) else PolicyTargetRef("", kind, *t)
+        for t in targets
+    )
+    return SourceIPPersistencePolicy(
+        namespace=namespace,
+        name=name,
+        target_refs=refs,
+        table_size=table_size,
+        expire=expire,
+        creation_timestamp=created,
+        generation=generation,
     )
 
 

@@ -96,9 +96,13 @@ class Helm:
         release: str = "peerplane",
         namespace: str = "haproxy-system",
         sets: tuple[str, ...] = (),
+        include_crds: bool = False,
     ) -> str:
-        """`helm template` of the chart with these values files and --set pairs."""
+        """`helm template` of the chart with these values files and --set pairs (and the
+        chart's crds/ with `include_crds`, as `helm install` applies them)."""
         args = ["template", release, str(CHART), "--namespace", namespace]
+        if include_crds:
+            args.append("--include-crds")
         for path in values:
             args += ["--values", str(path)]
         for pair in sets:

@@ -19,6 +19,7 @@ from controlplane.kube.source import KubernetesSource
 from controlplane.kube.watch_stream import WatchOptions
 from controlplane.model import ClusterState, ObjectRef
 from controlplane.source.convert import service_from
+from controlplane.source.kinds import INPUT_KINDS
 from tests.helpers.waiting import wait_until
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.objects import (
@@ -43,8 +44,8 @@ FAST = WatchOptions(
 SETTINGS = ObjectRef("haproxy-system", "haproxy-settings")
 # Services, EndpointSlices, pods, ReplicaSets, the settings ConfigMap, the route
 # model's seven kinds (tests/kube/test_source_routes.py), TLSRoutes, TCPRoutes and TLS
-# Secrets.
-WATCHED = 15
+# Secrets, SourceIPPersistencePolicies: one watch per row of the table.
+WATCHED = len(INPUT_KINDS)
 
 
 class Changes:

@@ -313,3 +313,22 @@ def misplaced_event() -> Obj:
         "message": "m",
         "type": "Warning",
     }
+
+
+def source_ip_persistence_policy(
+    name: str = "sticky",
+    ns: str = "default",
+    service_name: str = "shop",
+    section: str = "",
+    **spec: str,
+) -> Obj:
+    """A peerplane.dev/v1alpha1 SourceIPPersistencePolicy on one Service (or its port)."""
+    target: Obj = {"group": "", "kind": "Service", "name": service_name}
+    if section:
+        target["sectionName"] = section
+    return {
+        "kind": "SourceIPPersistencePolicy",
+        "apiVersion": "peerplane.dev/v1alpha1",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"targetRefs": [target], **spec},
+    }

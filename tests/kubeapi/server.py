@@ -60,10 +60,12 @@ PLURALS = {
     "Secret": "secrets",
     "TLSRoute": "tlsroutes",
     "TCPRoute": "tcproutes",
+    "SourceIPPersistencePolicy": "sourceippersistencepolicies",
 }
 KINDS = {plural: kind for kind, plural in PLURALS.items()}
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
+POLICY_GROUP = "peerplane.dev"
 # The audience of the API server's own tokens (--api-audiences; a cluster's issuer).
 API_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
 # The path prefix (group and version) each collection is served under; another prefix
@@ -89,6 +91,7 @@ API_PATHS = {
     "tcproutes": f"apis/{GATEWAY_GROUP}/v1",
     "ingresses": "apis/networking.k8s.io/v1",
     "ingressclasses": "apis/networking.k8s.io/v1",
+    "sourceippersistencepolicies": f"apis/{POLICY_GROUP}/v1alpha1",
 }
 CLUSTER_SCOPED = frozenset({"namespaces", "gatewayclasses", "ingressclasses", "tokenreviews"})
 # Kinds with a `/status` subresource as the real server has it: a write to the main
@@ -96,11 +99,13 @@ CLUSTER_SCOPED = frozenset({"namespaces", "gatewayclasses", "ingressclasses", "t
 # `metadata.generation` counts changes of everything but metadata and status.
 STATUS_KINDS = frozenset(
     {"gatewayclasses", "gateways", "httproutes", "tlsroutes", "tcproutes", "ingresses"}
+    | {"sourceippersistencepolicies"}
 )
 GENERATION_KINDS = STATUS_KINDS | {"referencegrants", "ingressclasses"}
 # The Gateway API CRDs' limits on status (metav1.Condition and the list sizes).
 MAX_CONDITIONS = 8
 MAX_PARENTS = 32
+MAX_ANCESTORS = 16  # a policy's status.ancestors (Gateway API PolicyStatus)
 MAX_LISTENERS = 64
 MAX_ADDRESSES = 16
 MAX_CONDITION_MESSAGE = 32768
@@ -143,7 +148,7 @@ _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
 _ROUTE = re.compile(
-    r"^/(?P<group>api/v1|apis/[^/]+/v1(?:beta1|alpha2)?)(?:/namespaces/(?P<ns>[^/]+))?"
+    r"^/(?P<group>api/v1|apis/[^/]+/v1(?:beta1|alpha1|alpha2)?)(?:/namespaces/(?P<ns>[^/]+))?"
     r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>status))?)?$"
 )
 
@@ -1070,10 +1075,16 @@ def _validate_status(plural: str, name: str, body: Any) -> None:
     16 addresses."""
     if plural == "ingresses" or body is None:
         return
-    invalid = f'{KINDS[plural]}.{GATEWAY_GROUP} "{name}" is invalid: '
+    group = POLICY_GROUP if plural == "sourceippersistencepolicies" else GATEWAY_GROUP
+    invalid = f'{KINDS[plural]}.{group} "{name}" is invalid: '
     if not isinstance(body, dict):
         raise _Failure(422, "Invalid", invalid + "status: Invalid value: must be an object")
-    limits = (("parents", MAX_PARENTS), ("listeners", MAX_LISTENERS), ("addresses", MAX_ADDRESSES))
+    limits = (
+        ("parents", MAX_PARENTS),
+        ("listeners", MAX_LISTENERS),
+        ("addresses", MAX_ADDRESSES),
+        ("ancestors", MAX_ANCESTORS),
+    )
     for key, most in limits:
         if len(body.get(key) or []) > most:
             raise _Failure(

@@ -228,6 +228,15 @@ TEMPLATES: dict[str, dict[str, Any]] = {
             "rules": [{"backendRefs": [{"name": "db", "port": 5432, "weight": 2}]}],
         },
     },
+    "SourceIPPersistencePolicy": {
+        "kind": "SourceIPPersistencePolicy",
+        "metadata": {"name": "sticky", "namespace": "shop", "generation": 2},
+        "spec": {
+            "targetRefs": [{"group": "", "kind": "Service", "name": "web", "sectionName": "http"}],
+            "tableSize": "64k",
+            "expire": "10m",
+        },
+    },
     "Secret": {
         "kind": "Secret",
         "metadata": {"name": "web", "namespace": "a", "resourceVersion": "5"},

@@ -50,6 +50,8 @@ ALLOWED_READ = {
     ("gateway.networking.k8s.io", "tcproutes"),
     # TLS certificates (the source lists and watches type=kubernetes.io/tls only).
     ("", "secrets"),
+    # peerplane's own policies.
+    ("peerplane.dev", "sourceippersistencepolicies"),
 }
 AGENT_FLAGS = {
     "--control-plane",
@@ -148,6 +150,7 @@ def test_rbac_grants_nothing_beyond_what_the_control_plane_uses(base: list[Obj])
         ("gateway.networking.k8s.io", "httproutes/status", "update", ()),
         ("gateway.networking.k8s.io", "tlsroutes/status", "update", ()),
         ("gateway.networking.k8s.io", "tcproutes/status", "update", ()),
+        ("peerplane.dev", "sourceippersistencepolicies/status", "update", ()),
     }
     granted: set[tuple[str, str, str, tuple[str, ...], str]] = set()
     for obj in base:
