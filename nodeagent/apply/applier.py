@@ -7,9 +7,9 @@ running config and the file as they were) and an atomic write + activation (star
 hitless reload, by the strategy of `activation.py`); the snapshot is recorded
 as applied only once HAProxy confirmed it runs it. Every failure is one `ApplyError`
 carrying the NACK text (docs/design.md, "Architecture": NACK keeps the old config serving).
-A certificate the agent's check or `haproxy -c` refuses is no failure: it is set aside
-(`setaside.py`), the rest applies, and the ACK names it ("One part never stops the
-others").
+A certificate the agent's check or `haproxy -c` refuses, or a backend `haproxy -c` refuses,
+is no failure: it is set aside (`setaside.py`, `attribution.py`), the rest applies, and the
+ACK names it ("One part never stops the others").
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from nodeagent.apply import activation, peers, saved, setaside
+from nodeagent.apply import activation, attribution, peers, saved, setaside
 from nodeagent.apply.certfiles import CertFiles
 from nodeagent.apply.faults import crash_point
 from nodeagent.apply.files import HAProxyFiles
@@ -75,6 +75,7 @@ class Applier:
         self.applied: Held | None = None
         self._applied_cfg: Rendered | None = None  # the render cache: applied sections
         self._set_aside: dict[str, SetAside] = {}  # what `applied` runs without, by name
+        self._backends_aside: dict[str, SetAside] = {}  # its backends rendered as stubs
         self._unsaved = False  # HAProxy runs `applied` but the state dir lacks it
         self._lock = threading.Lock()
         self.metrics = metrics if metrics is not None else AgentMetrics()
@@ -190,7 +191,8 @@ class Applier:
         if change is not None and aside.keys() != self._set_aside.keys():
             # Other crt-list lines than the applied ones, whatever the parts say.
             change = dataclasses.replace(change, frontends=True)
-        rendered = self._render(snapshot, change, aside)
+        backends = self._carried_backends(snapshot, change)
+        rendered = self._render(snapshot, change, aside, backends)
         data = rendered.data()  # the file; its text only on the reload path
         decision = changes.Decision(changes.ApplyPath.RELOAD, reason="nothing applied yet")
         if old is not None and change is not None:
@@ -205,8 +207,8 @@ class Applier:
             same = old is not None and old.content_hash == snapshot.content_hash
             if not same or self._read_config_bytes() != data:
                 self.files.write_config(data)
-            self._record(snapshot, rendered, aside)
-            return Result(True, decision.kind, set_aside=setaside.listed(aside))
+            self._record(snapshot, rendered, aside, backends)
+            return Result(True, decision.kind, set_aside=setaside.listed(aside, backends))
         kind = decision.kind if started else changes.ApplyPath.RELOAD
         if kind is changes.ApplyPath.RUNTIME and not sockrepair.answers(
             self.haproxy.runtime_socket
@@ -219,7 +221,9 @@ class Applier:
             )
             kind = changes.ApplyPath.RELOAD
         if kind is changes.ApplyPath.RUNTIME:
-            done = self._runtime(snapshot, rendered, data, decision, ident, extra(kind), aside)
+            done = self._runtime(
+                snapshot, rendered, data, decision, ident, extra(kind), aside, backends
+            )
             if isinstance(done, Result):
                 return done
             # The reload's reason says why the runtime API did not do.
@@ -233,8 +237,8 @@ class Applier:
         self.files.write_maps(rendered.maps, before)  # `haproxy -c` and the reload read them
         render_aside = functools.partial(self._render, snapshot, change)
         try:
-            cfg, rendered, aside = self.validation.validated(
-                cfg, decision, snapshot, rendered, aside, self.applied, render_aside
+            cfg, rendered, aside, backends = self.validation.validated(
+                cfg, decision, snapshot, rendered, aside, self.applied, render_aside, backends
             )
             said = extra(changes.ApplyPath.RELOAD)
             pid, fresh = self._activate_checked(
@@ -245,10 +249,18 @@ class Applier:
                 self.files.write_maps(before, rendered.maps)
                 self._restore_certs(snapshot, rendered)
             raise
-        self._record(snapshot, rendered, aside, save=not restoring)
+        self._record(snapshot, rendered, aside, backends, save=not restoring)
         self.certs.prune(setaside.served(snapshot, aside), rendered.crt_lists)
         peers.check_peers(self.haproxy, snapshot, ident)
-        return Result(True, kind, worker_pid=pid, started=fresh, set_aside=setaside.listed(aside))
+        listed = setaside.listed(aside, backends)
+        return Result(True, kind, worker_pid=pid, started=fresh, set_aside=listed)
+
+    def _carried_backends(self, snapshot: Held, change: ChangeSet | None) -> dict[str, SetAside]:
+        """The backends set aside in the applied version and unchanged since: they stay
+        aside (stubs) without a check; a changed one is rendered whole and checked again."""
+        if change is None or self.applied is None:
+            return {}
+        return setaside.carried_backends(self._backends_aside, snapshot, change.backends)
 
     def _checked_certificates(
         self, snapshot: Held, change: ChangeSet | None
@@ -264,12 +276,23 @@ class Applier:
         return {**aside, **refused}
 
     def _render(
-        self, snapshot: Held, change: ChangeSet | None, aside: Mapping[str, SetAside]
+        self,
+        snapshot: Held,
+        change: ChangeSet | None,
+        aside: Mapping[str, SetAside],
+        backends: Mapping[str, SetAside],
     ) -> Rendered:
         """`change` leads from the applied snapshot, which `_applied_cfg` renders:
-        O(changed backends)."""
+        O(changed backends). The certificates `aside` are left out, the `backends` stubbed."""
         try:
-            return render_held(snapshot, self.options, self._applied_cfg, change, frozenset(aside))
+            return render_held(
+                snapshot,
+                self.options,
+                self._applied_cfg,
+                change,
+                frozenset(aside),
+                frozenset(backends),
+            )
         except RenderError as e:
             raise ApplyError(f"render: {e}") from None
 
@@ -313,6 +336,7 @@ class Applier:
         ident: str,
         extra: dict[str, object],
         aside: Mapping[str, SetAside],
+        backends: Mapping[str, SetAside],
     ) -> Result | str:
         """Slot and route map changes through the runtime API; the failure's words when
         HAProxy refused them (the caller reloads, with the map files written).
@@ -339,13 +363,13 @@ class Applier:
         served = setaside.served(snapshot, aside)
         self.certs.write(served, rendered.crt_lists, self._applied_served(), before_lists)
         self.files.write_config(data)
-        self._record(snapshot, rendered, aside)
+        self._record(snapshot, rendered, aside, backends)
         self.certs.prune(served, rendered.crt_lists)
         return Result(
             True,
             changes.ApplyPath.RUNTIME,
             worker_pid=self._worker_pid(),
-            set_aside=setaside.listed(aside),
+            set_aside=setaside.listed(aside, backends),
         )
 
     def _restore_certs(self, snapshot: Held, rendered: Rendered) -> None:
@@ -413,6 +437,7 @@ class Applier:
         snapshot: Held,
         rendered: Rendered,
         aside: Mapping[str, SetAside],
+        backends: Mapping[str, SetAside],
         save: bool = True,
     ) -> None:
         """HAProxy runs `snapshot` now: remember it and its sections (the render cache),
@@ -420,8 +445,9 @@ class Applier:
         an ApplyError: the Hello then names no hash, so the control plane sends the snapshot
         again and the save is retried."""
         self.applied, self._applied_cfg = snapshot, rendered
-        self._set_aside = dict(aside)
+        self._set_aside, self._backends_aside = dict(aside), dict(backends)
         self.metrics.set_aside.labels(setaside.CERTIFICATE).set(len(aside))
+        self.metrics.set_aside.labels(attribution.BACKEND).set(len(backends))
         if not save:
             return
         try:

@@ -102,18 +102,33 @@ def served(held: Held, aside: Mapping[str, SetAside]) -> Held:
     return dataclasses.replace(held, certificates=kept)
 
 
-def listed(aside: Mapping[str, SetAside]) -> tuple[SetAside, ...]:
-    return tuple(aside[name] for name in sorted(aside))
+def listed(*asides: Mapping[str, SetAside]) -> tuple[SetAside, ...]:
+    """The parts set aside as the ACK names them: by kind (in the order given), then name."""
+    return tuple(aside[name] for aside in asides for name in sorted(aside))
+
+
+def carried_backends(
+    previous: Mapping[str, SetAside], held: Held, changed: Collection[str]
+) -> dict[str, SetAside]:
+    """The backends set aside in the applied version that stay aside without a check:
+    still in the snapshot and not `changed` since (a changed one is checked again)."""
+    return {
+        name: part
+        for name, part in previous.items()
+        if name in held.backends and name not in changed
+    }
 
 
 def log_set_aside(snapshot: Held, parts: Iterable[SetAside]) -> None:
     for part in parts:
+        sha = f" (sha256 {part.fingerprint:.16s})" if part.fingerprint else ""
         log.warning(
-            "workload=%s version=%d: certificate %s (sha256 %.16s) set aside: %s",
+            "workload=%s version=%d: %s %s%s set aside: %s",
             snapshot.workload,
             snapshot.version,
+            part.kind,
             part.name,
-            part.fingerprint,
+            sha,
             part.reason,
             extra=fields(workload=snapshot.workload, version=snapshot.version),
         )

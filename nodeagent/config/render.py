@@ -246,6 +246,9 @@ class Rendered:
     encoded: Mapping[str, bytes]
     content_hash: str
     options: RenderOptions
+    # The backends set aside (the applier's choice: HAProxy refused them), each rendered
+    # as an empty section of its name (`stub_backend`).
+    stubbed: frozenset[str] = frozenset()
 
     @property
     def peers(self) -> str:
@@ -290,16 +293,46 @@ def _backend_text(backend: pb.Backend, peered: bool, opts: RenderOptions) -> str
     return _text([*render_backend(backend, peered, opts.haproxy_version), ""])
 
 
+def stub_backend(backend: pb.Backend) -> str:
+    """A backend set aside: a section of its name and mode without servers, so that the
+    routes and frontends naming it stay valid and its requests are answered 503 (HTTP) or
+    closed (TCP), never passed to another backend."""
+    name = check(_PROXY_NAME, backend.name, "backend name")
+    mode = ["  mode tcp"] if backend.mode == "tcp" else []
+    return _text([f"backend {name}", *mode, "  # set aside: HAProxy refused it", ""])
+
+
+def _set_aside_backends(
+    held: Held,
+    opts: RenderOptions,
+    backends: _Backends,
+    previous: Rendered | None,
+    aside: frozenset[str],
+) -> frozenset[str]:
+    """Turn the sections of the backends `aside` into stubs, and those stubbed by
+    `previous` but no longer aside back into backends (a reused section may be a stub)."""
+    stubbed = aside & held.backends.keys()
+    back = (previous.stubbed if previous is not None else frozenset()) - stubbed
+    peered = held.peers is not None and bool(held.peers.peers)
+    for name in back & held.backends.keys():
+        backends[name] = _backend_text(held.backends[name], peered, opts).encode()
+    for name in stubbed:
+        backends[name] = stub_backend(held.backends[name]).encode()
+    return frozenset(stubbed)
+
+
 def render_held(
     held: Held,
     opts: RenderOptions,
     previous: Rendered | None = None,
     change: ChangeSet | None = None,
     set_aside: frozenset[str] = frozenset(),
+    backends_aside: frozenset[str] = frozenset(),
 ) -> Rendered:
     """Render `held`, reusing every section of `previous` whose input did not change.
     The certificates `set_aside` are left out of the crt-lists (the applier's choice:
-    certificates the agent or HAProxy refused).
+    certificates the agent or HAProxy refused); the backends `backends_aside` are rendered
+    as stubs (`stub_backend`: backends HAProxy refused).
 
     `change`, when its base is the snapshot `previous` was rendered from, names every
     backend that differs: only those are rendered and the previous sections are copied
@@ -341,6 +374,7 @@ def render_held(
         backends = _changed_backends(held, opts, previous, change)
     if backends is None:
         backends = _compared_backends(held, opts, previous)
+    stubbed = _set_aside_backends(held, opts, backends, previous, backends_aside)
     return Rendered(
         header=header,
         global_section=global_section,
@@ -352,6 +386,7 @@ def render_held(
         encoded=backends,
         content_hash=held.content_hash,
         options=opts,
+        stubbed=stubbed,
     )
 
 

@@ -1,0 +1,186 @@
+"""A backend `haproxy -c` refuses is set aside, and the rest of the version applies, through
+real HAProxy on every installed version (nodeagent/apply/attribution.py, docs/design.md,
+"One part never stops the others").
+
+The refused backend is one the control plane never sends: a stick table expiring after
+3,000,000,000 ms (HAProxy's limit is 2^31-1), with the agent's own bound on it lifted, as an
+agent whose checks do not foresee what its HAProxy refuses would pass it on."""
+
+from __future__ import annotations
+
+import http.client
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nodeagent.config import render as render_module
+from nodeagent.config.changes import ApplyPath
+from nodeagent.config.render import RenderOptions
+from peerplane import limits
+from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.haproxy_env import (
+    Instance,
+    backend,
+    free_port,
+    http_get,
+    identity_server,
+    running_instance,
+    snapshot,
+)
+from tests.helpers.haproxy_versions import HAProxyBinary
+from tests.helpers.waiting import wait_until
+
+pytestmark = pytest.mark.haproxy
+
+REFUSED_EXPIRE_MS = 3_000_000_000
+NAMES = ("ns_good_80", "ns_bad_80", "ns_other_80")
+
+
+@dataclass
+class Site:
+    """One agent-managed HAProxy routing three hosts to three tenants' backends."""
+
+    inst: Instance
+    ends: dict[str, tuple[str, int]]
+    port: int
+    peer_port: int
+    version: int = 0
+
+    def snapshot(self, expire_ms: int = 1_800_000, other_count: int = 4) -> pb.Snapshot:
+        self.version += 1
+        backends = [backend(name, [self.ends[name]]) for name in NAMES]
+        backends[1].persistence.expire_ms = expire_ms
+        backends[2].CopyFrom(backend("ns_other_80", [self.ends["ns_other_80"]], count=other_count))
+        routes = [(f"{name.split('_')[1]}.example.com", name) for name in NAMES]
+        return snapshot(
+            [("pod-a", self.inst.ip, self.peer_port)],
+            backends,
+            http_port=self.port,
+            routes=routes,
+            version=self.version,
+        )
+
+    def get(self, host: str) -> str:
+        return http_get(self.inst.ip, self.port, host)
+
+    def status(self, host: str) -> int:
+        conn = http.client.HTTPConnection(self.inst.ip, self.port, timeout=5)
+        try:
+            conn.request("GET", "/", headers={"Host": host, "Connection": "close"})
+            response = conn.getresponse()
+            response.read()
+            return response.status
+        finally:
+            conn.close()
+
+
+@pytest.fixture
+def site(tmp_path: Path, haproxy_bin: HAProxyBinary) -> Iterator[Site]:
+    net = f"127.59.{random.randint(1, 250)}"
+    with (
+        identity_server(f"{net}.11", "good") as good,
+        identity_server(f"{net}.12", "bad") as bad,
+        identity_server(f"{net}.13", "other") as other,
+        running_instance(tmp_path / "a", f"{net}.1", "pod-a", binary=haproxy_bin.path) as inst,
+    ):
+        ends = {
+            "ns_good_80": (f"{net}.11", good),
+            "ns_bad_80": (f"{net}.12", bad),
+            "ns_other_80": (f"{net}.13", other),
+        }
+        yield Site(inst, ends, free_port(inst.ip), free_port(inst.ip))
+
+
+def _answers(site: Site, host: str) -> bool:
+    try:
+        return site.status(host) == 200
+    except OSError:
+        return False
+
+
+def _backends_aside(site: Site) -> float:
+    return float(site.inst.applier.metrics.set_aside.labels("backend")._value.get())
+
+
+def test_a_backend_haproxy_refuses_is_set_aside_and_the_others_are_served(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tenant B's backend refused by `haproxy -c` used to NACK the whole version (and every
+    later one while it stayed). Now it is set aside: its section becomes an empty one of
+    its name (its host answers 503, never another backend), the others are served, the ACK
+    names it in HAProxy's words; it stays aside while unchanged, and a version that mends
+    it clears it."""
+    monkeypatch.setattr(limits, "MAX_EXPIRE_MS", 1 << 40)
+    inst = site.inst
+    assert inst.applier.apply(site.snapshot()).ok
+    assert site.get("bad.example.com") == "bad"
+    refused = inst.applier.apply(site.snapshot(expire_ms=REFUSED_EXPIRE_MS, other_count=5))
+    assert refused.ok, refused
+    assert [(p.kind, p.name, p.fingerprint) for p in refused.set_aside] == [
+        ("backend", "ns_bad_80", "")
+    ]
+    reason = refused.set_aside[0].reason
+    assert reason.startswith("haproxy -c: ") and "timer overflow" in reason, reason
+    assert inst.applier.applied_version == site.version
+    assert site.get("good.example.com") == "good"
+    assert site.get("other.example.com") == "other"  # its change (a fifth slot) applied
+    assert site.status("bad.example.com") == 503
+    assert _backends_aside(site) == 1
+    # Unchanged, it stays aside without a check while another tenant's change applies.
+    kept = inst.applier.apply(site.snapshot(expire_ms=REFUSED_EXPIRE_MS, other_count=6))
+    assert kept.ok, kept
+    assert [(p.kind, p.name) for p in kept.set_aside] == [("backend", "ns_bad_80")]
+    assert kept.set_aside[0].reason == reason
+    assert site.status("bad.example.com") == 503
+    assert site.get("other.example.com") == "other"
+    # Mended: served again, nothing set aside.
+    mended = inst.applier.apply(site.snapshot(other_count=6))
+    assert mended.ok and mended.set_aside == (), mended
+    assert mended.kind is ApplyPath.RELOAD
+    assert site.get("bad.example.com") == "bad"
+    assert _backends_aside(site) == 0
+
+
+def test_a_refused_backend_is_set_aside_again_when_the_agent_restarts_on_it(
+    site: Site, monkeypatch: pytest.MonkeyPatch, haproxy_bin: HAProxyBinary
+) -> None:
+    """The saved snapshot holds the refused backend: a restarted agent's restore sets it
+    aside again and serves the others at once."""
+    monkeypatch.setattr(limits, "MAX_EXPIRE_MS", 1 << 40)
+    inst = site.inst
+    assert inst.applier.apply(site.snapshot(expire_ms=REFUSED_EXPIRE_MS)).ok
+    inst.supervisor.stop()
+    with running_instance(inst.dir, inst.ip, "pod-a", binary=haproxy_bin.path) as again:
+        assert again.applier.restore()
+        assert again.applier.applied_version == site.version
+        assert again.applier.metrics.set_aside.labels("backend")._value.get() == 1
+        wait_until(lambda: _answers(site, "good.example.com"), message="restored HAProxy")
+        assert site.get("good.example.com") == "good"
+        assert site.status("bad.example.com") == 503
+
+
+def test_a_refusal_naming_no_backend_still_nacks(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broken global section is no tenant's part: after the refused backend is set
+    aside, `haproxy -c` still refuses, naming no part, and the version is NACKed in
+    HAProxy's words; HAProxy keeps what it ran."""
+    monkeypatch.setattr(limits, "MAX_EXPIRE_MS", 1 << 40)
+    inst = site.inst
+    assert inst.applier.apply(site.snapshot()).ok
+    broken = render_module._global
+
+    def global_section(opts: RenderOptions) -> list[str]:
+        lines = broken(opts)
+        return [lines[0], "  no-such-keyword-here", *lines[1:]]
+
+    monkeypatch.setattr(render_module, "_global", global_section)
+    monkeypatch.setattr(inst.applier, "_applied_cfg", None)  # no cached global section
+    result = inst.applier.apply(site.snapshot(expire_ms=REFUSED_EXPIRE_MS))
+    assert not result.ok and "no-such-keyword-here" in result.error, result
+    assert result.set_aside == ()
+    assert inst.applier.applied_version == site.version - 1
+    assert site.get("bad.example.com") == "bad"  # the old version serves
