@@ -7,9 +7,9 @@ running config and the file as they were) and an atomic write + activation (star
 hitless reload, by the strategy of `activation.py`); the snapshot is recorded
 as applied only once HAProxy confirmed it runs it. Every failure is one `ApplyError`
 carrying the NACK text (docs/design.md, "Architecture": NACK keeps the old config serving).
-A certificate the agent's check or `haproxy -c` refuses, or a backend `haproxy -c` refuses,
-is no failure: it is set aside (`setaside.py`, `attribution.py`), the rest applies, and the
-ACK names it ("One part never stops the others").
+A certificate the agent's check or `haproxy -c` refuses, or a backend or route rule
+`haproxy -c` refuses, is no failure: it is set aside (`setaside.py`, `attribution.py`), the
+rest applies, and the ACK names it ("One part never stops the others").
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ class Applier:
         self.applied: Held | None = None
         self._applied_cfg: Rendered | None = None  # the render cache: applied sections
         self._set_aside: dict[str, SetAside] = {}  # what `applied` runs without, by name
-        self._backends_aside: dict[str, SetAside] = {}  # its backends rendered as stubs
+        # Its backends rendered as stubs and route rules left out, by `attribution.key`.
+        self._parts_aside: dict[str, SetAside] = {}
         self._unsaved = False  # HAProxy runs `applied` but the state dir lacks it
         self._lock = threading.Lock()
         self.metrics = metrics if metrics is not None else AgentMetrics()
@@ -191,8 +192,10 @@ class Applier:
         if change is not None and aside.keys() != self._set_aside.keys():
             # Other crt-list lines than the applied ones, whatever the parts say.
             change = dataclasses.replace(change, frontends=True)
-        backends = self._carried_backends(snapshot, change)
-        rendered = self._render(snapshot, change, aside, backends)
+        parts = self._carried_parts(snapshot, change)
+        if change is not None and parts.keys() != self._parts_aside.keys():
+            change = dataclasses.replace(change, frontends=True)  # route rules aside or back
+        rendered = self._render(snapshot, change, aside, parts)
         data = rendered.data()  # the file; its text only on the reload path
         decision = changes.Decision(changes.ApplyPath.RELOAD, reason="nothing applied yet")
         if old is not None and change is not None:
@@ -207,8 +210,8 @@ class Applier:
             same = old is not None and old.content_hash == snapshot.content_hash
             if not same or self._read_config_bytes() != data:
                 self.files.write_config(data)
-            self._record(snapshot, rendered, aside, backends)
-            return Result(True, decision.kind, set_aside=setaside.listed(aside, backends))
+            self._record(snapshot, rendered, aside, parts)
+            return Result(True, decision.kind, set_aside=setaside.listed(aside, parts))
         kind = decision.kind if started else changes.ApplyPath.RELOAD
         if kind is changes.ApplyPath.RUNTIME and not sockrepair.answers(
             self.haproxy.runtime_socket
@@ -222,7 +225,7 @@ class Applier:
             kind = changes.ApplyPath.RELOAD
         if kind is changes.ApplyPath.RUNTIME:
             done = self._runtime(
-                snapshot, rendered, data, decision, ident, extra(kind), aside, backends
+                snapshot, rendered, data, decision, ident, extra(kind), aside, parts
             )
             if isinstance(done, Result):
                 return done
@@ -237,8 +240,8 @@ class Applier:
         self.files.write_maps(rendered.maps, before)  # `haproxy -c` and the reload read them
         render_aside = functools.partial(self._render, snapshot, change)
         try:
-            cfg, rendered, aside, backends = self.validation.validated(
-                cfg, decision, snapshot, rendered, aside, self.applied, render_aside, backends
+            cfg, rendered, aside, parts = self.validation.validated(
+                cfg, decision, snapshot, rendered, aside, self.applied, render_aside, parts
             )
             said = extra(changes.ApplyPath.RELOAD)
             pid, fresh = self._activate_checked(
@@ -249,18 +252,18 @@ class Applier:
                 self.files.write_maps(before, rendered.maps)
                 self._restore_certs(snapshot, rendered)
             raise
-        self._record(snapshot, rendered, aside, backends, save=not restoring)
+        self._record(snapshot, rendered, aside, parts, save=not restoring)
         self.certs.prune(setaside.served(snapshot, aside), rendered.crt_lists)
         peers.check_peers(self.haproxy, snapshot, ident)
-        listed = setaside.listed(aside, backends)
+        listed = setaside.listed(aside, parts)
         return Result(True, kind, worker_pid=pid, started=fresh, set_aside=listed)
 
-    def _carried_backends(self, snapshot: Held, change: ChangeSet | None) -> dict[str, SetAside]:
-        """The backends set aside in the applied version and unchanged since: they stay
-        aside (stubs) without a check; a changed one is rendered whole and checked again."""
+    def _carried_parts(self, snapshot: Held, change: ChangeSet | None) -> dict[str, SetAside]:
+        """The backends and route rules set aside in the applied version and unchanged
+        since: they stay aside without a check; a changed one is rendered and checked again."""
         if change is None or self.applied is None:
             return {}
-        return setaside.carried_backends(self._backends_aside, snapshot, change.backends)
+        return attribution.carried(self._parts_aside, snapshot, change.backends)
 
     def _checked_certificates(
         self, snapshot: Held, change: ChangeSet | None
@@ -280,10 +283,11 @@ class Applier:
         snapshot: Held,
         change: ChangeSet | None,
         aside: Mapping[str, SetAside],
-        backends: Mapping[str, SetAside],
+        parts: Mapping[str, SetAside],
     ) -> Rendered:
         """`change` leads from the applied snapshot, which `_applied_cfg` renders:
-        O(changed backends). The certificates `aside` are left out, the `backends` stubbed."""
+        O(changed backends). The certificates `aside` are left out, and the `parts`: its
+        backends stubbed, its route rules not rendered."""
         try:
             return render_held(
                 snapshot,
@@ -291,7 +295,8 @@ class Applier:
                 self._applied_cfg,
                 change,
                 frozenset(aside),
-                frozenset(backends),
+                attribution.backends_of(parts),
+                attribution.rules_of(parts),
             )
         except RenderError as e:
             raise ApplyError(f"render: {e}") from None
@@ -336,7 +341,7 @@ class Applier:
         ident: str,
         extra: dict[str, object],
         aside: Mapping[str, SetAside],
-        backends: Mapping[str, SetAside],
+        parts: Mapping[str, SetAside],
     ) -> Result | str:
         """Slot and route map changes through the runtime API; the failure's words when
         HAProxy refused them (the caller reloads, with the map files written).
@@ -363,13 +368,13 @@ class Applier:
         served = setaside.served(snapshot, aside)
         self.certs.write(served, rendered.crt_lists, self._applied_served(), before_lists)
         self.files.write_config(data)
-        self._record(snapshot, rendered, aside, backends)
+        self._record(snapshot, rendered, aside, parts)
         self.certs.prune(served, rendered.crt_lists)
         return Result(
             True,
             changes.ApplyPath.RUNTIME,
             worker_pid=self._worker_pid(),
-            set_aside=setaside.listed(aside, backends),
+            set_aside=setaside.listed(aside, parts),
         )
 
     def _restore_certs(self, snapshot: Held, rendered: Rendered) -> None:
@@ -437,7 +442,7 @@ class Applier:
         snapshot: Held,
         rendered: Rendered,
         aside: Mapping[str, SetAside],
-        backends: Mapping[str, SetAside],
+        parts: Mapping[str, SetAside],
         save: bool = True,
     ) -> None:
         """HAProxy runs `snapshot` now: remember it and its sections (the render cache),
@@ -445,9 +450,11 @@ class Applier:
         an ApplyError: the Hello then names no hash, so the control plane sends the snapshot
         again and the save is retried."""
         self.applied, self._applied_cfg = snapshot, rendered
-        self._set_aside, self._backends_aside = dict(aside), dict(backends)
+        self._set_aside, self._parts_aside = dict(aside), dict(parts)
         self.metrics.set_aside.labels(setaside.CERTIFICATE).set(len(aside))
-        self.metrics.set_aside.labels(attribution.BACKEND).set(len(backends))
+        for kind in (attribution.BACKEND, attribution.ROUTE_RULE):
+            count = sum(1 for p in parts.values() if p.kind == kind)
+            self.metrics.set_aside.labels(kind).set(count)
         if not save:
             return
         try:

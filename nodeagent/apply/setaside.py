@@ -107,18 +107,6 @@ def listed(*asides: Mapping[str, SetAside]) -> tuple[SetAside, ...]:
     return tuple(aside[name] for aside in asides for name in sorted(aside))
 
 
-def carried_backends(
-    previous: Mapping[str, SetAside], held: Held, changed: Collection[str]
-) -> dict[str, SetAside]:
-    """The backends set aside in the applied version that stay aside without a check:
-    still in the snapshot and not `changed` since (a changed one is checked again)."""
-    return {
-        name: part
-        for name, part in previous.items()
-        if name in held.backends and name not in changed
-    }
-
-
 def log_set_aside(snapshot: Held, parts: Iterable[SetAside]) -> None:
     for part in parts:
         sha = f" (sha256 {part.fingerprint:.16s})" if part.fingerprint else ""

@@ -17,7 +17,7 @@ from nodeagent.haproxy.driver import HAProxy, validate
 from nodeagent.held import Held
 from nodeagent.metrics import AgentMetrics
 
-# The snapshot rendered with these certificates and these backends aside.
+# The snapshot rendered with these certificates and these other parts aside.
 Render = Callable[[Mapping[str, SetAside], Mapping[str, SetAside]], Rendered]
 
 
@@ -41,12 +41,13 @@ class Validation:
         aside: dict[str, SetAside],
         applied: Held | None,
         render: Render,
-        backends: dict[str, SetAside],
+        parts: dict[str, SetAside],
     ) -> tuple[str, Rendered, dict[str, SetAside], dict[str, SetAside]]:
         """`haproxy -c` on staged copies of the certificates that change: the config, its
-        render and the certificates and backends set aside once it passes. A certificate
-        whose file HAProxy's alert names, or a backend whose section or name it names, is
-        set aside and the check runs again without it; at most `setaside.MAX_CHECKS` runs:
+        render, the certificates and the other parts (`parts`, by `attribution.key`) set
+        aside once it passes. A certificate whose file HAProxy's alert names, or a backend
+        or route rule whose lines it names (`attribution.py`), is set aside and the check
+        runs again without it; at most `setaside.MAX_CHECKS` runs:
         the last one sets aside, with the named ones, every certificate of this version
         HAProxy has not taken yet. An alert naming no certificate or backend of the
         snapshot NACKs (not a part's fault)."""
@@ -55,11 +56,12 @@ class Validation:
             error = self._check(cfg, decision, snapshot, rendered, aside, applied)
             checks += 1
             if not error:
-                return cfg, rendered, aside, backends
+                return cfg, rendered, aside, parts
             candidates = {n: c for n, c in snapshot.certificates.items() if n not in aside}
             named = setaside.refused_by_haproxy(error, self.certs_dir, candidates)
-            left = snapshot.backends.keys() - backends.keys()
-            refused = attribution.refused_backends(error, cfg, left)
+            refused = attribution.refused_parts(
+                error, cfg, snapshot.backends.keys(), rendered.routed.config_rules, parts.keys()
+            )
             if not (named or refused) or checks >= setaside.MAX_CHECKS:
                 self.metrics.validation_failures.inc()
                 self.metrics.refused("check", error)
@@ -70,8 +72,8 @@ class Validation:
                 added.update(setaside.unchecked(fresh, snapshot.certificates))
             setaside.log_set_aside(snapshot, [*added.values(), *refused.values()])
             aside = {**aside, **added}
-            backends = {**backends, **refused}
-            rendered = render(aside, backends)
+            parts = {**parts, **refused}
+            rendered = render(aside, parts)
             cfg = rendered.data().decode()
 
     def _check(

@@ -132,6 +132,9 @@ class Frontends:
     tls_key: bytes = b""  # the TLS passthrough listeners' part
     layer4: passthrough.Layer4 | None = None  # the passthrough and TCP frontends
     set_aside: frozenset[str] = frozenset()  # certificates left out of the crt-lists
+    rules_aside: frozenset[str] = frozenset()  # route rules not rendered, by fingerprint
+    # Each listener frontend's config rules by name ("c0"), by frontend name.
+    config_rules: Mapping[str, Mapping[str, pb.RouteRule]] = field(default_factory=dict)
     # The listeners' checked rules and host layers, handed to the next render.
     route_cache: rules.RouteCache = field(
         default_factory=rules.RouteCache, compare=False, repr=False
@@ -139,7 +142,11 @@ class Frontends:
 
 
 def _frontends(
-    held: Held, opts: RenderOptions, set_aside: frozenset[str], cache: rules.RouteCache
+    held: Held,
+    opts: RenderOptions,
+    set_aside: frozenset[str],
+    cache: rules.RouteCache,
+    rules_aside: frozenset[str] = frozenset(),
 ) -> Frontends:
     """HTTP frontends (a listener's port takes the annotation routes of the same port as
     its last layer; otherwise they keep their own frontend), TLS passthrough and TCP
@@ -161,7 +168,9 @@ def _frontends(
         proxy = passthrough.proxy_option(listener.accept_proxy)
         return endpoint(address, listener.port, "bind") + tls + proxy
 
-    routed = listeners.render_listeners(http_listeners, merged, opts.maps_dir, proxy_bind, cache)
+    routed = listeners.render_listeners(
+        http_listeners, merged, opts.maps_dir, proxy_bind, cache, rules_aside
+    )
     layer4 = passthrough.render(
         held.tls_listeners, held.tcp_frontends, opts.maps_dir, lambda port: _bind(opts, port)
     )
@@ -181,15 +190,17 @@ def _frontends(
         tls_key=held.parts.tls_listeners,
         layer4=layer4,
         set_aside=set_aside,
+        rules_aside=rules_aside,
+        config_rules=routed.config_rules,
         route_cache=cache,
     )
 
 
 def _reusable_frontends(
-    previous: Frontends, held: Held, set_aside: frozenset[str]
+    previous: Frontends, held: Held, set_aside: frozenset[str], rules_aside: frozenset[str]
 ) -> Frontends | None:
     same = _reusable(previous.section, held.frontends_part) is not None
-    same = same and previous.set_aside == set_aside
+    same = same and previous.set_aside == set_aside and previous.rules_aside == rules_aside
     listeners, tls = held.listeners_part, held.parts.tls_listeners
     same = same and (previous.listeners_key is listeners or previous.listeners_key == listeners)
     if same and (previous.tls_key is tls or previous.tls_key == tls):
@@ -328,11 +339,13 @@ def render_held(
     change: ChangeSet | None = None,
     set_aside: frozenset[str] = frozenset(),
     backends_aside: frozenset[str] = frozenset(),
+    rules_aside: frozenset[str] = frozenset(),
 ) -> Rendered:
     """Render `held`, reusing every section of `previous` whose input did not change.
     The certificates `set_aside` are left out of the crt-lists (the applier's choice:
     certificates the agent or HAProxy refused); the backends `backends_aside` are rendered
-    as stubs (`stub_backend`: backends HAProxy refused).
+    as stubs (`stub_backend`: backends HAProxy refused), and the route rules whose
+    fingerprint is in `rules_aside` are not rendered (rules HAProxy refused).
 
     `change`, when its base is the snapshot `previous` was rendered from, names every
     backend that differs: only those are rendered and the previous sections are copied
@@ -354,14 +367,14 @@ def render_held(
     if previous is not None:
         global_section = previous.global_section
         peers = _reusable(previous.peers_section, held.peers_part)
-        frontends = _reusable_frontends(previous.routed, held, set_aside)
+        frontends = _reusable_frontends(previous.routed, held, set_aside, rules_aside)
     else:
         global_section, peers, frontends = _section(b"", _global(opts)), None, None
     if peers is None:
         peers = _section(held.peers_part, _peers(held.peers))
     if frontends is None:
         cache = previous.routed.route_cache if previous is not None else rules.RouteCache()
-        frontends = _frontends(held, opts, set_aside, cache)
+        frontends = _frontends(held, opts, set_aside, cache, rules_aside)
     certs.check_bound(frontends.crt_lists, held.certificates)
     unknown = [name for name in frontends.routed if name not in held.backends]
     if unknown:

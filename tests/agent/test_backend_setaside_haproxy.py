@@ -18,8 +18,9 @@ import pytest
 
 from nodeagent.config import render as render_module
 from nodeagent.config.changes import ApplyPath
+from nodeagent.config.listeners import rule_fingerprint
 from nodeagent.config.render import RenderOptions
-from peerplane import limits
+from peerplane import limits, patterns
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import (
     Instance,
@@ -184,3 +185,63 @@ def test_a_refusal_naming_no_backend_still_nacks(
     assert result.set_aside == ()
     assert inst.applier.applied_version == site.version - 1
     assert site.get("bad.example.com") == "bad"  # the old version serves
+
+
+def _rule(host: str, backend_name: str, **match: object) -> pb.RouteRule:
+    rule = pb.RouteRule(
+        source=f"HTTPRoute ns/{backend_name.split('_')[1]} rule 0 match 0",
+        hostnames=[host],
+        backends=[pb.WeightedBackend(backend=backend_name, weight=1)],
+    )
+    if "header" in match:
+        name, value = match["header"]  # type: ignore[misc]
+        rule.headers.append(pb.NameValue(name=name, value=value))
+    if "method" in match:
+        rule.method = str(match["method"])
+    return rule
+
+
+def _routed(site: Site, bad_header: str) -> pb.Snapshot:
+    """The three tenants behind one listener: good and bad as config rules (a method or
+    a header match), other as a map rule."""
+    snap = site.snapshot()
+    del snap.http_frontend.routes[:]
+    snap.ClearField("http_frontend")
+    rules = [
+        _rule("good.example.com", "ns_good_80", method="GET"),
+        _rule("bad.example.com", "ns_bad_80", header=(bad_header, "v")),
+        _rule("other.example.com", "ns_other_80"),
+    ]
+    snap.http_listeners.append(pb.HttpListener(port=site.port, rules=rules))
+    return snap
+
+
+def test_a_route_rule_haproxy_refuses_is_set_aside_and_the_others_are_served(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tenant B's route rule whose lines `haproxy -c` refuses (a header name the agent's
+    check would refuse, its check lifted) used to NACK the version. Now its lines are
+    not rendered: its requests find no rule (404), the other rules serve, the ACK names
+    the rule by its source; a version without it clears it."""
+    monkeypatch.setattr(patterns, "is_header_name", lambda name: True)
+    inst = site.inst
+    assert inst.applier.apply(_routed(site, "x-tenant")).ok
+    assert site.status("bad.example.com") == 404  # no header: no match
+    refused = inst.applier.apply(_routed(site, "x-tenant)"))
+    assert refused.ok, refused
+    assert [(p.kind, p.name) for p in refused.set_aside] == [
+        ("route-rule", "HTTPRoute ns/bad rule 0 match 0")
+    ]
+    rule = _routed(site, "x-tenant)").http_listeners[0].rules[1]
+    assert refused.set_aside[0].fingerprint == rule_fingerprint(rule)
+    assert refused.set_aside[0].reason.startswith("haproxy -c: "), refused.set_aside[0]
+    assert site.get("good.example.com") == "good"
+    assert site.get("other.example.com") == "other"
+    assert site.status("bad.example.com") == 404
+    assert site.inst.applier.metrics.set_aside.labels("route-rule")._value.get() == 1
+    kept = inst.applier.apply(_routed(site, "x-tenant)"))
+    assert kept.ok and [p.kind for p in kept.set_aside] == ["route-rule"], kept
+    mended = inst.applier.apply(_routed(site, "x-tenant"))
+    assert mended.ok and mended.set_aside == (), mended
+    assert site.get("good.example.com") == "good"
+    assert site.inst.applier.metrics.set_aside.labels("route-rule")._value.get() == 0
