@@ -30,6 +30,7 @@ from nodeagent.apply.outcome import ApplyError, Result, SetAside, unexpected
 from nodeagent.apply.validation import Validation
 from nodeagent.config import changes
 from nodeagent.config.descriptors import Budget
+from nodeagent.config.errors import BackendRefused
 from nodeagent.config.render import Rendered, RenderError, RenderOptions, render_held
 from nodeagent.haproxy import HAProxyError, sockrepair, sslcerts
 from nodeagent.haproxy.driver import HAProxy
@@ -195,7 +196,7 @@ class Applier:
         parts = self._carried_parts(snapshot, change)
         if change is not None and parts.keys() != self._parts_aside.keys():
             change = dataclasses.replace(change, frontends=True)  # route rules aside or back
-        rendered = self._render(snapshot, change, aside, parts)
+        rendered, parts = self._render_checked(snapshot, change, aside, parts)
         data = rendered.data()  # the file; its text only on the reload path
         decision = changes.Decision(changes.ApplyPath.RELOAD, reason="nothing applied yet")
         if old is not None and change is not None:
@@ -278,6 +279,28 @@ class Applier:
         setaside.log_set_aside(snapshot, refused.values())
         return {**aside, **refused}
 
+    def _render_checked(
+        self,
+        snapshot: Held,
+        change: ChangeSet | None,
+        aside: Mapping[str, SetAside],
+        parts: dict[str, SetAside],
+    ) -> tuple[Rendered, dict[str, SetAside]]:
+        """The render, with every backend the agent's own checks refuse set aside (a
+        number out of range, a word it does not know: `BackendRefused`), one render per
+        refused backend; a value that could carry config text still NACKs (RenderError)."""
+        while True:
+            try:
+                return self._render(snapshot, change, aside, parts), parts
+            except _Refused as e:
+                refused = e.refused
+                why = f"the agent's check: {refused}"
+                part = SetAside(attribution.BACKEND, refused.backend, "", why)
+                if attribution.key(part) in parts:  # cannot be: a stub is not checked
+                    raise ApplyError(f"render: {refused}") from None
+                setaside.log_set_aside(snapshot, [part])
+                parts = {**parts, attribution.key(part): part}
+
     def _render(
         self,
         snapshot: Held,
@@ -298,6 +321,8 @@ class Applier:
                 attribution.backends_of(parts),
                 attribution.rules_of(parts),
             )
+        except BackendRefused as e:
+            raise _Refused(e) from None
         except RenderError as e:
             raise ApplyError(f"render: {e}") from None
 
@@ -467,6 +492,15 @@ class Applier:
                 retryable=True,
             ) from e
         self._unsaved = False
+
+
+class _Refused(ApplyError):
+    """A render the agent's checks refused for one backend (`BackendRefused`):
+    `_render_checked` sets the backend aside; anywhere else it NACKs like any render error."""
+
+    def __init__(self, refused: BackendRefused) -> None:
+        super().__init__(f"render: {refused}")
+        self.refused = refused
 
 
 def _hold(snapshot: pb.Snapshot) -> Held:

@@ -310,7 +310,7 @@ def stub_backend(backend: pb.Backend) -> str:
     closed (TCP), never passed to another backend."""
     name = check(_PROXY_NAME, backend.name, "backend name")
     mode = ["  mode tcp"] if backend.mode == "tcp" else []
-    return _text([f"backend {name}", *mode, "  # set aside: HAProxy refused it", ""])
+    return _text([f"backend {name}", *mode, "  # set aside: refused, the ACK says why", ""])
 
 
 def _set_aside_backends(
@@ -384,9 +384,9 @@ def render_held(
         previous = None  # every persistent backend's stick table names the peers or not
     backends = None
     if previous is not None and change is not None and change.base == previous.content_hash:
-        backends = _changed_backends(held, opts, previous, change)
+        backends = _changed_backends(held, opts, previous, change, backends_aside)
     if backends is None:
-        backends = _compared_backends(held, opts, previous)
+        backends = _compared_backends(held, opts, previous, backends_aside)
     stubbed = _set_aside_backends(held, opts, backends, previous, backends_aside)
     return Rendered(
         header=header,
@@ -407,7 +407,7 @@ _Backends = dict[str, bytes]  # backend name -> its section as UTF-8
 
 
 def _changed_backends(
-    held: Held, opts: RenderOptions, previous: Rendered, change: ChangeSet
+    held: Held, opts: RenderOptions, previous: Rendered, change: ChangeSet, aside: frozenset[str]
 ) -> _Backends | None:
     """The sections of `previous` copied, those removed dropped and those changed or added
     rendered; None when the result does not hold exactly `held`'s backends (a change set
@@ -419,13 +419,18 @@ def _changed_backends(
     for name in change.backends:
         if name not in backends:
             return None
-        encoded[name] = _backend_text(backends[name], previous.peered, opts).encode()
+        if name in aside:
+            encoded[name] = b""  # a stub (`_set_aside_backends`)
+        else:
+            encoded[name] = _backend_text(backends[name], previous.peered, opts).encode()
     if len(encoded) != len(held.names):
         return None
     return encoded
 
 
-def _compared_backends(held: Held, opts: RenderOptions, previous: Rendered | None) -> _Backends:
+def _compared_backends(
+    held: Held, opts: RenderOptions, previous: Rendered | None, aside: frozenset[str]
+) -> _Backends:
     """Each backend's section reused when its bytes are those `previous` rendered, else
     rendered: one Python iteration per backend."""
     old_keys = previous.keys if previous is not None else {}
@@ -438,6 +443,8 @@ def _compared_backends(held: Held, opts: RenderOptions, previous: Rendered | Non
         before = old_keys.get(name)
         if before is data or (before is not None and before == data):
             encoded[name] = old_encoded[name]
+        elif name in aside:
+            encoded[name] = b""  # a stub (`_set_aside_backends`)
         else:
             encoded[name] = _backend_text(held.backends[name], peered, opts).encode()
     return encoded

@@ -106,15 +106,17 @@ def _backends_aside(site: Site) -> float:
     return float(site.inst.applier.metrics.set_aside.labels("backend")._value.get())
 
 
-def test_a_backend_haproxy_refuses_is_set_aside_and_the_others_are_served(
-    site: Site, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("found_by", ["agent", "haproxy"])
+def test_a_refused_backend_is_set_aside_and_the_others_are_served(
+    site: Site, monkeypatch: pytest.MonkeyPatch, found_by: str
 ) -> None:
-    """Tenant B's backend refused by `haproxy -c` used to NACK the whole version (and every
-    later one while it stayed). Now it is set aside: its section becomes an empty one of
-    its name (its host answers 503, never another backend), the others are served, the ACK
-    names it in HAProxy's words; it stays aside while unchanged, and a version that mends
-    it clears it."""
-    monkeypatch.setattr(limits, "MAX_EXPIRE_MS", 1 << 40)
+    """Tenant B's backend refused by the agent's check or by `haproxy -c` used to NACK the
+    whole version (and every later one while it stayed). Now it is set aside: its section
+    becomes an empty one of its name (its host answers 503, never another backend), the
+    others are served, the ACK names it with the agent's or HAProxy's words; it stays
+    aside while unchanged, and a version that mends it clears it."""
+    if found_by == "haproxy":
+        monkeypatch.setattr(limits, "MAX_EXPIRE_MS", 1 << 40)
     inst = site.inst
     assert inst.applier.apply(site.snapshot()).ok
     assert site.get("bad.example.com") == "bad"
@@ -124,7 +126,10 @@ def test_a_backend_haproxy_refuses_is_set_aside_and_the_others_are_served(
         ("backend", "ns_bad_80", "")
     ]
     reason = refused.set_aside[0].reason
-    assert reason.startswith("haproxy -c: ") and "timer overflow" in reason, reason
+    if found_by == "agent":
+        assert reason == "the agent's check: backend ns_bad_80: invalid expire 3000000000"
+    else:
+        assert reason.startswith("haproxy -c: ") and "timer overflow" in reason, reason
     assert inst.applier.applied_version == site.version
     assert site.get("good.example.com") == "good"
     assert site.get("other.example.com") == "other"  # its change (a fifth slot) applied
