@@ -8,6 +8,7 @@ agent whose checks do not foresee what its HAProxy refuses would pass it on."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import random
 from collections.abc import Iterator
@@ -22,6 +23,8 @@ from nodeagent.config.listeners import rule_fingerprint
 from nodeagent.config.render import RenderOptions
 from peerplane import limits, patterns
 from peerplane.v1 import peerplane_pb2 as pb
+from tests.agent.test_client import FakePlane, running, serve, within
+from tests.helpers.agent_harness import AgentHarness
 from tests.helpers.haproxy_env import (
     Instance,
     backend,
@@ -206,10 +209,10 @@ def _rule(host: str, backend_name: str, **match: object) -> pb.RouteRule:
     return rule
 
 
-def _routed(site: Site, bad_header: str) -> pb.Snapshot:
+def _routed(site: Site, bad_header: str, expire_ms: int = 1_800_000) -> pb.Snapshot:
     """The three tenants behind one listener: good and bad as config rules (a method or
     a header match), other as a map rule."""
-    snap = site.snapshot()
+    snap = site.snapshot(expire_ms=expire_ms)
     del snap.http_frontend.routes[:]
     snap.ClearField("http_frontend")
     rules = [
@@ -250,3 +253,50 @@ def test_a_route_rule_haproxy_refuses_is_set_aside_and_the_others_are_served(
     assert mended.ok and mended.set_aside == (), mended
     assert site.get("good.example.com") == "good"
     assert site.inst.applier.metrics.set_aside.labels("route-rule")._value.get() == 0
+
+
+def test_the_ack_on_the_stream_names_each_part_set_aside_by_kind(
+    agents: AgentHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the agent's stream: the ACK of a version with a backend the agent's check
+    refuses and a route rule `haproxy -c` refuses names both, kind, name and reason (what
+    ListAgents and `controlplane status` show), and the agent's gauge counts them by kind."""
+    monkeypatch.setattr(patterns, "is_header_name", lambda name: True)
+    inst = agents.instance()
+    net = agents.net
+    with (
+        identity_server(f"{net}.11", "good") as good,
+        identity_server(f"{net}.12", "bad") as bad,
+        identity_server(f"{net}.13", "other") as other,
+    ):
+        ends = {
+            "ns_good_80": (f"{net}.11", good),
+            "ns_bad_80": (f"{net}.12", bad),
+            "ns_other_80": (f"{net}.13", other),
+        }
+        site = Site(inst, ends, free_port(inst.ip), free_port(inst.ip))
+        script = [
+            _routed(site, "x-tenant"),
+            _routed(site, "x-tenant)", expire_ms=REFUSED_EXPIRE_MS),
+        ]
+        plane = FakePlane(script)
+
+        async def scenario() -> list[pb.AgentMessage]:
+            async with serve(plane, agents.port), running(agents.client(inst.applier)):
+                return [await within(plane.answers.get(), 60) for _ in script]
+
+        first, second = asyncio.run(within(scenario(), 120))
+        assert first.WhichOneof("message") == "ack", first
+        assert second.WhichOneof("message") == "ack", second
+        parts = second.ack.set_aside
+        assert second.ack.set_aside_count == 2
+        assert [(p.kind, p.name) for p in parts] == [
+            ("backend", "ns_bad_80"),
+            ("route-rule", "HTTPRoute ns/bad rule 0 match 0"),
+        ]
+        assert parts[0].reason == "the agent's check: backend ns_bad_80: invalid expire 3000000000"
+        assert parts[1].reason.startswith("haproxy -c: ") and "req.fhdr" in parts[1].reason
+        assert parts[1].fingerprint == rule_fingerprint(script[1].http_listeners[0].rules[1])
+        gauge = inst.applier.metrics.set_aside
+        assert [gauge.labels(k)._value.get() for k in ("backend", "route-rule")] == [1, 1]
+        assert site.get("good.example.com") == "good"
