@@ -122,7 +122,7 @@ class AgentMetrics:
         self.set_aside = Gauge(
             "nodeagent_parts_set_aside",
             "Parts of the applied snapshot left out because the agent or HAProxy refused "
-            "them, by kind (certificate); the ACK names them",
+            "them, by kind (certificate, backend, route-rule); the ACK names them",
             ["kind"],
             registry=r,
         )

@@ -136,7 +136,7 @@ def text(
 
 def _set_aside(row: AgentRow, width: int, most: int = 5) -> list[str]:
     """Under an agent's line: the parts its acknowledged version runs without (a tenant's
-    refused certificate: the rest applies, so it is no fleet problem)."""
+    refused certificate, backend or route rule: the rest applies, so it is no fleet problem)."""
     lines = [
         "  " + cut(f"set aside {escape(p.kind)} {escape(p.name)}: {escape(p.reason)}", width - 2)
         for p in row.set_aside[:most]

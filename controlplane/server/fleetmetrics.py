@@ -156,8 +156,9 @@ class FleetCollector(Collector):
         yield pending
         aside = GaugeMetricFamily(
             "peerplane_agent_parts_set_aside",
-            "The most parts (certificates) one agent of the workload runs without, because "
-            "it or HAProxy refused them (0: none); ListAgents and status name them",
+            "The most parts (certificates, backends, route rules) one agent of the workload "
+            "runs without, because it or HAProxy refused them (0: none); ListAgents and "
+            "status name them",
             labels=["workload"],
         )
         for workload, parts in sorted(counts.set_aside.items()):

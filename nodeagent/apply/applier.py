@@ -7,9 +7,9 @@ running config and the file as they were) and an atomic write + activation (star
 hitless reload, by the strategy of `activation.py`); the snapshot is recorded
 as applied only once HAProxy confirmed it runs it. Every failure is one `ApplyError`
 carrying the NACK text (docs/design.md, "Architecture": NACK keeps the old config serving).
-A certificate the agent's check or `haproxy -c` refuses is no failure: it is set aside
-(`setaside.py`), the rest applies, and the ACK names it ("One part never stops the
-others").
+A certificate the agent's check or `haproxy -c` refuses, or a backend or route rule
+`haproxy -c` refuses, is no failure: it is set aside (`setaside.py`, `attribution.py`), the
+rest applies, and the ACK names it ("One part never stops the others").
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from nodeagent.apply import activation, peers, saved, setaside
+from nodeagent.apply import activation, attribution, peers, saved, setaside
 from nodeagent.apply.certfiles import CertFiles
 from nodeagent.apply.faults import crash_point
 from nodeagent.apply.files import HAProxyFiles
@@ -30,6 +30,7 @@ from nodeagent.apply.outcome import ApplyError, Result, SetAside, unexpected
 from nodeagent.apply.validation import Validation
 from nodeagent.config import changes
 from nodeagent.config.descriptors import Budget
+from nodeagent.config.errors import BackendRefused
 from nodeagent.config.render import Rendered, RenderError, RenderOptions, render_held
 from nodeagent.haproxy import HAProxyError, sockrepair, sslcerts
 from nodeagent.haproxy.driver import HAProxy
@@ -75,6 +76,8 @@ class Applier:
         self.applied: Held | None = None
         self._applied_cfg: Rendered | None = None  # the render cache: applied sections
         self._set_aside: dict[str, SetAside] = {}  # what `applied` runs without, by name
+        # Its backends rendered as stubs and route rules left out, by `attribution.key`.
+        self._parts_aside: dict[str, SetAside] = {}
         self._unsaved = False  # HAProxy runs `applied` but the state dir lacks it
         self._lock = threading.Lock()
         self.metrics = metrics if metrics is not None else AgentMetrics()
@@ -190,7 +193,10 @@ class Applier:
         if change is not None and aside.keys() != self._set_aside.keys():
             # Other crt-list lines than the applied ones, whatever the parts say.
             change = dataclasses.replace(change, frontends=True)
-        rendered = self._render(snapshot, change, aside)
+        parts = self._carried_parts(snapshot, change)
+        if change is not None and parts.keys() != self._parts_aside.keys():
+            change = dataclasses.replace(change, frontends=True)  # route rules aside or back
+        rendered, parts = self._render_checked(snapshot, change, aside, parts)
         data = rendered.data()  # the file; its text only on the reload path
         decision = changes.Decision(changes.ApplyPath.RELOAD, reason="nothing applied yet")
         if old is not None and change is not None:
@@ -205,10 +211,11 @@ class Applier:
             same = old is not None and old.content_hash == snapshot.content_hash
             if not same or self._read_config_bytes() != data:
                 self.files.write_config(data)
-            self._record(snapshot, rendered, aside)
-            return Result(
-                True, decision.kind, set_aside=setaside.listed(aside, rendered.routed.rules_aside)
+            self._record(snapshot, rendered, aside, parts)
+            listed = setaside.listed(
+                aside, parts, setaside.unknown_rules(rendered.routed.unknown_aside)
             )
+            return Result(True, decision.kind, set_aside=listed)
         kind = decision.kind if started else changes.ApplyPath.RELOAD
         if kind is changes.ApplyPath.RUNTIME and not sockrepair.answers(
             self.haproxy.runtime_socket
@@ -221,7 +228,9 @@ class Applier:
             )
             kind = changes.ApplyPath.RELOAD
         if kind is changes.ApplyPath.RUNTIME:
-            done = self._runtime(snapshot, rendered, data, decision, ident, extra(kind), aside)
+            done = self._runtime(
+                snapshot, rendered, data, decision, ident, extra(kind), aside, parts
+            )
             if isinstance(done, Result):
                 return done
             # The reload's reason says why the runtime API did not do.
@@ -235,8 +244,8 @@ class Applier:
         self.files.write_maps(rendered.maps, before)  # `haproxy -c` and the reload read them
         render_aside = functools.partial(self._render, snapshot, change)
         try:
-            cfg, rendered, aside = self.validation.validated(
-                cfg, decision, snapshot, rendered, aside, self.applied, render_aside
+            cfg, rendered, aside, parts = self.validation.validated(
+                cfg, decision, snapshot, rendered, aside, self.applied, render_aside, parts
             )
             said = extra(changes.ApplyPath.RELOAD)
             pid, fresh = self._activate_checked(
@@ -247,16 +256,20 @@ class Applier:
                 self.files.write_maps(before, rendered.maps)
                 self._restore_certs(snapshot, rendered)
             raise
-        self._record(snapshot, rendered, aside, save=not restoring)
+        self._record(snapshot, rendered, aside, parts, save=not restoring)
         self.certs.prune(setaside.served(snapshot, aside), rendered.crt_lists)
         peers.check_peers(self.haproxy, snapshot, ident)
-        return Result(
-            True,
-            kind,
-            worker_pid=pid,
-            started=fresh,
-            set_aside=setaside.listed(aside, rendered.routed.rules_aside),
+        listed = setaside.listed(
+            aside, parts, setaside.unknown_rules(rendered.routed.unknown_aside)
         )
+        return Result(True, kind, worker_pid=pid, started=fresh, set_aside=listed)
+
+    def _carried_parts(self, snapshot: Held, change: ChangeSet | None) -> dict[str, SetAside]:
+        """The backends and route rules set aside in the applied version and unchanged
+        since: they stay aside without a check; a changed one is rendered and checked again."""
+        if change is None or self.applied is None:
+            return {}
+        return attribution.carried(self._parts_aside, snapshot, change.backends)
 
     def _checked_certificates(
         self, snapshot: Held, change: ChangeSet | None
@@ -271,13 +284,50 @@ class Applier:
         setaside.log_set_aside(snapshot, refused.values())
         return {**aside, **refused}
 
+    def _render_checked(
+        self,
+        snapshot: Held,
+        change: ChangeSet | None,
+        aside: Mapping[str, SetAside],
+        parts: dict[str, SetAside],
+    ) -> tuple[Rendered, dict[str, SetAside]]:
+        """The render, with every backend the agent's own checks refuse set aside (a
+        number out of range, a word it does not know: `BackendRefused`), one render per
+        refused backend; a value that could carry config text still NACKs (RenderError)."""
+        while True:
+            try:
+                return self._render(snapshot, change, aside, parts), parts
+            except _Refused as e:
+                refused = e.refused
+                why = f"the agent's check: {refused}"
+                part = SetAside(attribution.BACKEND, refused.backend, "", why)
+                if attribution.key(part) in parts:  # cannot be: a stub is not checked
+                    raise ApplyError(f"render: {refused}") from None
+                setaside.log_set_aside(snapshot, [part])
+                parts = {**parts, attribution.key(part): part}
+
     def _render(
-        self, snapshot: Held, change: ChangeSet | None, aside: Mapping[str, SetAside]
+        self,
+        snapshot: Held,
+        change: ChangeSet | None,
+        aside: Mapping[str, SetAside],
+        parts: Mapping[str, SetAside],
     ) -> Rendered:
         """`change` leads from the applied snapshot, which `_applied_cfg` renders:
-        O(changed backends)."""
+        O(changed backends). The certificates `aside` are left out, and the `parts`: its
+        backends stubbed, its route rules not rendered."""
         try:
-            return render_held(snapshot, self.options, self._applied_cfg, change, frozenset(aside))
+            return render_held(
+                snapshot,
+                self.options,
+                self._applied_cfg,
+                change,
+                frozenset(aside),
+                attribution.backends_of(parts),
+                attribution.rules_of(parts),
+            )
+        except BackendRefused as e:
+            raise _Refused(e) from None
         except RenderError as e:
             raise ApplyError(f"render: {e}") from None
 
@@ -321,6 +371,7 @@ class Applier:
         ident: str,
         extra: dict[str, object],
         aside: Mapping[str, SetAside],
+        parts: Mapping[str, SetAside],
     ) -> Result | str:
         """Slot and route map changes through the runtime API; the failure's words when
         HAProxy refused them (the caller reloads, with the map files written).
@@ -347,13 +398,15 @@ class Applier:
         served = setaside.served(snapshot, aside)
         self.certs.write(served, rendered.crt_lists, self._applied_served(), before_lists)
         self.files.write_config(data)
-        self._record(snapshot, rendered, aside)
+        self._record(snapshot, rendered, aside, parts)
         self.certs.prune(served, rendered.crt_lists)
         return Result(
             True,
             changes.ApplyPath.RUNTIME,
             worker_pid=self._worker_pid(),
-            set_aside=setaside.listed(aside, rendered.routed.rules_aside),
+            set_aside=setaside.listed(
+                aside, parts, setaside.unknown_rules(rendered.routed.unknown_aside)
+            ),
         )
 
     def _restore_certs(self, snapshot: Held, rendered: Rendered) -> None:
@@ -421,20 +474,26 @@ class Applier:
         snapshot: Held,
         rendered: Rendered,
         aside: Mapping[str, SetAside],
+        parts: Mapping[str, SetAside],
         save: bool = True,
     ) -> None:
         """HAProxy runs `snapshot` now: remember it and its sections (the render cache),
         then save it (unless it is the saved one) from the bytes in hand. A failed save is
         an ApplyError: the Hello then names no hash, so the control plane sends the snapshot
         again and the save is retried."""
-        before = self._applied_cfg.routed.rules_aside if self._applied_cfg is not None else ()
-        rules_aside = rendered.routed.rules_aside
+        before = self._applied_cfg.routed.unknown_aside if self._applied_cfg is not None else ()
+        rules_aside = rendered.routed.unknown_aside
         if rules_aside != before:
             setaside.log_rules_set_aside(snapshot, (p for p in rules_aside if p not in before))
         self.applied, self._applied_cfg = snapshot, rendered
-        self._set_aside = dict(aside)
+        self._set_aside, self._parts_aside = dict(aside), dict(parts)
         self.metrics.set_aside.labels(setaside.CERTIFICATE).set(len(aside))
-        self.metrics.set_aside.labels(setaside.ROUTE_RULE).set(len(rules_aside))
+        unknown = len(rules_aside)  # rendered as 500s; `parts` holds those not rendered
+        for kind in (attribution.BACKEND, attribution.ROUTE_RULE):
+            count = sum(1 for p in parts.values() if p.kind == kind)
+            self.metrics.set_aside.labels(kind).set(
+                count + (unknown if kind == attribution.ROUTE_RULE else 0)
+            )
         if not save:
             return
         try:
@@ -447,6 +506,15 @@ class Applier:
                 retryable=True,
             ) from e
         self._unsaved = False
+
+
+class _Refused(ApplyError):
+    """A render the agent's checks refused for one backend (`BackendRefused`):
+    `_render_checked` sets the backend aside; anywhere else it NACKs like any render error."""
+
+    def __init__(self, refused: BackendRefused) -> None:
+        super().__init__(f"render: {refused}")
+        self.refused = refused
 
 
 def _hold(snapshot: pb.Snapshot) -> Held:

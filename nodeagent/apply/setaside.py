@@ -105,13 +105,15 @@ def served(held: Held, aside: Mapping[str, SetAside]) -> Held:
     return dataclasses.replace(held, certificates=kept)
 
 
-def listed(
-    aside: Mapping[str, SetAside], rules: Iterable[tuple[str, str]] = ()
-) -> tuple[SetAside, ...]:
-    """What the ACK reports: the certificates by name, then the route rules the render set
-    aside (source, reason), in the snapshot's order."""
-    parts = [SetAside(ROUTE_RULE, source, "", reason) for source, reason in rules]
-    return tuple(aside[name] for name in sorted(aside)) + tuple(parts)
+def listed(*asides: Mapping[str, SetAside]) -> tuple[SetAside, ...]:
+    """The parts set aside as the ACK names them: by kind (in the order given), then name."""
+    return tuple(aside[name] for aside in asides for name in sorted(aside))
+
+
+def unknown_rules(rules: Iterable[tuple[str, str]]) -> dict[str, SetAside]:
+    """The route rules the render set aside for fields this agent does not know (source,
+    reason), as the ACK names them (no fingerprint: the rule is rendered, as a 500)."""
+    return {source: SetAside(ROUTE_RULE, source, "", reason) for source, reason in rules}
 
 
 def log_rules_set_aside(snapshot: Held, rules: Iterable[tuple[str, str]]) -> None:
@@ -128,12 +130,14 @@ def log_rules_set_aside(snapshot: Held, rules: Iterable[tuple[str, str]]) -> Non
 
 def log_set_aside(snapshot: Held, parts: Iterable[SetAside]) -> None:
     for part in parts:
+        sha = f" (sha256 {part.fingerprint:.16s})" if part.fingerprint else ""
         log.warning(
-            "workload=%s version=%d: certificate %s (sha256 %.16s) set aside: %s",
+            "workload=%s version=%d: %s %s%s set aside: %s",
             snapshot.workload,
             snapshot.version,
+            part.kind,
             part.name,
-            part.fingerprint,
+            sha,
             part.reason,
             extra=fields(workload=snapshot.workload, version=snapshot.version),
         )

@@ -1,13 +1,14 @@
 """`haproxy -c` before HAProxy or any file it reads sees a config, on staged copies of the
-certificates that change; a certificate HAProxy's alert names is set aside and the check
-runs again without it (`setaside.py`, docs/design.md, "One part never stops the others").
+certificates that change; a certificate or a backend HAProxy's alert names is set aside and
+the check runs again without it (`setaside.py`, `attribution.py`, docs/design.md, "One part
+never stops the others").
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from nodeagent.apply import setaside
+from nodeagent.apply import attribution, setaside
 from nodeagent.apply.certfiles import CertFiles
 from nodeagent.apply.outcome import ApplyError, SetAside
 from nodeagent.config import changes
@@ -16,7 +17,8 @@ from nodeagent.haproxy.driver import HAProxy, validate
 from nodeagent.held import Held
 from nodeagent.metrics import AgentMetrics
 
-Render = Callable[[Mapping[str, SetAside]], Rendered]  # the snapshot, with these aside
+# The snapshot rendered with these certificates and these other parts aside.
+Render = Callable[[Mapping[str, SetAside], Mapping[str, SetAside]], Rendered]
 
 
 class Validation:
@@ -39,32 +41,39 @@ class Validation:
         aside: dict[str, SetAside],
         applied: Held | None,
         render: Render,
-    ) -> tuple[str, Rendered, dict[str, SetAside]]:
+        parts: dict[str, SetAside],
+    ) -> tuple[str, Rendered, dict[str, SetAside], dict[str, SetAside]]:
         """`haproxy -c` on staged copies of the certificates that change: the config, its
-        render and the certificates set aside once it passes. A certificate whose file
-        HAProxy's alert names is set aside and the check runs again without it; at most
-        `setaside.MAX_CHECKS` runs: the last one sets aside, with the named ones, every
-        certificate of this version HAProxy has not taken yet. An alert naming no
-        certificate of the snapshot NACKs (not a part's fault)."""
+        render, the certificates and the other parts (`parts`, by `attribution.key`) set
+        aside once it passes. A certificate whose file HAProxy's alert names, or a backend
+        or route rule whose lines it names (`attribution.py`), is set aside and the check
+        runs again without it; at most `setaside.MAX_CHECKS` runs:
+        the last one sets aside, with the named ones, every certificate of this version
+        HAProxy has not taken yet. An alert naming no certificate or backend of the
+        snapshot NACKs (not a part's fault)."""
         checks = 0
         while True:
             error = self._check(cfg, decision, snapshot, rendered, aside, applied)
             checks += 1
             if not error:
-                return cfg, rendered, aside
+                return cfg, rendered, aside, parts
             candidates = {n: c for n, c in snapshot.certificates.items() if n not in aside}
             named = setaside.refused_by_haproxy(error, self.certs_dir, candidates)
-            if not named or checks >= setaside.MAX_CHECKS:
+            refused = attribution.refused_parts(
+                error, cfg, snapshot.backends.keys(), rendered.routed.config_rules, parts.keys()
+            )
+            if not (named or refused) or checks >= setaside.MAX_CHECKS:
                 self.metrics.validation_failures.inc()
                 self.metrics.refused("check", error)
                 raise ApplyError(error, decision.kind)
             added = dict(named)
-            if checks == setaside.MAX_CHECKS - 1:  # the last run: the new ones aside too
+            if named and checks == setaside.MAX_CHECKS - 1:  # the last run: new ones aside
                 fresh = self.certs.changed(setaside.served(snapshot, {**aside, **named}), applied)
                 added.update(setaside.unchecked(fresh, snapshot.certificates))
-            setaside.log_set_aside(snapshot, added.values())
+            setaside.log_set_aside(snapshot, [*added.values(), *refused.values()])
             aside = {**aside, **added}
-            rendered = render(aside)
+            parts = {**parts, **refused}
+            rendered = render(aside, parts)
             cfg = rendered.data().decode()
 
     def _check(

@@ -7,7 +7,7 @@ version (`nodeagent/haproxy/version.py`).
 from __future__ import annotations
 
 from nodeagent.config.checked import check, endpoint
-from nodeagent.config.errors import RenderError
+from nodeagent.config.errors import RenderError, refused
 from nodeagent.config.filters import timeouts
 from nodeagent.haproxy import version
 from peerplane import balance as words
@@ -34,27 +34,31 @@ def _balance(backend: pb.Backend) -> str:
     algo, arg = backend.balance, backend.balance_argument
     if algo in words.PLAIN_ALGORITHMS:
         if arg:
-            raise RenderError(f"backend {backend.name}: balance {algo} takes no argument")
+            raise refused(
+                backend.name, arg, f"backend {backend.name}: balance {algo} takes no argument"
+            )
         return algo
     if algo == "url_param":
         return f"url_param {check(_PARAM, arg, f'backend {backend.name}: balance url_param name')}"
     if algo == "hdr":
         return f"hdr({check(_HEADER, arg, f'backend {backend.name}: balance header name')})"
-    raise RenderError(f"backend {backend.name}: invalid balance {algo!r}")
+    raise refused(backend.name, algo, f"backend {backend.name}: invalid balance {algo!r}")
 
 
 def _hash_type(value: str, backend: str) -> str:
     try:
         return words.canonical_hash_type(value)
     except ValueError:
-        raise RenderError(f"backend {backend}: invalid hash-type: {value!r}") from None
+        raise refused(backend, value, f"backend {backend}: invalid hash-type: {value!r}") from None
 
 
 def _server(backend: str, slot: pb.Slot, options: str = "") -> str:
     if names.server_index(slot.server_name) != slot.index:
         raise RenderError(f"backend {backend}: slot {slot.index} named {slot.server_name!r}")
     if slot.index > limits.MAX_SLOTS:  # the bound compute and the slot loaders hold too
-        raise RenderError(f"backend {backend}: slot {slot.index} above {limits.MAX_SLOTS}")
+        raise refused(
+            backend, slot.index, f"backend {backend}: slot {slot.index} above {limits.MAX_SLOTS}"
+        )
     if slot.enabled:
         try:
             addr = endpoint(slot.address, slot.port)
@@ -75,13 +79,17 @@ def _healthcheck(backend: pb.Backend, name: str) -> tuple[list[str], str]:
         return [], ""
     c = backend.check
     if not healthcheck.is_interval_ms(c.interval_ms):
-        raise RenderError(f"backend {name}: invalid check interval {c.interval_ms}")
+        raise refused(
+            name, c.interval_ms, f"backend {name}: invalid check interval {c.interval_ms}"
+        )
     if not healthcheck.is_count(c.rise) or not healthcheck.is_count(c.fall):
-        raise RenderError(f"backend {name}: invalid check rise {c.rise} / fall {c.fall}")
+        raise refused(name, 0, f"backend {name}: invalid check rise {c.rise} / fall {c.fall}")
     lines: list[str] = []
     if c.http_path:
-        if backend.mode != "http" or not healthcheck.is_path(c.http_path):
+        if not healthcheck.is_path(c.http_path):
             raise RenderError(f"backend {name}: invalid check-http {c.http_path!r}")
+        if backend.mode != "http":  # a valid path on a TCP backend
+            raise refused(name, 0, f"backend {name}: invalid check-http {c.http_path!r}")
         lines = [f"  option httpchk GET {c.http_path}", "  http-check expect status 200-399"]
     return lines, f" check inter {c.interval_ms} rise {c.rise} fall {c.fall}"
 
@@ -93,7 +101,7 @@ def render_backend(
     `haproxy_version` which version-dependent keywords may be written."""
     name = check(_PROXY_NAME, backend.name, "backend name")
     if backend.mode not in names.MODES:
-        raise RenderError(f"backend {name}: invalid mode {backend.mode!r}")
+        raise refused(name, backend.mode, f"backend {name}: invalid mode {backend.mode!r}")
     lines = [f"backend {name}"]
     if backend.mode == "tcp":
         lines.append("  mode tcp")
@@ -105,9 +113,11 @@ def render_backend(
     if backend.HasField("persistence"):
         p = backend.persistence
         if not 0 < p.expire_ms <= limits.MAX_EXPIRE_MS:
-            raise RenderError(f"backend {name}: invalid expire {p.expire_ms}")
-        if p.table_size > limits.MAX_TABLE_SIZE:
-            raise RenderError(f"backend {name}: stick-table size above {limits.MAX_TABLE_SIZE}")
+            raise refused(name, p.expire_ms, f"backend {name}: invalid expire {p.expire_ms}")
+        if not 0 < p.table_size <= limits.MAX_TABLE_SIZE:
+            raise refused(
+                name, p.table_size, f"backend {name}: invalid stick-table size {p.table_size}"
+            )
         table = f"  stick-table type ip size {haproxy_size(p.table_size)} expire {p.expire_ms}"
         if version.srvkey_addr(haproxy_version):
             table += " srvkey addr"

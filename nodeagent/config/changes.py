@@ -176,6 +176,8 @@ def classify(
             return Decision(ApplyPath.RELOAD, reason=f"backend {name} added")
         if old_cfg.encoded[name] == new_cfg.encoded[name]:
             continue  # a change nothing renders (warnings, a free slot's address)
+        if name in old_cfg.stubbed or name in new_cfg.stubbed:  # no servers to set
+            return Decision(ApplyPath.RELOAD, reason=f"backend {name} set aside or back")
         old_b, new_b = old.backends[name], new.backends[name]
         if _shape(old_b) != _shape(new_b):
             return Decision(ApplyPath.RELOAD, reason=f"backend {name} settings or slots changed")

@@ -31,6 +31,7 @@ line or a map file; a `%` is doubled where HAProxy reads a log-format.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -73,8 +74,12 @@ class RoutedFrontends:
     maps: Mapping[str, MapEntries]
     backends: frozenset[str]
     texts: Mapping[str, str]
-    # (source, reason) of each rule set aside (`rules.unknown_fields_aside`), in order
-    rules_aside: tuple[tuple[str, str], ...] = ()
+    # (source, reason) of each rule set aside for fields the agent does not know
+    # (`rules.unknown_fields_aside`), in order
+    unknown_aside: tuple[tuple[str, str], ...] = ()
+    # Each frontend's config rules by their name in its lines ("c0"), by frontend name:
+    # what a `haproxy -c` alert on one of those lines is about (nodeagent/apply/attribution.py).
+    config_rules: Mapping[str, Mapping[str, pb.RouteRule]] = dataclasses.field(default_factory=dict)
 
 
 def listener_key(listener: pb.HttpListener) -> str:
@@ -110,17 +115,24 @@ def map_file(entries: MapEntries) -> bytes:
     return "".join(f"{k} {v}\n" for k, v in entries.items()).encode()
 
 
+def rule_fingerprint(rule: pb.RouteRule) -> str:
+    """A route rule's identity across versions: SHA-256 hex of its deterministic bytes."""
+    return hashlib.sha256(rule.SerializeToString(deterministic=True)).hexdigest()
+
+
 def render_listeners(
     listeners: Sequence[pb.HttpListener],
     annotation: pb.HttpFrontend | None,
     maps_dir: str,
     bind: Callable[[pb.HttpListener], str],
     cache: RouteCache,
+    rules_aside: frozenset[str] = frozenset(),
 ) -> RoutedFrontends:
     """The listeners' frontends; `annotation` is the HTTP frontend of the Service
     annotations when it shares a listener's port (its routes become the last layer).
     `cache` holds what the last renders checked (`RouteCache`): the caller passes the
-    previous render's, or a new one."""
+    previous render's, or a new one. The rules whose `rule_fingerprint` is in
+    `rules_aside` are not rendered (the applier's choice: rules HAProxy refused)."""
     if listeners:
         check(DIRECTORY, maps_dir, "maps directory")
     lines: list[str] = []
@@ -128,6 +140,7 @@ def render_listeners(
     backends: set[str] = set()
     texts: dict[str, str] = {}
     aside: list[tuple[str, str]] = []
+    config_rules: dict[str, Mapping[str, pb.RouteRule]] = {}
     for listener in sorted(listeners, key=lambda li: (li.port, li.address)):
         port = listener.port
         if not 1 <= port <= 65535:
@@ -138,13 +151,32 @@ def render_listeners(
             raise RenderError(f"two listeners on port {port}{where}")
         shared = annotation is not None and annotation.port == port and not listener.address
         hosts = annotation if shared else None
-        section, files, named, refused = _listener(listener, key, hosts, maps_dir, bind, cache)
+        if rules_aside:
+            listener = _without(listener, rules_aside)
+        section, files, named, rids, refused = _listener(
+            listener, key, hosts, maps_dir, bind, cache
+        )
         aside += refused
         lines += section
         maps.update(files)
         backends |= named
         texts[key] = "\n".join(section)
-    return RoutedFrontends(tuple(lines), maps, frozenset(backends), texts, tuple(aside))
+        config_rules[frontend_name(key, hosts is not None)] = rids
+    return RoutedFrontends(
+        tuple(lines), maps, frozenset(backends), texts, tuple(aside), config_rules
+    )
+
+
+def _without(listener: pb.HttpListener, aside: frozenset[str]) -> pb.HttpListener:
+    """`listener` without the rules set aside (a copy; the snapshot's stays whole)."""
+    kept = [r for r in listener.rules if rule_fingerprint(r) not in aside]
+    if len(kept) == len(listener.rules):
+        return listener
+    copy = pb.HttpListener()
+    copy.CopyFrom(listener)
+    del copy.rules[:]
+    copy.rules.extend(kept)
+    return copy
 
 
 # Every change re-renders a listener whole; its strings are mostly those of the last
@@ -163,9 +195,11 @@ def _listener(
     maps_dir: str,
     bind: Callable[[pb.HttpListener], str],
     cache: RouteCache,
-) -> tuple[list[str], dict[str, MapEntries], set[str], list[tuple[str, str]]]:
-    """One listener's frontend lines, map files, the backends it names and the rules it
-    sets aside (source, reason)."""
+) -> tuple[
+    list[str], dict[str, MapEntries], set[str], dict[str, pb.RouteRule], list[tuple[str, str]]
+]:
+    """One listener's frontend lines, map files, the backends it names, its config rules by
+    name and the rules it sets aside for unknown fields (source, reason)."""
     port = listener.port
     if len(listener.rules) > MAX_RULES:
         raise RenderError(f"listener {port}: more than {MAX_RULES} rules")
@@ -263,7 +297,7 @@ def _listener(
     if default:
         lines.append(f"  default_backend {checked_backend_name(default)}")
         named.add(default)
-    return [*lines, ""], files, named, aside
+    return [*lines, ""], files, named, {rid: rule.rule for rid, rule in once.items()}, aside
 
 
 _UNDECIDED = "!{ var(txn.r) -m found }"

@@ -132,8 +132,12 @@ class Frontends:
     tls_key: bytes = b""  # the TLS passthrough listeners' part
     layer4: passthrough.Layer4 | None = None  # the passthrough and TCP frontends
     set_aside: frozenset[str] = frozenset()  # certificates left out of the crt-lists
-    # (source, reason) of the route rules set aside (`rules.unknown_fields_aside`)
-    rules_aside: tuple[tuple[str, str], ...] = ()
+    rules_aside: frozenset[str] = frozenset()  # route rules not rendered, by fingerprint
+    # (source, reason) of the route rules rendered as 500s for fields the agent does not
+    # know (`rules.unknown_fields_aside`)
+    unknown_aside: tuple[tuple[str, str], ...] = ()
+    # Each listener frontend's config rules by name ("c0"), by frontend name.
+    config_rules: Mapping[str, Mapping[str, pb.RouteRule]] = field(default_factory=dict)
     # The listeners' checked rules and host layers, handed to the next render.
     route_cache: rules.RouteCache = field(
         default_factory=rules.RouteCache, compare=False, repr=False
@@ -141,7 +145,11 @@ class Frontends:
 
 
 def _frontends(
-    held: Held, opts: RenderOptions, set_aside: frozenset[str], cache: rules.RouteCache
+    held: Held,
+    opts: RenderOptions,
+    set_aside: frozenset[str],
+    cache: rules.RouteCache,
+    rules_aside: frozenset[str] = frozenset(),
 ) -> Frontends:
     """HTTP frontends (a listener's port takes the annotation routes of the same port as
     its last layer; otherwise they keep their own frontend), TLS passthrough and TCP
@@ -163,7 +171,9 @@ def _frontends(
         proxy = passthrough.proxy_option(listener.accept_proxy)
         return endpoint(address, listener.port, "bind") + tls + proxy
 
-    routed = listeners.render_listeners(http_listeners, merged, opts.maps_dir, proxy_bind, cache)
+    routed = listeners.render_listeners(
+        http_listeners, merged, opts.maps_dir, proxy_bind, cache, rules_aside
+    )
     layer4 = passthrough.render(
         held.tls_listeners, held.tcp_frontends, opts.maps_dir, lambda port: _bind(opts, port)
     )
@@ -183,16 +193,18 @@ def _frontends(
         tls_key=held.parts.tls_listeners,
         layer4=layer4,
         set_aside=set_aside,
-        rules_aside=routed.rules_aside,
+        rules_aside=rules_aside,
+        unknown_aside=routed.unknown_aside,
+        config_rules=routed.config_rules,
         route_cache=cache,
     )
 
 
 def _reusable_frontends(
-    previous: Frontends, held: Held, set_aside: frozenset[str]
+    previous: Frontends, held: Held, set_aside: frozenset[str], rules_aside: frozenset[str]
 ) -> Frontends | None:
     same = _reusable(previous.section, held.frontends_part) is not None
-    same = same and previous.set_aside == set_aside
+    same = same and previous.set_aside == set_aside and previous.rules_aside == rules_aside
     listeners, tls = held.listeners_part, held.parts.tls_listeners
     same = same and (previous.listeners_key is listeners or previous.listeners_key == listeners)
     if same and (previous.tls_key is tls or previous.tls_key == tls):
@@ -249,6 +261,9 @@ class Rendered:
     encoded: Mapping[str, bytes]
     content_hash: str
     options: RenderOptions
+    # The backends set aside (the applier's choice: HAProxy refused them), each rendered
+    # as an empty section of its name (`stub_backend`).
+    stubbed: frozenset[str] = frozenset()
 
     @property
     def peers(self) -> str:
@@ -293,16 +308,48 @@ def _backend_text(backend: pb.Backend, peered: bool, opts: RenderOptions) -> str
     return _text([*render_backend(backend, peered, opts.haproxy_version), ""])
 
 
+def stub_backend(backend: pb.Backend) -> str:
+    """A backend set aside: a section of its name and mode without servers, so that the
+    routes and frontends naming it stay valid and its requests are answered 503 (HTTP) or
+    closed (TCP), never passed to another backend."""
+    name = check(_PROXY_NAME, backend.name, "backend name")
+    mode = ["  mode tcp"] if backend.mode == "tcp" else []
+    return _text([f"backend {name}", *mode, "  # set aside: refused, the ACK says why", ""])
+
+
+def _set_aside_backends(
+    held: Held,
+    opts: RenderOptions,
+    backends: _Backends,
+    previous: Rendered | None,
+    aside: frozenset[str],
+) -> frozenset[str]:
+    """Turn the sections of the backends `aside` into stubs, and those stubbed by
+    `previous` but no longer aside back into backends (a reused section may be a stub)."""
+    stubbed = aside & held.backends.keys()
+    back = (previous.stubbed if previous is not None else frozenset()) - stubbed
+    peered = held.peers is not None and bool(held.peers.peers)
+    for name in back & held.backends.keys():
+        backends[name] = _backend_text(held.backends[name], peered, opts).encode()
+    for name in stubbed:
+        backends[name] = stub_backend(held.backends[name]).encode()
+    return frozenset(stubbed)
+
+
 def render_held(
     held: Held,
     opts: RenderOptions,
     previous: Rendered | None = None,
     change: ChangeSet | None = None,
     set_aside: frozenset[str] = frozenset(),
+    backends_aside: frozenset[str] = frozenset(),
+    rules_aside: frozenset[str] = frozenset(),
 ) -> Rendered:
     """Render `held`, reusing every section of `previous` whose input did not change.
     The certificates `set_aside` are left out of the crt-lists (the applier's choice:
-    certificates the agent or HAProxy refused).
+    certificates the agent or HAProxy refused); the backends `backends_aside` are rendered
+    as stubs (`stub_backend`: backends HAProxy refused), and the route rules whose
+    fingerprint is in `rules_aside` are not rendered (rules HAProxy refused).
 
     `change`, when its base is the snapshot `previous` was rendered from, names every
     backend that differs: only those are rendered and the previous sections are copied
@@ -324,14 +371,14 @@ def render_held(
     if previous is not None:
         global_section = previous.global_section
         peers = _reusable(previous.peers_section, held.peers_part)
-        frontends = _reusable_frontends(previous.routed, held, set_aside)
+        frontends = _reusable_frontends(previous.routed, held, set_aside, rules_aside)
     else:
         global_section, peers, frontends = _section(b"", _global(opts)), None, None
     if peers is None:
         peers = _section(held.peers_part, _peers(held.peers))
     if frontends is None:
         cache = previous.routed.route_cache if previous is not None else rules.RouteCache()
-        frontends = _frontends(held, opts, set_aside, cache)
+        frontends = _frontends(held, opts, set_aside, cache, rules_aside)
     certs.check_bound(frontends.crt_lists, held.certificates)
     unknown = [name for name in frontends.routed if name not in held.backends]
     if unknown:
@@ -341,9 +388,10 @@ def render_held(
         previous = None  # every persistent backend's stick table names the peers or not
     backends = None
     if previous is not None and change is not None and change.base == previous.content_hash:
-        backends = _changed_backends(held, opts, previous, change)
+        backends = _changed_backends(held, opts, previous, change, backends_aside)
     if backends is None:
-        backends = _compared_backends(held, opts, previous)
+        backends = _compared_backends(held, opts, previous, backends_aside)
+    stubbed = _set_aside_backends(held, opts, backends, previous, backends_aside)
     return Rendered(
         header=header,
         global_section=global_section,
@@ -355,6 +403,7 @@ def render_held(
         encoded=backends,
         content_hash=held.content_hash,
         options=opts,
+        stubbed=stubbed,
     )
 
 
@@ -362,7 +411,7 @@ _Backends = dict[str, bytes]  # backend name -> its section as UTF-8
 
 
 def _changed_backends(
-    held: Held, opts: RenderOptions, previous: Rendered, change: ChangeSet
+    held: Held, opts: RenderOptions, previous: Rendered, change: ChangeSet, aside: frozenset[str]
 ) -> _Backends | None:
     """The sections of `previous` copied, those removed dropped and those changed or added
     rendered; None when the result does not hold exactly `held`'s backends (a change set
@@ -374,13 +423,18 @@ def _changed_backends(
     for name in change.backends:
         if name not in backends:
             return None
-        encoded[name] = _backend_text(backends[name], previous.peered, opts).encode()
+        if name in aside:
+            encoded[name] = b""  # a stub (`_set_aside_backends`)
+        else:
+            encoded[name] = _backend_text(backends[name], previous.peered, opts).encode()
     if len(encoded) != len(held.names):
         return None
     return encoded
 
 
-def _compared_backends(held: Held, opts: RenderOptions, previous: Rendered | None) -> _Backends:
+def _compared_backends(
+    held: Held, opts: RenderOptions, previous: Rendered | None, aside: frozenset[str]
+) -> _Backends:
     """Each backend's section reused when its bytes are those `previous` rendered, else
     rendered: one Python iteration per backend."""
     old_keys = previous.keys if previous is not None else {}
@@ -393,6 +447,8 @@ def _compared_backends(held: Held, opts: RenderOptions, previous: Rendered | Non
         before = old_keys.get(name)
         if before is data or (before is not None and before == data):
             encoded[name] = old_encoded[name]
+        elif name in aside:
+            encoded[name] = b""  # a stub (`_set_aside_backends`)
         else:
             encoded[name] = _backend_text(held.backends[name], peered, opts).encode()
     return encoded

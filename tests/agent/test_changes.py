@@ -87,3 +87,34 @@ def test_reload_cases() -> None:
         kind, updates = decide(base(), changed(fn))
         assert kind is ApplyPath.RELOAD, name
         assert updates == (), name
+
+
+def test_a_slot_change_to_or_from_a_set_aside_backend_reloads() -> None:
+    """A backend set aside is an empty section (render's `stub_backend`): it has no
+    servers for the runtime API to set, so a slot change that takes it out of or puts it
+    into the stub reloads; while it stays a stub, nothing changes."""
+    old = Held.from_snapshot(base())
+
+    def fill(s: pb.Snapshot) -> None:
+        s.backends[0].slots[0].port = 81
+
+    new = Held.from_snapshot(changed(fill))
+    aside = frozenset({"default_shop_http"})
+    stubbed_old = render_held(old, OPTS, backends_aside=aside)
+    assert stubbed_old.stubbed == aside
+    assert "server " not in stubbed_old.backend("default_shop_http")
+    back = classify(old, stubbed_old, new, render_held(new, OPTS), diff(old, new))
+    assert (back.kind, back.reason) == (
+        ApplyPath.RELOAD,
+        "backend default_shop_http set aside or back",
+    )
+    away = classify(
+        old,
+        render_held(old, OPTS),
+        new,
+        render_held(new, OPTS, backends_aside=aside),
+        diff(old, new),
+    )
+    assert away.kind is ApplyPath.RELOAD
+    still = render_held(new, OPTS, stubbed_old, diff(old, new), backends_aside=aside)
+    assert classify(old, stubbed_old, new, still, diff(old, new)).kind is ApplyPath.NOTHING

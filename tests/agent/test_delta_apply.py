@@ -100,10 +100,10 @@ def test_runtime_only_delta_sets_only_the_changed_slot_and_a_settings_delta_relo
     compared: list[str] = []  # renders that compared each backend with a previous one
     compare = render_module._compared_backends
 
-    def spy(held: Held, opts: Any, previous: Any) -> Any:
+    def spy(held: Held, opts: Any, previous: Any, *rest: Any) -> Any:
         if previous is not None:
             compared.append(held.content_hash)
-        return compare(held, opts, previous)
+        return compare(held, opts, previous, *rest)
 
     monkeypatch.setattr(render_module, "_compared_backends", spy)
     net = agents.net

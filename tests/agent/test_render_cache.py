@@ -262,3 +262,23 @@ def test_the_render_cache_holds_about_one_copy_of_the_file() -> None:
     size = len(rendered.data())
     print(f"\nrender cache: {kept:,} B kept for a {size:,} B file ({kept / size:.2f}x)")
     assert kept < 2.2 * size  # 1.70x measured; 2.77x before
+
+
+def test_a_backend_set_aside_is_a_stub_and_comes_back_whole_from_the_cache() -> None:
+    """The render cache keys a backend's section by its bytes: a stub must not be reused
+    once the backend is no longer aside (nor a whole section once it is)."""
+    held = Held.from_snapshot(
+        snapshot(
+            [("haproxy-a", "10.0.0.1", 10000)],
+            [backend("ns_a_80", [("10.244.0.1", 80)]), backend("ns_b_80", [("10.244.0.2", 80)])],
+        )
+    )
+    aside = frozenset({"ns_b_80"})
+    whole = render_held(held, OPTS)
+    stubbed = render_held(held, OPTS, whole, diff(held, held), backends_aside=aside)
+    assert stubbed.backend("ns_b_80") == render.stub_backend(held.backends["ns_b_80"])
+    assert stubbed.backend("ns_a_80") == whole.backend("ns_a_80")
+    for change in (diff(held, held), None):
+        back = render_held(held, OPTS, stubbed, change)
+        assert back.stubbed == frozenset()
+        _same_as_scratch(back, held, OPTS)

@@ -10,6 +10,7 @@ import pytest
 from google.protobuf import json_format
 
 from nodeagent import cli
+from nodeagent.config.errors import BackendRefused
 from nodeagent.config.render import RenderError, RenderOptions, render, render_backend
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.agent.test_render import realistic
@@ -136,3 +137,32 @@ def test_cli_render_writes_the_route_maps_the_config_names(
     assert "/etc/haproxy/maps/fe_18080." in capsys.readouterr().out
     assert cli.main([*base, "--maps-dir", "/tmp/bad dir"]) == 1
     assert "invalid maps directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("mode", "quic"), ("balance", "random-ish"), ("hash_type", "rendezvous"), ("expire", 0)],
+)
+def test_a_value_the_agent_does_not_take_refuses_that_backend_alone(
+    field: str, value: object
+) -> None:
+    """A number out of range or a plain word this agent does not know (a newer control
+    plane's) names its backend: the applier sets it aside and renders the rest."""
+    b = backend("tenant-b_web_80", [("10.244.0.32", 8888)])
+    if field == "expire":
+        b.persistence.expire_ms = 0
+    else:
+        setattr(b, field, value)
+    with pytest.raises(BackendRefused) as refused:
+        render_backend(b)
+    assert refused.value.backend == "tenant-b_web_80"
+
+
+@pytest.mark.parametrize("field", ["mode", "balance", "hash_type", "balance_argument"])
+def test_a_value_that_could_carry_config_text_is_no_backends_refusal(field: str) -> None:
+    """A protocol violation (a smuggled line, a path) NACKs the version, as before."""
+    b = backend("tenant-b_web_80", [("10.244.0.32", 8888)], balance="roundrobin")
+    setattr(b, field, "x\n  http-request deny")
+    with pytest.raises(RenderError) as refused:
+        render_backend(b)
+    assert not isinstance(refused.value, BackendRefused)

@@ -312,14 +312,14 @@ def test_a_redirects_defaults_are_the_listeners_scheme_and_port(
 def test_a_rule_with_an_unknown_field_keeps_its_match_and_answers_500() -> None:
     """A field this agent does not know (a newer filter, or a new value of one, at any
     depth) is never ignored: the rule is no map entry, has no backend and no filter lines,
-    and the render names it (`rules_aside`); its unknown bytes never reach a line."""
+    and the render names it (`unknown_aside`); its unknown bytes never reach a line."""
     known = _rule("/new", request_headers=pb.HeaderModifier(remove=["X-Drop"]))
     unknown = pb.RouteRule.FromString(known.SerializeToString() + b"\xfa\x06\x02/x")  # 111
     nested = _rule("/moved", to="", redirect=pb.Redirect(status_code=301))
     nested.redirect.MergeFromString(b"\x4a\x02/y")  # Redirect field 9
     nested = pb.RouteRule.FromString(nested.SerializeToString())
     out = render_held(_held(unknown, nested, _rule("/ok")), OPTS)
-    assert out.routed.rules_aside == (
+    assert out.routed.unknown_aside == (
         (
             "HTTPRoute ns/r rule 0",
             "carries fields this agent does not know (111): answered with a 500; upgrade the agent",
@@ -336,4 +336,4 @@ def test_a_rule_with_an_unknown_field_keeps_its_match_and_answers_500() -> None:
     assert not [ln for ln in lines if "X-Drop" in ln or "redirect" in ln]
     for rid in ("c0", "c1"):
         assert f"  http-request set-var(txn.st) int(500) if {{ var(txn.r) -m str {rid} }}" in lines
-    assert render_held(_held(known, _rule("/ok")), OPTS).routed.rules_aside == ()
+    assert render_held(_held(known, _rule("/ok")), OPTS).routed.unknown_aside == ()

@@ -195,3 +195,26 @@ def test_status_names_the_parts_an_agent_runs_without_and_stays_ok() -> None:
     doc = json.loads(render.as_json([], found, [], 30))
     assert doc["agents"][0]["set_aside_count"] == 9
     assert [p["name"] for p in doc["agents"][0]["set_aside"]] == [f"b_tls-{i}" for i in range(7)]
+
+
+def test_status_names_a_backend_and_a_route_rule_set_aside_by_kind() -> None:
+    """The agent sets aside backends and route rules too (issue 29 T1): each line says the
+    kind and the name, the verdict stays OK."""
+    parts = [
+        pb.SetAsidePart(kind="backend", name="b_web_80", reason="haproxy -c: stick-table: x"),
+        pb.SetAsidePart(
+            kind="route-rule",
+            name="HTTPRoute b/web rule 0 match 0",
+            fingerprint="cd" * 32,
+            reason="haproxy -c: error detected",
+        ),
+    ]
+    found = rows.agent_rows([_agent("a", set_aside=parts, set_aside_count=2)], NOW)
+    assert rows.problems(found, 30) == []
+    summary = pb.WorkloadSummary(workload=W, version=3, agents_in_sync=1, agents_connected=1)
+    out = render.text(rows.workload_rows([summary], found), found, 100, [])
+    assert [ln for ln in out.splitlines() if "set aside" in ln] == [
+        "  set aside backend b_web_80: haproxy -c: stick-table: x",
+        "  set aside route-rule HTTPRoute b/web rule 0 match 0: haproxy -c: error detected",
+    ]
+    assert out.splitlines()[-1] == "OK"
