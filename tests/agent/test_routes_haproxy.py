@@ -453,17 +453,18 @@ def test_a_rule_with_fields_the_agent_does_not_know_is_set_aside_alone(site: Sit
     unknown = listener(newer(rule([P], "a", "/new"), 99), newer(moved, 9, inside="redirect"))
     result = site.inst.applier.apply(site.snapshot([unknown], 1))
     assert result.ok, result.error
+    # The ACK names the parts by kind, then name.
     assert [(p.kind, p.name, p.reason) for p in result.set_aside] == [
-        (
-            "route-rule",
-            "HTTPRoute ns/r /new",
-            "carries fields this agent does not know (99): answered with a 500; upgrade the agent",
-        ),
         (
             "route-rule",
             "HTTPRoute ns/moved",
             "carries fields this agent does not know (redirect.9): answered with a 500;"
             " upgrade the agent",
+        ),
+        (
+            "route-rule",
+            "HTTPRoute ns/r /new",
+            "carries fields this agent does not know (99): answered with a 500; upgrade the agent",
         ),
     ]
     served = [site.served_by(P, p) for p in ("/new/x", "/moved", "/ok", "/other")]
