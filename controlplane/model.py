@@ -30,6 +30,9 @@ from controlplane.model_parts import (
     GATEWAY_GROUP,
     GatewayAddress,
     GatewayListener,
+    GRPCMethodMatch,
+    GRPCRouteMatch,
+    GRPCRouteRule,
     HeaderModifier,
     HTTPBackendRef,
     HTTPRouteFilter,
@@ -66,6 +69,10 @@ __all__ = [  # the whole model: its parts are re-exported from here
     "GatewayAddress",
     "GatewayClass",
     "GatewayListener",
+    "GRPCMethodMatch",
+    "GRPCRoute",
+    "GRPCRouteMatch",
+    "GRPCRouteRule",
     "HTTPBackendRef",
     "HTTPRoute",
     "HTTPRouteFilter",
@@ -112,6 +119,9 @@ class ServicePort:
     name: str  # "" when the Service has a single unnamed port
     port: int
     protocol: str = "TCP"
+    # spec.ports[].appProtocol as written ("" : absent): kubernetes.io/h2c, ws and wss
+    # choose the backend's protocol (`controlplane/compute/protocol.py`).
+    app_protocol: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +226,16 @@ class HTTPRoute(NamespacedObject):
 
 
 @dataclass(frozen=True, slots=True)
+class GRPCRoute(NamespacedObject):
+    """gateway.networking.k8s.io GRPCRoute: gRPC services and methods to backends that
+    speak HTTP/2 (served as HTTPRoute rules: `controlplane/routes/grpcroute.py`)."""
+
+    parent_refs: tuple[ParentRef, ...]
+    hostnames: tuple[str, ...] = ()
+    rules: tuple[GRPCRouteRule, ...] = (GRPCRouteRule(),)
+
+
+@dataclass(frozen=True, slots=True)
 class TLSRoute(NamespacedObject):
     """gateway.networking.k8s.io TLSRoute: SNI hostnames to backends, not terminated."""
 
@@ -281,6 +301,7 @@ class ClusterState:
     gateway_classes: tuple[GatewayClass, ...] = ()
     gateways: tuple[Gateway, ...] = ()
     http_routes: tuple[HTTPRoute, ...] = ()
+    grpc_routes: tuple[GRPCRoute, ...] = ()
     reference_grants: tuple[ReferenceGrant, ...] = ()
     ingresses: tuple[Ingress, ...] = ()
     ingress_classes: tuple[IngressClass, ...] = ()

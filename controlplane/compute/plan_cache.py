@@ -35,6 +35,7 @@ class CachedPlan:
     assign_new: bool
     routed_to: frozenset[str] = frozenset()
     tcp_names: frozenset[str] = frozenset()
+    h2_names: frozenset[str] = frozenset()
 
     def reusable(
         self,
@@ -46,6 +47,7 @@ class CachedPlan:
         now: float,
         routed_to: frozenset[str] = frozenset(),
         tcp_names: frozenset[str] = frozenset(),
+        h2_names: frozenset[str] = frozenset(),
     ) -> bool:
         if self.planned.plan is not None and now >= self.planned.plan.lapses_at:
             return False  # planning now forgets history past its quarantine
@@ -53,6 +55,7 @@ class CachedPlan:
             self.assign_new == assign_new
             and self.routed_to == routed_to
             and self.tcp_names == tcp_names
+            and self.h2_names == h2_names
             and (self.service is service or self.service == service)
             and self.slices == slices
             and (self.settings is settings or self.settings == settings)
@@ -141,18 +144,34 @@ class PlanCache:
             mine = slices_of(self.index.slices_by_key.get(key, NO_SLICES))
             routed = table.demand.get(key, NOWHERE)
             tcp_names = table.l4.tcp_names.get(key, NOWHERE)
+            h2_names = table.h2_names.get(key, NOWHERE)
             cached = self.cache.get(key)
             if cached is None or not cached.reusable(
-                service, mine, state.settings, previous, assign_new, now, routed, tcp_names
+                service,
+                mine,
+                state.settings,
+                previous,
+                assign_new,
+                now,
+                routed,
+                tcp_names,
+                h2_names,
             ):
                 self.planned += 1
                 planned = plan_service(
-                    service, mine, resolver, previous, now, assign_new, routed, tcp_names
+                    service, mine, resolver, previous, now, assign_new, routed, tcp_names, h2_names
                 )
                 self._replace(
                     key,
                     CachedPlan(
-                        service, mine, state.settings, planned, assign_new, routed, tcp_names
+                        service,
+                        mine,
+                        state.settings,
+                        planned,
+                        assign_new,
+                        routed,
+                        tcp_names,
+                        h2_names,
                     ),
                 )
 

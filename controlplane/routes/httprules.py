@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from controlplane.model import (
+    GRPCRoute,
     HTTPRoute,
     HTTPRouteMatch,
     HTTPRouteRule,
@@ -138,16 +139,21 @@ def _match(
 
 
 def checked_rules(
-    route: HTTPRoute,
+    route: HTTPRoute | GRPCRoute,
     services: Mapping[ServiceKey, Service],
     grants: Mapping[str, tuple[ReferenceGrant, ...]],
     rejections: list[RejectedInput],
+    given: Sequence[HTTPRouteRule] | None = None,
 ) -> tuple[list[CheckedRule], Verdict]:
+    """The route's rules checked; `given`: its rules as HTTPRoute rules when it is
+    another kind (a GRPCRoute's, `grpcroute.http_rules`)."""
     rules: list[CheckedRule] = []
     resolved = Verdict(True, names.RESOLVED_REFS, "all references resolved")
-    for index, rule in enumerate(route.rules):
+    kind = type(route).__name__
+    assert given is not None or isinstance(route, HTTPRoute)
+    for index, rule in enumerate(given if given is not None else route.rules):
         where = f"spec.rules[{index}]"
-        origin = Origin("HTTPRoute", route.namespace, route.name, where)
+        origin = Origin(kind, route.namespace, route.name, where)
         built = _rule(route, rule, index, origin, services, grants, rejections)
         if built is None:
             continue
@@ -159,7 +165,7 @@ def checked_rules(
 
 
 def _rule(
-    route: HTTPRoute,
+    route: HTTPRoute | GRPCRoute,
     rule: HTTPRouteRule,
     index: int,
     origin: Origin,

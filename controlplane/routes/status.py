@@ -249,12 +249,13 @@ def route_statuses(
             "conditions": [condition(names.ACCEPTED, verdict, generation)]
         }
     attached: dict[tuple[str, str], dict[str, int]] = {}
-    by_route = {(r.namespace, r.name): r for r in state.http_routes}
+    by_route = {
+        (type(r).__name__, r.namespace, r.name): r.generation
+        for r in (*state.http_routes, *state.grpc_routes)
+    }
     for key, outcome in table.routes.items():
         _count_attached(outcome.parents, attached)
-        out[StatusKey(GATEWAY_GROUP, "HTTPRoute", *key)] = memo.body(
-            outcome, outcome.parents, by_route[key].generation
-        )
+        out[StatusKey(GATEWAY_GROUP, *key)] = memo.body(outcome, outcome.parents, by_route[key])
     generations = {("TLSRoute", r.namespace, r.name): r.generation for r in state.tls_routes}
     generations.update({("TCPRoute", r.namespace, r.name): r.generation for r in state.tcp_routes})
     for (kind, namespace, name), l4_outcome in table.l4.routes.items():

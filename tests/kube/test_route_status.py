@@ -90,7 +90,10 @@ def documents(route_message: str = "") -> dict[Key, Obj]:
                 {
                     "name": "http",
                     "attachedRoutes": 1,
-                    "supportedKinds": [{"group": GW, "kind": "HTTPRoute"}],
+                    "supportedKinds": [
+                        {"group": GW, "kind": "HTTPRoute"},
+                        {"group": GW, "kind": "GRPCRoute"},
+                    ],
                     "conditions": [condition("Accepted"), condition("Programmed")],
                 }
             ],

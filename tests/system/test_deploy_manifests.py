@@ -45,6 +45,7 @@ ALLOWED_READ = {
     ("gateway.networking.k8s.io", "gatewayclasses"),
     ("gateway.networking.k8s.io", "gateways"),
     ("gateway.networking.k8s.io", "httproutes"),
+    ("gateway.networking.k8s.io", "grpcroutes"),
     ("gateway.networking.k8s.io", "referencegrants"),
     ("gateway.networking.k8s.io", "tlsroutes"),
     ("gateway.networking.k8s.io", "tcproutes"),
@@ -146,6 +147,7 @@ def test_rbac_grants_nothing_beyond_what_the_control_plane_uses(base: list[Obj])
         ("gateway.networking.k8s.io", "gatewayclasses/status", "update", ()),
         ("gateway.networking.k8s.io", "gateways/status", "update", ()),
         ("gateway.networking.k8s.io", "httproutes/status", "update", ()),
+        ("gateway.networking.k8s.io", "grpcroutes/status", "update", ()),
         ("gateway.networking.k8s.io", "tlsroutes/status", "update", ()),
         ("gateway.networking.k8s.io", "tcproutes/status", "update", ()),
     }
