@@ -14,7 +14,7 @@ from typing import Any
 
 Obj = dict[str, Any]
 
-ROUTE_KINDS = frozenset({"HTTPRoute", "TLSRoute", "TCPRoute"})
+ROUTE_KINDS = frozenset({"HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute"})
 
 
 def rfc3339(moment: float) -> str:

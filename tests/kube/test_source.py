@@ -42,9 +42,9 @@ FAST = WatchOptions(
 )
 SETTINGS = ObjectRef("haproxy-system", "haproxy-settings")
 # Services, EndpointSlices, pods, ReplicaSets, the settings ConfigMap, the route
-# model's seven kinds (tests/kube/test_source_routes.py), TLSRoutes, TCPRoutes and TLS
-# Secrets.
-WATCHED = 15
+# model's seven kinds (tests/kube/test_source_routes.py), GRPCRoutes, TLSRoutes,
+# TCPRoutes and TLS Secrets.
+WATCHED = 16
 
 
 class Changes:
