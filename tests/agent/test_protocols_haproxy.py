@@ -2,8 +2,9 @@
 path: manifests through the folder source and compute to a snapshot the agent applies.
 
 - A GRPCRoute's method and service matches route real gRPC calls (grpcio) over
-  cleartext HTTP/2 (HAProxy detects the preface on the clear bind) to a gRPC server
-  spoken to in HTTP/2 (`proto h2`), a method it does not match answers UNIMPLEMENTED.
+  cleartext HTTP/2 (HAProxy detects the preface on the clear bind) and over TLS on an
+  HTTPS listener (ALPN h2) to a gRPC server spoken to in HTTP/2 (`proto h2`); a method
+  it does not match answers UNIMPLEMENTED.
 - An HTTPRoute to a Service port with appProtocol `kubernetes.io/h2c` reaches the same
   gRPC server: the backend speaks cleartext HTTP/2.
 - WebSocket handshakes and echoes (the `websockets` library) through HTTPRoutes to a
@@ -15,11 +16,13 @@ docs/annotations.md, "Backend protocol" and "GRPCRoute".
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import socket
 import ssl
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass
@@ -40,7 +43,7 @@ from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.fleet import free_port
 from tests.helpers.haproxy_env import Instance, loopback_net, running_instance
 from tests.helpers.haproxy_versions import HAProxyBinary
-from tests.helpers.tls_certs import make_ca
+from tests.helpers.tls_certs import TestCA, make_ca
 
 pytestmark = pytest.mark.haproxy
 
@@ -78,7 +81,18 @@ kind: Gateway
 metadata: {{name: web, namespace: default}}
 spec:
   gatewayClassName: peerplane
-  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
+  listeners:
+    - {{name: http, port: {port}, protocol: HTTP}}
+    - name: https
+      port: {tls_port}
+      protocol: HTTPS
+      tls: {{certificateRefs: [{{name: rpc-tls}}]}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: rpc-tls, namespace: default}}
+type: kubernetes.io/tls
+data: {{tls.crt: "{tls_crt}", tls.key: "{tls_key}"}}
 ---
 apiVersion: v1
 kind: Service
@@ -204,12 +218,24 @@ def ws_servers(ip: str) -> Iterator[tuple[int, int]]:
 @dataclass
 class Site:
     inst: Instance
-    port: int  # the Gateway listener's
+    port: int  # the Gateway's HTTP listener's
+    tls_port: int  # its HTTPS listener's
+    ca: TestCA  # signs the HTTPS listener's certificate
 
     def channel(self, host: str) -> grpc.Channel:
-        """A cleartext HTTP/2 channel to the listener, `host` as the authority."""
+        """A cleartext HTTP/2 channel to the HTTP listener, `host` as the authority."""
         return grpc.insecure_channel(
             f"{self.inst.ip}:{self.port}", options=[("grpc.default_authority", host)]
+        )
+
+    def tls_channel(self, host: str) -> grpc.Channel:
+        """An HTTP/2 over TLS channel (ALPN h2) to the HTTPS listener, SNI and authority
+        `host`, trusting the test CA only."""
+        credentials = grpc.ssl_channel_credentials(root_certificates=self.ca.pem)
+        return grpc.secure_channel(
+            f"{self.inst.ip}:{self.tls_port}",
+            credentials,
+            options=[("grpc.ssl_target_name_override", host), ("grpc.default_authority", host)],
         )
 
     def ws_echo(self, path: str, text: str) -> str:
@@ -225,7 +251,7 @@ def computed(source: Path, inst: Instance, peer_port: int) -> pb.Snapshot:
     port moved to one free on this machine."""
     loaded = load_manifests(source, ObjectRef("haproxy-system", "haproxy-settings"))
     assert loaded.errors == []
-    result = compute(loaded.state, {})
+    result = compute(loaded.state, {}, now=time.time())  # the certificate's dates hold
     content = encode({WORKLOAD: result.workloads[WORKLOAD]})[WORKLOAD]
     snap = pb.Snapshot()
     json_format.ParseDict(json_format.MessageToDict(content.message(version=1)), snap)
@@ -243,13 +269,18 @@ def site(tmp_path: Path, haproxy_bin: HAProxyBinary) -> Iterator[Site]:
         ws_servers(f"{net}.22") as (ws_port, wss_port),
         running_instance(tmp_path / "a", f"{net}.1", "pod-a", binary=haproxy_bin.path) as inst,
     ):
-        port = free_port(inst.ip)
+        port, tls_port = free_port(inst.ip), free_port(inst.ip)
+        ca = make_ca()
+        leaf = ca.issue("rpc.example.com")
         source = tmp_path / "manifests"
         source.mkdir()
         (source / "all.yaml").write_text(
             MANIFESTS.format(
                 haproxy=inst.ip,
                 port=port,
+                tls_port=tls_port,
+                tls_crt=base64.b64encode(leaf.cert_pem).decode(),
+                tls_key=base64.b64encode(leaf.key_pem).decode(),
                 grpc_ip=f"{net}.21",
                 grpc_port=grpc_port,
                 ws_ip=f"{net}.22",
@@ -260,7 +291,7 @@ def site(tmp_path: Path, haproxy_bin: HAProxyBinary) -> Iterator[Site]:
         snap = computed(source, inst, free_port(inst.ip))
         result = inst.applier.apply(snap)
         assert result.ok, result.error
-        yield Site(inst, port)
+        yield Site(inst, port, tls_port, ca)
 
 
 def test_grpc_calls_through_a_grpcroute_and_an_h2c_port(site: Site) -> None:
@@ -274,6 +305,12 @@ def test_grpc_calls_through_a_grpcroute_and_an_h2c_port(site: Site) -> None:
         assert unmatched.value.code() == grpc.StatusCode.UNIMPLEMENTED
     with site.channel("h2c.example.com") as channel:  # HTTPRoute, appProtocol h2c
         assert channel.unary_unary(SAY)(b"h2c", timeout=5) == b"echo:h2c"
+
+
+def test_grpc_calls_over_tls_through_the_https_listener(site: Site) -> None:
+    """The HTTPS listener offers ALPN h2: a gRPC client (which requires it) is served."""
+    with site.tls_channel("rpc.example.com") as channel:
+        assert channel.unary_unary(SAY)(b"tls", timeout=5) == b"echo:tls"
 
 
 def test_websocket_upgrades_through_ws_and_wss_ports(site: Site) -> None:
