@@ -92,9 +92,7 @@ def our_parents(route: AnyRoute, placement: Placement) -> list[Parent]:
     return ours
 
 
-def ignored_annotations(
-    route: AnyRoute, origin: Origin
-) -> list[RejectedInput]:
+def ignored_annotations(route: AnyRoute, origin: Origin) -> list[RejectedInput]:
     """Backend-wide annotations on a route: they belong on the Service."""
     return [
         origin.rejection(
@@ -241,7 +239,7 @@ def route_outcome(
     origin = Origin(kind, route.namespace, route.name, "metadata.annotations")
     rejections.extend(ignored_annotations(route, origin))
     hostnames = served_hostnames(route.hostnames, origin, rejections)
-    given = http_rules(route, rejections) if isinstance(route, GRPCRoute) else None
+    given = http_rules(route, rejections) if isinstance(route, GRPCRoute) else route.rules
     rules, resolved = checked_rules(route, services, grants, rejections, given)
     refused: Verdict | None = None
     if route.hostnames and not hostnames:
@@ -268,7 +266,11 @@ def route_outcome(
 
 
 def _candidates(
-    route: HTTPRoute | GRPCRoute, rule: CheckedRule, lp: ListenerPlace, hostnames: tuple[str, ...], age: str
+    route: HTTPRoute | GRPCRoute,
+    rule: CheckedRule,
+    lp: ListenerPlace,
+    hostnames: tuple[str, ...],
+    age: str,
 ) -> list[Candidate]:
     """One candidate per hostname (or one for any host) and match of a rule; each host
     claimed by the listener's namespace since the later of the Gateway and the route."""

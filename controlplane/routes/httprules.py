@@ -143,15 +143,14 @@ def checked_rules(
     services: Mapping[ServiceKey, Service],
     grants: Mapping[str, tuple[ReferenceGrant, ...]],
     rejections: list[RejectedInput],
-    given: Sequence[HTTPRouteRule] | None = None,
+    given: Sequence[HTTPRouteRule],
 ) -> tuple[list[CheckedRule], Verdict]:
-    """The route's rules checked; `given`: its rules as HTTPRoute rules when it is
-    another kind (a GRPCRoute's, `grpcroute.http_rules`)."""
+    """The route's rules checked: `given` are its rules as HTTPRoute rules (a GRPCRoute's
+    made so by `grpcroute.http_rules`), reported under the route's own kind."""
     rules: list[CheckedRule] = []
     resolved = Verdict(True, names.RESOLVED_REFS, "all references resolved")
     kind = type(route).__name__
-    assert given is not None or isinstance(route, HTTPRoute)
-    for index, rule in enumerate(given if given is not None else route.rules):
+    for index, rule in enumerate(given):
         where = f"spec.rules[{index}]"
         origin = Origin(kind, route.namespace, route.name, where)
         built = _rule(route, rule, index, origin, services, grants, rejections)

@@ -1,8 +1,9 @@
 """Which route kinds a Gateway listener's protocol carries, which TLS and TCP listeners
 can be served, and which listeners of one Gateway conflict on a port.
 
-HTTP (and HTTPS) listeners carry HTTPRoutes and GRPCRoutes, TLS listeners with `tls.mode: Passthrough`
-TLSRoutes (routed by SNI, not terminated), TCP listeners TCPRoutes. One port carries one
+HTTP (and HTTPS) listeners carry HTTPRoutes and GRPCRoutes, TLS listeners with
+`tls.mode: Passthrough` TLSRoutes (routed by SNI, not terminated), TCP listeners
+TCPRoutes. One port carries one
 family: HTTP(S), TLS or TCP; two listeners of one Gateway on a port in different families,
 or two TCP listeners on a port, are conflicted (Gateway API: Conflicted, ProtocolConflict)
 and neither is served.

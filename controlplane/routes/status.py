@@ -253,9 +253,11 @@ def route_statuses(
         (type(r).__name__, r.namespace, r.name): r.generation
         for r in (*state.http_routes, *state.grpc_routes)
     }
-    for key, outcome in table.routes.items():
+    for route_key, outcome in table.routes.items():
         _count_attached(outcome.parents, attached)
-        out[StatusKey(GATEWAY_GROUP, *key)] = memo.body(outcome, outcome.parents, by_route[key])
+        out[StatusKey(GATEWAY_GROUP, *route_key)] = memo.body(
+            outcome, outcome.parents, by_route[route_key]
+        )
     generations = {("TLSRoute", r.namespace, r.name): r.generation for r in state.tls_routes}
     generations.update({("TCPRoute", r.namespace, r.name): r.generation for r in state.tcp_routes})
     for (kind, namespace, name), l4_outcome in table.l4.routes.items():

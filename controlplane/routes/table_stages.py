@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
-from controlplane.model import ClusterState, ReferenceGrant, Service
+from controlplane.model import ClusterState, GRPCRoute, HTTPRoute, ReferenceGrant, Service
 from controlplane.routes import names, protocols
 from controlplane.routes.backends import ServiceKey
 from controlplane.routes.crtlist import Edge, WorkloadTLS, bind_gateways, bind_ingress
@@ -152,10 +152,8 @@ def http_routes(build: Build) -> None:
     per, reuse, memo = build.per, build.reuse, build.memo
     # Sorted: each object's outcome is its own, but rejections list in one order.
     state = build.state
-    for route in sorted(
-        (*state.http_routes, *state.grpc_routes),
-        key=lambda r: (r.namespace, r.name, type(r).__name__),
-    ):
+    routes: list[HTTPRoute | GRPCRoute] = [*state.http_routes, *state.grpc_routes]
+    for route in sorted(routes, key=lambda r: (r.namespace, r.name, type(r).__name__)):
         kept = reuse.get(id(route)) if reuse is not None else None
         if kept is not None and kept[0] is route:
             outcome = kept[1]

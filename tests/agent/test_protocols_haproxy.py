@@ -298,7 +298,9 @@ def test_grpc_calls_through_a_grpcroute_and_an_h2c_port(site: Site) -> None:
     with site.channel("rpc.example.com") as channel:
         say = channel.unary_unary(SAY)
         assert say(b"hi", timeout=5) == b"echo:hi"
-        check = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        check = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(), timeout=5
+        )
         assert check.status == health_pb2.HealthCheckResponse.SERVING
         with pytest.raises(grpc.RpcError) as unmatched:  # no rule: HAProxy's 404
             channel.unary_unary("/test.Echo/Other")(b"x", timeout=5)

@@ -15,9 +15,7 @@ from tests.helpers.route_builders import gateway, grpc_route, prefix_rule, route
 
 def _with_app_protocols(**by_name: str) -> object:
     shop = service("shop", ports=[(name, 80 + i) for i, name in enumerate(by_name)])
-    ports = tuple(
-        dataclasses.replace(port, app_protocol=by_name[port.name]) for port in shop.ports
-    )
+    ports = tuple(dataclasses.replace(port, app_protocol=by_name[port.name]) for port in shop.ports)
     return dataclasses.replace(shop, ports=ports)
 
 

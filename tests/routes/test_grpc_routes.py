@@ -39,7 +39,10 @@ def test_method_service_and_any_matches_become_paths_with_method_post() -> None:
             {
                 "matches": [
                     {"method": {"service": "shop.Cart", "method": "Add"}},
-                    {"method": {"service": "shop.Cart"}, "headers": [{"name": "x-t", "value": "1"}]},
+                    {
+                        "method": {"service": "shop.Cart"},
+                        "headers": [{"name": "x-t", "value": "1"}],
+                    },
                 ],
                 "backendRefs": [to("shop")],
             },
