@@ -21,6 +21,7 @@ from controlplane.model import (
     HTTPRouteRule,
     PathMatch,
 )
+from controlplane.routes.httprules import DROPPED_MATCH
 from controlplane.routes.precedence import Origin
 from controlplane.snapshot import RejectedInput
 
@@ -61,8 +62,9 @@ def _http_match(
 
 
 def http_rules(route: GRPCRoute, rejections: list[RejectedInput]) -> tuple[HTTPRouteRule, ...]:
-    """The route's rules as HTTPRoute rules, index for index; a rule none of whose matches
-    can be served keeps no match, so it is not served (`httprules` drops it)."""
+    """The route's rules as HTTPRoute rules, index for index and match for match: a match
+    reported here is `DROPPED_MATCH` (skipped by `httprules`, the others keep their
+    numbers), so a rule none of whose matches can be served is not served."""
     rules = []
     for index, rule in enumerate(route.rules):
         matches = []
@@ -70,11 +72,10 @@ def http_rules(route: GRPCRoute, rejections: list[RejectedInput]) -> tuple[HTTPR
             where = f"spec.rules[{index}].matches[{number}]"
             origin = Origin("GRPCRoute", route.namespace, route.name, where)
             found = _http_match(match, where, origin, rejections)
-            if found is not None:
-                matches.append((number, found))
+            matches.append(DROPPED_MATCH if found is None else found)
         rules.append(
             HTTPRouteRule(
-                matches=tuple(m for _, m in matches),
+                matches=tuple(matches),
                 filters=rule.filters,
                 backend_refs=rule.backend_refs,
                 name=rule.name,

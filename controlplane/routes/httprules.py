@@ -19,6 +19,7 @@ from controlplane.model import (
     HTTPRouteMatch,
     HTTPRouteRule,
     NameValueMatch,
+    PathMatch,
     ReferenceGrant,
     Service,
 )
@@ -29,6 +30,11 @@ from controlplane.routes.placement import Verdict
 from controlplane.routes.precedence import Origin
 from controlplane.snapshot import RejectedInput, RouteFilter, RoutePath, WeightedBackend
 from peerplane import patterns
+
+
+DROPPED_MATCH = HTTPRouteMatch(path=PathMatch("Dropped", ""))
+"""A match its route's own kind already reported and dropped (a GRPCRoute's that a path
+cannot say, `grpcroute.http_rules`): skipped, so the others keep their numbers."""
 
 
 class CheckedMatch(NamedTuple):
@@ -190,6 +196,8 @@ def _rule(
         return None
     matches = []
     for number, match in enumerate(rule.matches):
+        if match is DROPPED_MATCH:
+            continue
         checked = _match(match, f"{where}.matches[{number}]", origin, rejections)
         if checked is not None:
             matches.append(CheckedMatch(number, *checked))

@@ -146,3 +146,31 @@ def test_the_backends_a_grpcroute_reaches_speak_h2_whatever_their_app_protocol()
     )
     backends = {b.name: b.protocol for b in compute(cluster, {}).workloads[WORKLOAD].backends}
     assert backends == {"default_shop_http": "h2", "default_catalog_http": ""}
+
+
+def test_a_dropped_match_leaves_the_others_their_numbers() -> None:
+    """Match 1 of rule 0 is reported under its own index, and match 2 is served as
+    "match 2", after match 1 was dropped (a regex)."""
+    rpc = grpc_route(
+        "rpc",
+        [
+            {
+                "matches": [
+                    {"method": {"service": "a.A"}},
+                    {"method": {"type": "RegularExpression", "service": "b\\..*"}},
+                    {"method": {"service": "c.C"}, "headers": [{"name": "bad name", "value": "1"}]},
+                    {"method": {"service": "d.D"}},
+                ],
+                "backendRefs": [to("shop")],
+            }
+        ],
+    )
+    table = compute_routes(state(gateway(), rpc), [WORKLOAD], 80, 10000)
+    assert [r.key for r in table.rejections] == [
+        "spec.rules[0].matches[1].method.type",
+        "spec.rules[0].matches[2].headers[0]",
+    ]
+    assert sorted(r.source for r in rules_of(gateway(), rpc)) == [
+        "GRPCRoute default/rpc rule 0 match 0",
+        "GRPCRoute default/rpc rule 0 match 3",
+    ]
