@@ -31,7 +31,6 @@ from controlplane.routes.precedence import Origin
 from controlplane.snapshot import RejectedInput, RouteFilter, RoutePath, WeightedBackend
 from peerplane import patterns
 
-
 DROPPED_MATCH = HTTPRouteMatch(path=PathMatch("Dropped", ""))
 """A match its route's own kind already reported and dropped (a GRPCRoute's that a path
 cannot say, `grpcroute.http_rules`): skipped, so the others keep their numbers."""
