@@ -16,6 +16,7 @@ from controlplane.model import GATEWAY_GROUP, RouteGroupKind
 from controlplane.routes.status import StatusKey, route_statuses
 from controlplane.routes.table import compute_routes
 from controlplane.snapshot import RoutePath, RouteRule
+from controlplane.source.convert_gateway import reference_grant_from
 from tests.helpers.builders import WORKLOAD, endpoint_slice, service
 from tests.helpers.route_builders import gateway, grpc_route, prefix_rule, route, state, to
 
@@ -174,3 +175,28 @@ def test_a_dropped_match_leaves_the_others_their_numbers() -> None:
         "GRPCRoute default/rpc rule 0 match 0",
         "GRPCRoute default/rpc rule 0 match 3",
     ]
+
+
+@pytest.mark.parametrize(
+    ("granted_kind", "resolved"),
+    [("HTTPRoute", ("False", "RefNotPermitted")), ("GRPCRoute", ("True", "ResolvedRefs"))],
+)
+def test_a_cross_namespace_backend_needs_a_grant_for_grpcroutes(
+    granted_kind: str, resolved: tuple[str, str]
+) -> None:
+    """A ReferenceGrant names the kind it lets in: one for HTTPRoutes does not let a
+    GRPCRoute of the same namespace reference the Service."""
+    grant = reference_grant_from(
+        {
+            "metadata": {"name": "g", "namespace": "team"},
+            "spec": {
+                "from": [{"group": GATEWAY_GROUP, "kind": granted_kind, "namespace": "default"}],
+                "to": [{"group": "", "kind": "Service"}],
+            },
+        }
+    )
+    rpc = grpc_route("rpc", [{"backendRefs": [to("shop", namespace="team")]}])
+    cluster = state(
+        gateway(), rpc, grant, services=(service("shop", namespace="team"), service("catalog"))
+    )
+    assert conditions(route_statuses(cluster)[RPC_KEY])["ResolvedRefs"] == resolved
