@@ -31,6 +31,9 @@ from controlplane.model_parts import (
     POLICY_GROUP,
     GatewayAddress,
     GatewayListener,
+    GRPCMethodMatch,
+    GRPCRouteMatch,
+    GRPCRouteRule,
     HeaderModifier,
     HTTPBackendRef,
     HTTPRouteFilter,
@@ -68,6 +71,10 @@ __all__ = [  # the whole model: its parts are re-exported from here
     "Endpoint",
     "EndpointPort",
     "EndpointSlice",
+    "GRPCMethodMatch",
+    "GRPCRoute",
+    "GRPCRouteMatch",
+    "GRPCRouteRule",
     "Gateway",
     "GatewayAddress",
     "GatewayClass",
@@ -123,6 +130,9 @@ class ServicePort:
     name: str  # "" when the Service has a single unnamed port
     port: int
     protocol: str = "TCP"
+    # spec.ports[].appProtocol as written ("" : absent): kubernetes.io/h2c, ws and wss
+    # choose the backend's protocol (`controlplane/compute/protocol.py`).
+    app_protocol: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +237,16 @@ class HTTPRoute(NamespacedObject):
 
 
 @dataclass(frozen=True, slots=True)
+class GRPCRoute(NamespacedObject):
+    """gateway.networking.k8s.io GRPCRoute: gRPC services and methods to backends that
+    speak HTTP/2 (served as HTTPRoute rules: `controlplane/routes/grpcroute.py`)."""
+
+    parent_refs: tuple[ParentRef, ...]
+    hostnames: tuple[str, ...] = ()
+    rules: tuple[GRPCRouteRule, ...] = (GRPCRouteRule(),)
+
+
+@dataclass(frozen=True, slots=True)
 class TLSRoute(NamespacedObject):
     """gateway.networking.k8s.io TLSRoute: SNI hostnames to backends, not terminated."""
 
@@ -309,6 +329,7 @@ class ClusterState:
     gateway_classes: tuple[GatewayClass, ...] = ()
     gateways: tuple[Gateway, ...] = ()
     http_routes: tuple[HTTPRoute, ...] = ()
+    grpc_routes: tuple[GRPCRoute, ...] = ()
     reference_grants: tuple[ReferenceGrant, ...] = ()
     ingresses: tuple[Ingress, ...] = ()
     ingress_classes: tuple[IngressClass, ...] = ()

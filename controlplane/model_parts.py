@@ -182,6 +182,30 @@ class HTTPRouteRule:
 
 
 @dataclass(frozen=True, slots=True)
+class GRPCMethodMatch:
+    """A GRPCRoute match's `method`: type Exact or RegularExpression (reported), the
+    service (e.g. "grpc.health.v1.Health") and method ("Check"); "" : any."""
+
+    type: str = "Exact"
+    service: str = ""
+    method: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GRPCRouteMatch:
+    method: GRPCMethodMatch | None = None  # None : any service and method
+    headers: tuple[NameValueMatch, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GRPCRouteRule:
+    matches: tuple[GRPCRouteMatch, ...] = (GRPCRouteMatch(),)
+    filters: tuple[HTTPRouteFilter, ...] = ()
+    backend_refs: tuple[HTTPBackendRef, ...] = ()
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class L4Rule:
     """A TLSRoute or TCPRoute rule: only backends (HTTPBackendRef's shape, no filters)."""
 

@@ -111,6 +111,9 @@ class BackendSpec:
     slots: BackendSlots
     warnings: tuple[RejectedInput, ...]  # the Service's rejections shown on this backend
     check: HealthCheck | None
+    # What HAProxy speaks to the servers (`compute/protocol.py`): "" HTTP/1.1, "h2"
+    # cleartext HTTP/2, "ws" WebSocket, "wss" WebSocket over TLS.
+    protocol: str = ""
 
     def slot_list(self) -> tuple[Slot, ...]:
         """Every slot `SRV_1..SRV_count` in order, free ones without an address."""

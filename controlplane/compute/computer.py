@@ -172,13 +172,15 @@ class Computer:
         after = table.demand
         moved = {key for key in before.keys() ^ after.keys()}
         moved.update(key for key in after.keys() & before.keys() if after[key] != before[key])
-        tcp_before = last.l4.tcp_names if last is not None else {}
-        tcp_after = table.l4.tcp_names
-        moved.update(
-            key
-            for key in tcp_before.keys() | tcp_after.keys()
-            if tcp_before.get(key) != tcp_after.get(key)
-        )
+        for before_names, after_names in (
+            (last.l4.tcp_names if last is not None else {}, table.l4.tcp_names),
+            (last.h2_names if last is not None else {}, table.h2_names),
+        ):
+            moved.update(
+                key
+                for key in before_names.keys() | after_names.keys()
+                if before_names.get(key) != after_names.get(key)
+            )
         return moved
 
     def _assemble(

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controlplane.compute.endpoints import ready_endpoints
+from controlplane.compute.protocol import backend_protocol
 from controlplane.compute.slots import assign_slots, quarantine_seconds
 from controlplane.model import EndpointSlice, Service, ServicePort
 from controlplane.settings.resolver import BackendSettings, Resolver, lookup
@@ -137,6 +138,7 @@ def backend_spec(
     settings: BackendSettings,
     slots: BackendSlots,
     warnings: tuple[RejectedInput, ...],
+    protocol: str = "",
 ) -> BackendSpec:
     """The backend as snapshots hold it: resolved settings made plain values."""
     check = settings.check
@@ -158,6 +160,7 @@ def backend_spec(
             if check is None
             else HealthCheck(check.interval_ms, check.rise, check.fall, check.http_path)
         ),
+        protocol=protocol,
     )
 
 
@@ -202,6 +205,7 @@ def plan_service(
     assign_new: bool = True,
     routed_to: frozenset[str] = frozenset(),
     tcp_names: frozenset[str] = frozenset(),
+    h2_names: frozenset[str] = frozenset(),
 ) -> Planned:
     """`now`: the computation's wall clock, when slots vacated by this plan are freed;
     `assign_new=False`: a follower's plan, whose endpoints without a slot in `previous`
@@ -209,7 +213,8 @@ def plan_service(
     `routed_to`: the workloads whose routes reach the Service (served there even when it
     is not exposed); `tcp_names`: its backends TLSRoutes or TCPRoutes reach and no HTTP
     route does, planned in mode tcp like a `haproxy.org/tcp-port` Service's when the
-    Service is not exposed (an exposed Service keeps the mode its annotations give)."""
+    Service is not exposed (an exposed Service keeps the mode its annotations give);
+    `h2_names`: its backends GRPCRoutes reach, spoken to in HTTP/2 (`protocol.py`)."""
     rejections: list[RejectedInput] = []
     exposed = opted_in(service, rejections)
     if not (
@@ -279,7 +284,10 @@ def plan_service(
         mine = tuple(w for w in found_warnings if w.kind == "Service")
         # ConfigMap rejections are listed once per snapshot, not on every backend.
         configmap.extend(w for w in found_warnings if w.kind != "Service")
-        backends.append(backend_spec(name, service, port, port_mode, settings, slots, mine))
+        protocol = backend_protocol(port, port_mode, name in h2_names)
+        backends.append(
+            backend_spec(name, service, port, port_mode, settings, slots, mine, protocol)
+        )
         rejections.extend(mine)
     rejections.extend(own)
     plan = ServicePlan(

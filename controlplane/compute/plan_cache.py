@@ -38,6 +38,7 @@ class CachedPlan:
     tcp_names: frozenset[str] = frozenset()
     # by port name
     policies: Mapping[str, PersistenceOverride] = field(default_factory=lambda: NO_OVERRIDES)
+    h2_names: frozenset[str] = frozenset()
 
     def reusable(
         self,
@@ -50,6 +51,7 @@ class CachedPlan:
         routed_to: frozenset[str] = frozenset(),
         tcp_names: frozenset[str] = frozenset(),
         policies: Mapping[str, PersistenceOverride] = NO_OVERRIDES,
+        h2_names: frozenset[str] = frozenset(),
     ) -> bool:
         if self.planned.plan is not None and now >= self.planned.plan.lapses_at:
             return False  # planning now forgets history past its quarantine
@@ -57,6 +59,7 @@ class CachedPlan:
             self.assign_new == assign_new
             and self.routed_to == routed_to
             and self.tcp_names == tcp_names
+            and self.h2_names == h2_names
             and (self.service is service or self.service == service)
             and self.slices == slices
             and (self.settings is settings or self.settings == settings)
@@ -147,14 +150,15 @@ class PlanCache:
             routed = table.demand.get(key, NOWHERE)
             tcp_names = table.l4.tcp_names.get(key, NOWHERE)
             policies = resolver.policies.of(*key)
+            h2_names = table.h2_names.get(key, NOWHERE)
             cached = self.cache.get(key)
             if cached is None or not cached.reusable(
                 service, mine, state.settings, previous, assign_new, now, routed, tcp_names,
-                policies,
+                policies, h2_names,
             ):  # fmt: skip
                 self.planned += 1
                 planned = plan_service(
-                    service, mine, resolver, previous, now, assign_new, routed, tcp_names
+                    service, mine, resolver, previous, now, assign_new, routed, tcp_names, h2_names
                 )
                 self._replace(
                     key,
@@ -167,6 +171,7 @@ class PlanCache:
                         routed,
                         tcp_names,
                         policies,
+                        h2_names,
                     ),
                 )
 

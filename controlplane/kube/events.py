@@ -2,7 +2,7 @@
 
 A Service's rejected annotation becomes a Warning Event with reason `InvalidAnnotation`
 (`InvalidSetting` for the settings ConfigMap), its message naming the key and why. On an
-Ingress, HTTPRoute or Gateway: `RouteRejected` for what compute could not serve, and
+Ingress, HTTPRoute, GRPCRoute or Gateway: `RouteRejected` for what compute could not serve, and
 `IgnoredAnnotation` for a `haproxy.org/*` annotation (it never changes a backend; backend
 settings are the Service's). Every recompute reports the same rejections again, so
 each distinct (object, key, value, reason) is sent at most once per `interval`: first
@@ -43,10 +43,11 @@ REASONS = {
     # backend there (backend settings live on the Service): IGNORED_ANNOTATION.
     "Ingress": "RouteRejected",
     "HTTPRoute": "RouteRejected",
+    "GRPCRoute": "RouteRejected",
     "Gateway": "RouteRejected",
 }
 IGNORED_ANNOTATION = "IgnoredAnnotation"
-ROUTE_KINDS = frozenset({"Ingress", "HTTPRoute", "Gateway"})
+ROUTE_KINDS = frozenset({"Ingress", "HTTPRoute", "GRPCRoute", "Gateway"})
 # Event reasons by rejection key, where the kind's reason would mislead.
 KEY_REASONS = {
     "slot-ledger": "SlotLedgerWriteRefused",
@@ -59,6 +60,7 @@ API_VERSIONS = {
     "ConfigMap": "v1",
     "Ingress": "networking.k8s.io/v1",
     "HTTPRoute": "gateway.networking.k8s.io/v1",
+    "GRPCRoute": "gateway.networking.k8s.io/v1",
     "Gateway": "gateway.networking.k8s.io/v1",
 }
 
@@ -265,7 +267,9 @@ class EventRecorder:
             return self._api.read_namespaced_config_map(name, namespace, **options)
         if rejection.kind == "Ingress":
             return self._networking.read_namespaced_ingress(name, namespace, **options)
-        plural = {"HTTPRoute": "httproutes", "Gateway": "gateways"}[rejection.kind]
+        plural = {"HTTPRoute": "httproutes", "GRPCRoute": "grpcroutes", "Gateway": "gateways"}[
+            rejection.kind
+        ]
         return self._custom.get_namespaced_custom_object(
             "gateway.networking.k8s.io", "v1", namespace, plural, name, **options
         )

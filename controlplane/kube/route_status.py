@@ -2,8 +2,8 @@
 
 `controlplane.routes.status.route_statuses` says, per object, the whole `status` it
 should have (GatewayClass and Gateway conditions, Gateway listeners and addresses,
-HTTPRoute, TLSRoute and TCPRoute parents, Ingress loadBalancer, SourceIPPersistencePolicy
-ancestors). This writer makes the
+HTTPRoute, GRPCRoute, TLSRoute and TCPRoute parents, Ingress loadBalancer,
+SourceIPPersistencePolicy ancestors). This writer makes the
 cluster say it:
 
 - only while this replica holds the Lease (`leading()`; always without election), and
@@ -76,6 +76,7 @@ RESOURCES: Mapping[tuple[str, str], _Resource] = {
     (GATEWAY_GROUP, "GatewayClass"): _Resource("v1", "gatewayclasses", cluster_scoped=True),
     (GATEWAY_GROUP, "Gateway"): _Resource("v1", "gateways"),
     (GATEWAY_GROUP, "HTTPRoute"): _Resource("v1", "httproutes"),
+    (GATEWAY_GROUP, "GRPCRoute"): _Resource("v1", "grpcroutes"),
     (GATEWAY_GROUP, "TLSRoute"): _Resource("v1", "tlsroutes"),
     (GATEWAY_GROUP, "TCPRoute"): _Resource("v1", "tcproutes"),
     (NETWORKING_GROUP, "Ingress"): _Resource("v1", "ingresses"),

@@ -15,7 +15,7 @@ from typing import Any
 
 Obj = dict[str, Any]
 
-ROUTE_KINDS = frozenset({"HTTPRoute", "TLSRoute", "TCPRoute"})
+ROUTE_KINDS = frozenset({"HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute"})
 POLICY_KINDS = frozenset({"SourceIPPersistencePolicy"})
 """Kinds whose status is shared per ancestor (Gateway API PolicyAncestorStatus)."""
 

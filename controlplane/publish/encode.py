@@ -75,7 +75,7 @@ def _warnings(rejections: Sequence[RejectedInput]) -> bytes:
 
 def backend_bytes(spec: BackendSpec) -> bytes:
     """The `Snapshot.backends` entry of `spec`: framing, fields 1..9 (slots encoded
-    directly), warnings, check."""
+    directly), warnings, check, protocol (field 15)."""
     head = pb.Backend(
         name=spec.name,
         service=spec.service,
@@ -101,6 +101,8 @@ def backend_bytes(spec: BackendSpec) -> bytes:
     check = spec.check
     if check is not None:
         parts.append(wire.health_check(check.interval_ms, check.rise, check.fall, check.http_path))
+    if spec.protocol:
+        parts.append(pb.Backend(protocol=spec.protocol).SerializeToString())
     return protowire.length_delimited(wire.SNAPSHOT_BACKENDS, b"".join(parts))
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from controlplane.model import (
     GATEWAY_GROUP,
+    GRPCRoute,
     HTTPBackendRef,
     HTTPRoute,
     ReferenceGrant,
@@ -107,7 +108,7 @@ def granted(
 
 def resolve_backend(
     ref: HTTPBackendRef,
-    route: HTTPRoute | TLSRoute | TCPRoute,
+    route: HTTPRoute | GRPCRoute | TLSRoute | TCPRoute,
     services: Mapping[ServiceKey, Service],
     grants: Mapping[str, tuple[ReferenceGrant, ...]],
 ) -> Resolved:

@@ -16,6 +16,7 @@ from typing import Protocol
 from controlplane.model import (
     ANNOTATION_PREFIX,
     GATEWAY_GROUP,
+    GRPCRoute,
     HTTPRoute,
     ParentRef,
     ReferenceGrant,
@@ -26,6 +27,7 @@ from controlplane.model import (
 from controlplane.routes import names, protocols
 from controlplane.routes.backends import ServiceKey
 from controlplane.routes.backends import resolve_backend as resolve_backend  # l4 reads it here
+from controlplane.routes.grpcroute import http_rules
 from controlplane.routes.hostnames import intersect
 from controlplane.routes.httprules import CheckedRule, checked_rules
 from controlplane.routes.ownership import Claim, later
@@ -64,17 +66,22 @@ class RouteOutcome:
     candidates: dict[str, list[Candidate]] = field(default_factory=dict)
     rejections: list[RejectedInput] = field(default_factory=list)
     demand: set[tuple[ServiceKey, str]] = field(default_factory=set)
+    # A GRPCRoute's backends (Service, backend name): they speak HTTP/2.
+    h2: set[tuple[ServiceKey, str]] = field(default_factory=set)
 
     @property
     def workloads(self) -> set[str]:
         return {p.workload for p in self.parents if p.workload}
 
 
+AnyRoute = HTTPRoute | GRPCRoute | TLSRoute | TCPRoute
+"""The route kinds that attach to Gateways through parentRefs."""
+
 Parent = tuple[int, ParentRef, tuple[str, str], GatewayPlace]
 """A parentRef naming one of our Gateways: its index, itself, the Gateway's key, its place."""
 
 
-def our_parents(route: HTTPRoute | TLSRoute | TCPRoute, placement: Placement) -> list[Parent]:
+def our_parents(route: AnyRoute, placement: Placement) -> list[Parent]:
     """The route's parentRefs that name one of our Gateways."""
     ours: list[Parent] = []
     for index, ref in enumerate(route.parent_refs):
@@ -87,9 +94,7 @@ def our_parents(route: HTTPRoute | TLSRoute | TCPRoute, placement: Placement) ->
     return ours
 
 
-def ignored_annotations(
-    route: HTTPRoute | TLSRoute | TCPRoute, origin: Origin
-) -> list[RejectedInput]:
+def ignored_annotations(route: AnyRoute, origin: Origin) -> list[RejectedInput]:
     """Backend-wide annotations on a route: they belong on the Service."""
     return [
         origin.rejection(
@@ -126,7 +131,7 @@ class _Outcome(Protocol):
 
 
 def attach_parent(
-    route: HTTPRoute | TLSRoute | TCPRoute,
+    route: AnyRoute,
     parent: Parent,
     hostnames: tuple[str, ...],
     placement: Placement,
@@ -165,7 +170,7 @@ def attach_parent(
 
 
 def attach(
-    route: HTTPRoute | TLSRoute | TCPRoute,
+    route: AnyRoute,
     ref: ParentRef,
     place: GatewayPlace,
     hostnames: tuple[str, ...],
@@ -220,21 +225,24 @@ def attach(
 
 
 def route_outcome(
-    route: HTTPRoute,
+    route: HTTPRoute | GRPCRoute,
     placement: Placement,
     services: Mapping[ServiceKey, Service],
     grants: Mapping[str, tuple[ReferenceGrant, ...]],
 ) -> RouteOutcome | None:
-    """The outcome of `route`; None when no parentRef names one of our Gateways."""
+    """The outcome of `route` (an HTTPRoute, or a GRPCRoute as HTTPRoute rules); None
+    when no parentRef names one of our Gateways."""
     ours = our_parents(route, placement)
     if not ours:
         return None
     outcome = RouteOutcome()
     rejections = outcome.rejections
-    origin = Origin("HTTPRoute", route.namespace, route.name, "metadata.annotations")
+    kind = type(route).__name__
+    origin = Origin(kind, route.namespace, route.name, "metadata.annotations")
     rejections.extend(ignored_annotations(route, origin))
     hostnames = served_hostnames(route.hostnames, origin, rejections)
-    rules, resolved = checked_rules(route, services, grants, rejections)
+    given = http_rules(route, rejections) if isinstance(route, GRPCRoute) else route.rules
+    rules, resolved = checked_rules(route, services, grants, rejections, given)
     refused: Verdict | None = None
     if route.hostnames and not hostnames:
         refused = Verdict(False, names.UNSUPPORTED_VALUE, "no hostname of the route can be served")
@@ -254,6 +262,9 @@ def route_outcome(
         mine = outcome.candidates.setdefault(place.workload, [])
         for rule in rules:
             outcome.demand.update((service, place.workload) for service in rule.services)
+            if kind == "GRPCRoute":  # resolved backends, in order, each with its Service
+                named = [b.backend for b in rule.backends if b.backend]
+                outcome.h2.update(zip(rule.services, named, strict=True))
             for lp, common in attached:
                 mine.extend(_candidates(route, rule, lp, common, age))
     return outcome
@@ -264,7 +275,7 @@ MAX_DROPPED_MESSAGE = 1024  # characters of the PartiallyInvalid message (a Kube
 
 
 def dropped_rules(
-    route: HTTPRoute, rules: list[CheckedRule], rejections: list[RejectedInput]
+    route: HTTPRoute | GRPCRoute, rules: list[CheckedRule], rejections: list[RejectedInput]
 ) -> Verdict | None:
     """The PartiallyInvalid condition of a route some of whose rules are dropped (a filter,
     timeouts, retry or weight refused, or every match): "Dropped Rule" and each dropped
@@ -285,15 +296,20 @@ def dropped_rules(
 
 
 def _candidates(
-    route: HTTPRoute, rule: CheckedRule, lp: ListenerPlace, hostnames: tuple[str, ...], age: str
+    route: HTTPRoute | GRPCRoute,
+    rule: CheckedRule,
+    lp: ListenerPlace,
+    hostnames: tuple[str, ...],
+    age: str,
 ) -> list[Candidate]:
     """One candidate per hostname (or one for any host) and match of a rule; each host
     claimed by the listener's namespace since the later of the Gateway and the route."""
-    source = f"HTTPRoute {route.namespace}/{route.name} rule {rule.index}"
+    kind = type(route).__name__
+    source = f"{kind} {route.namespace}/{route.name} rule {rule.index}"
     gateway = lp.gateway
     port = lp.listener.port
     holder = (
-        f"HTTPRoute {route.namespace}/{route.name} on Gateway {gateway.namespace}/"
+        f"{kind} {route.namespace}/{route.name} on Gateway {gateway.namespace}/"
         f"{gateway.name} listener {lp.listener.name}"
     )
     since = later(gateway.creation_timestamp, age)
@@ -315,7 +331,7 @@ def _candidates(
                         backends=rule.backends,
                         filters=rule.filters,
                     ),
-                    Origin("HTTPRoute", route.namespace, route.name, key),
+                    Origin(kind, route.namespace, route.name, key),
                     age,
                     (rule.index, number),
                     claim,

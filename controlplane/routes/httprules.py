@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from controlplane.model import (
+    GRPCRoute,
     HTTPRoute,
     HTTPRouteMatch,
     HTTPRouteRule,
     NameValueMatch,
+    PathMatch,
     ReferenceGrant,
     Service,
 )
@@ -28,6 +30,10 @@ from controlplane.routes.placement import Verdict
 from controlplane.routes.precedence import Origin
 from controlplane.snapshot import RejectedInput, RouteFilter, RoutePath, WeightedBackend
 from peerplane import patterns
+
+DROPPED_MATCH = HTTPRouteMatch(path=PathMatch("Dropped", ""))
+"""A match its route's own kind already reported and dropped (a GRPCRoute's that a path
+cannot say, `grpcroute.http_rules`): skipped, so the others keep their numbers."""
 
 
 class CheckedMatch(NamedTuple):
@@ -138,16 +144,20 @@ def _match(
 
 
 def checked_rules(
-    route: HTTPRoute,
+    route: HTTPRoute | GRPCRoute,
     services: Mapping[ServiceKey, Service],
     grants: Mapping[str, tuple[ReferenceGrant, ...]],
     rejections: list[RejectedInput],
+    given: Sequence[HTTPRouteRule],
 ) -> tuple[list[CheckedRule], Verdict]:
+    """The route's rules checked: `given` are its rules as HTTPRoute rules (a GRPCRoute's
+    made so by `grpcroute.http_rules`), reported under the route's own kind."""
     rules: list[CheckedRule] = []
     resolved = Verdict(True, names.RESOLVED_REFS, "all references resolved")
-    for index, rule in enumerate(route.rules):
+    kind = type(route).__name__
+    for index, rule in enumerate(given):
         where = f"spec.rules[{index}]"
-        origin = Origin("HTTPRoute", route.namespace, route.name, where)
+        origin = Origin(kind, route.namespace, route.name, where)
         built = _rule(route, rule, index, origin, services, grants, rejections)
         if built is None:
             continue
@@ -159,7 +169,7 @@ def checked_rules(
 
 
 def _rule(
-    route: HTTPRoute,
+    route: HTTPRoute | GRPCRoute,
     rule: HTTPRouteRule,
     index: int,
     origin: Origin,
@@ -187,6 +197,8 @@ def _rule(
     filters += parts
     matches = []
     for number, match in enumerate(rule.matches):
+        if match is DROPPED_MATCH:
+            continue
         checked = _match(match, f"{where}.matches[{number}]", origin, rejections)
         if checked is not None:
             matches.append(CheckedMatch(number, *checked))

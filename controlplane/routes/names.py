@@ -11,6 +11,7 @@ WORKLOAD_ANNOTATION = "peerplane.dev/workload"
 (needless when the cluster has exactly one)."""
 DEFAULT_CLASS_ANNOTATION = "ingressclass.kubernetes.io/is-default-class"
 HTTPROUTE_KIND = (GATEWAY_GROUP, "HTTPRoute")
+GRPCROUTE_KIND = (GATEWAY_GROUP, "GRPCRoute")
 SERVICE_KIND = ("", "Service")
 
 # Condition types and reasons of the Gateway API (v1.2 standard channel).

@@ -1,8 +1,9 @@
 """Which route kinds a Gateway listener's protocol carries, which TLS and TCP listeners
 can be served, and which listeners of one Gateway conflict on a port.
 
-HTTP (and HTTPS) listeners carry HTTPRoutes, TLS listeners with `tls.mode: Passthrough`
-TLSRoutes (routed by SNI, not terminated), TCP listeners TCPRoutes. One port carries one
+HTTP (and HTTPS) listeners carry HTTPRoutes and GRPCRoutes, TLS listeners with
+`tls.mode: Passthrough` TLSRoutes (routed by SNI, not terminated), TCP listeners
+TCPRoutes. One port carries one
 family: HTTP(S), TLS or TCP; two listeners of one Gateway on a port in different families,
 or two TCP listeners on a port, are conflicted (Gateway API: Conflicted, ProtocolConflict)
 and neither is served.
@@ -20,8 +21,8 @@ GroupKind = tuple[str, str]  # (group, kind)
 L4_PROTOCOLS = ("TLS", "TCP")
 HTTP_PROTOCOLS = ("HTTP", "HTTPS")
 _KINDS: dict[str, tuple[GroupKind, ...]] = {
-    "HTTP": (names.HTTPROUTE_KIND,),
-    "HTTPS": (names.HTTPROUTE_KIND,),
+    "HTTP": (names.HTTPROUTE_KIND, names.GRPCROUTE_KIND),
+    "HTTPS": (names.HTTPROUTE_KIND, names.GRPCROUTE_KIND),
     "TLS": (names.TLSROUTE_KIND,),
     "TCP": (names.TCPROUTE_KIND,),
 }

@@ -107,7 +107,14 @@ class RouteComputer:
             accept_proxy,
             state.settings,
         )
-        inputs = (context, state.http_routes, state.ingresses, state.tls_routes, state.tcp_routes)
+        inputs = (
+            context,
+            state.http_routes,
+            state.grpc_routes,
+            state.ingresses,
+            state.tls_routes,
+            state.tcp_routes,
+        )
         table = self._table
         moved = table is not None and self._ports_moved(services, changed_services)
         secrets_moved = self._secrets_moved(state.secrets, now)

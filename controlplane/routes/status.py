@@ -297,11 +297,14 @@ def route_statuses(
             "conditions": [condition(names.ACCEPTED, verdict, generation)]
         }
     attached: dict[tuple[str, str], dict[str, int]] = {}
-    by_route = {(r.namespace, r.name): r for r in state.http_routes}
-    for key, outcome in table.routes.items():
+    by_route = {
+        (type(r).__name__, r.namespace, r.name): r.generation
+        for r in (*state.http_routes, *state.grpc_routes)
+    }
+    for route_key, outcome in table.routes.items():
         _count_attached(outcome.parents, attached)
-        out[StatusKey(GATEWAY_GROUP, "HTTPRoute", *key)] = memo.body(
-            outcome, outcome.parents, by_route[key].generation
+        out[StatusKey(GATEWAY_GROUP, *route_key)] = memo.body(
+            outcome, outcome.parents, by_route[route_key]
         )
     generations = {("TLSRoute", r.namespace, r.name): r.generation for r in state.tls_routes}
     generations.update({("TCPRoute", r.namespace, r.name): r.generation for r in state.tcp_routes})

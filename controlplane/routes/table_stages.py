@@ -3,7 +3,7 @@ and adds its part.
 
 1. Gateway listeners: each workload's HTTP ports and the hostnames its listeners hold.
 2. Gateway certificates: the HTTPS listeners' certificates (`crtlist.bind_gateways`).
-3. HTTPRoutes: each route's outcome (reused while nothing it reads changed), its
+3. HTTPRoutes and GRPCRoutes: each route's outcome (reused while nothing it reads changed), its
    candidates and the Services it routes to.
 4. Ingresses: the same for each Ingress of our classes, oldest first, with its TLS and
    its defaultBackend (the oldest sets it).
@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
-from controlplane.model import ClusterState, ReferenceGrant, Service
+from controlplane.model import ClusterState, GRPCRoute, HTTPRoute, ReferenceGrant, Service
 from controlplane.routes import names, protocols
 from controlplane.routes.backends import ServiceKey
 from controlplane.routes.crtlist import Edge, WorkloadTLS, bind_gateways, bind_ingress
@@ -96,12 +96,15 @@ class Build:
     rejections: list[RejectedInput] = field(default_factory=list)
     tls_of: dict[str, WorkloadTLS] = field(default_factory=dict)
     demand: dict[ServiceKey, set[str]] = field(default_factory=dict)
-    routes: dict[tuple[str, str], RouteOutcome] = field(default_factory=dict)
+    routes: dict[tuple[str, str, str], RouteOutcome] = field(default_factory=dict)
     ingresses: dict[tuple[str, str], IngressOutcome] = field(default_factory=dict)
     tables: dict[str, WorkloadRoutes] = field(default_factory=dict)
     tls_conflicts: dict[tuple[str, str, str], str] = field(default_factory=dict)
-    # HTTPRoute -> workload -> why none of its candidates is kept there.
-    refused_routes: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    # HTTPRoute or GRPCRoute (kind, namespace, name) -> workload -> why none of its
+    # candidates is kept there.
+    refused_routes: dict[tuple[str, str, str], dict[str, str]] = field(default_factory=dict)
+    # The backends GRPCRoutes reach, by Service: they speak HTTP/2 (`compute/protocol.py`).
+    h2_names: dict[ServiceKey, set[str]] = field(default_factory=dict)
     l4: L4Table = EMPTY_L4
 
     def table(self) -> RouteTable:
@@ -114,6 +117,7 @@ class Build:
             rejections=tuple(self.rejections),
             tls_conflicts=self.tls_conflicts,
             l4=self.l4,
+            h2_names={key: frozenset(found) for key, found in self.h2_names.items()},
         )
 
 
@@ -142,11 +146,14 @@ def gateway_certificates(build: Build) -> None:
 
 
 def http_routes(build: Build) -> None:
-    """Each HTTPRoute's outcome (the last one while the route is the same object and the
-    memo is reused), its candidates by workload and the Services it routes to."""
+    """Each HTTPRoute's and GRPCRoute's outcome (the last one while the route is the same
+    object and the memo is reused), its candidates by workload and the Services it routes
+    to."""
     per, reuse, memo = build.per, build.reuse, build.memo
     # Sorted: each object's outcome is its own, but rejections list in one order.
-    for route in sorted(build.state.http_routes, key=lambda r: (r.namespace, r.name)):
+    state = build.state
+    routes: list[HTTPRoute | GRPCRoute] = [*state.http_routes, *state.grpc_routes]
+    for route in sorted(routes, key=lambda r: (r.namespace, r.name, type(r).__name__)):
         kept = reuse.get(id(route)) if reuse is not None else None
         if kept is not None and kept[0] is route:
             outcome = kept[1]
@@ -156,7 +163,7 @@ def http_routes(build: Build) -> None:
             memo[id(route)] = (route, outcome)
         if outcome is None:
             continue
-        build.routes[route.namespace, route.name] = outcome
+        build.routes[type(route).__name__, route.namespace, route.name] = outcome
         if outcome.rejections:  # most routes have none: their workloads are not looked at
             build.rejections.extend(outcome.rejections)
             for workload in outcome.workloads:
@@ -165,6 +172,8 @@ def http_routes(build: Build) -> None:
             _of(per, workload).candidates.extend(candidates)
         for service, workload in outcome.demand:
             _add(build.demand, service, workload)
+        for service, backend in outcome.h2:
+            build.h2_names.setdefault(service, set()).add(backend)
 
 
 def ingresses(build: Build) -> None:
@@ -230,7 +239,7 @@ def workload_listeners(build: Build) -> None:
         if mine.https and http_port in mine.default_owner:
             mine.defaults[edge.https_port] = mine.defaults[http_port]
         conflicts: list[RejectedInput] = []
-        unheld: dict[tuple[str, str], str] = {}
+        unheld: dict[tuple[str, str, str], str] = {}
         candidates, closed = _hold(mine, conflicts, unheld)
         for key, why in unheld.items():
             build.refused_routes.setdefault(key, {})[workload] = why
@@ -281,7 +290,8 @@ def _joined_lanes(tables: dict[str, WorkloadRoutes]) -> dict[str, WorkloadRoutes
 
 
 def hostnames_not_held(build: Build) -> None:
-    """An HTTPRoute none of whose candidates a workload kept is not accepted there."""
+    """An HTTPRoute or GRPCRoute none of whose candidates a workload kept is not accepted
+    there."""
     for key, by_workload in build.refused_routes.items():
         build.routes[key] = _not_held(build.routes[key], by_workload)
 
@@ -317,8 +327,12 @@ STAGES: tuple[tuple[str, Stage], ...] = (
 """The route table's stages, in the order they run."""
 
 
+_ROUTE_KINDS = ("HTTPRoute", "GRPCRoute")
+"""The kinds whose outcome `hostnames_not_held` may refuse (Ingresses have no parents)."""
+
+
 def _hold(
-    mine: _Workload, rejections: list[RejectedInput], unheld: dict[tuple[str, str], str]
+    mine: _Workload, rejections: list[RejectedInput], unheld: dict[tuple[str, str, str], str]
 ) -> tuple[list[Candidate], dict[int, tuple[str, ...]]]:
     """The workload's candidates but those whose hostname another namespace holds on
     their port or a more specific listener of their namespace takes (ownership.py), and
@@ -356,7 +370,7 @@ def _hold(
     if not isolating and not any(holding.refused for holding in holdings.values()):
         return mine.candidates, closed  # one namespace per hostname already: most tables
     kept: list[Candidate] = []
-    served: set[tuple[str, str]] = set()
+    served: set[tuple[str, str, str]] = set()
     # a route's rules and matches share their listener and host: each asked once
     shadowed: dict[tuple[int, str, Claim], bool] = {}
     for candidate in mine.candidates:
@@ -373,14 +387,15 @@ def _hold(
                 continue  # a more specific listener of its namespace takes these requests
         if candidate.claim in holding.refused:
             refuse(origin, candidate.claim, candidate.port, "dropped")
-            if origin.kind == "HTTPRoute":
+            if origin.kind in _ROUTE_KINDS:
                 unheld.setdefault(
-                    (origin.namespace, origin.name), holding.why(candidate.claim, candidate.port)
+                    (origin.kind, origin.namespace, origin.name),
+                    holding.why(candidate.claim, candidate.port),
                 )
         else:
             kept.append(candidate)
-            if origin.kind == "HTTPRoute":
-                served.add((origin.namespace, origin.name))
+            if origin.kind in _ROUTE_KINDS:
+                served.add((origin.kind, origin.namespace, origin.name))
     for key in served:
         unheld.pop(key, None)
     return kept, closed

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from controlplane.model import HTTPRoute
+from controlplane.model import GRPCRoute, HTTPRoute
 from controlplane.routes.backends import ServiceKey
 from controlplane.routes.httproute import RouteOutcome
 from controlplane.routes.ingress import IngressOutcome
@@ -32,7 +32,8 @@ EMPTY = WorkloadRoutes()
 @dataclass(frozen=True, slots=True)
 class RouteTable:
     placement: Placement
-    routes: Mapping[tuple[str, str], RouteOutcome]  # HTTPRoutes naming one of our Gateways
+    # HTTPRoutes and GRPCRoutes naming one of our Gateways, by (kind, namespace, name).
+    routes: Mapping[tuple[str, str, str], RouteOutcome]
     ingresses: Mapping[tuple[str, str], IngressOutcome]  # Ingresses of our classes
     workloads: Mapping[str, WorkloadRoutes]  # by workload "namespace/name"
     demand: Mapping[ServiceKey, frozenset[str]]  # routed Service -> workloads serving it
@@ -43,11 +44,14 @@ class RouteTable:
     # TLSRoutes and TCPRoutes: their outcomes, each workload's passthrough listeners and
     # TCP frontends, and the backends to plan in mode tcp (`l4.tcp_names`).
     l4: L4Table = EMPTY_L4
+    # The backends GRPCRoutes reach, by Service: planned with protocol h2
+    # (`compute/protocol.py`).
+    h2_names: Mapping[ServiceKey, frozenset[str]] = field(default_factory=dict)
 
     def of(self, workload: str) -> WorkloadRoutes:
         return self.workloads.get(workload, EMPTY)
 
 
-Memo = dict[int, tuple[HTTPRoute, RouteOutcome | None]]
+Memo = dict[int, tuple[HTTPRoute | GRPCRoute, RouteOutcome | None]]
 """id(route) -> the route and its outcome: reused while nothing else the outcome reads
 (classes, Gateways, grants, namespaces, workloads, ports, looked-up Services) changed."""

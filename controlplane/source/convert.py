@@ -232,7 +232,10 @@ def _service_ports(spec: Mapping[str, Any]) -> tuple[ServicePort, ...]:
                 raise ManifestError(f"{where}.name {shown(name)} is used twice")
             if (other.port, other.protocol) == (port, protocol):
                 raise ManifestError(f"{where}: port {port}/{shown(protocol)} is listed twice")
-        ports.append(ServicePort(name=name, port=port, protocol=protocol))
+        app_protocol = _str(entry.get("appProtocol"), f"{where}.appProtocol")
+        ports.append(
+            ServicePort(name=name, port=port, protocol=protocol, app_protocol=app_protocol)
+        )
     return tuple(ports)
 
 

@@ -1,4 +1,4 @@
-"""Gateway API routes (HTTPRoute, TLSRoute, TCPRoute) to model types.
+"""Gateway API routes (HTTPRoute, GRPCRoute, TLSRoute, TCPRoute) to model types.
 
 The contract of `convert`: a document of the wrong shape raises `ManifestError` with a
 one-line reason, never another exception (tests/source/test_manifests_fuzz.py). What
@@ -19,6 +19,10 @@ from typing import Any
 
 from controlplane.model import (
     GATEWAY_GROUP,
+    GRPCMethodMatch,
+    GRPCRoute,
+    GRPCRouteMatch,
+    GRPCRouteRule,
     HeaderModifier,
     HTTPBackendRef,
     HTTPRoute,
@@ -235,6 +239,47 @@ def http_route_from(obj: Manifest) -> HTTPRoute:
         parent_refs=_items(spec.get("parentRefs"), "spec.parentRefs", _parent_ref),
         hostnames=_strings(spec.get("hostnames"), "spec.hostnames"),
         rules=rules or (HTTPRouteRule(),),
+        generation=_generation(meta),
+        creation_timestamp=_timestamp(meta),
+        annotations=_annotations(meta),
+    )
+
+
+def _grpc_match(item: Mapping[str, Any], where: str) -> GRPCRouteMatch:
+    method = item.get("method")
+    found: GRPCMethodMatch | None = None
+    if method is not None:
+        fields = _map(method, f"{where}.method")
+        found = GRPCMethodMatch(
+            type=_str(fields.get("type"), f"{where}.method.type", "Exact") or "Exact",
+            service=_str(fields.get("service"), f"{where}.method.service"),
+            method=_str(fields.get("method"), f"{where}.method.method"),
+        )
+    return GRPCRouteMatch(
+        method=found, headers=_items(item.get("headers"), f"{where}.headers", _name_value_match)
+    )
+
+
+def _grpc_rule(item: Mapping[str, Any], where: str) -> GRPCRouteRule:
+    matches = _items(item.get("matches"), f"{where}.matches", _grpc_match)
+    return GRPCRouteRule(
+        matches=matches or (GRPCRouteMatch(),),
+        filters=_items(item.get("filters"), f"{where}.filters", _filter),
+        backend_refs=_items(item.get("backendRefs"), f"{where}.backendRefs", _backend_ref),
+        name=_str(item.get("name"), f"{where}.name"),
+    )
+
+
+def grpc_route_from(obj: Manifest) -> GRPCRoute:
+    meta = _metadata(obj)
+    spec = _spec(obj)
+    rules = _items(spec.get("rules"), "spec.rules", _grpc_rule)
+    return GRPCRoute(
+        namespace=_namespace(meta),
+        name=meta["name"],
+        parent_refs=_items(spec.get("parentRefs"), "spec.parentRefs", _parent_ref),
+        hostnames=_strings(spec.get("hostnames"), "spec.hostnames"),
+        rules=rules or (GRPCRouteRule(),),
         generation=_generation(meta),
         creation_timestamp=_timestamp(meta),
         annotations=_annotations(meta),

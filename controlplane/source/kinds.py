@@ -27,6 +27,7 @@ from controlplane.model import (
     EndpointSlice,
     Gateway,
     GatewayClass,
+    GRPCRoute,
     HTTPRoute,
     Ingress,
     IngressClass,
@@ -58,7 +59,12 @@ from controlplane.source.convert_gateway import (
 )
 from controlplane.source.convert_ingress import ingress_class_from, ingress_from
 from controlplane.source.convert_policy import source_ip_persistence_policy_from
-from controlplane.source.convert_routes import http_route_from, tcp_route_from, tls_route_from
+from controlplane.source.convert_routes import (
+    grpc_route_from,
+    http_route_from,
+    tcp_route_from,
+    tls_route_from,
+)
 from controlplane.source.convert_secret import TLS_SECRET_TYPE, tls_secret_from
 
 InputObject = NamespacedObject | ClusterObject
@@ -113,6 +119,13 @@ PEERPLANE_POLICIES = OptionalCRDs(
 )
 """peerplane's own CRDs: absent, the policies are off and the annotations still serve."""
 POLICY_VERSIONS = ("v1alpha1",)
+GRPC_ROUTES = OptionalCRDs(
+    "the Gateway API's GRPCRoute CRD is not installed (standard channel v1.1+); serving "
+    "no GRPCRoutes",
+    what=f"{GATEWAY_GROUP} GRPCRoute (v1)",
+    by_choice=True,
+)
+"""Its own set: a cluster with a standard channel before v1.1 lacks just this one."""
 
 GATEWAY_VERSIONS = ("v1", "v1beta1")
 """What a manifest of a Gateway API kind may say (the folder reads both)."""
@@ -206,6 +219,17 @@ INPUT_KINDS: tuple[InputKind[Any], ...] = (
         "http_routes",
         manifest_versions=GATEWAY_VERSIONS,
         optional=GATEWAY_API,
+        reports_deletion=True,
+    ),
+    InputKind(
+        "GRPCRoute",
+        GATEWAY_GROUP,
+        "grpcroutes",
+        GRPCRoute,
+        grpc_route_from,
+        "grpc_routes",
+        manifest_versions=GATEWAY_VERSIONS,
+        optional=GRPC_ROUTES,
         reports_deletion=True,
     ),
     InputKind(

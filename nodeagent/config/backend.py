@@ -94,6 +94,22 @@ def _healthcheck(backend: pb.Backend, name: str) -> tuple[list[str], str]:
     return lines, f" check inter {c.interval_ms} rise {c.rise} fall {c.fall}"
 
 
+def _protocol(backend: pb.Backend, name: str, http_check: bool) -> str:
+    """The server-line options of the backend's protocol: `proto h2` (cleartext HTTP/2,
+    its HTTP checks too), or TLS not verified for WebSocket over TLS (a pod's certificate
+    is signed by no CA anyone told us of; docs/annotations.md, "Backend protocol")."""
+    protocol = backend.protocol
+    if protocol not in names.BACKEND_PROTOCOLS:
+        raise RenderError(f"backend {name}: invalid protocol {protocol!r}")
+    if protocol and backend.mode != "http":
+        raise RenderError(f"backend {name}: protocol {protocol} in mode {backend.mode}")
+    if protocol == "h2":
+        return " proto h2" + (" check-proto h2" if http_check else "")
+    if protocol == "wss":
+        return " ssl verify none" + (" check-ssl" if backend.HasField("check") else "")
+    return ""
+
+
 def render_backend(
     backend: pb.Backend, peers: bool = True, haproxy_version: version.Version | None = None
 ) -> list[str]:
@@ -126,6 +142,7 @@ def render_backend(
         lines += ["  stick on src", table]
     check_lines, options = _healthcheck(backend, name)
     lines += check_lines
+    options = _protocol(backend, name, bool(check_lines)) + options
     if backend.hash_type.startswith("consistent") and version.hash_key_addr_port(haproxy_version):
         options = " hash-key addr-port" + options
     seen: set[int] = set()

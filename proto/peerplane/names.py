@@ -15,6 +15,9 @@ PEERS_SECTION = "localinstance"
 
 # Backend modes a snapshot may name.
 MODES = ("http", "tcp")
+BACKEND_PROTOCOLS = ("", "h2", "ws", "wss")
+"""`Backend.protocol`: HTTP/1.1, cleartext HTTP/2, WebSocket, WebSocket over TLS (the
+control plane's `compute/protocol.py` says which a Service port's backend speaks)."""
 
 # A server slot is `SRV_<n>` with `id <n>`; n has no leading zero (see limits.MAX_SLOTS).
 SERVER_NAME = re.compile(r"SRV_([1-9][0-9]{0,5})")

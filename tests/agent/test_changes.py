@@ -78,6 +78,7 @@ def test_reload_cases() -> None:
         "peer added": lambda s: s.peers.peers.add(name="haproxy-c", address="10.0.0.3", port=10000),
         "setting": lambda s: setattr(s.backends[0], "balance", "roundrobin"),
         "persistence": lambda s: setattr(s.backends[0].persistence, "expire_ms", 60000),
+        "protocol": lambda s: setattr(s.backends[0], "protocol", "h2"),
         "slots grown": lambda s: s.backends[0].slots.add(index=5, server_name="SRV_5"),
         "new backend": lambda s: s.backends.append(backend("default_new_80", [])),
         "route": lambda s: s.http_frontend.routes.add(host="b.example.com", backend="x_y_z"),

@@ -10,7 +10,7 @@ from typing import Any
 from controlplane.model import ClusterState
 from controlplane.source.convert_gateway import gateway_class_from, gateway_from
 from controlplane.source.convert_ingress import ingress_class_from, ingress_from
-from controlplane.source.convert_routes import http_route_from
+from controlplane.source.convert_routes import grpc_route_from, http_route_from
 from tests.helpers.builders import DEFAULT_PODS, cluster, haproxy_pod, service
 
 GATEWAY_CLASS = gateway_class_from(
@@ -86,6 +86,26 @@ def route(
     )
 
 
+def grpc_route(
+    name: str,
+    rules: list[dict[str, Any]],
+    namespace: str = "default",
+    hostnames: tuple[str, ...] = (),
+    created: str = "2026-01-01T00:00:00Z",
+    parent: dict[str, Any] | None = None,
+) -> Any:
+    return grpc_route_from(
+        {
+            "metadata": {"name": name, "namespace": namespace, "creationTimestamp": created},
+            "spec": {
+                "parentRefs": [parent or {"name": "web", "namespace": "default"}],
+                "hostnames": list(hostnames),
+                "rules": rules,
+            },
+        }
+    )
+
+
 def to(name: str, port: int = 80, weight: int = 1, **extra: Any) -> dict[str, Any]:
     return {"name": name, "port": port, "weight": weight, **extra}
 
@@ -101,6 +121,7 @@ def state(*objects: Any, services: tuple[Any, ...] = (), **more: Any) -> Cluster
         "GatewayClass": "gateway_classes",
         "Gateway": "gateways",
         "HTTPRoute": "http_routes",
+        "GRPCRoute": "grpc_routes",
         "ReferenceGrant": "reference_grants",
         "Ingress": "ingresses",
         "IngressClass": "ingress_classes",

@@ -16,6 +16,7 @@ from tests.kubeapi.objects import (
     MISPLACED,
     api_client,
     config_map,
+    grpc_route,
     http_route,
     ingress,
     misplaced_event,
@@ -142,6 +143,23 @@ def test_route_rejections_and_ignored_annotations_become_events_on_the_route(
     route = api.get("HTTPRoute", "default", "shop") or {}
     assert on_route["involvedObject"]["uid"] == route["metadata"]["uid"]
     assert "haproxy.org/load-balance" in on_ingress["message"]
+
+
+def test_a_grpcroute_rejection_becomes_an_event_on_the_grpcroute(
+    api: FakeKubeAPI, recorder: EventRecorder
+) -> None:
+    api.apply(grpc_route())
+    rejected = RejectedInput(
+        "GRPCRoute", "default", "rpc", "spec.rules[0].matches[0].method.type", "Regex", "regex"
+    )
+    assert recorder.record([rejected]) == 1
+    assert recorder.flush()
+    (event,) = api.list("Event")
+    assert event["reason"] == "RouteRejected"
+    assert event["involvedObject"]["kind"] == "GRPCRoute"
+    assert event["involvedObject"]["apiVersion"] == "gateway.networking.k8s.io/v1"
+    route = api.get("GRPCRoute", "default", "rpc") or {}
+    assert event["involvedObject"]["uid"] == route["metadata"]["uid"]
 
 
 def test_an_event_about_an_object_of_another_namespace_is_refused(api: FakeKubeAPI) -> None:

@@ -31,6 +31,7 @@ from tests.kubeapi.objects import (
     api_client,
     gateway,
     gateway_class,
+    grpc_route,
     http_route,
     ingress,
     tcp_route,
@@ -90,7 +91,10 @@ def documents(route_message: str = "") -> dict[Key, Obj]:
                 {
                     "name": "http",
                     "attachedRoutes": 1,
-                    "supportedKinds": [{"group": GW, "kind": "HTTPRoute"}],
+                    "supportedKinds": [
+                        {"group": GW, "kind": "HTTPRoute"},
+                        {"group": GW, "kind": "GRPCRoute"},
+                    ],
                     "conditions": [condition("Accepted"), condition("Programmed")],
                 }
             ],
@@ -464,6 +468,27 @@ def test_tlsroute_and_tcproute_statuses_go_to_their_status_subresources(
     assert writer.flush()
     assert without_times(stored(api, tls)) == without_times({"parents": [other]})
     assert stored(api, tcp) == {"parents": []}
+
+
+def test_grpcroute_status_goes_to_its_status_subresource(
+    api: FakeKubeAPI, writer: RouteStatusWriter
+) -> None:
+    """A GRPCRoute's parents are written as an HTTPRoute's, to grpcroutes/status, other
+    controllers' entries kept, ours removed when it no longer names our Gateways."""
+    rpc = Key(GW, "GRPCRoute", "default", "rpc")
+    other = parent("theirs", controller="example.com/other")
+    for c in other["conditions"]:
+        c["lastTransitionTime"] = "2026-01-01T00:00:00Z"
+    api.apply({**grpc_route(), "status": {"parents": [other]}})
+    writer.submit({rpc: {"parents": [parent()]}})
+    assert writer.flush()
+    assert without_times(stored(api, rpc)) == without_times({"parents": [other, parent()]})
+    assert [p for p in status_writes(api) if "grpcroutes" in p] == [
+        f"/apis/{GW}/v1/namespaces/default/grpcroutes/rpc/status"
+    ]
+    writer.submit({})
+    assert writer.flush()
+    assert without_times(stored(api, rpc)) == without_times({"parents": [other]})
 
 
 def test_an_older_experimental_install_gets_l4_route_status_at_v1alpha2(

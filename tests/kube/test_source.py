@@ -43,8 +43,8 @@ FAST = WatchOptions(
 )
 SETTINGS = ObjectRef("haproxy-system", "haproxy-settings")
 # Services, EndpointSlices, pods, ReplicaSets, the settings ConfigMap, the route
-# model's seven kinds (tests/kube/test_source_routes.py), TLSRoutes, TCPRoutes and TLS
-# Secrets, SourceIPPersistencePolicies: one watch per row of the table.
+# model's seven kinds (tests/kube/test_source_routes.py), GRPCRoutes, TLSRoutes,
+# TCPRoutes and TLS Secrets, SourceIPPersistencePolicies: one watch per row of the table.
 WATCHED = len(INPUT_KINDS)
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from controlplane.kube.source import KubernetesSource
 from controlplane.kube.watch_stream import WatchOptions
-from controlplane.model import ClusterState
-from controlplane.source.kinds import GATEWAY_API
+from controlplane.model import ClusterState, GRPCMethodMatch
+from controlplane.source.kinds import GATEWAY_API, GRPC_ROUTES
 from tests.helpers.waiting import wait_until
 from tests.kube.test_source import FAST, WATCHED, Changes
 from tests.kubeapi import FakeKubeAPI
@@ -20,6 +20,7 @@ from tests.kubeapi.objects import (
     api_client,
     gateway,
     gateway_class,
+    grpc_route,
     http_route,
     ingress,
     ingress_class,
@@ -220,5 +221,38 @@ def test_a_deleted_route_object_is_told_to_the_status_writer(
             ("HTTPRoute", "default", "shop"),
             ("Ingress", "default", "shop"),
         ]
+    finally:
+        src.stop()
+
+
+def test_grpcroutes_are_read_and_a_cluster_without_their_crd_serves_the_rest(
+    api: FakeKubeAPI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """GRPCRoutes arrive by list and watch; a cluster whose standard channel predates
+    GRPCRoute (v1.1) serves every other kind, says so once at INFO, and reads them once
+    the CRD is installed."""
+    api.apply(grpc_route())
+    caplog.set_level(logging.INFO, logger="controlplane.kube.informer")
+    src = started(api, fast(absent_recheck=0.1), Changes())
+    try:
+        state = src.state()
+        assert [(r.name, r.rules[0].matches[0].method) for r in state.grpc_routes] == [
+            ("rpc", GRPCMethodMatch("Exact", "grpc.health.v1.Health", ""))
+        ]
+        api.apply(grpc_route("other", hostnames=("other.example.com",)))
+        wait_until(lambda: len(src.state().grpc_routes) == 2)
+    finally:
+        src.stop()
+    api.remove_kind("GRPCRoute")
+    src = started(api, fast(absent_recheck=0.1), Changes())
+    try:
+        assert src.state().grpc_routes == () and [r.name for r in src.state().http_routes]
+        assert src.optional_groups[GRPC_ROUTES].missing
+        assert not src.optional_groups[GATEWAY_API].missing and src.errors() == []
+        absent = [r for r in caplog.records if "GRPCRoute" in r.getMessage()]
+        assert [r.levelno for r in absent] == [logging.INFO]
+        api.install_kind("GRPCRoute")
+        api.apply(grpc_route())
+        wait_until(lambda: len(src.state().grpc_routes) == 1)
     finally:
         src.stop()

@@ -246,6 +246,33 @@ def ingress(
 L4_ROUTE_API = "gateway.networking.k8s.io/v1"  # TLSRoute, TCPRoute: standard since v1.5
 
 
+def grpc_route(
+    name: str = "rpc",
+    ns: str = "default",
+    *,
+    gateway_name: str = "web",
+    hostnames: tuple[str, ...] = ("rpc.example.com",),
+    backend: str = "rpc",
+    port: int = 9000,
+    service: str = "grpc.health.v1.Health",
+) -> Obj:
+    return {
+        "kind": "GRPCRoute",
+        "apiVersion": GATEWAY_API,
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "parentRefs": [{"name": gateway_name}],
+            "hostnames": list(hostnames),
+            "rules": [
+                {
+                    "matches": [{"method": {"service": service}}],
+                    "backendRefs": [{"name": backend, "port": port}],
+                }
+            ],
+        },
+    }
+
+
 def tls_route(
     name: str = "db",
     ns: str = "default",

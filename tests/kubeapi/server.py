@@ -54,6 +54,7 @@ PLURALS = {
     "GatewayClass": "gatewayclasses",
     "Gateway": "gateways",
     "HTTPRoute": "httproutes",
+    "GRPCRoute": "grpcroutes",
     "ReferenceGrant": "referencegrants",
     "Ingress": "ingresses",
     "IngressClass": "ingressclasses",
@@ -84,6 +85,7 @@ API_PATHS = {
     "gatewayclasses": f"apis/{GATEWAY_GROUP}/v1",
     "gateways": f"apis/{GATEWAY_GROUP}/v1",
     "httproutes": f"apis/{GATEWAY_GROUP}/v1",
+    "grpcroutes": f"apis/{GATEWAY_GROUP}/v1",
     "referencegrants": f"apis/{GATEWAY_GROUP}/v1beta1",
     # The standard channel's v1 since Gateway API v1.5 (`serve_at` moves them to an older
     # experimental install's v1alpha2); `remove_kind` models a cluster without them.
@@ -98,7 +100,15 @@ CLUSTER_SCOPED = frozenset({"namespaces", "gatewayclasses", "ingressclasses", "t
 # resource keeps the stored `.status`, a write to `/status` changes only `.status`, and
 # `metadata.generation` counts changes of everything but metadata and status.
 STATUS_KINDS = frozenset(
-    {"gatewayclasses", "gateways", "httproutes", "tlsroutes", "tcproutes", "ingresses"}
+    {
+        "gatewayclasses",
+        "gateways",
+        "httproutes",
+        "grpcroutes",
+        "tlsroutes",
+        "tcproutes",
+        "ingresses",
+    }
     | {"sourceippersistencepolicies"}
 )
 GENERATION_KINDS = STATUS_KINDS | {"referencegrants", "ingressclasses"}

@@ -5,12 +5,14 @@ and an `Encoder` encodes again only the backends that changed (docs/design.md,
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controlplane.compute import Computer, compute
+from controlplane.model import ServicePort
 from controlplane.publish import Encoder, encode, wire
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import (
@@ -220,3 +222,19 @@ def test_the_reconcile_fake_encodes_like_the_server_harness_snapshot() -> None:
 
     typed = workload_snapshot(W1, "10.0.0.1", "10.0.0.2")
     assert encode({W1: typed})[W1] == snapshot(W1, "10.0.0.1", "10.0.0.2")
+
+
+def test_the_backend_protocol_is_encoded_last_as_field_15() -> None:
+    """`Backend.protocol` (a port's appProtocol) after the warnings and the check: the
+    payload stays the deterministic serialization."""
+    shop = service("shop", annotations={"haproxy.org/load-balance": "nonsense"})
+    shop = dataclasses.replace(
+        shop, ports=(ServicePort("http", 80, app_protocol="kubernetes.io/h2c"),)
+    )
+    state = cluster([shop], [endpoint_slice("shop", ["127.0.0.1"])], DEFAULT_PODS)
+    content = encode(compute(state, {}).workloads)[WORKLOAD]
+    message = content.message()
+    (found,) = message.backends
+    assert (found.protocol, bool(found.warnings), found.HasField("check")) == ("h2", True, True)
+    message.content_hash = ""
+    assert message.SerializeToString(deterministic=True) == content.payload

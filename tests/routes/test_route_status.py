@@ -172,7 +172,10 @@ def test_gateway_conditions_listeners_attached_routes_and_addresses() -> None:
         "ResolvedRefs": ("True", "ResolvedRefs"),
         "Conflicted": ("False", "NoConflicts"),
     }
-    assert http["supportedKinds"] == [{"group": GATEWAY_GROUP, "kind": "HTTPRoute"}]
+    assert http["supportedKinds"] == [
+        {"group": GATEWAY_GROUP, "kind": "HTTPRoute"},
+        {"group": GATEWAY_GROUP, "kind": "GRPCRoute"},
+    ]
     assert (tls["attachedRoutes"], conditions(tls)["Accepted"]) == (
         0,
         ("False", "UnsupportedProtocol"),

@@ -169,6 +169,25 @@ TEMPLATES: dict[str, dict[str, Any]] = {
             ],
         },
     },
+    "GRPCRoute": {
+        "kind": "GRPCRoute",
+        "metadata": {"name": "rpc", "namespace": "shop"},
+        "spec": {
+            "parentRefs": [{"name": "web", "namespace": "infra"}],
+            "hostnames": ["rpc.example.com"],
+            "rules": [
+                {
+                    "matches": [
+                        {
+                            "method": {"service": "shop.Cart", "method": "Add"},
+                            "headers": [{"name": "x-canary", "value": "1"}],
+                        }
+                    ],
+                    "backendRefs": [{"name": "cart", "port": 9000, "weight": 2}],
+                }
+            ],
+        },
+    },
     "ReferenceGrant": {
         "kind": "ReferenceGrant",
         "metadata": {"name": "grant", "namespace": "other"},

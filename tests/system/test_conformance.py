@@ -1,5 +1,6 @@
 """The upstream Gateway API conformance suite (tests/conformance/run) on every change: the
-GATEWAY-HTTP profile's core tests and the extended features peerplane claims, on a real
+GATEWAY-HTTP and GATEWAY-GRPC profiles' core tests and the extended features peerplane
+claims, on a real
 cluster with real HAProxy, the suite's own verdicts read back from its ConformanceReport.
 
 `make conformance` runs the same and commits the report (conformance/reports/); this test
@@ -32,7 +33,7 @@ pytestmark = [
 ]
 
 
-def test_gateway_http_profile_passes(tmp_path: Path) -> None:
+def test_gateway_http_and_grpc_profiles_pass(tmp_path: Path) -> None:
     report = tmp_path / "peerplane.yaml"
     done = subprocess.run(
         [
@@ -48,13 +49,14 @@ def test_gateway_http_profile_passes(tmp_path: Path) -> None:
         check=False,
     )
     assert report.exists(), done.stdout[-4000:] + done.stderr[-4000:]
-    (profile,) = yaml.safe_load(report.read_text())["profiles"]
-    assert profile["name"] == "GATEWAY-HTTP"
-    for part in ("core", "extended"):
-        found = profile.get(part)
-        if found is None:
-            continue
-        assert found.get("failedTests", []) == [], (part, done.stdout[-4000:])
-        assert found["result"] in ("success", "partial"), (part, found)
-        assert set(found.get("skippedTests", [])) <= set(CI_SKIPPED), found
+    profiles = yaml.safe_load(report.read_text())["profiles"]
+    assert sorted(p["name"] for p in profiles) == ["GATEWAY-GRPC", "GATEWAY-HTTP"]
+    for profile in profiles:
+        for part in ("core", "extended"):
+            found = profile.get(part)
+            if found is None:
+                continue
+            assert found.get("failedTests", []) == [], (part, done.stdout[-4000:])
+            assert found["result"] in ("success", "partial"), (part, found)
+            assert set(found.get("skippedTests", [])) <= set(CI_SKIPPED), found
     assert done.returncode == 0, done.stdout[-4000:]
