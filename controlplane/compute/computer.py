@@ -135,7 +135,8 @@ class Computer:
         )
 
     def _demand_moved(self, table: RouteTable) -> set[tuple[str, str]]:
-        """Services whose routed workloads differ from the last table's."""
+        """Services whose routed workloads, tcp backends or session persistence differ from
+        the last table's."""
         last, self._table = self._table, table
         if last is table:
             return set()
@@ -149,6 +150,13 @@ class Computer:
             key
             for key in tcp_before.keys() | tcp_after.keys()
             if tcp_before.get(key) != tcp_after.get(key)
+        )
+        kept_before = last.persistence if last is not None else {}
+        kept_after = table.persistence
+        moved.update(
+            key
+            for key in kept_before.keys() | kept_after.keys()
+            if kept_before.get(key) != kept_after.get(key)
         )
         return moved
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from controlplane.compute.assemble_incremental import PlanKey
 from controlplane.compute.change_index import ChangeIndex, slices_of
@@ -20,9 +21,10 @@ from controlplane.compute.plan import Planned, ServicePlan, plan_service
 from controlplane.model import ClusterState, ConfigMap, EndpointSlice, Service
 from controlplane.routes.table import RouteTable
 from controlplane.settings.resolver import Resolver
-from controlplane.snapshot import BackendSlots, RejectedInput
+from controlplane.snapshot import BackendSlots, RejectedInput, SessionPersistence
 
 NOWHERE: frozenset[str] = frozenset()
+NO_PERSISTENCE: Mapping[str, SessionPersistence] = MappingProxyType({})
 NO_SLICES: dict[int, EndpointSlice] = {}
 
 
@@ -35,6 +37,7 @@ class CachedPlan:
     assign_new: bool
     routed_to: frozenset[str] = frozenset()
     tcp_names: frozenset[str] = frozenset()
+    persistence: Mapping[str, SessionPersistence] = field(default_factory=lambda: NO_PERSISTENCE)
 
     def reusable(
         self,
@@ -46,6 +49,7 @@ class CachedPlan:
         now: float,
         routed_to: frozenset[str] = frozenset(),
         tcp_names: frozenset[str] = frozenset(),
+        persistence: Mapping[str, SessionPersistence] = NO_PERSISTENCE,
     ) -> bool:
         if self.planned.plan is not None and now >= self.planned.plan.lapses_at:
             return False  # planning now forgets history past its quarantine
@@ -53,6 +57,7 @@ class CachedPlan:
             self.assign_new == assign_new
             and self.routed_to == routed_to
             and self.tcp_names == tcp_names
+            and self.persistence == persistence
             and (self.service is service or self.service == service)
             and self.slices == slices
             and (self.settings is settings or self.settings == settings)
@@ -141,18 +146,42 @@ class PlanCache:
             mine = slices_of(self.index.slices_by_key.get(key, NO_SLICES))
             routed = table.demand.get(key, NOWHERE)
             tcp_names = table.l4.tcp_names.get(key, NOWHERE)
+            persistence = table.persistence.get(key, NO_PERSISTENCE)
             cached = self.cache.get(key)
             if cached is None or not cached.reusable(
-                service, mine, state.settings, previous, assign_new, now, routed, tcp_names
+                service,
+                mine,
+                state.settings,
+                previous,
+                assign_new,
+                now,
+                routed,
+                tcp_names,
+                persistence,
             ):
                 self.planned += 1
                 planned = plan_service(
-                    service, mine, resolver, previous, now, assign_new, routed, tcp_names
+                    service,
+                    mine,
+                    resolver,
+                    previous,
+                    now,
+                    assign_new,
+                    routed,
+                    tcp_names,
+                    persistence,
                 )
                 self._replace(
                     key,
                     CachedPlan(
-                        service, mine, state.settings, planned, assign_new, routed, tcp_names
+                        service,
+                        mine,
+                        state.settings,
+                        planned,
+                        assign_new,
+                        routed,
+                        tcp_names,
+                        persistence,
                     ),
                 )
 

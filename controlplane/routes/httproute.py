@@ -29,6 +29,7 @@ from controlplane.routes.backends import resolve_backend as resolve_backend  # l
 from controlplane.routes.hostnames import intersect
 from controlplane.routes.httprules import CheckedRule, checked_rules
 from controlplane.routes.ownership import Claim, later
+from controlplane.routes.persistence import PersistenceClaim
 from controlplane.routes.placement import (
     GatewayPlace,
     ListenerPlace,
@@ -62,6 +63,8 @@ class RouteOutcome:
     candidates: dict[str, list[Candidate]] = field(default_factory=dict)
     rejections: list[RejectedInput] = field(default_factory=list)
     demand: set[tuple[ServiceKey, str]] = field(default_factory=set)
+    # Session persistence its attached rules ask of their backends, by (backend, rule).
+    persistence: dict[tuple[str, int], PersistenceClaim] = field(default_factory=dict)
 
     @property
     def workloads(self) -> set[str]:
@@ -249,9 +252,27 @@ def route_outcome(
         mine = outcome.candidates.setdefault(place.workload, [])
         for rule in rules:
             outcome.demand.update((service, place.workload) for service in rule.services)
+            _claim_persistence(route, rule, age, outcome)
             for lp, common in attached:
                 mine.extend(_candidates(route, rule, lp, common, age))
     return outcome
+
+
+def _claim_persistence(route: HTTPRoute, rule: CheckedRule, age: str, outcome: RouteOutcome) -> None:
+    """What the rule's sessionPersistence asks of each backend it reaches."""
+    if rule.persistence is None:
+        return
+    origin = Origin(
+        "HTTPRoute", route.namespace, route.name, f"spec.rules[{rule.index}].sessionPersistence"
+    )
+    for service, backend in rule.persisted:
+        outcome.persistence[backend, rule.index] = PersistenceClaim(
+            (age, route.namespace, route.name, rule.index),
+            service,
+            backend,
+            rule.persistence,
+            origin,
+        )
 
 
 def _candidates(

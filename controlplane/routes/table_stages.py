@@ -32,6 +32,7 @@ from controlplane.routes.l4 import EMPTY_TABLE as EMPTY_L4
 from controlplane.routes.l4 import L4Table, l4_table
 from controlplane.routes.l4 import Memo as L4Memo
 from controlplane.routes.ownership import ANY_HOST, Claim, resolve
+from controlplane.routes.persistence import Persisted, backend_persistence
 from controlplane.routes.placement import (
     LANE_SEPARATOR,
     Placement,
@@ -103,6 +104,7 @@ class Build:
     # HTTPRoute -> workload -> why none of its candidates is kept there.
     refused_routes: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     l4: L4Table = EMPTY_L4
+    persistence: Persisted = field(default_factory=dict)
 
     def table(self) -> RouteTable:
         return RouteTable(
@@ -114,6 +116,7 @@ class Build:
             rejections=tuple(self.rejections),
             tls_conflicts=self.tls_conflicts,
             l4=self.l4,
+            persistence=self.persistence,
         )
 
 
@@ -165,6 +168,20 @@ def http_routes(build: Build) -> None:
             _of(per, workload).candidates.extend(candidates)
         for service, workload in outcome.demand:
             _add(build.demand, service, workload)
+
+
+def session_persistence(build: Build) -> None:
+    """Each backend's one session persistence among the HTTPRoute rules asking for one
+    (`routes/persistence.py`); a refused claim is reported where its route's are."""
+    claims = [claim for outcome in build.routes.values() for claim in outcome.persistence.values()]
+    if not claims:
+        return
+    build.persistence, refused = backend_persistence(claims)
+    for rejection in refused:
+        build.rejections.append(rejection)
+        outcome = build.routes[rejection.namespace, rejection.name]
+        for workload in outcome.workloads:
+            _of(build.per, workload).rejections.append(rejection)
 
 
 def ingresses(build: Build) -> None:
@@ -309,6 +326,7 @@ STAGES: tuple[tuple[str, Stage], ...] = (
     ("gateway listeners", gateway_listeners),
     ("gateway certificates", gateway_certificates),
     ("HTTPRoutes", http_routes),
+    ("session persistence", session_persistence),
     ("Ingresses", ingresses),
     ("workload listeners", workload_listeners),
     ("hostnames not held", hostnames_not_held),

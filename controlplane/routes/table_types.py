@@ -11,6 +11,7 @@ from controlplane.routes.httproute import RouteOutcome
 from controlplane.routes.ingress import IngressOutcome
 from controlplane.routes.l4 import EMPTY_TABLE as EMPTY_L4
 from controlplane.routes.l4 import L4Table
+from controlplane.routes.persistence import Persisted
 from controlplane.routes.placement import Placement
 from controlplane.snapshot import Certificate, HttpListener, RejectedInput
 
@@ -43,6 +44,8 @@ class RouteTable:
     # TLSRoutes and TCPRoutes: their outcomes, each workload's passthrough listeners and
     # TCP frontends, and the backends to plan in mode tcp (`l4.tcp_names`).
     l4: L4Table = EMPTY_L4
+    # Each routed Service's backends' session persistence (`routes/persistence.py`).
+    persistence: Persisted = field(default_factory=dict)
 
     def of(self, workload: str) -> WorkloadRoutes:
         return self.workloads.get(workload, EMPTY)

@@ -30,6 +30,7 @@ from controlplane.model import (
     ParentRef,
     PathMatch,
     RequestRedirect,
+    SessionPersistenceSpec,
     TCPRoute,
     TLSRoute,
 )
@@ -152,6 +153,21 @@ def _backend_ref(item: Mapping[str, Any], where: str) -> HTTPBackendRef:
     )
 
 
+def _session_persistence(value: Any, what: str) -> SessionPersistenceSpec | None:
+    """A rule's sessionPersistence as written (the CRD's defaults filled in: type Cookie);
+    compute checks the values and refuses what it cannot serve."""
+    if value is None:
+        return None
+    found = _map(value, what)
+    cookie = _map(found.get("cookieConfig"), f"{what}.cookieConfig")
+    return SessionPersistenceSpec(
+        type=_str(found.get("type"), f"{what}.type", "Cookie") or "Cookie",
+        session_name=_str(found.get("sessionName"), f"{what}.sessionName"),
+        absolute_timeout=_str(found.get("absoluteTimeout"), f"{what}.absoluteTimeout"),
+        lifetime_type=_str(cookie.get("lifetimeType"), f"{what}.cookieConfig.lifetimeType"),
+    )
+
+
 def _rule(item: Mapping[str, Any], where: str) -> HTTPRouteRule:
     matches = _items(item.get("matches"), f"{where}.matches", _match)
     return HTTPRouteRule(
@@ -159,6 +175,9 @@ def _rule(item: Mapping[str, Any], where: str) -> HTTPRouteRule:
         filters=_items(item.get("filters"), f"{where}.filters", _filter),
         backend_refs=_items(item.get("backendRefs"), f"{where}.backendRefs", _backend_ref),
         name=_str(item.get("name"), f"{where}.name"),
+        session_persistence=_session_persistence(
+            item.get("sessionPersistence"), f"{where}.sessionPersistence"
+        ),
     )
 
 
