@@ -35,7 +35,6 @@ from controlplane.model_parts import (
     HTTPRouteFilter,
     HTTPRouteMatch,
     HTTPRouteRule,
-    SessionPersistenceSpec,
     IngressBackend,
     IngressPath,
     IngressRule,
@@ -51,6 +50,7 @@ from controlplane.model_parts import (
     RouteGroupKind,
     SecretRef,
     SelectorRequirement,
+    SessionPersistenceSpec,
 )
 
 __all__ = [  # the whole model: its parts are re-exported from here
@@ -72,7 +72,6 @@ __all__ = [  # the whole model: its parts are re-exported from here
     "HTTPRouteFilter",
     "HTTPRouteMatch",
     "HTTPRouteRule",
-    "SessionPersistenceSpec",
     "HeaderModifier",
     "Ingress",
     "IngressBackend",
@@ -102,6 +101,7 @@ __all__ = [  # the whole model: its parts are re-exported from here
     "SelectorRequirement",
     "Service",
     "ServicePort",
+    "SessionPersistenceSpec",
     "TCPRoute",
     "TLSRoute",
     "TLSSecret",

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import ClassVar, TypeVar
 
+from peerplane import session
+
 EndpointKey = tuple[str, int]  # (address, port)
 
 
@@ -107,9 +109,10 @@ class SessionCookie:
 
     @property
     def honoured_s(self) -> int:
-        """How long after a slot is freed a cookie may still send a request to it."""
+        """How long after a slot is freed a cookie may still send a request to it: its
+        shorter bound, plus the slack of HAProxy's cookie dates."""
         bounds = [b for b in (self.max_life_s, self.max_idle_s) if b]
-        return min(bounds)
+        return min(bounds) + session.COOKIE_DATE_SLACK_S
 
 
 @dataclass(frozen=True, slots=True)

@@ -332,9 +332,7 @@ def plan_service(
         # ConfigMap rejections are listed once per snapshot, not on every backend.
         configmap.extend(w for w in found_warnings if w.kind != "Service")
         backends.append(
-            backend_spec(
-                name, service, port, port_mode, settings, slots, mine, (cookie, header)
-            )
+            backend_spec(name, service, port, port_mode, settings, slots, mine, (cookie, header))
         )
         rejections.extend(mine)
     rejections.extend(own)

@@ -258,7 +258,9 @@ def route_outcome(
     return outcome
 
 
-def _claim_persistence(route: HTTPRoute, rule: CheckedRule, age: str, outcome: RouteOutcome) -> None:
+def _claim_persistence(
+    route: HTTPRoute, rule: CheckedRule, age: str, outcome: RouteOutcome
+) -> None:
     """What the rule's sessionPersistence asks of each backend it reaches."""
     if rule.persistence is None:
         return

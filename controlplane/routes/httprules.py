@@ -21,10 +21,10 @@ from controlplane.model import (
     ReferenceGrant,
     Service,
 )
-from controlplane.routes.persistence import checked_persistence
 from controlplane.routes import names
 from controlplane.routes.backends import ServiceKey, resolve_backend
 from controlplane.routes.filters import rule_filters
+from controlplane.routes.persistence import checked_persistence
 from controlplane.routes.placement import Verdict
 from controlplane.routes.precedence import Origin
 from controlplane.snapshot import (

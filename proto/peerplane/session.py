@@ -20,6 +20,9 @@ HEADER_NAME = patterns.HEADER_NAME
 # A freed slot is kept out of reuse for as long as a cookie can still name it, so the
 # longest lifetime served bounds that quarantine (and the slot ledger's history).
 MAX_LIFETIME_S = 30 * 24 * 3600
+# HAProxy dates its cookies in units of 4 s: 3.0 and 3.2 were seen honouring a cookie
+# up to 4 s past its maxidle or maxlife (2.6 not). A slot's quarantine adds two units.
+COOKIE_DATE_SLACK_S = 8
 DEFAULT_HEADER = "Session-Id"
 # A Header table's key: the header value's first bytes (HAProxy truncates longer ones).
 HEADER_KEY_LEN = 128
