@@ -24,7 +24,7 @@ from tests.helpers.waiting import wait_until
 pytestmark = pytest.mark.haproxy
 
 OCTET = 91  # 127.91.x.y: apart from the other tests and benchmarks
-HOST = "sessions.demo.example.com"  # deploy/examples/demo/routes.yaml: HTTPRoute sessions
+HOST = "sessions.demo.example.com"  # deploy/examples/demo/sessions.yaml
 COOKIE = "catalog-session"
 CLIENTS = 12
 SESSION_BLOCK = (
@@ -117,7 +117,7 @@ def test_header_persistence_keeps_its_pod_through_the_replicated_table(
     (name_a, _), (name_b, _) = HAPROXY_PODS
     a, b = fleet.agents[name_a], fleet.agents[name_b]
     fleet.edit_manifest(
-        "routes.yaml",
+        "sessions.yaml",
         lambda text: text.replace(
             SESSION_BLOCK,
             "      sessionPersistence:\n        sessionName: X-Session\n        type: Header\n",
@@ -144,7 +144,7 @@ def test_permanent_cookie_carries_its_lifetime(fleet: Fleet) -> None:
     (name_a, _), _ = HAPROXY_PODS
     a = fleet.agents[name_a]
     fleet.edit_manifest(
-        "routes.yaml",
+        "sessions.yaml",
         lambda text: text.replace(
             SESSION_BLOCK,
             SESSION_BLOCK + "        absoluteTimeout: 1h\n"
