@@ -170,20 +170,6 @@ def http_routes(build: Build) -> None:
             _add(build.demand, service, workload)
 
 
-def session_persistence(build: Build) -> None:
-    """Each backend's one session persistence among the HTTPRoute rules asking for one
-    (`routes/persistence.py`); a refused claim is reported where its route's are."""
-    claims = [claim for outcome in build.routes.values() for claim in outcome.persistence.values()]
-    if not claims:
-        return
-    build.persistence, refused = backend_persistence(claims)
-    for rejection in refused:
-        build.rejections.append(rejection)
-        outcome = build.routes[rejection.namespace, rejection.name]
-        for workload in outcome.workloads:
-            _of(build.per, workload).rejections.append(rejection)
-
-
 def ingresses(build: Build) -> None:
     """Each Ingress of our classes, oldest first: its candidates on the http port (and
     the https port with spec.tls), its certificates, and its defaultBackend (the oldest
@@ -303,6 +289,29 @@ def hostnames_not_held(build: Build) -> None:
         build.routes[key] = _not_held(build.routes[key], by_workload)
 
 
+def session_persistence(build: Build) -> None:
+    """Each backend's one session persistence among the rules of the HTTPRoutes accepted
+    somewhere (`routes/persistence.py`): a route whose hostnames another namespace holds
+    everywhere sets none. A refused claim is reported where its route's are."""
+    claims = [
+        claim
+        for outcome in build.routes.values()
+        if outcome.persistence and any(parent.accepted.ok for parent in outcome.parents)
+        for claim in outcome.persistence.values()
+    ]
+    if not claims:
+        return
+    build.persistence, refused = backend_persistence(claims)
+    for rejection in refused:
+        build.rejections.append(rejection)
+        outcome = build.routes[rejection.namespace, rejection.name]
+        for workload in {lane_workload(w)[0] for w in outcome.workloads}:
+            table = build.tables.get(workload)
+            if table is not None:
+                told = (*table.rejections, rejection)
+                build.tables[workload] = dataclasses.replace(table, rejections=told)
+
+
 def tls_and_tcp_routes(build: Build) -> None:
     """TLSRoutes and TCPRoutes (`l4.l4_table`), given each workload's HTTP listeners."""
     http = {workload: found.listeners for workload, found in build.tables.items()}
@@ -326,10 +335,10 @@ STAGES: tuple[tuple[str, Stage], ...] = (
     ("gateway listeners", gateway_listeners),
     ("gateway certificates", gateway_certificates),
     ("HTTPRoutes", http_routes),
-    ("session persistence", session_persistence),
     ("Ingresses", ingresses),
     ("workload listeners", workload_listeners),
     ("hostnames not held", hostnames_not_held),
+    ("session persistence", session_persistence),
     ("TLS and TCP routes", tls_and_tcp_routes),
 )
 """The route table's stages, in the order they run."""

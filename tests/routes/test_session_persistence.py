@@ -11,8 +11,10 @@ import pytest
 
 from controlplane.compute import WorkloadSnapshot, compute
 from controlplane.routes.persistence import duration_seconds
+from controlplane.routes.status import route_statuses
 from controlplane.snapshot import BackendSpec, SessionCookie, SessionHeader
 from peerplane import session
+from tests.helpers import tenants
 from tests.helpers.builders import WORKLOAD, endpoint_slice, service
 from tests.helpers.route_builders import gateway, prefix_rule, route, state, to
 
@@ -138,3 +140,29 @@ def test_a_freed_slot_waits_out_what_a_permanent_cookie_can_name() -> None:
     assert 1 not in before.assignment["default_shop_http"].slots.values()
     after = at(10 + quarantine, *others, "10.0.9.9", previous=gone.assignment)
     assert 1 in after.assignment["default_shop_http"].slots.values()
+
+
+def test_a_route_with_session_persistence_is_accepted() -> None:
+    """Upstream conformance's first assertion: the route is Accepted, its refs resolved."""
+    statuses = route_statuses(state(gateway(), route("r", [persisted("/", "shop", COOKIE)])))
+    (key,) = [key for key in statuses if key.kind == "HTTPRoute"]
+    (entry,) = statuses[key]["parents"]
+    found = {c["type"]: c["status"] for c in entry["conditions"]}
+    assert found == {"Accepted": "True", "ResolvedRefs": "True"}
+
+
+def test_a_route_whose_hostnames_another_namespace_holds_sets_no_persistence() -> None:
+    """A route refused everywhere (hostname ownership) takes no part: it neither gives its
+    backends a persistence nor stands before a younger route that is served."""
+    stealing = route(
+        "steal",
+        [prefix_rule("/cart", [to("bsvc")], sessionPersistence=COOKIE)],
+        namespace="tenant-b",
+        hostnames=(tenants.HOST,),
+        created=tenants.NEW,
+        parent={"name": "bgw"},
+    )
+    gateway_b = tenants.tenant_gateway()[0]
+    cluster = state(*tenants.victim(), gateway_b, stealing, services=tenants.SERVICES)
+    got = compute(cluster, {}).workloads[WORKLOAD]
+    assert backend(got, tenants.TENANT_BACKEND).session_cookie is None
