@@ -57,6 +57,7 @@ from controlplane.model_parts import (
     RouteGroupKind,
     SecretRef,
     SelectorRequirement,
+    SessionPersistenceSpec,
     URLRewrite,
 )
 
@@ -116,6 +117,7 @@ __all__ = [  # the whole model: its parts are re-exported from here
     "SelectorRequirement",
     "Service",
     "ServicePort",
+    "SessionPersistenceSpec",
     "SourceIPPersistencePolicy",
     "TCPRoute",
     "TLSRoute",

@@ -172,6 +172,18 @@ class HTTPRouteRetry:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionPersistenceSpec:
+    """A rule's `sessionPersistence` as written (GEP-1619; compute checks the values):
+    `absolute_timeout` a Gateway API Duration ("" absent), `lifetime_type` the
+    cookieConfig's ("" absent: Session)."""
+
+    type: str = "Cookie"  # Cookie or Header (the CRD's default: Cookie)
+    session_name: str = ""  # "" : absent (peerplane picks a name)
+    absolute_timeout: str = ""
+    lifetime_type: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class HTTPRouteRule:
     matches: tuple[HTTPRouteMatch, ...] = (HTTPRouteMatch(),)
     filters: tuple[HTTPRouteFilter, ...] = ()
@@ -179,6 +191,7 @@ class HTTPRouteRule:
     name: str = ""
     timeouts: HTTPRouteTimeouts | None = None
     retry: HTTPRouteRetry | None = None
+    session_persistence: SessionPersistenceSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)

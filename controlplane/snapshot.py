@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import ClassVar, TypeVar
 
+from peerplane import session
+
 EndpointKey = tuple[str, int]  # (address, port)
 
 
@@ -82,6 +84,47 @@ class Persistence:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionPersistence:
+    """An HTTPRoute rule's sessionPersistence, checked (GEP-1619): what the route asks of
+    its backends, before the Service's settings make it a `SessionCookie` or a
+    `SessionHeader` (`compute/plan.py`)."""
+
+    type: str  # "Cookie" or "Header"
+    name: str  # cookie or header name ("" : a cookie named after its backend)
+    permanent: bool = False  # cookieConfig.lifetimeType Permanent: Max-Age = absolute_s
+    absolute_s: int = 0  # absoluteTimeout in seconds; 0: absent
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCookie:
+    """Cookie persistence of a backend: `cookie <name> insert indirect nocache`, each
+    server's value its slot's name. HAProxy ignores a cookie past `max_life_s` since it
+    was set or `max_idle_s` since it was last used (0: no bound), which bounds how long a
+    cookie can name a freed slot (its quarantine: `compute/slots.py`)."""
+
+    name: str
+    max_age_s: int  # Permanent: the Max-Age attribute; 0: a session cookie
+    max_life_s: int
+    max_idle_s: int
+
+    @property
+    def honoured_s(self) -> int:
+        """How long after a slot is freed a cookie may still send a request to it: its
+        shorter bound, plus the slack of HAProxy's cookie dates."""
+        bounds = [b for b in (self.max_life_s, self.max_idle_s) if b]
+        return min(bounds) + session.COOKIE_DATE_SLACK_S
+
+
+@dataclass(frozen=True, slots=True)
+class SessionHeader:
+    """Header persistence of a backend: a stick table keyed by the header's value."""
+
+    name: str
+    table_size: int
+    expire_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class HealthCheck:
     """Active health checks on every server of a backend; empty `http_path`: TCP check."""
 
@@ -114,6 +157,8 @@ class BackendSpec:
     # What HAProxy speaks to the servers (`compute/protocol.py`): "" HTTP/1.1, "h2"
     # cleartext HTTP/2, "ws" WebSocket, "wss" WebSocket over TLS.
     protocol: str = ""
+    session_cookie: SessionCookie | None = None  # from an HTTPRoute rule (GEP-1619)
+    session_header: SessionHeader | None = None
 
     def slot_list(self) -> tuple[Slot, ...]:
         """Every slot `SRV_1..SRV_count` in order, free ones without an address."""

@@ -164,7 +164,8 @@ class Computer:
         )
 
     def _demand_moved(self, table: RouteTable) -> set[tuple[str, str]]:
-        """Services whose routed workloads differ from the last table's."""
+        """Services whose routed workloads, tcp backends or session persistence differ from
+        the last table's."""
         last, self._table = self._table, table
         if last is table:
             return set()
@@ -175,6 +176,7 @@ class Computer:
         for before_names, after_names in (
             (last.l4.tcp_names if last is not None else {}, table.l4.tcp_names),
             (last.h2_names if last is not None else {}, table.h2_names),
+            (last.persistence if last is not None else {}, table.persistence),
         ):
             moved.update(
                 key

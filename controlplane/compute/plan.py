@@ -34,9 +34,12 @@ from controlplane.snapshot import (
     HealthCheck,
     Persistence,
     RejectedInput,
+    SessionCookie,
+    SessionHeader,
+    SessionPersistence,
     SlotAssignment,
 )
-from peerplane import limits, names
+from peerplane import limits, names, session
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +142,7 @@ def backend_spec(
     slots: BackendSlots,
     warnings: tuple[RejectedInput, ...],
     protocol: str = "",
+    persisted: tuple[SessionCookie | None, SessionHeader | None] = (None, None),
 ) -> BackendSpec:
     """The backend as snapshots hold it: resolved settings made plain values."""
     check = settings.check
@@ -161,7 +165,50 @@ def backend_spec(
             else HealthCheck(check.interval_ms, check.rise, check.fall, check.http_path)
         ),
         protocol=protocol,
+        session_cookie=persisted[0],
+        session_header=persisted[1],
     )
+
+
+def session_persistence(
+    asked: SessionPersistence | None,
+    name: str,
+    mode: str,
+    settings: BackendSettings,
+    reject: list[RejectedInput],
+    service: Service,
+) -> tuple[SessionCookie | None, SessionHeader | None, float]:
+    """The backend's cookie or header persistence from what its routes ask
+    (`routes/persistence.py`), and how long after a slot is freed it may still name it
+    (its quarantine: docs/design.md, "Session persistence").
+
+    A session cookie is honoured while used within the Service's persistence timeout
+    (the stick-table expire: HAProxy's `maxidle`) and, with an absoluteTimeout, for that
+    long at most (`maxlife`); a Permanent cookie for its absoluteTimeout (Max-Age and
+    `maxlife`). A Header table takes the Service's table size and expire."""
+    if asked is None:
+        return None, None, 0.0
+    if mode != "http":
+        reason = f"session persistence {asked.type} needs an HTTP backend; not served"
+        reject.append(service_rejection(service, "sessionPersistence", name, reason))
+        return None, None, 0.0
+    expire_s = -(-settings.expire_ms // 1000)
+    if asked.type == "Header":
+        if settings.persistence:
+            reason = (
+                "the Service's source-IP persistence holds the backend's stick table; "
+                "Header session persistence not served"
+            )
+            reject.append(service_rejection(service, "sessionPersistence", asked.name, reason))
+            return None, None, 0.0
+        header = SessionHeader(asked.name, settings.table_size, settings.expire_ms)
+        return None, header, settings.expire_ms / 1000
+    cookie_name = asked.name or session.default_cookie_name(name)
+    if asked.permanent:
+        cookie = SessionCookie(cookie_name, asked.absolute_s, asked.absolute_s, 0)
+    else:
+        cookie = SessionCookie(cookie_name, 0, asked.absolute_s, expire_s)
+    return cookie, None, float(cookie.honoured_s)
 
 
 def _parse_routing(
@@ -206,6 +253,7 @@ def plan_service(
     routed_to: frozenset[str] = frozenset(),
     tcp_names: frozenset[str] = frozenset(),
     h2_names: frozenset[str] = frozenset(),
+    persistence: Mapping[str, SessionPersistence] | None = None,
 ) -> Planned:
     """`now`: the computation's wall clock, when slots vacated by this plan are freed;
     `assign_new=False`: a follower's plan, whose endpoints without a slot in `previous`
@@ -214,7 +262,8 @@ def plan_service(
     is not exposed); `tcp_names`: its backends TLSRoutes or TCPRoutes reach and no HTTP
     route does, planned in mode tcp like a `haproxy.org/tcp-port` Service's when the
     Service is not exposed (an exposed Service keeps the mode its annotations give);
-    `h2_names`: its backends GRPCRoutes reach, spoken to in HTTP/2 (`protocol.py`)."""
+    `h2_names`: its backends GRPCRoutes reach, spoken to in HTTP/2 (`protocol.py`).
+    `persistence`: the session persistence its HTTPRoute rules ask of its backends."""
     rejections: list[RejectedInput] = []
     exposed = opted_in(service, rejections)
     if not (
@@ -258,7 +307,10 @@ def plan_service(
         port_mode = "tcp" if not exposed and name in tcp_names else mode
         settings = resolver.backend(service, port_mode, found_warnings, port.name)
         endpoints = ready_endpoints(slices, port)
-        quarantine_s = quarantine_seconds(settings.persistence, settings.expire_ms)
+        cookie, header, session_s = session_persistence(
+            (persistence or {}).get(name), name, port_mode, settings, found_warnings, service
+        )
+        quarantine_s = quarantine_seconds(settings.persistence, settings.expire_ms, session_s)
         slots = assign_slots(
             endpoints,
             previous.get(name),
@@ -286,7 +338,9 @@ def plan_service(
         configmap.extend(w for w in found_warnings if w.kind != "Service")
         protocol = backend_protocol(port, port_mode, name in h2_names)
         backends.append(
-            backend_spec(name, service, port, port_mode, settings, slots, mine, protocol)
+            backend_spec(
+                name, service, port, port_mode, settings, slots, mine, protocol, (cookie, header)
+            )
         )
         rejections.extend(mine)
     rejections.extend(own)

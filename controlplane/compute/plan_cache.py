@@ -13,6 +13,7 @@ import heapq
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from controlplane.compute.assemble_incremental import PlanKey
 from controlplane.compute.change_index import ChangeIndex, slices_of
@@ -21,9 +22,10 @@ from controlplane.model import ClusterState, ConfigMap, EndpointSlice, Service
 from controlplane.routes.table import RouteTable
 from controlplane.settings.policies import NO_OVERRIDES, PersistenceOverride
 from controlplane.settings.resolver import Resolver
-from controlplane.snapshot import BackendSlots, RejectedInput
+from controlplane.snapshot import BackendSlots, RejectedInput, SessionPersistence
 
 NOWHERE: frozenset[str] = frozenset()
+NO_PERSISTENCE: Mapping[str, SessionPersistence] = MappingProxyType({})
 NO_SLICES: dict[int, EndpointSlice] = {}
 
 
@@ -39,6 +41,7 @@ class CachedPlan:
     # by port name
     policies: Mapping[str, PersistenceOverride] = field(default_factory=lambda: NO_OVERRIDES)
     h2_names: frozenset[str] = frozenset()
+    persistence: Mapping[str, SessionPersistence] = field(default_factory=lambda: NO_PERSISTENCE)
 
     def reusable(
         self,
@@ -52,6 +55,7 @@ class CachedPlan:
         tcp_names: frozenset[str] = frozenset(),
         policies: Mapping[str, PersistenceOverride] = NO_OVERRIDES,
         h2_names: frozenset[str] = frozenset(),
+        persistence: Mapping[str, SessionPersistence] = NO_PERSISTENCE,
     ) -> bool:
         if self.planned.plan is not None and now >= self.planned.plan.lapses_at:
             return False  # planning now forgets history past its quarantine
@@ -60,6 +64,7 @@ class CachedPlan:
             and self.routed_to == routed_to
             and self.tcp_names == tcp_names
             and self.h2_names == h2_names
+            and self.persistence == persistence
             and (self.service is service or self.service == service)
             and self.slices == slices
             and (self.settings is settings or self.settings == settings)
@@ -151,14 +156,24 @@ class PlanCache:
             tcp_names = table.l4.tcp_names.get(key, NOWHERE)
             policies = resolver.policies.of(*key)
             h2_names = table.h2_names.get(key, NOWHERE)
+            persistence = table.persistence.get(key, NO_PERSISTENCE)
             cached = self.cache.get(key)
             if cached is None or not cached.reusable(
                 service, mine, state.settings, previous, assign_new, now, routed, tcp_names,
-                policies, h2_names,
+                policies, h2_names, persistence,
             ):  # fmt: skip
                 self.planned += 1
                 planned = plan_service(
-                    service, mine, resolver, previous, now, assign_new, routed, tcp_names, h2_names
+                    service,
+                    mine,
+                    resolver,
+                    previous,
+                    now,
+                    assign_new,
+                    routed,
+                    tcp_names,
+                    h2_names,
+                    persistence,
                 )
                 self._replace(
                     key,
@@ -172,6 +187,7 @@ class PlanCache:
                         tcp_names,
                         policies,
                         h2_names,
+                        persistence,
                     ),
                 )
 

@@ -90,13 +90,15 @@ def assign_slots(
     )
 
 
-def quarantine_seconds(persistence: bool, expire_ms: int) -> float:
-    """How long a freed slot waits: the stick-table expire, or nothing without a table.
+def quarantine_seconds(persistence: bool, expire_ms: int, session_s: float = 0.0) -> float:
+    """How long a freed slot waits: the stick-table expire, or nothing without a table;
+    at least `session_s`, how long session persistence (a cookie HAProxy still honours, a
+    header's stick entry) may name the slot after it was freed.
 
     Without persistence no entry names a slot, and hash-based balance does not depend on
     slot history, so a freed slot is eligible at once (still after never-used ones).
     """
-    return expire_ms / 1000 if persistence else 0.0
+    return max(expire_ms / 1000 if persistence else 0.0, session_s)
 
 
 def retire(slots: BackendSlots, now: float, quarantine_s: float) -> BackendSlots | None:

@@ -75,7 +75,7 @@ def _warnings(rejections: Sequence[RejectedInput]) -> bytes:
 
 def backend_bytes(spec: BackendSpec) -> bytes:
     """The `Snapshot.backends` entry of `spec`: framing, fields 1..9 (slots encoded
-    directly), warnings, check, protocol (field 15)."""
+    directly), warnings, check, session persistence, protocol (field 15)."""
     head = pb.Backend(
         name=spec.name,
         service=spec.service,
@@ -101,9 +101,28 @@ def backend_bytes(spec: BackendSpec) -> bytes:
     check = spec.check
     if check is not None:
         parts.append(wire.health_check(check.interval_ms, check.rise, check.fall, check.http_path))
+    parts.append(_session(spec))
     if spec.protocol:
         parts.append(pb.Backend(protocol=spec.protocol).SerializeToString())
     return protowire.length_delimited(wire.SNAPSHOT_BACKENDS, b"".join(parts))
+
+
+def _session(spec: BackendSpec) -> bytes:
+    """Backend `session_cookie` and `session_header` (fields 12 and 13, after the check)."""
+    cookie, header = spec.session_cookie, spec.session_header
+    if cookie is None and header is None:
+        return b""
+    tail = pb.Backend()
+    if cookie is not None:
+        tail.session_cookie.name = cookie.name
+        tail.session_cookie.max_age_s = cookie.max_age_s
+        tail.session_cookie.max_life_s = cookie.max_life_s
+        tail.session_cookie.max_idle_s = cookie.max_idle_s
+    if header is not None:
+        tail.session_header.name = header.name
+        tail.session_header.table_size = header.table_size
+        tail.session_header.expire_ms = header.expire_ms
+    return tail.SerializeToString(deterministic=True)
 
 
 def _peers(snapshot: WorkloadSnapshot) -> bytes:

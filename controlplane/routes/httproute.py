@@ -31,6 +31,7 @@ from controlplane.routes.grpcroute import http_rules
 from controlplane.routes.hostnames import intersect
 from controlplane.routes.httprules import CheckedRule, checked_rules
 from controlplane.routes.ownership import Claim, later
+from controlplane.routes.persistence import PersistenceClaim
 from controlplane.routes.placement import (
     GatewayPlace,
     ListenerPlace,
@@ -68,6 +69,8 @@ class RouteOutcome:
     demand: set[tuple[ServiceKey, str]] = field(default_factory=set)
     # A GRPCRoute's backends (Service, backend name): they speak HTTP/2.
     h2: set[tuple[ServiceKey, str]] = field(default_factory=set)
+    # Session persistence its attached rules ask of their backends, by (backend, rule).
+    persistence: dict[tuple[str, int], PersistenceClaim] = field(default_factory=dict)
 
     @property
     def workloads(self) -> set[str]:
@@ -265,6 +268,7 @@ def route_outcome(
             if kind == "GRPCRoute":  # resolved backends, in order, each with its Service
                 named = [b.backend for b in rule.backends if b.backend]
                 outcome.h2.update(zip(rule.services, named, strict=True))
+            _claim_persistence(route, rule, age, outcome)
             for lp, common in attached:
                 mine.extend(_candidates(route, rule, lp, common, age))
     return outcome
@@ -293,6 +297,28 @@ def dropped_rules(
     if len(message) > MAX_DROPPED_MESSAGE:
         message = message[: MAX_DROPPED_MESSAGE - 3] + "..."
     return Verdict(True, names.UNSUPPORTED_VALUE, message)
+
+
+def _claim_persistence(
+    route: HTTPRoute | GRPCRoute, rule: CheckedRule, age: str, outcome: RouteOutcome
+) -> None:
+    """What the rule's sessionPersistence asks of each backend it reaches."""
+    if rule.persistence is None:
+        return
+    origin = Origin(
+        type(route).__name__,
+        route.namespace,
+        route.name,
+        f"spec.rules[{rule.index}].sessionPersistence",
+    )
+    for service, backend in rule.persisted:
+        outcome.persistence[backend, rule.index] = PersistenceClaim(
+            (age, route.namespace, route.name, rule.index),
+            service,
+            backend,
+            rule.persistence,
+            origin,
+        )
 
 
 def _candidates(

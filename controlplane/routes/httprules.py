@@ -26,9 +26,16 @@ from controlplane.model import (
 from controlplane.routes import names
 from controlplane.routes.backends import ServiceKey, resolve_backend
 from controlplane.routes.filters import rule_filters, rule_parts
+from controlplane.routes.persistence import checked_persistence
 from controlplane.routes.placement import Verdict
 from controlplane.routes.precedence import Origin
-from controlplane.snapshot import RejectedInput, RouteFilter, RoutePath, WeightedBackend
+from controlplane.snapshot import (
+    RejectedInput,
+    RouteFilter,
+    RoutePath,
+    SessionPersistence,
+    WeightedBackend,
+)
 from peerplane import patterns
 
 DROPPED_MATCH = HTTPRouteMatch(path=PathMatch("Dropped", ""))
@@ -56,6 +63,10 @@ class CheckedRule:
     backends: tuple[WeightedBackend, ...]
     services: tuple[ServiceKey, ...]
     filters: tuple[RouteFilter, ...]
+    # sessionPersistence, checked (None: absent or refused), and the backends it asks of:
+    # (Service, backend name) of each resolved backendRef.
+    persistence: SessionPersistence | None = None
+    persisted: tuple[tuple[ServiceKey, str], ...] = ()
 
 
 def _path(value: str, kind: str) -> RoutePath | None:
@@ -206,6 +217,7 @@ def _rule(
         return None
     backends: list[WeightedBackend] = []
     services_used: list[ServiceKey] = []
+    persisted: list[tuple[ServiceKey, str]] = []
     unresolved: Verdict | None = None
     answers = next((f.answers for f in filters if f.answers), "")
     if not answers:
@@ -214,6 +226,7 @@ def _rule(
             backends.append(WeightedBackend(found.backend, ref.weight))
             if found.service is not None:
                 services_used.append(found.service)
+                persisted.append((found.service, found.backend))
             elif unresolved is None:
                 unresolved = Verdict(False, found.reason, found.message)
                 rejections.append(
@@ -231,7 +244,16 @@ def _rule(
                 f"{where}.backendRefs",
             )
         )
+    persistence = checked_persistence(rule.session_persistence, where, origin, rejections)
     return (
-        CheckedRule(index, tuple(matches), tuple(backends), tuple(services_used), filters),
+        CheckedRule(
+            index,
+            tuple(matches),
+            tuple(backends),
+            tuple(services_used),
+            filters,
+            persistence,
+            tuple(persisted) if persistence is not None else (),
+        ),
         unresolved,
     )

@@ -32,6 +32,7 @@ from controlplane.routes.l4 import EMPTY_TABLE as EMPTY_L4
 from controlplane.routes.l4 import L4Table, l4_table
 from controlplane.routes.l4 import Memo as L4Memo
 from controlplane.routes.ownership import ANY_HOST, Claim, resolve
+from controlplane.routes.persistence import Persisted, backend_persistence
 from controlplane.routes.placement import (
     LANE_SEPARATOR,
     Placement,
@@ -106,6 +107,7 @@ class Build:
     # The backends GRPCRoutes reach, by Service: they speak HTTP/2 (`compute/protocol.py`).
     h2_names: dict[ServiceKey, set[str]] = field(default_factory=dict)
     l4: L4Table = EMPTY_L4
+    persistence: Persisted = field(default_factory=dict)
 
     def table(self) -> RouteTable:
         return RouteTable(
@@ -118,6 +120,7 @@ class Build:
             tls_conflicts=self.tls_conflicts,
             l4=self.l4,
             h2_names={key: frozenset(found) for key, found in self.h2_names.items()},
+            persistence=self.persistence,
         )
 
 
@@ -296,6 +299,29 @@ def hostnames_not_held(build: Build) -> None:
         build.routes[key] = _not_held(build.routes[key], by_workload)
 
 
+def session_persistence(build: Build) -> None:
+    """Each backend's one session persistence among the rules of the routes accepted
+    somewhere (`routes/persistence.py`): a route whose hostnames another namespace holds
+    everywhere sets none. A refused claim is reported where its route's are."""
+    claims = [
+        claim
+        for outcome in build.routes.values()
+        if outcome.persistence and any(parent.accepted.ok for parent in outcome.parents)
+        for claim in outcome.persistence.values()
+    ]
+    if not claims:
+        return
+    build.persistence, refused = backend_persistence(claims)
+    for rejection in refused:
+        build.rejections.append(rejection)
+        outcome = build.routes[rejection.kind, rejection.namespace, rejection.name]
+        for workload in {lane_workload(w)[0] for w in outcome.workloads}:
+            table = build.tables.get(workload)
+            if table is not None:
+                told = (*table.rejections, rejection)
+                build.tables[workload] = dataclasses.replace(table, rejections=told)
+
+
 def tls_and_tcp_routes(build: Build) -> None:
     """TLSRoutes and TCPRoutes (`l4.l4_table`), given each workload's HTTP listeners."""
     http = {workload: found.listeners for workload, found in build.tables.items()}
@@ -322,6 +348,7 @@ STAGES: tuple[tuple[str, Stage], ...] = (
     ("Ingresses", ingresses),
     ("workload listeners", workload_listeners),
     ("hostnames not held", hostnames_not_held),
+    ("session persistence", session_persistence),
     ("TLS and TCP routes", tls_and_tcp_routes),
 )
 """The route table's stages, in the order they run."""

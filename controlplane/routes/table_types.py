@@ -11,6 +11,7 @@ from controlplane.routes.httproute import RouteOutcome
 from controlplane.routes.ingress import IngressOutcome
 from controlplane.routes.l4 import EMPTY_TABLE as EMPTY_L4
 from controlplane.routes.l4 import L4Table
+from controlplane.routes.persistence import Persisted
 from controlplane.routes.placement import Placement
 from controlplane.snapshot import Certificate, HttpListener, RejectedInput
 
@@ -47,6 +48,8 @@ class RouteTable:
     # The backends GRPCRoutes reach, by Service: planned with protocol h2
     # (`compute/protocol.py`).
     h2_names: Mapping[ServiceKey, frozenset[str]] = field(default_factory=dict)
+    # Each routed Service's backends' session persistence (`routes/persistence.py`).
+    persistence: Persisted = field(default_factory=dict)
 
     def of(self, workload: str) -> WorkloadRoutes:
         return self.workloads.get(workload, EMPTY)

@@ -36,6 +36,7 @@ from controlplane.model import (
     ParentRef,
     PathMatch,
     RequestRedirect,
+    SessionPersistenceSpec,
     TCPRoute,
     TLSRoute,
     URLRewrite,
@@ -217,6 +218,21 @@ def _retry(value: Any, what: str) -> HTTPRouteRetry | None:
     )
 
 
+def _session_persistence(value: Any, what: str) -> SessionPersistenceSpec | None:
+    """A rule's sessionPersistence as written (the CRD's defaults filled in: type Cookie);
+    compute checks the values and refuses what it cannot serve."""
+    if value is None:
+        return None
+    found = _map(value, what)
+    cookie = _map(found.get("cookieConfig"), f"{what}.cookieConfig")
+    return SessionPersistenceSpec(
+        type=_str(found.get("type"), f"{what}.type", "Cookie") or "Cookie",
+        session_name=_str(found.get("sessionName"), f"{what}.sessionName"),
+        absolute_timeout=_str(found.get("absoluteTimeout"), f"{what}.absoluteTimeout"),
+        lifetime_type=_str(cookie.get("lifetimeType"), f"{what}.cookieConfig.lifetimeType"),
+    )
+
+
 def _rule(item: Mapping[str, Any], where: str) -> HTTPRouteRule:
     matches = _items(item.get("matches"), f"{where}.matches", _match)
     return HTTPRouteRule(
@@ -226,6 +242,9 @@ def _rule(item: Mapping[str, Any], where: str) -> HTTPRouteRule:
         name=_str(item.get("name"), f"{where}.name"),
         timeouts=_timeouts(item.get("timeouts"), f"{where}.timeouts"),
         retry=_retry(item.get("retry"), f"{where}.retry"),
+        session_persistence=_session_persistence(
+            item.get("sessionPersistence"), f"{where}.sessionPersistence"
+        ),
     )
 
 

@@ -7,8 +7,10 @@ HTTPRoute and an Ingress) on both HAProxy instances, the same over HTTPS (`demo-
 Gateway HTTPS listener and an Ingress with spec.tls, their certificate made here at start),
 then a failover run: clients from fixed source addresses pinned through HAProxy A, by a
 Service annotation, by the HTTPRoute and over HTTPS, keep their backend pod through
-HAProxy B after A is lost. Before it, the Secret is renewed in its file: both instances
-serve the new certificate without a reload.
+HAProxy B after A is lost, and so do browsers holding the session cookie HAProxy A set
+(`sessions.yaml`: cookie persistence, GEP-1619, whose value names the slot, the same pod
+on every instance). Before it, the Secret is renewed in its file: both instances serve the
+new certificate without a reload.
 No key is kept in the repository: the demo makes a CA and a certificate for the HTTPS
 hosts when it starts (cryptography), writes the kubernetes.io/tls Secret into its runtime
 manifests folder and the CA (no key) beside it for `curl --cacert`.
@@ -81,6 +83,9 @@ CLIENT = "127.0.9.1"
 ROUTE_CLIENTS = ("127.0.9.11", "127.0.9.12", "127.0.9.13")  # pinned through the HTTPRoute
 STORE = "store.demo.example.com"  # the HTTPRoute's hostname (routes.yaml)
 HTTPS_CLIENTS = ("127.0.9.21", "127.0.9.22", "127.0.9.23")  # pinned over HTTPS
+SESSIONS = "sessions.demo.example.com"  # cookie persistence on catalog (sessions.yaml)
+SESSION_COOKIE = "catalog-session"
+BROWSERS = 3  # clients holding a session cookie through the failover
 # (what demo-https/https.yaml says, the host: SNI and Host)
 HTTPS_ROUTES = (
     ("HTTPS Gateway listener, HTTPRoute secure-store -> shop", GATEWAY_HOST),
@@ -210,7 +215,48 @@ def ready(agent: AgentHandle, label: str) -> None:
     print(f"HAProxy {label} ready: GET {agent.readyz_url} -> 200 {agent.wait_ready(60)}")
 
 
-def failover(fleet: Fleet, ctx: ssl.SSLContext) -> bool:
+def cookie_request(haproxy: str, cookie: str = "") -> tuple[str, str]:
+    """GET / of the sessions host through `haproxy`, with `cookie` as catalog-session's
+    value when given: the answering pod and the Set-Cookie header ("" when none)."""
+    conn = http.client.HTTPConnection(haproxy, HTTP_PORT, timeout=5)
+    headers = {"Host": SESSIONS, "Connection": "close"}
+    if cookie:
+        headers["Cookie"] = f"{SESSION_COOKIE}={cookie}"
+    try:
+        conn.request("GET", "/", headers=headers)
+        reply = conn.getresponse()
+        return reply.read().decode().strip(), reply.getheader("Set-Cookie") or ""
+    finally:
+        conn.close()
+
+
+def session_cookies(a: AgentHandle) -> dict[int, tuple[str, str]]:
+    """Each browser's cookie value and pod, set by HAProxy A."""
+    held = {}
+    for browser in range(1, BROWSERS + 1):
+        pod, set_cookie = cookie_request(a.address)
+        value = set_cookie.partition("=")[2].split(";", 1)[0]
+        kind = "max-age" not in set_cookie.lower() and "expires" not in set_cookie.lower()
+        said = "a session cookie: no Expires, no Max-Age" if kind else "UNEXPECTED lifetime"
+        print(f"browser {browser} -> HAProxy A -> http://{SESSIONS}/ -> {pod}, ", end="")
+        print(f"Set-Cookie: {set_cookie}  ({said})")
+        held[browser] = (value, pod)
+    return held
+
+
+def cookies_kept(b: AgentHandle, held: dict[int, tuple[str, str]]) -> bool:
+    ok = True
+    for browser, (value, pod) in held.items():
+        now, _ = cookie_request(b.address, value)
+        kept = now == pod
+        ok = ok and kept
+        slot = value.split("|", 1)[0]
+        print(f"browser {browser} -> HAProxy B, Cookie {SESSION_COOKIE}={value} -> {now}", end="  ")
+        print(f"(the same pod: {slot} names it on every instance)" if kept else "MOVED: failure")
+    return ok
+
+
+def failover(fleet: Fleet, ctx: ssl.SSLContext, cookies: bool = True) -> bool:
     (name_a, address_a), (name_b, _) = HAPROXY_PODS
     a, b = fleet.agents[name_a], fleet.agents[name_b]
     pod = http_get(a.address, "shop.example.com", CLIENT)
@@ -222,6 +268,10 @@ def failover(fleet: Fleet, ctx: ssl.SSLContext) -> bool:
     secure = {c: https_get(ctx, a.address, GATEWAY_HOST, c).body for c in HTTPS_CLIENTS}
     for client, routed in secure.items():
         print(f"client {client} -> HAProxy A -> HTTPS {GATEWAY_HOST} -> {routed}")
+    held = session_cookies(a) if cookies else {}
+    if not cookies:
+        print("session cookies: not shown (KUBE=real installs the Gateway API standard ")
+        print("  channel, which has no sessionPersistence; demo/sessions.yaml is folder mode's)")
 
     def replicated() -> bool:
         table = table_entries(b.runtime("show table default_shop_http"))
@@ -248,6 +298,7 @@ def failover(fleet: Fleet, ctx: ssl.SSLContext) -> bool:
         ok = ok and kept
         print(f"client {client} -> HAProxy B -> HTTPS {GATEWAY_HOST} -> {now}", end="  ")
         print("(the same pod: pinned over HTTPS)" if kept else "MOVED: failure")
+    ok = cookies_kept(b, held) and ok
     print("restarting agent A ...")
     fleet.start_agent(name_a, address_a)
     fleet.wait_all_acked()
@@ -397,7 +448,7 @@ def main() -> int:
             routed = rotation(fleet, ctx, ca, renew, "Secret default/demo-tls", True) and routed
 
         heading("failover run")
-        ok = failover(fleet, ctx) and routed
+        ok = failover(fleet, ctx, cookies=real is None) and routed
         print(f"db over TCP through {first.address}:{TCP_PORT}: {tcp_get(first.address, CLIENT)}")
         if args.once:
             return 0 if ok else 1

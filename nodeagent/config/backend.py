@@ -11,7 +11,7 @@ from nodeagent.config.errors import RenderError, refused
 from nodeagent.config.filters import timeouts
 from nodeagent.haproxy import version
 from peerplane import balance as words
-from peerplane import healthcheck, limits, names
+from peerplane import healthcheck, limits, names, session
 from peerplane.v1 import peerplane_pb2 as pb
 
 PEERS_SECTION = names.PEERS_SECTION
@@ -52,13 +52,15 @@ def _hash_type(value: str, backend: str) -> str:
         raise refused(backend, value, f"backend {backend}: invalid hash-type: {value!r}") from None
 
 
-def _server(backend: str, slot: pb.Slot, options: str = "") -> str:
+def _server(backend: str, slot: pb.Slot, options: str = "", cookie: bool = False) -> str:
     if names.server_index(slot.server_name) != slot.index:
         raise RenderError(f"backend {backend}: slot {slot.index} named {slot.server_name!r}")
     if slot.index > limits.MAX_SLOTS:  # the bound compute and the slot loaders hold too
         raise refused(
             backend, slot.index, f"backend {backend}: slot {slot.index} above {limits.MAX_SLOTS}"
         )
+    if cookie:  # the slot's name: the same pod on every instance (docs/design.md)
+        options = f" cookie {slot.server_name}{options}"
     if slot.enabled:
         try:
             addr = endpoint(slot.address, slot.port)
@@ -110,6 +112,49 @@ def _protocol(backend: pb.Backend, name: str, http_check: bool) -> str:
     return ""
 
 
+def _session_cookie(backend: pb.Backend, name: str) -> str:
+    """The `cookie` line: inserted by HAProxy, never passed to the server, not cached;
+    a session cookie carries no Expires or Max-Age, a Permanent one Max-Age."""
+    c = backend.session_cookie
+    if backend.mode != "http":
+        raise RenderError(f"backend {name}: session cookie in mode {backend.mode}")
+    cookie = check(session.COOKIE_NAME, c.name, f"backend {name}: session cookie name")
+    line = f"  cookie {cookie} insert indirect nocache"
+    for word, value in (("maxidle", c.max_idle_s), ("maxlife", c.max_life_s)):
+        if value > session.MAX_LIFETIME_S:
+            raise RenderError(f"backend {name}: cookie {word} {value} above the limit")
+        if value:
+            line += f" {word} {value}s"
+    if c.max_age_s > session.MAX_LIFETIME_S:
+        raise RenderError(f"backend {name}: cookie Max-Age {c.max_age_s} above the limit")
+    if c.max_age_s:
+        line += f" attr Max-Age={c.max_age_s}"
+    return line
+
+
+def _session_header(
+    backend: pb.Backend, name: str, peers: bool, haproxy_version: version.Version | None
+) -> list[str]:
+    """A stick table keyed by the header's value (its first HEADER_KEY_LEN bytes)."""
+    h = backend.session_header
+    if backend.HasField("persistence"):
+        raise RenderError(f"backend {name}: header persistence beside source-IP persistence")
+    header = check(session.HEADER_NAME, h.name, f"backend {name}: session header name")
+    if not 0 < h.expire_ms <= limits.MAX_EXPIRE_MS:
+        raise RenderError(f"backend {name}: invalid expire {h.expire_ms}")
+    if h.table_size > limits.MAX_TABLE_SIZE:
+        raise RenderError(f"backend {name}: stick-table size above {limits.MAX_TABLE_SIZE}")
+    table = (
+        f"  stick-table type string len {session.HEADER_KEY_LEN} "
+        f"size {haproxy_size(h.table_size)} expire {h.expire_ms}"
+    )
+    if version.srvkey_addr(haproxy_version):
+        table += " srvkey addr"
+    if peers:
+        table += f" peers {PEERS_SECTION}"
+    return [f"  stick on req.hdr({header})", table]
+
+
 def render_backend(
     backend: pb.Backend, peers: bool = True, haproxy_version: version.Version | None = None
 ) -> list[str]:
@@ -140,6 +185,11 @@ def render_backend(
         if peers:
             table += f" peers {PEERS_SECTION}"
         lines += ["  stick on src", table]
+    if backend.HasField("session_header"):
+        lines += _session_header(backend, name, peers, haproxy_version)
+    cookie = backend.HasField("session_cookie")
+    if cookie:
+        lines.append(_session_cookie(backend, name))
     check_lines, options = _healthcheck(backend, name)
     lines += check_lines
     options = _protocol(backend, name, bool(check_lines)) + options
@@ -150,5 +200,5 @@ def render_backend(
         if slot.index in seen:
             raise RenderError(f"backend {name}: duplicate slot {slot.index}")
         seen.add(slot.index)
-        lines.append(_server(name, slot, options))
+        lines.append(_server(name, slot, options, cookie))
     return lines

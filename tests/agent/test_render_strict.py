@@ -143,3 +143,35 @@ def test_stick_table_with_the_longest_name_replicates(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        {"cookie": "s\n  http-request deny"},
+        {"cookie": "s max-age"},
+        {"header": "X-S)\n  acl x always_true"},
+        {"max_age": limits.MAX_EXPIRE_MS},
+    ],
+)
+@pytest.mark.unit  # pure
+def test_session_persistence_names_and_lifetimes_are_checked(hostile: dict[str, object]) -> None:
+    """A cookie or header name reaches haproxy.cfg only when it matches the shared pattern
+    (`peerplane/session.py`), and a lifetime only within its bound."""
+    snap = snapshot_with()
+    backend = snap.backends[0]
+    if "header" in hostile:
+        backend.session_header.name = str(hostile["header"])
+        backend.session_header.table_size = 1024
+        backend.session_header.expire_ms = 1000
+    else:
+        backend.session_cookie.name = str(hostile.get("cookie", "s"))
+        backend.session_cookie.max_age_s = int(str(hostile.get("max_age", 0)))
+    with pytest.raises(RenderError):
+        render(snap, RenderOptions(pod_name="haproxy-a"))
+    fine = snapshot_with()
+    fine.backends[0].session_cookie.name = "s"
+    fine.backends[0].session_cookie.max_idle_s = 60
+    rendered = render(fine, RenderOptions(pod_name="haproxy-a"))
+    assert "  cookie s insert indirect nocache maxidle 60s" in rendered
+    assert "server SRV_1 127.0.2.1:8888 id 1 enabled cookie SRV_1" in rendered

@@ -24,6 +24,7 @@ from tests.helpers.builders import (
     service,
 )
 from tests.helpers.builders import settings as settings_map
+from tests.helpers.route_builders import gateway, prefix_rule, route, state, to
 
 
 def rich_state():  # type: ignore[no-untyped-def]
@@ -236,5 +237,33 @@ def test_the_backend_protocol_is_encoded_last_as_field_15() -> None:
     message = content.message()
     (found,) = message.backends
     assert (found.protocol, bool(found.warnings), found.HasField("check")) == ("h2", True, True)
+
+
+def test_session_persistence_is_encoded_after_the_check_as_protobuf_would() -> None:
+    """Backend fields 12 and 13 (session cookie, session header) follow the warnings and
+    the check: the bytes are still the deterministic serialization."""
+    cookie = {"sessionName": "s", "absoluteTimeout": "1h"}
+    header = {"type": "Header", "sessionName": "X-Session"}
+    routed = state(
+        gateway(),
+        route(
+            "r",
+            [
+                prefix_rule("/a", [to("shop")], sessionPersistence=cookie),
+                prefix_rule("/b", [to("catalog")], sessionPersistence=header),
+            ],
+        ),
+        endpoint_slices=(endpoint_slice("shop", ["127.0.0.1"]),),
+    )
+    content = encode(compute(routed, {}).workloads)[WORKLOAD]
+    message = content.message()
+    got = {b.name: b for b in message.backends}
+    shop, catalog = got["default_shop_http"], got["default_catalog_http"]
+    assert (shop.session_cookie.name, shop.session_cookie.max_life_s) == ("s", 3600)
+    assert shop.session_cookie.max_idle_s == 1800 and shop.check.rise
+    assert (catalog.session_header.name, catalog.session_header.expire_ms) == (
+        "X-Session",
+        1_800_000,
+    )
     message.content_hash = ""
     assert message.SerializeToString(deterministic=True) == content.payload

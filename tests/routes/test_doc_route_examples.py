@@ -43,9 +43,11 @@ def demo_classes(*kinds: str) -> list[str]:
 
 
 def load(folder: Path, routes: str) -> ClusterState:
-    """The demo's manifests copied to `folder`, with `routes` as their routes.yaml."""
+    """The demo's manifests copied to `folder`, with `routes` as their routes.yaml (and
+    without its other route file, sessions.yaml: the docs' routes stand in for both)."""
     shutil.copytree(DEMO, folder)
     (folder / "routes.yaml").write_text(routes)
+    (folder / "sessions.yaml").unlink()
     loaded = load_manifests(folder, SETTINGS)
     assert loaded.errors == []
     return loaded.state
@@ -66,8 +68,9 @@ def served(tmp_path: Path, routes: str) -> tuple[ClusterState, dict[int, int]]:
     [
         # README: an HTTPRoute of five rules and an Ingress of two paths, one port.
         ("README.md", "## Routes", "## Image", ("GatewayClass", "IngressClass"), {18080: 6}),
-        # The reference: the demo's routes.yaml with the workload named, classes included.
-        ("docs/annotations.md", "**Examples**", "\n## ", (), {18080: 6}),
+        # The reference: the demo's routes.yaml with the workload named, classes included,
+        # and the session persistence example (demo/sessions.yaml).
+        ("docs/annotations.md", "**Examples**", "\n## ", (), {18080: 7}),
         # The operations guide: its Ingress on the settings' port, its Gateway's port 80.
         ("docs/operations.md", "## Routes:", "To see what", ("GatewayClass",), {18080: 2, 80: 1}),
     ],

@@ -134,6 +134,19 @@ def test_demo_runs_the_failover_and_stops_everything(tmp_path: Path, kube: str) 
     # Clients pinned through the HTTPRoute on A are answered by the same pod through B
     # once A is stopped.
     stopped = out.index("stopping agent A")
+    # Browsers holding the session cookie A set (a session cookie) keep their pod through B
+    # (folder mode: sessions.yaml needs the experimental channel).
+    if kube == "folder":
+        held = re.findall(
+            r"browser (\d) -> HAProxy A -> http://sessions\.demo\.example\.com/ -> "
+            r"(catalog-\d), Set-Cookie: catalog-session=(SRV_\d+\S*); .*"
+            r"\(a session cookie: no Expires, no Max-Age\)\n",
+            out[:stopped],
+        )
+        assert len(held) == 3, out[:stopped][-3000:]
+        for browser, pod, value in held:
+            kept = f"browser {browser} -> HAProxy B, Cookie catalog-session={value} -> {pod}  "
+            assert kept + "(the same pod: " in out[stopped:], out[stopped:][-3000:]
     for client in ROUTE_CLIENTS:
         via = f"client {client} -> HAProxy {{}} -> HTTPRoute store.demo.example.com/cart -> "
         before = re.search(re.escape(via.format("A")) + r"(shop-\d)\n", out[:stopped])

@@ -54,7 +54,7 @@ class Peer(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
 
 class Backend(_message.Message):
-    __slots__ = ("name", "service", "service_port", "mode", "balance", "balance_argument", "hash_type", "persistence", "slots", "warnings", "check", "protocol")
+    __slots__ = ("name", "service", "service_port", "mode", "balance", "balance_argument", "hash_type", "persistence", "slots", "warnings", "check", "session_cookie", "session_header", "protocol")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SERVICE_FIELD_NUMBER: _ClassVar[int]
     SERVICE_PORT_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,8 @@ class Backend(_message.Message):
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
     CHECK_FIELD_NUMBER: _ClassVar[int]
+    SESSION_COOKIE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_HEADER_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     name: str
     service: str
@@ -78,8 +80,32 @@ class Backend(_message.Message):
     slots: _containers.RepeatedCompositeFieldContainer[Slot]
     warnings: _containers.RepeatedCompositeFieldContainer[RejectedInput]
     check: HealthCheck
+    session_cookie: SessionCookie
+    session_header: SessionHeader
     protocol: str
-    def __init__(self, name: _Optional[str] = ..., service: _Optional[str] = ..., service_port: _Optional[str] = ..., mode: _Optional[str] = ..., balance: _Optional[str] = ..., balance_argument: _Optional[str] = ..., hash_type: _Optional[str] = ..., persistence: _Optional[_Union[Persistence, _Mapping]] = ..., slots: _Optional[_Iterable[_Union[Slot, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ..., check: _Optional[_Union[HealthCheck, _Mapping]] = ..., protocol: _Optional[str] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., service: _Optional[str] = ..., service_port: _Optional[str] = ..., mode: _Optional[str] = ..., balance: _Optional[str] = ..., balance_argument: _Optional[str] = ..., hash_type: _Optional[str] = ..., persistence: _Optional[_Union[Persistence, _Mapping]] = ..., slots: _Optional[_Iterable[_Union[Slot, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ..., check: _Optional[_Union[HealthCheck, _Mapping]] = ..., session_cookie: _Optional[_Union[SessionCookie, _Mapping]] = ..., session_header: _Optional[_Union[SessionHeader, _Mapping]] = ..., protocol: _Optional[str] = ...) -> None: ...
+
+class SessionCookie(_message.Message):
+    __slots__ = ("name", "max_age_s", "max_life_s", "max_idle_s")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_LIFE_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_IDLE_S_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    max_age_s: int
+    max_life_s: int
+    max_idle_s: int
+    def __init__(self, name: _Optional[str] = ..., max_age_s: _Optional[int] = ..., max_life_s: _Optional[int] = ..., max_idle_s: _Optional[int] = ...) -> None: ...
+
+class SessionHeader(_message.Message):
+    __slots__ = ("name", "table_size", "expire_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TABLE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    table_size: int
+    expire_ms: int
+    def __init__(self, name: _Optional[str] = ..., table_size: _Optional[int] = ..., expire_ms: _Optional[int] = ...) -> None: ...
 
 class HealthCheck(_message.Message):
     __slots__ = ("interval_ms", "rise", "fall", "http_path")
