@@ -9,7 +9,7 @@ changed, and kept by identity otherwise, so the encoder reuses its bytes.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from controlplane.compute.assemble_incremental import WorkloadAssembly
@@ -18,11 +18,14 @@ from controlplane.routes.l4 import WorkloadL4
 from controlplane.routes.l4 import finalize as finalize_l4
 from controlplane.routes.table import WorkloadRoutes
 from controlplane.snapshot import (
+    HostRoute,
     HttpFrontend,
     HttpListener,
     RejectedInput,
+    RouteRule,
     TcpFrontend,
     TlsPassthroughListener,
+    WeightedBackend,
     WorkloadSnapshot,
 )
 
@@ -67,6 +70,56 @@ class _Proxied:
     listeners_out: tuple[HttpListener, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class _Sectioned:
+    """One workload's HTTP listeners and annotation routes as last made to name the
+    spare sections their backends run in, with what they were made from."""
+
+    listeners: tuple[HttpListener, ...]
+    http: HttpFrontend | None
+    sections: dict[str, str]  # a copy of the assembly's
+    listeners_out: tuple[HttpListener, ...]
+    http_out: HttpFrontend | None
+
+
+def _rule_in_sections(rule: RouteRule, sections: Mapping[str, str]) -> RouteRule:
+    if not any(b.backend in sections for b in rule.backends):
+        return rule
+    backends = tuple(
+        WeightedBackend(sections.get(b.backend, b.backend), b.weight) for b in rule.backends
+    )
+    return dataclasses.replace(rule, backends=backends)
+
+
+def in_sections(
+    listeners: tuple[HttpListener, ...], sections: Mapping[str, str]
+) -> tuple[HttpListener, ...]:
+    """The listeners naming, for each backend that runs in a claimed spare, that spare
+    (HAProxy knows the section, not the backend's name); `listeners` itself when none
+    does. O(rules)."""
+    out: list[HttpListener] = []
+    changed = False
+    for listener in listeners:
+        rules = tuple(_rule_in_sections(rule, sections) for rule in listener.rules)
+        default = sections.get(listener.default_backend, listener.default_backend)
+        if default != listener.default_backend or any(
+            a is not b for a, b in zip(rules, listener.rules, strict=True)
+        ):
+            listener = dataclasses.replace(listener, rules=rules, default_backend=default)
+            changed = True
+        out.append(listener)
+    return tuple(out) if changed else listeners
+
+
+def _http_in_sections(
+    http: HttpFrontend | None, sections: Mapping[str, str]
+) -> HttpFrontend | None:
+    if http is None or not any(r.backend in sections for r in http.routes):
+        return http
+    routes = tuple(HostRoute(r.host, sections.get(r.backend, r.backend)) for r in http.routes)
+    return dataclasses.replace(http, routes=routes)
+
+
 def _listener_port(listener: HttpListener) -> tuple[int, str]:
     return listener.port, listener.address
 
@@ -79,6 +132,7 @@ class FinalAssembly:
         self._finals: dict[str, _Final] = {}
         self._l4_finals: dict[str, _L4Final] = {}
         self._proxied: dict[str, _Proxied] = {}
+        self._sectioned: dict[str, _Sectioned] = {}
 
     def complete(
         self,
@@ -94,6 +148,7 @@ class FinalAssembly:
         snapshot = self._with_routes(key, snapshot, routes, assembly)
         snapshot = self._with_l4(key, snapshot, l4_routes, assembly)
         snapshot = self._with_proxy(key, snapshot, accept_proxy)
+        snapshot = self._with_sections(key, snapshot, assembly.sections)
         return snapshot, (*self._finals[key].rejections, *self._l4_finals[key].rejections)
 
     def keep(self, keys: Iterable[str]) -> None:
@@ -102,6 +157,36 @@ class FinalAssembly:
         self._finals = {key: self._finals[key] for key in keys}
         self._l4_finals = {key: self._l4_finals[key] for key in keys}
         self._proxied = {key: self._proxied[key] for key in keys if key in self._proxied}
+        self._sectioned = {k: self._sectioned[k] for k in keys if k in self._sectioned}
+
+    def _with_sections(
+        self, key: str, snapshot: WorkloadSnapshot, sections: Mapping[str, str]
+    ) -> WorkloadSnapshot:
+        """The HTTP listeners and annotation routes naming the spare sections their
+        backends claimed (`compute/spares.py`; spares are HTTP backends, so the TCP
+        frontends and TLS passthrough listeners never name one). Kept by identity while
+        its inputs are, so the encoder reuses their bytes."""
+        if not sections:
+            self._sectioned.pop(key, None)
+            return snapshot
+        listeners, http = snapshot.http_listeners, snapshot.http_frontend
+        last = self._sectioned.get(key)
+        if last is None or not (
+            last.listeners is listeners and last.http is http and last.sections == sections
+        ):
+            last = _Sectioned(
+                listeners,
+                http,
+                dict(sections),
+                in_sections(listeners, sections),
+                _http_in_sections(http, sections),
+            )
+            self._sectioned[key] = last
+        if last.listeners_out is listeners and last.http_out is http:
+            return snapshot
+        return dataclasses.replace(
+            snapshot, http_listeners=last.listeners_out, http_frontend=last.http_out
+        )
 
     def _with_routes(
         self,

@@ -8,12 +8,14 @@ by identity).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controlplane.compute.endpoints import ready_endpoints
 from controlplane.compute.slots import assign_slots, quarantine_seconds
+from controlplane.compute.spares import Claims
 from controlplane.model import EndpointSlice, Service, ServicePort
 from controlplane.settings.resolver import BackendSettings, Resolver, lookup
 from controlplane.settings.values import (
@@ -202,6 +204,7 @@ def plan_service(
     assign_new: bool = True,
     routed_to: frozenset[str] = frozenset(),
     tcp_names: frozenset[str] = frozenset(),
+    claims: Claims | None = None,
 ) -> Planned:
     """`now`: the computation's wall clock, when slots vacated by this plan are freed;
     `assign_new=False`: a follower's plan, whose endpoints without a slot in `previous`
@@ -209,7 +212,9 @@ def plan_service(
     `routed_to`: the workloads whose routes reach the Service (served there even when it
     is not exposed); `tcp_names`: its backends TLSRoutes or TCPRoutes reach and no HTTP
     route does, planned in mode tcp like a `haproxy.org/tcp-port` Service's when the
-    Service is not exposed (an exposed Service keeps the mode its annotations give)."""
+    Service is not exposed (an exposed Service keeps the mode its annotations give);
+    `claims`: the leader's spare claiming, which a backend with no history in `previous`
+    asks for a spare section (`compute/spares.py`)."""
     rejections: list[RejectedInput] = []
     exposed = opted_in(service, rejections)
     if not (
@@ -279,7 +284,12 @@ def plan_service(
         mine = tuple(w for w in found_warnings if w.kind == "Service")
         # ConfigMap rejections are listed once per snapshot, not on every backend.
         configmap.extend(w for w in found_warnings if w.kind != "Service")
-        backends.append(backend_spec(name, service, port, port_mode, settings, slots, mine))
+        spec = backend_spec(name, service, port, port_mode, settings, slots, mine)
+        if claims is not None and previous.get(name) is None:
+            spare = claims.claim(spec)
+            if spare:
+                spec = dataclasses.replace(spec, slots=dataclasses.replace(slots, spare=spare))
+        backends.append(spec)
         rejections.extend(mine)
     rejections.extend(own)
     plan = ServicePlan(

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from controlplane.compute.assemble_incremental import PlanKey
 from controlplane.compute.change_index import ChangeIndex, slices_of
 from controlplane.compute.plan import Planned, ServicePlan, plan_service
+from controlplane.compute.spares import Claims
 from controlplane.model import ClusterState, ConfigMap, EndpointSlice, Service
 from controlplane.routes.table import RouteTable
 from controlplane.settings.resolver import Resolver
@@ -129,11 +130,13 @@ class PlanCache:
         now: float,
         assign_new: bool,
         table: RouteTable,
+        claims: Claims | None = None,
     ) -> None:
-        """Plan again each `dirty` Service whose cached plan cannot be reused."""
+        """Plan again each `dirty` Service whose cached plan cannot be reused, in key
+        order (new backends claim spares in that order: `compute/spares.py`)."""
         self.planned = 0
         self.checked = len(dirty)
-        for key in dirty:
+        for key in sorted(dirty):
             service = self.by_key.get(key)
             if service is None:
                 self._replace(key, None)
@@ -147,7 +150,7 @@ class PlanCache:
             ):
                 self.planned += 1
                 planned = plan_service(
-                    service, mine, resolver, previous, now, assign_new, routed, tcp_names
+                    service, mine, resolver, previous, now, assign_new, routed, tcp_names, claims
                 )
                 self._replace(
                     key,

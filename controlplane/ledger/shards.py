@@ -101,6 +101,7 @@ def largest_shard(count: int = limits.MAX_SLOTS) -> tuple[str, BackendSlots, str
         slots=MappingProxyType({}),
         freed=MappingProxyType(freed),
         freed_by=MappingProxyType(freed_by),
+        spare=names.spare_name(names.MAX_SPARE_INDEX),
     )
     return name, slots, "x" * 253
 

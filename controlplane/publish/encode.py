@@ -75,7 +75,7 @@ def _warnings(rejections: Sequence[RejectedInput]) -> bytes:
 
 def backend_bytes(spec: BackendSpec) -> bytes:
     """The `Snapshot.backends` entry of `spec`: framing, fields 1..9 (slots encoded
-    directly), warnings, check."""
+    directly), warnings, check, the spare section it runs in, whether it is a spare."""
     head = pb.Backend(
         name=spec.name,
         service=spec.service,
@@ -101,6 +101,9 @@ def backend_bytes(spec: BackendSpec) -> bytes:
     check = spec.check
     if check is not None:
         parts.append(wire.health_check(check.interval_ms, check.rise, check.fall, check.http_path))
+    if slots.spare or spec.spare:  # fields 17 and 18, in field order after the rest
+        tail = pb.Backend(section=slots.spare, spare=spec.spare)
+        parts.append(tail.SerializeToString(deterministic=True))
     return protowire.length_delimited(wire.SNAPSHOT_BACKENDS, b"".join(parts))
 
 

@@ -76,6 +76,9 @@ class Applier:
         self._applied_cfg: Rendered | None = None  # the render cache: applied sections
         self._set_aside: dict[str, SetAside] = {}  # what `applied` runs without, by name
         self._unsaved = False  # HAProxy runs `applied` but the state dir lacks it
+        # Unclaimed spare sections in the file that HAProxy has not loaded: added by a
+        # version applied without a reload (docs/design.md, "Spare backends").
+        self._pending: frozenset[str] = frozenset()
         self._lock = threading.Lock()
         self.metrics = metrics if metrics is not None else AgentMetrics()
         self.validation = Validation(haproxy, self.certs, certs_dir, self.metrics)
@@ -194,7 +197,9 @@ class Applier:
         data = rendered.data()  # the file; its text only on the reload path
         decision = changes.Decision(changes.ApplyPath.RELOAD, reason="nothing applied yet")
         if old is not None and change is not None:
-            decision = changes.classify(old, self._applied_cfg, snapshot, rendered, change)
+            decision = changes.classify(
+                old, self._applied_cfg, snapshot, rendered, change, self._pending
+            )
         started = self.activation.started
         if decision.kind is changes.ApplyPath.NOTHING and started:
             log.info(
@@ -205,7 +210,7 @@ class Applier:
             same = old is not None and old.content_hash == snapshot.content_hash
             if not same or self._read_config_bytes() != data:
                 self.files.write_config(data)
-            self._record(snapshot, rendered, aside)
+            self._record(snapshot, rendered, aside, pending=decision.pending)
             return Result(True, decision.kind, set_aside=setaside.listed(aside))
         kind = decision.kind if started else changes.ApplyPath.RELOAD
         if kind is changes.ApplyPath.RUNTIME and not sockrepair.answers(
@@ -339,7 +344,7 @@ class Applier:
         served = setaside.served(snapshot, aside)
         self.certs.write(served, rendered.crt_lists, self._applied_served(), before_lists)
         self.files.write_config(data)
-        self._record(snapshot, rendered, aside)
+        self._record(snapshot, rendered, aside, pending=decision.pending)
         self.certs.prune(served, rendered.crt_lists)
         return Result(
             True,
@@ -414,12 +419,15 @@ class Applier:
         rendered: Rendered,
         aside: Mapping[str, SetAside],
         save: bool = True,
+        pending: frozenset[str] = frozenset(),
     ) -> None:
         """HAProxy runs `snapshot` now: remember it and its sections (the render cache),
         then save it (unless it is the saved one) from the bytes in hand. A failed save is
         an ApplyError: the Hello then names no hash, so the control plane sends the snapshot
-        again and the save is retried."""
+        again and the save is retried. `pending`: the spares it has not loaded (none after
+        a reload or a start)."""
         self.applied, self._applied_cfg = snapshot, rendered
+        self._pending = pending
         self._set_aside = dict(aside)
         self.metrics.set_aside.labels(setaside.CERTIFICATE).set(len(aside))
         if not save:

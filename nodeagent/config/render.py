@@ -246,6 +246,9 @@ class Rendered:
     encoded: Mapping[str, bytes]
     content_hash: str
     options: RenderOptions
+    # The claimed spare sections: section -> the backend (held name) that runs in it
+    # (docs/design.md, "Spare backends"); the routes name the section.
+    sections: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def peers(self) -> str:
@@ -330,17 +333,14 @@ def render_held(
         cache = previous.routed.route_cache if previous is not None else rules.RouteCache()
         frontends = _frontends(held, opts, set_aside, cache)
     certs.check_bound(frontends.crt_lists, held.certificates)
-    unknown = [name for name in frontends.routed if name not in held.backends]
-    if unknown:
-        raise RenderError(f"route to unknown backend {min(unknown)!r}")
     peered = held.peers is not None and bool(held.peers.peers)
     if previous is not None and previous.peered != peered:
         previous = None  # every persistent backend's stick table names the peers or not
-    backends = None
+    found = None
     if previous is not None and change is not None and change.base == previous.content_hash:
-        backends = _changed_backends(held, opts, previous, change)
-    if backends is None:
-        backends = _compared_backends(held, opts, previous)
+        found = _changed_backends(held, opts, previous, change)
+    backends, sections = found if found is not None else _compared_backends(held, opts, previous)
+    _check_routed(frontends.routed, held, sections)
     return Rendered(
         header=header,
         global_section=global_section,
@@ -352,47 +352,85 @@ def render_held(
         encoded=backends,
         content_hash=held.content_hash,
         options=opts,
+        sections=sections,
     )
 
 
+def _check_routed(routed: frozenset[str], held: Held, sections: Mapping[str, str]) -> None:
+    """Every section a route names exists: a backend's own, or a spare one claimed (a
+    backend that runs in a spare is named by its section, never its name)."""
+    for name in sorted(routed):
+        backend = held.backends.get(name)
+        if backend is None and name not in sections:
+            raise RenderError(f"route to unknown backend {name!r}")
+        if backend is not None and backend.section:
+            raise RenderError(f"route to backend {name!r}, which runs in a spare section")
+
+
 _Backends = dict[str, bytes]  # backend name -> its section as UTF-8
+_Sections = dict[str, str]  # claimed spare section -> backend name
+
+
+def _claim(sections: _Sections, name: str, backend: pb.Backend) -> None:
+    """Record the spare section `backend` runs in; two backends in one is refused."""
+    if backend.section:
+        if sections.setdefault(backend.section, name) != name:
+            raise RenderError(f"backend {name}: spare section claimed twice")
 
 
 def _changed_backends(
     held: Held, opts: RenderOptions, previous: Rendered, change: ChangeSet
-) -> _Backends | None:
+) -> tuple[_Backends, _Sections] | None:
     """The sections of `previous` copied, those removed dropped and those changed or added
     rendered; None when the result does not hold exactly `held`'s backends (a change set
     that does not fit: the caller compares instead)."""
     encoded = dict(previous.encoded)
-    for name in change.removed:
+    sections = dict(previous.sections)
+    owners = {owner: section for section, owner in sections.items()} if sections else {}
+    for name in (*change.removed, *change.backends):
         encoded.pop(name, None)
+        if name in owners:
+            del sections[owners[name]]
     backends = held.backends
     for name in change.backends:
         if name not in backends:
             return None
         encoded[name] = _backend_text(backends[name], previous.peered, opts).encode()
+        _claim(sections, name, backends[name])
     if len(encoded) != len(held.names):
         return None
-    return encoded
+    _check_sections(sections, backends)
+    return encoded, sections
 
 
-def _compared_backends(held: Held, opts: RenderOptions, previous: Rendered | None) -> _Backends:
+def _check_sections(sections: _Sections, backends: Mapping[str, pb.Backend]) -> None:
+    """No claimed spare section is also a backend's own name (two sections of one name)."""
+    for section in [s for s in sections if s in backends]:
+        raise RenderError(f"spare section {section} is also a backend of the snapshot")
+
+
+def _compared_backends(
+    held: Held, opts: RenderOptions, previous: Rendered | None
+) -> tuple[_Backends, _Sections]:
     """Each backend's section reused when its bytes are those `previous` rendered, else
     rendered: one Python iteration per backend."""
     old_keys = previous.keys if previous is not None else {}
     old_encoded = previous.encoded if previous is not None else {}
     peered = held.peers is not None and bool(held.peers.peers)
     encoded: dict[str, bytes] = {}
+    sections: _Sections = {}
     framed = held.framed
     for name in held.names:
         data = framed[name]
         before = old_keys.get(name)
+        backend = held.backends[name]
         if before is data or (before is not None and before == data):
             encoded[name] = old_encoded[name]
         else:
-            encoded[name] = _backend_text(held.backends[name], peered, opts).encode()
-    return encoded
+            encoded[name] = _backend_text(backend, peered, opts).encode()
+        _claim(sections, name, backend)
+    _check_sections(sections, held.backends)
+    return encoded, sections
 
 
 def render(snapshot: pb.Snapshot, opts: RenderOptions) -> str:

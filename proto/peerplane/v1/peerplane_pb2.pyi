@@ -54,7 +54,7 @@ class Peer(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
 
 class Backend(_message.Message):
-    __slots__ = ("name", "service", "service_port", "mode", "balance", "balance_argument", "hash_type", "persistence", "slots", "warnings", "check")
+    __slots__ = ("name", "service", "service_port", "mode", "balance", "balance_argument", "hash_type", "persistence", "slots", "warnings", "check", "section", "spare")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SERVICE_FIELD_NUMBER: _ClassVar[int]
     SERVICE_PORT_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,8 @@ class Backend(_message.Message):
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
     CHECK_FIELD_NUMBER: _ClassVar[int]
+    SECTION_FIELD_NUMBER: _ClassVar[int]
+    SPARE_FIELD_NUMBER: _ClassVar[int]
     name: str
     service: str
     service_port: str
@@ -77,7 +79,9 @@ class Backend(_message.Message):
     slots: _containers.RepeatedCompositeFieldContainer[Slot]
     warnings: _containers.RepeatedCompositeFieldContainer[RejectedInput]
     check: HealthCheck
-    def __init__(self, name: _Optional[str] = ..., service: _Optional[str] = ..., service_port: _Optional[str] = ..., mode: _Optional[str] = ..., balance: _Optional[str] = ..., balance_argument: _Optional[str] = ..., hash_type: _Optional[str] = ..., persistence: _Optional[_Union[Persistence, _Mapping]] = ..., slots: _Optional[_Iterable[_Union[Slot, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ..., check: _Optional[_Union[HealthCheck, _Mapping]] = ...) -> None: ...
+    section: str
+    spare: bool
+    def __init__(self, name: _Optional[str] = ..., service: _Optional[str] = ..., service_port: _Optional[str] = ..., mode: _Optional[str] = ..., balance: _Optional[str] = ..., balance_argument: _Optional[str] = ..., hash_type: _Optional[str] = ..., persistence: _Optional[_Union[Persistence, _Mapping]] = ..., slots: _Optional[_Iterable[_Union[Slot, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ..., check: _Optional[_Union[HealthCheck, _Mapping]] = ..., section: _Optional[str] = ..., spare: _Optional[bool] = ...) -> None: ...
 
 class HealthCheck(_message.Message):
     __slots__ = ("interval_ms", "rise", "fall", "http_path")
