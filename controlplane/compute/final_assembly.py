@@ -80,27 +80,48 @@ class _Sectioned:
     sections: dict[str, str]  # a copy of the assembly's
     listeners_out: tuple[HttpListener, ...]
     http_out: HttpFrontend | None
+    rules: _RenamedRules
 
 
-def _rule_in_sections(rule: RouteRule, sections: Mapping[str, str]) -> RouteRule:
-    if not any(b.backend in sections for b in rule.backends):
+# id(rule) -> (the rule, the sections its backends run in, the rule naming them): a rule
+# renamed once stays the same object while it and its sections do (the encoder keeps
+# its bytes by identity).
+_RenamedRules = dict[int, tuple[RouteRule, tuple[str, ...], RouteRule]]
+
+
+def _rule_in_sections(
+    rule: RouteRule, sections: Mapping[str, str], last: _RenamedRules, seen: _RenamedRules
+) -> RouteRule:
+    used = tuple(sections.get(b.backend, "") for b in rule.backends)
+    if not any(used):
         return rule
-    backends = tuple(
-        WeightedBackend(sections.get(b.backend, b.backend), b.weight) for b in rule.backends
-    )
-    return dataclasses.replace(rule, backends=backends)
+    hit = last.get(id(rule))
+    if hit is None or hit[0] is not rule or hit[1] != used:
+        backends = tuple(
+            WeightedBackend(section or b.backend, b.weight)
+            for b, section in zip(rule.backends, used, strict=True)
+        )
+        hit = (rule, used, dataclasses.replace(rule, backends=backends))
+    seen[id(rule)] = hit
+    return hit[2]
 
 
 def in_sections(
-    listeners: tuple[HttpListener, ...], sections: Mapping[str, str]
+    listeners: tuple[HttpListener, ...],
+    sections: Mapping[str, str],
+    last: _RenamedRules | None = None,
+    seen: _RenamedRules | None = None,
 ) -> tuple[HttpListener, ...]:
     """The listeners naming, for each backend that runs in a claimed spare, that spare
     (HAProxy knows the section, not the backend's name); `listeners` itself when none
-    does. O(rules)."""
+    does. O(rules), a rule renamed in `last` reused (and every renamed rule put in
+    `seen`)."""
+    last = {} if last is None else last
+    seen = {} if seen is None else seen
     out: list[HttpListener] = []
     changed = False
     for listener in listeners:
-        rules = tuple(_rule_in_sections(rule, sections) for rule in listener.rules)
+        rules = tuple(_rule_in_sections(rule, sections, last, seen) for rule in listener.rules)
         default = sections.get(listener.default_backend, listener.default_backend)
         if default != listener.default_backend or any(
             a is not b for a, b in zip(rules, listener.rules, strict=True)
@@ -174,12 +195,10 @@ class FinalAssembly:
         if last is None or not (
             last.listeners is listeners and last.http is http and last.sections == sections
         ):
+            seen: _RenamedRules = {}
+            renamed = in_sections(listeners, sections, last.rules if last else None, seen)
             last = _Sectioned(
-                listeners,
-                http,
-                dict(sections),
-                in_sections(listeners, sections),
-                _http_in_sections(http, sections),
+                listeners, http, dict(sections), renamed, _http_in_sections(http, sections), seen
             )
             self._sectioned[key] = last
         if last.listeners_out is listeners and last.http_out is http:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from controlplane.compute import Computer, compute
+from controlplane.model import ClusterState
 from controlplane.compute.spares import refusal, template
 from controlplane.ledger.codec import assignment_from_json, assignment_to_json
 from controlplane.publish import encode_one
@@ -151,3 +152,25 @@ def test_a_bad_spare_in_the_ledger_drops_that_backend() -> None:
     document["backends"]["x_y_z"]["spare"] = "default_shop_http"
     assignment, errors = assignment_from_json(document, now=0.0)
     assert assignment == {} and "bad spare" in errors[0]
+
+
+def test_a_renamed_rule_stays_the_same_object_while_it_and_its_section_do() -> None:
+    """The encoder keeps a rule's bytes by identity: a route added elsewhere must not make
+    every rule naming a spare new again (O(changed) bytes, not O(rules))."""
+    computer = Computer()
+    made = {n: route(n, [prefix_rule("/", [to("shop")])], hostnames=(f"{n}.example",)) for n in "ab"}
+    web, shop = gateway(), service("shop")
+
+    def one(*names: str) -> ClusterState:
+        base = state(web, *(made[n] for n in names), services=(shop,))
+        return dataclasses.replace(
+            base, settings=POOL, endpoint_slices=(endpoint_slice("shop", ["10.0.0.1"]),)
+        )
+
+    first = computer.compute(one("a"), {})
+    (rule,) = [r for lst in first.workloads[WORKLOAD].http_listeners for r in lst.rules]
+    assert rule.backends[0].backend == "spare.1"
+    second = computer.compute(one("a", "b"), first.assignment)
+    rules = [r for lst in second.workloads[WORKLOAD].http_listeners for r in lst.rules]
+    assert any(r is rule for r in rules)
+    assert {r.backends[0].backend for r in rules} == {"spare.1"}
