@@ -43,8 +43,7 @@ def parse_json(text: str | bytes) -> tuple[Any, str | None]:
 def backend_to_json(slots: BackendSlots) -> dict[str, Any]:
     """One backend's object: count, slots sorted by slot, freed slots sorted by slot, and
     the spare section it claimed (only when it did: earlier documents read the same)."""
-    found: dict[str, Any] = {"spare": slots.spare} if slots.spare else {}
-    return found | {
+    found: dict[str, Any] = {
         "count": slots.count,
         "slots": sorted(
             ([addr, port, slot] for (addr, port), slot in slots.slots.items()),
@@ -54,6 +53,9 @@ def backend_to_json(slots: BackendSlots) -> dict[str, Any]:
             [slot, at, *slots.freed_by.get(slot, ())] for slot, at in sorted(slots.freed.items())
         ],
     }
+    if slots.spare:
+        found["spare"] = slots.spare
+    return found
 
 
 def backend_text(slots: BackendSlots) -> str:

@@ -33,7 +33,7 @@ from typing import Any
 
 from controlplane.ledger.codec import assignment_from_json, assignment_to_json, parse_json
 from controlplane.snapshot import BackendSlots, SlotAssignment
-from peerplane import limits
+from peerplane import limits, names
 
 LEDGER_LABEL = "peerplane.dev/slot-ledger"
 MIGRATED_ANNOTATION = "peerplane.dev/ledger-migrated"

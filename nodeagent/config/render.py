@@ -373,9 +373,8 @@ _Sections = dict[str, str]  # claimed spare section -> backend name
 
 def _claim(sections: _Sections, name: str, backend: pb.Backend) -> None:
     """Record the spare section `backend` runs in; two backends in one is refused."""
-    if backend.section:
-        if sections.setdefault(backend.section, name) != name:
-            raise RenderError(f"backend {name}: spare section claimed twice")
+    if backend.section and sections.setdefault(backend.section, name) != name:
+        raise RenderError(f"backend {name}: spare section claimed twice")
 
 
 def _changed_backends(

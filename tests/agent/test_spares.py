@@ -70,7 +70,10 @@ def test_a_claim_of_a_spare_haproxy_has_not_loaded_reloads() -> None:
     before, after = versions(cluster(), cluster("shop"))
     decision, _ = step(before, after, pending=frozenset({"spare.1"}))
     assert decision.kind is ApplyPath.RELOAD
-    assert decision.reason == "backend default_shop_http claims spare spare.1, not loaded since its refill"
+    assert (
+        decision.reason
+        == "backend default_shop_http claims spare spare.1, not loaded since its refill"
+    )
 
 
 def test_a_backend_that_leaves_its_spare_or_goes_reloads() -> None:
@@ -104,7 +107,7 @@ def test_the_agent_refuses_two_backends_in_one_section_and_a_route_to_a_backend_
     (spare,) = [b for b in shadowed.backends if b.name == "spare.2"]
     spare.name = "spare.1"
     shadowed.backends.sort(key=lambda b: b.name)
-    with pytest.raises(RenderError, match="spare section spare.1 is also a backend"):
+    with pytest.raises(RenderError, match=r"spare section spare\.1 is also a backend"):
         render_held(Held.from_snapshot(shadowed), OPTS)
     by_name = pb.Snapshot()
     by_name.CopyFrom(claimed)

@@ -21,8 +21,13 @@ from nodeagent.config.changes import ApplyPath
 from nodeagent.held import Held
 from tests.helpers.builders import WORKLOAD, endpoint_slice, haproxy_pod, service, settings
 from tests.helpers.fleet import http_get
-from tests.helpers.haproxy_env import Instance, free_port, identity_server, loopback_net
-from tests.helpers.haproxy_env import running_instance
+from tests.helpers.haproxy_env import (
+    Instance,
+    free_port,
+    identity_server,
+    loopback_net,
+    running_instance,
+)
 from tests.helpers.haproxy_versions import HAProxyBinary
 from tests.helpers.route_builders import gateway, prefix_rule, route, state, to
 

@@ -447,9 +447,21 @@ def results(prefix: str, found: Measured, routes: int, trials: int) -> list[Resu
             result
             for phase, samples in found.services.items()
             for result in (
-                Result(f"{prefix}.new_service_{phase}_first_200_p50", median(samples) * 1000, "ms", params),
-                Result(f"{prefix}.new_service_{phase}_first_200_max", max(samples) * 1000, "ms", params),
-                Result(f"{prefix}.new_service_{phase}_reloads", found.service_reloads[phase], "", params),
+                Result(
+                    f"{prefix}.new_service_{phase}_first_200_p50",
+                    median(samples) * 1000,
+                    "ms",
+                    params,
+                ),
+                Result(
+                    f"{prefix}.new_service_{phase}_first_200_max", max(samples) * 1000, "ms", params
+                ),
+                Result(
+                    f"{prefix}.new_service_{phase}_reloads",
+                    found.service_reloads[phase],
+                    "",
+                    params,
+                ),
             )
         ),
     ]

@@ -6,13 +6,20 @@ from __future__ import annotations
 import dataclasses
 
 from controlplane.compute import Computer, compute
-from controlplane.model import ClusterState
 from controlplane.compute.spares import refusal, template
 from controlplane.ledger.codec import assignment_from_json, assignment_to_json
+from controlplane.model import ClusterState
 from controlplane.publish import encode_one
 from controlplane.settings.resolver import Resolver
 from controlplane.snapshot import BackendSlots, WorkloadSnapshot
-from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service, settings
+from tests.helpers.builders import (
+    DEFAULT_PODS,
+    WORKLOAD,
+    cluster,
+    endpoint_slice,
+    service,
+    settings,
+)
 from tests.helpers.route_builders import gateway, prefix_rule, route, state, to
 
 POOL = settings(**{"spare-backends": "3", "server-slots": "4"})
@@ -42,7 +49,9 @@ def test_no_pool_when_the_setting_is_zero_or_unset() -> None:
     for config in (None, settings(**{"spare-backends": "0"})):
         result = compute(shop_state("shop", config=config), {})
         assert spares_of(result.workloads[WORKLOAD]) == []
-        assert result.workloads[WORKLOAD].backend("default_shop_http").section == "default_shop_http"
+        assert (
+            result.workloads[WORKLOAD].backend("default_shop_http").section == "default_shop_http"
+        )
 
 
 def test_a_new_service_claims_the_lowest_spare_and_the_pool_is_refilled_above() -> None:
@@ -62,8 +71,12 @@ def test_a_new_service_claims_the_lowest_spare_and_the_pool_is_refilled_above() 
 def test_the_routes_name_the_spare_section() -> None:
     """HTTPRoutes and the Service's own hosts route to the section HAProxy knows."""
     objects = (gateway(), route("r", [prefix_rule("/", [to("shop")])], hostnames=("a.example",)))
-    base = state(*objects, services=(service("shop", annotations={"haproxy.org/hosts": "s.example"}),))
-    base = dataclasses.replace(base, settings=POOL, endpoint_slices=(endpoint_slice("shop", ["10.0.0.1"]),))
+    base = state(
+        *objects, services=(service("shop", annotations={"haproxy.org/hosts": "s.example"}),)
+    )
+    base = dataclasses.replace(
+        base, settings=POOL, endpoint_slices=(endpoint_slice("shop", ["10.0.0.1"]),)
+    )
     snapshot = compute(base, {}).workloads[WORKLOAD]
     (listener,) = [lst for lst in snapshot.http_listeners if lst.rules]
     assert [b.backend for rule in listener.rules for b in rule.backends] == ["spare.1"]
@@ -102,8 +115,8 @@ def test_settings_no_spare_holds_are_refused_and_said() -> None:
         "check": ({"haproxy.org/check-http": "/healthz"}, ("10.0.0.1",)),
         "slots": ({}, tuple(f"10.0.0.{i}" for i in range(1, 6))),
     }
-    for reason, (annotations, endpoints) in cases.items():
-        result = compute(shop_state("shop", annotations=annotations, endpoints=endpoints), {})
+    for reason, (notes, endpoints) in cases.items():
+        result = compute(shop_state("shop", annotations=notes, endpoints=endpoints), {})
         shop = result.workloads[WORKLOAD].backend("default_shop_http")
         assert shop.section == "default_shop_http", reason
         assert reason.split()[0] in result.spares_refused["default_shop_http"], reason
@@ -158,7 +171,9 @@ def test_a_renamed_rule_stays_the_same_object_while_it_and_its_section_do() -> N
     """The encoder keeps a rule's bytes by identity: a route added elsewhere must not make
     every rule naming a spare new again (O(changed) bytes, not O(rules))."""
     computer = Computer()
-    made = {n: route(n, [prefix_rule("/", [to("shop")])], hostnames=(f"{n}.example",)) for n in "ab"}
+    made = {
+        n: route(n, [prefix_rule("/", [to("shop")])], hostnames=(f"{n}.example",)) for n in "ab"
+    }
     web, shop = gateway(), service("shop")
 
     def one(*names: str) -> ClusterState:
