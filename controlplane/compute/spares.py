@@ -102,7 +102,7 @@ class Claims:
             self.refused[spec.name] = why
             return ""
         if self.limit <= 0:
-            self.refused[spec.name] = "every spare claimed since the last refill"
+            self.refused[spec.name] = "more new Services in one computation than spares"
             return ""
         found = free_spares(self.taken, 1)
         name = found[0] if found else ""

@@ -130,7 +130,7 @@ def test_one_computation_claims_no_more_than_the_pool() -> None:
     assert sections["default_b_http"] == "spare.2"
     assert sections["default_c_http"] == "spare.3"
     assert sections["default_d_http"] == "default_d_http"
-    assert "every spare claimed" in result.spares_refused["default_e_http"]
+    assert "more new Services" in result.spares_refused["default_e_http"]
 
 
 def test_a_follower_never_claims_and_serves_the_leaders_claim() -> None:
