@@ -224,7 +224,9 @@ class Computer:
         table = self._route_table(state, workloads, resolver, changed_services, now)
         dirty |= self._demand_moved(table)
         # The spare pool: new backends claim spares (the leader only: compute/spares.py).
-        spare = self._spares.start(previous, continuing, resolver)
+        # A follower's registry is the ledger's (`previous`): it keeps no retired backends
+        # of its own, and the leader's ledger holds their spares.
+        spare = self._spares.start(previous, continuing and assign_new, resolver)
         pool_size = resolver.spare_backends()
         claims = self._spares.claims(spare, pool_size) if assign_new and pool_size else None
         # The plan cache: each Service to check planned again unless its inputs are equal.
@@ -236,7 +238,8 @@ class Computer:
         # Slot retirement, then the new assignment and the spares it leaves free.
         self._retired.update(plans, previous, now, resolver, assign_new, continuing)
         assignment, touched = self._new_assignment(continuing)
-        self._spares.update(assignment, set(touched) if touched is not None else None)
+        if assign_new:
+            self._spares.update(assignment, set(touched) if touched is not None else None)
         pool = self._spares.pool(pool_size)
         # Each workload's assembly and final assembly.
         snapshots, assembled = self._assemble(

@@ -189,3 +189,14 @@ def test_a_renamed_rule_stays_the_same_object_while_it_and_its_section_do() -> N
     rules = [r for lst in second.workloads[WORKLOAD].http_listeners for r in lst.rules]
     assert any(r is rule for r in rules)
     assert {r.backends[0].backend for r in rules} == {"spare.1"}
+
+
+def test_a_follower_declares_the_leaders_pool_while_a_claimed_backend_is_retired() -> None:
+    """A follower keeps no retired backends of its own: its pool comes from the ledger,
+    so its content is the leader's (docs/design.md, "Slots", followers)."""
+    leader = Computer()
+    claimed = leader.compute(shop_state("shop"), {}, now=100.0).assignment
+    gone = leader.compute(shop_state(), claimed, now=200.0)
+    follower = compute(shop_state(), gone.assignment, now=200.0, assign_new=False)
+    assert spares_of(follower.workloads[WORKLOAD]) == ["spare.2", "spare.3", "spare.4"]
+    assert follower.workloads[WORKLOAD] == gone.workloads[WORKLOAD]
