@@ -132,11 +132,11 @@ class PlanCache:
         table: RouteTable,
         claims: Claims | None = None,
     ) -> None:
-        """Plan again each `dirty` Service whose cached plan cannot be reused, in key
-        order (new backends claim spares in that order: `compute/spares.py`)."""
+        """Plan again each `dirty` Service whose cached plan cannot be reused; in key
+        order when new backends claim spares (`compute/spares.py`: in that order)."""
         self.planned = 0
         self.checked = len(dirty)
-        for key in sorted(dirty):
+        for key in sorted(dirty) if claims is not None else dirty:
             service = self.by_key.get(key)
             if service is None:
                 self._replace(key, None)
