@@ -213,11 +213,17 @@ class Bench:
         self.written_at.append(wall + (start - perf))
         return self._until_200(host, start, timeout)
 
-    def first_200_of_service(self, name: str, host: str, address: str) -> float:
+    def first_200_of_service(
+        self, name: str, host: str, address: str, written_at: list[float]
+    ) -> float:
         """Seconds from a new Service's and its first route's write to a 200 for its host
-        through every HAProxy (the folder source only)."""
+        through every HAProxy (the folder source only); the write's wall clock is added
+        to `written_at`."""
         assert isinstance(self.routes, FolderRoutes)
-        return self._until_200(host, self.routes.write_service(name, host, address), 60)
+        wall, perf = time.time(), time.perf_counter()
+        start = self.routes.write_service(name, host, address)
+        written_at.append(wall + (start - perf))
+        return self._until_200(host, start, 60)
 
     def _until_200(self, host: str, start: float, timeout: float) -> float:
         waiting = set(self.haproxies)
@@ -315,6 +321,7 @@ class Measured:
     # A new Service and its first route, with the spare pool on and off.
     services: dict[str, list[float]] = field(default_factory=dict)
     service_reloads: dict[str, int] = field(default_factory=dict)
+    service_lags: dict[str, list[float]] = field(default_factory=dict)  # write to published
 
 
 def kube_server_args(workdir: Path) -> list[str]:
@@ -394,7 +401,7 @@ def measure(
             bench, "moving.demo.example.com", repoints
         )
         if not kube:
-            new_services(fleet, bench, trials, found)
+            new_services(fleet, bench, trials, found, work / "controlplane.log")
     finally:
         fleet.stop()
         if cluster is not None:
@@ -406,9 +413,10 @@ def measure(
 SPARES, NO_SPARES = "spares", "no_spares"
 
 
-def new_services(fleet: Fleet, bench: Bench, trials: int, found: Measured) -> None:
+def new_services(fleet: Fleet, bench: Bench, trials: int, found: Measured, log: Path) -> None:
     """`trials` new Services with their first route, the spare pool on, then off."""
     address = fleet.ip("127.0.2.1")  # shop-0, running
+    written: dict[str, list[float]] = {}
     for phase in (SPARES, NO_SPARES):
         if phase == NO_SPARES:
             fleet.edit_manifest(
@@ -420,10 +428,13 @@ def new_services(fleet: Fleet, bench: Bench, trials: int, found: Measured) -> No
         for trial in range(trials):
             name = f"svc-{phase.replace('_', '-')}-{trial}"
             host = f"{name}.demo.example.com"
-            samples.append(bench.first_200_of_service(name, host, address))
+            at = written.setdefault(phase, [])
+            samples.append(bench.first_200_of_service(name, host, address, at))
             fleet.wait_all_acked(60)  # a reload's ACK, before the next trial
             time.sleep(0.3)
         found.service_reloads[phase] = bench.reloads() - before
+    published = published_at(log)
+    found.service_lags = {phase: publish_lags(at, published) for phase, at in written.items()}
 
 
 def results(prefix: str, found: Measured, routes: int, trials: int) -> list[Result]:
@@ -478,8 +489,9 @@ def describe(variant: str, routes: int, found: Measured) -> str:
         f"{found.repoint_reloads} reloads"
     ) + "".join(
         f"; new Service plus its first route ({phase}): first 200 p50 "
-        f"{median(samples) * 1000:.0f} ms max {max(samples) * 1000:.0f} ms, reloads "
-        f"{found.service_reloads[phase]}"
+        f"{median(samples) * 1000:.0f} ms max {max(samples) * 1000:.0f} ms (write to published "
+        f"p50 {median(found.service_lags.get(phase) or [float('nan')]) * 1000:.0f} ms), "
+        f"reloads {found.service_reloads[phase]}"
         for phase, samples in found.services.items()
     )
 
