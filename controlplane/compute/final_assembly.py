@@ -81,6 +81,10 @@ class _Sectioned:
     listeners_out: tuple[HttpListener, ...]
     http_out: HttpFrontend | None
     rules: _RenamedRules
+    # The TCP frontends and TLS passthrough listeners: a backend keeps its section when
+    # its Service turns to mode tcp (a reload), and these then name it.
+    layer4: tuple[tuple[TcpFrontend, ...], tuple[TlsPassthroughListener, ...]] = ((), ())
+    layer4_out: tuple[tuple[TcpFrontend, ...], tuple[TlsPassthroughListener, ...]] = ((), ())
 
 
 # id(rule) -> (the rule, the sections its backends run in, the rule naming them): a rule
@@ -141,6 +145,35 @@ def _http_in_sections(
     return dataclasses.replace(http, routes=routes)
 
 
+def _layer4_in_sections(
+    tcp: tuple[TcpFrontend, ...],
+    tls: tuple[TlsPassthroughListener, ...],
+    sections: Mapping[str, str],
+) -> tuple[tuple[TcpFrontend, ...], tuple[TlsPassthroughListener, ...]]:
+    """The TCP frontends and TLS passthrough listeners naming the sections; the same
+    tuples when none names a backend that runs in one."""
+    if any(f.backend in sections for f in tcp):
+        tcp = tuple(dataclasses.replace(f, backend=sections.get(f.backend, f.backend)) for f in tcp)
+    if any(b.backend in sections for lst in tls for r in lst.routes for b in r.backends):
+        tls = tuple(
+            dataclasses.replace(
+                lst,
+                routes=tuple(
+                    dataclasses.replace(
+                        r,
+                        backends=tuple(
+                            WeightedBackend(sections.get(b.backend, b.backend), b.weight)
+                            for b in r.backends
+                        ),
+                    )
+                    for r in lst.routes
+                ),
+            )
+            for lst in tls
+        )
+    return tcp, tls
+
+
 def _listener_port(listener: HttpListener) -> tuple[int, str]:
     return listener.port, listener.address
 
@@ -183,28 +216,41 @@ class FinalAssembly:
     def _with_sections(
         self, key: str, snapshot: WorkloadSnapshot, sections: Mapping[str, str]
     ) -> WorkloadSnapshot:
-        """The HTTP listeners and annotation routes naming the spare sections their
-        backends claimed (`compute/spares.py`; spares are HTTP backends, so the TCP
-        frontends and TLS passthrough listeners never name one). Kept by identity while
-        its inputs are, so the encoder reuses their bytes."""
+        """The listeners, annotation routes and TCP frontends naming the spare sections
+        their backends claimed (`compute/spares.py`). Kept by identity while its inputs
+        are, so the encoder reuses their bytes."""
         if not sections:
             self._sectioned.pop(key, None)
             return snapshot
         listeners, http = snapshot.http_listeners, snapshot.http_frontend
+        layer4 = (snapshot.tcp_frontends, snapshot.tls_listeners)
         last = self._sectioned.get(key)
-        if last is None or not (
-            last.listeners is listeners and last.http is http and last.sections == sections
-        ):
+        same = last is not None and last.sections == sections
+        if last is None or not (same and last.listeners is listeners and last.http is http):
             seen: _RenamedRules = {}
             renamed = in_sections(listeners, sections, last.rules if last else None, seen)
-            last = _Sectioned(
-                listeners, http, dict(sections), renamed, _http_in_sections(http, sections), seen
+            http_out = _http_in_sections(http, sections)
+            last = _Sectioned(listeners, http, dict(sections), renamed, http_out, seen)
+            same = False
+        if not (same and last.layer4[0] is layer4[0] and last.layer4[1] is layer4[1]):
+            last = dataclasses.replace(
+                last, layer4=layer4, layer4_out=_layer4_in_sections(*layer4, sections)
             )
-            self._sectioned[key] = last
-        if last.listeners_out is listeners and last.http_out is http:
+        self._sectioned[key] = last
+        tcp, tls = last.layer4_out
+        if (
+            last.listeners_out is listeners
+            and last.http_out is http
+            and tcp is layer4[0]
+            and tls is layer4[1]
+        ):
             return snapshot
         return dataclasses.replace(
-            snapshot, http_listeners=last.listeners_out, http_frontend=last.http_out
+            snapshot,
+            http_listeners=last.listeners_out,
+            http_frontend=last.http_out,
+            tcp_frontends=tcp,
+            tls_listeners=tls,
         )
 
     def _with_routes(

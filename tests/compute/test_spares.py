@@ -12,6 +12,7 @@ from controlplane.model import ClusterState
 from controlplane.publish import encode_one
 from controlplane.settings.resolver import Resolver
 from controlplane.snapshot import BackendSlots, WorkloadSnapshot
+from nodeagent.config.render import RenderOptions, render
 from tests.helpers.builders import (
     DEFAULT_PODS,
     WORKLOAD,
@@ -200,3 +201,15 @@ def test_a_follower_declares_the_leaders_pool_while_a_claimed_backend_is_retired
     follower = compute(shop_state(), gone.assignment, now=200.0, assign_new=False)
     assert spares_of(follower.workloads[WORKLOAD]) == ["spare.2", "spare.3", "spare.4"]
     assert follower.workloads[WORKLOAD] == gone.workloads[WORKLOAD]
+
+
+def test_a_claimed_backend_turned_to_tcp_keeps_its_section_and_its_frontend_names_it() -> None:
+    """Its record keeps the spare (its stick table is there): the TCP frontend names the
+    section, as the agent requires of every reference."""
+    claimed = compute(shop_state("shop"), {}).assignment
+    tcp = shop_state("shop", annotations={"haproxy.org/tcp-port": "9000"})
+    snapshot = compute(tcp, claimed).workloads[WORKLOAD]
+    assert snapshot.backend("default_shop_http").section == "spare.1"
+    assert [f.backend for f in snapshot.tcp_frontends] == ["spare.1"]
+    encoded = encode_one(snapshot).message(1)
+    render(encoded, RenderOptions(pod_name="haproxy-a"))  # no RenderError
