@@ -186,6 +186,13 @@ class Metrics:
             "Endpoints left out of this follower's snapshots until the ledger gives them a slot",
             registry=r,
         )
+        self.spare_claims = Counter(
+            "peerplane_spare_claims",
+            "New backends that claimed a spare section (claimed: served without a reload while "
+            "the agents hold it) or that no spare could hold (refused: a reload, as before)",
+            ["result"],
+            registry=r,
+        )
 
     # The methods the server, the stream handler and the reconcile loop call.
 

@@ -36,6 +36,10 @@ class BackendSlots:
     slots: Mapping[EndpointKey, int] = field(default_factory=lambda: MappingProxyType({}))
     freed: Mapping[int, float] = field(default_factory=lambda: MappingProxyType({}))
     freed_by: Mapping[int, EndpointKey] = field(default_factory=lambda: MappingProxyType({}))
+    # The spare section (`spare.<n>`) this backend claimed when it was new, kept for the
+    # backend's life and its retirement: its stick table and slots live in that section
+    # (docs/design.md, "Spare backends"). "" : its own section, `name`.
+    spare: str = ""
 
 
 # backend name ("<namespace>_<service>_<port>") -> its slots
@@ -159,6 +163,13 @@ class BackendSpec:
     protocol: str = ""
     session_cookie: SessionCookie | None = None  # from an HTTPRoute rule (GEP-1619)
     session_header: SessionHeader | None = None
+    # An unclaimed spare of the pool (`name` is `spare.<n>`, no Service, every slot free).
+    spare: bool = False
+
+    @property
+    def section(self) -> str:
+        """The HAProxy section it runs in: the spare it claimed, else its own name."""
+        return self.slots.spare or self.name
 
     def slot_list(self) -> tuple[Slot, ...]:
         """Every slot `SRV_1..SRV_count` in order, free ones without an address."""
@@ -451,3 +462,7 @@ class ComputeResult:
     # Wall-clock seconds when the same inputs give another answer (a certificate starts or
     # expires): the loop computes again then, with no change from the cluster.
     recompute_at: float = math.inf
+    # New backends of this computation that claimed a spare section (name -> spare), and
+    # those no spare could hold (name -> why): they come with a reload, as before.
+    spares_claimed: Mapping[str, str] = field(default_factory=dict)
+    spares_refused: Mapping[str, str] = field(default_factory=dict)

@@ -57,6 +57,10 @@ class WorkloadAssembly:
         self._lost: dict[str, list[RejectedInput]] = {}
         self._lost_flat: list[RejectedInput] = []
         self._snapshot: WorkloadSnapshot | None = None
+        # The unclaimed spares placed (`compute/spares.py`), and the placed backends that
+        # run in a claimed spare: backend name -> section (the routes name the section).
+        self._pool: tuple[BackendSpec, ...] = ()
+        self.sections: dict[str, str] = {}
         self.rebuilt = False  # the last call assembled from scratch (tests, benchmarks)
 
     def _places(self, plan: ServicePlan) -> bool:
@@ -83,11 +87,35 @@ class WorkloadAssembly:
         settings: GlobalSettings,
         global_warnings: tuple[RejectedInput, ...],
         listener_ports: tuple[int, ...] = (),
+        pool: tuple[BackendSpec, ...] = (),
     ) -> tuple[WorkloadSnapshot, list[RejectedInput]]:
         """The workload's snapshot and lost-claim rejections, as `assemble` gives them for
-        the plans in `plans` that this workload serves. `changed` names the keys whose plan
-        changed (added, replaced or removed) since the last call; None: unknown.
-        `listener_ports`: the route model's listeners, which no TCP claim may take."""
+        the plans in `plans` that this workload serves, with the unclaimed spares `pool`
+        among its backends. `changed` names the keys whose plan changed (added, replaced
+        or removed) since the last call; None: unknown. `listener_ports`: the route
+        model's listeners, which no TCP claim may take."""
+        snapshot, lost = self._assemble(
+            peers, plans, changed, settings, global_warnings, listener_ports
+        )
+        if pool is self._pool or pool == self._pool:
+            return snapshot, lost
+        for spec in self._pool:
+            self._remove(spec.name)
+        for spec in pool:
+            self._put(spec)
+        self._pool = pool
+        self._snapshot = dataclasses.replace(snapshot, backends=tuple(self._specs))
+        return self._snapshot, lost
+
+    def _assemble(
+        self,
+        peers: Sequence[PeerEntry],
+        plans: Mapping[PlanKey, ServicePlan],
+        changed: Collection[PlanKey] | None,
+        settings: GlobalSettings,
+        global_warnings: tuple[RejectedInput, ...],
+        listener_ports: tuple[int, ...],
+    ) -> tuple[WorkloadSnapshot, list[RejectedInput]]:
         inputs = (tuple(peers), settings, global_warnings, listener_ports)
         snapshot = self._snapshot
         if snapshot is None or changed is None or inputs != self._inputs:
@@ -155,8 +183,13 @@ class WorkloadAssembly:
         if index < len(self._names) and self._names[index] == name:
             del self._names[index]
             del self._specs[index]
+            self.sections.pop(name, None)
 
     def _put(self, spec: BackendSpec) -> None:
+        if spec.slots.spare:
+            self.sections[spec.name] = spec.slots.spare
+        else:
+            self.sections.pop(spec.name, None)
         index = bisect_left(self._names, spec.name)
         if index < len(self._names) and self._names[index] == spec.name:
             self._specs[index] = spec
@@ -187,6 +220,8 @@ class WorkloadAssembly:
         self._http, self._tcp = snapshot.http_frontend, snapshot.tcp_frontends
         self._names = [spec.name for spec in snapshot.backends]
         self._specs = list(snapshot.backends)
+        self._pool = ()  # placed again by the caller
+        self.sections = {s.name: s.slots.spare for s in snapshot.backends if s.slots.spare}
         self._lost_flat = [r for rs in lost.values() for r in rs]
         self._snapshot = snapshot
         self._inputs = inputs

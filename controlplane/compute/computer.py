@@ -20,13 +20,20 @@ from controlplane.compute.final_assembly import FinalAssembly
 from controlplane.compute.plan import ServicePlan
 from controlplane.compute.plan_cache import PlanCache
 from controlplane.compute.retirement import RetiredSlots
+from controlplane.compute.spares import SparePool
 from controlplane.model import ClusterState, ConfigMap, SourceIPPersistencePolicy
 from controlplane.routes.route_computer import RouteComputer
 from controlplane.routes.table import RouteTable
 from controlplane.settings.policies import EMPTY_TABLE, PolicyTable, resolve_policies
 from controlplane.settings.resolver import GlobalSettings, Resolver
 from controlplane.settings.workloads import DEFAULT_SCOPE, Workloads, WorkloadScope, discover
-from controlplane.snapshot import BackendSlots, ComputeResult, RejectedInput, WorkloadSnapshot
+from controlplane.snapshot import (
+    BackendSlots,
+    BackendSpec,
+    ComputeResult,
+    RejectedInput,
+    WorkloadSnapshot,
+)
 
 
 def _waiting(
@@ -74,6 +81,7 @@ class Computer:
         self._policy_table: PolicyTable = EMPTY_TABLE
         self._policies: tuple[SourceIPPersistencePolicy, ...] = ()
         self._targeted: set[tuple[str, str]] = set()
+        self._spares = SparePool()
 
     @property
     def planned(self) -> int:
@@ -191,6 +199,7 @@ class Computer:
         table: RouteTable,
         global_settings: GlobalSettings,
         global_warnings: tuple[RejectedInput, ...],
+        pool: tuple[BackendSpec, ...] = (),
     ) -> tuple[dict[str, WorkloadSnapshot], list[RejectedInput]]:
         """Each workload's snapshot (its assembly, then final assembly) and the
         rejections found on the way."""
@@ -209,7 +218,7 @@ class Computer:
             if l4_routes.ports:
                 ports = tuple(sorted({*ports, *l4_routes.ports}))
             snapshot, lost = assembly.assemble(
-                peers, plans.plans, changed, global_settings, global_warnings, ports
+                peers, plans.plans, changed, global_settings, global_warnings, ports, pool
             )
             assemblies[workload.key] = assembly
             snapshots[workload.key], found = self._final.complete(
@@ -249,14 +258,28 @@ class Computer:
         workloads = discover(state.haproxy_pods, state.replica_sets, pod_rejections, self._scope)
         table = self._route_table(state, workloads, resolver, changed_services, now)
         dirty |= self._demand_moved(table)
+        # The spare pool: new backends claim spares (the leader only: compute/spares.py).
+        # A follower's registry is the ledger's (`previous`): it keeps no retired backends
+        # of its own, and the leader's ledger holds their spares.
+        spare = self._spares.start(previous, continuing and assign_new, resolver)
+        pool_size = resolver.spare_backends()
+        claims = self._spares.claims(spare, pool_size) if assign_new and pool_size else None
         # The plan cache: each Service to check planned again unless its inputs are equal.
         plans = self._plans
-        plans.replan(dirty, state, resolver, previous, now, assign_new, table)
+        plans.replan(dirty, state, resolver, previous, now, assign_new, table, claims)
         configmap_rejections = plans.configmap_rejections()
         global_settings = resolver.global_settings(configmap_rejections)
         global_warnings = _dedupe(configmap_rejections)
+        # Slot retirement, then the new assignment and the spares it leaves free.
+        self._retired.update(plans, previous, now, resolver, assign_new, continuing)
+        assignment, touched = self._new_assignment(continuing)
+        if assign_new:
+            self._spares.update(assignment, set(touched) if touched is not None else None)
+        pool = self._spares.pool(pool_size)
         # Each workload's assembly and final assembly.
-        snapshots, assembled = self._assemble(workloads, table, global_settings, global_warnings)
+        snapshots, assembled = self._assemble(
+            workloads, table, global_settings, global_warnings, pool
+        )
         rejections = [
             *plans.rejections(),
             *pod_rejections,
@@ -264,9 +287,6 @@ class Computer:
             *assembled,
             *policies.rejections(),
         ]
-        # Slot retirement, then the new assignment.
-        self._retired.update(plans, previous, now, resolver, assign_new, continuing)
-        assignment, touched = self._new_assignment(continuing)
         return ComputeResult(
             workloads=snapshots,
             assignment=assignment,
@@ -275,6 +295,8 @@ class Computer:
             waiting=_waiting(snapshots, plans.waiting_plans()),
             touched=touched,
             recompute_at=self._routes.changes_at,
+            spares_claimed=claims.claimed if claims is not None else {},
+            spares_refused=claims.refused if claims is not None else {},
         )
 
     def _new_assignment(

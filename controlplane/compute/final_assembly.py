@@ -9,7 +9,7 @@ changed, and kept by identity otherwise, so the encoder reuses its bytes.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from controlplane.compute.assemble_incremental import WorkloadAssembly
@@ -18,11 +18,14 @@ from controlplane.routes.l4 import WorkloadL4
 from controlplane.routes.l4 import finalize as finalize_l4
 from controlplane.routes.table import WorkloadRoutes
 from controlplane.snapshot import (
+    HostRoute,
     HttpFrontend,
     HttpListener,
     RejectedInput,
+    RouteRule,
     TcpFrontend,
     TlsPassthroughListener,
+    WeightedBackend,
     WorkloadSnapshot,
 )
 
@@ -67,6 +70,110 @@ class _Proxied:
     listeners_out: tuple[HttpListener, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class _Sectioned:
+    """One workload's HTTP listeners and annotation routes as last made to name the
+    spare sections their backends run in, with what they were made from."""
+
+    listeners: tuple[HttpListener, ...]
+    http: HttpFrontend | None
+    sections: dict[str, str]  # a copy of the assembly's
+    listeners_out: tuple[HttpListener, ...]
+    http_out: HttpFrontend | None
+    rules: _RenamedRules
+    # The TCP frontends and TLS passthrough listeners: a backend keeps its section when
+    # its Service turns to mode tcp (a reload), and these then name it.
+    layer4: tuple[tuple[TcpFrontend, ...], tuple[TlsPassthroughListener, ...]] = ((), ())
+    layer4_out: tuple[tuple[TcpFrontend, ...], tuple[TlsPassthroughListener, ...]] = ((), ())
+
+
+# id(rule) -> (the rule, the sections its backends run in, the rule naming them): a rule
+# renamed once stays the same object while it and its sections do (the encoder keeps
+# its bytes by identity).
+_RenamedRules = dict[int, tuple[RouteRule, tuple[str, ...], RouteRule]]
+
+
+def _rule_in_sections(
+    rule: RouteRule, sections: Mapping[str, str], last: _RenamedRules, seen: _RenamedRules
+) -> RouteRule:
+    used = tuple(sections.get(b.backend, "") for b in rule.backends)
+    if not any(used):
+        return rule
+    hit = last.get(id(rule))
+    if hit is None or hit[0] is not rule or hit[1] != used:
+        backends = tuple(
+            WeightedBackend(section or b.backend, b.weight)
+            for b, section in zip(rule.backends, used, strict=True)
+        )
+        hit = (rule, used, dataclasses.replace(rule, backends=backends))
+    seen[id(rule)] = hit
+    return hit[2]
+
+
+def in_sections(
+    listeners: tuple[HttpListener, ...],
+    sections: Mapping[str, str],
+    last: _RenamedRules | None = None,
+    seen: _RenamedRules | None = None,
+) -> tuple[HttpListener, ...]:
+    """The listeners naming, for each backend that runs in a claimed spare, that spare
+    (HAProxy knows the section, not the backend's name); `listeners` itself when none
+    does. O(rules), a rule renamed in `last` reused (and every renamed rule put in
+    `seen`)."""
+    last = {} if last is None else last
+    seen = {} if seen is None else seen
+    out: list[HttpListener] = []
+    changed = False
+    for listener in listeners:
+        rules = tuple(_rule_in_sections(rule, sections, last, seen) for rule in listener.rules)
+        default = sections.get(listener.default_backend, listener.default_backend)
+        if default != listener.default_backend or any(
+            a is not b for a, b in zip(rules, listener.rules, strict=True)
+        ):
+            listener = dataclasses.replace(listener, rules=rules, default_backend=default)
+            changed = True
+        out.append(listener)
+    return tuple(out) if changed else listeners
+
+
+def _http_in_sections(
+    http: HttpFrontend | None, sections: Mapping[str, str]
+) -> HttpFrontend | None:
+    if http is None or not any(r.backend in sections for r in http.routes):
+        return http
+    routes = tuple(HostRoute(r.host, sections.get(r.backend, r.backend)) for r in http.routes)
+    return dataclasses.replace(http, routes=routes)
+
+
+def _layer4_in_sections(
+    tcp: tuple[TcpFrontend, ...],
+    tls: tuple[TlsPassthroughListener, ...],
+    sections: Mapping[str, str],
+) -> tuple[tuple[TcpFrontend, ...], tuple[TlsPassthroughListener, ...]]:
+    """The TCP frontends and TLS passthrough listeners naming the sections; the same
+    tuples when none names a backend that runs in one."""
+    if any(f.backend in sections for f in tcp):
+        tcp = tuple(dataclasses.replace(f, backend=sections.get(f.backend, f.backend)) for f in tcp)
+    if any(b.backend in sections for lst in tls for r in lst.routes for b in r.backends):
+        tls = tuple(
+            dataclasses.replace(
+                lst,
+                routes=tuple(
+                    dataclasses.replace(
+                        r,
+                        backends=tuple(
+                            WeightedBackend(sections.get(b.backend, b.backend), b.weight)
+                            for b in r.backends
+                        ),
+                    )
+                    for r in lst.routes
+                ),
+            )
+            for lst in tls
+        )
+    return tcp, tls
+
+
 def _listener_port(listener: HttpListener) -> tuple[int, str]:
     return listener.port, listener.address
 
@@ -79,6 +186,7 @@ class FinalAssembly:
         self._finals: dict[str, _Final] = {}
         self._l4_finals: dict[str, _L4Final] = {}
         self._proxied: dict[str, _Proxied] = {}
+        self._sectioned: dict[str, _Sectioned] = {}
 
     def complete(
         self,
@@ -94,6 +202,7 @@ class FinalAssembly:
         snapshot = self._with_routes(key, snapshot, routes, assembly)
         snapshot = self._with_l4(key, snapshot, l4_routes, assembly)
         snapshot = self._with_proxy(key, snapshot, accept_proxy)
+        snapshot = self._with_sections(key, snapshot, assembly.sections)
         return snapshot, (*self._finals[key].rejections, *self._l4_finals[key].rejections)
 
     def keep(self, keys: Iterable[str]) -> None:
@@ -102,6 +211,47 @@ class FinalAssembly:
         self._finals = {key: self._finals[key] for key in keys}
         self._l4_finals = {key: self._l4_finals[key] for key in keys}
         self._proxied = {key: self._proxied[key] for key in keys if key in self._proxied}
+        self._sectioned = {k: self._sectioned[k] for k in keys if k in self._sectioned}
+
+    def _with_sections(
+        self, key: str, snapshot: WorkloadSnapshot, sections: Mapping[str, str]
+    ) -> WorkloadSnapshot:
+        """The listeners, annotation routes and TCP frontends naming the spare sections
+        their backends claimed (`compute/spares.py`). Kept by identity while its inputs
+        are, so the encoder reuses their bytes."""
+        if not sections:
+            self._sectioned.pop(key, None)
+            return snapshot
+        listeners, http = snapshot.http_listeners, snapshot.http_frontend
+        layer4 = (snapshot.tcp_frontends, snapshot.tls_listeners)
+        last = self._sectioned.get(key)
+        same = last is not None and last.sections == sections
+        if last is None or not (same and last.listeners is listeners and last.http is http):
+            seen: _RenamedRules = {}
+            renamed = in_sections(listeners, sections, last.rules if last else None, seen)
+            http_out = _http_in_sections(http, sections)
+            last = _Sectioned(listeners, http, dict(sections), renamed, http_out, seen)
+            same = False
+        if not (same and last.layer4[0] is layer4[0] and last.layer4[1] is layer4[1]):
+            last = dataclasses.replace(
+                last, layer4=layer4, layer4_out=_layer4_in_sections(*layer4, sections)
+            )
+        self._sectioned[key] = last
+        tcp, tls = last.layer4_out
+        if (
+            last.listeners_out is listeners
+            and last.http_out is http
+            and tcp is layer4[0]
+            and tls is layer4[1]
+        ):
+            return snapshot
+        return dataclasses.replace(
+            snapshot,
+            http_listeners=last.listeners_out,
+            http_frontend=last.http_out,
+            tcp_frontends=tcp,
+            tls_listeners=tls,
+        )
 
     def _with_routes(
         self,

@@ -8,6 +8,7 @@ by identity).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from controlplane.compute.endpoints import ready_endpoints
 from controlplane.compute.protocol import backend_protocol
 from controlplane.compute.slots import assign_slots, quarantine_seconds
+from controlplane.compute.spares import Claims
 from controlplane.model import EndpointSlice, Service, ServicePort
 from controlplane.settings.resolver import BackendSettings, Resolver, lookup
 from controlplane.settings.values import (
@@ -254,6 +256,7 @@ def plan_service(
     tcp_names: frozenset[str] = frozenset(),
     h2_names: frozenset[str] = frozenset(),
     persistence: Mapping[str, SessionPersistence] | None = None,
+    claims: Claims | None = None,
 ) -> Planned:
     """`now`: the computation's wall clock, when slots vacated by this plan are freed;
     `assign_new=False`: a follower's plan, whose endpoints without a slot in `previous`
@@ -263,7 +266,9 @@ def plan_service(
     route does, planned in mode tcp like a `haproxy.org/tcp-port` Service's when the
     Service is not exposed (an exposed Service keeps the mode its annotations give);
     `h2_names`: its backends GRPCRoutes reach, spoken to in HTTP/2 (`protocol.py`).
-    `persistence`: the session persistence its HTTPRoute rules ask of its backends."""
+    `persistence`: the session persistence its HTTPRoute rules ask of its backends.
+    `claims`: the leader's spare claiming, which a backend with no history in `previous`
+    asks for a spare section (`compute/spares.py`)."""
     rejections: list[RejectedInput] = []
     exposed = opted_in(service, rejections)
     if not (
@@ -337,11 +342,14 @@ def plan_service(
         # ConfigMap rejections are listed once per snapshot, not on every backend.
         configmap.extend(w for w in found_warnings if w.kind != "Service")
         protocol = backend_protocol(port, port_mode, name in h2_names)
-        backends.append(
-            backend_spec(
-                name, service, port, port_mode, settings, slots, mine, protocol, (cookie, header)
-            )
+        spec = backend_spec(
+            name, service, port, port_mode, settings, slots, mine, protocol, (cookie, header)
         )
+        if claims is not None and previous.get(name) is None:
+            spare = claims.claim(spec)
+            if spare:
+                spec = dataclasses.replace(spec, slots=dataclasses.replace(slots, spare=spare))
+        backends.append(spec)
         rejections.extend(mine)
     rejections.extend(own)
     plan = ServicePlan(

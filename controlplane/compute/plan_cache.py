@@ -18,6 +18,7 @@ from types import MappingProxyType
 from controlplane.compute.assemble_incremental import PlanKey
 from controlplane.compute.change_index import ChangeIndex, slices_of
 from controlplane.compute.plan import Planned, ServicePlan, plan_service
+from controlplane.compute.spares import Claims
 from controlplane.model import ClusterState, ConfigMap, EndpointSlice, Service
 from controlplane.routes.table import RouteTable
 from controlplane.settings.policies import NO_OVERRIDES, PersistenceOverride
@@ -142,11 +143,13 @@ class PlanCache:
         now: float,
         assign_new: bool,
         table: RouteTable,
+        claims: Claims | None = None,
     ) -> None:
-        """Plan again each `dirty` Service whose cached plan cannot be reused."""
+        """Plan again each `dirty` Service whose cached plan cannot be reused; in key
+        order when new backends claim spares (`compute/spares.py`: in that order)."""
         self.planned = 0
         self.checked = len(dirty)
-        for key in dirty:
+        for key in sorted(dirty) if claims is not None else dirty:
             service = self.by_key.get(key)
             if service is None:
                 self._replace(key, None)
@@ -174,6 +177,7 @@ class PlanCache:
                     tcp_names,
                     h2_names,
                     persistence,
+                    claims,
                 )
                 self._replace(
                     key,

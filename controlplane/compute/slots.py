@@ -87,6 +87,7 @@ def assign_slots(
         slots=MappingProxyType(assigned),
         freed=MappingProxyType(dict(sorted(freed.items()))),
         freed_by=MappingProxyType(dict(sorted(freed_by.items()))),
+        spare=previous.spare if previous is not None else "",
     )
 
 
@@ -123,6 +124,7 @@ def retire(slots: BackendSlots, now: float, quarantine_s: float) -> BackendSlots
         slots=MappingProxyType({}),
         freed=MappingProxyType(dict(sorted(freed.items()))),
         freed_by=MappingProxyType(dict(sorted(freed_by.items()))),
+        spare=slots.spare,  # a re-created Service continues in its section too
     )
 
 

@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Any, TypeGuard
 
 from controlplane.snapshot import BackendSlots, EndpointKey, SlotAssignment
-from peerplane import limits
+from peerplane import limits, names
 from peerplane.addresses import AddressError, canonical_address
 from peerplane.runtime import untrusted
 
@@ -41,8 +41,9 @@ def parse_json(text: str | bytes) -> tuple[Any, str | None]:
 
 
 def backend_to_json(slots: BackendSlots) -> dict[str, Any]:
-    """One backend's object: count, slots sorted by slot, freed slots sorted by slot."""
-    return {
+    """One backend's object: count, slots sorted by slot, freed slots sorted by slot, and
+    the spare section it claimed (only when it did: earlier documents read the same)."""
+    found: dict[str, Any] = {
         "count": slots.count,
         "slots": sorted(
             ([addr, port, slot] for (addr, port), slot in slots.slots.items()),
@@ -52,6 +53,9 @@ def backend_to_json(slots: BackendSlots) -> dict[str, Any]:
             [slot, at, *slots.freed_by.get(slot, ())] for slot, at in sorted(slots.freed.items())
         ],
     }
+    if slots.spare:
+        found["spare"] = slots.spare
+    return found
 
 
 def backend_text(slots: BackendSlots) -> str:
@@ -160,11 +164,15 @@ def backend_from_json(name: str, data: Any, fmt: int, now: float) -> BackendSlot
             raise StateError(f"backend {name!r}: a slot is both used and freed")
         if slots.keys() & set(freed_by.values()):
             raise StateError(f"backend {name!r}: an endpoint both holds and left a slot")
+    spare = data.get("spare", "")
+    if spare != "" and not (isinstance(spare, str) and names.spare_index(spare) is not None):
+        raise StateError(f"backend {name!r}: bad spare {_shown(spare)}")
     return BackendSlots(
         count=count,
         slots=MappingProxyType(slots),
         freed=MappingProxyType(dict(sorted(freed.items()))),
         freed_by=MappingProxyType(dict(sorted(freed_by.items()))),
+        spare=spare,
     )
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from controlplane.ledger.codec import assignment_from_json, assignment_to_json, parse_json
 from controlplane.snapshot import BackendSlots, SlotAssignment
-from peerplane import limits
+from peerplane import limits, names
 
 LEDGER_LABEL = "peerplane.dev/slot-ledger"
 MIGRATED_ANNOTATION = "peerplane.dev/ledger-migrated"
@@ -101,6 +101,7 @@ def largest_shard(count: int = limits.MAX_SLOTS) -> tuple[str, BackendSlots, str
         slots=MappingProxyType({}),
         freed=MappingProxyType(freed),
         freed_by=MappingProxyType(freed_by),
+        spare=names.spare_name(names.MAX_SPARE_INDEX),
     )
     return name, slots, "x" * 253
 

@@ -316,7 +316,18 @@ class Reconciler:
         self._wake_at(result.recompute_at)
         self._publish(result, contents, seen_at)
         self._log_problems(result.rejections, self._source.errors())
+        self._log_spares(result)
         self._heap.settle(self._encoder.encoded)
+
+    def _log_spares(self, result: ComputeResult) -> None:
+        """Each new backend's spare claim, or why no spare could hold it (docs/operations.md,
+        "Spare backends"): said once, when the backend first appears."""
+        for name, spare in sorted(result.spares_claimed.items()):
+            log.info("backend %s claimed spare section %s (no reload needed)", name, spare)
+            self._metrics.spare_claims.labels("claimed").inc()
+        for name, why in sorted(result.spares_refused.items()):
+            log.info("backend %s takes no spare: %s; its agents reload", name, why)
+            self._metrics.spare_claims.labels("refused").inc()
 
     async def _computed(
         self, state: ClusterState | None, previous: SlotAssignment, assigning: bool

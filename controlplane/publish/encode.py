@@ -75,7 +75,8 @@ def _warnings(rejections: Sequence[RejectedInput]) -> bytes:
 
 def backend_bytes(spec: BackendSpec) -> bytes:
     """The `Snapshot.backends` entry of `spec`: framing, fields 1..9 (slots encoded
-    directly), warnings, check, session persistence, protocol (field 15)."""
+    directly), warnings, check, session persistence, protocol (field 15), the spare
+    section it runs in, whether it is a spare."""
     head = pb.Backend(
         name=spec.name,
         service=spec.service,
@@ -104,6 +105,9 @@ def backend_bytes(spec: BackendSpec) -> bytes:
     parts.append(_session(spec))
     if spec.protocol:
         parts.append(pb.Backend(protocol=spec.protocol).SerializeToString())
+    if slots.spare or spec.spare:  # fields 17 and 18, in field order after the rest
+        tail = pb.Backend(section=slots.spare, spare=spec.spare)
+        parts.append(tail.SerializeToString(deterministic=True))
     return protowire.length_delimited(wire.SNAPSHOT_BACKENDS, b"".join(parts))
 
 

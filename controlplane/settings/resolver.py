@@ -35,6 +35,7 @@ from controlplane.settings.table import (
     PERSISTENCE,
     PUBLISH_SERVICE,
     SERVER_SLOTS,
+    SPARE_BACKENDS,
     TABLE_SIZE,
     Setting,
     T,
@@ -266,6 +267,7 @@ class Resolver:
         self.gateway_namespaces(rejections)  # read by the routes' placement; reported here
         self.publish_services(rejections)  # read by the route status; reported here
         self.gateway_address_pool(rejections)  # read by the routes' placement; reported here
+        self.spare_backends(rejections)  # read by the spare pool; reported here
         return GlobalSettings(
             http_port=http,
             peer_port=peer,
@@ -273,6 +275,11 @@ class Resolver:
             accept_proxy=accept_proxy,
             default_certificate=self.default_certificate(rejections),
         )
+
+    def spare_backends(self, rejections: list[RejectedInput] | None = None) -> int:
+        """How many spare backends every haproxy.cfg declares (0: none)."""
+        found = [] if rejections is None else rejections
+        return self._configmap_value(SPARE_BACKENDS, "http", found)
 
     def publish_services(self, rejections: list[RejectedInput] | None = None) -> frozenset[str]:
         """The "namespace/name" of the Services whose load balancer a workload they select

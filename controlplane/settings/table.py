@@ -24,6 +24,7 @@ from controlplane.settings.values import (
     parse_check_count,
     parse_check_interval,
     parse_check_path,
+    parse_count,
     parse_hash_type,
     parse_hosts,
     parse_label_selector,
@@ -190,6 +191,16 @@ PEER_PORT = Setting(
     "Port of the `peers localinstance` section on every HAProxy pod.",
 )  # fmt: skip
 
+MAX_SPARE_BACKENDS = 64
+SPARE_BACKENDS = Setting(
+    "spare-backends", _any_mode(lambda text: parse_count(text, MAX_SPARE_BACKENDS)), 0,
+    "ConfigMap", "`0`",
+    "Spare backends declared in every haproxy.cfg, with the settings a Service gets by "
+    "default: a new Service whose settings they fit claims one and is routed to without a "
+    "reload; the pool is refilled at the next reload. `0`: off (docs/operations.md, "
+    "\"Spare backends\").",
+)  # fmt: skip
+
 SETTINGS: tuple[Setting[Any], ...] = (
     EXPOSE,
     WORKLOADS,
@@ -214,5 +225,6 @@ SETTINGS: tuple[Setting[Any], ...] = (
     PUBLISH_SERVICE,
     GATEWAY_ADDRESS_POOL,
     PEER_PORT,
+    SPARE_BACKENDS,
 )
 BY_KEY: Mapping[str, Setting[Any]] = {row.key: row for row in SETTINGS}

@@ -82,6 +82,17 @@ def parse_positive_int(text: str, maximum: int) -> int:
     return value
 
 
+def parse_count(text: str, maximum: int) -> int:
+    """An integer from 0 to `maximum` (0: off)."""
+    stripped = text.strip()
+    if stripped == "0":
+        return 0
+    try:
+        return parse_positive_int(text, maximum)
+    except Invalid:
+        raise Invalid(f"expected an integer from 0 to {maximum}") from None
+
+
 def parse_port(text: str) -> int:
     try:
         return parse_positive_int(text, 65535)

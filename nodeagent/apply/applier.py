@@ -79,6 +79,9 @@ class Applier:
         # Its backends rendered as stubs and route rules left out, by `attribution.key`.
         self._parts_aside: dict[str, SetAside] = {}
         self._unsaved = False  # HAProxy runs `applied` but the state dir lacks it
+        # Unclaimed spare sections in the file that HAProxy has not loaded: added by a
+        # version applied without a reload (docs/design.md, "Spare backends").
+        self._pending: frozenset[str] = frozenset()
         self._lock = threading.Lock()
         self.metrics = metrics if metrics is not None else AgentMetrics()
         self.validation = Validation(haproxy, self.certs, certs_dir, self.metrics)
@@ -200,7 +203,9 @@ class Applier:
         data = rendered.data()  # the file; its text only on the reload path
         decision = changes.Decision(changes.ApplyPath.RELOAD, reason="nothing applied yet")
         if old is not None and change is not None:
-            decision = changes.classify(old, self._applied_cfg, snapshot, rendered, change)
+            decision = changes.classify(
+                old, self._applied_cfg, snapshot, rendered, change, self._pending
+            )
         started = self.activation.started
         if decision.kind is changes.ApplyPath.NOTHING and started:
             log.info(
@@ -211,7 +216,7 @@ class Applier:
             same = old is not None and old.content_hash == snapshot.content_hash
             if not same or self._read_config_bytes() != data:
                 self.files.write_config(data)
-            self._record(snapshot, rendered, aside, parts)
+            self._record(snapshot, rendered, aside, parts, pending=decision.pending)
             listed = setaside.listed(
                 aside, parts, setaside.unknown_rules(rendered.routed.unknown_aside)
             )
@@ -398,7 +403,7 @@ class Applier:
         served = setaside.served(snapshot, aside)
         self.certs.write(served, rendered.crt_lists, self._applied_served(), before_lists)
         self.files.write_config(data)
-        self._record(snapshot, rendered, aside, parts)
+        self._record(snapshot, rendered, aside, parts, pending=decision.pending)
         self.certs.prune(served, rendered.crt_lists)
         return Result(
             True,
@@ -476,16 +481,19 @@ class Applier:
         aside: Mapping[str, SetAside],
         parts: Mapping[str, SetAside],
         save: bool = True,
+        pending: frozenset[str] = frozenset(),
     ) -> None:
         """HAProxy runs `snapshot` now: remember it and its sections (the render cache),
         then save it (unless it is the saved one) from the bytes in hand. A failed save is
         an ApplyError: the Hello then names no hash, so the control plane sends the snapshot
-        again and the save is retried."""
+        again and the save is retried. `pending`: the spares it has not loaded (none after
+        a reload or a start)."""
         before = self._applied_cfg.routed.unknown_aside if self._applied_cfg is not None else ()
         rules_aside = rendered.routed.unknown_aside
         if rules_aside != before:
             setaside.log_rules_set_aside(snapshot, (p for p in rules_aside if p not in before))
         self.applied, self._applied_cfg = snapshot, rendered
+        self._pending = pending
         self._set_aside, self._parts_aside = dict(aside), dict(parts)
         self.metrics.set_aside.labels(setaside.CERTIFICATE).set(len(aside))
         unknown = len(rules_aside)  # rendered as 500s; `parts` holds those not rendered

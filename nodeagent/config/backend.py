@@ -155,12 +155,26 @@ def _session_header(
     return [f"  stick on req.hdr({header})", table]
 
 
+def section_name(backend: pb.Backend) -> str:
+    """The HAProxy section `backend` runs in: the spare it claimed, else its name. A spare
+    (claimed, or unclaimed: `spare`) must be named `spare.<n>` (docs/design.md, "Spare
+    backends"), so it never takes another backend's name."""
+    name = check(_PROXY_NAME, backend.name, "backend name")
+    if backend.section:
+        if backend.spare or names.spare_index(backend.section) is None:
+            raise RenderError(f"backend {name}: invalid spare section")
+        return backend.section
+    if backend.spare and names.spare_index(name) is None:
+        raise RenderError(f"backend {name}: a spare not named spare.<n>")
+    return name
+
+
 def render_backend(
     backend: pb.Backend, peers: bool = True, haproxy_version: version.Version | None = None
 ) -> list[str]:
     """One `backend` section; `peers` says whether the stick table is replicated,
     `haproxy_version` which version-dependent keywords may be written."""
-    name = check(_PROXY_NAME, backend.name, "backend name")
+    name = section_name(backend)
     if backend.mode not in names.MODES:
         raise refused(name, backend.mode, f"backend {name}: invalid mode {backend.mode!r}")
     lines = [f"backend {name}"]

@@ -39,6 +39,9 @@ class Decision:
     # files change without HAProxy being told (a certificate no crt-list names).
     certs: tuple[CertUpdate, ...] = ()
     cert_files: bool = False
+    # Unclaimed spare sections in the file that HAProxy has not loaded (added without a
+    # reload; the next reload loads them): a claim of one reloads.
+    pending: frozenset[str] = frozenset()
 
 
 def map_updates(
@@ -109,10 +112,13 @@ def _without_proxy(text: str) -> str:
 
 def _shape(backend: pb.Backend) -> pb.Backend:
     """The backend without what the runtime API changes (slot address, port, enabled)
-    and what is never rendered (warnings)."""
+    and what is never rendered (warnings, the Service it serves, whether it is a spare),
+    its name the section it runs in."""
     shape = pb.Backend()
     shape.CopyFrom(backend)
-    shape.ClearField("warnings")
+    shape.name = backend.section or backend.name
+    for unrendered in ("warnings", "service", "service_port", "section", "spare"):
+        shape.ClearField(unrendered)
     for slot in shape.slots:
         slot.ClearField("address")
         slot.ClearField("port")
@@ -128,10 +134,28 @@ def _slot_updates(old_b: pb.Backend, new_b: pb.Backend) -> list[ServerUpdate]:
         if before != after:
             updates.append(
                 ServerUpdate(
-                    new_b.name, new_s.server_name, new_s.address, new_s.port, new_s.enabled
+                    new_b.section or new_b.name,
+                    new_s.server_name,
+                    new_s.address,
+                    new_s.port,
+                    new_s.enabled,
                 )
             )
     return updates
+
+
+def _claimed_spare(
+    old: Held, new_b: pb.Backend, change: ChangeSet, pending: frozenset[str]
+) -> pb.Backend | str:
+    """The loaded, unclaimed spare a new backend claims (`section`, docs/design.md,
+    "Spare backends"), or why it reloads."""
+    section = new_b.section
+    spare = old.backends.get(section) if section else None
+    if spare is None or not spare.spare or section not in change.removed:
+        return f"backend {new_b.name} added"
+    if section in pending:
+        return f"backend {new_b.name} claims spare {section}, not loaded since its refill"
+    return spare
 
 
 def classify(
@@ -140,9 +164,11 @@ def classify(
     new: Held,
     new_cfg: Rendered,
     change: ChangeSet,
+    pending: frozenset[str] = frozenset(),
 ) -> Decision:
     """From the applied snapshot and its rendering to the new ones, looking only at the
-    parts in `change` (what differs between the two): O(changed backends)."""
+    parts in `change` (what differs between the two): O(changed backends). `pending`:
+    the unclaimed spares HAProxy has not loaded (added since its last reload)."""
     if old is None or old_cfg is None:
         return Decision(ApplyPath.RELOAD, reason="nothing applied yet")
     if change.peers and old_cfg.peers != new_cfg.peers:
@@ -168,28 +194,41 @@ def classify(
         if isinstance(found_steps, str):
             return Decision(ApplyPath.RELOAD, reason=found_steps)
         steps = found_steps
-    if change.removed:
-        return Decision(ApplyPath.RELOAD, reason=f"{len(change.removed)} backend(s) removed")
+    # An unclaimed spare leaving the pool stays in HAProxy, unused, until the next reload.
+    removed = [name for name in change.removed if not old.backends[name].spare]
+    if removed:
+        return Decision(ApplyPath.RELOAD, reason=f"{len(removed)} backend(s) removed")
     updates: list[ServerUpdate] = []
+    added: set[str] = set()
     for name in sorted(change.backends):
-        if name not in old.backends:
-            return Decision(ApplyPath.RELOAD, reason=f"backend {name} added")
-        if old_cfg.encoded[name] == new_cfg.encoded[name]:
-            continue  # a change nothing renders (warnings, a free slot's address)
+        new_b = new.backends[name]
+        old_b = old.backends.get(name)
         if name in old_cfg.stubbed or name in new_cfg.stubbed:  # no servers to set
             return Decision(ApplyPath.RELOAD, reason=f"backend {name} set aside or back")
-        old_b, new_b = old.backends[name], new.backends[name]
+        if old_b is None and new_b.spare:
+            added.add(name)  # loaded by the next reload: the pool's refill
+            continue
+        if old_b is None:
+            found_spare = _claimed_spare(old, new_b, change, pending)
+            if isinstance(found_spare, str):
+                return Decision(ApplyPath.RELOAD, reason=found_spare)
+            old_b = found_spare
+        elif old_b.section != new_b.section:
+            return Decision(ApplyPath.RELOAD, reason=f"backend {name} moved to another section")
+        elif old_cfg.encoded[name] == new_cfg.encoded[name]:
+            continue  # a change nothing renders (warnings, a free slot's address)
         if _shape(old_b) != _shape(new_b):
             return Decision(ApplyPath.RELOAD, reason=f"backend {name} settings or slots changed")
         found = _slot_updates(old_b, new_b)
-        if not found:
+        if not found and old_b.name == name:
             return Decision(ApplyPath.RELOAD, reason=f"backend {name} changed outside the slots")
         updates += found
+    pending = (pending | added) - change.removed
     if not updates and not maps and not steps and not cert_files:
-        return Decision(ApplyPath.NOTHING, reason="rendered config identical")
+        return Decision(ApplyPath.NOTHING, reason="rendered config identical", pending=pending)
     said = [f"{len(updates)} slot(s)"] if updates else []
     said += [f"{len(maps)} route map entr{'y' if len(maps) == 1 else 'ies'}"] if maps else []
     said += [certs.describe(steps)] if steps else []
     said += ["certificate files"] if cert_files and not steps else []
     reason = f"{' and '.join(said)} changed"
-    return Decision(ApplyPath.RUNTIME, tuple(updates), reason, maps, steps, cert_files)
+    return Decision(ApplyPath.RUNTIME, tuple(updates), reason, maps, steps, cert_files, pending)

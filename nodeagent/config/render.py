@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from nodeagent.config import certs, listeners, passthrough, rules
-from nodeagent.config.backend import haproxy_size, render_backend
+from nodeagent.config.backend import haproxy_size, render_backend, section_name
 from nodeagent.config.checked import check, endpoint
 from nodeagent.config.checked import host as checked_host
 from nodeagent.config.errors import RenderError
@@ -264,6 +264,9 @@ class Rendered:
     # The backends set aside (the applier's choice: HAProxy refused them), each rendered
     # as an empty section of its name (`stub_backend`).
     stubbed: frozenset[str] = frozenset()
+    # The claimed spare sections: section -> the backend (held name) that runs in it
+    # (docs/design.md, "Spare backends"); the routes name the section.
+    sections: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def peers(self) -> str:
@@ -312,7 +315,7 @@ def stub_backend(backend: pb.Backend) -> str:
     """A backend set aside: a section of its name and mode without servers, so that the
     routes and frontends naming it stay valid and its requests are answered 503 (HTTP) or
     closed (TCP), never passed to another backend."""
-    name = check(_PROXY_NAME, backend.name, "backend name")
+    name = section_name(backend)  # a claimed spare's section, else its own name
     mode = ["  mode tcp"] if backend.mode == "tcp" else []
     return _text([f"backend {name}", *mode, "  # set aside: refused, the ACK says why", ""])
 
@@ -380,18 +383,17 @@ def render_held(
         cache = previous.routed.route_cache if previous is not None else rules.RouteCache()
         frontends = _frontends(held, opts, set_aside, cache, rules_aside)
     certs.check_bound(frontends.crt_lists, held.certificates)
-    unknown = [name for name in frontends.routed if name not in held.backends]
-    if unknown:
-        raise RenderError(f"route to unknown backend {min(unknown)!r}")
     peered = held.peers is not None and bool(held.peers.peers)
     if previous is not None and previous.peered != peered:
         previous = None  # every persistent backend's stick table names the peers or not
-    backends = None
+    found = None
     if previous is not None and change is not None and change.base == previous.content_hash:
-        backends = _changed_backends(held, opts, previous, change, backends_aside)
-    if backends is None:
-        backends = _compared_backends(held, opts, previous, backends_aside)
+        found = _changed_backends(held, opts, previous, change, backends_aside)
+    backends, sections = (
+        found if found is not None else _compared_backends(held, opts, previous, backends_aside)
+    )
     stubbed = _set_aside_backends(held, opts, backends, previous, backends_aside)
+    _check_routed(frontends.routed, held, sections)
     return Rendered(
         header=header,
         global_section=global_section,
@@ -404,21 +406,44 @@ def render_held(
         content_hash=held.content_hash,
         options=opts,
         stubbed=stubbed,
+        sections=sections,
     )
 
 
+def _check_routed(routed: frozenset[str], held: Held, sections: Mapping[str, str]) -> None:
+    """Every section a route names exists: a backend's own, or a spare one claimed (a
+    backend that runs in a spare is named by its section, never its name)."""
+    for name in sorted(routed):
+        backend = held.backends.get(name)
+        if backend is None and name not in sections:
+            raise RenderError(f"route to unknown backend {name!r}")
+        if backend is not None and backend.section:
+            raise RenderError(f"route to backend {name!r}, which runs in a spare section")
+
+
 _Backends = dict[str, bytes]  # backend name -> its section as UTF-8
+_Sections = dict[str, str]  # claimed spare section -> backend name
+
+
+def _claim(sections: _Sections, name: str, backend: pb.Backend) -> None:
+    """Record the spare section `backend` runs in; two backends in one is refused."""
+    if backend.section and sections.setdefault(backend.section, name) != name:
+        raise RenderError(f"backend {name}: spare section claimed twice")
 
 
 def _changed_backends(
     held: Held, opts: RenderOptions, previous: Rendered, change: ChangeSet, aside: frozenset[str]
-) -> _Backends | None:
+) -> tuple[_Backends, _Sections] | None:
     """The sections of `previous` copied, those removed dropped and those changed or added
     rendered; None when the result does not hold exactly `held`'s backends (a change set
     that does not fit: the caller compares instead)."""
     encoded = dict(previous.encoded)
-    for name in change.removed:
+    sections = dict(previous.sections)
+    owners = {owner: section for section, owner in sections.items()} if sections else {}
+    for name in (*change.removed, *change.backends):
         encoded.pop(name, None)
+        if name in owners:
+            del sections[owners[name]]
     backends = held.backends
     for name in change.backends:
         if name not in backends:
@@ -427,31 +452,43 @@ def _changed_backends(
             encoded[name] = b""  # a stub (`_set_aside_backends`)
         else:
             encoded[name] = _backend_text(backends[name], previous.peered, opts).encode()
+        _claim(sections, name, backends[name])
     if len(encoded) != len(held.names):
         return None
-    return encoded
+    _check_sections(sections, backends)
+    return encoded, sections
+
+
+def _check_sections(sections: _Sections, backends: Mapping[str, pb.Backend]) -> None:
+    """No claimed spare section is also a backend's own name (two sections of one name)."""
+    for section in [s for s in sections if s in backends]:
+        raise RenderError(f"spare section {section} is also a backend of the snapshot")
 
 
 def _compared_backends(
     held: Held, opts: RenderOptions, previous: Rendered | None, aside: frozenset[str]
-) -> _Backends:
+) -> tuple[_Backends, _Sections]:
     """Each backend's section reused when its bytes are those `previous` rendered, else
     rendered: one Python iteration per backend."""
     old_keys = previous.keys if previous is not None else {}
     old_encoded = previous.encoded if previous is not None else {}
     peered = held.peers is not None and bool(held.peers.peers)
     encoded: dict[str, bytes] = {}
+    sections: _Sections = {}
     framed = held.framed
     for name in held.names:
         data = framed[name]
         before = old_keys.get(name)
+        backend = held.backends[name]
         if before is data or (before is not None and before == data):
             encoded[name] = old_encoded[name]
         elif name in aside:
             encoded[name] = b""  # a stub (`_set_aside_backends`)
         else:
-            encoded[name] = _backend_text(held.backends[name], peered, opts).encode()
-    return encoded
+            encoded[name] = _backend_text(backend, peered, opts).encode()
+        _claim(sections, name, backend)
+    _check_sections(sections, held.backends)
+    return encoded, sections
 
 
 def render(snapshot: pb.Snapshot, opts: RenderOptions) -> str:

@@ -28,6 +28,26 @@ DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?")
 MAX_HOST_NAME = 253
 
 
+# A spare backend of the pool: `spare.<n>` (no `_`, so never a `backend_name`; the
+# section a new Service's backend claims and keeps for its life: docs/design.md,
+# "Spare backends"). n has no leading zero and is at most `MAX_SPARE_INDEX`.
+SPARE_NAME = re.compile(r"spare\.([1-9][0-9]{0,5})")
+
+
+MAX_SPARE_INDEX = 999_999
+
+
+def spare_name(index: int) -> str:
+    """The section name of spare `index`."""
+    return f"spare.{index}"
+
+
+def spare_index(name: str) -> int | None:
+    """The spare a section name stands for, None when it is not `spare.<n>`."""
+    match = SPARE_NAME.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
 def server_name(index: int) -> str:
     """The server name of slot `index`."""
     return f"SRV_{index}"

@@ -145,6 +145,7 @@ REFUSAL = {
     "backends.slots.address": "invalid server address",
     "backends.check.http_path": "invalid check-http",
     "backends.protocol": "invalid protocol",
+    "backends.section": "invalid spare section",
     "http_frontend.routes.host": "invalid host",
     "http_frontend.routes.backend": "invalid backend name",
     "tcp_frontends.backend": "invalid backend name",

@@ -21,6 +21,13 @@ the trials (a new map rule is a runtime change: 0 expected). Then a route is re-
 between shop and catalog while a loop sends about 200 requests a second through both
 HAProxies: failed requests and reloads counted. Quick: 300 routes and 5 trials; full:
 3,000 routes and 20 trials.
+
+The folder variant then adds, per trial, a new Service with its EndpointSlice and its first
+HTTPRoute in one file, to its first 200 through both HAProxies, reloads counted: first
+with the spare pool on (`spare-backends` = trials, loaded at the agents' start: each new
+Service claims a spare, no reload expected), then with it set to 0 (each new Service is a
+new backend: a reload, as before spares), side by side in one run
+(`route_propagation.new_service_*`; docs/design.md, "Spare backends").
 """
 
 from __future__ import annotations
@@ -62,6 +69,8 @@ TARGETS = {
     "route_propagation.kube.new_route_first_200_p99": "< 250 ms",
     "route_propagation.kube.repoint_failed_requests": "0",
     "route_propagation.kube.reloads": "0",
+    "route_propagation.new_service_spares_first_200_p50": "< 100 ms",
+    "route_propagation.new_service_spares_reloads": "0",
 }
 
 
@@ -83,6 +92,40 @@ spec:
         - {{name: {service}, port: 80}}
 ---
 """
+
+
+def new_service(name: str, host: str, address: str) -> str:
+    """A Service (routed only, the default settings), its EndpointSlice on `address` (a
+    running demo backend) and its first HTTPRoute."""
+    return f"""apiVersion: v1
+kind: Service
+metadata:
+  name: {name}
+  namespace: default
+  creationTimestamp: "2026-01-03T00:00:00Z"
+spec:
+  ports:
+    - name: http
+      port: 80
+      targetPort: 8888
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {name}-a
+  namespace: default
+  labels:
+    kubernetes.io/service-name: {name}
+addressType: IPv4
+ports:
+  - name: http
+    port: 8888
+    protocol: TCP
+endpoints:
+  - addresses: ["{address}"]
+    conditions: {{ready: true}}
+---
+{http_route(name, host, "/", name)}"""
 
 
 def status(haproxy: str, host: str, path: str = "/") -> tuple[int, str]:
@@ -107,9 +150,17 @@ class FolderRoutes:
 
     def write(self, name: str, host: str, service: str) -> float:
         """The moment the route's file appeared (`time.perf_counter`)."""
+        return self._write(name, http_route(name, host, "/", service))
+
+    def write_service(self, name: str, host: str, address: str) -> float:
+        """A new Service, its EndpointSlice and its first route in one file; when it
+        appeared."""
+        return self._write(name, new_service(name, host, address))
+
+    def _write(self, name: str, text: str) -> float:
         path = self.folder / f"{name}.yaml"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(http_route(name, host, "/", service))
+        tmp.write_text(text)
         start = time.perf_counter()
         os.replace(tmp, path)
         return start
@@ -160,6 +211,21 @@ class Bench:
         wall, perf = time.time(), time.perf_counter()
         start = self.routes.write(name, host, "shop")
         self.written_at.append(wall + (start - perf))
+        return self._until_200(host, start, timeout)
+
+    def first_200_of_service(
+        self, name: str, host: str, address: str, written_at: list[float]
+    ) -> float:
+        """Seconds from a new Service's and its first route's write to a 200 for its host
+        through every HAProxy (the folder source only); the write's wall clock is added
+        to `written_at`."""
+        assert isinstance(self.routes, FolderRoutes)
+        wall, perf = time.time(), time.perf_counter()
+        start = self.routes.write_service(name, host, address)
+        written_at.append(wall + (start - perf))
+        return self._until_200(host, start, 60)
+
+    def _until_200(self, host: str, start: float, timeout: float) -> float:
         waiting = set(self.haproxies)
         deadline = start + timeout
         while waiting:
@@ -252,6 +318,10 @@ class Measured:
     failed: int = 0
     repoint_reloads: int = 0
     failures: list[str] = field(default_factory=list)
+    # A new Service and its first route, with the spare pool on and off.
+    services: dict[str, list[float]] = field(default_factory=dict)
+    service_reloads: dict[str, int] = field(default_factory=dict)
+    service_lags: dict[str, list[float]] = field(default_factory=dict)  # write to published
 
 
 def kube_server_args(workdir: Path) -> list[str]:
@@ -290,6 +360,10 @@ def measure(
     try:
         fleet.write_manifests()
         (fleet.manifests / "bulk-routes.yaml").write_text(_manifest(routes))
+        if not kube:  # the pool the new-Service trials claim, loaded at the agents' start
+            settings = fleet.manifests / "settings.yaml"
+            pool = f'  spare-backends: "{trials}"\n'
+            settings.write_text(settings.read_text() + pool)
         writer: FolderRoutes | KubeRoutes = FolderRoutes(fleet.manifests)
         if kube:
             cluster = RouteCluster(work / "kubeapi.log")
@@ -326,12 +400,41 @@ def measure(
         found.sent, found.failed, found.repoint_reloads, found.failures = repoint_under_load(
             bench, "moving.demo.example.com", repoints
         )
+        if not kube:
+            new_services(fleet, bench, trials, found, work / "controlplane.log")
     finally:
         fleet.stop()
         if cluster is not None:
             cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
     return found
+
+
+SPARES, NO_SPARES = "spares", "no_spares"
+
+
+def new_services(fleet: Fleet, bench: Bench, trials: int, found: Measured, log: Path) -> None:
+    """`trials` new Services with their first route, the spare pool on, then off."""
+    address = fleet.ip("127.0.2.1")  # shop-0, running
+    written: dict[str, list[float]] = {}
+    for phase in (SPARES, NO_SPARES):
+        if phase == NO_SPARES:
+            fleet.edit_manifest(
+                "settings.yaml",
+                lambda text: text.replace(f'spare-backends: "{trials}"', 'spare-backends: "0"'),
+            )
+        before = bench.reloads()
+        samples = found.services.setdefault(phase, [])
+        for trial in range(trials):
+            name = f"svc-{phase.replace('_', '-')}-{trial}"
+            host = f"{name}.demo.example.com"
+            at = written.setdefault(phase, [])
+            samples.append(bench.first_200_of_service(name, host, address, at))
+            fleet.wait_all_acked(60)  # a reload's ACK, before the next trial
+            time.sleep(0.3)
+        found.service_reloads[phase] = bench.reloads() - before
+    published = published_at(log)
+    found.service_lags = {phase: publish_lags(at, published) for phase, at in written.items()}
 
 
 def results(prefix: str, found: Measured, routes: int, trials: int) -> list[Result]:
@@ -351,6 +454,27 @@ def results(prefix: str, found: Measured, routes: int, trials: int) -> list[Resu
         Result(f"{prefix}.reloads", found.reloads, "", params),
         Result(f"{prefix}.repoint_failed_requests", found.failed, "", loop),
         Result(f"{prefix}.repoint_reloads", found.repoint_reloads, "", loop),
+        *(
+            result
+            for phase, samples in found.services.items()
+            for result in (
+                Result(
+                    f"{prefix}.new_service_{phase}_first_200_p50",
+                    median(samples) * 1000,
+                    "ms",
+                    params,
+                ),
+                Result(
+                    f"{prefix}.new_service_{phase}_first_200_max", max(samples) * 1000, "ms", params
+                ),
+                Result(
+                    f"{prefix}.new_service_{phase}_reloads",
+                    found.service_reloads[phase],
+                    "",
+                    params,
+                ),
+            )
+        ),
     ]
 
 
@@ -363,6 +487,12 @@ def describe(variant: str, routes: int, found: Measured) -> str:
         f"{max(lags) * 1000:.0f} ms), reloads {found.reloads}; re-pointed {found.repoints}x under "
         f"{found.sent} requests: {found.failed} failed {found.failures}, "
         f"{found.repoint_reloads} reloads"
+    ) + "".join(
+        f"; new Service plus its first route ({phase}): first 200 p50 "
+        f"{median(samples) * 1000:.0f} ms max {max(samples) * 1000:.0f} ms (write to published "
+        f"p50 {median(found.service_lags.get(phase) or [float('nan')]) * 1000:.0f} ms), "
+        f"reloads {found.service_reloads[phase]}"
+        for phase, samples in found.services.items()
     )
 
 

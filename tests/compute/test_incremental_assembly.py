@@ -41,12 +41,15 @@ edit_draws = st.tuples(
 
 
 # The settings ConfigMap: none, valid, one with a bad value (a snapshot warning), one
-# moving the HTTP port onto a Service's TCP port (a lost claim for every workload).
+# moving the HTTP port onto a Service's TCP port (a lost claim for every workload), the
+# spare pool (new Services claim spares: docs/design.md, "Spare backends").
 CONFIGS: tuple[dict[str, str] | None, ...] = (
     None,
     {"http-port": "8080"},
     {"peer-port": "not-a-port"},
     {"http-port": "9000"},
+    {"spare-backends": "2"},
+    {"spare-backends": "3", "server-slots": "4"},
 )
 
 

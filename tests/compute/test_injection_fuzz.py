@@ -78,6 +78,7 @@ VALID = {
     "publish-service": ("haproxy-system/haproxy", "a/b,haproxy-system/lb"),
     "gateway-address-pool": ("127.0.201.2-127.0.201.9", "10.0.0.0/29,fd00::7"),
     "peer-port": ("10001", "10000"),
+    "spare-backends": ("0", "2", "4"),
     "default-certificate": ("haproxy-system/default-tls", "default/missing"),
 }
 ALL_VALID = tuple(v for values in VALID.values() for v in values)
@@ -257,7 +258,11 @@ def check_shape(snapshot: pb.Snapshot, text: str) -> None:
     expected += [
         f"frontend fe_tcp_{fe.port}" for fe in sorted(snapshot.tcp_frontends, key=lambda f: f.port)
     ]
-    expected += [f"backend {b.name}" for b in sorted(snapshot.backends, key=lambda b: b.name)]
+    # A backend that claimed a spare is rendered as that section (docs/design.md, "Spare
+    # backends"), in the order of its name.
+    expected += [
+        f"backend {b.section or b.name}" for b in sorted(snapshot.backends, key=lambda b: b.name)
+    ]
     assert headers == expected
     # One `server` line per slot, one `peer` line per peer: nothing smuggled in between.
     assert sum(line.startswith("  server ") for line in lines) == sum(

@@ -156,8 +156,9 @@ def random_versions(seed: int, steps: int, services: int = 12) -> Iterator[pb.Sn
                 "haproxy.org/load-balance": rng.choice(["source", "roundrobin", "bogus!"]),
                 "haproxy.org/hosts": rng.choice(["", f"{name}.example.com"]),
             }
-        elif roll < 0.92:  # a bad ConfigMap value is a snapshot warning
-            c.config = rng.choice([{}, {"check-rise": "x"}, {"check-rise": "5"}])
+        elif roll < 0.92:  # a bad ConfigMap value is a snapshot warning; spares claimed
+            configs = [{}, {"check-rise": "x"}, {"check-rise": "5"}, {"spare-backends": "2"}]
+            c.config = rng.choice(configs)
         elif len(c.pods) < 4:
             c.pods.append(f"haproxy-{counter}")
         else:

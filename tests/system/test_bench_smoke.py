@@ -513,6 +513,21 @@ def test_route_propagation_bench_kube_variant_creates_routes_through_the_api_wit
     assert found["route_propagation.kube.repoint_reloads"].value == 0
 
 
+def test_route_propagation_bench_folder_variant_serves_new_services_from_spares(
+    haproxy_bin: HAProxyBinary,
+) -> None:
+    """The folder variant at a tiny size: new Services with their first route reach both
+    HAProxies without a reload while spares last, and with one reload per agent each once
+    the pool is off (docs/design.md, "Spare backends")."""
+    found = _by_name(
+        routes_bench.run(octet=46, binary=haproxy_bin.path, sizes=(20, 2, 1), variants=["folder"])
+    )
+    assert found["route_propagation.new_service_spares_reloads"].value == 0
+    assert found["route_propagation.new_service_no_spares_reloads"].value == 2 * 2
+    assert found["route_propagation.new_service_spares_first_200_p50"].value > 0
+    assert found["route_propagation.reloads"].value == 0
+
+
 def test_api_servers_bench_measures_the_fake_and_a_real_api_server_side_by_side() -> None:
     """Both variants write the same cluster, the leader writes a shard per backend, and
     every endpoint move reaches both agents (behaviour only; figures are the bench's)."""

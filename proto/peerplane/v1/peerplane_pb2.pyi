@@ -54,7 +54,7 @@ class Peer(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
 
 class Backend(_message.Message):
-    __slots__ = ("name", "service", "service_port", "mode", "balance", "balance_argument", "hash_type", "persistence", "slots", "warnings", "check", "session_cookie", "session_header", "protocol")
+    __slots__ = ("name", "service", "service_port", "mode", "balance", "balance_argument", "hash_type", "persistence", "slots", "warnings", "check", "session_cookie", "session_header", "protocol", "section", "spare")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SERVICE_FIELD_NUMBER: _ClassVar[int]
     SERVICE_PORT_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +69,8 @@ class Backend(_message.Message):
     SESSION_COOKIE_FIELD_NUMBER: _ClassVar[int]
     SESSION_HEADER_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    SECTION_FIELD_NUMBER: _ClassVar[int]
+    SPARE_FIELD_NUMBER: _ClassVar[int]
     name: str
     service: str
     service_port: str
@@ -83,7 +85,9 @@ class Backend(_message.Message):
     session_cookie: SessionCookie
     session_header: SessionHeader
     protocol: str
-    def __init__(self, name: _Optional[str] = ..., service: _Optional[str] = ..., service_port: _Optional[str] = ..., mode: _Optional[str] = ..., balance: _Optional[str] = ..., balance_argument: _Optional[str] = ..., hash_type: _Optional[str] = ..., persistence: _Optional[_Union[Persistence, _Mapping]] = ..., slots: _Optional[_Iterable[_Union[Slot, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ..., check: _Optional[_Union[HealthCheck, _Mapping]] = ..., session_cookie: _Optional[_Union[SessionCookie, _Mapping]] = ..., session_header: _Optional[_Union[SessionHeader, _Mapping]] = ..., protocol: _Optional[str] = ...) -> None: ...
+    section: str
+    spare: bool
+    def __init__(self, name: _Optional[str] = ..., service: _Optional[str] = ..., service_port: _Optional[str] = ..., mode: _Optional[str] = ..., balance: _Optional[str] = ..., balance_argument: _Optional[str] = ..., hash_type: _Optional[str] = ..., persistence: _Optional[_Union[Persistence, _Mapping]] = ..., slots: _Optional[_Iterable[_Union[Slot, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ..., check: _Optional[_Union[HealthCheck, _Mapping]] = ..., session_cookie: _Optional[_Union[SessionCookie, _Mapping]] = ..., session_header: _Optional[_Union[SessionHeader, _Mapping]] = ..., protocol: _Optional[str] = ..., section: _Optional[str] = ..., spare: _Optional[bool] = ...) -> None: ...
 
 class SessionCookie(_message.Message):
     __slots__ = ("name", "max_age_s", "max_life_s", "max_idle_s")
