@@ -203,8 +203,6 @@ def classify(
     for name in sorted(change.backends):
         new_b = new.backends[name]
         old_b = old.backends.get(name)
-        if name in old_cfg.stubbed or name in new_cfg.stubbed:  # no servers to set
-            return Decision(ApplyPath.RELOAD, reason=f"backend {name} set aside or back")
         if old_b is None and new_b.spare:
             added.add(name)  # loaded by the next reload: the pool's refill
             continue
@@ -217,6 +215,8 @@ def classify(
             return Decision(ApplyPath.RELOAD, reason=f"backend {name} moved to another section")
         elif old_cfg.encoded[name] == new_cfg.encoded[name]:
             continue  # a change nothing renders (warnings, a free slot's address)
+        if name in old_cfg.stubbed or name in new_cfg.stubbed:  # no servers to set
+            return Decision(ApplyPath.RELOAD, reason=f"backend {name} set aside or back")
         if _shape(old_b) != _shape(new_b):
             return Decision(ApplyPath.RELOAD, reason=f"backend {name} settings or slots changed")
         found = _slot_updates(old_b, new_b)

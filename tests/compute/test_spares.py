@@ -11,7 +11,7 @@ from controlplane.ledger.codec import assignment_from_json, assignment_to_json
 from controlplane.model import ClusterState
 from controlplane.publish import encode_one
 from controlplane.settings.resolver import Resolver
-from controlplane.snapshot import BackendSlots, WorkloadSnapshot
+from controlplane.snapshot import BackendSlots, SessionCookie, SessionHeader, WorkloadSnapshot
 from nodeagent.config.render import RenderOptions, render
 from tests.helpers.builders import (
     DEFAULT_PODS,
@@ -213,3 +213,19 @@ def test_a_claimed_backend_turned_to_tcp_keeps_its_section_and_its_frontend_name
     assert [f.backend for f in snapshot.tcp_frontends] == ["spare.1"]
     encoded = encode_one(snapshot).message(1)
     render(encoded, RenderOptions(pod_name="haproxy-a"))  # no RenderError
+
+
+def test_a_backend_protocol_or_session_persistence_is_no_spare_s() -> None:
+    """A spare speaks HTTP/1.1 and has no session cookie or header table: a backend that
+    needs one of those gets a section of its own (a reload), never a spare without it."""
+    spare = template(Resolver(POOL))
+    plain = compute(shop_state("shop"), {}).workloads[WORKLOAD].backend("default_shop_http")
+    assert refusal(plain, spare) == ""
+    h2 = dataclasses.replace(plain, protocol="h2")
+    assert refusal(h2, spare) == "protocol h2 (spares speak HTTP/1.1)"
+    cookie = SessionCookie(name="s", max_age_s=0, max_life_s=0, max_idle_s=1800)
+    for persisted in (
+        dataclasses.replace(plain, session_cookie=cookie),
+        dataclasses.replace(plain, session_header=SessionHeader("X-Session", 1000, 60_000)),
+    ):
+        assert refusal(persisted, spare) == "session persistence (spares have none)"
