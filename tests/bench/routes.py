@@ -1,8 +1,9 @@
 """Route propagation: a new HTTPRoute to its first 200 through both HAProxies, with
 thousands of HTTPRoutes loaded, and a route re-pointed under a request loop; from a
-folder of manifests and from the Kubernetes API, side by side.
+folder of manifests and from the Kubernetes API (the fake server and a real one), side by
+side.
 
-Runs the real fleet (`tests.helpers.fleet.Fleet`) twice, on the demo's manifests plus N
+Runs the real fleet (`tests.helpers.fleet.Fleet`) once per variant, on the demo's manifests plus N
 HTTPRoutes (each its own host under the demo Gateway's `*.demo.example.com`, one path to
 shop or catalog), with two `nodeagent run --manage-haproxy` agents:
 - folder (octet 47): `controlplane serve --source files:DIR`; each route is a file
