@@ -1,8 +1,9 @@
 """Route propagation: a new HTTPRoute to its first 200 through both HAProxies, with
 thousands of HTTPRoutes loaded, and a route re-pointed under a request loop; from a
-folder of manifests and from the Kubernetes API, side by side.
+folder of manifests and from the Kubernetes API (the fake server and a real one), side by
+side.
 
-Runs the real fleet (`tests.helpers.fleet.Fleet`) twice, on the demo's manifests plus N
+Runs the real fleet (`tests.helpers.fleet.Fleet`) once per variant, on the demo's manifests plus N
 HTTPRoutes (each its own host under the demo Gateway's `*.demo.example.com`, one path to
 shop or catalog), with two `nodeagent run --manage-haproxy` agents:
 - folder (octet 47): `controlplane serve --source files:DIR`; each route is a file
@@ -12,6 +13,14 @@ shop or catalog), with two `nodeagent run --manage-haproxy` agents:
   the fake API server in its own process (`routeskube`) holding the same manifests as
   objects; each route is POSTed to it (a re-point is a GET and a PUT), as kubectl does.
   The trials start once the Lease holder wrote every HTTPRoute's status.
+- kube-real (octet 49, figures `route_propagation.kube-real.*`): the same against a real
+  API server (`realapi`: tests/cluster/up's cluster, deploy/ installed, `serve` under
+  the shipped RBAC with a TokenRequest token of its ServiceAccount). The manifests are
+  written as the admin (the bulk HTTPRoutes `realapi.WRITERS` at a time), the demo's
+  endpoints moved off loopback to 10.49.x.y, a prefix routed into a network namespace of
+  the run's own where the demo's backends answer: requests go through both HAProxies to
+  them and never leave the machine. Root only, and the cluster's binaries (built or
+  buildable): else left out with a line saying why.
 Each trial writes one new HTTPRoute and polls both HAProxies every 5 ms with its host
 until each answered 200: the figure includes the source's notice, the route table, the
 delta, the agents' runtime map commands. `new_route_published_p50` splits it: the write
@@ -39,22 +48,27 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Protocol
 
 import yaml
 
 from nodeagent.haproxy.driver import HAProxy
+from tests.bench import realapi
 from tests.bench.common import Result, log, median, percentile
-from tests.bench.routeskube import LEDGER, NAMESPACE, ApiRoutes, RouteCluster
-from tests.helpers.fleet import HAPROXY_PODS, HTTP_PORT, Fleet, haproxy_binary
+from tests.bench.routeskube import LEDGER, NAMESPACE, ApiRoutes, RouteCluster, folder_objects
+from tests.helpers.fleet import BACKENDS, HAPROXY_PODS, HTTP_PORT, Fleet, haproxy_binary
 from tests.helpers.waiting import wait_until
 from tests.kubeapi.objects import write_kubeconfig
 
-OCTET = 47  # 127.47.x.y (folder) and 127.48.x.y (kube): apart from the tests and benchmarks
-VARIANTS = ("folder", "kube")
+# 127.47.x.y (folder), 127.48.x.y (kube) and 127.49.x.y (kube-real, its endpoints on
+# 10.49.x.y): apart from the tests and benchmarks
+OCTET = 47
+VARIANTS = ("folder", "kube", "kube-real")
+REAL_VETH = ("10.254.242.1", "10.254.242.2")  # kube-real's network namespace's pair
 QUICK_ROUTES, FULL_ROUTES = 300, 3000
 QUICK_TRIALS, FULL_TRIALS = 5, 20
 POLL_S = 0.005
@@ -71,6 +85,10 @@ TARGETS = {
     "route_propagation.kube.reloads": "0",
     "route_propagation.new_service_spares_first_200_p50": "< 100 ms",
     "route_propagation.new_service_spares_reloads": "0",
+    "route_propagation.kube-real.new_route_first_200_p50": "< 100 ms",
+    "route_propagation.kube-real.new_route_first_200_p99": "< 250 ms",
+    "route_propagation.kube-real.repoint_failed_requests": "0",
+    "route_propagation.kube-real.reloads": "0",
 }
 
 
@@ -184,8 +202,33 @@ class KubeRoutes:
         return start
 
 
+class RouteWriter(Protocol):
+    def write(self, name: str, host: str, service: str) -> float:
+        """Write HTTPRoute `name`; the moment it went out (`time.perf_counter`)."""
+        ...
+
+
+class RealRoutes:
+    """HTTPRoutes written through the real API server as its admin (a POST, or a GET and a
+    PUT), with the Kubernetes Python client."""
+
+    def __init__(self, real: realapi.RealApi) -> None:
+        self.real = real
+        self.written: set[str] = set()
+
+    def write(self, name: str, host: str, service: str) -> float:
+        """The moment the POST or PUT went out (`time.perf_counter`)."""
+        route = yaml.safe_load(http_route(name, host, "/", service).removesuffix("---\n"))
+        realapi.without_server_fields(route)
+        if name in self.written:
+            return self.real.replace_route(route)
+        start = self.real.create_route(route)
+        self.written.add(name)
+        return start
+
+
 class Bench:
-    def __init__(self, fleet: Fleet, routes: FolderRoutes | KubeRoutes) -> None:
+    def __init__(self, fleet: Fleet, routes: RouteWriter) -> None:
         self.fleet = fleet
         self.routes = routes
         self.haproxies = [agent.address for agent in fleet.agents.values()]
@@ -322,13 +365,16 @@ class Measured:
     services: dict[str, list[float]] = field(default_factory=dict)
     service_reloads: dict[str, int] = field(default_factory=dict)
     service_lags: dict[str, list[float]] = field(default_factory=dict)  # write to published
+    refused_calls: int | None = None  # kube-real: serve's calls the shipped RBAC refused
 
 
-def kube_server_args(workdir: Path) -> list[str]:
+def kube_server_args(workdir: Path, real: bool = False) -> list[str]:
     """`controlplane serve` as production runs it: the Kubernetes source, leader election,
-    the slot ledger in ConfigMap shards."""
+    the slot ledger in ConfigMap shards; `real`: with the kubeconfig `realapi.RealApi`
+    writes (the shipped ServiceAccount's token)."""
+    kubeconfig = workdir / ("controlplane.kubeconfig" if real else "kubeconfig")
     return [
-        f"--kubeconfig={workdir / 'kubeconfig'}",
+        f"--kubeconfig={kubeconfig}",
         "--leader-elect",
         f"--lease-namespace={NAMESPACE}",
         f"--configmap={NAMESPACE}/haproxy-settings",
@@ -336,15 +382,56 @@ def kube_server_args(workdir: Path) -> list[str]:
     ]
 
 
+def load_real(fleet: Fleet, work: Path) -> realapi.RealApi:
+    """A real cluster holding the fleet's manifests (as `routeskube.folder_objects`, the
+    demo's HAProxy pods made under the installed DaemonSet instead), the endpoints off
+    loopback, the demo's backends serving in the network namespace on those addresses."""
+    pods = tuple((name, fleet.ip(address)) for name, address in HAPROXY_PODS)
+    prefix = f"10.{fleet.octet}.0.0/16"
+    real = realapi.RealApi(work, pods, f"ppbr{os.getpid()}", [prefix], *REAL_VETH)
+    try:
+        objects = [o for o in folder_objects(fleet.manifests) if o["kind"] != "Pod"]
+        routes = [o for o in objects if o["kind"] == "HTTPRoute"]
+        rest = (o for o in objects if o["kind"] != "HTTPRoute")
+        real.apply(realapi.endpoints_off_loopback(o) for o in rest)
+        seconds = real.create_all(routes)
+        log(f"route_propagation kube-real: {len(routes)} HTTPRoutes written in {seconds:.1f} s")
+        assert real.network is not None
+        with real.network.inside():
+            for name, address, port, kind in BACKENDS:
+                fleet.backends.start(name, realapi.off_loopback(fleet.ip(address)), port, kind)
+    except BaseException:
+        real.close()
+        raise
+    return real
+
+
 def measure(
-    kube: bool, routes: int, trials: int, octet: int, binary: str | None, repoints: int = REPOINTS
+    variant: str,
+    routes: int,
+    trials: int,
+    octet: int,
+    binary: str | None,
+    repoints: int = REPOINTS,
 ) -> Measured:
-    """One fleet with `routes` HTTPRoutes loaded from the folder or the fake API server:
-    `trials` new routes to their first 200, then the re-points under the request loop."""
-    work = Path(tempfile.mkdtemp(prefix="bench-routes-kube-" if kube else "bench-routes-"))
+    """One fleet with `routes` HTTPRoutes loaded from the folder, the fake API server
+    (kube) or a real one (kube-real): `trials` new routes to their first 200, then the
+    re-points under the request loop."""
+    work = Path(tempfile.mkdtemp(prefix=f"bench-routes-{variant}-"))
     logs = ["--log-format", "json"]
     cluster: RouteCluster | None = None
-    if kube:
+    real: realapi.RealApi | None = None
+    if variant == "kube-real":
+        fleet = Fleet(
+            work,
+            octet,
+            haproxy_bin=binary,
+            server_args=[*kube_server_args(work, real=True), *logs],
+            state_file=False,
+            serve_timeout=60 + routes * 0.05,
+            source="kubernetes",
+        )
+    elif variant == "kube":
         fleet = Fleet(
             work,
             octet,
@@ -360,17 +447,21 @@ def measure(
     try:
         fleet.write_manifests()
         (fleet.manifests / "bulk-routes.yaml").write_text(_manifest(routes))
-        if not kube:  # the pool the new-Service trials claim, loaded at the agents' start
+        if variant == "folder":  # the pool the new-Service trials claim, loaded at start
             settings = fleet.manifests / "settings.yaml"
             pool = f'  spare-backends: "{trials}"\n'
             settings.write_text(settings.read_text() + pool)
-        writer: FolderRoutes | KubeRoutes = FolderRoutes(fleet.manifests)
-        if kube:
+        writer: RouteWriter = FolderRoutes(fleet.manifests)
+        if variant == "kube":
             cluster = RouteCluster(work / "kubeapi.log")
             cluster.load(fleet.manifests)
             write_kubeconfig(cluster.url, work / "kubeconfig")
             writer = KubeRoutes(cluster.url)
-        fleet.start_backends()
+        if variant == "kube-real":
+            real = load_real(fleet, work)
+            writer = RealRoutes(real)
+        else:
+            fleet.start_backends()
         fleet.start_control_plane()
         for name, address in HAPROXY_PODS:
             fleet.start_agent(name, address)
@@ -382,11 +473,14 @@ def measure(
             if code != 200:
                 raise RuntimeError(f"bulk route not served by {haproxy}: {code} {body[:200]}")
         bench.applied("repoint", "moving.demo.example.com", "shop")
-        if cluster is not None:
+        counts: Callable[[], dict[str, int]] | None = (
+            cluster.routes if cluster is not None else real.route_counts if real else None
+        )
+        if counts is not None:
             # The Lease holder writes every route's status once; the trials start after.
-            counts = cluster
+            routes_now = counts
             wait_until(
-                lambda: (c := counts.routes())["with_status"] == c["routes"],
+                lambda: (c := routes_now())["with_status"] == c["routes"],
                 60 + routes * 0.05,
                 "the status of every HTTPRoute",
                 step=0.5,
@@ -400,12 +494,16 @@ def measure(
         found.sent, found.failed, found.repoint_reloads, found.failures = repoint_under_load(
             bench, "moving.demo.example.com", repoints
         )
-        if not kube:
+        if variant == "folder":
             new_services(fleet, bench, trials, found, work / "controlplane.log")
+        if real is not None:
+            found.refused_calls = realapi.refused_calls(work / "controlplane.log")
     finally:
         fleet.stop()
         if cluster is not None:
             cluster.stop()
+        if real is not None:
+            real.close()
         shutil.rmtree(work, ignore_errors=True)
     return found
 
@@ -487,12 +585,18 @@ def describe(variant: str, routes: int, found: Measured) -> str:
         f"{max(lags) * 1000:.0f} ms), reloads {found.reloads}; re-pointed {found.repoints}x under "
         f"{found.sent} requests: {found.failed} failed {found.failures}, "
         f"{found.repoint_reloads} reloads"
-    ) + "".join(
-        f"; new Service plus its first route ({phase}): first 200 p50 "
-        f"{median(samples) * 1000:.0f} ms max {max(samples) * 1000:.0f} ms (write to published "
-        f"p50 {median(found.service_lags.get(phase) or [float('nan')]) * 1000:.0f} ms), "
-        f"reloads {found.service_reloads[phase]}"
-        for phase, samples in found.services.items()
+        + (
+            f"; {found.refused_calls} calls refused by the shipped RBAC"
+            if found.refused_calls is not None
+            else ""
+        )
+        + "".join(
+            f"; new Service plus its first route ({phase}): first 200 p50 "
+            f"{median(samples) * 1000:.0f} ms max {max(samples) * 1000:.0f} ms (write to "
+            f"published p50 {median(found.service_lags.get(phase) or [float('nan')]) * 1000:.0f}"
+            f" ms), reloads {found.service_reloads[phase]}"
+            for phase, samples in found.services.items()
+        )
     )
 
 
@@ -515,10 +619,14 @@ def run(
         routes, trials, repoints = sizes
     found: list[Result] = []
     lines = []
+    if "kube-real" in variants and (why := realapi.unavailable()):
+        variants = [v for v in variants if v != "kube-real"]
+        lines.append(f"route_propagation kube-real (a real API server) skipped: {why}")
+        log(lines[-1])
     for i, variant in enumerate(VARIANTS):
         if variant not in variants:
             continue
-        measured = measure(variant == "kube", routes, trials, octet + i, binary, repoints)
+        measured = measure(variant, routes, trials, octet + i, binary, repoints)
         lines.append(describe(variant, routes, measured))
         log(lines[-1])
         prefix = "route_propagation" + ("" if variant == "folder" else f".{variant}")

@@ -13,6 +13,14 @@ all with deltas, the server's default):
 - kube: `--source kubernetes --leader-elect` against the fake API server
   (`scalekube`, in its own process) holding the same cluster as objects: the ledger is
   one ConfigMap shard per backend, all created by the leader at its first start;
+- kube-real: the same against a real API server (`realapi`: tests/cluster/up's etcd,
+  kube-apiserver and controller manager, deploy/ installed, `serve` under the shipped
+  RBAC with a TokenRequest token of its ServiceAccount); the Services and EndpointSlices
+  are written by the benchmark as the admin, `realapi.WRITERS` requests at a time, their
+  endpoints moved to 10.80.0.0/14 (and the moved one to 10.90.0.1), prefixes routed into a
+  network namespace of the run's own where they are local: health checks are refused
+  there, nothing leaves the machine. Root only, and the cluster's binaries (built or
+  buildable): else left out with a line saying why. A new cluster for each fleet;
 - full: as delta with `--no-deltas` (run only when asked, `run(modes=...)`).
 
 The cluster is `scalefolder`'s: N Services each with one EndpointSlice of 20 ready
@@ -42,7 +50,8 @@ to check it). Measured per change:
   folder poll, are not the change's);
 - bytes on the wire per agent: the control plane's `peerplane_sent_bytes_total` (all
   kinds) over the change, divided by the agents; "n/a" while the counter does not exist;
-- bytes written, metered outside the control plane: to the API, the request bodies the
+- bytes written, metered outside the control plane: to the API (kube only, "n/a" for
+  kube-real: the real server is not metered), the request bodies the
   fake API server received for ConfigMaps (the ledger's shards; Lease renewals and Events
   are counted apart); to the disk, `write_bytes` of /proc/PID/io of the control plane
   (pages it dirtied: the SQLite ledger and its WAL, and its log file);
@@ -50,7 +59,10 @@ to check it). Measured per change:
   or the SQLite file's size (its largest row and the WAL beside it in the note).
 
 Startup is the control-plane process start to both agents having ACKed the first
-snapshot (for kube, after the leader created every shard). Full mode is slow at large N,
+snapshot, and to both having ACKed a content with every endpoint in an enabled slot (the
+"all" figure, `startup_all_endpoints_ack`: with the kube ledger the first snapshot may
+come before the leader wrote every shard, the slots filling in later versions); the
+samples start after the second. Full mode is slow at large N,
 so it takes fewer samples. When `controlplane serve` has no `--no-deltas` the mode cannot
 be forced and only the server's default (full snapshots) runs, said in the output.
 """
@@ -78,15 +90,20 @@ import grpc
 
 from nodeagent.haproxy.driver import HAProxy
 from peerplane.v1 import peerplane_pb2 as pb
+from peerplane.v1 import peerplane_pb2_grpc
+from tests.bench import realapi
 from tests.bench.common import Result, log, median, percentile
 from tests.bench.scalefolder import (
+    ENDPOINTS,
     MOVED_ADDRESS,
+    cluster_objects,
     endpoint_address,
     service_name,
+    slice_name,
     write_folder,
 )
 from tests.bench.scalekube import LEDGER, NAMESPACE, KubeCluster
-from tests.helpers.fleet import REPO, Fleet, free_port, haproxy_binary
+from tests.helpers.fleet import REPO, WORKLOAD, Fleet, free_port, haproxy_binary
 from tests.helpers.waiting import wait_until
 from tests.kubeapi.objects import write_kubeconfig
 
@@ -110,6 +127,7 @@ TARGET_API_BYTES = 16 * 1024
 TARGET_DISK_BYTES = 64 * 1024
 TARGET_OBJECT_BYTES = 64 * 1024
 _TICKS = os.sysconf("SC_CLK_TCK")
+SNAPSHOT_LIMIT = 256 * 1024 * 1024  # GetSnapshot of 8,000 backends passes gRPC's 4 MiB
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +137,7 @@ class Mode:
     name: str
     deltas: bool
     ledger: str  # "none", "files" (--state, SQLite) or "kube" (ConfigMap shards)
+    real: bool = False  # kube: a real API server (`realapi`) instead of the fake one
 
 
 MODES = {
@@ -126,8 +145,13 @@ MODES = {
     "delta": Mode("delta", deltas=True, ledger="none"),
     "state": Mode("state", deltas=True, ledger="files"),
     "kube": Mode("kube", deltas=True, ledger="kube"),
+    "kube-real": Mode("kube-real", deltas=True, ledger="kube", real=True),
 }
-DEFAULT_MODES = ("delta", "state", "kube")
+DEFAULT_MODES = ("delta", "state", "kube", "kube-real")
+# kube-real's endpoints: 10.80.0.0 + index (scalefolder's 127.80.x off loopback) and the
+# moved one, routed into the run's network namespace (its veth pair's own two addresses)
+REAL_PREFIXES = ["10.80.0.0/14", "10.90.0.0/16"]
+REAL_VETH = ("10.254.241.1", "10.254.241.2")
 QUICK_CHECKS_OFF = ("delta",)  # modes also run with checks off in `--quick`
 NOCHECKS = "-nochecks"  # a mode's name with checks off (figures and table)
 NOT_RUN = "not run"  # a curve's error when it was skipped
@@ -229,7 +253,9 @@ class Curve:
     ledger_object: float = float("nan")  # largest shard's data / the SQLite file, bytes
     ledger_note: str = ""
     startup_s: float = float("nan")
+    complete_s: float = float("nan")  # start to both agents ACKing every endpoint in a slot
     startup_note: str = ""
+    load_s: float = float("nan")  # kube, kube-real: writing the cluster to the API server
     checks: bool = False
     reloads: int = 0
     agents_on_deltas: int = 0
@@ -291,12 +317,15 @@ class ScaleFleet:
         )
         self.state = workdir / "slots.db"
         self.kube: KubeCluster | None = None
+        self.real: realapi.RealApi | None = None
         server_args = [] if mode.deltas else ["--no-deltas"]
         if mode.ledger == "files":
             server_args += ["--state", str(self.state)]
         elif mode.ledger == "kube":
+            # kube-real: the shipped ServiceAccount's token (`realapi.RealApi.kubeconfig`)
+            kubeconfig = workdir / ("controlplane.kubeconfig" if mode.real else "kubeconfig")
             server_args += [
-                f"--kubeconfig={workdir / 'kubeconfig'}",
+                f"--kubeconfig={kubeconfig}",
                 "--leader-elect",
                 f"--lease-namespace={NAMESPACE}",
                 f"--configmap={NAMESPACE}/haproxy-settings",
@@ -316,14 +345,20 @@ class ScaleFleet:
             ],
             state_file=False,
             # the leader of a new kube ledger creates one shard per backend first
-            serve_timeout=60 + services * (0.08 if kube else 0.03),
+            serve_timeout=60 + services * (0.25 if mode.real else 0.08 if kube else 0.03),
             source="kubernetes" if kube else None,
         )
         self.timeout = 30 + services * 0.03
         self.changed_index = services // 2
         self.changed = service_name(self.changed_index)
         self.addresses = (endpoint_address(self.changed_index, 0), MOVED_ADDRESS)
+        if mode.real:
+            self.addresses = (
+                realapi.off_loopback(self.addresses[0]),
+                realapi.off_loopback(self.addresses[1]),
+            )
         self.load_s = float("nan")
+        self.complete_s = float("nan")
 
     @property
     def metrics_url(self) -> str:
@@ -331,7 +366,16 @@ class ScaleFleet:
 
     def start(self) -> float:
         """Starts it; seconds from the control plane's start to both agents' first ACK."""
-        if self.mode.ledger == "kube":
+        if self.mode.real:
+            self.real = realapi.RealApi(
+                self.workdir, self.pods, f"ppbs{os.getpid()}", REAL_PREFIXES, *REAL_VETH
+            )
+            objects = cluster_objects(self.services, self.pods, HTTP_PORT, PEER_PORT, self.checks)
+            settings = next(objects)  # the pods are the installed DaemonSet's (RealApi)
+            self.real.apply([settings])
+            written = (realapi.endpoints_off_loopback(o) for o in objects if o["kind"] != "Pod")
+            self.load_s = self.real.create_all(written)
+        elif self.mode.ledger == "kube":
             self.kube = KubeCluster(self.workdir / "kubeapi.log")
             self.load_s = self.kube.load(
                 self.services, self.pods, HTTP_PORT, PEER_PORT, self.checks
@@ -349,12 +393,42 @@ class ScaleFleet:
                 limit = (self.nofile, self.nofile)
                 resource.prlimit(agent.process.pid, resource.RLIMIT_NOFILE, limit)
         self.wait_acked(lambda status: True, self.timeout + self.services * 0.02)
-        return time.perf_counter() - start
+        first = time.perf_counter() - start
+        self.wait_complete(self.fleet.serve_timeout + self.timeout + self.services * 0.05)
+        self.complete_s = time.perf_counter() - start
+        return first
+
+    def wait_complete(self, timeout: float) -> None:
+        """Until both agents ACKed a content with every endpoint in an enabled slot: a
+        first snapshot may come before the leader wrote the whole ledger (its slots fill
+        in later versions), and the samples must not measure that catching up."""
+        want = self.services * ENDPOINTS
+        channel = grpc.insecure_channel(
+            self.fleet.control_plane_address,
+            options=[("grpc.max_receive_message_length", SNAPSHOT_LIMIT)],
+        )
+        complete: list[str] = []
+        try:
+            stub = peerplane_pb2_grpc.PeerPlaneStub(channel)
+
+            def whole() -> bool:
+                found = stub.GetSnapshot(pb.GetSnapshotRequest(workload=WORKLOAD), timeout=60)
+                enabled = sum(1 for b in found.backends for slot in b.slots if slot.enabled)
+                if enabled >= want:
+                    complete.append(found.content_hash)
+                return enabled >= want
+
+            wait_until(whole, timeout, "every endpoint in a slot", step=1.0)
+        finally:
+            channel.close()
+        self.wait_acked(lambda s: s.acked_content_hash == complete[-1], timeout)
 
     def stop(self) -> None:
         self.fleet.stop()
         if self.kube is not None:
             self.kube.stop()
+        if self.real is not None:
+            self.real.close()
 
     def status(self) -> list[pb.AgentStatus]:
         try:
@@ -447,8 +521,14 @@ class ScaleFleet:
             wal_size = wal.stat().st_size if wal.exists() else 0
             note = f"{rows:,} rows, largest {largest:,} B, WAL {wal_size / 1024:,.0f} KiB"
             return float(self.state.stat().st_size), note
-        if self.kube is not None:
-            stats = self.kube.stats()
+        stats = (
+            self.kube.stats()
+            if self.kube is not None
+            else self.real.ledger_stats()
+            if self.real is not None
+            else None
+        )
+        if stats is not None:
             note = f"{stats['shards']:,} shards, {stats['total'] / 1024:,.0f} KiB in all"
             return float(stats["largest_shard"]), note
         return float("nan"), ""
@@ -498,6 +578,12 @@ class ScaleFleet:
 
             def move() -> None:
                 kube.move(self.changed_index, old, new)
+
+        elif self.real is not None:
+            real = self.real
+
+            def move() -> None:
+                real.move("default", slice_name(self.changed_index), old, new)
 
         else:
             path = self.fleet.manifests / f"{self.changed}.yaml"
@@ -561,7 +647,16 @@ def measure(
     fleet = ScaleFleet(work, services, mode, binary, octet, checks, nofile)
     try:
         curve.startup_s = fleet.start()
-        if mode.ledger == "kube":
+        curve.load_s = fleet.load_s
+        curve.complete_s = fleet.complete_s
+        if fleet.real is not None:
+            shards = fleet.real.ledger_stats()["shards"]
+            curve.startup_note = (
+                f"cluster up and deploy/ installed in {fleet.real.up_s:.0f} s; API loaded in "
+                f"{fleet.load_s:.1f} s ({realapi.WRITERS} writers); startup wrote "
+                f"{shards:,} shards"
+            )
+        elif mode.ledger == "kube":
             written = fleet.api_received()
             shards = fleet.kube.stats()["shards"] if fleet.kube is not None else 0
             curve.startup_note = (
@@ -604,6 +699,9 @@ def measure(
                     curve.bytes_kinds[kind] = curve.bytes_kinds.get(kind, 0.0) + value
                 curve.bytes_per_agent.append(sum(diff.values()) / len(fleet.pods))
         curve.reloads = fleet.reloads() - reloads0
+        if fleet.real is not None:
+            refused = realapi.refused_calls(work / "controlplane.log")
+            curve.startup_note += f"; {refused} calls refused by the shipped RBAC"
         curve.ledger_object, curve.ledger_note = fleet.ledger()
         curve.cp_rss_mib, curve.agent_rss_mib = fleet.rss()
         curve.haproxy_rss_mib = fleet.haproxy_rss()
@@ -680,6 +778,20 @@ def _verdict(curve: Curve) -> str:
     return "missed: " + ", ".join(misses) if misses else "met"
 
 
+def _startup(c: Curve) -> str:
+    """First ACK / every endpoint ACKed, from the control plane's start."""
+    if c.startup_s != c.startup_s:
+        return "n/a"
+    return f"{c.startup_s:.1f} / {c.complete_s:.1f} s"
+
+
+def _api_written(c: Curve) -> str:
+    """Metered at the fake API server only (the real one is not)."""
+    if c.mode == "kube":
+        return _bytes(c.api_written)
+    return "n/a" if c.mode == "kube-real" else "-"
+
+
 def _mib(value: tuple[float, float]) -> str:
     now, peak = value
     return f"{now:,.0f} / {peak:,.0f} MiB" if now == now else "n/a"
@@ -716,7 +828,7 @@ def curve_table(curves: list[Curve]) -> str:
         "disk written",
         "largest ledger object",
         "targets",
-        "startup",
+        "startup first / all",
         "CP RSS / peak",
         "agent RSS / peak",
         "HAProxy master / worker",
@@ -736,11 +848,11 @@ def curve_table(curves: list[Curve]) -> str:
                 _ms(c.cp_cpu, mean=True),
                 _ms(c.agent_cpu, mean=True),
                 _bytes(c.bytes_per_agent),
-                _bytes(c.api_written) if c.mode == "kube" else "-",
+                _api_written(c),
                 _bytes(c.disk_written),
                 _size(c.ledger_object),
                 _verdict(c),
-                f"{c.startup_s:.1f} s" if c.startup_s == c.startup_s else "n/a",
+                _startup(c),
                 _mib(c.cp_rss_mib),
                 _mib(c.agent_rss_mib),
                 _mib(c.haproxy_rss_mib),
@@ -807,6 +919,10 @@ def results_of(curve: Curve, binary: str) -> list[Result]:
             params,
         ),
     ]
+    if curve.load_s == curve.load_s:
+        found.append(Result(f"{base}.api_load", curve.load_s, "s", params))
+    if curve.complete_s == curve.complete_s:
+        found.append(Result(f"{base}.startup_all_endpoints_ack", curve.complete_s, "s", params))
     if curve.startup_note:
         found[0] = Result(
             found[0].name, curve.startup_s, "s", {**params, "note": curve.startup_note}
@@ -954,6 +1070,11 @@ def run(
     sizes = sizes or (QUICK_SIZES if quick else SIZES)
     if checks_off is None:
         checks_off = tuple(m for m in modes if m in QUICK_CHECKS_OFF) if quick else modes
+    if "kube-real" in modes and (why := realapi.unavailable()):
+        modes = tuple(m for m in modes if m != "kube-real")
+        checks_off = tuple(m for m in checks_off if m != "kube-real")
+        log(f"scale: kube-real skipped: {why}")
+        print(f"scale: kube-real (a real API server) skipped: {why}")
     if "full" in modes and not server_has_no_deltas_flag():
         modes = tuple(m for m in modes if m != "full")
         checks_off = tuple(m for m in checks_off if m != "full")

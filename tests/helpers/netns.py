@@ -7,6 +7,12 @@ route each) from the host into it: traffic to them never leaves the machine, and
 else is routed. Listening sockets are made inside it with `inside()` (setns(2) on the
 calling thread), so the demo's in-process backends serve there. Root only; `close()`
 removes the namespace, the pair and the routes.
+
+For thousands of addresses (the benchmarks' endpoints) a /32 each would not scale:
+`prefixes` routes whole blocks (say 10.80.0.0/14) from the host into the namespace, where
+each block is local on its loopback (`ip route add local PREFIX dev lo`): a socket bound
+there to any address of the block, or to 0.0.0.0, answers it, and a connection to an
+address nothing listens on is refused inside the namespace, never sent on.
 """
 
 from __future__ import annotations
@@ -43,11 +49,14 @@ class PodNetwork:
         addresses: list[str],
         host_side: str = HOST_SIDE,
         pod_side: str = POD_SIDE,
+        prefixes: list[str] | None = None,
     ) -> None:
         """`host_side`/`pod_side`: the veth pair's own two addresses (distinct for each
-        namespace when several live at once, as one per pod does)."""
+        namespace when several live at once, as one per pod does); `prefixes`: blocks
+        (CIDR) routed in whole and local inside the namespace."""
         self.name = name
         self.addresses = sorted(set(addresses))
+        self.prefixes = sorted(set(prefixes or []))
         self._host = f"{name[:10]}h"
         self._pod = f"{name[:10]}p"
         self._routed: list[str] = []
@@ -73,6 +82,10 @@ class PodNetwork:
                 _ip("addr", "add", f"{address}/32", "dev", self._pod, netns=name)
                 _ip("route", "add", f"{address}/32", "via", pod_side, "dev", self._host)
                 self._routed.append(address)
+            for prefix in self.prefixes:
+                _ip("route", "add", "local", prefix, "dev", "lo", netns=name)
+                _ip("route", "add", prefix, "via", pod_side, "dev", self._host)
+                self._routed.append(prefix)
         except BaseException:
             self.close()
             raise
@@ -94,9 +107,8 @@ class PodNetwork:
 
     def close(self) -> None:
         for address in self._routed:
-            subprocess.run(
-                ["ip", "route", "del", f"{address}/32"], check=False, capture_output=True
-            )
+            route = address if "/" in address else f"{address}/32"
+            subprocess.run(["ip", "route", "del", route], check=False, capture_output=True)
         self._routed.clear()
         subprocess.run(["ip", "link", "del", self._host], check=False, capture_output=True)
         subprocess.run(["ip", "netns", "del", self.name], check=False, capture_output=True)

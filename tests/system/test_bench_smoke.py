@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import http.server
 import importlib
 import inspect
 import json
 import os
+import shutil
+import socket
+import subprocess
+import threading
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -24,9 +30,9 @@ from tests.bench import failover as failover_bench
 from tests.bench import fanout as fanout_bench
 from tests.bench import haproxy as haproxy_bench
 from tests.bench import persistence as persistence_bench
+from tests.bench import realapi, routeskube, scalefolder, stability
 from tests.bench import retention as retention_bench
 from tests.bench import routes as routes_bench
-from tests.bench import routeskube, scalefolder, stability
 from tests.bench import scale as scale_bench
 from tests.bench import summary as bench_summary
 from tests.bench import tls as tls_bench
@@ -35,6 +41,7 @@ from tests.bench.__main__ import main as bench_main
 from tests.bench.common import Result, big_cluster
 from tests.helpers.fleet import HAPROXY_PODS, Fleet, haproxy_binary
 from tests.helpers.haproxy_versions import HAProxyBinary
+from tests.helpers.netns import PodNetwork
 
 
 def test_sticky_slots_never_move_a_surviving_pod_and_replicas_agree() -> None:
@@ -272,6 +279,85 @@ def test_fanout_compare_streams_deltas_that_every_worker_verifies() -> None:
     # Each version's delta materialized from the held base and its hash checked.
     assert delta.parameters["verified_per_worker"] >= 2
     assert delta.value < full.value
+
+
+def test_pod_network_prefix_is_local_inside_and_unrouted_after_close() -> None:
+    """The real-API-server benchmarks' endpoints: one routed prefix, local in the
+    namespace. A server bound there to one address answers from the host; another address
+    of the prefix is refused inside (never sent on); after `close` nothing is routed."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("root and iproute2 only (a network namespace)")
+    network = PodNetwork(
+        f"ppbt{os.getpid()}",
+        [],
+        host_side="10.254.243.1",
+        pod_side="10.254.243.2",
+        prefixes=["10.97.0.0/16"],
+    )
+    try:
+        with network.inside():
+            server = http.server.ThreadingHTTPServer(
+                ("10.97.3.4", 0), http.server.SimpleHTTPRequestHandler
+            )
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            url = f"http://10.97.3.4:{server.server_address[1]}/"
+            with urllib.request.urlopen(url, timeout=5) as reply:
+                assert reply.status == 200
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("10.97.200.9", 8888), timeout=5)
+        finally:
+            server.shutdown()
+            server.server_close()
+    finally:
+        network.close()
+    routes = subprocess.run(["ip", "route"], capture_output=True, text=True, check=True).stdout
+    assert "10.97.0.0/16" not in routes
+
+
+def test_kube_real_variants_are_left_out_with_a_line_when_not_root(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert realapi.unavailable().startswith("not root")
+    assert scale_bench.run(sizes=(3,), binary="/bin/false", modes=("kube-real",)) == []
+    assert "scale: kube-real (a real API server) skipped: not root" in capsys.readouterr().out
+    assert routes_bench.run(binary="/bin/false", variants=["kube-real"]) == []
+    assert "route_propagation kube-real (a real API server) skipped: not root" in (
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.realkube
+def test_scale_bench_kube_real_runs_against_a_real_api_server_under_the_shipped_rbac() -> None:
+    """kube-real: a cluster of its own (tests/cluster/up, deploy/ installed), `serve` with
+    the shipped ServiceAccount's token, the endpoints in the run's network namespace (a
+    real EndpointSlice refuses loopback ones): the endpoint moves reach both agents as
+    runtime changes, the leader wrote a shard per backend, no call was refused. About 45 s
+    here (half of it the cluster's start); root only."""
+    why = realapi.unavailable()
+    if why:
+        pytest.skip(why)
+    found = _by_name(
+        scale_bench.run(
+            sizes=(3,),
+            samples=2,
+            octet=57,
+            modes=("kube-real",),
+            calibrate_s=0.2,
+            checks_off=(),
+        )
+    )
+    assert not [name for name in found if name.endswith(".failed")], found
+    change = found["scale.n3.kube-real.change_to_ack_p50"]
+    assert change.parameters["reloads"] == 0 and change.parameters["agents_on_deltas"] == 2
+    assert 0 < change.value < 30_000
+    assert found["scale.n3.kube-real.api_load"].value > 0
+    ledger = found["scale.n3.kube-real.ledger_largest_object"]
+    assert ledger.value > 0 and ledger.parameters["note"].startswith("3 shards")
+    note = found["scale.n3.kube-real.startup_first_ack"].parameters["note"]
+    assert "startup wrote 3 shards" in note and "; 0 calls refused by the shipped RBAC" in note
+    assert "scale.n3.kube-real.api_written_per_change" not in found  # not metered
 
 
 @pytest.mark.haproxy
