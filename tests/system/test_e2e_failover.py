@@ -83,11 +83,45 @@ def get_path(haproxy: str, host: str, path: str, source: str, timeout: float = 5
         conn.close()
 
 
+CART_RULE = """    - matches:
+        - path: {type: PathPrefix, value: /cart}
+      backendRefs:
+        - {name: shop, port: 80}
+"""
+# The same rule with a path rewrite and a response header: persistence is the backend's,
+# whatever the rule does to the request (issue 32, "failover with the new features").
+REWRITING_CART_RULE = """    - matches:
+        - path: {type: PathPrefix, value: /cart}
+      filters:
+        - type: URLRewrite
+          urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /basket}}
+        - type: ResponseHeaderModifier
+          responseHeaderModifier: {add: [{name: x-rewritten, value: basket}]}
+      backendRefs:
+        - {name: shop, port: 80}
+"""
+
+
+def rewritten(haproxy: str, source: str) -> str | None:
+    """The response header the rewriting rule adds, for /cart through `haproxy`."""
+    conn = http.client.HTTPConnection(haproxy, 18080, timeout=5, source_address=(source, 0))
+    try:
+        conn.request("GET", "/cart", headers={"Host": ROUTED_HOST, "Connection": "close"})
+        reply = conn.getresponse()
+        reply.read()
+        return reply.getheader("x-rewritten")
+    finally:
+        conn.close()
+
+
 def test_clients_pinned_through_an_httproute_keep_their_pod_after_failover(fleet: Fleet) -> None:
     """The HTTPRoute's backend is the Service's backend: its source-IP persistence and
-    peers replication hold for clients routed by the Gateway API as for the annotation."""
+    peers replication hold for clients routed by the Gateway API as for the annotation,
+    through a rule that rewrites the path and adds a response header."""
     (name_a, _), (name_b, _) = HAPROXY_PODS
     a, b = fleet.agents[name_a], fleet.agents[name_b]
+    fleet.edit_manifest("routes.yaml", lambda text: text.replace(CART_RULE, REWRITING_CART_RULE))
+    assert rewritten(a.address, CLIENTS[0]) == rewritten(b.address, CLIENTS[0]) == "basket"
     pinned = {c: get_path(a.address, ROUTED_HOST, "/cart", c) for c in CLIENTS}
     assert all(pod.startswith("shop-") for pod in pinned.values())
     assert len(set(pinned.values())) > 1, "clients should spread over several pods"

@@ -47,6 +47,8 @@ def get(haproxy: str, headers: dict[str, str] | None = None) -> tuple[str, str]:
         reply = conn.getresponse()
         body = reply.read().decode().strip()
         assert reply.status == 200, f"HTTP {reply.status}: {body[:200]}"
+        # the route rewrites the Host and adds this header: persistence holds through it
+        assert reply.getheader("x-session-route") == "sessions"
         return body, reply.getheader("Set-Cookie") or ""
     finally:
         conn.close()
