@@ -20,13 +20,22 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping
 
 from nodeagent.apply import activation, attribution, peers, saved, setaside
 from nodeagent.apply.certfiles import CertFiles
 from nodeagent.apply.faults import crash_point
 from nodeagent.apply.files import HAProxyFiles
-from nodeagent.apply.outcome import ApplyError, Result, SetAside, unexpected
+from nodeagent.apply.outcome import (
+    BACKEND,
+    CERTIFICATE,
+    ROUTE_RULE,
+    ApplyError,
+    Result,
+    SetAside,
+    unexpected,
+)
 from nodeagent.apply.validation import Validation
 from nodeagent.config import changes
 from nodeagent.config.descriptors import Budget
@@ -305,7 +314,7 @@ class Applier:
             except _Refused as e:
                 refused = e.refused
                 why = f"the agent's check: {refused}"
-                part = SetAside(attribution.BACKEND, refused.backend, "", why)
+                part = SetAside(BACKEND, refused.backend, "", why)
                 if attribution.key(part) in parts:  # cannot be: a stub is not checked
                     raise ApplyError(f"render: {refused}") from None
                 setaside.log_set_aside(snapshot, [part])
@@ -491,17 +500,16 @@ class Applier:
         before = self._applied_cfg.routed.unknown_aside if self._applied_cfg is not None else ()
         rules_aside = rendered.routed.unknown_aside
         if rules_aside != before:
-            setaside.log_rules_set_aside(snapshot, (p for p in rules_aside if p not in before))
+            fresh = [rule for rule in rules_aside if rule not in before]
+            setaside.log_set_aside(snapshot, setaside.unknown_rules(fresh).values())
         self.applied, self._applied_cfg = snapshot, rendered
         self._pending = pending
         self._set_aside, self._parts_aside = dict(aside), dict(parts)
-        self.metrics.set_aside.labels(setaside.CERTIFICATE).set(len(aside))
-        unknown = len(rules_aside)  # rendered as 500s; `parts` holds those not rendered
-        for kind in (attribution.BACKEND, attribution.ROUTE_RULE):
-            count = sum(1 for p in parts.values() if p.kind == kind)
-            self.metrics.set_aside.labels(kind).set(
-                count + (unknown if kind == attribution.ROUTE_RULE else 0)
-            )
+        # the rules of unknown fields are rendered (as 500s): `parts` holds the others
+        kinds = Counter(p.kind for p in (*aside.values(), *parts.values()))
+        kinds[ROUTE_RULE] += len(rules_aside)
+        for kind in (CERTIFICATE, BACKEND, ROUTE_RULE):
+            self.metrics.set_aside.labels(kind).set(kinds[kind])
         if not save:
             return
         try:

@@ -21,13 +21,11 @@ import bisect
 import re
 from collections.abc import Collection, Mapping
 
-from nodeagent.apply.outcome import SetAside
+from nodeagent.apply.outcome import BACKEND, ROUTE_RULE, SetAside
 from nodeagent.config.listeners import rule_fingerprint
 from nodeagent.held import Held
 from peerplane.v1 import peerplane_pb2 as pb
 
-BACKEND = "backend"
-ROUTE_RULE = "route-rule"
 MAX_REASON_CHARS = 400
 MAX_NAME_CHARS = 200
 

@@ -18,15 +18,24 @@ from nodeagent.logformat import fields
 log = logging.getLogger(__name__)
 
 
+# The kinds of part set aside, one name each for the ACK, the metric and the log.
+CERTIFICATE = "certificate"
+BACKEND = "backend"
+# A route rule HAProxy refused (not rendered), or one that carries fields this agent does
+# not know (kept with its match, answered with a 500: `nodeagent/config/rules.py`).
+ROUTE_RULE = "route-rule"
+
+
 @dataclass(frozen=True)
 class SetAside:
     """A part of a snapshot left out while the rest applied (docs/design.md, "One part
     never stops the others"): a certificate the agent's check or HAProxy refused, whose
-    crt-list lines and file are not written. `unchecked`: set aside with the others of its
-    version once the bound on `haproxy -c` runs was reached, not because it was named; it is
-    checked again with the next version."""
+    crt-list lines and file are not written, a backend or route rule HAProxy refused.
+    `unchecked`: set aside with the others of its version once the bound on `haproxy -c`
+    runs was reached, not because it was named; it is checked again with the next
+    version."""
 
-    kind: str  # "certificate"
+    kind: str  # CERTIFICATE, BACKEND or ROUTE_RULE
     name: str
     fingerprint: str
     reason: str  # the agent's or HAProxy's words, never PEM

@@ -18,17 +18,13 @@ import logging
 import re
 from collections.abc import Collection, Iterable, Mapping
 
-from nodeagent.apply.outcome import SetAside
+from nodeagent.apply.outcome import CERTIFICATE, ROUTE_RULE, SetAside
 from nodeagent.held import Held
 from nodeagent.logformat import fields
 from peerplane.v1 import peerplane_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-CERTIFICATE = "certificate"
-# A route rule that carries fields this agent does not know: the renderer keeps its match
-# and answers it with a 500 (`nodeagent/config/rules.py`, `unknown_fields_aside`).
-ROUTE_RULE = "route-rule"
 # `haproxy -c` runs per apply at most: 3 that each name refused certificates, and a last
 # one with every certificate new in the version and not yet taken set aside.
 MAX_CHECKS = 4
@@ -114,18 +110,6 @@ def unknown_rules(rules: Iterable[tuple[str, str]]) -> dict[str, SetAside]:
     """The route rules the render set aside for fields this agent does not know (source,
     reason), as the ACK names them (no fingerprint: the rule is rendered, as a 500)."""
     return {source: SetAside(ROUTE_RULE, source, "", reason) for source, reason in rules}
-
-
-def log_rules_set_aside(snapshot: Held, rules: Iterable[tuple[str, str]]) -> None:
-    for source, reason in rules:
-        log.warning(
-            "workload=%s version=%d: route rule %r set aside: %s",
-            snapshot.workload,
-            snapshot.version,
-            source,
-            reason,
-            extra=fields(workload=snapshot.workload, version=snapshot.version),
-        )
 
 
 def log_set_aside(snapshot: Held, parts: Iterable[SetAside]) -> None:
