@@ -70,17 +70,25 @@ def test_failover_keeps_every_client_on_its_backend_pod(fleet: Fleet) -> None:
 ROUTED_HOST = "store.demo.example.com"  # deploy/examples/demo/routes.yaml: /cart -> shop
 
 
-def get_path(haproxy: str, host: str, path: str, source: str, timeout: float = 5) -> str:
-    """GET `path` through `haproxy` from `source` on a fresh connection; the body (200)."""
+def exchange(
+    haproxy: str, host: str, path: str, source: str, timeout: float = 5
+) -> tuple[int, http.client.HTTPMessage, str]:
+    """GET `path` through `haproxy` from `source` on a fresh connection: the status, the
+    headers and the body."""
     conn = http.client.HTTPConnection(haproxy, 18080, timeout=timeout, source_address=(source, 0))
     try:
         conn.request("GET", path, headers={"Host": host, "Connection": "close"})
         reply = conn.getresponse()
-        body = reply.read().decode().strip()
-        assert reply.status == 200, f"HTTP {reply.status} for {host}{path}: {body[:200]}"
-        return body
+        return reply.status, reply.headers, reply.read().decode().strip()
     finally:
         conn.close()
+
+
+def get_path(haproxy: str, host: str, path: str, source: str, timeout: float = 5) -> str:
+    """GET `path` through `haproxy` from `source` on a fresh connection; the body (200)."""
+    status, _, body = exchange(haproxy, host, path, source, timeout)
+    assert status == 200, f"HTTP {status} for {host}{path}: {body[:200]}"
+    return body
 
 
 CART_RULE = """    - matches:
@@ -104,14 +112,8 @@ REWRITING_CART_RULE = """    - matches:
 
 def rewritten(haproxy: str, source: str) -> str | None:
     """The response header the rewriting rule adds, for /cart through `haproxy`."""
-    conn = http.client.HTTPConnection(haproxy, 18080, timeout=5, source_address=(source, 0))
-    try:
-        conn.request("GET", "/cart", headers={"Host": ROUTED_HOST, "Connection": "close"})
-        reply = conn.getresponse()
-        reply.read()
-        return reply.getheader("x-rewritten")
-    finally:
-        conn.close()
+    _, headers, _ = exchange(haproxy, ROUTED_HOST, "/cart", source)
+    return headers.get("x-rewritten")
 
 
 def test_clients_pinned_through_an_httproute_keep_their_pod_after_failover(fleet: Fleet) -> None:
