@@ -61,10 +61,10 @@ haproxy:
 # The quick forms of every benchmark, one table at the end (about 7 minutes with the real-API-server variants);
 # `make bench-full` (or `make bench BENCH_FULL=1`) the full sizes (well over half an hour).
 bench: $(STAMP)
-	$(PY) -m tests.bench $(if $(filter-out 0,$(BENCH_FULL)),--full,--quick)
+	$(PY) -m tests.bench $(if $(filter-out 0,$(BENCH_FULL)),--full,--quick) --before $(BENCH_BEFORE)
 
 bench-full: $(STAMP)
-	$(PY) -m tests.bench --full
+	$(PY) -m tests.bench --full --before $(BENCH_BEFORE)
 
 # The image (deploy/Dockerfile) without Docker or a registry: mmdebstrap, podman, buildah,
 # as root. RELEASE=trixie (HAProxy 3.0, default) or bookworm (HAProxy 2.6).

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.bench import before as before_run
 from tests.bench.common import RESULTS_PATH, Result, log, write_results
 from tests.bench.summary import Ran, summary_table
 
@@ -94,6 +95,16 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--full", action="store_true", help=f"full sizes (or {FULL_ENV}=1)")
     parser.add_argument("--agents", type=int, default=None, help="fan-out and churn: agent streams")
     parser.add_argument("--results", type=Path, default=RESULTS_PATH, help="JSON output file")
+    parser.add_argument(
+        "--before",
+        nargs="?",
+        const=before_run.DEFAULT_BEFORE,
+        default=None,
+        metavar="REV",
+        help=f"also run {', '.join(before_run.COMPARED)} (those chosen) on the code of REV "
+        f"(default {before_run.DEFAULT_BEFORE}) and show its figures beside this run's "
+        f"(or {before_run.ENV}=REV; 'none': not)",
+    )
     args = parser.parse_args(argv)
     full = wants_full(args.full, args.quick, os.environ)
     chosen = [b for b in BENCHMARKS if not args.names or b.name in args.names]
@@ -104,7 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(ran)
         results.extend(ran.results)
         write_results(results, args.results)
-    print(summary_table(runs, "full" if full else "quick"))
+    rev = before_run.wanted(args.before, os.environ)
+    again = before_run.compared(b.name for b in chosen)
+    before = before_run.run(rev, again, full) if rev and again else None
+    print(summary_table(runs, "full" if full else "quick", before))
     print(f"results: {args.results}")
     failed = [ran.name for ran in runs if ran.error]
     if failed:

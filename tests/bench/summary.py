@@ -12,6 +12,7 @@ import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from tests.bench.before import Before, by_key, key
 from tests.bench.common import Result, fmt_value, machine
 
 
@@ -62,16 +63,37 @@ def _differing(results: Sequence[Result]) -> dict[str, set[str]]:
     }
 
 
-def summary_table(runs: Sequence[Ran], size: str) -> str:
+def summary_table(runs: Sequence[Ran], size: str, before: Before | None = None) -> str:
     """Every figure of `runs` as an aligned table (benchmark, figure, value, unit, target,
-    parameters), machine facts and the size on top, wall times and failures below."""
+    parameters), machine facts and the size on top, wall times and failures below. With
+    `before` (the same benchmarks on an earlier revision, `before.py`), a column of its
+    value for each figure, matched by name and parameters, and its figures this run lacks
+    after them."""
     facts = machine()
-    head = ("benchmark", "figure", "value", "unit", "target / reference", "parameters")
+    head: tuple[str, ...] = (
+        "benchmark",
+        "figure",
+        "value",
+        "unit",
+        "target / reference",
+        "parameters",
+    )
     differing = _differing([r for ran in runs for r in ran.results])
+    earlier = by_key(before.results) if before else {}
+    shown: set[tuple[str, str]] = set()
+
+    def was(r: Result) -> tuple[str, ...]:
+        if before is None:
+            return ()
+        found = earlier.get(key(r))
+        shown.add(key(r))
+        return (fmt_value(found.value) if found else "-",)
+
     rows = [
         (
             ran.name,
             _figure(ran.name, r.name),
+            *was(r),
             fmt_value(r.value),
             r.unit,
             target_for(r.name, ran.targets),
@@ -80,13 +102,37 @@ def summary_table(runs: Sequence[Ran], size: str) -> str:
         for ran in runs
         for r in ran.results
     ]
-    rows += [(ran.name, "FAILED", "-", "-", "-", ran.error[:50]) for ran in runs if ran.error]
+    rows += [
+        (ran.name, "FAILED", *(("-",) if before else ()), "-", "-", "-", ran.error[:50])
+        for ran in runs
+        if ran.error
+    ]
+    if before is not None:
+        head = (*head[:2], f"before ({before.rev})", "after", *head[3:])
+        targets = {ran.name: ran.targets for ran in runs}
+        for r in before.results:
+            if key(r) not in shown:
+                name = next((n for n in targets if r.name.startswith(n)), r.name.split(".")[0])
+                rows.append(
+                    (
+                        name,
+                        _figure(name, r.name),
+                        fmt_value(r.value),
+                        "-",
+                        r.unit,
+                        target_for(r.name, targets.get(name, {})),
+                        _params(r.parameters, set()),
+                    )
+                )
+        if before.error:
+            rows.append(("before", "FAILED", "-", "-", "-", "-", before.error[:50]))
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=False)]
+    numeric = {2, 3} if before is not None else {2}
     lines = [f"{size} run; machine: {facts['cores']} cores, Python {facts['python']}"]
     for row in (head, *rows):
         lines.append(
             "  ".join(
-                cell.rjust(w) if i == 2 else cell.ljust(w)
+                cell.rjust(w) if i in numeric else cell.ljust(w)
                 for i, (cell, w) in enumerate(zip(row, widths, strict=True))
             ).rstrip()
         )

@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import urllib.request
 from pathlib import Path
@@ -24,6 +25,7 @@ from controlplane.publish import encode
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.bench import __main__ as bench_cli
 from tests.bench import apiservers as apiservers_bench
+from tests.bench import before as bench_before
 from tests.bench import deltas as bench_deltas
 from tests.bench import e2e as e2e_bench
 from tests.bench import failover as failover_bench
@@ -125,6 +127,66 @@ def test_summary_table_shows_targets_failures_and_what_tells_same_named_figures_
     assert rows[0][5] == "budgets=unbounded" and rows[1][5] == "budgets=tight"
     assert lines[5].split()[:2] == ["routes", "FAILED"] and "no HAProxy" in lines[5]
     assert lines[-1] == "wall time: 3 s (retention 2 s, routes 1 s)"
+
+
+def test_summary_table_shows_the_before_run_beside_this_one() -> None:
+    now = [
+        Result("route_table.route_change", 4.0, "ms", {"routes": 300}),
+        Result("route_table.bytes", 900.0, "B", {"routes": 300}),
+    ]
+    before = bench_before.Before(
+        "abc1234",
+        results=[
+            Result("route_table.route_change", 40.0, "ms", {"routes": 300}),
+            Result("route_table.route_change", 41.0, "ms", {"routes": 301}),
+        ],
+    )
+    ran = bench_summary.Ran("route_table", now, 2.0, "", {"*.route_change": "< 30 ms"})
+    lines = bench_summary.summary_table([ran], "quick", before).splitlines()
+    assert lines[1].split()[:5] == ["benchmark", "figure", "before", "(abc1234)", "after"]
+    rows = [line.split() for line in lines[3:6]]
+    # Matched by name and parameters; a figure the before run lacks shows "-"; one only
+    # the before run has follows, with "-" after.
+    assert rows[0][:6] == ["route_table", "route_change", "40.00", "4.00", "ms", "<"]
+    assert rows[1][:5] == ["route_table", "bytes", "-", "900", "B"]
+    assert rows[2][:5] == ["route_table", "route_change", "41.00", "-", "ms"]
+    failed = bench_before.Before("nope", error="no revision 'nope' here")
+    text = bench_summary.summary_table([ran], "quick", failed)
+    assert "no revision 'nope' here" in text
+
+
+def test_the_before_run_takes_its_revision_from_the_flag_or_the_environment() -> None:
+    assert bench_before.wanted(None, {}) is None
+    assert bench_before.wanted(None, {"BENCH_BEFORE": "none"}) is None
+    assert bench_before.wanted(None, {"BENCH_BEFORE": "v1"}) == "v1"
+    assert bench_before.wanted("v2", {"BENCH_BEFORE": "v1"}) == "v2"
+    assert bench_before.compared(["compute", "route_table", "scale"]) == ["route_table", "scale"]
+    missing = bench_before.run("no-such-revision-here", ["route_table"], full=False)
+    assert missing.error.startswith("no revision 'no-such-revision-here' here")
+
+
+def test_the_before_run_imports_the_code_of_its_revision_not_this_checkout(
+    tmp_path: Path,
+) -> None:
+    commit = bench_before.resolve("HEAD")
+    bench_before.unpack(commit, tmp_path)
+    tree = tmp_path / "tree"
+    assert (tree / "tests" / "bench" / "__main__.py").is_file()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import controlplane, nodeagent, peerplane, tests.bench;"
+            "print(controlplane.__file__, nodeagent.__file__, peerplane.__file__)",
+        ],
+        cwd=tmp_path,  # not the tree: only the path given makes it win
+        env=bench_before._environ(tree),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    files = done.stdout.split()
+    assert len(files) == 3 and all(f.startswith(str(tree)) for f in files), files
 
 
 def _by_name(results: list[Result]) -> dict[str, Result]:
