@@ -6,12 +6,18 @@ routing two paths of its own host to a Service, two routes per Service. Figures:
 table alone from scratch (`compute_routes`), one HTTPRoute's path changed through the
 incremental `Computer` (route table of the workload recomputed, listeners finalized,
 snapshot encoded), and one endpoint changed (the route table reused: `computed` must not
-move). Quick: 300 routes; full: 3,000.
+move). Quick: 300 routes; full: 3,000 and 10,000 (`ROUTE_TABLE_SIZES=3000,10000` sets the
+sizes). `python -m tests.bench.route_table profile N` prints the cProfile of one route
+change at N routes.
 """
 
 from __future__ import annotations
 
+import cProfile
 import dataclasses
+import os
+import pstats
+import sys
 import time
 
 from controlplane.compute import Computer
@@ -24,8 +30,8 @@ from controlplane.source.convert_routes import http_route_from
 from tests.bench.common import Result, best_of, log, median
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service
 
-QUICK_ROUTES = 300
-FULL_ROUTES = 3000
+QUICK_ROUTES = (300,)
+FULL_ROUTES = (3000, 10000)
 TARGETS = {
     "route_table_route_change_": "< 1 s",
     "route_table_endpoint_change_": "no route table recomputed",
@@ -83,8 +89,29 @@ def routed_cluster(routes: int) -> ClusterState:
     )
 
 
+def sizes(quick: bool) -> tuple[int, ...]:
+    """The route counts to measure: `ROUTE_TABLE_SIZES` ("3000,10000") when set."""
+    told = os.environ.get("ROUTE_TABLE_SIZES", "")
+    if told:
+        return tuple(int(n) for n in told.split(","))
+    return QUICK_ROUTES if quick else FULL_ROUTES
+
+
 def run(quick: bool = False) -> list[Result]:
-    routes = QUICK_ROUTES if quick else FULL_ROUTES
+    results: list[Result] = []
+    for routes in sizes(quick):
+        results.extend(run_size(routes, quick))
+    return results
+
+
+def _changed_route(state: ClusterState, step: int) -> ClusterState:
+    """`state` with route 7's first path changed (version `step`)."""
+    changed = list(state.http_routes)
+    changed[7] = http_route(7, step)
+    return dataclasses.replace(state, http_routes=tuple(changed))
+
+
+def run_size(routes: int, quick: bool) -> list[Result]:
     state = routed_cluster(routes)
     ports = Resolver(None).global_settings([])
     refs = ["haproxy-system/haproxy"]
@@ -97,9 +124,7 @@ def run(quick: bool = False) -> list[Result]:
     rules = len(result.workloads[WORKLOAD].http_listeners[0].rules)
     route_times, endpoint_times = [], []
     for step in range(1, 6):
-        changed = list(state.http_routes)
-        changed[7] = http_route(7, step)
-        state = dataclasses.replace(state, http_routes=tuple(changed))
+        state = _changed_route(state, step)
         start = time.perf_counter()
         result = computer.compute(state, result.assignment)
         encoder.encode(result.workloads)
@@ -129,6 +154,31 @@ def run(quick: bool = False) -> list[Result]:
     ]
 
 
+def profile(routes: int, top: int = 25) -> None:
+    """The cProfile of one route change at `routes` routes (computed and encoded), by
+    cumulative then internal time."""
+    state = routed_cluster(routes)
+    computer, encoder = Computer(), Encoder()
+    result = computer.compute(state, {})
+    encoder.encode(result.workloads)
+    for step in range(1, 3):  # warm: the first change after a start may differ
+        state = _changed_route(state, step)
+        result = computer.compute(state, result.assignment)
+        encoder.encode(result.workloads)
+    state = _changed_route(state, 3)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    result = computer.compute(state, result.assignment)
+    encoder.encode(result.workloads)
+    profiler.disable()
+    stats = pstats.Stats(profiler).strip_dirs()
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["profile"]:
+        profile(int(sys.argv[2]) if len(sys.argv) > 2 else 10000)
+        raise SystemExit
     for figure in run(quick=True):
         print(f"{figure.name}: {figure.value:.2f} {figure.unit}")
