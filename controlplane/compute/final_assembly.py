@@ -271,6 +271,7 @@ class FinalAssembly:
         last = self._finals.get(key)
         names = last.names if last is not None and last.routes is routes else referenced(routes)
         backends = snapshot.backends
+        missing: frozenset[str] | None
         if last is not None and last.names == names and last.backends is backends:
             modes, missing = last.modes, last.missing
         else:

@@ -307,8 +307,8 @@ class TableIndex:
         new: list[tuple[HTTPRoute | GRPCRoute, RouteOutcome | None]],
     ) -> bool:
         """Whether the change is one `_apply` computes as `build_table` would."""
-        for outcome in outcomes:
-            if outcome.rejections or outcome.persistence or outcome.h2:
+        for done in outcomes:
+            if done.rejections or done.persistence or done.h2:
                 return False
         # Each hostname touched: exact, on an updatable port the workload listens on, one
         # namespace's claims before and after.
