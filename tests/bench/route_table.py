@@ -4,8 +4,9 @@ HTTPRoutes on one workload (controlplane/routes/table.py).
 A cluster of Services (one port each, two endpoints) behind one Gateway, each HTTPRoute
 routing two paths of its own host to a Service, two routes per Service. Figures: the route
 table alone from scratch (`compute_routes`), one HTTPRoute's path changed through the
-incremental `Computer` (route table of the workload recomputed, listeners finalized,
-snapshot encoded), and one endpoint changed (the route table reused: `computed` must not
+incremental `Computer` (route table of the workload updated, listeners finalized,
+snapshot encoded), one new HTTPRoute of its own host to a Service already routed, and one
+endpoint changed (the route table reused: `computed` must not
 move). Quick: 300 routes; full: 3,000 and 10,000 (`ROUTE_TABLE_SIZES=3000,10000` sets the
 sizes). `python -m tests.bench.route_table profile N` prints the cProfile of one route
 change at N routes.
@@ -34,6 +35,7 @@ QUICK_ROUTES = (300,)
 FULL_ROUTES = (3000, 10000)
 TARGETS = {
     "route_table_route_change_": "< 1 s",
+    "route_table_route_added_": "< 1 s",
     "route_table_endpoint_change_": "no route table recomputed",
 }
 
@@ -51,8 +53,8 @@ GATEWAY = gateway_from(
 )
 
 
-def http_route(index: int, version: int = 0) -> HTTPRoute:
-    target = f"svc-{index // 2}"
+def http_route(index: int, version: int = 0, service: int | None = None) -> HTTPRoute:
+    target = f"svc-{index // 2 if service is None else service}"
     return http_route_from(
         {
             "metadata": {"name": f"r-{index}", "namespace": "default"},
@@ -122,13 +124,20 @@ def run_size(routes: int, quick: bool) -> list[Result]:
     result = computer.compute(state, {})
     encoder.encode(result.workloads)
     rules = len(result.workloads[WORKLOAD].http_listeners[0].rules)
-    route_times, endpoint_times = [], []
+    route_times, endpoint_times, added_times = [], [], []
     for step in range(1, 6):
         state = _changed_route(state, step)
         start = time.perf_counter()
         result = computer.compute(state, result.assignment)
         encoder.encode(result.workloads)
         route_times.append(time.perf_counter() - start)
+        # a new HTTPRoute, its own host, to a Service already routed
+        added = http_route(routes + step, service=step)
+        state = dataclasses.replace(state, http_routes=(*state.http_routes, added))
+        start = time.perf_counter()
+        result = computer.compute(state, result.assignment)
+        encoder.encode(result.workloads)
+        added_times.append(time.perf_counter() - start)
         slices = list(state.endpoint_slices)
         slices[3] = endpoint_slice("svc-3", ["10.0.3.1", f"10.0.3.{10 + step}"])
         state = dataclasses.replace(state, endpoint_slices=tuple(slices))
@@ -139,15 +148,19 @@ def run_size(routes: int, quick: bool) -> list[Result]:
         endpoint_times.append(time.perf_counter() - start)
         if computer._routes.computed != before:
             raise AssertionError("an endpoint change recomputed the route table")
+    updated = getattr(computer._routes, "updated", 0)  # tables updated, not rebuilt
     log(
-        f"route table: {routes} HTTPRoutes, {rules} rules: table from scratch "
+        f"route table: {routes} HTTPRoutes, {rules} rules (tables updated {updated} of 10): "
+        f"table from scratch "
         f"{table_s * 1000:.1f} ms, route change {median(route_times) * 1000:.1f} ms, "
+        f"route added {median(added_times) * 1000:.1f} ms, "
         f"endpoint change {median(endpoint_times) * 1000:.2f} ms"
     )
     parameters = {"http_routes": routes, "rules": rules}
     return [
         Result(f"route_table_from_scratch_{routes}", table_s * 1000, "ms", parameters),
         Result(f"route_table_route_change_{routes}", median(route_times) * 1000, "ms", parameters),
+        Result(f"route_table_route_added_{routes}", median(added_times) * 1000, "ms", parameters),
         Result(
             f"route_table_endpoint_change_{routes}", median(endpoint_times) * 1000, "ms", parameters
         ),
