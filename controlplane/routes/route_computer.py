@@ -126,6 +126,7 @@ class RouteComputer:
             state.tls_routes,
             state.tcp_routes,
         )
+        self.demand_moved = None  # set again when this table is an update
         table = self._table
         moved = table is not None and self._ports_moved(services, changed_services)
         secrets_moved = self._secrets_moved(state.secrets, now)
@@ -156,7 +157,6 @@ class RouteComputer:
         if reuse is not None:
             recording.looked.update(self._looked)
         memo: Memo = {}
-        self.demand_moved = None
         if reuse is not None and table is not None and last is not None and not secrets_moved:
             updated = self._update(state, inputs, last, table, placement, recording, reuse, memo)
             if updated is not None:
@@ -219,6 +219,16 @@ class RouteComputer:
         self.computed += 1
         self.updated += 1
         return updated
+
+    @property
+    def changed_hosts(self) -> dict[tuple[str, int], frozenset[str]] | None:
+        """When the last table was an update (`demand_moved` set): (workload, port) ->
+        the hostnames whose rules may differ from the table before it; every other
+        hostname's rules are the same objects in the same relative order. None: the last
+        table was computed from scratch or reused."""
+        if self.demand_moved is None or self._index is None:
+            return None
+        return self._index.changed
 
     @property
     def changes_at(self) -> float:

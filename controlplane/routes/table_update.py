@@ -165,6 +165,10 @@ class TableIndex:
 
     def __init__(self, table: RouteTable, trace: Mapping[str, Held]) -> None:
         self.table = table
+        # The last update's (workload, port) -> hostnames decided again: the listener
+        # rule groups that may differ from the table before it (the others' rules are
+        # the same objects in the same order).
+        self.changed: dict[tuple[str, int], frozenset[str]] = {}
         self._workloads: dict[str, _Workload] = {}
         self._serial = 0
         self.usable = not any(LANE_SEPARATOR in key for key in trace) and not any(
@@ -363,6 +367,7 @@ class TableIndex:
                 moved |= self._count(outcome.demand, sign)
                 for workload, candidates in outcome.candidates.items():
                     self._move(workload, candidates, sign, touched)
+        self.changed = {key: frozenset(hosts) for key, hosts in touched.items()}
         workloads = dict(table.workloads)
         rejections = table.rejections
         for workload in sorted({w for w, _ in touched}):

@@ -152,6 +152,7 @@ def test_a_route_change_updates_the_table() -> None:
     before = computer.updated
     found = _computed(computer, cluster_state)
     assert computer.updated == before + 1
+    assert computer.changed_hosts == {(REFS[0], 8080): frozenset({"h3.example.com"})}
     _assert_same(found, _from_scratch(cluster_state))
     old_rules = {r.source: r for li in first.workloads[REFS[0]].listeners for r in li.rules}
     kept = [
