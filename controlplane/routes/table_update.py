@@ -2,17 +2,19 @@
 table `build_table` computes from scratch (tests/routes/test_table_update.py), without
 a Python loop over every route or rule.
 
-`TableIndex` is made once from a traced build (`table_stages.Held`) and kept with its
-table: each workload's ports, and per port and hostname the candidates on it, its
-winners (the first candidate of each match key, by precedence) and its conflict losers.
-Conflicts and precedence are per hostname (the match key holds it, every candidate
-serves one hostname), so a route change decides again only the hostnames its old and
-new candidates serve, and moves their winners in the port's rules, kept sorted by
-precedence key (bisect; the tuple is a C-speed copy). Ownership is decided again only for
-those hostnames too: with no wildcard held on a port and no namespace isolating its
-listeners there, exact hostnames do not interact (ownership.py), so a hostname whose
-claims are one namespace's before and after keeps every candidate and is closed when
-any host is another namespace's.
+`TableIndex` is made from a traced build (`table_stages.Held`) when the first route change
+after it comes, and kept with its table: each workload's ports, and per port and hostname
+the claims and candidates on it, its winners (the first candidate of each match key, by
+precedence) and its conflict losers (decided when the hostname is first touched, as the
+table decided it). Conflicts and precedence are per hostname (the match key holds it,
+every candidate serves one hostname), so a route change decides again only the hostnames
+its old and new candidates serve, and moves their winners in the port's rules, kept
+sorted by precedence key (bisect; the tuple is a C-speed copy). Ownership is decided
+again only for those hostnames too: with no wildcard held on a port, exact hostnames do
+not interact (ownership.py), so a hostname whose claims are one namespace's before and
+after keeps every candidate but those a listener of that very hostname shadows, and is
+closed when any host is another namespace's or it is a listener's hostname under any
+host.
 
 `update` answers None (compute from scratch) when a change is outside what it covers: a
 changed route with rejections, session persistence or GRPC backends, a hostname claimed
@@ -29,13 +31,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from controlplane.model import ClusterState, GRPCRoute, HTTPRoute, ReferenceGrant, Service
+from controlplane.model import ClusterState, GRPCRoute, HTTPRoute, Service
 from controlplane.routes.backends import ServiceKey
 from controlplane.routes.httproute import RouteOutcome, route_outcome
 from controlplane.routes.ownership import ANY_HOST, Claim, Holding
 from controlplane.routes.placement import LANE_SEPARATOR, Placement, lane_workload
 from controlplane.routes.precedence import Candidate
-from controlplane.routes.table_stages import Held
+from controlplane.routes.table_stages import Held, by_namespace
 from controlplane.routes.table_types import Memo, RouteTable, WorkloadRoutes
 from controlplane.snapshot import RejectedInput, RouteRule
 from peerplane.patterns import WILDCARD_PREFIX
@@ -98,6 +100,9 @@ def _first(item: tuple[FullKey, object]) -> FullKey:
 
 @dataclass(slots=True)
 class _Workload:
+    """One workload: what its build decided, its updatable ports, its conflicts and
+    the backend names its listeners reference."""
+
     held: Held
     ports: dict[int, _Port]
     conflicts: tuple[RejectedInput, ...]  # refusals, then each port's conflicts
@@ -291,7 +296,7 @@ class TableIndex:
         removed = reuse.keys() - by_id.keys()
         if len(added) + len(removed) > MAX_CHANGED:
             return None
-        grants = _by_namespace(state.reference_grants)
+        grants = by_namespace(state.reference_grants)
         new = [(by_id[i], route_outcome(by_id[i], placement, services, grants)) for i in added]
         old = [reuse[i] for i in removed]
         outcomes = [o for _, o in (*old, *new) if o is not None]
@@ -515,9 +520,3 @@ def _count_names(mine: _Workload, rule: RouteRule, step: int) -> None:
         if not names[name]:
             del names[name]
             mine.sorted_names = None
-
-
-def _by_namespace(grants: tuple[ReferenceGrant, ...]) -> dict[str, tuple[ReferenceGrant, ...]]:
-    from controlplane.routes.table_stages import by_namespace
-
-    return by_namespace(grants)

@@ -188,3 +188,33 @@ def test_snapshots_and_bytes_after_route_changes_equal_a_fresh_computation(seed:
         else:
             routes[name] = _route(rng, name)
     assert computer._routes.updated > 0
+
+
+def test_a_route_taking_another_namespaces_host_is_computed_from_scratch() -> None:
+    """tenant-b's route for h1.example.com, which default's older route serves: the
+    hostname is claimed by two namespaces, outside what the update covers; the table is
+    computed from scratch and refuses the newer claim."""
+    mine = route(
+        "mine",
+        [{"matches": [prefix("/")], "backendRefs": [to("shop")]}],
+        hostnames=("h1.example.com",),
+        created=OLD,
+    )
+    routes = {"mine": mine}
+    computer = RouteComputer()
+    _computed(computer, _cluster(routes))
+    routes["steal"] = route(
+        "steal",
+        [{"matches": [prefix("/")], "backendRefs": [to("bsvc")]}],
+        namespace="tenant-b",
+        hostnames=("h1.example.com",),
+        created=NEW,
+        parent={"name": "bgw", "namespace": "tenant-b"},
+    )
+    cluster_state = _cluster(routes)
+    before = (computer.computed, computer.updated)
+    found = _computed(computer, cluster_state)
+    assert (computer.computed, computer.updated) == (before[0] + 1, before[1])
+    assert computer.changed_hosts is None
+    _assert_same(found, _from_scratch(cluster_state))
+    assert any(r.name == "steal" and "held by the older" in r.reason for r in found.rejections)
