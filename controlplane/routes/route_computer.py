@@ -24,7 +24,7 @@ from controlplane.routes.crtlist import Edge
 from controlplane.routes.l4 import Memo as L4Memo
 from controlplane.routes.placement import Placement
 from controlplane.routes.table import build_table, place_routes
-from controlplane.routes.table_stages import Held
+from controlplane.routes.table_stages import Trace
 from controlplane.routes.table_types import Memo, RouteTable
 from controlplane.routes.table_update import TableIndex
 from controlplane.routes.termination import SecretKey, SecretLookup
@@ -84,7 +84,7 @@ class RouteComputer:
         self.updated = 0  # of `computed`, the tables updated for changed routes alone
         # What the last table's listeners were decided from: the index made of it when a
         # route change comes (`table_update.py`).
-        self._trace: dict[str, Held] | None = None
+        self._trace: Trace | None = None
         self._index: TableIndex | None = None
         # (last table, new table, Services whose demand moved) of the last update.
         self.demand_moved: tuple[RouteTable, RouteTable, set[ServiceKey]] | None = None
@@ -166,7 +166,7 @@ class RouteComputer:
         l4_memo: L4Memo = {}
         l4_reuse = self._l4_memo if reuse is not None else None
         edge = Edge(secrets, https_port, accept_proxy, state.settings)
-        trace: dict[str, Held] = {}
+        trace = Trace()
         table = build_table(
             state,
             workloads,

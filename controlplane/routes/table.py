@@ -23,7 +23,7 @@ from controlplane.routes.certificates import CertificateCache
 from controlplane.routes.crtlist import Edge
 from controlplane.routes.l4 import Memo as L4Memo
 from controlplane.routes.placement import Placement, place
-from controlplane.routes.table_stages import STAGES, Build, Held, by_namespace
+from controlplane.routes.table_stages import STAGES, Build, Trace, by_namespace
 from controlplane.routes.table_types import EMPTY as EMPTY
 from controlplane.routes.table_types import Memo as Memo
 from controlplane.routes.table_types import RouteTable as RouteTable
@@ -43,7 +43,7 @@ def build_table(
     l4_reuse: L4Memo | None = None,
     edge: Edge | None = None,
     placement: Placement | None = None,
-    trace: dict[str, Held] | None = None,
+    trace: Trace | None = None,
 ) -> RouteTable:
     """The table: each stage of `STAGES` in order over one `Build`. `memo` is filled with
     this table's HTTPRoute outcomes, `reuse` is the last one's (None: compute every one);

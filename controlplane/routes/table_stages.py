@@ -92,8 +92,21 @@ class Held:
     refusals: tuple[RejectedInput, ...]
     certificates: tuple[RejectedInput, ...]  # what binding certificates reported
     own: int  # len(mine.rejections): its table's rejections start with them
+    routes_from: int  # where the routes' rejections start in them
     defaults: dict[int, str]
     at: int  # index of its first conflict in `Build.rejections`
+
+
+@dataclass(slots=True)
+class Trace:
+    """What a build decided that a route change updates the table from
+    (`table_update.py`): each workload's `Held`, and where the HTTPRoutes' and GRPCRoutes'
+    rejections start in the table's rejections and in each workload's (0 for a workload
+    the HTTPRoutes stage did not find)."""
+
+    workloads: dict[str, Held] = field(default_factory=dict)
+    routes_from: int = 0
+    routes_from_of: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -126,8 +139,8 @@ class Build:
     h2_names: dict[ServiceKey, set[str]] = field(default_factory=dict)
     l4: L4Table = EMPTY_L4
     persistence: Persisted = field(default_factory=dict)
-    # Filled by `workload_listeners` when not None: what a route change updates from.
-    trace: dict[str, Held] | None = None
+    # Filled when not None: what a route change updates the table from.
+    trace: Trace | None = None
 
     def table(self) -> RouteTable:
         return RouteTable(
@@ -173,6 +186,9 @@ def http_routes(build: Build) -> None:
     object and the memo is reused), its candidates by workload and the Services it routes
     to."""
     per, reuse, memo = build.per, build.reuse, build.memo
+    if build.trace is not None:  # where the routes' rejections start
+        build.trace.routes_from = len(build.rejections)
+        build.trace.routes_from_of = {w: len(mine.rejections) for w, mine in per.items()}
     # Sorted: each object's outcome is its own, but rejections list in one order.
     state = build.state
     routes: list[HTTPRoute | GRPCRoute] = [*state.http_routes, *state.grpc_routes]
@@ -281,13 +297,14 @@ def workload_listeners(build: Build) -> None:
             certificates = crt_lists.bound(built)
             build.tls_conflicts.update(crt_lists.conflicts)
         if build.trace is not None:
-            build.trace[workload] = Held(
+            build.trace.workloads[workload] = Held(
                 tuple(mine.candidates),
                 tuple(mine.claims),
                 holdings,
                 tuple(conflicts[:refused]),
                 tuple(conflicts[ordered:]),
                 len(mine.rejections),
+                build.trace.routes_from_of.get(workload, 0),
                 dict(mine.defaults),
                 len(build.rejections),
             )

@@ -2,7 +2,7 @@
 table `build_table` computes from scratch (tests/routes/test_table_update.py), without
 a Python loop over every route or rule.
 
-`TableIndex` is made from a traced build (`table_stages.Held`) when the first route change
+`TableIndex` is made from a traced build (`table_stages.Trace`) when the first route change
 after it comes, and kept with its table: each workload's ports, and per port and hostname
 the claims and candidates on it, its winners (the first candidate of each match key, by
 precedence) and its conflict losers (decided when the hostname is first touched, as the
@@ -16,8 +16,11 @@ after keeps every candidate but those a listener of that very hostname shadows, 
 closed when any host is another namespace's or it is a listener's hostname under any
 host.
 
+A changed route's rejections are put in the table's and its workloads' among the other
+routes' in route order (the routes with rejections are kept by that order: few have any).
+
 `update` answers None (compute from scratch) when a change is outside what it covers: a
-changed route with rejections, session persistence or GRPC backends, a hostname claimed
+changed route with session persistence or GRPC backends, a hostname claimed
 by two namespaces or a wildcard or any host, a port with held wildcards, a workload with
 lanes, a port the workload does not listen on, TLS or TCP routes reaching backends, or
 more than `MAX_CHANGED` routes.
@@ -37,7 +40,7 @@ from controlplane.routes.httproute import RouteOutcome, route_outcome
 from controlplane.routes.ownership import ANY_HOST, Claim, Holding
 from controlplane.routes.placement import LANE_SEPARATOR, Placement, lane_workload
 from controlplane.routes.precedence import Candidate
-from controlplane.routes.table_stages import Held, by_namespace
+from controlplane.routes.table_stages import Held, Trace, by_namespace
 from controlplane.routes.table_types import Memo, RouteTable, WorkloadRoutes
 from controlplane.snapshot import RejectedInput, RouteRule
 from peerplane.patterns import WILDCARD_PREFIX
@@ -107,6 +110,8 @@ class _Workload:
     ports: dict[int, _Port]
     conflicts: tuple[RejectedInput, ...]  # refusals, then each port's conflicts
     at: int  # where they start in the table's rejections
+    own: int  # its table's rejections start with its own (`Held.own`), then conflicts
+    routes: int  # how many of its own are the routes' (from `Held.routes_from`)
     names: Counter[str]  # backend names its listeners reference (rules and defaults)
     sorted_names: tuple[str, ...] | None = None  # `names`, sorted; None: to sort again
 
@@ -168,7 +173,8 @@ def _add_claim(claims: dict[str, Counts], claim: Claim, step: int) -> None:
 class TableIndex:
     """What a table's listeners were decided from, by workload (see the module)."""
 
-    def __init__(self, table: RouteTable, trace: Mapping[str, Held]) -> None:
+    def __init__(self, table: RouteTable, traced: Trace) -> None:
+        trace = traced.workloads
         self.table = table
         # The last update's (workload, port) -> hostnames decided again: the listener
         # rule groups that may differ from the table before it (the others' rules are
@@ -181,9 +187,19 @@ class TableIndex:
         )
         # (Service, workload) -> how many objects route it there (`RouteTable.demand`).
         self._demand: dict[ServiceKey, dict[str, int]] = {}
-        for route in table.routes.values():
+        # The routes with rejections, by their order in the table: (namespace, name,
+        # kind) -> their rejections and the workloads they are reported on.
+        self._rejecting: dict[tuple[str, str, str], tuple[RejectedInput, ...]] = {}
+        self._reported: dict[tuple[str, str, str], frozenset[str]] = {}
+        self._routes_from = traced.routes_from
+        self._routes_count = 0  # how many rejections of the table's are the routes'
+        for (kind, namespace, name), route in table.routes.items():
             if route.demand:
                 self._count(route.demand, 1)
+            if route.rejections:
+                self._rejecting[namespace, name, kind] = tuple(route.rejections)
+                self._reported[namespace, name, kind] = frozenset(route.workloads)
+                self._routes_count += len(route.rejections)
         for ingress in table.ingresses.values():
             if ingress.workload:
                 self._count(((s, ingress.workload) for s in ingress.demand), 1)
@@ -212,8 +228,13 @@ class TableIndex:
                 for rule in listener.rules
                 for backend in rule.backends
             )
+            routes_of = sum(
+                len(found)
+                for key, found in self._rejecting.items()
+                if workload in self._reported[key]
+            )
             self._workloads[workload] = _Workload(
-                held, ports, conflicts, held.at, names, routes.names
+                held, ports, conflicts, held.at, held.own, routes_of, names, routes.names
             )
 
     def _count(self, pairs: Iterable[tuple[ServiceKey, str]], step: int) -> set[ServiceKey]:
@@ -317,7 +338,9 @@ class TableIndex:
     ) -> bool:
         """Whether the change is one `_apply` computes as `build_table` would."""
         for done in outcomes:
-            if done.rejections or done.persistence or done.h2:
+            if done.persistence or done.h2:
+                return False
+            if done.rejections and not done.workloads.issubset(self._workloads):
                 return False
         # Each hostname touched: exact, on an updatable port the workload listens on, one
         # namespace's claims before and after.
@@ -360,6 +383,8 @@ class TableIndex:
         routes = dict(table.routes)
         touched: dict[tuple[str, int], set[str]] = {}
         moved: set[ServiceKey] = set()
+        reported: set[str] = set()  # workloads whose routes' rejections changed
+        rejecting = False
         for sign, pairs in ((-1, old), (1, new)):
             for route, outcome in pairs:
                 key = (type(route).__name__, route.namespace, route.name)
@@ -369,12 +394,23 @@ class TableIndex:
                     routes[key] = outcome
                 if outcome is None:
                     continue
+                if outcome.rejections:
+                    rejecting = True
+                    reported |= outcome.workloads
+                    order = (route.namespace, route.name, key[0])
+                    if sign < 0:
+                        del self._rejecting[order], self._reported[order]
+                    else:
+                        self._rejecting[order] = tuple(outcome.rejections)
+                        self._reported[order] = frozenset(outcome.workloads)
                 moved |= self._count(outcome.demand, sign)
                 for workload, candidates in outcome.candidates.items():
                     self._move(workload, candidates, sign, touched)
         self.changed = {key: frozenset(hosts) for key, hosts in touched.items()}
         workloads = dict(table.workloads)
         rejections = table.rejections
+        if rejecting:
+            rejections = self._routes_rejections(rejections, reported, workloads)
         for workload in sorted({w for w, _ in touched}):
             mine = self._workloads[workload]
             rejections = self._listeners(workload, mine, touched, workloads, rejections)
@@ -452,8 +488,8 @@ class TableIndex:
             for rejection in mine.ports[number].conflicts()
         ]
         conflicts = (*held.refusals, *found, *held.certificates)
-        own = last.rejections[: held.own]
-        after = last.rejections[held.own + len(mine.conflicts) :]
+        own = last.rejections[: mine.own]
+        after = last.rejections[mine.own + len(mine.conflicts) :]
         if mine.sorted_names is None:
             mine.sorted_names = tuple(sorted(mine.names.keys() - {""}))
         workloads[workload] = WorkloadRoutes(
@@ -471,6 +507,37 @@ class TableIndex:
                 if other.at > start:
                     other.at += shift
             mine.conflicts = conflicts
+        return rejections
+
+    def _routes_rejections(
+        self,
+        rejections: tuple[RejectedInput, ...],
+        reported: set[str],
+        workloads: dict[str, WorkloadRoutes],
+    ) -> tuple[RejectedInput, ...]:
+        """The routes' rejections in the table's and in the `reported` workloads', in
+        route order, as the HTTPRoutes stage lists them (few routes have any: sorted
+        here)."""
+        order = sorted(self._rejecting)
+        found = tuple(r for key in order for r in self._rejecting[key])
+        start = self._routes_from
+        before = self._routes_count
+        rejections = (*rejections[:start], *found, *rejections[start + before :])
+        shift = len(found) - before
+        self._routes_count = len(found)
+        for mine in self._workloads.values():
+            mine.at += shift
+        for workload in reported:
+            mine = self._workloads[workload]
+            last = workloads[workload]
+            mine_found = tuple(
+                r for key in order if workload in self._reported[key] for r in self._rejecting[key]
+            )
+            start = mine.held.routes_from
+            told = (*last.rejections[:start], *mine_found, *last.rejections[start + mine.routes :])
+            mine.own += len(mine_found) - mine.routes
+            mine.routes = len(mine_found)
+            workloads[workload] = dataclasses.replace(last, rejections=told)
         return rejections
 
     def _decide_host(self, port: _Port, name: str, mine: _Workload) -> None:

@@ -66,7 +66,7 @@ def _route(rng: random.Random, name: str) -> Any:
     rules = [
         {
             "matches": [prefix(rng.choice(("/", "/a", "/b")))],
-            "backendRefs": [to(rng.choice(BACKENDS[namespace]))],
+            "backendRefs": [to(rng.choice((*BACKENDS[namespace], "missing")))],
         }
         for _ in range(rng.choice((1, 2)))
     ]
@@ -127,7 +127,7 @@ def test_updated_table_equals_from_scratch(seed: int) -> None:
             routes[name] = _route(rng, name)
         cluster_state = _cluster(routes)  # the other routes keep their objects
         _assert_same(_computed(computer, cluster_state), _from_scratch(cluster_state))
-    assert computer.updated >= 8, computer.updated  # many changes were updates
+    assert computer.updated >= 15, computer.updated  # most changes were updates
 
 
 def test_a_route_change_updates_the_table() -> None:
