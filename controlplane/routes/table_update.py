@@ -20,7 +20,7 @@ A changed route's rejections are put in the table's and its workloads' among the
 routes' in route order (the routes with rejections are kept by that order: few have any).
 
 `update` answers None (compute from scratch) when a change is outside what it covers: a
-changed route with session persistence or GRPC backends, a hostname claimed
+changed route with session persistence, a hostname claimed
 by two namespaces or a wildcard or any host, a port with held wildcards, a workload with
 lanes, a port the workload does not listen on, TLS or TCP routes reaching backends, or
 more than `MAX_CHANGED` routes.
@@ -193,9 +193,13 @@ class TableIndex:
         self._reported: dict[tuple[str, str, str], frozenset[str]] = {}
         self._routes_from = traced.routes_from
         self._routes_count = 0  # how many rejections of the table's are the routes'
+        # (Service, backend) -> how many GRPCRoutes reach it (`RouteTable.h2_names`).
+        self._h2: dict[ServiceKey, dict[str, int]] = {}
         for (kind, namespace, name), route in table.routes.items():
             if route.demand:
                 self._count(route.demand, 1)
+            if route.h2:
+                _count_into(self._h2, route.h2, 1)
             if route.rejections:
                 self._rejecting[namespace, name, kind] = tuple(route.rejections)
                 self._reported[namespace, name, kind] = frozenset(route.workloads)
@@ -338,7 +342,7 @@ class TableIndex:
     ) -> bool:
         """Whether the change is one `_apply` computes as `build_table` would."""
         for done in outcomes:
-            if done.persistence or done.h2:
+            if done.persistence:
                 return False
             if done.rejections and not done.workloads.issubset(self._workloads):
                 return False
@@ -384,6 +388,7 @@ class TableIndex:
         touched: dict[tuple[str, int], set[str]] = {}
         moved: set[ServiceKey] = set()
         reported: set[str] = set()  # workloads whose routes' rejections changed
+        h2_moved: set[ServiceKey] = set()
         rejecting = False
         for sign, pairs in ((-1, old), (1, new)):
             for route, outcome in pairs:
@@ -404,6 +409,8 @@ class TableIndex:
                         self._rejecting[order] = tuple(outcome.rejections)
                         self._reported[order] = frozenset(outcome.workloads)
                 moved |= self._count(outcome.demand, sign)
+                if outcome.h2:
+                    h2_moved |= _count_into(self._h2, outcome.h2, sign)
                 for workload, candidates in outcome.candidates.items():
                     self._move(workload, candidates, sign, touched)
         self.changed = {key: frozenset(hosts) for key, hosts in touched.items()}
@@ -424,6 +431,16 @@ class TableIndex:
             found = frozenset(counts)
             if demand.get(service) != found:
                 demand[service] = found
+        h2_names = table.h2_names
+        if h2_moved:
+            h2_names = dict(h2_names)
+            for service in h2_moved:
+                backends = self._h2.get(service)
+                if backends:
+                    h2_names[service] = frozenset(backends)
+                else:
+                    h2_names.pop(service, None)
+                    self._h2.pop(service, None)
         self.table = dataclasses.replace(
             table,
             placement=placement,
@@ -431,8 +448,11 @@ class TableIndex:
             workloads=workloads,
             demand=demand,
             rejections=rejections,
+            h2_names=h2_names,
         )
-        return self.table, {s for s in moved if table.demand.get(s) != demand.get(s)}
+        shifted = {s for s in moved if table.demand.get(s) != demand.get(s)}
+        shifted.update(s for s in h2_moved if table.h2_names.get(s) != h2_names.get(s))
+        return self.table, shifted
 
     def _move(
         self,
@@ -573,6 +593,22 @@ class TableIndex:
             insort(port.closed, name)
         elif present and not closed:
             del port.closed[at]
+
+
+def _count_into(
+    counts: dict[ServiceKey, dict[str, int]], pairs: Iterable[tuple[ServiceKey, str]], step: int
+) -> set[ServiceKey]:
+    """Count (Service, name) pairs in or out of `counts`; the Services counted."""
+    moved: set[ServiceKey] = set()
+    for service, name in pairs:
+        found = counts.get(service)
+        if found is None:
+            found = counts[service] = {}
+        found[name] = found.get(name, 0) + step
+        if not found[name]:
+            del found[name]
+        moved.add(service)
+    return moved
 
 
 def _count_names(mine: _Workload, rule: RouteRule, step: int) -> None:

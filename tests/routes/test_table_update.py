@@ -20,7 +20,16 @@ from controlplane.routes.route_computer import RouteComputer
 from controlplane.routes.table import RouteTable, compute_routes
 from controlplane.settings.resolver import Resolver
 from tests.helpers.builders import service
-from tests.helpers.route_builders import gateway, ingress, path, prefix, route, state, to
+from tests.helpers.route_builders import (
+    gateway,
+    grpc_route,
+    ingress,
+    path,
+    prefix,
+    route,
+    state,
+    to,
+)
 
 OLD, NEW = "2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z"
 HOSTS = (
@@ -70,6 +79,17 @@ def _route(rng: random.Random, name: str) -> Any:
         }
         for _ in range(rng.choice((1, 2)))
     ]
+    if rng.random() < 0.15:  # a GRPCRoute: its backends speak HTTP/2
+        method = {"method": {"service": "shop.Cart", "method": rng.choice(("Get", "Put"))}}
+        grpc_rules = [{"matches": [method], "backendRefs": r["backendRefs"]} for r in rules]
+        return grpc_route(
+            name,
+            grpc_rules,
+            namespace=namespace,
+            hostnames=hostnames,
+            created=rng.choice((OLD, NEW)),
+            parent={"name": parent, "namespace": "tenant-b" if parent == "bgw" else "default"},
+        )
     return route(
         name,
         rules,
@@ -85,7 +105,9 @@ BASE = state(*_static(), services=SERVICES)
 
 def _cluster(routes: dict[str, Any]) -> ClusterState:
     """The base cluster with `routes`: every other object the same, as sources keep them."""
-    return dataclasses.replace(BASE, http_routes=tuple(routes.values()))
+    http = tuple(r for r in routes.values() if type(r).__name__ == "HTTPRoute")
+    grpc = tuple(r for r in routes.values() if type(r).__name__ == "GRPCRoute")
+    return dataclasses.replace(BASE, http_routes=http, grpc_routes=grpc)
 
 
 def _from_scratch(cluster_state: ClusterState) -> RouteTable:
