@@ -7,7 +7,10 @@ table alone from scratch (`compute_routes`), one HTTPRoute's path changed throug
 incremental `Computer` (route table of the workload updated, listeners finalized,
 snapshot encoded), one new HTTPRoute of its own host to a Service already routed, and one
 endpoint changed (the route table reused: `computed` must not
-move). Quick: 300 routes; full: 3,000 and 10,000 (`ROUTE_TABLE_SIZES=3000,10000` sets the
+move). Each step is followed by the loop's heap policy (`loop/heap.py`: freeze after the
+first step, collect and freeze again when many objects outlived it), untimed, as in the
+control plane; without it a full collection over millions of objects lands in some steps.
+Quick: 300 routes; full: 3,000 and 10,000 (`ROUTE_TABLE_SIZES=3000,10000` sets the
 sizes). `python -m tests.bench.route_table profile N` prints the cProfile of one route
 change at N routes.
 """
@@ -22,6 +25,7 @@ import sys
 import time
 
 from controlplane.compute import Computer
+from controlplane.loop.heap import Heap
 from controlplane.model import ClusterState, HTTPRoute
 from controlplane.publish import Encoder
 from controlplane.routes.table import compute_routes
@@ -120,9 +124,10 @@ def run_size(routes: int, quick: bool) -> list[Result]:
     table_s, _ = best_of(
         lambda: compute_routes(state, refs, ports.http_port, ports.peer_port), 3 if quick else 5
     )
-    computer, encoder = Computer(), Encoder()
+    computer, encoder, heap = Computer(), Encoder(), Heap()
     result = computer.compute(state, {})
     encoder.encode(result.workloads)
+    heap.settle(encoder.encoded)  # as the loop does after each step (untimed)
     rules = len(result.workloads[WORKLOAD].http_listeners[0].rules)
     route_times, endpoint_times, added_times = [], [], []
     for step in range(1, 6):
@@ -131,6 +136,7 @@ def run_size(routes: int, quick: bool) -> list[Result]:
         result = computer.compute(state, result.assignment)
         encoder.encode(result.workloads)
         route_times.append(time.perf_counter() - start)
+        heap.settle(encoder.encoded)
         # a new HTTPRoute, its own host, to a Service already routed
         added = http_route(routes + step, service=step)
         state = dataclasses.replace(state, http_routes=(*state.http_routes, added))
@@ -138,6 +144,7 @@ def run_size(routes: int, quick: bool) -> list[Result]:
         result = computer.compute(state, result.assignment)
         encoder.encode(result.workloads)
         added_times.append(time.perf_counter() - start)
+        heap.settle(encoder.encoded)
         slices = list(state.endpoint_slices)
         slices[3] = endpoint_slice("svc-3", ["10.0.3.1", f"10.0.3.{10 + step}"])
         state = dataclasses.replace(state, endpoint_slices=tuple(slices))
@@ -146,6 +153,7 @@ def run_size(routes: int, quick: bool) -> list[Result]:
         result = computer.compute(state, result.assignment)
         encoder.encode(result.workloads)
         endpoint_times.append(time.perf_counter() - start)
+        heap.settle(encoder.encoded)
         if computer._routes.computed != before:
             raise AssertionError("an endpoint change recomputed the route table")
     updated = getattr(computer._routes, "updated", 0)  # tables updated, not rebuilt
@@ -171,13 +179,15 @@ def profile(routes: int, top: int = 25) -> None:
     """The cProfile of one route change at `routes` routes (computed and encoded), by
     cumulative then internal time."""
     state = routed_cluster(routes)
-    computer, encoder = Computer(), Encoder()
+    computer, encoder, heap = Computer(), Encoder(), Heap()
     result = computer.compute(state, {})
     encoder.encode(result.workloads)
+    heap.settle(encoder.encoded)
     for step in range(1, 3):  # warm: the first change after a start may differ
         state = _changed_route(state, step)
         result = computer.compute(state, result.assignment)
         encoder.encode(result.workloads)
+        heap.settle(encoder.encoded)
     state = _changed_route(state, 3)
     profiler = cProfile.Profile()
     profiler.enable()
