@@ -177,6 +177,9 @@ class Computer:
         last, self._table = self._table, table
         if last is table:
             return set()
+        told = self._routes.demand_moved  # the table updated for changed routes alone
+        if told is not None and told[0] is last and told[1] is table:
+            return set(told[2])  # its TCP, HTTP/2 and persistence maps are the last ones
         before = last.demand if last is not None else {}
         after = table.demand
         moved = {key for key in before.keys() ^ after.keys()}

@@ -13,11 +13,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from controlplane.compute.assemble_incremental import WorkloadAssembly
-from controlplane.routes.finalize import finalize, referenced
+from controlplane.routes.finalize import finalize, not_http, referenced
 from controlplane.routes.l4 import WorkloadL4
 from controlplane.routes.l4 import finalize as finalize_l4
 from controlplane.routes.table import WorkloadRoutes
 from controlplane.snapshot import (
+    BackendSpec,
     HostRoute,
     HttpFrontend,
     HttpListener,
@@ -40,6 +41,8 @@ class _Final:
     modes: tuple[str | None, ...]  # their modes in the snapshot
     listeners: tuple[HttpListener, ...]
     rejections: tuple[RejectedInput, ...]  # the table's and finalize's
+    backends: tuple[BackendSpec, ...] = ()  # the snapshot's: `modes` read them
+    missing: frozenset[str] = frozenset()  # of `names`, those not served over HTTP
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,10 +265,19 @@ class FinalAssembly:
     ) -> WorkloadSnapshot:
         """The assembled snapshot with the workload's listeners and route warnings. The
         listeners are made consistent with the snapshot (`finalize`) again only when the
-        table, the HTTP frontend or a referenced backend's mode changed."""
+        table, the HTTP frontend or a referenced backend's mode changed. The modes are
+        read again only when the names or the backends changed (a route change that
+        references the same backends reads none)."""
         last = self._finals.get(key)
         names = last.names if last is not None and last.routes is routes else referenced(routes)
-        modes = tuple(map(assembly.mode_of, names))
+        backends = snapshot.backends
+        missing: frozenset[str] | None
+        if last is not None and last.names == names and last.backends is backends:
+            modes, missing = last.modes, last.missing
+        else:
+            modes = tuple(map(assembly.mode_of, names))
+            same = last is not None and last.names == names and last.modes == modes
+            missing = last.missing if same and last is not None else None
         http = snapshot.http_frontend
         if (
             last is None
@@ -273,9 +285,14 @@ class FinalAssembly:
             or last.http is not http
             or last.modes != modes
         ):
-            listeners, added = finalize(routes, http, assembly.mode_of, names)
-            last = _Final(routes, http, names, modes, listeners, (*routes.rejections, *added))
+            if missing is None:
+                missing = not_http(names, assembly.mode_of)
+            listeners, added = finalize(routes, http, assembly.mode_of, names, missing)
+            rejections = (*routes.rejections, *added)
+            last = _Final(routes, http, names, modes, listeners, rejections, backends, missing)
             self._finals[key] = last
+        elif last.backends is not backends:
+            self._finals[key] = last = dataclasses.replace(last, backends=backends)
         if not last.listeners and not last.rejections:
             return snapshot
         return dataclasses.replace(

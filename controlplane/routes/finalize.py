@@ -26,8 +26,15 @@ from controlplane.snapshot import (
 
 
 def referenced(routes: WorkloadRoutes) -> tuple[str, ...]:
-    """Every backend name the listeners use, sorted."""
+    """Every backend name the listeners use, sorted (the table's when it knows them)."""
+    if routes.names is not None:
+        return routes.names
     return tuple(sorted(http_names(routes.listeners)))
+
+
+def not_http(names: tuple[str, ...], mode_of: Callable[[str], str | None]) -> frozenset[str]:
+    """The backend names not served over HTTP (refused, or a TCP Service)."""
+    return frozenset(name for name in names if mode_of(name) != "http")
 
 
 def _rejection(rule: RouteRule, key: str, value: str, reason: str) -> RejectedInput:
@@ -52,12 +59,14 @@ def finalize(
     http_frontend: HttpFrontend | None,
     mode_of: Callable[[str], str | None],
     names: tuple[str, ...] | None = None,
+    missing: frozenset[str] | None = None,
 ) -> tuple[tuple[HttpListener, ...], tuple[RejectedInput, ...]]:
     """The listeners as the snapshot carries them and the rejections this adds;
     `routes.listeners` itself when nothing changes. `names`: `referenced(routes)` when
-    the caller has it already."""
-    used = referenced(routes) if names is None else names
-    missing = {name for name in used if mode_of(name) != "http"}
+    the caller has it already; `missing`: those of them not served over HTTP
+    (`not_http`), when it has that too."""
+    if missing is None:
+        missing = not_http(referenced(routes) if names is None else names, mode_of)
     hosts = frozenset(r.host for r in http_frontend.routes) if http_frontend else frozenset()
     http_port = http_frontend.port if http_frontend else None
     if not missing and not hosts:

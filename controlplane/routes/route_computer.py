@@ -6,8 +6,10 @@ HTTP and peer ports, the ports of a Service a route looked up, a Secret a listen
 Ingress looked up (each parsed once per object), or the clock passing a used
 certificate's start or end. An endpoint or annotation change costs one comparison per
 changed Service; an HTTPRoute change costs that route's outcome (the other routes keep
-theirs while nothing they read changed), the grouping and the ordering of the workload's
-rules (docs/design.md, "The route model"; tests/bench/route_table.py).
+theirs while nothing they read changed), and the table is updated for the changed routes
+alone (`table_update.TableIndex`) when the change is one the update covers; else the
+grouping and the ordering of the workload's rules are done again (docs/design.md, "The
+route model"; tests/bench/route_table.py).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from controlplane.routes.crtlist import Edge
 from controlplane.routes.l4 import Memo as L4Memo
 from controlplane.routes.placement import Placement
 from controlplane.routes.table import build_table, place_routes
+from controlplane.routes.table_stages import Trace
 from controlplane.routes.table_types import Memo, RouteTable
+from controlplane.routes.table_update import TableIndex
 from controlplane.routes.termination import SecretKey, SecretLookup
 
 
@@ -77,6 +81,13 @@ class RouteComputer:
         self._secrets_looked: dict[SecretKey, TLSSecret | None] = {}
         self._changes_at = math.inf
         self.computed = 0
+        self.updated = 0  # of `computed`, the tables updated for changed routes alone
+        # What the last table's listeners were decided from: the index made of it when a
+        # route change comes (`table_update.py`).
+        self._trace: Trace | None = None
+        self._index: TableIndex | None = None
+        # (last table, new table, Services whose demand moved) of the last update.
+        self.demand_moved: tuple[RouteTable, RouteTable, set[ServiceKey]] | None = None
 
     def compute(
         self,
@@ -115,6 +126,7 @@ class RouteComputer:
             state.tls_routes,
             state.tcp_routes,
         )
+        self.demand_moved = None  # set again when this table is an update
         table = self._table
         moved = table is not None and self._ports_moved(services, changed_services)
         secrets_moved = self._secrets_moved(state.secrets, now)
@@ -145,9 +157,16 @@ class RouteComputer:
         if reuse is not None:
             recording.looked.update(self._looked)
         memo: Memo = {}
+        if reuse is not None and table is not None and last is not None and not secrets_moved:
+            updated = self._update(state, inputs, last, table, placement, recording, reuse, memo)
+            if updated is not None:
+                self._looked, self._memo, self._secrets = recording.looked, memo, state.secrets
+                return updated
+            memo = {}
         l4_memo: L4Memo = {}
         l4_reuse = self._l4_memo if reuse is not None else None
         edge = Edge(secrets, https_port, accept_proxy, state.settings)
+        trace = Trace()
         table = build_table(
             state,
             workloads,
@@ -160,13 +179,56 @@ class RouteComputer:
             l4_reuse,
             edge=edge,
             placement=placement,
+            trace=trace,
         )
+        self._trace, self._index = trace, None
         self._inputs, self._looked, self._table, self._memo = inputs, recording.looked, table, memo
         self._secrets, self._secrets_looked = state.secrets, secrets.looked
         self._changes_at = secrets.changes_at
         self._l4_memo = l4_memo
         self.computed += 1
         return table
+
+    def _update(
+        self,
+        state: ClusterState,
+        inputs: tuple[object, ...],
+        last: tuple[object, ...],
+        table: RouteTable,
+        placement: Placement,
+        services: Mapping[ServiceKey, Service],
+        reuse: Memo,
+        memo: Memo,
+    ) -> RouteTable | None:
+        """The last table updated for its changed HTTPRoutes and GRPCRoutes alone
+        (`TableIndex.update`); None when anything else changed or the update does not
+        cover the change."""
+        if any(a is not b for a, b in zip(inputs[3:], last[3:], strict=True)):
+            return None  # Ingresses, TLSRoutes or TCPRoutes changed
+        index = self._index
+        if index is None or index.table is not table:
+            if self._trace is None:
+                return None
+            index = self._index = TableIndex(table, self._trace)
+        found = index.update(state, placement, services, reuse, memo)
+        if found is None:
+            return None
+        updated, moved = found
+        self._inputs, self._table = inputs, updated
+        self.demand_moved = (table, updated, moved)
+        self.computed += 1
+        self.updated += 1
+        return updated
+
+    @property
+    def changed_hosts(self) -> dict[tuple[str, int], frozenset[str]] | None:
+        """When the last table was an update (`demand_moved` set): (workload, port) ->
+        the hostnames whose rules may differ from the table before it; every other
+        hostname's rules are the same objects in the same relative order. None: the last
+        table was computed from scratch or reused."""
+        if self.demand_moved is None or self._index is None:
+            return None
+        return self._index.changed
 
     @property
     def changes_at(self) -> float:

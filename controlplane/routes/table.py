@@ -23,7 +23,7 @@ from controlplane.routes.certificates import CertificateCache
 from controlplane.routes.crtlist import Edge
 from controlplane.routes.l4 import Memo as L4Memo
 from controlplane.routes.placement import Placement, place
-from controlplane.routes.table_stages import STAGES, Build, by_namespace
+from controlplane.routes.table_stages import STAGES, Build, Trace, by_namespace
 from controlplane.routes.table_types import EMPTY as EMPTY
 from controlplane.routes.table_types import Memo as Memo
 from controlplane.routes.table_types import RouteTable as RouteTable
@@ -43,10 +43,12 @@ def build_table(
     l4_reuse: L4Memo | None = None,
     edge: Edge | None = None,
     placement: Placement | None = None,
+    trace: Trace | None = None,
 ) -> RouteTable:
     """The table: each stage of `STAGES` in order over one `Build`. `memo` is filled with
     this table's HTTPRoute outcomes, `reuse` is the last one's (None: compute every one);
-    `l4_memo` and `l4_reuse` the same for TLSRoutes and TCPRoutes."""
+    `l4_memo` and `l4_reuse` the same for TLSRoutes and TCPRoutes; `trace` (when given) with
+    what each workload's listeners were decided from (`table_update.py`)."""
     edge = edge or Edge.of(state)
     if placement is None:
         placement = place_routes(state, workloads, http_port, peer_port, edge)
@@ -62,6 +64,7 @@ def build_table(
         l4_memo,
         l4_reuse,
         grants=by_namespace(state.reference_grants),
+        trace=trace,
     )
     for _, stage in STAGES:
         stage(build)

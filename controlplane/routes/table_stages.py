@@ -31,7 +31,7 @@ from controlplane.routes.ingress import IngressOutcome, ingress_outcome
 from controlplane.routes.l4 import EMPTY_TABLE as EMPTY_L4
 from controlplane.routes.l4 import L4Table, l4_table
 from controlplane.routes.l4 import Memo as L4Memo
-from controlplane.routes.ownership import ANY_HOST, Claim, resolve
+from controlplane.routes.ownership import ANY_HOST, Claim, Holding, resolve
 from controlplane.routes.persistence import Persisted, backend_persistence
 from controlplane.routes.placement import (
     LANE_SEPARATOR,
@@ -78,6 +78,37 @@ def _add(demand: dict[ServiceKey, set[str]], service: ServiceKey, workload: str)
         found.add(workload)
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What `workload_listeners` decided for one workload, kept when the build is traced
+    (`Build.trace`) so that a route change can update the table (`table_update.py`): its
+    candidates, each port's holding, the refusals `_hold` reported, its own rejections'
+    count, its ports' default backends, whether it binds certificates, and where its
+    conflicts start in the table's rejections."""
+
+    candidates: tuple[Candidate, ...]
+    claims: tuple[tuple[int, Claim, Origin], ...]  # its listeners' and defaultBackends'
+    holdings: dict[int, Holding]
+    refusals: tuple[RejectedInput, ...]
+    certificates: tuple[RejectedInput, ...]  # what binding certificates reported
+    own: int  # len(mine.rejections): its table's rejections start with them
+    routes_from: int  # where the routes' rejections start in them
+    defaults: dict[int, str]
+    at: int  # index of its first conflict in `Build.rejections`
+
+
+@dataclass(slots=True)
+class Trace:
+    """What a build decided that a route change updates the table from
+    (`table_update.py`): each workload's `Held`, and where the HTTPRoutes' and GRPCRoutes'
+    rejections start in the table's rejections and in each workload's (0 for a workload
+    the HTTPRoutes stage did not find)."""
+
+    workloads: dict[str, Held] = field(default_factory=dict)
+    routes_from: int = 0
+    routes_from_of: dict[str, int] = field(default_factory=dict)
+
+
 @dataclass(slots=True)
 class Build:
     """What the stages read (the inputs) and what they found so far."""
@@ -108,6 +139,8 @@ class Build:
     h2_names: dict[ServiceKey, set[str]] = field(default_factory=dict)
     l4: L4Table = EMPTY_L4
     persistence: Persisted = field(default_factory=dict)
+    # Filled when not None: what a route change updates the table from.
+    trace: Trace | None = None
 
     def table(self) -> RouteTable:
         return RouteTable(
@@ -153,6 +186,9 @@ def http_routes(build: Build) -> None:
     object and the memo is reused), its candidates by workload and the Services it routes
     to."""
     per, reuse, memo = build.per, build.reuse, build.memo
+    if build.trace is not None:  # where the routes' rejections start
+        build.trace.routes_from = len(build.rejections)
+        build.trace.routes_from_of = {w: len(mine.rejections) for w, mine in per.items()}
     # Sorted: each object's outcome is its own, but rejections list in one order.
     state = build.state
     routes: list[HTTPRoute | GRPCRoute] = [*state.http_routes, *state.grpc_routes]
@@ -243,7 +279,8 @@ def workload_listeners(build: Build) -> None:
             mine.defaults[edge.https_port] = mine.defaults[http_port]
         conflicts: list[RejectedInput] = []
         unheld: dict[tuple[str, str, str], str] = {}
-        candidates, closed = _hold(mine, conflicts, unheld)
+        candidates, closed, holdings = _hold(mine, conflicts, unheld)
+        refused = len(conflicts)
         for key, why in unheld.items():
             build.refused_routes.setdefault(key, {})[workload] = why
         built = listeners(candidates, mine.defaults, conflicts)
@@ -254,10 +291,23 @@ def workload_listeners(build: Build) -> None:
             )
         certificates: tuple[Certificate, ...] = ()
         crt_lists = build.tls_of.get(workload)
+        ordered = len(conflicts)
         if crt_lists is not None:
             built = crt_lists.apply(built, conflicts, default_certificate)
             certificates = crt_lists.bound(built)
             build.tls_conflicts.update(crt_lists.conflicts)
+        if build.trace is not None:
+            build.trace.workloads[workload] = Held(
+                tuple(mine.candidates),
+                tuple(mine.claims),
+                holdings,
+                tuple(conflicts[:refused]),
+                tuple(conflicts[ordered:]),
+                len(mine.rejections),
+                build.trace.routes_from_of.get(workload, 0),
+                dict(mine.defaults),
+                len(build.rejections),
+            )
         build.rejections.extend(conflicts)
         address = lane_workload(workload)[1]
         if address:
@@ -360,7 +410,7 @@ _ROUTE_KINDS = ("HTTPRoute", "GRPCRoute")
 
 def _hold(
     mine: _Workload, rejections: list[RejectedInput], unheld: dict[tuple[str, str, str], str]
-) -> tuple[list[Candidate], dict[int, tuple[str, ...]]]:
+) -> tuple[list[Candidate], dict[int, tuple[str, ...]], dict[int, Holding]]:
     """The workload's candidates but those whose hostname another namespace holds on
     their port or a more specific listener of their namespace takes (ownership.py), and
     the hostnames each port closes. A refused claim is reported once per object and
@@ -395,7 +445,7 @@ def _hold(
     closed = {port: holding.closed for port, holding in holdings.items() if holding.closed}
     isolating = any(holding.isolating for holding in holdings.values())
     if not isolating and not any(holding.refused for holding in holdings.values()):
-        return mine.candidates, closed  # one namespace per hostname already: most tables
+        return mine.candidates, closed, holdings  # one namespace per hostname: most tables
     kept: list[Candidate] = []
     served: set[tuple[str, str, str]] = set()
     # a route's rules and matches share their listener and host: each asked once
@@ -425,7 +475,7 @@ def _hold(
                 served.add((origin.kind, origin.namespace, origin.name))
     for key in served:
         unheld.pop(key, None)
-    return kept, closed
+    return kept, closed, holdings
 
 
 def _not_held(outcome: RouteOutcome, why: Mapping[str, str]) -> RouteOutcome:

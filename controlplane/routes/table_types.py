@@ -21,6 +21,9 @@ class WorkloadRoutes:
     listeners: tuple[HttpListener, ...] = ()
     rejections: tuple[RejectedInput, ...] = ()
     certificates: tuple[Certificate, ...] = ()  # those the listeners bind, sorted by name
+    # The backend names the listeners reference, sorted (`finalize.referenced`), when the
+    # table knows them without a pass over every rule (`table_update.py`); None: unknown.
+    names: tuple[str, ...] | None = field(default=None, compare=False)
 
     @property
     def ports(self) -> tuple[int, ...]:

@@ -1,0 +1,625 @@
+"""A route table updated for changed HTTPRoutes and GRPCRoutes in O(changed): the same
+table `build_table` computes from scratch (tests/routes/test_table_update.py), without
+a Python loop over every route or rule.
+
+`TableIndex` is made from a traced build (`table_stages.Trace`) when the first route change
+after it comes, and kept with its table: each workload's ports, and per port and hostname
+the claims and candidates on it, its winners (the first candidate of each match key, by
+precedence) and its conflict losers (decided when the hostname is first touched, as the
+table decided it). Conflicts and precedence are per hostname (the match key holds it,
+every candidate serves one hostname), so a route change decides again only the hostnames
+its old and new candidates serve, and moves their winners in the port's rules, kept
+sorted by precedence key (bisect; the tuple is a C-speed copy). Ownership is decided
+again only for those hostnames too: with no wildcard held on a port, exact hostnames do
+not interact (ownership.py), so a hostname whose claims are one namespace's before and
+after keeps every candidate but those a listener of that very hostname shadows, and is
+closed when any host is another namespace's or it is a listener's hostname under any
+host.
+
+A changed route's rejections are put in the table's and its workloads' among the other
+routes' in route order (the routes with rejections are kept by that order: few have any).
+
+`update` answers None (compute from scratch) when a change is outside what it covers: a
+changed route with session persistence, a hostname claimed
+by two namespaces or a wildcard or any host, a port with held wildcards, a workload with
+lanes, a port the workload does not listen on, TLS or TCP routes reaching backends, or
+more than `MAX_CHANGED` routes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from bisect import bisect_left, insort
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from controlplane.model import ClusterState, GRPCRoute, HTTPRoute, Service
+from controlplane.routes.backends import ServiceKey
+from controlplane.routes.httproute import RouteOutcome, route_outcome
+from controlplane.routes.ownership import ANY_HOST, Claim, Holding
+from controlplane.routes.placement import LANE_SEPARATOR, Placement, lane_workload
+from controlplane.routes.precedence import Candidate
+from controlplane.routes.table_stages import Held, Trace, by_namespace
+from controlplane.routes.table_types import Memo, RouteTable, WorkloadRoutes
+from controlplane.snapshot import RejectedInput, RouteRule
+from peerplane.patterns import WILDCARD_PREFIX
+
+MAX_CHANGED = 64
+"""More changed routes than this: computed from scratch (the update is per route)."""
+
+FullKey = tuple[tuple[object, ...], int]
+"""A candidate's precedence key and its place among its object's candidates: equal keys
+come from one object only, and then its order decides, as the stable sort does."""
+
+
+@dataclass(slots=True)
+class _Decided:
+    """One hostname's winners (the first candidate of each match key, by precedence)
+    and conflict losers."""
+
+    winners: list[tuple[FullKey, RouteRule]] = field(default_factory=list)
+    losers: list[tuple[FullKey, RejectedInput]] = field(default_factory=list)
+
+
+Counts = dict[Claim, int]
+
+
+@dataclass(slots=True)
+class _Port:
+    """One port of a workload: its claims and candidates by hostname, the hostnames
+    decided so far (the others are decided, as they were in the table, when first
+    touched), and its rules in precedence order (`keys` and `rules` in step)."""
+
+    holding: Holding
+    updatable: bool  # a listener, no held wildcard: exact hostnames are decided apart
+    claims: dict[str, Counts]
+    hosts: dict[str, list[tuple[FullKey, Candidate]]]
+    decided: dict[str, _Decided]
+    keys: list[FullKey]
+    rules: list[RouteRule]
+    closed: list[str]
+    losing: set[str]  # the hostnames with conflict losers
+
+    def conflicts(self) -> list[RejectedInput]:
+        """The port's conflict losers in precedence order, as `precedence.listeners`
+        reports them."""
+        found = [loser for host in self.losing for loser in self.decided[host].losers]
+        return [rejection for _, rejection in sorted(found, key=_first)]
+
+    def decided_as_is(self, name: str) -> _Decided:
+        """`name` decided on its candidates as they are (as the table decided it, while
+        none of them moved)."""
+        found = self.decided.get(name)
+        if found is None:
+            refused = self.holding.refused
+            found = self.decided[name] = _decide(self.hosts.get(name, []), self.holding, refused)
+        return found
+
+
+def _first(item: tuple[FullKey, object]) -> FullKey:
+    return item[0]
+
+
+@dataclass(slots=True)
+class _Workload:
+    """One workload: what its build decided, its updatable ports, its conflicts and
+    the backend names its listeners reference."""
+
+    held: Held
+    ports: dict[int, _Port]
+    conflicts: tuple[RejectedInput, ...]  # refusals, then each port's conflicts
+    at: int  # where they start in the table's rejections
+    own: int  # its table's rejections start with its own (`Held.own`), then conflicts
+    routes: int  # how many of its own are the routes' (from `Held.routes_from`)
+    names: Counter[str]  # backend names its listeners reference (rules and defaults)
+    sorted_names: tuple[str, ...] | None = None  # `names`, sorted; None: to sort again
+
+
+def _decide(
+    candidates: list[tuple[FullKey, Candidate]], holding: Holding, refused: Mapping[Claim, Claim]
+) -> _Decided:
+    """A hostname's winners and losers (`precedence.listeners` on its candidates kept:
+    those whose claim is not refused and no more specific listener shadows)."""
+    taken: dict[tuple[object, ...], Candidate] = {}
+    decided = _Decided()
+    for full, candidate in sorted(candidates, key=_first):
+        claim = candidate.claim
+        if claim in refused:
+            continue
+        listener = candidate.listener
+        if listener is not None and holding.shadowing(listener, claim.host, claim.namespace):
+            continue
+        winner = taken.get(candidate.match)
+        if winner is None:
+            taken[candidate.match] = candidate
+            decided.winners.append((full, candidate.rule))
+            continue
+        if winner.origin == candidate.origin or winner.rule == candidate.rule:
+            continue
+        name = candidate.rule.hostnames[0] if candidate.rule.hostnames else "*"
+        path = candidate.rule.path.value if candidate.rule.path else "/"
+        reason = f"same match as {winner.rule.source}, which takes precedence: dropped"
+        decided.losers.append((full, candidate.origin.rejection(f"{name}{path}", reason)))
+    return decided
+
+
+def _exact(host: str) -> bool:
+    return bool(host) and not host.startswith(WILDCARD_PREFIX)
+
+
+def _namespaces(claims: Counts | None) -> set[str]:
+    return {claim.namespace for claim, count in claims.items() if count} if claims else set()
+
+
+def _closed(port: _Port, host: str, namespace: str) -> bool:
+    """Whether an exact `host` held by `namespace` is closed on an updatable port: any
+    host is another namespace's, or it is a held listener hostname under any host."""
+    any_host = port.holding.holders.get(ANY_HOST)
+    if any_host is None:
+        return False
+    return any_host.namespace != namespace or host in port.holding.listeners
+
+
+def _add_claim(claims: dict[str, Counts], claim: Claim, step: int) -> None:
+    counts = claims.get(claim.host)
+    if counts is None:
+        counts = claims[claim.host] = {}
+    counts[claim] = counts.get(claim, 0) + step
+    if not counts[claim]:
+        del counts[claim]
+
+
+class TableIndex:
+    """What a table's listeners were decided from, by workload (see the module)."""
+
+    def __init__(self, table: RouteTable, traced: Trace) -> None:
+        trace = traced.workloads
+        self.table = table
+        # The last update's (workload, port) -> hostnames decided again: the listener
+        # rule groups that may differ from the table before it (the others' rules are
+        # the same objects in the same order).
+        self.changed: dict[tuple[str, int], frozenset[str]] = {}
+        self._workloads: dict[str, _Workload] = {}
+        self._serial = 0
+        self.usable = not any(LANE_SEPARATOR in key for key in trace) and not any(
+            outcome.names for outcome in table.l4.routes.values()
+        )
+        # (Service, workload) -> how many objects route it there (`RouteTable.demand`).
+        self._demand: dict[ServiceKey, dict[str, int]] = {}
+        # The routes with rejections, by their order in the table: (namespace, name,
+        # kind) -> their rejections and the workloads they are reported on.
+        self._rejecting: dict[tuple[str, str, str], tuple[RejectedInput, ...]] = {}
+        self._reported: dict[tuple[str, str, str], frozenset[str]] = {}
+        self._routes_from = traced.routes_from
+        self._routes_count = 0  # how many rejections of the table's are the routes'
+        # (Service, backend) -> how many GRPCRoutes reach it (`RouteTable.h2_names`).
+        self._h2: dict[ServiceKey, dict[str, int]] = {}
+        for (kind, namespace, name), route in table.routes.items():
+            if route.demand:
+                self._count(route.demand, 1)
+            if route.h2:
+                _count_into(self._h2, route.h2, 1)
+            if route.rejections:
+                self._rejecting[namespace, name, kind] = tuple(route.rejections)
+                self._reported[namespace, name, kind] = frozenset(route.workloads)
+                self._routes_count += len(route.rejections)
+        for ingress in table.ingresses.values():
+            if ingress.workload:
+                self._count(((s, ingress.workload) for s in ingress.demand), 1)
+        self._count(table.l4.demand, 1)
+        if not self.usable:
+            return
+        for workload in sorted(trace):
+            held = trace[workload]
+            routes = table.workloads[workload]
+            ports = {
+                listener.port: self._port(held, listener.port, listener.rules)
+                for listener in routes.listeners
+                if listener.port in held.holdings
+            }
+            found = [
+                rejection
+                for port in sorted({*held.defaults, *ports})
+                if port in ports
+                for rejection in ports[port].conflicts()
+            ]
+            conflicts = (*held.refusals, *found, *held.certificates)
+            names: Counter[str] = Counter(li.default_backend for li in routes.listeners)
+            names.update(
+                backend.backend
+                for listener in routes.listeners
+                for rule in listener.rules
+                for backend in rule.backends
+            )
+            routes_of = sum(
+                len(found)
+                for key, found in self._rejecting.items()
+                if workload in self._reported[key]
+            )
+            self._workloads[workload] = _Workload(
+                held, ports, conflicts, held.at, held.own, routes_of, names, routes.names
+            )
+
+    def _count(self, pairs: Iterable[tuple[ServiceKey, str]], step: int) -> set[ServiceKey]:
+        moved: set[ServiceKey] = set()
+        for service, workload in pairs:
+            if LANE_SEPARATOR in workload:
+                workload = lane_workload(workload)[0]
+            counts = self._demand.get(service)
+            if counts is None:
+                counts = self._demand[service] = {}
+            counts[workload] = counts.get(workload, 0) + step
+            if not counts[workload]:
+                del counts[workload]
+            moved.add(service)
+        return moved
+
+    def _port(self, held: Held, number: int, rules: tuple[RouteRule, ...]) -> _Port:
+        """The port's index: its candidates and claims by hostname, the hostnames with
+        conflicts decided, and its rules' keys (each rule is its winner's object)."""
+        holding = held.holdings[number]
+        updatable = not any(host.startswith(WILDCARD_PREFIX) for host in holding.holders)
+        claims: dict[str, Counts] = {}
+        hosts: dict[str, list[tuple[FullKey, Candidate]]] = {}
+        key_of: dict[int, FullKey] = {}
+        seen: set[tuple[object, ...]] = set()
+        clashing: set[str] = set()
+        for serial, candidate in enumerate(held.candidates, self._serial):
+            if candidate.port != number:
+                continue
+            claim = candidate.claim
+            host = claim.host
+            _add_claim(claims, claim, 1)
+            full = (candidate.key, serial)
+            found = hosts.get(host)
+            if found is None:
+                hosts[host] = [(full, candidate)]
+            else:
+                found.append((full, candidate))
+            key_of.setdefault(id(candidate.rule), full)
+            if candidate.match in seen:
+                clashing.add(host)  # two candidates of one match key: maybe a conflict
+            else:
+                seen.add(candidate.match)
+        self._serial += len(held.candidates)
+        for at_port, claim, _ in held.claims:  # listeners' and defaultBackends' claims
+            if at_port == number:
+                _add_claim(claims, claim, 1)
+        port = _Port(
+            holding,
+            updatable,
+            claims,
+            hosts,
+            {},
+            [key_of[id(rule)] for rule in rules],
+            list(rules),
+            list(holding.closed),
+            set(),
+        )
+        for host in clashing:
+            if port.decided_as_is(host).losers:
+                port.losing.add(host)
+        return port
+
+    def update(
+        self,
+        state: ClusterState,
+        placement: Placement,
+        services: Mapping[ServiceKey, Service],
+        reuse: Memo,
+        memo: Memo,
+    ) -> tuple[RouteTable, set[ServiceKey]] | None:
+        """The table for `state` whose HTTPRoutes and GRPCRoutes alone changed since this
+        index's table (`reuse`: its memo), and the Services whose demand moved; `memo`
+        is filled as `build_table` fills it. None: compute from scratch (nothing moved)."""
+        if not self.usable:
+            return None
+        routes: list[HTTPRoute | GRPCRoute] = [*state.http_routes, *state.grpc_routes]
+        by_id = dict(zip(map(id, routes), routes, strict=True))  # C speed, as the set ops
+        added = by_id.keys() - reuse.keys()
+        removed = reuse.keys() - by_id.keys()
+        if len(added) + len(removed) > MAX_CHANGED:
+            return None
+        grants = by_namespace(state.reference_grants)
+        new = [(by_id[i], route_outcome(by_id[i], placement, services, grants)) for i in added]
+        old = [reuse[i] for i in removed]
+        outcomes = [o for _, o in (*old, *new) if o is not None]
+        if not self._covers(outcomes, old, new):
+            return None
+        memo.update(reuse)
+        for i in removed:
+            del memo[i]
+        for route, outcome in new:
+            memo[id(route)] = (route, outcome)
+        return self._apply(old, new, placement)
+
+    def _covers(
+        self,
+        outcomes: list[RouteOutcome],
+        old: list[tuple[HTTPRoute | GRPCRoute, RouteOutcome | None]],
+        new: list[tuple[HTTPRoute | GRPCRoute, RouteOutcome | None]],
+    ) -> bool:
+        """Whether the change is one `_apply` computes as `build_table` would."""
+        for done in outcomes:
+            if done.persistence:
+                return False
+            if done.rejections and not done.workloads.issubset(self._workloads):
+                return False
+        # Each hostname touched: exact, on an updatable port the workload listens on, one
+        # namespace's claims before and after.
+        delta: dict[tuple[str, int, str], Counts] = {}
+        for sign, pairs in ((-1, old), (1, new)):
+            for _, outcome in pairs:
+                if outcome is None:
+                    continue
+                for workload, candidates in outcome.candidates.items():
+                    mine = self._workloads.get(workload)
+                    if mine is None:
+                        return False
+                    for candidate in candidates:
+                        port = mine.ports.get(candidate.port)
+                        host = candidate.claim.host
+                        if port is None or not port.updatable or not _exact(host):
+                            return False
+                        if candidate.port not in mine.held.defaults:
+                            return False
+                        counts = delta.setdefault((workload, candidate.port, host), {})
+                        counts[candidate.claim] = counts.get(candidate.claim, 0) + sign
+        for (workload, number, host), counts in delta.items():
+            claims = self._workloads[workload].ports[number].claims.get(host)
+            if len(_namespaces(claims)) > 1:
+                return False
+            after = dict(claims) if claims else {}
+            for claim, step in counts.items():
+                after[claim] = after.get(claim, 0) + step
+            if len(_namespaces(after)) > 1:
+                return False
+        return True
+
+    def _apply(
+        self,
+        old: list[tuple[HTTPRoute | GRPCRoute, RouteOutcome | None]],
+        new: list[tuple[HTTPRoute | GRPCRoute, RouteOutcome | None]],
+        placement: Placement,
+    ) -> tuple[RouteTable, set[ServiceKey]]:
+        table = self.table
+        routes = dict(table.routes)
+        touched: dict[tuple[str, int], set[str]] = {}
+        moved: set[ServiceKey] = set()
+        reported: set[str] = set()  # workloads whose routes' rejections changed
+        h2_moved: set[ServiceKey] = set()
+        rejecting = False
+        for sign, pairs in ((-1, old), (1, new)):
+            for route, outcome in pairs:
+                key = (type(route).__name__, route.namespace, route.name)
+                if sign < 0:
+                    routes.pop(key, None)
+                elif outcome is not None:
+                    routes[key] = outcome
+                if outcome is None:
+                    continue
+                if outcome.rejections:
+                    rejecting = True
+                    reported |= outcome.workloads
+                    order = (route.namespace, route.name, key[0])
+                    if sign < 0:
+                        del self._rejecting[order], self._reported[order]
+                    else:
+                        self._rejecting[order] = tuple(outcome.rejections)
+                        self._reported[order] = frozenset(outcome.workloads)
+                moved |= self._count(outcome.demand, sign)
+                if outcome.h2:
+                    h2_moved |= _count_into(self._h2, outcome.h2, sign)
+                for workload, candidates in outcome.candidates.items():
+                    self._move(workload, candidates, sign, touched)
+        self.changed = {key: frozenset(hosts) for key, hosts in touched.items()}
+        workloads = dict(table.workloads)
+        rejections = table.rejections
+        if rejecting:
+            rejections = self._routes_rejections(rejections, reported, workloads)
+        for workload in sorted({w for w, _ in touched}):
+            mine = self._workloads[workload]
+            rejections = self._listeners(workload, mine, touched, workloads, rejections)
+        demand = dict(table.demand)
+        for service in moved:
+            counts = self._demand.get(service)
+            if not counts:
+                demand.pop(service, None)
+                self._demand.pop(service, None)
+                continue
+            found = frozenset(counts)
+            if demand.get(service) != found:
+                demand[service] = found
+        h2_names = table.h2_names
+        if h2_moved:
+            h2_names = dict(h2_names)
+            for service in h2_moved:
+                backends = self._h2.get(service)
+                if backends:
+                    h2_names[service] = frozenset(backends)
+                else:
+                    h2_names.pop(service, None)
+                    self._h2.pop(service, None)
+        self.table = dataclasses.replace(
+            table,
+            placement=placement,
+            routes=routes,
+            workloads=workloads,
+            demand=demand,
+            rejections=rejections,
+            h2_names=h2_names,
+        )
+        shifted = {s for s in moved if table.demand.get(s) != demand.get(s)}
+        shifted.update(s for s in h2_moved if table.h2_names.get(s) != h2_names.get(s))
+        return self.table, shifted
+
+    def _move(
+        self,
+        workload: str,
+        candidates: list[Candidate],
+        sign: int,
+        touched: dict[tuple[str, int], set[str]],
+    ) -> None:
+        """Take a route's candidates on `workload` out (sign -1) or put them in (1)."""
+        mine = self._workloads[workload]
+        for candidate in candidates:
+            port = mine.ports[candidate.port]
+            name = candidate.claim.host
+            port.decided_as_is(name)  # as the table has it, before its candidates move
+            _add_claim(port.claims, candidate.claim, sign)
+            found = port.hosts.get(name, [])
+            if sign < 0:
+                port.hosts[name] = [item for item in found if item[1] is not candidate]
+            else:
+                self._serial += 1
+                port.hosts[name] = [*found, ((candidate.key, self._serial), candidate)]
+            touched.setdefault((workload, candidate.port), set()).add(name)
+
+    def _listeners(
+        self,
+        workload: str,
+        mine: _Workload,
+        touched: dict[tuple[str, int], set[str]],
+        workloads: dict[str, WorkloadRoutes],
+        rejections: tuple[RejectedInput, ...],
+    ) -> tuple[RejectedInput, ...]:
+        """The workload's listeners with its touched hostnames decided again; the
+        table's rejections with its conflicts replaced."""
+        last = workloads[workload]
+        for (at_workload, number), hosts in touched.items():
+            if at_workload == workload:
+                port = mine.ports[number]
+                for name in hosts:
+                    self._decide_host(port, name, mine)
+        listeners = list(last.listeners)
+        for index, listener in enumerate(last.listeners):
+            if (workload, listener.port) in touched:
+                port = mine.ports[listener.port]
+                # Its certificates and PROXY protocol are its port's (`crtlist.apply`).
+                listeners[index] = dataclasses.replace(
+                    listener, rules=tuple(port.rules), closed_hosts=tuple(port.closed)
+                )
+        held = mine.held
+        found = [
+            rejection
+            for number in sorted({*held.defaults, *mine.ports})
+            if number in mine.ports
+            for rejection in mine.ports[number].conflicts()
+        ]
+        conflicts = (*held.refusals, *found, *held.certificates)
+        own = last.rejections[: mine.own]
+        after = last.rejections[mine.own + len(mine.conflicts) :]
+        if mine.sorted_names is None:
+            mine.sorted_names = tuple(sorted(mine.names.keys() - {""}))
+        workloads[workload] = WorkloadRoutes(
+            tuple(listeners), (*own, *conflicts, *after), last.certificates, mine.sorted_names
+        )
+        if conflicts != mine.conflicts:
+            shift = len(conflicts) - len(mine.conflicts)
+            start = mine.at
+            rejections = (
+                *rejections[:start],
+                *conflicts,
+                *rejections[start + len(mine.conflicts) :],
+            )
+            for other in self._workloads.values():
+                if other.at > start:
+                    other.at += shift
+            mine.conflicts = conflicts
+        return rejections
+
+    def _routes_rejections(
+        self,
+        rejections: tuple[RejectedInput, ...],
+        reported: set[str],
+        workloads: dict[str, WorkloadRoutes],
+    ) -> tuple[RejectedInput, ...]:
+        """The routes' rejections in the table's and in the `reported` workloads', in
+        route order, as the HTTPRoutes stage lists them (few routes have any: sorted
+        here)."""
+        order = sorted(self._rejecting)
+        found = tuple(r for key in order for r in self._rejecting[key])
+        start = self._routes_from
+        before = self._routes_count
+        rejections = (*rejections[:start], *found, *rejections[start + before :])
+        shift = len(found) - before
+        self._routes_count = len(found)
+        for mine in self._workloads.values():
+            mine.at += shift
+        for workload in reported:
+            mine = self._workloads[workload]
+            last = workloads[workload]
+            mine_found = tuple(
+                r for key in order if workload in self._reported[key] for r in self._rejecting[key]
+            )
+            start = mine.held.routes_from
+            told = (*last.rejections[:start], *mine_found, *last.rejections[start + mine.routes :])
+            mine.own += len(mine_found) - mine.routes
+            mine.routes = len(mine_found)
+            workloads[workload] = dataclasses.replace(last, rejections=told)
+        return rejections
+
+    def _decide_host(self, port: _Port, name: str, mine: _Workload) -> None:
+        """Decide `name` again on `port`: its winners moved in the port's rules and their
+        backends in `mine.names`; its losers, and whether it is closed."""
+        for full, rule in port.decided[name].winners:
+            at = bisect_left(port.keys, full)
+            _count_names(mine, rule, -1)
+            del port.keys[at]
+            del port.rules[at]
+        candidates = port.hosts.get(name, [])
+        decided = port.decided[name] = _decide(candidates, port.holding, {})
+        for full, rule in decided.winners:
+            at = bisect_left(port.keys, full)
+            port.keys.insert(at, full)
+            port.rules.insert(at, rule)
+            _count_names(mine, rule, 1)
+        if decided.losers:
+            port.losing.add(name)
+        else:
+            port.losing.discard(name)
+        if not candidates:
+            port.hosts.pop(name, None)
+            del port.decided[name]
+        claims = port.claims.get(name)
+        namespaces = _namespaces(claims)
+        closed = bool(namespaces) and _closed(port, name, next(iter(namespaces)))
+        if not claims:
+            port.claims.pop(name, None)
+        at = bisect_left(port.closed, name)
+        present = at < len(port.closed) and port.closed[at] == name
+        if closed and not present:
+            insort(port.closed, name)
+        elif present and not closed:
+            del port.closed[at]
+
+
+def _count_into(
+    counts: dict[ServiceKey, dict[str, int]], pairs: Iterable[tuple[ServiceKey, str]], step: int
+) -> set[ServiceKey]:
+    """Count (Service, name) pairs in or out of `counts`; the Services counted."""
+    moved: set[ServiceKey] = set()
+    for service, name in pairs:
+        found = counts.get(service)
+        if found is None:
+            found = counts[service] = {}
+        found[name] = found.get(name, 0) + step
+        if not found[name]:
+            del found[name]
+        moved.add(service)
+    return moved
+
+
+def _count_names(mine: _Workload, rule: RouteRule, step: int) -> None:
+    """Count `rule`'s backends in or out of the workload's names (sorted again only when
+    a name comes or goes)."""
+    names = mine.names
+    for backend in rule.backends:
+        name = backend.backend
+        if name not in names:
+            mine.sorted_names = None
+        names[name] += step
+        if not names[name]:
+            del names[name]
+            mine.sorted_names = None
