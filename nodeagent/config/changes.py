@@ -173,10 +173,10 @@ def classify(
         return Decision(ApplyPath.RELOAD, reason="nothing applied yet")
     if change.peers and old_cfg.peers != new_cfg.peers:
         return Decision(ApplyPath.RELOAD, reason="peers changed")
-    if change.frontends and old_cfg.frontends != new_cfg.frontends:
+    if change.routes and old_cfg.frontends != new_cfg.frontends:
         return Decision(ApplyPath.RELOAD, reason=_frontends_reason(old_cfg, new_cfg))
     maps: tuple[MapUpdate, ...] = ()
-    if change.frontends:
+    if change.routes:
         found_maps = map_updates(old_cfg.maps, new_cfg.maps)
         if found_maps is None:
             return Decision(ApplyPath.RELOAD, reason="route map files changed")

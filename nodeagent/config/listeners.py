@@ -45,6 +45,7 @@ from nodeagent.config.rules import (
     RouteCache,
     Rule,
     checked_backend_name,
+    checked_group,
     checked_rule,
     is_wildcard_token,
     layer_entries,
@@ -52,6 +53,7 @@ from nodeagent.config.rules import (
 )
 from peerplane import names
 from peerplane.addresses import AddressError, canonical_address
+from peerplane.parts import listener_name
 from peerplane.v1 import peerplane_pb2 as pb
 
 HTTP_FRONTEND = "fe_http"  # the annotation routes' frontend, merged or not
@@ -127,14 +129,30 @@ def render_listeners(
     bind: Callable[[pb.HttpListener], str],
     cache: RouteCache,
     rules_aside: frozenset[str] = frozenset(),
+    groups: Mapping[str, pb.RouteGroup] | None = None,
+    framed_groups: Mapping[str, bytes] | None = None,
 ) -> RoutedFrontends:
     """The listeners' frontends; `annotation` is the HTTP frontend of the Service
     annotations when it shares a listener's port (its routes become the last layer).
+    A listener's rules are its own (a contract-1 snapshot's) followed by those of its
+    route `groups` (by key, in key order; `framed_groups` their framed bytes, what the
+    cache knows them by).
     `cache` holds what the last renders checked (`RouteCache`): the caller passes the
     previous render's, or a new one. The rules whose `rule_fingerprint` is in
     `rules_aside` are not rendered (the applier's choice: rules HAProxy refused)."""
-    if listeners:
+    by_listener: dict[str, list[tuple[bytes, pb.RouteGroup]]] = {}
+    if groups:
+        framed = framed_groups if framed_groups is not None else {}
+        for key, group in groups.items():
+            data = framed.get(key)
+            if data is None:
+                data = group.SerializeToString(deterministic=True)
+            by_listener.setdefault(group.listener, []).append((data, group))
+    if listeners or by_listener:
         check(DIRECTORY, maps_dir, "maps directory")
+    names = {listener_name(li.port, li.address) for li in listeners}
+    for name in sorted(by_listener.keys() - names):
+        raise RenderError(f"route group of listener {name!r}, which the snapshot does not have")
     lines: list[str] = []
     maps: dict[str, MapEntries] = {}
     backends: set[str] = set()
@@ -151,10 +169,23 @@ def render_listeners(
             raise RenderError(f"two listeners on port {port}{where}")
         shared = annotation is not None and annotation.port == port and not listener.address
         hosts = annotation if shared else None
+        parsed = [checked_rule(r, cache) for r in listener.rules]
+        given = list(listener.rules)
+        for data, group in by_listener.get(listener_name(port, listener.address), ()):
+            checked = checked_group(data, group, cache)
+            parsed += checked.rules
+            if rules_aside:
+                given += checked.given
+        if len(parsed) > MAX_RULES:
+            raise RenderError(f"listener {port}: more than {MAX_RULES} rules")
         if rules_aside:
-            listener = _without(listener, rules_aside)
+            parsed = [
+                r
+                for r, g in zip(parsed, given, strict=True)
+                if rule_fingerprint(g) not in rules_aside
+            ]
         section, files, named, rids, refused = _listener(
-            listener, key, hosts, maps_dir, bind, cache
+            listener, parsed, key, hosts, maps_dir, bind, cache
         )
         aside += refused
         lines += section
@@ -165,18 +196,6 @@ def render_listeners(
     return RoutedFrontends(
         tuple(lines), maps, frozenset(backends), texts, tuple(aside), config_rules
     )
-
-
-def _without(listener: pb.HttpListener, aside: frozenset[str]) -> pb.HttpListener:
-    """`listener` without the rules set aside (a copy; the snapshot's stays whole)."""
-    kept = [r for r in listener.rules if rule_fingerprint(r) not in aside]
-    if len(kept) == len(listener.rules):
-        return listener
-    copy = pb.HttpListener()
-    copy.CopyFrom(listener)
-    del copy.rules[:]
-    copy.rules.extend(kept)
-    return copy
 
 
 # Every change re-renders a listener whole; its strings are mostly those of the last
@@ -190,6 +209,7 @@ def wildcard_depth(token: str) -> int:
 
 def _listener(
     listener: pb.HttpListener,
+    parsed: list[Rule],
     key: str,
     annotation: pb.HttpFrontend | None,
     maps_dir: str,
@@ -199,11 +219,9 @@ def _listener(
     list[str], dict[str, MapEntries], set[str], dict[str, pb.RouteRule], list[tuple[str, str]]
 ]:
     """One listener's frontend lines, map files, the backends it names, its config rules by
-    name and the rules it sets aside for unknown fields (source, reason)."""
+    name and the rules it sets aside for unknown fields (source, reason); `parsed` its
+    rules, checked, in order."""
     port = listener.port
-    if len(listener.rules) > MAX_RULES:
-        raise RenderError(f"listener {port}: more than {MAX_RULES} rules")
-    parsed = [checked_rule(r, cache) for r in listener.rules]
     aside = [(rule.rule.source, rule.aside) for rule in parsed if rule.aside]
     layers: dict[str, list[Rule]] = {}
     for rule in parsed:

@@ -142,6 +142,8 @@ class Frontends:
     route_cache: rules.RouteCache = field(
         default_factory=rules.RouteCache, compare=False, repr=False
     )
+    # The route groups' framed bytes it was rendered from (contract 2), by key.
+    groups_key: Mapping[str, bytes] = field(default_factory=dict, compare=False, repr=False)
 
 
 def _frontends(
@@ -172,7 +174,14 @@ def _frontends(
         return endpoint(address, listener.port, "bind") + tls + proxy
 
     routed = listeners.render_listeners(
-        http_listeners, merged, opts.maps_dir, proxy_bind, cache, rules_aside
+        http_listeners,
+        merged,
+        opts.maps_dir,
+        proxy_bind,
+        cache,
+        rules_aside,
+        held.route_groups,
+        held.parts.route_groups,
     )
     layer4 = passthrough.render(
         held.tls_listeners, held.tcp_frontends, opts.maps_dir, lambda port: _bind(opts, port)
@@ -197,6 +206,7 @@ def _frontends(
         unknown_aside=routed.unknown_aside,
         config_rules=routed.config_rules,
         route_cache=cache,
+        groups_key=held.parts.route_groups,
     )
 
 
@@ -207,6 +217,8 @@ def _reusable_frontends(
     same = same and previous.set_aside == set_aside and previous.rules_aside == rules_aside
     listeners, tls = held.listeners_part, held.parts.tls_listeners
     same = same and (previous.listeners_key is listeners or previous.listeners_key == listeners)
+    groups = held.parts.route_groups  # equal dicts: each value compared by identity first
+    same = same and (previous.groups_key is groups or previous.groups_key == groups)
     if same and (previous.tls_key is tls or previous.tls_key == tls):
         return previous
     return None

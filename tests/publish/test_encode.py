@@ -15,6 +15,7 @@ from controlplane.compute import Computer, compute
 from controlplane.model import ServicePort
 from controlplane.publish import Encoder, encode, wire
 from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.delta_agent import digest
 from tests.helpers.builders import (
     DEFAULT_PODS,
     WORKLOAD,
@@ -59,7 +60,7 @@ def test_payload_is_the_deterministic_serialization() -> None:
     assert message.warnings
     message.content_hash = ""
     assert message.SerializeToString(deterministic=True) == content.payload
-    assert hashlib.sha256(content.payload).hexdigest() == content.content_hash
+    assert digest(message) == content.content_hash  # contract 2, computed from protobuf
 
 
 def test_versioned_bytes_parse_as_the_versioned_snapshot() -> None:

@@ -19,11 +19,12 @@ from controlplane.server.admission import (
     hello_problem,
 )
 from controlplane.server.auth import Authenticator, Denied, Identity
+from peerplane.parts import CONTRACT
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.server_harness import bearer, run
 
 NS = "haproxy-system"
-GOOD = pb.Hello(pod_namespace=NS, pod_name="haproxy-a", node_name="node-a")
+GOOD = pb.Hello(contract=CONTRACT, pod_namespace=NS, pod_name="haproxy-a", node_name="node-a")
 
 
 def hello(**fields: str) -> pb.Hello:
