@@ -35,6 +35,13 @@ def hello(**fields: str) -> pb.Hello:
     return message
 
 
+def old_agent() -> pb.Hello:
+    """GOOD as an agent from before contract numbers says it: no contract."""
+    message = hello()
+    message.ClearField("contract")
+    return message
+
+
 HELLOS = [
     ("valid", GOOD, None),
     ("no namespace", hello(pod_namespace=""), "Hello needs pod_namespace and pod_name"),
@@ -191,6 +198,17 @@ REFUSALS = [
         "Hello needs pod_namespace and pod_name",
         (True, False),
         None,
+    ),
+    (
+        "agent from before contract 2",
+        "token-a",
+        lambda: first(old_agent()),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "agent too old: it reads snapshot contract 0, this control plane sends contract 2"
+        " (route rules in route groups, the content hash over the parts' digests); upgrade"
+        " the node agent DaemonSet to this control plane's version",
+        (True, True),
+        f"{NS}/haproxy-a",
     ),
     (
         "token of another pod",
