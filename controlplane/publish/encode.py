@@ -367,8 +367,7 @@ class Encoder:
         out = [
             protowire.length_delimited(
                 SNAPSHOT_LISTENERS,
-                pb.HttpListener(port=listener.port).SerializeToString()
-                + _listener_tail(listener),
+                pb.HttpListener(port=listener.port).SerializeToString() + _listener_tail(listener),
             )
             for listener in snapshot.http_listeners
         ]

@@ -184,9 +184,7 @@ class Admission:
             _too_fast(self._opens, f"{host} {agent}", host, agent)
             problem = contract_problem(hello)
             if problem is not None:
-                raise Refused(
-                    grpc.StatusCode.FAILED_PRECONDITION, problem, peer=host, agent=agent
-                )
+                raise Refused(grpc.StatusCode.FAILED_PRECONDITION, problem, peer=host, agent=agent)
         except BaseException:
             self._peers.release(host)
             raise

@@ -47,8 +47,11 @@ class Decision:
 def map_updates(
     old: Mapping[str, MapEntries], new: Mapping[str, MapEntries]
 ) -> tuple[MapUpdate, ...] | None:
-    """The entries to add, set and delete (in that order) to turn the `old` map files into
-    the `new` ones; None when the files themselves differ (the config names them)."""
+    """The entries to add, set and delete (in that order, each by key) to turn the `old`
+    map files into the `new` ones; None when the files themselves differ (the config
+    names them). The entries that differ are found with set operations on the dicts'
+    views (C speed), so a file of 20,000 entries with one change costs no Python step
+    per entry."""
     if old.keys() != new.keys():
         return None
     out: list[MapUpdate] = []
@@ -56,11 +59,10 @@ def map_updates(
         before = old[path]
         if before is after or before == after:
             continue
-        out += [MapUpdate(path, "add", k, v) for k, v in after.items() if k not in before]
-        out += [
-            MapUpdate(path, "set", k, v) for k, v in after.items() if k in before and before[k] != v
-        ]
-        out += [MapUpdate(path, "del", k) for k in before if k not in after]
+        differ = sorted(after.items() - before.items())  # added or set, by key
+        out += [MapUpdate(path, "add", k, v) for k, v in differ if k not in before]
+        out += [MapUpdate(path, "set", k, v) for k, v in differ if k in before]
+        out += [MapUpdate(path, "del", k) for k in sorted(before.keys() - after.keys())]
     return tuple(out)
 
 

@@ -169,23 +169,12 @@ def render_listeners(
             raise RenderError(f"two listeners on port {port}{where}")
         shared = annotation is not None and annotation.port == port and not listener.address
         hosts = annotation if shared else None
-        parsed = [checked_rule(r, cache) for r in listener.rules]
-        given = list(listener.rules)
-        for data, group in by_listener.get(listener_name(port, listener.address), ()):
-            checked = checked_group(data, group, cache)
-            parsed += checked.rules
-            if rules_aside:
-                given += checked.given
-        if len(parsed) > MAX_RULES:
-            raise RenderError(f"listener {port}: more than {MAX_RULES} rules")
-        if rules_aside:
-            parsed = [
-                r
-                for r, g in zip(parsed, given, strict=True)
-                if rule_fingerprint(g) not in rules_aside
-            ]
+        own = by_listener.get(listener_name(port, listener.address), ())
+        layers = _grouped_layers(listener, own, cache, rules_aside)
+        if layers is None:
+            layers = _flat_layers(listener, own, cache, rules_aside)
         section, files, named, rids, refused = _listener(
-            listener, parsed, key, hosts, maps_dir, bind, cache
+            listener, layers, key, hosts, maps_dir, bind
         )
         aside += refused
         lines += section
@@ -198,38 +187,41 @@ def render_listeners(
     )
 
 
-# Every change re-renders a listener whole; its strings are mostly those of the last
+# Every change re-renders a listener's frontend; its rules are mostly those of the last
 # render: a bounded cache of checked values keeps 6,000 rules from costing 6,000 host
-# parses per change. Only whether a string passed is kept, never a string that failed.
+# parses per change, and a route group's layers are kept by the group's bytes
+# (`_group_layers`). Only whether a string passed is kept, never a string that failed.
 
 
 def wildcard_depth(token: str) -> int:
     return token.count(".")  # "*.b.com", "**.b.com": 2 labels after the "*"
 
 
-def _listener(
-    listener: pb.HttpListener,
-    parsed: list[Rule],
-    key: str,
-    annotation: pb.HttpFrontend | None,
-    maps_dir: str,
-    bind: Callable[[pb.HttpListener], str],
-    cache: RouteCache,
-) -> tuple[
-    list[str], dict[str, MapEntries], set[str], dict[str, pb.RouteRule], list[tuple[str, str]]
-]:
-    """One listener's frontend lines, map files, the backends it names, its config rules by
-    name and the rules it sets aside for unknown fields (source, reason); `parsed` its
-    rules, checked, in order."""
-    port = listener.port
-    aside = [(rule.rule.source, rule.aside) for rule in parsed if rule.aside]
+@dataclass(frozen=True, slots=True)
+class Layers:
+    """A listener's rules (or one route group's) sorted into host layers: the map
+    entries (keys start with their layer's token, so no two layers share one), the
+    backends they name, each layer's config rules (unnamed), every config rule in list
+    order, the wildcard depths of its layers and the rules set aside for unknown fields."""
+
+    exact: dict[str, str]
+    prefix: dict[str, str]
+    named: frozenset[str]
+    in_config: dict[str, tuple[Rule, ...]]
+    config: tuple[Rule, ...]
+    depths: frozenset[int]
+    aside: tuple[tuple[str, str], ...]
+
+
+def _layers(parsed: Sequence[Rule], cache: RouteCache) -> Layers:
+    """Sort checked rules (in list order) into host layers."""
     layers: dict[str, list[Rule]] = {}
     for rule in parsed:
         for token in rule.tokens:
             layers.setdefault(token, []).append(rule)  # hostnames checked by _parse
     exact_map: dict[str, str] = {}
     prefix_map: dict[str, str] = {}
-    in_config: dict[str, list[Rule]] = {}
+    in_config: dict[str, tuple[Rule, ...]] = {}
     named: set[str] = set()
     for token, rules in layers.items():
         layer = layer_entries(token, tuple(rules), cache)
@@ -237,19 +229,134 @@ def _listener(
         prefix_map.update(layer.prefix)
         named.update(layer.backends)
         if layer.config:
-            in_config[token] = list(layer.config)
+            in_config[token] = layer.config
+    configured = {id(r) for rules in in_config.values() for r in rules}
+    return Layers(
+        exact_map,
+        prefix_map,
+        frozenset(named),
+        in_config,
+        tuple(r for r in parsed if id(r) in configured),
+        frozenset(wildcard_depth(t) for t in layers if is_wildcard_token(t)),
+        tuple((rule.rule.source, rule.aside) for rule in parsed if rule.aside),
+    )
+
+
+def _flat_layers(
+    listener: pb.HttpListener,
+    groups: Sequence[tuple[bytes, pb.RouteGroup]],
+    cache: RouteCache,
+    rules_aside: frozenset[str],
+) -> Layers:
+    """The layers of the listener's own rules followed by its groups' (one Python step
+    per rule): a contract-1 snapshot, rules set aside, or groups whose rules are not all
+    of the group's host."""
+    parsed = [checked_rule(r, cache) for r in listener.rules]
+    given = list(listener.rules)
+    for data, group in groups:
+        checked = checked_group(data, group, cache)
+        parsed += checked.rules
+        if rules_aside:
+            given += checked.given
+    if len(parsed) > MAX_RULES:
+        raise RenderError(f"listener {listener.port}: more than {MAX_RULES} rules")
+    if rules_aside:
+        parsed = [
+            r for r, g in zip(parsed, given, strict=True) if rule_fingerprint(g) not in rules_aside
+        ]
+    return _layers(parsed, cache)
+
+
+def _group_layers(data: bytes, group: pb.RouteGroup, cache: RouteCache) -> Layers | None:
+    """One route group's layers, kept by its framed bytes (an unchanged group is neither
+    parsed nor sorted again); None when one of its rules serves another host than the
+    group's (its layers could be shared with another group's)."""
+    found = cache.group_layers.get(data)
+    if found is None:
+        checked = checked_group(data, group, cache)
+        own = (group.host,) if group.host else ()
+        if any(tuple(r.hostnames) != own for r in checked.given):
+            return None
+        found = _layers(checked.rules, cache)
+        if len(cache.group_layers) >= MAX_GROUP_LAYERS:
+            cache.group_layers.clear()
+        cache.group_layers[data] = found
+    return found
+
+
+MAX_GROUP_LAYERS = 1 << 16
+
+
+def _grouped_layers(
+    listener: pb.HttpListener,
+    groups: Sequence[tuple[bytes, pb.RouteGroup]],
+    cache: RouteCache,
+    rules_aside: frozenset[str],
+) -> Layers | None:
+    """The listener's layers joined from its groups' (key order), each kept by the
+    group's bytes: dict and set merges at C speed, one Python step per group. The same
+    `Layers` as `_flat_layers` gives: each group holds whole host layers (its host's, and
+    for a wildcard its "**." one), so no layer spans two groups. None when that does not
+    hold, or the listener has rules of its own or rules set aside."""
+    if listener.rules or rules_aside:
+        return None
+    exact: dict[str, str] = {}
+    prefix: dict[str, str] = {}
+    named: set[str] = set()
+    in_config: dict[str, tuple[Rule, ...]] = {}
+    config: list[Rule] = []
+    depths: set[int] = set()
+    aside: list[tuple[str, str]] = []
+    count = 0
+    for data, group in groups:
+        layers = _group_layers(data, group, cache)
+        if layers is None:
+            return None
+        count += len(group.rules)
+        exact.update(layers.exact)
+        prefix.update(layers.prefix)
+        named.update(layers.named)
+        if layers.config:
+            in_config.update(layers.in_config)
+            config += layers.config
+        if layers.depths:
+            depths.update(layers.depths)
+        if layers.aside:
+            aside += layers.aside
+    if count > MAX_RULES:
+        raise RenderError(f"listener {listener.port}: more than {MAX_RULES} rules")
+    return Layers(
+        exact, prefix, frozenset(named), in_config, tuple(config), frozenset(depths), tuple(aside)
+    )
+
+
+def _listener(
+    listener: pb.HttpListener,
+    layers: Layers,
+    key: str,
+    annotation: pb.HttpFrontend | None,
+    maps_dir: str,
+    bind: Callable[[pb.HttpListener], str],
+) -> tuple[
+    list[str], dict[str, MapEntries], set[str], dict[str, pb.RouteRule], list[tuple[str, str]]
+]:
+    """One listener's frontend lines, map files, the backends it names, its config rules by
+    name and the rules it sets aside for unknown fields (source, reason), from its rules'
+    host `layers`."""
+    port = listener.port
+    aside = list(layers.aside)
+    named = set(layers.named)
     # Config rules are named by their order among config rules only: a map rule added or
     # removed before them leaves the frontend's text, and so the runtime path, alone.
-    configured = {id(r) for rules in in_config.values() for r in rules}
-    order = {id(r): n for n, r in enumerate(r for r in parsed if id(r) in configured)}
+    order = {id(r): n for n, r in enumerate(layers.config)}
     in_config = {
         token: [dataclasses.replace(r, rid=f"c{order[id(r)]}") for r in rules]
-        for token, rules in in_config.items()
+        for token, rules in layers.in_config.items()
     }
     exact_path, prefix_path, hosts_path = map_paths(maps_dir, key)
     files: dict[str, MapEntries] = {
-        exact_path: dict(sorted(exact_map.items())),
-        prefix_path: dict(sorted(prefix_map.items())),
+        exact_path: {k: layers.exact[k] for k in sorted(layers.exact)},
+        prefix_path: {k: layers.prefix[k] for k in sorted(layers.prefix)},
     }
     merged = annotation is not None
     lines = [f"frontend {frontend_name(key, merged)}", "  mode http", f"  bind {bind(listener)}"]
@@ -268,10 +375,11 @@ def _listener(
             f"  http-request set-var(txn.r) str({CLOSED}) if {_UNDECIDED}"
             f" {{ var(txn.k),map_str({closed_file}) -m found }}"
         ]
-    exact_tokens = sorted(t for t in layers if t != ANY_HOST and not is_wildcard_token(t))
+    # Only a layer with config rules has lines of its own (`_layer`).
+    exact_tokens = sorted(t for t in in_config if t != ANY_HOST and not is_wildcard_token(t))
     lines += _layer(exact_tokens, in_config, exact_path, prefix_path) + close
-    wildcards = [t for t in layers if is_wildcard_token(t)]
-    depths = {*WILDCARD_DEPTHS, *map(wildcard_depth, wildcards)}
+    wildcards = [t for t in in_config if is_wildcard_token(t)]
+    depths = {*WILDCARD_DEPTHS, *layers.depths}
     depths.update(wildcard_depth(t) for t in closed if t.startswith("*."))
     for depth in sorted(depths, reverse=True):
         lines += [
@@ -288,7 +396,7 @@ def _listener(
         tokens = sorted(t for t in wildcards if wildcard_depth(t) == depth)
         lines += _layer(tokens, in_config, exact_path, prefix_path) + close
     lines.append(f"  http-request set-var(txn.k) str({ANY_HOST}) if {_UNDECIDED}")
-    lines += _layer([ANY_HOST] if ANY_HOST in layers else [], in_config, exact_path, prefix_path)
+    lines += _layer([ANY_HOST] if ANY_HOST in in_config else [], in_config, exact_path, prefix_path)
     if annotation is not None:
         hosts: dict[str, str] = {}
         for route in sorted(annotation.routes, key=lambda r: (r.host, r.backend)):

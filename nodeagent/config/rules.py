@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from nodeagent.config.errors import RenderError
 from nodeagent.config.filters import RENDERERS, check_filters, map_entry_ok
@@ -170,6 +171,8 @@ class RouteCache:
     # Each route group's checked rules by the group's framed bytes (`checked_group`): an
     # unchanged group is not parsed again, not even serialized.
     groups: dict[bytes, CheckedGroup] = field(default_factory=dict)
+    # Each route group's host layers by its framed bytes (`listeners.Layers`).
+    group_layers: dict[bytes, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

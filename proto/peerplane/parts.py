@@ -302,9 +302,7 @@ def backend_changes(old: ContentParts, new: ContentParts) -> tuple[dict[str, byt
     return changed, removed
 
 
-def route_group_changes(
-    old: ContentParts, new: ContentParts
-) -> tuple[dict[str, bytes], list[str]]:
+def route_group_changes(old: ContentParts, new: ContentParts) -> tuple[dict[str, bytes], list[str]]:
     """The framed route groups of `new` that `old` lacks or holds differently (key
     order), and the keys `old` has and `new` has not (sorted): identity first, like
     `backend_changes`."""

@@ -113,7 +113,10 @@ async def run_agent(pod: str, peers: int, target: str, stop: asyncio.Event) -> N
         call: Any = method()
         hello = pb.Hello(
             contract=CONTRACT,
-            pod_namespace=NAMESPACE, pod_name=pod, node_name="bench", haproxy_version="3.0.11"
+            pod_namespace=NAMESPACE,
+            pod_name=pod,
+            node_name="bench",
+            haproxy_version="3.0.11",
         )
         await call.write(pb.AgentMessage(hello=hello))
         message = await call.read()

@@ -101,6 +101,25 @@ def flat(snapshot: pb.Snapshot) -> pb.Snapshot:
     return out
 
 
+def grouped(snapshot: pb.Snapshot) -> pb.Snapshot:
+    """`snapshot` as contract 2 carries it: each listener's inline rules moved into route
+    groups (one per listener and host, each host's rules in the listener's order, sorted
+    by key), as the control plane's encoder groups them; the content hash is kept."""
+    out = pb.Snapshot()
+    out.CopyFrom(snapshot)
+    groups: dict[str, pb.RouteGroup] = {}
+    for listener in out.http_listeners:
+        name = f"{listener.address}:{listener.port}" if listener.address else str(listener.port)
+        for rule in listener.rules:
+            host = rule.hostnames[0] if rule.hostnames else ""
+            assert len(rule.hostnames) <= 1, "contract 2: one hostname per rule"
+            key = f"{name}/{host}"
+            groups.setdefault(key, pb.RouteGroup(listener=name, host=host)).rules.append(rule)
+        del listener.rules[:]
+    out.route_groups.extend(groups[key] for key in sorted(groups))
+    return out
+
+
 def classify_snapshots(old: pb.Snapshot, new: pb.Snapshot, opts: RenderOptions) -> Decision:
     """changes.classify() as the applier calls it: held parts, sections, the change set."""
     old_h, new_h = Held.from_snapshot(old), Held.from_snapshot(new)

@@ -89,7 +89,9 @@ class _SilentAgent:
             request_serializer=pb.AgentMessage.SerializeToString,
             response_deserializer=pb.ServerMessage.FromString,
         )
-        hello = pb.Hello(contract=CONTRACT, pod_namespace=NAMESPACE, pod_name=pod, haproxy_version="0.0.0")
+        hello = pb.Hello(
+            contract=CONTRACT, pod_namespace=NAMESPACE, pod_name=pod, haproxy_version="0.0.0"
+        )
         self._responses = method(self._requests(hello))
         self.received: list[pb.ServerMessage] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
