@@ -16,8 +16,8 @@ class SnapshotContent:
     """One workload's encoded snapshot, unversioned.
 
     `payload` is the deterministic serialization with version and content_hash unset;
-    `content_hash` is SHA-256 over its parts' digests (`peerplane.parts`). The message is parsed only when someone asks for it
-    (inspection, the CLI): streaming sends the bytes.
+    `content_hash` is SHA-256 over its parts' digests (`peerplane.parts`). The message is
+    parsed only when someone asks for it (inspection, the CLI): streaming sends the bytes.
     """
 
     __slots__ = (

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from controlplane.compute import Computer
 from controlplane.model import ClusterState
 from controlplane.publish import Encoder, content_hash
+from controlplane.snapshot import HttpListener, RoutePath, RouteRule, WeightedBackend
 from nodeagent.config.changes import Decision, classify
 from nodeagent.config.render import RenderOptions, render_held
 from nodeagent.held import Held, diff
-from controlplane.snapshot import HttpListener, RoutePath, RouteRule, WeightedBackend
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import cluster, endpoint_slice, haproxy_pod, service, settings
 

@@ -6,7 +6,6 @@ and an `Encoder` encodes again only the backends that changed (docs/design.md,
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,7 +14,6 @@ from controlplane.compute import Computer, compute
 from controlplane.model import ServicePort
 from controlplane.publish import Encoder, encode, wire
 from peerplane.v1 import peerplane_pb2 as pb
-from tests.helpers.delta_agent import digest
 from tests.helpers.builders import (
     DEFAULT_PODS,
     WORKLOAD,
@@ -25,6 +23,7 @@ from tests.helpers.builders import (
     service,
 )
 from tests.helpers.builders import settings as settings_map
+from tests.helpers.delta_agent import digest
 from tests.helpers.route_builders import gateway, prefix_rule, route, state, to
 
 
