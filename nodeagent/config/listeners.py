@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from nodeagent.config.checked import DIRECTORY, check
 from nodeagent.config.errors import RenderError
 from nodeagent.config.filters import filter_lines
 from nodeagent.config.filters.base import RuleOutcome
+from nodeagent.config.layers import MAX_RULES, GroupJoin, Layers, sort_layers, wildcard_depth
 from nodeagent.config.rules import (
     ANY_HOST,
     DEEP_PREFIX,
@@ -48,7 +49,6 @@ from nodeagent.config.rules import (
     checked_group,
     checked_rule,
     is_wildcard_token,
-    layer_entries,
     route_host,
 )
 from peerplane import names
@@ -60,7 +60,6 @@ HTTP_FRONTEND = "fe_http"  # the annotation routes' frontend, merged or not
 # Wildcard suffix depths (labels) looked up even when no rule uses them, so that a first
 # `*.example.com` is a map change, not a reload.
 WILDCARD_DEPTHS = (1, 2, 3)
-MAX_RULES = 100_000
 _WEIGHT_TOTAL = 1 << 31
 
 MapEntries = Mapping[str, str]  # key -> value, in file order
@@ -131,6 +130,9 @@ def render_listeners(
     rules_aside: frozenset[str] = frozenset(),
     groups: Mapping[str, pb.RouteGroup] | None = None,
     framed_groups: Mapping[str, bytes] | None = None,
+    changed: Collection[str] | None = None,
+    base: Mapping[str, bytes] | None = None,
+    join: GroupJoin | None = None,
 ) -> RoutedFrontends:
     """The listeners' frontends; `annotation` is the HTTP frontend of the Service
     annotations when it shares a listener's port (its routes become the last layer).
@@ -139,19 +141,26 @@ def render_listeners(
     cache knows them by).
     `cache` holds what the last renders checked (`RouteCache`): the caller passes the
     previous render's, or a new one. The rules whose `rule_fingerprint` is in
-    `rules_aside` are not rendered (the applier's choice: rules HAProxy refused)."""
+    `rules_aside` are not rendered (the applier's choice: rules HAProxy refused).
+    `changed` (the keys of the groups added, changed or removed since the render whose
+    groups were `base`) lets the groups' joined layers move in O(changed groups)
+    (`join`, the previous render's `layers.GroupJoin`; None: a new one)."""
+    groups = groups if groups is not None else {}
+    framed = framed_groups if framed_groups is not None else {}
+    names = {listener_name(li.port, li.address) for li in listeners}
+    joined: dict[str, Layers] | None = None
+    if not rules_aside and not any(li.rules for li in listeners):
+        joined = (join or GroupJoin()).layers(groups, framed, cache, changed, base)
     by_listener: dict[str, list[tuple[bytes, pb.RouteGroup]]] = {}
-    if groups:
-        framed = framed_groups if framed_groups is not None else {}
+    if joined is None:  # rule by rule: one pass over the groups
         for key, group in groups.items():
             data = framed.get(key)
             if data is None:
                 data = group.SerializeToString(deterministic=True)
             by_listener.setdefault(group.listener, []).append((data, group))
-    if listeners or by_listener:
+    if listeners or groups:
         check(DIRECTORY, maps_dir, "maps directory")
-    names = {listener_name(li.port, li.address) for li in listeners}
-    for name in sorted(by_listener.keys() - names):
+    for name in sorted((joined if joined is not None else by_listener).keys() - names):
         raise RenderError(f"route group of listener {name!r}, which the snapshot does not have")
     lines: list[str] = []
     maps: dict[str, MapEntries] = {}
@@ -169,10 +178,11 @@ def render_listeners(
             raise RenderError(f"two listeners on port {port}{where}")
         shared = annotation is not None and annotation.port == port and not listener.address
         hosts = annotation if shared else None
-        own = by_listener.get(listener_name(port, listener.address), ())
-        layers = _grouped_layers(listener, own, cache, rules_aside)
-        if layers is None:
-            layers = _flat_layers(listener, own, cache, rules_aside)
+        name = listener_name(port, listener.address)
+        if joined is not None:
+            layers = joined.get(name, _NO_LAYERS)
+        else:
+            layers = _flat_layers(listener, by_listener.get(name, ()), cache, rules_aside)
         section, files, named, rids, refused = _listener(
             listener, layers, key, hosts, maps_dir, bind
         )
@@ -190,56 +200,10 @@ def render_listeners(
 # Every change re-renders a listener's frontend; its rules are mostly those of the last
 # render: a bounded cache of checked values keeps 6,000 rules from costing 6,000 host
 # parses per change, and a route group's layers are kept by the group's bytes
-# (`_group_layers`). Only whether a string passed is kept, never a string that failed.
+# (`layers.group_layers`). Only whether a string passed is kept, never a string that
+# failed.
 
-
-def wildcard_depth(token: str) -> int:
-    return token.count(".")  # "*.b.com", "**.b.com": 2 labels after the "*"
-
-
-@dataclass(frozen=True, slots=True)
-class Layers:
-    """A listener's rules (or one route group's) sorted into host layers: the map
-    entries (keys start with their layer's token, so no two layers share one), the
-    backends they name, each layer's config rules (unnamed), every config rule in list
-    order, the wildcard depths of its layers and the rules set aside for unknown fields."""
-
-    exact: dict[str, str]
-    prefix: dict[str, str]
-    named: frozenset[str]
-    in_config: dict[str, tuple[Rule, ...]]
-    config: tuple[Rule, ...]
-    depths: frozenset[int]
-    aside: tuple[tuple[str, str], ...]
-
-
-def _layers(parsed: Sequence[Rule], cache: RouteCache) -> Layers:
-    """Sort checked rules (in list order) into host layers."""
-    layers: dict[str, list[Rule]] = {}
-    for rule in parsed:
-        for token in rule.tokens:
-            layers.setdefault(token, []).append(rule)  # hostnames checked by _parse
-    exact_map: dict[str, str] = {}
-    prefix_map: dict[str, str] = {}
-    in_config: dict[str, tuple[Rule, ...]] = {}
-    named: set[str] = set()
-    for token, rules in layers.items():
-        layer = layer_entries(token, tuple(rules), cache)
-        exact_map.update(layer.exact)  # keys start with the token: no two layers share one
-        prefix_map.update(layer.prefix)
-        named.update(layer.backends)
-        if layer.config:
-            in_config[token] = layer.config
-    configured = {id(r) for rules in in_config.values() for r in rules}
-    return Layers(
-        exact_map,
-        prefix_map,
-        frozenset(named),
-        in_config,
-        tuple(r for r in parsed if id(r) in configured),
-        frozenset(wildcard_depth(t) for t in layers if is_wildcard_token(t)),
-        tuple((rule.rule.source, rule.aside) for rule in parsed if rule.aside),
-    )
+_NO_LAYERS = Layers({}, {}, frozenset(), {}, (), frozenset(), ())
 
 
 def _flat_layers(
@@ -264,70 +228,7 @@ def _flat_layers(
         parsed = [
             r for r, g in zip(parsed, given, strict=True) if rule_fingerprint(g) not in rules_aside
         ]
-    return _layers(parsed, cache)
-
-
-def _group_layers(data: bytes, group: pb.RouteGroup, cache: RouteCache) -> Layers | None:
-    """One route group's layers, kept by its framed bytes (an unchanged group is neither
-    parsed nor sorted again); None when one of its rules serves another host than the
-    group's (its layers could be shared with another group's)."""
-    found = cache.group_layers.get(data)
-    if found is None:
-        checked = checked_group(data, group, cache)
-        own = (group.host,) if group.host else ()
-        if any(tuple(r.hostnames) != own for r in checked.given):
-            return None
-        found = _layers(checked.rules, cache)
-        if len(cache.group_layers) >= MAX_GROUP_LAYERS:
-            cache.group_layers.clear()
-        cache.group_layers[data] = found
-    return found
-
-
-MAX_GROUP_LAYERS = 1 << 16
-
-
-def _grouped_layers(
-    listener: pb.HttpListener,
-    groups: Sequence[tuple[bytes, pb.RouteGroup]],
-    cache: RouteCache,
-    rules_aside: frozenset[str],
-) -> Layers | None:
-    """The listener's layers joined from its groups' (key order), each kept by the
-    group's bytes: dict and set merges at C speed, one Python step per group. The same
-    `Layers` as `_flat_layers` gives: each group holds whole host layers (its host's, and
-    for a wildcard its "**." one), so no layer spans two groups. None when that does not
-    hold, or the listener has rules of its own or rules set aside."""
-    if listener.rules or rules_aside:
-        return None
-    exact: dict[str, str] = {}
-    prefix: dict[str, str] = {}
-    named: set[str] = set()
-    in_config: dict[str, tuple[Rule, ...]] = {}
-    config: list[Rule] = []
-    depths: set[int] = set()
-    aside: list[tuple[str, str]] = []
-    count = 0
-    for data, group in groups:
-        layers = _group_layers(data, group, cache)
-        if layers is None:
-            return None
-        count += len(group.rules)
-        exact.update(layers.exact)
-        prefix.update(layers.prefix)
-        named.update(layers.named)
-        if layers.config:
-            in_config.update(layers.in_config)
-            config += layers.config
-        if layers.depths:
-            depths.update(layers.depths)
-        if layers.aside:
-            aside += layers.aside
-    if count > MAX_RULES:
-        raise RenderError(f"listener {listener.port}: more than {MAX_RULES} rules")
-    return Layers(
-        exact, prefix, frozenset(named), in_config, tuple(config), frozenset(depths), tuple(aside)
-    )
+    return sort_layers(parsed, cache)
 
 
 def _listener(

@@ -171,7 +171,7 @@ class RouteCache:
     # Each route group's checked rules by the group's framed bytes (`checked_group`): an
     # unchanged group is not parsed again, not even serialized.
     groups: dict[bytes, CheckedGroup] = field(default_factory=dict)
-    # Each route group's host layers by its framed bytes (`listeners.Layers`).
+    # Each route group's host layers by its framed bytes (`layers.Layers`).
     group_layers: dict[bytes, Any] = field(default_factory=dict)
 
 

@@ -109,6 +109,13 @@ def payload_hash(parts: ContentParts) -> str:
     return parts.content_hash()
 
 
+def contract_1_hash(parts: ContentParts) -> str:
+    """The content hash a control plane of contract 1 sends: SHA-256 of the whole payload.
+    An agent accepts it too, so agents upgrade before the control plane (O(snapshot),
+    only while that control plane runs)."""
+    return hashlib.sha256(parts.join()).hexdigest()
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class ContentParts:
     """A snapshot's encoded fields, in field-number order; their concatenation is the

@@ -9,6 +9,8 @@ runtime updates"."""
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from controlplane.publish import content_hash
@@ -50,6 +52,11 @@ def test_route_group_deltas_over_random_versions_equal_the_full_snapshots(seed: 
         assert held_next.message() == new
         full = Held.from_snapshot(new)
         assert diff(held, full) == change
+        if i % 3 == 1 and j + 1 < len(versions):
+            # A render branching off the same previous one moves the joined layers
+            # elsewhere: the next render from it must not trust them.
+            other = Held.from_snapshot(versions[j + 1])
+            render_held(other, OPTS, rendered, diff(held, other))
         cached = render_held(held_next, OPTS, rendered, change)
         scratch = render_held(full, OPTS)
         assert cached.data() == scratch.data()
@@ -161,3 +168,23 @@ def test_a_route_group_of_a_listener_the_snapshot_lacks_is_refused() -> None:
     stray.listener = "8081"
     with pytest.raises(RenderError, match="route group of listener '8081'"):
         render(_snapshot(stray), OPTS)
+
+
+def test_a_delta_from_a_contract_1_control_plane_applies_so_agents_upgrade_first() -> None:
+    """Hashed as contract 1 did (SHA-256 of the whole payload), rules inline: the agent
+    holds and renders it; another hash is still refused."""
+    old = flat(_snapshot(_group("a.example.com", "/a")))
+    new = flat(_snapshot(_group("a.example.com", "/a", "/b"), version=2))
+    for s in (old, new):
+        bare = pb.Snapshot()
+        bare.CopyFrom(s)
+        bare.version, bare.content_hash = 0, ""
+        s.content_hash = hashlib.sha256(bare.SerializeToString(deterministic=True)).hexdigest()
+    delta = delta_between(old, new)
+    assert delta.frontends_changed and not delta.route_groups
+    held_next, change = Held.from_snapshot(old).apply(delta)
+    assert held_next.message() == new and change.frontends
+    assert render_held(held_next, OPTS).text() == render(new, OPTS)
+    delta.to_content_hash = "0" * 64
+    with pytest.raises(DeltaError, match="content hash"):
+        Held.from_snapshot(old).apply(delta)

@@ -43,7 +43,7 @@ def _one(routes: int) -> list[Result]:
     held = Held.from_snapshot(pb.ServerMessage.FromString(first.message_bytes).snapshot)
     opts = RenderOptions("haproxy-a")
     rendered = render_held(held, opts)
-    sizes, snapshot_sizes, control, applies, renders, decides = [], [], [], [], [], []
+    sizes, snapshot_sizes, control, encodes, applies, renders, decides = [], [], [], [], [], [], []
     decision = ""
     for step in range(1, CHANGES + 1):
         before = store.get(WORKLOAD)
@@ -53,7 +53,9 @@ def _one(routes: int) -> list[Result]:
         state = dataclasses.replace(state, http_routes=tuple(changed))
         start = time.perf_counter()
         result = computer.compute(state, result.assignment)
+        computed = time.perf_counter()
         store.publish(encoder.encode(result.workloads))
+        encodes.append(time.perf_counter() - computed)
         after = store.get(WORKLOAD)
         assert after is not None
         message = store.delta_message(WORKLOAD, after.content_hash, before.content_hash)
@@ -79,7 +81,8 @@ def _one(routes: int) -> list[Result]:
     log(
         f"route change at {routes} HTTPRoutes ({rules} rules): delta {median(sizes):,.0f} B"
         f" (snapshot {median(snapshot_sizes):,.0f} B); control plane compute+encode+delta"
-        f" {median(control) * 1000:.1f} ms; agent apply+verify {median(applies) * 1000:.2f} ms,"
+        f" {median(control) * 1000:.1f} ms (encode+publish {median(encodes) * 1000:.1f} ms);"
+        f" agent apply+verify {median(applies) * 1000:.2f} ms,"
         f" render {median(renders) * 1000:.2f} ms, classify {median(decides) * 1000:.2f} ms,"
         f" total {median(total) * 1000:.2f} ms ({decision})"
     )
@@ -88,6 +91,7 @@ def _one(routes: int) -> list[Result]:
         Result(f"route_change_delta_bytes_{routes}", median(sizes), "B", parameters),
         Result(f"route_change_agent_apply_{routes}", median(total) * 1000, "ms", parameters),
         Result(f"route_change_control_plane_{routes}", median(control) * 1000, "ms", parameters),
+        Result(f"route_change_encode_{routes}", median(encodes) * 1000, "ms", parameters),
     ]
 
 
