@@ -18,8 +18,8 @@ from typing import TypeVar
 from peerplane.parts import (
     ContentParts,
     backend_changes,
-    contract_1_hash,
     certificate_changes,
+    contract_1_hash,
     framed_certificate,
     framed_route_group,
     frontends_part,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from nodeagent.config.errors import RenderError
 from nodeagent.config.rules import (
@@ -28,6 +29,7 @@ from peerplane.v1 import peerplane_pb2 as pb
 
 MAX_RULES = 100_000
 MAX_GROUP_LAYERS = 1 << 16
+K = TypeVar("K")
 
 
 def wildcard_depth(token: str) -> int:
@@ -134,13 +136,8 @@ class _Joined:
             del self.exact[entry]
         for entry in layers.prefix:
             del self.prefix[entry]
-        for counts, gone in ((self.named, layers.named), (self.depths, layers.depths)):
-            for item in gone:
-                left = counts[item] - 1  # type: ignore[index]
-                if left:
-                    counts[item] = left  # type: ignore[index]
-                else:
-                    del counts[item]  # type: ignore[attr-defined]
+        _less(self.named, layers.named)
+        _less(self.depths, layers.depths)
         self.special.pop(key, None)
         self.rules -= layers.rules
         self.last = None
@@ -168,6 +165,16 @@ class _Joined:
                 self.rules,
             )
         return self.last
+
+
+def _less(counts: dict[K, int], items: Collection[K]) -> None:
+    """One fewer group uses each of `items`; those no group uses any more go."""
+    for item in items:
+        left = counts[item] - 1
+        if left:
+            counts[item] = left
+        else:
+            del counts[item]
 
 
 @dataclass

@@ -81,6 +81,10 @@ class RoutedFrontends:
     # Each frontend's config rules by their name in its lines ("c0"), by frontend name:
     # what a `haproxy -c` alert on one of those lines is about (nodeagent/apply/attribution.py).
     config_rules: Mapping[str, Mapping[str, pb.RouteRule]] = dataclasses.field(default_factory=dict)
+    # Each listener's route map files (exact, prefix) by its name in route groups, when
+    # every listener was rendered from its groups' layers (`layers.GroupJoin`): a
+    # group's map entries are then those of its layers (`changes.group_map_updates`).
+    group_maps: Mapping[str, tuple[str, str]] | None = None
 
 
 def listener_key(listener: pb.HttpListener) -> str:
@@ -162,6 +166,7 @@ def render_listeners(
         check(DIRECTORY, maps_dir, "maps directory")
     for name in sorted((joined if joined is not None else by_listener).keys() - names):
         raise RenderError(f"route group of listener {name!r}, which the snapshot does not have")
+    group_maps: dict[str, tuple[str, str]] | None = {} if joined is not None else None
     lines: list[str] = []
     maps: dict[str, MapEntries] = {}
     backends: set[str] = set()
@@ -179,6 +184,8 @@ def render_listeners(
         shared = annotation is not None and annotation.port == port and not listener.address
         hosts = annotation if shared else None
         name = listener_name(port, listener.address)
+        if group_maps is not None:
+            group_maps[name] = map_paths(maps_dir, key)[:2]
         if joined is not None:
             layers = joined.get(name, _NO_LAYERS)
         else:
@@ -193,7 +200,7 @@ def render_listeners(
         texts[key] = "\n".join(section)
         config_rules[frontend_name(key, hosts is not None)] = rids
     return RoutedFrontends(
-        tuple(lines), maps, frozenset(backends), texts, tuple(aside), config_rules
+        tuple(lines), maps, frozenset(backends), texts, tuple(aside), config_rules, group_maps
     )
 
 

@@ -147,6 +147,9 @@ class Frontends:
     # listeners' layers joined from the groups', handed to the next render.
     groups_key: Mapping[str, bytes] = field(default_factory=dict, compare=False, repr=False)
     group_join: GroupJoin = field(default_factory=GroupJoin, compare=False, repr=False)
+    # Each listener's (exact, prefix) map files by name, when rendered from its groups'
+    # layers (`listeners.RoutedFrontends.group_maps`).
+    group_maps: Mapping[str, tuple[str, str]] | None = None
 
 
 def _frontends(
@@ -217,6 +220,7 @@ def _frontends(
         route_cache=cache,
         groups_key=held.parts.route_groups,
         group_join=join,
+        group_maps=routed.group_maps,
     )
 
 
