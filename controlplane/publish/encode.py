@@ -15,10 +15,10 @@ backends are encoded again. Certificates are kept the same way, by the identity 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress, count
-from operator import is_not
+from itertools import compress, count, groupby
+from operator import attrgetter, is_not
 from typing import TypeVar
 
 from controlplane.publish import wire
@@ -275,17 +275,27 @@ class _Group:
     digest: bytes
 
 
-def grouped_rules(listener: HttpListener) -> dict[str, list[RouteRule]]:
-    """A listener's rules by host ("" : any host), each host's in the listener's order.
-    Compute gives every rule one hostname (controlplane/routes/precedence.py), so a host
-    layer's order, the only one the agent's lookup depends on, is kept whole."""
-    groups: dict[str, list[RouteRule]] = {}
-    for rule in listener.rules:
-        hostnames = rule.hostnames
+def grouped_rules(listener: HttpListener) -> Iterator[tuple[str, tuple[RouteRule, ...]]]:
+    """A listener's rules by host ("" : any host) in host order, each host's in the
+    listener's order. Compute gives every rule one hostname
+    (controlplane/routes/precedence.py), so a host layer's order, the only one the agent's
+    lookup depends on, is kept whole. A stable sort of the rules' positions by hostnames
+    and a `groupby`, both in C: one Python step per group, not per rule."""
+    rules = listener.rules
+    hosts = list(map(_HOSTNAMES, rules))
+    for hostnames, positions in groupby(
+        sorted(range(len(rules)), key=hosts.__getitem__), key=hosts.__getitem__
+    ):
         if len(hostnames) > 1:
-            raise ValueError(f"route rule {rule.source} serves {len(hostnames)} hostnames, not 1")
-        groups.setdefault(hostnames[0] if hostnames else "", []).append(rule)
-    return groups
+            raise ValueError(f"a route rule serves {len(hostnames)} hostnames, not 1")
+        yield (hostnames[0] if hostnames else ""), tuple(map(rules.__getitem__, positions))
+
+
+_HOSTNAMES = attrgetter("hostnames")
+
+
+def _slashed(name: str) -> str:
+    return f"{name}/"
 
 
 class Encoder:
@@ -383,11 +393,13 @@ class Encoder:
         and per group."""
         found: dict[str, _Group] = {}
         rules_cache = self._rules
-        for listener in snapshot.http_listeners:
-            name = listener_name(listener.port, listener.address)
-            for host, rules in grouped_rules(listener).items():
+        named = {listener_name(li.port, li.address): li for li in snapshot.http_listeners}
+        # In key order, "<name>/<host>": by name followed by "/" ("80.1.2.3:443/" sorts
+        # before "80/"), then by host.
+        for name in sorted(named, key=_slashed):
+            listener = named[name]
+            for host, held in grouped_rules(listener):
                 key = group_key(name, host)
-                held = tuple(rules)
                 last = cache.get(key)
                 if last is None or last.rules != held:  # RouteRule: identity first, then ==
                     framed_rules: list[bytes] = []
@@ -406,7 +418,7 @@ class Encoder:
                     last = _Group(held, framed, digest(framed))
                     self.encoded_groups += 1
                 found[key] = last
-        return {key: found[key] for key in sorted(found)}
+        return found
 
     def _content(
         self, snapshot: WorkloadSnapshot, last: _Encoded | None, cache: _BackendCache

@@ -207,3 +207,31 @@ def test_removing_the_last_route_clears_the_listeners() -> None:
     )
     assert delta.frontends_changed and list(delta.http_listeners) == []
     assert list(apply_delta(old.message(1), delta).http_listeners) == []
+
+
+def test_route_groups_are_in_key_order_whatever_the_listeners_order() -> None:
+    """Groups are sorted by "<listener>/<host>" as the agent sorts them: a listener named
+    "80.1.2.3:443" sorts before "80" ("." before "/"), hosts in order within one."""
+    computer = Computer()
+    snapshot = computer.compute(state("/"), {}).workloads[WORKLOAD]
+
+    def rules(*hosts: str) -> tuple[RouteRule, ...]:
+        return tuple(
+            RouteRule(f"HTTPRoute default/r{i} rule 0 match 0", (h,) if h else (), None)
+            for i, h in enumerate(hosts)
+        )
+
+    listeners = (
+        HttpListener(80, rules("b.example", "", "a.example", "b.example")),
+        HttpListener(443, rules("c.example"), address="80.1.2.3"),
+    )
+    content = Encoder().encode({WORKLOAD: dataclasses.replace(snapshot, http_listeners=listeners)})
+    keys = list(content[WORKLOAD].parts.route_groups)
+    assert keys == ["80.1.2.3:443/c.example", "80/", "80/a.example", "80/b.example"]
+    assert keys == sorted(keys)
+    message = content[WORKLOAD].message()
+    assert [r.source for r in message.route_groups[3].rules] == [
+        "HTTPRoute default/r0 rule 0 match 0",
+        "HTTPRoute default/r3 rule 0 match 0",
+    ]
+    assert SnapshotContent.from_message(message).content_hash == content[WORKLOAD].content_hash
