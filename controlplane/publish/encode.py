@@ -15,15 +15,16 @@ backends are encoded again. Certificates are kept the same way, by the identity 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress, count, groupby
-from operator import attrgetter, is_not
+from itertools import compress, count
+from operator import is_not
 from typing import TypeVar
 
 from controlplane.publish import wire
 from controlplane.publish.content import SnapshotContent
 from controlplane.publish.encode_filters import encode_filters
+from controlplane.publish.route_groups import Group, ListenerGroups, regroup
 from controlplane.snapshot import (
     BackendSpec,
     Certificate,
@@ -41,7 +42,6 @@ from peerplane.parts import (
     ContentParts,
     digest,
     framed_certificate,
-    group_key,
     listener_name,
     tls_listeners_part,
 )
@@ -262,36 +262,8 @@ class _Encoded:
     snapshot: WorkloadSnapshot
     parts: ContentParts
     backend_warnings: int  # sum of the backends' warnings
-    groups: Mapping[str, _Group]  # each route group's encoding, by key
-
-
-@dataclass(frozen=True, slots=True)
-class _Group:
-    """One route group's last encoding: its rules (compared by identity), its framed
-    `Snapshot.route_groups` entry and that entry's digest."""
-
-    rules: tuple[RouteRule, ...]
-    framed: bytes
-    digest: bytes
-
-
-def grouped_rules(listener: HttpListener) -> Iterator[tuple[str, tuple[RouteRule, ...]]]:
-    """A listener's rules by host ("" : any host) in host order, each host's in the
-    listener's order. Compute gives every rule one hostname
-    (controlplane/routes/precedence.py), so a host layer's order, the only one the agent's
-    lookup depends on, is kept whole. A stable sort of the rules' positions by hostnames
-    and a `groupby`, both in C: one Python step per group, not per rule."""
-    rules = listener.rules
-    hosts = list(map(_HOSTNAMES, rules))
-    for hostnames, positions in groupby(
-        sorted(range(len(rules)), key=hosts.__getitem__), key=hosts.__getitem__
-    ):
-        if len(hostnames) > 1:
-            raise ValueError(f"a route rule serves {len(hostnames)} hostnames, not 1")
-        yield (hostnames[0] if hostnames else ""), tuple(map(rules.__getitem__, positions))
-
-
-_HOSTNAMES = attrgetter("hostnames")
+    # each listener's route groups (`route_groups.ListenerGroups`), by listener name
+    groups: Mapping[str, ListenerGroups]
 
 
 def _slashed(name: str) -> str:
@@ -383,42 +355,34 @@ class Encoder:
         ]
         return b"".join(out)
 
-    def _route_groups(
-        self, snapshot: WorkloadSnapshot, cache: Mapping[str, _Group]
-    ) -> dict[str, _Group]:
-        """Field 18: every listener's rules grouped by host (`grouped_rules`), framed and
-        digested, by key in key order. A group whose rules are the very objects of its last
-        encoding (`cache`, the workload's last groups) is reused (no encoding, no hash);
-        the rest join their rules' cached bytes. One Python step per rule (the grouping)
-        and per group."""
-        found: dict[str, _Group] = {}
+    def _frame_group(self, name: str, host: str, held: tuple[RouteRule, ...]) -> Group:
+        """One route group framed and digested, from its rules' cached bytes."""
         rules_cache = self._rules
-        named = {listener_name(li.port, li.address): li for li in snapshot.http_listeners}
-        # In key order, "<name>/<host>": by name followed by "/" ("80.1.2.3:443/" sorts
-        # before "80/"), then by host.
-        for name in sorted(named, key=_slashed):
-            listener = named[name]
-            for host, held in grouped_rules(listener):
-                key = group_key(name, host)
-                last = cache.get(key)
-                if last is None or last.rules != held:  # RouteRule: identity first, then ==
-                    framed_rules: list[bytes] = []
-                    for rule in held:
-                        hit = rules_cache.get(id(rule))
-                        if hit is None or hit[0] is not rule:
-                            body = route_rule(rule).SerializeToString(deterministic=True)
-                            hit = (rule, protowire.length_delimited(GROUP_RULES, body))
-                            rules_cache[id(rule)] = hit
-                            self.encoded_rules += 1
-                        framed_rules.append(hit[1])
-                    head = pb.RouteGroup(listener=name, host=host).SerializeToString()
-                    framed = protowire.length_delimited(
-                        SNAPSHOT_ROUTE_GROUPS, b"".join((head, *framed_rules))
-                    )
-                    last = _Group(held, framed, digest(framed))
-                    self.encoded_groups += 1
-                found[key] = last
-        return found
+        framed_rules: list[bytes] = []
+        for rule in held:
+            hit = rules_cache.get(id(rule))
+            if hit is None or hit[0] is not rule:
+                body = route_rule(rule).SerializeToString(deterministic=True)
+                hit = (rule, protowire.length_delimited(GROUP_RULES, body))
+                rules_cache[id(rule)] = hit
+                self.encoded_rules += 1
+            framed_rules.append(hit[1])
+        head = pb.RouteGroup(listener=name, host=host).SerializeToString()
+        framed = protowire.length_delimited(SNAPSHOT_ROUTE_GROUPS, b"".join((head, *framed_rules)))
+        self.encoded_groups += 1
+        return Group(held, framed, digest(framed))
+
+    def _route_groups(
+        self, snapshot: WorkloadSnapshot, last: Mapping[str, ListenerGroups]
+    ) -> dict[str, ListenerGroups]:
+        """Field 18: each listener's rules grouped by host, framed and digested
+        (`route_groups.regroup`: only the hosts of the rules added or removed since the
+        listener's last grouping are grouped and framed again)."""
+        return {
+            name: regroup(name, listener.rules, last.get(name), self._frame_group)
+            for listener in snapshot.http_listeners
+            for name in (listener_name(listener.port, listener.address),)
+        }
 
     def _content(
         self, snapshot: WorkloadSnapshot, last: _Encoded | None, cache: _BackendCache
@@ -432,7 +396,7 @@ class Encoder:
         else:
             backends, backend_digests, backend_warnings = found
         peers = frontends = warnings = listeners = tls_listeners = None
-        groups: Mapping[str, _Group] | None = None
+        groups: Mapping[str, ListenerGroups] | None = None
         certificates: Mapping[str, bytes] | None = None
         if last is not None:
             before = last.snapshot
@@ -467,9 +431,9 @@ class Encoder:
             listeners=self._listeners_bytes(snapshot) if listeners is None else listeners,
             certificates=certificates,
             tls_listeners=_tls_listeners(snapshot) if tls_listeners is None else tls_listeners,
-            route_groups={key: group.framed for key, group in groups.items()},
+            route_groups=_joined(groups, "framed"),
             backend_digests=backend_digests,
-            group_digests={key: group.digest for key, group in groups.items()},
+            group_digests=_joined(groups, "digests"),
         )
         content = SnapshotContent.of_parts(
             snapshot.workload,
@@ -498,6 +462,20 @@ class Encoder:
             _, backends[spec.name], digests[spec.name] = self._hit(spec, cache)
             warnings += len(spec.warnings) - len(before.warnings)
         return backends, digests, warnings
+
+
+def _joined(groups: Mapping[str, ListenerGroups], field: str) -> Mapping[str, bytes]:
+    """The listeners' `framed` or `digests` by group key, in key order: by listener name
+    followed by "/" ("80.1.2.3:443/" sorts before "80/"), each listener's own in key order
+    already. One listener's dict itself (the common case: no copy)."""
+    names = sorted(groups, key=_slashed)
+    if len(names) == 1:
+        found: Mapping[str, bytes] = getattr(groups[names[0]], field)
+        return found
+    joined: dict[str, bytes] = {}
+    for name in names:
+        joined.update(getattr(groups[name], field))
+    return joined
 
 
 def _swept(

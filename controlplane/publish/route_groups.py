@@ -1,0 +1,182 @@
+"""A listener's rules as route groups (one per host, contract 2), regrouped in O(changed).
+
+`Snapshot.route_groups` holds one group per listener and host, each host's rules in the
+listener's order, groups in key order (`peerplane.parts.group_key`). Grouping all of a
+listener's rules on every route change is one Python step per group: 10,000 steps at
+10,000 HTTPRoutes of a host each. `regroup` instead compares the listener's new rules with
+those of its last grouping by identity, in C: past their common prefix and suffix, the
+sets of their ids. It groups again only the hosts of the rules added or removed; every
+other group is the same object, and the dicts of bytes and digests the content needs are
+copied (C) and patched. A rule that stayed keeps its place among its host's rules (its
+precedence key is its route's: the same rule object, the same key), so the result equals
+grouping from scratch (tests/publish/test_route_groups.py, over random sequences).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from itertools import compress, count, groupby
+from operator import attrgetter, is_not
+
+from controlplane.snapshot import RouteRule
+from peerplane.parts import group_key
+
+# Past this share of a listener's rules added or removed, group from scratch (reusing the
+# groups whose rules did not change): patching would cost as much.
+SCRATCH_SHARE = 8
+SCRATCH_MIN = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """One route group's encoding: its rules (compared by identity), its framed
+    `Snapshot.route_groups` entry and that entry's digest."""
+
+    rules: tuple[RouteRule, ...]
+    framed: bytes
+    digest: bytes
+
+
+# (listener name, host, rules) -> the group encoded
+Frame = Callable[[str, str, tuple[RouteRule, ...]], Group]
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerGroups:
+    """One listener's grouping: the rules it was made from, and its groups, framed bytes
+    and digests by key, in key order. Never mutated: the next grouping copies what it
+    changes."""
+
+    rules: tuple[RouteRule, ...]
+    groups: dict[str, Group]
+    framed: dict[str, bytes]
+    digests: dict[str, bytes]
+
+
+_HOSTNAMES = attrgetter("hostnames")
+
+
+def host_of(rule: RouteRule) -> str:
+    """The one hostname a rule serves ("" : any host); ValueError for more than one
+    (compute gives every rule one: controlplane/routes/precedence.py)."""
+    hostnames = rule.hostnames
+    if len(hostnames) > 1:
+        raise ValueError(f"a route rule serves {len(hostnames)} hostnames, not 1")
+    return hostnames[0] if hostnames else ""
+
+
+def grouped_rules(rules: tuple[RouteRule, ...]) -> Iterator[tuple[str, tuple[RouteRule, ...]]]:
+    """The rules by host ("" : any host) in host order, each host's in the listener's
+    order: a stable sort of the positions by hostnames and a `groupby`, both in C."""
+    hosts = list(map(_HOSTNAMES, rules))
+    for hostnames, positions in groupby(
+        sorted(range(len(rules)), key=hosts.__getitem__), key=hosts.__getitem__
+    ):
+        held = tuple(map(rules.__getitem__, positions))
+        yield host_of(held[0]) if hostnames else "", held
+
+
+def _ordered(
+    groups: dict[str, Group],
+) -> tuple[dict[str, Group], dict[str, bytes], dict[str, bytes]]:
+    keys = sorted(groups)
+    ordered = dict(zip(keys, map(groups.__getitem__, keys), strict=True))
+    framed = dict(zip(keys, map(attrgetter("framed"), ordered.values()), strict=True))
+    digests = dict(zip(keys, map(attrgetter("digest"), ordered.values()), strict=True))
+    return ordered, framed, digests
+
+
+def scratch(
+    name: str, rules: tuple[RouteRule, ...], last: ListenerGroups | None, frame: Frame
+) -> ListenerGroups:
+    """Every group of the listener, each reused from `last` while its rules are the same."""
+    reuse = last.groups if last is not None else {}
+    groups: dict[str, Group] = {}
+    for host, held in grouped_rules(rules):
+        key = group_key(name, host)
+        found = reuse.get(key)
+        groups[key] = (
+            found if found is not None and found.rules == held else frame(name, host, held)
+        )
+    ordered, framed, digests = _ordered(groups)
+    return ListenerGroups(rules, ordered, framed, digests)
+
+
+def _window(
+    old: tuple[RouteRule, ...], new: tuple[RouteRule, ...]
+) -> tuple[tuple[RouteRule, ...], tuple[RouteRule, ...]]:
+    """The parts of `old` and `new` between their longest common prefix and suffix (by
+    identity, scanned in C): where a route change put, moved or took its rules."""
+    shortest = min(len(old), len(new))
+    head = next(compress(count(), map(is_not, old, new)), shortest)
+    tail = next(
+        compress(count(), map(is_not, reversed(old[head:]), reversed(new[head:]))),
+        shortest - head,
+    )
+    return old[head : len(old) - tail], new[head : len(new) - tail]
+
+
+def _ordered_by(rules: tuple[RouteRule, ...], held: list[RouteRule]) -> tuple[RouteRule, ...]:
+    """`held` (rules of `rules`) in the order of `rules`: a C search per rule for a small
+    group, one index of every rule for a big one."""
+    ids = list(map(id, rules))
+    if len(held) <= SCRATCH_MIN:
+        where = sorted(map(ids.index, map(id, held)))
+    else:
+        index = dict(zip(ids, range(len(ids)), strict=True))
+        where = sorted(map(index.__getitem__, map(id, held)))
+    return tuple(map(rules.__getitem__, where))
+
+
+def regroup(
+    name: str, rules: tuple[RouteRule, ...], last: ListenerGroups | None, frame: Frame
+) -> ListenerGroups:
+    """The listener's grouping for `rules`, from its last one: only the hosts of the rules
+    added or removed (by identity, within the window a change touched) are grouped and
+    framed again."""
+    if last is None:
+        return scratch(name, rules, None, frame)
+    if rules is last.rules:
+        return last
+    old_part, new_part = _window(last.rules, rules)
+    old_ids = set(map(id, old_part))
+    new_ids = set(map(id, new_part))
+    removed_ids = old_ids - new_ids
+    added_ids = new_ids - old_ids
+    if len(added_ids) + len(removed_ids) > max(SCRATCH_MIN, len(rules) // SCRATCH_SHARE):
+        return scratch(name, rules, last, frame)
+    if not added_ids and not removed_ids:
+        if old_part:  # the same rules in another order: not a route change's
+            return scratch(name, rules, last, frame)
+        return ListenerGroups(rules, last.groups, last.framed, last.digests)
+    added = compress(new_part, map(added_ids.__contains__, map(id, new_part)))
+    removed = compress(old_part, map(removed_ids.__contains__, map(id, old_part)))
+    touched: dict[str, list[RouteRule]] = {}  # host -> its rules added
+    for rule in added:
+        touched.setdefault(host_of(rule), []).append(rule)
+    for rule in removed:
+        touched.setdefault(host_of(rule), [])
+    groups = dict(last.groups)
+    keys_moved = False
+    for host, new_rules in touched.items():
+        key = group_key(name, host)
+        before = groups.get(key)
+        held = [r for r in before.rules if id(r) not in removed_ids] if before else []
+        held += new_rules
+        if not held:
+            del groups[key]
+            keys_moved = True
+            continue
+        groups[key] = frame(name, host, _ordered_by(rules, held))
+        keys_moved = keys_moved or before is None
+    if keys_moved:
+        ordered, framed, digests = _ordered(groups)
+        return ListenerGroups(rules, ordered, framed, digests)
+    framed = dict(last.framed)
+    digests = dict(last.digests)
+    for host in touched:
+        key = group_key(name, host)
+        framed[key] = groups[key].framed
+        digests[key] = groups[key].digest
+    return ListenerGroups(rules, groups, framed, digests)

@@ -1,0 +1,120 @@
+"""Route groups regrouped in O(changed) (`controlplane/publish/route_groups.py`): over
+random sequences of route changes, the grouping patched from the last one equals grouping
+from scratch, and the encoder's content equals a fresh encoder's, byte for byte."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from controlplane.compute import Computer
+from controlplane.publish import Encoder
+from controlplane.publish.route_groups import Group, ListenerGroups, regroup, scratch
+from controlplane.snapshot import HttpListener, RoutePath, RouteRule, WorkloadSnapshot
+from tests.helpers.builders import WORKLOAD
+from tests.publish.test_routes_encode import state
+
+HOSTS = ("", "a.example", "b.example", "*.c.example", "d.example", "e.example")
+
+
+def frame(name: str, host: str, held: tuple[RouteRule, ...]) -> Group:
+    """A stand-in for the encoder's: bytes that name the listener, host and rules."""
+    framed = repr((name, host, [rule.source for rule in held])).encode()
+    return Group(held, framed, framed[:32])
+
+
+def same(patched: ListenerGroups, fresh: ListenerGroups) -> None:
+    assert list(patched.groups) == list(fresh.groups)
+    assert [g.rules for g in patched.groups.values()] == [g.rules for g in fresh.groups.values()]
+    assert list(patched.framed.items()) == list(fresh.framed.items())
+    assert list(patched.digests.items()) == list(fresh.digests.items())
+
+
+def changed(rules: list[RouteRule], rng: random.Random, serial: list[int]) -> list[RouteRule]:
+    """The next listener's rules: a few removed, replaced or added, survivors in order
+    (a rule's place among its host's rules is its route's precedence: fixed)."""
+    out = list(rules)
+    for _ in range(rng.randint(0, 3)):
+        roll = rng.random()
+        if roll < 0.3 and out:
+            del out[rng.randrange(len(out))]
+        elif roll < 0.6 and out:
+            i = rng.randrange(len(out))
+            serial[0] += 1
+            out[i] = dataclasses.replace(out[i], source=f"r{serial[0]}")
+        else:
+            serial[0] += 1
+            host = rng.choice((*HOSTS, f"new{serial[0]}.example"))
+            rule = RouteRule(f"r{serial[0]}", (host,) if host else (), RoutePath("Exact", "/"))
+            out.insert(rng.randint(0, len(out)), rule)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_patched_grouping_equals_grouping_from_scratch(seed: int) -> None:
+    rng = random.Random(seed)
+    serial = [0]
+    rules = changed([], rng, serial)
+    last = regroup("8080", tuple(rules), None, frame)
+    patched_some = 0
+    for _ in range(60):
+        rules = changed(rules, rng, serial)
+        now = regroup("8080", tuple(rules), last, frame)
+        same(now, scratch("8080", tuple(rules), None, frame))
+        kept = [k for k in now.groups if k in last.groups and now.groups[k] is last.groups[k]]
+        patched_some += bool(kept)
+        last = now
+    assert patched_some > 30  # most steps reused groups: the patch path ran
+
+
+def test_only_the_groups_of_changed_hosts_are_framed_again() -> None:
+    rules = tuple(
+        RouteRule(f"r{i}", (f"h{i}.example",), RoutePath("Exact", "/")) for i in range(200)
+    )
+    framed: list[str] = []
+
+    def counting(name: str, host: str, held: tuple[RouteRule, ...]) -> Group:
+        framed.append(host)
+        return frame(name, host, held)
+
+    last = regroup("80", rules, None, counting)
+    assert len(framed) == 200
+    framed.clear()
+    moved = dataclasses.replace(rules[50], source="moved")
+    now = regroup("80", (*rules[:50], moved, *rules[51:]), last, counting)
+    assert framed == ["h50.example"]
+    assert all(now.groups[k] is last.groups[k] for k in now.groups if k != "80/h50.example")
+    framed.clear()
+    added = RouteRule("new", ("h100x.example",), RoutePath("Exact", "/"))
+    later = regroup("80", (*now.rules, added), now, counting)
+    assert framed == ["h100x.example"]
+    assert list(later.groups) == sorted(later.groups)  # a new host's group in key order
+
+
+def test_a_rule_with_two_hostnames_is_refused_as_before() -> None:
+    two = RouteRule("r", ("a.example", "b.example"), None)
+    with pytest.raises(ValueError, match="serves 2 hostnames"):
+        regroup("80", (two,), None, frame)
+    one = RouteRule("s", ("a.example",), None)
+    last = regroup("80", (one,), None, frame)
+    with pytest.raises(ValueError, match="serves 2 hostnames"):
+        regroup("80", (one, two), last, frame)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_encoder_patching_groups_equals_a_fresh_encoder(seed: int) -> None:
+    rng = random.Random(seed)
+    serial = [0]
+    base: WorkloadSnapshot = Computer().compute(state("/"), {}).workloads[WORKLOAD]
+    encoder = Encoder()
+    rules: list[RouteRule] = []
+    for _ in range(25):
+        rules = changed(rules, rng, serial)
+        listeners = (HttpListener(8080, tuple(rules)), HttpListener(9090, tuple(rules[:3])))
+        snapshot = dataclasses.replace(base, http_listeners=listeners)
+        content = encoder.encode({WORKLOAD: snapshot})[WORKLOAD]
+        fresh = Encoder().encode({WORKLOAD: snapshot})[WORKLOAD]
+        assert content.payload == fresh.payload
+        assert content.content_hash == fresh.content_hash
