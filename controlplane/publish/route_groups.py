@@ -90,15 +90,17 @@ def _ordered(
 def scratch(
     name: str, rules: tuple[RouteRule, ...], last: ListenerGroups | None, frame: Frame
 ) -> ListenerGroups:
-    """Every group of the listener, each reused from `last` while its rules are the same."""
+    """Every group of the listener, its bytes reused from `last` while its rules are equal
+    (the group then holds the new rule objects: `regroup` compares by identity)."""
     reuse = last.groups if last is not None else {}
     groups: dict[str, Group] = {}
     for host, held in grouped_rules(rules):
         key = group_key(name, host)
         found = reuse.get(key)
-        groups[key] = (
-            found if found is not None and found.rules == held else frame(name, host, held)
-        )
+        if found is None or found.rules != held:
+            groups[key] = frame(name, host, held)
+        else:  # equal rules, maybe other objects: the next regroup compares these by identity
+            groups[key] = Group(held, found.framed, found.digest)
     ordered, framed, digests = _ordered(groups)
     return ListenerGroups(rules, ordered, framed, digests)
 

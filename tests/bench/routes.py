@@ -72,6 +72,7 @@ REAL_VETH = ("10.254.242.1", "10.254.242.2")  # kube-real's network namespace's 
 QUICK_ROUTES, FULL_ROUTES = (300,), (3000, 10000)  # routes loaded, one fleet per count
 QUICK_TRIALS, FULL_TRIALS = 5, 20
 POLL_S = 0.005
+KEEP_ENV = "BENCH_KEEP"  # set: the run's folder (logs, configs) is kept
 LOOP_RATE = 200  # requests a second, over both HAProxies
 REPOINTS = 6
 # Issue 33's targets, at 3,000 and 10,000 routes (full); quick measures at 300.
@@ -436,7 +437,9 @@ def measure(
             source="kubernetes",
         )
     else:
-        fleet = Fleet(work, octet, haproxy_bin=binary, server_args=logs)
+        fleet = Fleet(
+            work, octet, haproxy_bin=binary, server_args=logs, serve_timeout=20 + routes * 0.01
+        )
     found = Measured(repoints=repoints)
     try:
         fleet.write_manifests()
@@ -498,7 +501,8 @@ def measure(
             cluster.stop()
         if real is not None:
             real.close()
-        shutil.rmtree(work, ignore_errors=True)
+        if not os.environ.get(KEEP_ENV):
+            shutil.rmtree(work, ignore_errors=True)
     return found
 
 

@@ -93,6 +93,24 @@ def test_only_the_groups_of_changed_hosts_are_framed_again() -> None:
     assert list(later.groups) == sorted(later.groups)  # a new host's group in key order
 
 
+def test_equal_rules_made_again_are_the_ones_the_next_change_is_compared_with() -> None:
+    """A computation from scratch makes equal rules as new objects: the grouping that
+    reuses their bytes must hold the new objects, or the next change looks for rules the
+    listener no longer has (found by the route propagation benchmark: a ValueError that
+    failed the computation)."""
+    made = [
+        RouteRule(f"r{i}", (f"h{i % 3}.example",), RoutePath("Exact", f"/{i}")) for i in range(9)
+    ]
+    last = regroup("80", tuple(made), None, frame)
+    again = tuple(dataclasses.replace(rule) for rule in made)  # equal, not the same
+    assert again == tuple(made) and again[0] is not made[0]
+    bulk = scratch("80", again, last, frame)
+    assert all(group.framed is last.groups[key].framed for key, group in bulk.groups.items())
+    moved = (*again[:4], dataclasses.replace(again[4], source="moved"), *again[5:])
+    now = regroup("80", moved, bulk, frame)
+    same(now, scratch("80", moved, None, frame))
+
+
 def test_a_rule_with_two_hostnames_is_refused_as_before() -> None:
     two = RouteRule("r", ("a.example", "b.example"), None)
     with pytest.raises(ValueError, match="serves 2 hostnames"):
