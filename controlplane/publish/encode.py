@@ -361,11 +361,14 @@ class Encoder:
         self, snapshot: WorkloadSnapshot, last: _Encoded | None, cache: _BackendCache
     ) -> tuple[SnapshotContent, _Encoded]:
         found = self._replaced(snapshot, last, cache) if last is not None else None
+        derived: tuple[ContentParts, tuple[str, ...]] | None = None
         if found is None:
             backends = {spec.name: self._bytes(spec, cache) for spec in snapshot.backends}
             backend_warnings = sum(len(spec.warnings) for spec in snapshot.backends)
         else:
-            backends, backend_warnings = found
+            assert last is not None
+            backends, backend_warnings, touched = found
+            derived = (last.parts, touched)
         peers = frontends = warnings = listeners = tls_listeners = None
         certificates: Mapping[str, bytes] | None = None
         if last is not None:
@@ -405,26 +408,30 @@ class Encoder:
             peers=len(snapshot.peers.peers),
             backends=len(snapshot.backends),
             warnings=len(snapshot.warnings) + backend_warnings,
+            derived=derived,
         )
         return content, _Encoded(snapshot, parts, backend_warnings)
 
     def _replaced(
         self, snapshot: WorkloadSnapshot, last: _Encoded, cache: _BackendCache
-    ) -> tuple[dict[str, bytes], int] | None:
+    ) -> tuple[dict[str, bytes], int, tuple[str, ...]] | None:
         """The backends' bytes and warnings from `last`'s when only some specs were
-        replaced in place (same count, same names in the same order); else None."""
+        replaced in place (same count, same names in the same order), with the names of
+        those replaced; else None."""
         old, new = last.snapshot.backends, snapshot.backends
         if len(old) != len(new):
             return None
         backends = dict(last.parts.backends)
         warnings = last.backend_warnings
+        touched: list[str] = []
         for index in compress(count(), map(is_not, old, new)):
             before, spec = old[index], new[index]
             if before.name != spec.name:
                 return None
             backends[spec.name] = self._bytes(spec, cache)
+            touched.append(spec.name)
             warnings += len(spec.warnings) - len(before.warnings)
-        return backends, warnings
+        return backends, warnings, tuple(touched)
 
 
 def _swept(
