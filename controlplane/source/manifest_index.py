@@ -245,15 +245,15 @@ class ManifestIndex:
         starts = self._starts.get(name)
         if starts is None:  # once per layout: where each file's objects start
             starts, at = {}, 0
-            for path, objects in zip(self._order or (), self._found, strict=True):
+            for path, held in zip(self._order or (), self._found, strict=True):
                 starts[path] = at
-                at += len(objects.get(name, ()))
+                at += len(held.get(name, ()))
             self._starts[name] = starts
         spliced = list(joined)
         for path, _, after in edits:
-            objects = after.objects.get(name, ())
+            own = after.objects.get(name, ())
             at = starts[path]
-            spliced[at : at + len(objects)] = objects
+            spliced[at : at + len(own)] = own
         return tuple(spliced)
 
     def state(self) -> ClusterState:
