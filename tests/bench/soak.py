@@ -1,7 +1,7 @@
 """Soak: the memory (RSS) of the control plane and of each agent over a steady stream of
 endpoint and route changes, as production runs them: is it flat?
 
-One real fleet (`scale.ScaleFleet`, octet 50, the scale benchmark's folder cluster):
+One real fleet (`scale.ScaleFleet`, octet 44, the scale benchmark's folder cluster):
 `controlplane serve --source files:DIR --state FILE` and two `nodeagent run
 --manage-haproxy` with real HAProxy (the one on PATH), health checks on (the agents'
 open-files limit raised to what HAProxy needs for them; when the hard limit cannot hold
@@ -41,7 +41,7 @@ from tests.bench.scale import HTTP_PORT, MODES, ScaleFleet
 from tests.bench.scalefolder import endpoint_address, service_name
 from tests.helpers.fleet import haproxy_binary
 
-OCTET = 50
+OCTET = 44  # 127.44.x.y: apart from the tests and the other benchmarks
 MOVED_BASE = 0x7F_5B_00_00  # 127.91.0.0 + Service index: where an endpoint moves to
 HOSTS = "soak.example.com"
 MINUTES_ENV, SERVICES_ENV, ROUTES_ENV = "SOAK_MINUTES", "SOAK_SERVICES", "SOAK_ROUTES"
