@@ -43,7 +43,7 @@ from controlplane.ledger.shards import (
     shard_data,
     shard_name,
 )
-from controlplane.ledger.store import LedgerWriteError, changes
+from controlplane.ledger.store import LedgerWriteError, Since, changes, names_to_compare
 from controlplane.model import ObjectRef
 from controlplane.snapshot import BackendSlots, SlotAssignment
 
@@ -126,6 +126,7 @@ class ConfigMapLedger:
         # delete until the watch reports that delete, so a late echo is never "someone else".
         self._own: dict[str, list[str]] = {}
         self._dirty: set[str] = set()
+        self._last: SlotAssignment | None = None  # the assignment `_saved` holds as is
         self._legacy_pending = False
         self._on_drift: Callable[[], None] = lambda: None
         self._leading: Callable[[], bool] = lambda: True
@@ -176,7 +177,10 @@ class ConfigMapLedger:
             self._own = {}
             self._dirty = set()
             self._legacy_pending = legacy is not None and not legacy.migrated
-        return dict(view.assignment), self._watch.problems()
+            loaded = dict(view.assignment)
+            # `_saved` holds the signed shards only: a save after this load compares all
+            self._last = loaded if len(self._saved) == len(loaded) else None
+        return loaded, self._watch.problems()
 
     # ------------------------------------------------------------------ save
 
@@ -184,9 +188,12 @@ class ConfigMapLedger:
         with self._lock:
             return bool(self._dirty)
 
-    def save(self, assignment: SlotAssignment) -> None:
+    def save(self, assignment: SlotAssignment, since: Since | None = None) -> None:
         with self._lock:
-            todo = changes(self._saved, assignment, self._dirty)
+            # A drifted shard leaves `_saved` with its name in `_dirty`, which is compared
+            names = names_to_compare(since, self._last)
+            self._last = None  # until this save is whole
+            todo = changes(self._saved, assignment, self._dirty, names)
             stale = sorted(self._present.keys() - assignment.keys())
             self._dirty.clear()
         errors: list[LedgerWriteError] = []
@@ -217,6 +224,7 @@ class ConfigMapLedger:
             raise min(errors, key=lambda e: not e.permanent).of(unwritten)
         if self._legacy_pending:
             self._mark_legacy()
+        self._last = assignment
 
     def _try_write(self, backend: str, slots: BackendSlots) -> LedgerWriteError | None:
         try:

@@ -24,7 +24,7 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from controlplane.ledger.codec import (
@@ -36,7 +36,7 @@ from controlplane.ledger.codec import (
     backend_text,
     parse_json,
 )
-from controlplane.ledger.store import LedgerWriteError, changes
+from controlplane.ledger.store import LedgerWriteError, Since, changes, names_to_compare
 from controlplane.snapshot import BackendSlots, SlotAssignment
 
 log = logging.getLogger(__name__)
@@ -117,11 +117,12 @@ class FileLedger:
         self._db: sqlite3.Connection | None = None
         self._saved: dict[str, BackendSlots] = {}
         self._replace_file = False  # the path holds JSON or junk: the first save replaces it
+        self._last: SlotAssignment | None = None  # the assignment `_saved` holds as is
 
     # ------------------------------------------------------------------ load
 
     def load(self) -> tuple[SlotAssignment, list[str]]:
-        self._saved, self._replace_file = {}, False
+        self._saved, self._replace_file, self._last = {}, False, None
         peeked = _peek(self.path)
         if peeked is None:
             return {}, []
@@ -166,6 +167,7 @@ class FileLedger:
             except StateError as err:
                 problems.append(f"{self.path}: slot state dropped: {err}")
         self._saved = dict(assignment)
+        self._last = assignment
         return assignment, problems
 
     def _keep_aside(self) -> None:
@@ -177,7 +179,9 @@ class FileLedger:
 
     # ------------------------------------------------------------------ save
 
-    def save(self, assignment: SlotAssignment) -> None:
+    def save(self, assignment: SlotAssignment, since: Since | None = None) -> None:
+        names = names_to_compare(since, self._last)
+        self._last = None  # until this save is whole
         try:
             if self._db is None and not self._replace_file:  # saved before any load
                 peeked = _peek(self.path)
@@ -185,15 +189,16 @@ class FileLedger:
             if self._replace_file:
                 self._create(assignment)
             else:
-                self._update(assignment)
+                self._update(assignment, names)
         except (OSError, sqlite3.Error) as err:
             raise _write_error(self.path, err) from err
+        self._last = assignment
 
     def dirty(self) -> bool:
         return False  # one writer: nothing else edits the file under us
 
-    def _update(self, assignment: SlotAssignment) -> None:
-        todo = changes(self._saved, assignment)
+    def _update(self, assignment: SlotAssignment, names: Collection[str] | None = None) -> None:
+        todo = changes(self._saved, assignment, names=names)
         if not todo:
             return
         db = self._db if self._db is not None else self._connect(self.path)

@@ -3,12 +3,13 @@
 Every ledger persists per backend and writes only the backends a step changed (one row,
 one Kubernetes shard): cost follows the change, not the cluster. `changes` finds them by
 identity first (the computation keeps an unchanged backend's `BackendSlots` object), so
-telling them costs one pointer comparison per backend.
+telling them costs one pointer comparison per backend, and with the computation's
+`touched` (`Since`) only the backends it touched are compared.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -24,9 +25,11 @@ class SlotLedger(Protocol):
         backends concerned are rebuilt from sorted order). Raises when the ledger cannot be
         read at all, rather than rebuilding: that would move every surviving endpoint."""
 
-    def save(self, assignment: SlotAssignment) -> None:
+    def save(self, assignment: SlotAssignment, since: Since | None = None) -> None:
         """Persist `assignment`, writing only what differs from what is persisted; raises
-        LedgerWriteError (or OSError) when it cannot."""
+        LedgerWriteError (or OSError) when it cannot. `since`: (an assignment, the backends
+        `assignment` can differ from it in); when that assignment is the one this ledger
+        last saved whole (or loaded), only those backends are compared, not every one."""
 
     def dirty(self) -> bool:
         """Whether the persisted ledger differs from what this ledger last saved (edited,
@@ -73,13 +76,40 @@ class Changes:
         return bool(self.written or self.deleted)
 
 
+Since = tuple[SlotAssignment, Collection[str]]
+"""`SlotLedger.save`'s hint: the assignment a computation started from and the backends
+the new one can differ from it in (`ComputeResult.touched`)."""
+
+
+def names_to_compare(since: Since | None, last: SlotAssignment | None) -> Collection[str] | None:
+    """The backends a save must compare: `since`'s when it starts from `last` (what the
+    ledger last saved whole or loaded, so holds as is), else None (all of them)."""
+    if since is None or last is None or since[0] is not last:
+        return None
+    return since[1]
+
+
 def changes(
     saved: Mapping[str, BackendSlots],
     new: Mapping[str, BackendSlots],
     dirty: frozenset[str] | set[str] = frozenset(),
+    names: Collection[str] | None = None,
 ) -> Changes:
     """Backends of `new` that `saved` lacks or holds differently, plus the `dirty` ones
-    still in `new`; backends of `saved` that `new` lacks."""
+    still in `new`; backends of `saved` that `new` lacks. With `names` (every other backend
+    of `new` is known to be held by `saved` as is: `names_to_compare`) only those and the
+    `dirty` ones are looked at: O(changed) at 8,000 backends."""
+    if names is not None:
+        candidates = sorted({*names, *dirty})
+        return Changes(
+            {
+                name: slots
+                for name in candidates
+                if (slots := new.get(name)) is not None
+                and (name in dirty or ((old := saved.get(name)) is not slots and old != slots))
+            },
+            tuple(name for name in candidates if name in saved and name not in new),
+        )
     written = {
         name: slots
         for name, slots in new.items()
@@ -98,7 +128,7 @@ class MemoryLedger:
     def load(self) -> tuple[SlotAssignment, list[str]]:
         return self.assignment, []
 
-    def save(self, assignment: SlotAssignment) -> None:
+    def save(self, assignment: SlotAssignment, since: Since | None = None) -> None:
         self.assignment = assignment
 
     def dirty(self) -> bool:

@@ -288,9 +288,12 @@ class Reconciler:
         unchanged = same_assignment(result.assignment, previous, result.touched)
         persisted = True
         if assigning and (not unchanged or self._ledger.dirty()):
+            # What the computation touched: the ledger compares those backends only when
+            # `previous` is what it last saved (not all 8,000 per change).
+            since = (previous, result.touched) if result.touched is not None else None
             try:
                 await self._loop.run_in_executor(
-                    self._executor, self._ledger.save, result.assignment
+                    self._executor, self._ledger.save, result.assignment, since
                 )
             except Exception as error:
                 self._unpersisted(error)

@@ -16,16 +16,24 @@ class SnapshotContent:
     """One workload's encoded snapshot, unversioned.
 
     `payload` is the deterministic serialization with version and content_hash unset;
-    `content_hash` is SHA-256 over its parts' digests (`peerplane.parts`). The message is
-    parsed only when someone asks for it (inspection, the CLI): streaming sends the bytes.
+    `content_hash` is SHA-256 over its parts' digests (`peerplane.parts`). The payload is
+    joined from the parts only when someone asks for it (a full snapshot sent, inspection):
+    at 8,000 Services it is 8 MB, and a change that only deltas carry needs none of it. The
+    message is parsed only when someone asks for it (inspection, the CLI): streaming sends
+    the bytes.
+
+    `derived`, set by the encoder, says which backends can differ from the content it
+    was built from: (those parts, the names of the backends it re-encoded or dropped);
+    the store reads it to follow the backends a change replaced without comparing all.
     """
 
     __slots__ = (
         "_message",
+        "_payload",
         "backends",
         "content_hash",
+        "derived",
         "parts",
-        "payload",
         "peers",
         "warnings",
         "workload",
@@ -40,22 +48,40 @@ class SnapshotContent:
         backends: int,
         warnings: int,
         payload: bytes | None = None,
+        derived: tuple[ContentParts, tuple[str, ...]] | None = None,
     ) -> None:
         self.workload = workload
         self.content_hash = content_hash
         self.parts = parts
-        self.payload = parts.join() if payload is None else payload
+        self._payload = payload
         self.peers = peers
         self.backends = backends
         self.warnings = warnings
+        self.derived = derived
         self._message: pb.Snapshot | None = None
+
+    @property
+    def payload(self) -> bytes:
+        """The deterministic serialization (version and hash unset), joined on first use."""
+        if self._payload is None:
+            self._payload = self.parts.join()
+        return self._payload
 
     @classmethod
     def of_parts(
-        cls, workload: str, parts: ContentParts, peers: int, backends: int, warnings: int
+        cls,
+        workload: str,
+        parts: ContentParts,
+        peers: int,
+        backends: int,
+        warnings: int,
+        derived: tuple[ContentParts, tuple[str, ...]] | None = None,
     ) -> SnapshotContent:
-        """Content of encoded parts, hashed as `peerplane.parts` defines it."""
-        return cls(workload, parts.content_hash(), parts, peers, backends, warnings)
+        """Content of encoded parts, hashed as `peerplane.parts` defines it. The joined
+        payload is not kept: most versions only ever travel as deltas."""
+        return cls(
+            workload, parts.content_hash(), parts, peers, backends, warnings, derived=derived
+        )
 
     @classmethod
     def from_message(cls, snapshot: pb.Snapshot) -> SnapshotContent:
@@ -81,7 +107,8 @@ class SnapshotContent:
         return copy
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, SnapshotContent) and other.payload == self.payload
+        """Same content: the content hash stands for the payload (no 8 MB compare)."""
+        return isinstance(other, SnapshotContent) and other.content_hash == self.content_hash
 
     def __hash__(self) -> int:
         return hash(self.content_hash)

@@ -388,13 +388,16 @@ class Encoder:
         self, snapshot: WorkloadSnapshot, last: _Encoded | None, cache: _BackendCache
     ) -> tuple[SnapshotContent, _Encoded]:
         found = self._replaced(snapshot, last, cache) if last is not None else None
+        derived: tuple[ContentParts, tuple[str, ...]] | None = None
         if found is None:
             hits = [self._hit(spec, cache) for spec in snapshot.backends]
             backends = {hit[0].name: hit[1] for hit in hits}
             backend_digests = {hit[0].name: hit[2] for hit in hits}
             backend_warnings = sum(len(spec.warnings) for spec in snapshot.backends)
         else:
-            backends, backend_digests, backend_warnings = found
+            assert last is not None
+            backends, backend_digests, backend_warnings, touched = found
+            derived = (last.parts, touched)
         peers = frontends = warnings = listeners = tls_listeners = None
         groups: Mapping[str, ListenerGroups] | None = None
         certificates: Mapping[str, bytes] | None = None
@@ -441,27 +444,31 @@ class Encoder:
             peers=len(snapshot.peers.peers),
             backends=len(snapshot.backends),
             warnings=len(snapshot.warnings) + backend_warnings,
+            derived=derived,
         )
         return content, _Encoded(snapshot, parts, backend_warnings, groups)
 
     def _replaced(
         self, snapshot: WorkloadSnapshot, last: _Encoded, cache: _BackendCache
-    ) -> tuple[dict[str, bytes], dict[str, bytes], int] | None:
+    ) -> tuple[dict[str, bytes], dict[str, bytes], int, tuple[str, ...]] | None:
         """The backends' bytes, digests and warnings from `last`'s when only some specs
-        were replaced in place (same count, same names in the same order); else None."""
+        were replaced in place (same count, same names in the same order), with the names
+        of those replaced; else None."""
         old, new = last.snapshot.backends, snapshot.backends
         if len(old) != len(new):
             return None
         backends = dict(last.parts.backends)
         digests = dict(last.parts.backend_digests)
         warnings = last.backend_warnings
+        touched: list[str] = []
         for index in compress(count(), map(is_not, old, new)):
             before, spec = old[index], new[index]
             if before.name != spec.name:
                 return None
             _, backends[spec.name], digests[spec.name] = self._hit(spec, cache)
+            touched.append(spec.name)
             warnings += len(spec.warnings) - len(before.warnings)
-        return backends, digests, warnings
+        return backends, digests, warnings, tuple(touched)
 
 
 def _joined(groups: Mapping[str, ListenerGroups], field: str) -> Mapping[str, bytes]:

@@ -73,6 +73,26 @@ def unshared(old: ContentParts, new: ContentParts) -> tuple[list[bytes], list[by
     return gone, added
 
 
+def unshared_named(
+    old: ContentParts, new: ContentParts, names: Iterable[str]
+) -> tuple[list[bytes], list[bytes]]:
+    """`unshared(old, new)` when only the backends `names` can differ between them (the
+    encoder's `SnapshotContent.derived`): O(len(names)). A backend's bytes hold its name,
+    so one object is never under two names and comparing name by name gives the same
+    two lists as the set difference."""
+    gone: list[bytes] = []
+    added: list[bytes] = []
+    for name in names:
+        before, after = old.backends.get(name), new.backends.get(name)
+        if before is after:
+            continue
+        if before is not None:
+            gone.append(before)
+        if after is not None:
+            added.append(after)
+    return gone, added
+
+
 def fixed_bytes(old: ContentParts, new: ContentParts) -> int:
     """Bytes of `old`'s parts other than backends that `new` does not share (a rotated
     certificate's and a changed route group's old bytes among them), and its backends

@@ -40,6 +40,7 @@ from controlplane.publish.retention import (
     Retained,
     fixed_bytes,
     unshared,
+    unshared_named,
 )
 from peerplane.v1 import peerplane_pb2 as pb
 
@@ -53,18 +54,29 @@ class Published:
     workload: str
     version: int
     content: SnapshotContent
-    # ServerMessage(snapshot=...), built once per version for every stream by appending
-    # the version to the computed bytes: the snapshot is never serialized again. Not in
-    # the repr: it holds the certificates' private keys.
-    message_bytes: bytes = field(repr=False)
     # time.monotonic() at publication (push-latency metric); not part of the content.
     published_at: float = field(default=0.0, compare=False)
     # Content hashes a delta to this version can start from (retained, this one excluded).
     bases: frozenset[str] = field(default=frozenset(), compare=False)
+    # `message_bytes` once built (shared by the copies `replace` makes of this version).
+    _message: list[bytes] = field(default_factory=list, compare=False, repr=False)
 
     @property
     def content_hash(self) -> str:
         return self.content.content_hash
+
+    @property
+    def message_bytes(self) -> bytes:
+        """ServerMessage(snapshot=...), built on the first full snapshot sent of this
+        version and shared by every stream, by appending the version to the computed
+        bytes: the snapshot is never serialized again, and a version that only deltas
+        carry never joins its 8 MB. It holds the certificates' private keys."""
+        if not self._message:
+            content = self.content
+            self._message.append(
+                wire.snapshot_message(content.payload, self.version, content.content_hash)
+            )
+        return self._message[0]
 
     def snapshot(self) -> pb.Snapshot:
         """The versioned message as inspection shows it: every certificate's pem cleared,
@@ -183,14 +195,12 @@ class SnapshotStore:
             return False
         version = self._generations.get(workload, 0) + 1
         self._generations[workload] = version
-        message = wire.snapshot_message(content.payload, version, content.content_hash)
         self._drop_deltas(workload)
         self._retain(workload, content, current, version)
         self._current[workload] = Published(
             workload,
             version,
             content,
-            message,
             published_at=time.monotonic(),
             bases=self._bases(workload),
         )
@@ -211,7 +221,11 @@ class SnapshotStore:
             self._refs.count(content.parts.backends.values(), CURRENT, 1)
         else:
             before = replaced.content.parts
-            gone, added = unshared(before, content.parts)
+            derived, content.derived = content.derived, None  # read once, then let go
+            if derived is not None and derived[0] is before:  # the encoder said what moved
+                gone, added = unshared_named(before, content.parts, derived[1])
+            else:
+                gone, added = unshared(before, content.parts)
             self._refs.count(added, CURRENT, 1)
             self._refs.count(gone, CURRENT, -1)
             previous = retained.get(replaced.content_hash)

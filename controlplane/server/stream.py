@@ -215,7 +215,7 @@ class StreamHandler:
             return pb.ServerMessage(in_sync=in_sync).SerializeToString()
         sent = decision.sent
         session.sent(sent.nonce)
-        shared = published.message_bytes  # ServerMessage(snapshot=...)
+        shared: bytes | None = None
         kind = "snapshot"
         if isinstance(decision, protocol.SendDelta):
             delta = self._store.delta_message(published.workload, sent.content_hash, sent.base)
@@ -225,6 +225,8 @@ class StreamHandler:
                 self._metrics.retained(
                     store.retained_count, store.retained_bytes, store.delta_cache_bytes
                 )
+        if shared is None:  # built on the first full snapshot of a version, then shared
+            shared = published.message_bytes  # ServerMessage(snapshot=...)
         # The shared bytes hold ServerMessage(snapshot=...) or (delta=...); protobuf
         # merges them with the stream's nonce.
         message = pb.ServerMessage(nonce=sent.nonce).SerializeToString() + shared

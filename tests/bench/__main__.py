@@ -58,6 +58,7 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark("api_servers", "tests.bench.apiservers"),
     Benchmark("tls", "tests.bench.tls"),
     Benchmark("tls_rotation", "tests.bench.tls_rotation"),
+    Benchmark("soak", "tests.bench.soak"),
 ]
 SCALABLE = ("fanout", "churn")  # the benchmarks `--agents` sizes
 FULL_ENV = "BENCH_FULL"  # set to 1: `--full` unless `--quick` is given

@@ -59,6 +59,7 @@ import yaml
 from nodeagent.haproxy.driver import HAProxy
 from tests.bench import realapi
 from tests.bench.common import Result, log, median, percentile
+from tests.bench.memory import fleet_pids, rss_now
 from tests.bench.routeskube import LEDGER, NAMESPACE, ApiRoutes, RouteCluster, folder_objects
 from tests.helpers.fleet import BACKENDS, HAPROXY_PODS, HTTP_PORT, Fleet, haproxy_binary
 from tests.helpers.waiting import wait_until
@@ -361,6 +362,8 @@ class Measured:
     service_reloads: dict[str, int] = field(default_factory=dict)
     service_lags: dict[str, list[float]] = field(default_factory=dict)  # write to published
     refused_calls: int | None = None  # kube-real: serve's calls the shipped RBAC refused
+    # RSS at the end of the run, MiB: "controlplane" and each agent by pod name
+    rss: dict[str, float] = field(default_factory=dict)
 
 
 def kube_server_args(workdir: Path, real: bool = False) -> list[str]:
@@ -495,6 +498,9 @@ def measure(
             new_services(fleet, bench, trials, found, work / "controlplane.log")
         if real is not None:
             found.refused_calls = realapi.refused_calls(work / "controlplane.log")
+        assert fleet.control_plane is not None
+        agents = {a.pod_name: a.process.pid for a in fleet.agents.values()}
+        found.rss = rss_now(fleet_pids(fleet.control_plane.pid, agents))
     finally:
         fleet.stop()
         if cluster is not None:
@@ -551,6 +557,15 @@ def results(prefix: str, found: Measured, routes: int, trials: int) -> list[Resu
         Result(f"{prefix}.repoint_failed_requests", found.failed, "", loop),
         Result(f"{prefix}.repoint_reloads", found.repoint_reloads, "", loop),
         *(
+            Result(
+                f"{prefix}.{'cp_rss' if name == 'controlplane' else f'agent_rss.{name}'}",
+                rss,
+                "MiB",
+                {"routes": routes, "when": "end of the run"},
+            )
+            for name, rss in sorted(found.rss.items())
+        ),
+        *(
             result
             for phase, samples in found.services.items()
             for result in (
@@ -583,6 +598,8 @@ def describe(variant: str, routes: int, found: Measured) -> str:
         f"{max(lags) * 1000:.0f} ms), reloads {found.reloads}; re-pointed {found.repoints}x under "
         f"{found.sent} requests: {found.failed} failed {found.failures}, "
         f"{found.repoint_reloads} reloads"
+        + "; RSS at the end "
+        + ", ".join(f"{name} {rss:,.0f} MiB" for name, rss in sorted(found.rss.items()))
         + (
             f"; {found.refused_calls} calls refused by the shipped RBAC"
             if found.refused_calls is not None

@@ -93,6 +93,7 @@ from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 from tests.bench import realapi
 from tests.bench.common import Result, log, median, percentile
+from tests.bench.memory import rss_mib
 from tests.bench.scalefolder import (
     ENDPOINTS,
     MOVED_ADDRESS,
@@ -181,18 +182,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(after_comm[11]) + int(after_comm[12])) / _TICKS
 
 
-def rss_mib(pid: int) -> tuple[float, float]:
-    """Resident memory of a process now and at its peak (VmRSS, VmHWM of
-    /proc/PID/status), MiB: a container's memory limit must hold the peak."""
-    found = {"VmRSS:": float("nan"), "VmHWM:": float("nan")}
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            key = line.split(maxsplit=1)[0] if line.strip() else ""
-            if key in found:
-                found[key] = int(line.split()[1]) / 1024
-    return found["VmRSS:"], found["VmHWM:"]
-
-
 def disk_written(pid: int) -> int:
     """Bytes a process caused to be written to storage (`write_bytes` of /proc/PID/io:
     pages it dirtied), its log file included."""
@@ -262,6 +251,7 @@ class Curve:
     idle: dict[str, float] = field(default_factory=dict)
     cp_rss_mib: tuple[float, float] = (float("nan"), float("nan"))  # after the samples, peak
     agent_rss_mib: tuple[float, float] = (float("nan"), float("nan"))  # the larger agent's
+    agents_rss_mib: dict[str, float] = field(default_factory=dict)  # each agent's, now
     # HAProxy's master and serving worker (the larger of the two instances), now, MiB
     haproxy_rss_mib: tuple[float, float] = (float("nan"), float("nan"))
     error: str = ""
@@ -490,6 +480,10 @@ class ScaleFleet:
         cp, agents = self.pids()
         return rss_mib(cp), max((rss_mib(pid) for pid in agents), key=lambda r: r[1])
 
+    def agents_rss(self) -> dict[str, float]:
+        """Resident MiB of each agent now, by pod name."""
+        return {a.pod_name: rss_mib(a.process.pid)[0] for a in self.fleet.agents.values()}
+
     def haproxy_rss(self) -> tuple[float, float]:
         """Resident MiB of HAProxy's master and serving worker, the larger instance's."""
         found = []
@@ -704,6 +698,7 @@ def measure(
             curve.startup_note += f"; {refused} calls refused by the shipped RBAC"
         curve.ledger_object, curve.ledger_note = fleet.ledger()
         curve.cp_rss_mib, curve.agent_rss_mib = fleet.rss()
+        curve.agents_rss_mib = fleet.agents_rss()
         curve.haproxy_rss_mib = fleet.haproxy_rss()
     except HAProxyRefused as err:  # what users with this limit meet: a row, not a crash
         curve.refused = err.words
@@ -910,6 +905,10 @@ def results_of(curve: Curve, binary: str) -> list[Result]:
         Result(f"{base}.cp_rss_peak", curve.cp_rss_mib[1], "MiB", params),
         Result(f"{base}.agent_rss", curve.agent_rss_mib[0], "MiB", params),
         Result(f"{base}.agent_rss_peak", curve.agent_rss_mib[1], "MiB", params),
+        *(
+            Result(f"{base}.agent_rss.{pod}", rss, "MiB", params)
+            for pod, rss in sorted(curve.agents_rss_mib.items())
+        ),
         Result(f"{base}.haproxy_master_rss", curve.haproxy_rss_mib[0], "MiB", params),
         Result(f"{base}.haproxy_worker_rss", curve.haproxy_rss_mib[1], "MiB", params),
         Result(

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from types import MappingProxyType
 
-from controlplane.ledger.store import LedgerWriteError
+from controlplane.ledger.store import LedgerWriteError, Since
 from controlplane.model import ClusterState
 from controlplane.publish.store import SnapshotStore
 from controlplane.snapshot import (
@@ -127,7 +127,7 @@ class RecordingLedger:
     def load(self) -> tuple[SlotAssignment, list[str]]:
         return self.initial, ["state file had a bad line"]
 
-    def save(self, assignment: SlotAssignment) -> None:
+    def save(self, assignment: SlotAssignment, since: Since | None = None) -> None:
         if self.failures_left:
             self.failures_left -= 1
             if self.unwritten is not None:  # a shard each: all others were written

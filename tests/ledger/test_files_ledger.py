@@ -103,6 +103,40 @@ def test_a_save_writes_only_the_changed_rows(tmp_path: Path) -> None:
     assert loaded["ns_s7_http"].count == 16 and "ns_s9_http" not in loaded
 
 
+def _writes(ledger: FileLedger) -> list[str]:
+    """The INSERT and DELETE statements the ledger's next saves run (appended to)."""
+    assert ledger._db is not None
+    statements: list[str] = []
+    ledger._db.set_trace_callback(statements.append)
+    return statements
+
+
+def test_a_save_since_the_last_compares_only_the_backends_the_computation_touched(
+    tmp_path: Path,
+) -> None:
+    """At 8,000 Services comparing every backend with the saved one was a Python loop per
+    change: a save told what the computation touched since the assignment saved last
+    compares those only (here a backend it was not told of differs, and is not written:
+    the proof it was not looked at). From any other assignment, every backend."""
+    path = tmp_path / "slots.db"
+    first = {f"ns_s{i}_http": SHOP for i in range(20)}
+    ledger = FileLedger(path)
+    ledger.load()
+    ledger.save(first)
+    loaded, _ = ledger.load()
+    statements = _writes(ledger)
+    second = {**loaded, "ns_s7_http": BackendSlots(16, SHOP.slots), "ns_s8_http": BackendSlots(9)}
+    del second["ns_s9_http"]
+    ledger.save(second, since=(loaded, {"ns_s7_http", "ns_s9_http"}))
+    writes = [s for s in statements if s.startswith(("INSERT", "DELETE"))]
+    assert len(writes) == 2 and "ns_s7_http" in writes[0] and "ns_s9_http" in writes[1]
+    statements.clear()
+    third = {**second, "ns_s1_http": BackendSlots(12, SHOP.slots)}
+    ledger.save(third, since=(dict(second), {"ns_s1_http"}))  # not the saved object
+    writes = [s for s in statements if s.startswith(("INSERT", "DELETE"))]
+    assert len(writes) == 2 and "ns_s1_http" in writes[0] and "ns_s8_http" in writes[1]
+
+
 @pytest.mark.parametrize("kind", ["directory", "fifo"])
 def test_a_state_path_that_is_no_file_is_refused_not_rebuilt(tmp_path: Path, kind: str) -> None:
     """A FIFO as --state hung serve; a directory was read as no state (slots rebuilt)."""

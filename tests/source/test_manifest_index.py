@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -122,3 +123,51 @@ def test_each_refresh_reports_exactly_the_objects_it_changed(
         }
         assert index.changed() == expected
         before = after
+
+
+class _CountingViews(dict):  # type: ignore[type-arg]
+    """The index's per-path views, counting the lookups of every file's view."""
+
+    lookups = 0
+
+    def __getitem__(self, path: Path) -> object:
+        _CountingViews.lookups += 1
+        return super().__getitem__(path)
+
+
+def test_an_edit_of_one_file_looks_up_no_other_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 8,000 files a refresh that looked every file's view up again (hashing each Path)
+    and joined every file's objects of the edited kinds again cost more than the edited
+    file's parse (~10 ms): an edit of an existing file that keeps its counts swaps its
+    own entries and splices its objects in, and the state is what a fresh index
+    assembles."""
+    names = [f"s{i}" for i in range(50)]
+    current = {
+        Path(f"/m/{name}.yaml"): ParsedFile(((0, "document 1", Service("a", name, ())),))
+        for name in names
+    }
+    index = fresh(current)
+    index._views = _CountingViews(index._views)
+    edited = Path("/m/s7.yaml")
+    current[edited] = ParsedFile(((0, "document 1", Service("a", "s7", (ServicePort("", 1),))),))
+    index.put(edited, current[edited])
+    _CountingViews.lookups = 0
+    assert index.refresh()
+    assert _CountingViews.lookups == 0
+    expected = fresh(current)
+    assert index.state() == expected.state() and index.errors() == expected.errors()
+
+    def joined(*_: object) -> None:
+        raise AssertionError("every file's objects joined again")
+
+    monkeypatch.setattr("controlplane.source.manifest_index._joined", joined)
+    for name, port in (("s7", 2), ("s30", 3)):  # the same count of Services each
+        path = Path(f"/m/{name}.yaml")
+        current[path] = ParsedFile(
+            ((0, "document 1", Service("a", name, (ServicePort("", port),))),)
+        )
+        index.put(path, current[path])
+        assert index.refresh()
+    monkeypatch.undo()
+    expected = fresh(current)
+    assert index.state() == expected.state() and index.errors() == expected.errors()

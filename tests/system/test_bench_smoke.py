@@ -37,6 +37,7 @@ from tests.bench import retention as retention_bench
 from tests.bench import route_delta as route_delta_bench
 from tests.bench import routes as routes_bench
 from tests.bench import scale as scale_bench
+from tests.bench import soak as soak_bench
 from tests.bench import summary as bench_summary
 from tests.bench import tls as tls_bench
 from tests.bench import tls_rotation as tls_rotation_bench
@@ -459,6 +460,8 @@ def test_scale_bench_measures_delivery_and_ledger_modes_side_by_side(
         for process in ("cp", "agent"):
             now = found[f"scale.n3.{mode}.{process}_rss"].value
             assert 10 < now <= found[f"scale.n3.{mode}.{process}_rss_peak"].value < 2048
+        agents = [n for n in found if n.startswith(f"scale.n3.{mode}.agent_rss.")]
+        assert len(agents) == 2 and all(10 < found[n].value < 2048 for n in agents)
         for process in ("master", "worker"):
             assert 1 < found[f"scale.n3.{mode}.haproxy_{process}_rss"].value < 2048
         assert found[f"scale.n3.{mode}.disk_written_per_change"].value >= 0
@@ -660,6 +663,27 @@ def test_route_propagation_bench_kube_variant_creates_routes_through_the_api_wit
     assert found["route_propagation.kube.repoint_failed_requests"].value == 0
     assert found["route_propagation.kube.repoint_failed_requests"].parameters["requests"] > 0
     assert found["route_propagation.kube.repoint_reloads"].value == 0
+    rss = {n for n in found if ".cp_rss" in n or ".agent_rss." in n}
+    assert rss == {
+        "route_propagation.kube.cp_rss",
+        *(f"route_propagation.kube.agent_rss.{pod}" for pod, _ in HAPROXY_PODS),
+    }
+    assert all(found[n].value > 10 for n in rss)  # MiB: a Python process at least
+
+
+def test_soak_bench_samples_memory_under_a_stream_of_changes(haproxy_bin: HAProxyBinary) -> None:
+    """A tiny soak (own octet): the stream of endpoint and route changes runs, both agents
+    converge at the end, the RSS of the control plane and of each agent is sampled, and a
+    run this short reports its slope without a verdict."""
+    size = soak_bench.SoakSize(services=3, routes=4, minutes=0.25, interval_s=0.2, sample_s=1.0)
+    found = soak_bench.soak(size, haproxy_bin.path, octet=45)
+    assert found.converged and found.changes >= 40 and found.checks
+    assert set(found.trends) == {"controlplane", "haproxy-s45a", "haproxy-s45b"}
+    for trend in found.trends.values():
+        assert trend.samples >= 10 and trend.start > 10 and not trend.judged
+    names = {r.name for r in soak_bench.results(found)}
+    assert {"soak.converged", "soak.cp.rss_slope", "soak.agent.haproxy-s45a.rss_end"} <= names
+    assert not [n for n in names if n.endswith("rss_flat")]
 
 
 def test_route_propagation_bench_folder_variant_serves_new_services_from_spares(

@@ -23,7 +23,7 @@ import yaml
 
 from nodeagent.config.render import RenderOptions, render
 from nodeagent.haproxy.driver import HAProxy
-from tests.bench.scale import rss_mib
+from tests.bench.memory import rss_mib
 from tests.helpers.fleet import stop_process
 from tests.helpers.haproxy_env import backend, free_port, loopback_net, snapshot
 from tests.helpers.haproxy_versions import HAProxyBinary
