@@ -328,7 +328,9 @@ def test_updated_table_under_wildcard_listeners_equals_from_scratch(seed: int) -
             routes[name] = _wild_route(rng, name)
         cluster_state = _cluster(routes, WILD_BASE)
         _assert_same(_computed(computer, cluster_state), _from_scratch(cluster_state))
-    assert computer.updated >= 10, computer.updated
+    # most steps are updates (25 to 33 of 40 on these seeds; 11 to 19, the changes of
+    # routes with no candidate, when a held wildcard made every other one a fallback)
+    assert computer.updated >= 22, computer.updated
 
 
 def _under_wildcard(name: str, host: str, backend: str = "shop", **more: Any) -> Any:
