@@ -2,26 +2,32 @@
 
 Pure. A `Held` snapshot keeps its `ContentParts` (the shared `peerplane.parts`: each
 backend's framed bytes, its `Snapshot.backends` entry, and the other fields' bytes) beside
-the message, so a `SnapshotDelta` is applied and its content hash verified in
-O(changed backends) plus one SHA-256 over a join of bytes already in hand; the
-serialization of the whole snapshot is never rebuilt (docs/design.md, "The agent stream":
+the message, each with its digest, so a `SnapshotDelta` is applied and its content hash
+verified in O(changed parts): the changed backends, certificates and route groups are
+hashed, then one join of 32-byte digests; the serialization of the whole snapshot is
+never rebuilt nor hashed (docs/design.md, "The agent stream":
 deltas on the agent side).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from peerplane.parts import (
     ContentParts,
     backend_changes,
     certificate_changes,
+    contract_1_hash,
     framed_certificate,
+    framed_route_group,
     frontends_part,
     listeners_part,
+    moved_digests,
     peers_part,
+    route_group_changes,
+    route_group_key,
     tls_listeners_part,
     warnings_part,
 )
@@ -45,6 +51,14 @@ class ChangeSet:
     warnings: bool
     certificates: frozenset[str] = frozenset()  # added or changed
     removed_certificates: frozenset[str] = frozenset()
+    route_groups: frozenset[str] = frozenset()  # keys of route groups added or changed
+    removed_route_groups: frozenset[str] = frozenset()
+
+    @property
+    def routes(self) -> bool:
+        """Whether the HTTP listeners' frontends may render differently: the listeners
+        (with the frontends) or any route group changed."""
+        return self.frontends or bool(self.route_groups or self.removed_route_groups)
 
 
 @dataclass(frozen=True)
@@ -68,6 +82,9 @@ class Held:
     # TLS certificates by name (field 15) and passthrough listeners (field 16).
     certificates: Mapping[str, pb.Certificate] = field(default_factory=dict, repr=False)
     tls_listeners: Sequence[pb.TlsPassthroughListener] = ()
+    # The listeners' rules (field 18, contract 2): each route group by key, in key order
+    # (`parts.route_groups` holds their framed bytes, the render cache's keys).
+    route_groups: Mapping[str, pb.RouteGroup] = field(default_factory=dict)
 
     @property
     def framed(self) -> Mapping[str, bytes]:
@@ -86,6 +103,14 @@ class Held:
     def listeners_part(self) -> bytes:
         return self.parts.listeners
 
+    def route_rules(self) -> Iterator[pb.RouteRule]:
+        """Every route rule held: the listeners' own (a contract-1 control plane's), then
+        the route groups'."""
+        for listener in self.http_listeners:
+            yield from listener.rules
+        for group in self.route_groups.values():
+            yield from group.rules
+
     @classmethod
     def from_snapshot(cls, snapshot: pb.Snapshot) -> Held:
         """Hold a full snapshot (its claimed hash is kept as is); backends by name."""
@@ -99,6 +124,12 @@ class Held:
             if c.name in certificates:
                 raise DeltaError(f"duplicate certificate {c.name!r}")
             certificates[c.name] = c
+        groups: dict[str, pb.RouteGroup] = {}
+        for g in sorted(snapshot.route_groups, key=route_group_key):
+            key = route_group_key(g)
+            if key in groups:
+                raise DeltaError(f"duplicate route group {key!r}")
+            groups[key] = g
         peers = snapshot.peers if snapshot.HasField("peers") else None
         http = snapshot.http_frontend if snapshot.HasField("http_frontend") else None
         return cls(
@@ -115,6 +146,7 @@ class Held:
             http_listeners=tuple(snapshot.http_listeners),
             certificates=certificates,
             tls_listeners=tuple(snapshot.tls_listeners),
+            route_groups=groups,
         )
 
     def payload(self) -> bytes:
@@ -140,6 +172,7 @@ class Held:
                 parts.listeners,
                 *parts.certificates.values(),
                 parts.tls_listeners,
+                *parts.route_groups.values(),
             )
         )
 
@@ -156,13 +189,14 @@ class Held:
             raise DeltaError(f"workload {delta.workload!r} is not {self.workload!r}")
         backends, framed_by_name, changed, removed = _named_changes(
             "backend", self.backends, self.parts.backends, delta.backends,
-            delta.removed_backends, framed,
+            delta.removed_backends, framed, _name,
         )  # fmt: skip
         added = any(name not in self.backends for name in changed)
         if added:  # back into name order
             framed_by_name = {name: framed_by_name[name] for name in sorted(framed_by_name)}
         names = tuple(framed_by_name) if added or removed else self.names
         certificates, framed_certificates, certs_changed, certs_removed = self._certificates(delta)
+        groups, framed_groups, groups_changed, groups_removed = self._route_groups(delta)
         old = self.parts
         peers, peers_bytes = self.peers, old.peers
         if delta.peers_changed:
@@ -192,6 +226,14 @@ class Held:
             listeners=listeners_bytes,
             certificates=framed_certificates,
             tls_listeners=tls_bytes,
+            route_groups=framed_groups,
+            backend_digests=moved_digests(old.backend_digests, framed_by_name, changed, removed),
+            certificate_digests=moved_digests(
+                old.certificate_digests, framed_certificates, certs_changed, certs_removed
+            ),
+            group_digests=moved_digests(
+                old.group_digests, framed_groups, groups_changed, groups_removed
+            ),
         )
         result = Held(
             workload=self.workload,
@@ -207,9 +249,10 @@ class Held:
             http_listeners=listeners,
             certificates=certificates,
             tls_listeners=tls,
+            route_groups=groups,
         )
         got = result.computed_hash()
-        if got != delta.to_content_hash:
+        if got != delta.to_content_hash and contract_1_hash(parts) != delta.to_content_hash:
             raise DeltaError(f"the result's content hash is {got[:12]}")
         change = ChangeSet(
             base=self.content_hash,
@@ -222,6 +265,10 @@ class Held:
                 n for n in certs_changed if old.certificates.get(n) != framed_certificates[n]
             ),
             removed_certificates=certs_removed,
+            route_groups=frozenset(
+                k for k in groups_changed if old.route_groups.get(k) != framed_groups[k]
+            ),
+            removed_route_groups=groups_removed,
         )
         return result, change
 
@@ -234,18 +281,34 @@ class Held:
             return dict(self.certificates), dict(self.parts.certificates), set(), frozenset()
         certificates, framed_by_name, changed, removed = _named_changes(
             "certificate", self.certificates, self.parts.certificates, delta.certificates,
-            delta.removed_certificates, framed_certificate,
+            delta.removed_certificates, framed_certificate, _name,
         )  # fmt: skip
         ordered = {name: framed_by_name[name] for name in sorted(framed_by_name)}
         return certificates, ordered, changed, removed
 
+    def _route_groups(
+        self, delta: pb.SnapshotDelta
+    ) -> tuple[dict[str, pb.RouteGroup], dict[str, bytes], set[str], frozenset[str]]:
+        """The route groups and their framed bytes (key order) after `delta`, the keys it
+        sent and the keys it removed: O(changed) but for the dict copies and, when a
+        group was added, one pass to put it in key order."""
+        if not delta.route_groups and not delta.removed_route_groups:
+            return dict(self.route_groups), dict(self.parts.route_groups), set(), frozenset()
+        groups, framed_by_key, changed, removed = _named_changes(
+            "route group", self.route_groups, self.parts.route_groups, delta.route_groups,
+            delta.removed_route_groups, framed_route_group, route_group_key,
+        )  # fmt: skip
+        if any(key not in self.route_groups for key in changed):
+            framed_by_key = {key: framed_by_key[key] for key in sorted(framed_by_key)}
+            groups = {key: groups[key] for key in framed_by_key}
+        return groups, framed_by_key, changed, removed
 
-class _Named(Protocol):
-    @property
-    def name(self) -> str: ...
+
+M = TypeVar("M")
 
 
-M = TypeVar("M", bound=_Named)
+def _name(message: pb.Backend | pb.Certificate) -> str:
+    return message.name
 
 
 def _named_changes(
@@ -255,21 +318,24 @@ def _named_changes(
     sent: Iterable[M],
     removed_names: Sequence[str],
     frame: Callable[[M], bytes],
+    key: Callable[[M], str],
 ) -> tuple[dict[str, M], dict[str, bytes], set[str], frozenset[str]]:
-    """Messages kept by name (backends, certificates) after a delta replaced the `sent`
-    ones whole and dropped `removed_names`: the messages, their framed bytes (held order,
-    additions last), the names sent and the names removed; DeltaError on a contradiction."""
+    """Messages kept by name (backends, certificates; route groups by key) after a delta
+    replaced the `sent` ones whole and dropped `removed_names`: the messages, their framed
+    bytes (held order, additions last), the names sent and the names removed; DeltaError
+    on a contradiction."""
     messages = dict(held)
     framed_by_name = dict(held_framed)  # replaced and removed keep the order
     changed: set[str] = set()
     for message in sent:
-        if not message.name:
+        name = key(message)
+        if not name:
             raise DeltaError(f"a {what} without a name")
-        if message.name in changed:
-            raise DeltaError(f"{what} {message.name!r} listed twice")
-        changed.add(message.name)
-        messages[message.name] = message
-        framed_by_name[message.name] = frame(message)
+        if name in changed:
+            raise DeltaError(f"{what} {name!r} listed twice")
+        changed.add(name)
+        messages[name] = message
+        framed_by_name[name] = frame(message)
     removed = frozenset(removed_names)
     if len(removed) != len(removed_names):
         raise DeltaError(f"a removed {what} is named twice")
@@ -289,6 +355,7 @@ def diff(old: Held, new: Held) -> ChangeSet:
     before, after = old.parts, new.parts
     changed, removed = backend_changes(before, after)
     certs, certs_removed = certificate_changes(before, after)
+    groups, groups_removed = route_group_changes(before, after)
     return ChangeSet(
         base=old.content_hash,
         backends=frozenset(changed),
@@ -298,6 +365,8 @@ def diff(old: Held, new: Held) -> ChangeSet:
         warnings=before.warnings != after.warnings,
         certificates=frozenset(certs),
         removed_certificates=frozenset(certs_removed),
+        route_groups=frozenset(groups),
+        removed_route_groups=frozenset(groups_removed),
     )
 
 

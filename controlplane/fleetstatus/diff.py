@@ -118,9 +118,14 @@ def diff(old: pb.Snapshot, new: pb.Snapshot) -> list[str]:
     front = _fields(old, new, skip=_NOT_FRONTENDS)
     if front:
         lines += ["frontends:", *(f"  {line}" for line in front)]
-    if list(old.http_listeners) != list(new.http_listeners):
-        rules = (sum(len(x.rules) for x in s.http_listeners) for s in (old, new))
+    groups_differ = list(old.route_groups) != list(new.route_groups)
+    if list(old.http_listeners) != list(new.http_listeners) or groups_differ:
+        rules = (
+            sum(len(x.rules) for x in s.http_listeners) + sum(len(g.rules) for g in s.route_groups)
+            for s in (old, new)
+        )
         lines.append("http listeners: {} -> {} rules".format(*rules))
+        lines += _route_groups(old, new)
         lines += _listener_tls(old, new)
     lines += _certificates(old, new)
     lines += _tls_listeners(old, new)
@@ -146,8 +151,27 @@ _NOT_FRONTENDS = (
     "http_listeners",
     "certificates",
     "tls_listeners",
+    "route_groups",
 )
+MAX_GROUP_LINES = 20  # route groups named per diff; the rest counted
 FINGERPRINT_CHARS = 16  # of the SHA-256 hex: enough to tell two certificates apart
+
+
+def _group_key(group: pb.RouteGroup) -> str:
+    return f"{group.listener}/{group.host}"
+
+
+def _route_groups(old: pb.Snapshot, new: pb.Snapshot) -> list[str]:
+    """The route groups (a listener's rules of one host) added, removed or changed, by
+    key, the first `MAX_GROUP_LINES`."""
+    found = []
+    for key, a, b in _pairs(old.route_groups, new.route_groups, _group_key):
+        if a != b:
+            what = "added" if a is None else "removed" if b is None else "changed"
+            rules = len((b if b is not None else a).rules)  # type: ignore[union-attr]
+            found.append(f"  route group {escape(key)}: {what} ({rules} rules)")
+    more = len(found) - MAX_GROUP_LINES
+    return found[:MAX_GROUP_LINES] + ([f"  ... and {more} more route groups"] if more > 0 else [])
 
 
 def _fingerprint(certificate: pb.Certificate) -> str:

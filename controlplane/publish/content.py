@@ -8,7 +8,7 @@ head, each backend's framed bytes, frontends, warnings) are what deltas are buil
 
 from __future__ import annotations
 
-from peerplane.parts import ContentParts, payload_hash
+from peerplane.parts import ContentParts
 from peerplane.v1 import peerplane_pb2 as pb
 
 
@@ -16,8 +16,8 @@ class SnapshotContent:
     """One workload's encoded snapshot, unversioned.
 
     `payload` is the deterministic serialization with version and content_hash unset;
-    `content_hash` is its SHA-256. The message is parsed only when someone asks for it
-    (inspection, the CLI): streaming sends the bytes.
+    `content_hash` is SHA-256 over its parts' digests (`peerplane.parts`). The message is
+    parsed only when someone asks for it (inspection, the CLI): streaming sends the bytes.
     """
 
     __slots__ = (
@@ -55,8 +55,7 @@ class SnapshotContent:
         cls, workload: str, parts: ContentParts, peers: int, backends: int, warnings: int
     ) -> SnapshotContent:
         """Content of encoded parts, hashed as `peerplane.parts` defines it."""
-        payload = parts.join()
-        return cls(workload, payload_hash(payload), parts, peers, backends, warnings, payload)
+        return cls(workload, parts.content_hash(), parts, peers, backends, warnings)
 
     @classmethod
     def from_message(cls, snapshot: pb.Snapshot) -> SnapshotContent:
@@ -92,7 +91,8 @@ class SnapshotContent:
 
 
 def content_hash(snapshot: pb.Snapshot) -> str:
-    """SHA-256 of the deterministic serialization, version and hash cleared."""
+    """The content hash (`peerplane.parts`: over the parts' digests), version and hash
+    cleared."""
     return SnapshotContent.from_message(snapshot).content_hash
 
 

@@ -1,11 +1,12 @@
 """Deltas: the change from one version's encoded parts to another's, as `SnapshotDelta`
 bytes (docs/design.md, "The agent stream").
 
-`SnapshotDelta` shares its field numbers 1 to 8 and 14 to 16 with `Snapshot`, so a delta
-is built from the very bytes the encoder made for the snapshot: the framed backends and
-certificates that differ are concatenated unchanged, and the peers, frontends (with the
-listeners) and
-warnings parts are copied only when they differ (with their flag). Backends are compared
+`SnapshotDelta` shares its field numbers 1 to 8, 14 to 16 and 18 with `Snapshot`, so a
+delta is built from the very bytes the encoder made for the snapshot: the framed
+backends, certificates and route groups that differ are concatenated unchanged (a route
+change: the groups of the hosts it touches), and the peers, frontends (with the
+listeners, without their rules) and warnings parts are copied only when they differ
+(with their flag). Backends are compared
 by identity first (the encoder shares an unchanged backend's bytes object between
 versions), then by equality, so building a delta is O(backends) in C at worst and copies
 only what changed.
@@ -15,7 +16,12 @@ from __future__ import annotations
 
 from controlplane.publish import wire
 from peerplane import protowire
-from peerplane.parts import ContentParts, backend_changes, certificate_changes
+from peerplane.parts import (
+    ContentParts,
+    backend_changes,
+    certificate_changes,
+    route_group_changes,
+)
 from peerplane.v1 import peerplane_pb2 as pb
 
 DELTA_VERSION = wire.number(pb.SnapshotDelta, "version")
@@ -23,15 +29,16 @@ DELTA_TO_HASH = wire.number(pb.SnapshotDelta, "to_content_hash")
 DELTA_FROM_HASH = wire.number(pb.SnapshotDelta, "from_content_hash")
 DELTA_REMOVED = wire.number(pb.SnapshotDelta, "removed_backends")
 DELTA_REMOVED_CERTIFICATES = wire.number(pb.SnapshotDelta, "removed_certificates")
+DELTA_REMOVED_ROUTE_GROUPS = wire.number(pb.SnapshotDelta, "removed_route_groups")
 DELTA_PEERS_CHANGED = wire.number(pb.SnapshotDelta, "peers_changed")
 DELTA_FRONTENDS_CHANGED = wire.number(pb.SnapshotDelta, "frontends_changed")
 DELTA_WARNINGS_CHANGED = wire.number(pb.SnapshotDelta, "warnings_changed")
 SERVER_MESSAGE_DELTA = wire.number(pb.ServerMessage, "delta")
 
-# Fields 1, 4 to 8 and 14 to 16 must mean the same in both messages for the parts to be
-# reused.
+# Fields 1, 4 to 8, 14 to 16 and 18 must mean the same in both messages for the parts to
+# be reused.
 _SHARED = ("workload", "peers", "backends", "http_frontend", "tcp_frontends", "warnings")
-for _name in (*_SHARED, "http_listeners", "certificates", "tls_listeners"):
+for _name in (*_SHARED, "http_listeners", "certificates", "tls_listeners", "route_groups"):
     if wire.number(pb.SnapshotDelta, _name) != wire.number(pb.Snapshot, _name):
         raise ImportError(f"SnapshotDelta.{_name} and Snapshot.{_name} have different numbers")
 
@@ -50,6 +57,7 @@ def delta_bytes(
     """The serialized `SnapshotDelta` that turns content `old` into `new` (version set)."""
     changed, removed = changed_backends(old, new)
     certificates, removed_certificates = certificate_changes(old, new)
+    groups, removed_groups = route_group_changes(old, new)
     peers = new.peers != old.peers
     # The listeners (fields 14 and 16) travel with the frontends: one flag, all parts.
     frontends = new.frontends_differ(old)
@@ -73,6 +81,11 @@ def delta_bytes(
         *(
             protowire.length_delimited(DELTA_REMOVED_CERTIFICATES, name.encode())
             for name in removed_certificates
+        ),
+        *groups.values(),
+        *(
+            protowire.length_delimited(DELTA_REMOVED_ROUTE_GROUPS, key.encode())
+            for key in removed_groups
         ),
     ]
     return b"".join(parts)

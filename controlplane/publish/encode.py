@@ -5,7 +5,8 @@ they become the wire form (docs/design.md, "Architecture"). A snapshot is its
 `ContentParts`: workload, peers, each backend's framed bytes in name order, frontends,
 warnings, the route model's listeners, each certificate's framed bytes in name order, the
 TLS passthrough listeners: the fields in number order, so the bytes equal protobuf's
-deterministic serialization. Encoding 84,000 slots is most of a full computation, so an
+deterministic serialization; each listener's rules travel as route groups (one per
+listener and host, field 18). Encoding 84,000 slots is most of a full computation, so an
 `Encoder` keeps each backend's bytes by the identity of its `BackendSpec`: the incremental
 `Computer` hands back the same spec objects for unchanged Services, and only changed
 backends are encoded again. Certificates are kept the same way, by the identity of their
@@ -14,10 +15,10 @@ backends are encoded again. Certificates are kept the same way, by the identity 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress, count
-from operator import is_not
+from itertools import compress, count, groupby
+from operator import attrgetter, is_not
 from typing import TypeVar
 
 from controlplane.publish import wire
@@ -36,21 +37,26 @@ from controlplane.snapshot import (
 )
 from peerplane import protowire
 from peerplane.parts import (
+    SNAPSHOT_ROUTE_GROUPS,
     ContentParts,
+    digest,
     framed_certificate,
+    group_key,
+    listener_name,
     tls_listeners_part,
 )
 from peerplane.runtime.untrusted import redact_pem
 from peerplane.v1 import peerplane_pb2 as pb
 
-LISTENER_RULES = wire.number(pb.HttpListener, "rules")
+GROUP_RULES = wire.number(pb.RouteGroup, "rules")
 SNAPSHOT_LISTENERS = wire.number(pb.Snapshot, "http_listeners")
 PATH_TYPES = {"PathPrefix": pb.PathMatch.PATH_PREFIX, "Exact": pb.PathMatch.EXACT}
 
-Cached = TypeVar("Cached")
+Entry = TypeVar("Entry", bound=tuple[object, ...])
 
-# id(spec) -> (spec, its Snapshot.backends entry); the spec is held so its id stays unique.
-_BackendCache = dict[int, tuple[BackendSpec, bytes]]
+# id(spec) -> (spec, its Snapshot.backends entry, the entry's digest); the spec is held so
+# its id stays unique.
+_BackendCache = dict[int, tuple[BackendSpec, bytes, bytes]]
 # id(certificate) -> (certificate, its Snapshot.certificates entry), likewise.
 _CertificateCache = dict[int, tuple[Certificate, bytes]]
 
@@ -178,7 +184,7 @@ def route_rule(rule: RouteRule) -> pb.RouteRule:
 
 def _listener_tail(listener: HttpListener) -> bytes:
     """A listener's fields after its rules (3 to 7), deterministic: its serialization is
-    port, then the rules' framed bytes, then these."""
+    its port, then these (contract 2: its rules travel in route groups)."""
     tail = pb.HttpListener(
         default_backend=listener.default_backend,
         tls=tls_termination(listener.tls, listener.strict_sni),
@@ -256,6 +262,40 @@ class _Encoded:
     snapshot: WorkloadSnapshot
     parts: ContentParts
     backend_warnings: int  # sum of the backends' warnings
+    groups: Mapping[str, _Group]  # each route group's encoding, by key
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """One route group's last encoding: its rules (compared by identity), its framed
+    `Snapshot.route_groups` entry and that entry's digest."""
+
+    rules: tuple[RouteRule, ...]
+    framed: bytes
+    digest: bytes
+
+
+def grouped_rules(listener: HttpListener) -> Iterator[tuple[str, tuple[RouteRule, ...]]]:
+    """A listener's rules by host ("" : any host) in host order, each host's in the
+    listener's order. Compute gives every rule one hostname
+    (controlplane/routes/precedence.py), so a host layer's order, the only one the agent's
+    lookup depends on, is kept whole. A stable sort of the rules' positions by hostnames
+    and a `groupby`, both in C: one Python step per group, not per rule."""
+    rules = listener.rules
+    hosts = list(map(_HOSTNAMES, rules))
+    for hostnames, positions in groupby(
+        sorted(range(len(rules)), key=hosts.__getitem__), key=hosts.__getitem__
+    ):
+        if len(hostnames) > 1:
+            raise ValueError(f"a route rule serves {len(hostnames)} hostnames, not 1")
+        yield (hostnames[0] if hostnames else ""), tuple(map(rules.__getitem__, positions))
+
+
+_HOSTNAMES = attrgetter("hostnames")
+
+
+def _slashed(name: str) -> str:
+    return f"{name}/"
 
 
 class Encoder:
@@ -275,9 +315,10 @@ class Encoder:
         self._backends: _BackendCache = {}
         self._certificates: _CertificateCache = {}
         self._workloads: dict[str, _Encoded] = {}
-        # id(RouteRule) -> the rule and its framed bytes: a route change encodes its rules
-        # only; a listener is the join of its rules' bytes (`_listeners_bytes`).
+        # id(RouteRule) -> the rule and its framed bytes (a `RouteGroup.rules` entry): a
+        # route change encodes its rules only; a group is the join of its rules' bytes.
         self._rules: dict[int, tuple[RouteRule, bytes]] = {}
+        self.encoded_groups = 0  # route groups encoded (not reused) by the last call
         self.encoded_rules = 0  # route rules encoded (not reused) by the last call
         self.encoded = 0  # backends encoded (not reused) by the last call
         self.encoded_certificates = 0  # certificates encoded (not reused) by the last call
@@ -285,7 +326,7 @@ class Encoder:
     def encode(self, snapshots: Mapping[str, WorkloadSnapshot]) -> dict[str, SnapshotContent]:
         """Every workload's content, in the order given."""
         self.encoded = self.encoded_certificates = 0
-        self.encoded_rules = 0
+        self.encoded_rules = self.encoded_groups = 0
         cache = self._backends
         current = {
             key: self._content(s, self._workloads.get(key), cache) for key, s in snapshots.items()
@@ -321,52 +362,77 @@ class Encoder:
             self.encoded_certificates += 1
         return hit[1]
 
-    def _bytes(self, spec: BackendSpec, cache: _BackendCache) -> bytes:
+    def _hit(self, spec: BackendSpec, cache: _BackendCache) -> tuple[BackendSpec, bytes, bytes]:
         hit = cache.get(id(spec))
         if hit is None or hit[0] is not spec:
-            hit = (spec, backend_bytes(spec))
+            framed = backend_bytes(spec)
+            hit = (spec, framed, digest(framed))
             cache[id(spec)] = hit
             self.encoded += 1
-        return hit[1]
+        return hit
 
     def _listeners_bytes(self, snapshot: WorkloadSnapshot) -> bytes:
-        """Field 14 (`peerplane.parts.listeners_part` of the listeners), joined from each
-        rule's cached bytes: a listener's fields in number order are its port, its rules,
-        then the rest."""
-        if not snapshot.http_listeners:
-            return b""
-        cache = self._rules
-        out: list[bytes] = []
-        for listener in snapshot.http_listeners:
-            rules: list[bytes] = []
-            for rule in listener.rules:
-                hit = cache.get(id(rule))
-                if hit is None or hit[0] is not rule:
-                    framed = route_rule(rule).SerializeToString(deterministic=True)
-                    hit = (rule, protowire.length_delimited(LISTENER_RULES, framed))
-                    cache[id(rule)] = hit
-                    self.encoded_rules += 1
-                rules.append(hit[1])
-            body = b"".join(
-                (
-                    pb.HttpListener(port=listener.port).SerializeToString(),
-                    *rules,
-                    _listener_tail(listener),
-                )
+        """Field 14 (`peerplane.parts.listeners_part` of the listeners): each listener's
+        port and its fields after its rules (contract 2: the rules travel in groups)."""
+        out = [
+            protowire.length_delimited(
+                SNAPSHOT_LISTENERS,
+                pb.HttpListener(port=listener.port).SerializeToString() + _listener_tail(listener),
             )
-            out.append(protowire.length_delimited(SNAPSHOT_LISTENERS, body))
+            for listener in snapshot.http_listeners
+        ]
         return b"".join(out)
+
+    def _route_groups(
+        self, snapshot: WorkloadSnapshot, cache: Mapping[str, _Group]
+    ) -> dict[str, _Group]:
+        """Field 18: every listener's rules grouped by host (`grouped_rules`), framed and
+        digested, by key in key order. A group whose rules are the very objects of its last
+        encoding (`cache`, the workload's last groups) is reused (no encoding, no hash);
+        the rest join their rules' cached bytes. One Python step per rule (the grouping)
+        and per group."""
+        found: dict[str, _Group] = {}
+        rules_cache = self._rules
+        named = {listener_name(li.port, li.address): li for li in snapshot.http_listeners}
+        # In key order, "<name>/<host>": by name followed by "/" ("80.1.2.3:443/" sorts
+        # before "80/"), then by host.
+        for name in sorted(named, key=_slashed):
+            listener = named[name]
+            for host, held in grouped_rules(listener):
+                key = group_key(name, host)
+                last = cache.get(key)
+                if last is None or last.rules != held:  # RouteRule: identity first, then ==
+                    framed_rules: list[bytes] = []
+                    for rule in held:
+                        hit = rules_cache.get(id(rule))
+                        if hit is None or hit[0] is not rule:
+                            body = route_rule(rule).SerializeToString(deterministic=True)
+                            hit = (rule, protowire.length_delimited(GROUP_RULES, body))
+                            rules_cache[id(rule)] = hit
+                            self.encoded_rules += 1
+                        framed_rules.append(hit[1])
+                    head = pb.RouteGroup(listener=name, host=host).SerializeToString()
+                    framed = protowire.length_delimited(
+                        SNAPSHOT_ROUTE_GROUPS, b"".join((head, *framed_rules))
+                    )
+                    last = _Group(held, framed, digest(framed))
+                    self.encoded_groups += 1
+                found[key] = last
+        return found
 
     def _content(
         self, snapshot: WorkloadSnapshot, last: _Encoded | None, cache: _BackendCache
     ) -> tuple[SnapshotContent, _Encoded]:
         found = self._replaced(snapshot, last, cache) if last is not None else None
         if found is None:
-            backends = {spec.name: self._bytes(spec, cache) for spec in snapshot.backends}
+            hits = [self._hit(spec, cache) for spec in snapshot.backends]
+            backends = {hit[0].name: hit[1] for hit in hits}
+            backend_digests = {hit[0].name: hit[2] for hit in hits}
             backend_warnings = sum(len(spec.warnings) for spec in snapshot.backends)
         else:
-            backends, backend_warnings = found
+            backends, backend_digests, backend_warnings = found
         peers = frontends = warnings = listeners = tls_listeners = None
+        groups: Mapping[str, _Group] | None = None
         certificates: Mapping[str, bytes] | None = None
         if last is not None:
             before = last.snapshot
@@ -381,6 +447,7 @@ class Encoder:
                 warnings = last.parts.warnings
             if snapshot.http_listeners is before.http_listeners:
                 listeners = last.parts.listeners
+                groups = last.groups
             if snapshot.certificates is before.certificates:
                 certificates = last.parts.certificates
             if snapshot.tls_listeners is before.tls_listeners:
@@ -389,6 +456,8 @@ class Encoder:
             certificates = {
                 c.name: self._certificate_bytes(c) for c in sorted(snapshot.certificates, key=_name)
             }
+        if groups is None:
+            groups = self._route_groups(snapshot, last.groups if last is not None else {})
         parts = ContentParts(
             workload=pb.Snapshot(workload=snapshot.workload).SerializeToString(),
             peers=_peers(snapshot) if peers is None else peers,
@@ -398,6 +467,9 @@ class Encoder:
             listeners=self._listeners_bytes(snapshot) if listeners is None else listeners,
             certificates=certificates,
             tls_listeners=_tls_listeners(snapshot) if tls_listeners is None else tls_listeners,
+            route_groups={key: group.framed for key, group in groups.items()},
+            backend_digests=backend_digests,
+            group_digests={key: group.digest for key, group in groups.items()},
         )
         content = SnapshotContent.of_parts(
             snapshot.workload,
@@ -406,30 +478,31 @@ class Encoder:
             backends=len(snapshot.backends),
             warnings=len(snapshot.warnings) + backend_warnings,
         )
-        return content, _Encoded(snapshot, parts, backend_warnings)
+        return content, _Encoded(snapshot, parts, backend_warnings, groups)
 
     def _replaced(
         self, snapshot: WorkloadSnapshot, last: _Encoded, cache: _BackendCache
-    ) -> tuple[dict[str, bytes], int] | None:
-        """The backends' bytes and warnings from `last`'s when only some specs were
-        replaced in place (same count, same names in the same order); else None."""
+    ) -> tuple[dict[str, bytes], dict[str, bytes], int] | None:
+        """The backends' bytes, digests and warnings from `last`'s when only some specs
+        were replaced in place (same count, same names in the same order); else None."""
         old, new = last.snapshot.backends, snapshot.backends
         if len(old) != len(new):
             return None
         backends = dict(last.parts.backends)
+        digests = dict(last.parts.backend_digests)
         warnings = last.backend_warnings
         for index in compress(count(), map(is_not, old, new)):
             before, spec = old[index], new[index]
             if before.name != spec.name:
                 return None
-            backends[spec.name] = self._bytes(spec, cache)
+            _, backends[spec.name], digests[spec.name] = self._hit(spec, cache)
             warnings += len(spec.warnings) - len(before.warnings)
-        return backends, warnings
+        return backends, digests, warnings
 
 
 def _swept(
-    cache: dict[int, tuple[Cached, bytes]], live: int, in_use: Iterable[Cached], slack: int
-) -> dict[int, tuple[Cached, bytes]]:
+    cache: dict[int, Entry], live: int, in_use: Iterable[object], slack: int
+) -> dict[int, Entry]:
     """`cache` (kept by object identity) itself while it holds at most twice the `live`
     objects (plus `slack`); past that, only the entries of the objects `in_use` (a lazy
     iterable: walked only then)."""

@@ -75,7 +75,8 @@ def unshared(old: ContentParts, new: ContentParts) -> tuple[list[bytes], list[by
 
 def fixed_bytes(old: ContentParts, new: ContentParts) -> int:
     """Bytes of `old`'s parts other than backends that `new` does not share (a rotated
-    certificate's old bytes among them), and its backends dict (never shared)."""
+    certificate's and a changed route group's old bytes among them), and its backends
+    dict and backend digests dict (never shared)."""
     others = (
         (old.workload, new.workload),
         (old.peers, new.peers),
@@ -89,4 +90,10 @@ def fixed_bytes(old: ContentParts, new: ContentParts) -> int:
         for name, framed in old.certificates.items()
         if new.certificates.get(name) is not framed
     )
-    return sum(len(a) for a, b in others if a is not b) + certificates + sys.getsizeof(old.backends)
+    groups = sum(
+        len(framed)
+        for key, framed in old.route_groups.items()
+        if new.route_groups.get(key) is not framed
+    )
+    dicts = sys.getsizeof(old.backends) + sys.getsizeof(old.backend_digests)
+    return sum(len(a) for a, b in others if a is not b) + certificates + groups + dicts

@@ -21,6 +21,7 @@ import grpc
 from controlplane.server.auth import Authenticator, Denied, Identity
 from controlplane.server.peers import PeerStreams
 from controlplane.server.ratelimit import PeerRateLimit
+from peerplane.parts import CONTRACT
 from peerplane.runtime.untrusted import clean
 from peerplane.v1 import peerplane_pb2 as pb
 
@@ -78,6 +79,21 @@ def binding_problem(identity: Identity, hello: pb.Hello) -> str | None:
     if identity.pod != named:
         return f"token of pod {identity.pod} cannot speak for pod {named}"
     return None
+
+
+def contract_problem(hello: pb.Hello) -> str | None:
+    """Why this agent cannot read what this control plane sends (its contract is older
+    than `peerplane.parts.CONTRACT`), or None: it is refused rather than sent snapshots it
+    would misread (route rules it would not see, a content hash it would compute another
+    way)."""
+    if hello.contract >= CONTRACT:
+        return None
+    return (
+        f"agent too old: it reads snapshot contract {hello.contract}, this control plane"
+        f" sends contract {CONTRACT} (route rules in route groups, the content hash over"
+        " the parts' digests); upgrade the node agent DaemonSet to this control plane's"
+        " version"
+    )
 
 
 class Refused(Exception):
@@ -166,6 +182,9 @@ class Admission:
                     )
             agent = f"{hello.pod_namespace}/{hello.pod_name}"
             _too_fast(self._opens, f"{host} {agent}", host, agent)
+            problem = contract_problem(hello)
+            if problem is not None:
+                raise Refused(grpc.StatusCode.FAILED_PRECONDITION, problem, peer=host, agent=agent)
         except BaseException:
             self._peers.release(host)
             raise

@@ -51,10 +51,10 @@ def carried(
 ) -> dict[str, SetAside]:
     """The parts set aside in the applied version that stay aside without a check: a
     backend still in the snapshot and not `changed` since, a route rule whose very bytes
-    are still in a listener (a changed one is another rule, checked again)."""
+    are still held (a changed one is another rule, checked again)."""
     rules: frozenset[str] = frozenset()
     if any(p.kind == ROUTE_RULE for p in previous.values()):
-        rules = frozenset(rule_fingerprint(r) for li in held.http_listeners for r in li.rules)
+        rules = frozenset(rule_fingerprint(r) for r in held.route_rules())
 
     def stays(part: SetAside) -> bool:
         if part.kind == BACKEND:

@@ -47,8 +47,11 @@ class Decision:
 def map_updates(
     old: Mapping[str, MapEntries], new: Mapping[str, MapEntries]
 ) -> tuple[MapUpdate, ...] | None:
-    """The entries to add, set and delete (in that order) to turn the `old` map files into
-    the `new` ones; None when the files themselves differ (the config names them)."""
+    """The entries to add, set and delete (in that order, each by key) to turn the `old`
+    map files into the `new` ones; None when the files themselves differ (the config
+    names them). The entries that differ are found with set operations on the dicts'
+    views (C speed), so a file of 20,000 entries with one change costs no Python step
+    per entry."""
     if old.keys() != new.keys():
         return None
     out: list[MapUpdate] = []
@@ -56,11 +59,50 @@ def map_updates(
         before = old[path]
         if before is after or before == after:
             continue
-        out += [MapUpdate(path, "add", k, v) for k, v in after.items() if k not in before]
-        out += [
-            MapUpdate(path, "set", k, v) for k, v in after.items() if k in before and before[k] != v
-        ]
-        out += [MapUpdate(path, "del", k) for k in before if k not in after]
+        differ = sorted(after.items() - before.items())  # added or set, by key
+        out += [MapUpdate(path, "add", k, v) for k, v in differ if k not in before]
+        out += [MapUpdate(path, "set", k, v) for k, v in differ if k in before]
+        out += [MapUpdate(path, "del", k) for k in sorted(before.keys() - after.keys())]
+    return tuple(out)
+
+
+def group_map_updates(
+    old: Held, old_cfg: Rendered, new: Held, new_cfg: Rendered, change: ChangeSet
+) -> tuple[MapUpdate, ...] | None:
+    """`map_updates` in O(changed groups) when only route groups changed (not the
+    frontends or listeners) and both renders joined every listener from its groups'
+    layers: a group's entries are its layers' (kept by its bytes), no two groups share a
+    key, so what differs is what differs between the changed groups' old and new entries.
+    None when that does not hold (compare the files)."""
+    old_paths, new_paths = old_cfg.routed.group_maps, new_cfg.routed.group_maps
+    if change.frontends or old_paths is None or new_paths is None or old_paths != new_paths:
+        return None
+    caches = (new_cfg.routed.route_cache.group_layers, old_cfg.routed.route_cache.group_layers)
+    before: dict[str, dict[str, str]] = {}
+    after: dict[str, dict[str, str]] = {}
+    for key in change.route_groups | change.removed_route_groups:
+        group = new.route_groups.get(key) or old.route_groups.get(key)
+        paths = new_paths.get(group.listener) if group is not None else None
+        if paths is None:
+            return None
+        for held, into in ((old, before), (new, after)):
+            data = held.parts.route_groups.get(key)
+            if data is None:
+                continue
+            layers = caches[0].get(data) or caches[1].get(data)
+            if layers is None:
+                return None
+            into.setdefault(paths[0], {}).update(layers.exact)
+            into.setdefault(paths[1], {}).update(layers.prefix)
+    out: list[MapUpdate] = []
+    for path in new_cfg.maps:  # the files' order, as `map_updates`
+        was, now = before.get(path, {}), after.get(path, {})
+        if was == now:
+            continue
+        differ = sorted(now.items() - was.items())
+        out += [MapUpdate(path, "add", k, v) for k, v in differ if k not in was]
+        out += [MapUpdate(path, "set", k, v) for k, v in differ if k in was]
+        out += [MapUpdate(path, "del", k) for k in sorted(was.keys() - now.keys())]
     return tuple(out)
 
 
@@ -173,11 +215,13 @@ def classify(
         return Decision(ApplyPath.RELOAD, reason="nothing applied yet")
     if change.peers and old_cfg.peers != new_cfg.peers:
         return Decision(ApplyPath.RELOAD, reason="peers changed")
-    if change.frontends and old_cfg.frontends != new_cfg.frontends:
+    if change.routes and old_cfg.frontends != new_cfg.frontends:
         return Decision(ApplyPath.RELOAD, reason=_frontends_reason(old_cfg, new_cfg))
     maps: tuple[MapUpdate, ...] = ()
-    if change.frontends:
-        found_maps = map_updates(old_cfg.maps, new_cfg.maps)
+    if change.routes:
+        found_maps = group_map_updates(old, old_cfg, new, new_cfg, change)
+        if found_maps is None:
+            found_maps = map_updates(old_cfg.maps, new_cfg.maps)
         if found_maps is None:
             return Decision(ApplyPath.RELOAD, reason="route map files changed")
         maps = found_maps

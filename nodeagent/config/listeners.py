@@ -32,33 +32,34 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from nodeagent.config.checked import DIRECTORY, check
 from nodeagent.config.errors import RenderError
 from nodeagent.config.filters import filter_lines
 from nodeagent.config.filters.base import RuleOutcome
+from nodeagent.config.layers import MAX_RULES, GroupJoin, Layers, sort_layers, wildcard_depth
 from nodeagent.config.rules import (
     ANY_HOST,
     DEEP_PREFIX,
     RouteCache,
     Rule,
     checked_backend_name,
+    checked_group,
     checked_rule,
     is_wildcard_token,
-    layer_entries,
     route_host,
 )
 from peerplane import names
 from peerplane.addresses import AddressError, canonical_address
+from peerplane.parts import listener_name
 from peerplane.v1 import peerplane_pb2 as pb
 
 HTTP_FRONTEND = "fe_http"  # the annotation routes' frontend, merged or not
 # Wildcard suffix depths (labels) looked up even when no rule uses them, so that a first
 # `*.example.com` is a map change, not a reload.
 WILDCARD_DEPTHS = (1, 2, 3)
-MAX_RULES = 100_000
 _WEIGHT_TOTAL = 1 << 31
 
 MapEntries = Mapping[str, str]  # key -> value, in file order
@@ -80,6 +81,10 @@ class RoutedFrontends:
     # Each frontend's config rules by their name in its lines ("c0"), by frontend name:
     # what a `haproxy -c` alert on one of those lines is about (nodeagent/apply/attribution.py).
     config_rules: Mapping[str, Mapping[str, pb.RouteRule]] = dataclasses.field(default_factory=dict)
+    # Each listener's route map files (exact, prefix) by its name in route groups, when
+    # every listener was rendered from its groups' layers (`layers.GroupJoin`): a
+    # group's map entries are then those of its layers (`changes.group_map_updates`).
+    group_maps: Mapping[str, tuple[str, str]] | None = None
 
 
 def listener_key(listener: pb.HttpListener) -> str:
@@ -127,14 +132,41 @@ def render_listeners(
     bind: Callable[[pb.HttpListener], str],
     cache: RouteCache,
     rules_aside: frozenset[str] = frozenset(),
+    groups: Mapping[str, pb.RouteGroup] | None = None,
+    framed_groups: Mapping[str, bytes] | None = None,
+    changed: Collection[str] | None = None,
+    base: Mapping[str, bytes] | None = None,
+    join: GroupJoin | None = None,
 ) -> RoutedFrontends:
     """The listeners' frontends; `annotation` is the HTTP frontend of the Service
     annotations when it shares a listener's port (its routes become the last layer).
+    A listener's rules are its own (a contract-1 snapshot's) followed by those of its
+    route `groups` (by key, in key order; `framed_groups` their framed bytes, what the
+    cache knows them by).
     `cache` holds what the last renders checked (`RouteCache`): the caller passes the
     previous render's, or a new one. The rules whose `rule_fingerprint` is in
-    `rules_aside` are not rendered (the applier's choice: rules HAProxy refused)."""
-    if listeners:
+    `rules_aside` are not rendered (the applier's choice: rules HAProxy refused).
+    `changed` (the keys of the groups added, changed or removed since the render whose
+    groups were `base`) lets the groups' joined layers move in O(changed groups)
+    (`join`, the previous render's `layers.GroupJoin`; None: a new one)."""
+    groups = groups if groups is not None else {}
+    framed = framed_groups if framed_groups is not None else {}
+    names = {listener_name(li.port, li.address) for li in listeners}
+    joined: dict[str, Layers] | None = None
+    if not rules_aside and not any(li.rules for li in listeners):
+        joined = (join or GroupJoin()).layers(groups, framed, cache, changed, base)
+    by_listener: dict[str, list[tuple[bytes, pb.RouteGroup]]] = {}
+    if joined is None:  # rule by rule: one pass over the groups
+        for key, group in groups.items():
+            data = framed.get(key)
+            if data is None:
+                data = group.SerializeToString(deterministic=True)
+            by_listener.setdefault(group.listener, []).append((data, group))
+    if listeners or groups:
         check(DIRECTORY, maps_dir, "maps directory")
+    for name in sorted((joined if joined is not None else by_listener).keys() - names):
+        raise RenderError(f"route group of listener {name!r}, which the snapshot does not have")
+    group_maps: dict[str, tuple[str, str]] | None = {} if joined is not None else None
     lines: list[str] = []
     maps: dict[str, MapEntries] = {}
     backends: set[str] = set()
@@ -151,10 +183,15 @@ def render_listeners(
             raise RenderError(f"two listeners on port {port}{where}")
         shared = annotation is not None and annotation.port == port and not listener.address
         hosts = annotation if shared else None
-        if rules_aside:
-            listener = _without(listener, rules_aside)
+        name = listener_name(port, listener.address)
+        if group_maps is not None:
+            group_maps[name] = map_paths(maps_dir, key)[:2]
+        if joined is not None:
+            layers = joined.get(name, _NO_LAYERS)
+        else:
+            layers = _flat_layers(listener, by_listener.get(name, ()), cache, rules_aside)
         section, files, named, rids, refused = _listener(
-            listener, key, hosts, maps_dir, bind, cache
+            listener, layers, key, hosts, maps_dir, bind
         )
         aside += refused
         lines += section
@@ -163,75 +200,71 @@ def render_listeners(
         texts[key] = "\n".join(section)
         config_rules[frontend_name(key, hosts is not None)] = rids
     return RoutedFrontends(
-        tuple(lines), maps, frozenset(backends), texts, tuple(aside), config_rules
+        tuple(lines), maps, frozenset(backends), texts, tuple(aside), config_rules, group_maps
     )
 
 
-def _without(listener: pb.HttpListener, aside: frozenset[str]) -> pb.HttpListener:
-    """`listener` without the rules set aside (a copy; the snapshot's stays whole)."""
-    kept = [r for r in listener.rules if rule_fingerprint(r) not in aside]
-    if len(kept) == len(listener.rules):
-        return listener
-    copy = pb.HttpListener()
-    copy.CopyFrom(listener)
-    del copy.rules[:]
-    copy.rules.extend(kept)
-    return copy
-
-
-# Every change re-renders a listener whole; its strings are mostly those of the last
+# Every change re-renders a listener's frontend; its rules are mostly those of the last
 # render: a bounded cache of checked values keeps 6,000 rules from costing 6,000 host
-# parses per change. Only whether a string passed is kept, never a string that failed.
+# parses per change, and a route group's layers are kept by the group's bytes
+# (`layers.group_layers`). Only whether a string passed is kept, never a string that
+# failed.
+
+_NO_LAYERS = Layers({}, {}, frozenset(), {}, (), frozenset(), ())
 
 
-def wildcard_depth(token: str) -> int:
-    return token.count(".")  # "*.b.com", "**.b.com": 2 labels after the "*"
+def _flat_layers(
+    listener: pb.HttpListener,
+    groups: Sequence[tuple[bytes, pb.RouteGroup]],
+    cache: RouteCache,
+    rules_aside: frozenset[str],
+) -> Layers:
+    """The layers of the listener's own rules followed by its groups' (one Python step
+    per rule): a contract-1 snapshot, rules set aside, or groups whose rules are not all
+    of the group's host."""
+    parsed = [checked_rule(r, cache) for r in listener.rules]
+    given = list(listener.rules)
+    for data, group in groups:
+        checked = checked_group(data, group, cache)
+        parsed += checked.rules
+        if rules_aside:
+            given += checked.given
+    if len(parsed) > MAX_RULES:
+        raise RenderError(f"listener {listener.port}: more than {MAX_RULES} rules")
+    if rules_aside:
+        parsed = [
+            r for r, g in zip(parsed, given, strict=True) if rule_fingerprint(g) not in rules_aside
+        ]
+    return sort_layers(parsed, cache)
 
 
 def _listener(
     listener: pb.HttpListener,
+    layers: Layers,
     key: str,
     annotation: pb.HttpFrontend | None,
     maps_dir: str,
     bind: Callable[[pb.HttpListener], str],
-    cache: RouteCache,
 ) -> tuple[
     list[str], dict[str, MapEntries], set[str], dict[str, pb.RouteRule], list[tuple[str, str]]
 ]:
     """One listener's frontend lines, map files, the backends it names, its config rules by
-    name and the rules it sets aside for unknown fields (source, reason)."""
+    name and the rules it sets aside for unknown fields (source, reason), from its rules'
+    host `layers`."""
     port = listener.port
-    if len(listener.rules) > MAX_RULES:
-        raise RenderError(f"listener {port}: more than {MAX_RULES} rules")
-    parsed = [checked_rule(r, cache) for r in listener.rules]
-    aside = [(rule.rule.source, rule.aside) for rule in parsed if rule.aside]
-    layers: dict[str, list[Rule]] = {}
-    for rule in parsed:
-        for token in rule.tokens:
-            layers.setdefault(token, []).append(rule)  # hostnames checked by _parse
-    exact_map: dict[str, str] = {}
-    prefix_map: dict[str, str] = {}
-    in_config: dict[str, list[Rule]] = {}
-    named: set[str] = set()
-    for token, rules in layers.items():
-        layer = layer_entries(token, tuple(rules), cache)
-        exact_map.update(layer.exact)  # keys start with the token: no two layers share one
-        prefix_map.update(layer.prefix)
-        named.update(layer.backends)
-        if layer.config:
-            in_config[token] = list(layer.config)
+    aside = list(layers.aside)
+    named = set(layers.named)
     # Config rules are named by their order among config rules only: a map rule added or
     # removed before them leaves the frontend's text, and so the runtime path, alone.
-    configured = {id(r) for rules in in_config.values() for r in rules}
-    order = {id(r): n for n, r in enumerate(r for r in parsed if id(r) in configured)}
+    order = {id(r): n for n, r in enumerate(layers.config)}
     in_config = {
         token: [dataclasses.replace(r, rid=f"c{order[id(r)]}") for r in rules]
-        for token, rules in in_config.items()
+        for token, rules in layers.in_config.items()
     }
     exact_path, prefix_path, hosts_path = map_paths(maps_dir, key)
     files: dict[str, MapEntries] = {
-        exact_path: dict(sorted(exact_map.items())),
-        prefix_path: dict(sorted(prefix_map.items())),
+        exact_path: {k: layers.exact[k] for k in sorted(layers.exact)},
+        prefix_path: {k: layers.prefix[k] for k in sorted(layers.prefix)},
     }
     merged = annotation is not None
     lines = [f"frontend {frontend_name(key, merged)}", "  mode http", f"  bind {bind(listener)}"]
@@ -250,10 +283,11 @@ def _listener(
             f"  http-request set-var(txn.r) str({CLOSED}) if {_UNDECIDED}"
             f" {{ var(txn.k),map_str({closed_file}) -m found }}"
         ]
-    exact_tokens = sorted(t for t in layers if t != ANY_HOST and not is_wildcard_token(t))
+    # Only a layer with config rules has lines of its own (`_layer`).
+    exact_tokens = sorted(t for t in in_config if t != ANY_HOST and not is_wildcard_token(t))
     lines += _layer(exact_tokens, in_config, exact_path, prefix_path) + close
-    wildcards = [t for t in layers if is_wildcard_token(t)]
-    depths = {*WILDCARD_DEPTHS, *map(wildcard_depth, wildcards)}
+    wildcards = [t for t in in_config if is_wildcard_token(t)]
+    depths = {*WILDCARD_DEPTHS, *layers.depths}
     depths.update(wildcard_depth(t) for t in closed if t.startswith("*."))
     for depth in sorted(depths, reverse=True):
         lines += [
@@ -270,7 +304,7 @@ def _listener(
         tokens = sorted(t for t in wildcards if wildcard_depth(t) == depth)
         lines += _layer(tokens, in_config, exact_path, prefix_path) + close
     lines.append(f"  http-request set-var(txn.k) str({ANY_HOST}) if {_UNDECIDED}")
-    lines += _layer([ANY_HOST] if ANY_HOST in layers else [], in_config, exact_path, prefix_path)
+    lines += _layer([ANY_HOST] if ANY_HOST in in_config else [], in_config, exact_path, prefix_path)
     if annotation is not None:
         hosts: dict[str, str] = {}
         for route in sorted(annotation.routes, key=lambda r: (r.host, r.backend)):

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from nodeagent.config.checked import DIRECTORY, check
 from nodeagent.config.errors import RenderError
-from nodeagent.config.listeners import WILDCARD_DEPTHS, MapEntries, wildcard_depth
+from nodeagent.config.layers import wildcard_depth
+from nodeagent.config.listeners import WILDCARD_DEPTHS, MapEntries
 from nodeagent.config.rules import ANY_HOST, checked_backend_name
 from peerplane import patterns
 from peerplane.v1 import peerplane_pb2 as pb

@@ -17,6 +17,7 @@ from nodeagent.config.backend import haproxy_size, render_backend, section_name
 from nodeagent.config.checked import check, endpoint
 from nodeagent.config.checked import host as checked_host
 from nodeagent.config.errors import RenderError
+from nodeagent.config.layers import GroupJoin
 from nodeagent.haproxy import version
 from nodeagent.held import ChangeSet, DeltaError, Held
 from peerplane import limits, names
@@ -142,6 +143,13 @@ class Frontends:
     route_cache: rules.RouteCache = field(
         default_factory=rules.RouteCache, compare=False, repr=False
     )
+    # The route groups' framed bytes it was rendered from (contract 2), by key, and the
+    # listeners' layers joined from the groups', handed to the next render.
+    groups_key: Mapping[str, bytes] = field(default_factory=dict, compare=False, repr=False)
+    group_join: GroupJoin = field(default_factory=GroupJoin, compare=False, repr=False)
+    # Each listener's (exact, prefix) map files by name, when rendered from its groups'
+    # layers (`listeners.RoutedFrontends.group_maps`).
+    group_maps: Mapping[str, tuple[str, str]] | None = None
 
 
 def _frontends(
@@ -150,6 +158,8 @@ def _frontends(
     set_aside: frozenset[str],
     cache: rules.RouteCache,
     rules_aside: frozenset[str] = frozenset(),
+    previous: Frontends | None = None,
+    changed: frozenset[str] | None = None,
 ) -> Frontends:
     """HTTP frontends (a listener's port takes the annotation routes of the same port as
     its last layer; otherwise they keep their own frontend), TLS passthrough and TCP
@@ -171,8 +181,19 @@ def _frontends(
         proxy = passthrough.proxy_option(listener.accept_proxy)
         return endpoint(address, listener.port, "bind") + tls + proxy
 
+    join = previous.group_join if previous is not None else GroupJoin()
     routed = listeners.render_listeners(
-        http_listeners, merged, opts.maps_dir, proxy_bind, cache, rules_aside
+        http_listeners,
+        merged,
+        opts.maps_dir,
+        proxy_bind,
+        cache,
+        rules_aside,
+        held.route_groups,
+        held.parts.route_groups,
+        changed,
+        previous.groups_key if previous is not None else None,
+        join,
     )
     layer4 = passthrough.render(
         held.tls_listeners, held.tcp_frontends, opts.maps_dir, lambda port: _bind(opts, port)
@@ -197,6 +218,9 @@ def _frontends(
         unknown_aside=routed.unknown_aside,
         config_rules=routed.config_rules,
         route_cache=cache,
+        groups_key=held.parts.route_groups,
+        group_join=join,
+        group_maps=routed.group_maps,
     )
 
 
@@ -207,6 +231,8 @@ def _reusable_frontends(
     same = same and previous.set_aside == set_aside and previous.rules_aside == rules_aside
     listeners, tls = held.listeners_part, held.parts.tls_listeners
     same = same and (previous.listeners_key is listeners or previous.listeners_key == listeners)
+    groups = held.parts.route_groups  # equal dicts: each value compared by identity first
+    same = same and (previous.groups_key is groups or previous.groups_key == groups)
     if same and (previous.tls_key is tls or previous.tls_key == tls):
         return previous
     return None
@@ -381,7 +407,18 @@ def render_held(
         peers = _section(held.peers_part, _peers(held.peers))
     if frontends is None:
         cache = previous.routed.route_cache if previous is not None else rules.RouteCache()
-        frontends = _frontends(held, opts, set_aside, cache, rules_aside)
+        changed = None  # the route groups moved since `previous`: their layers move alone
+        if previous is not None and change is not None and change.base == previous.content_hash:
+            changed = change.route_groups | change.removed_route_groups
+        frontends = _frontends(
+            held,
+            opts,
+            set_aside,
+            cache,
+            rules_aside,
+            previous.routed if previous is not None else None,
+            changed,
+        )
     certs.check_bound(frontends.crt_lists, held.certificates)
     peered = held.peers is not None and bool(held.peers.peers)
     if previous is not None and previous.peered != peered:

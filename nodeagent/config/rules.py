@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from nodeagent.config.errors import RenderError
 from nodeagent.config.filters import RENDERERS, check_filters, map_entry_ok
@@ -167,6 +168,33 @@ class RouteCache:
 
     rules: dict[bytes, Rule] = field(default_factory=dict)
     layers: dict[str, LayerEntries] = field(default_factory=dict)
+    # Each route group's checked rules by the group's framed bytes (`checked_group`): an
+    # unchanged group is not parsed again, not even serialized.
+    groups: dict[bytes, CheckedGroup] = field(default_factory=dict)
+    # Each route group's host layers by its framed bytes (`layers.Layers`).
+    group_layers: dict[bytes, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedGroup:
+    """A route group's rules, checked, in order, and the snapshot's rules they were
+    checked from (a rule set aside for unknown fields is checked as a copy)."""
+
+    rules: tuple[Rule, ...]
+    given: tuple[pb.RouteRule, ...]
+
+
+def checked_group(framed: bytes, group: pb.RouteGroup, cache: RouteCache) -> CheckedGroup:
+    """The group's rules checked (`checked_rule`), remembered by its framed bytes (the
+    same object while a delta leaves it alone: one dict lookup)."""
+    found = cache.groups.get(framed)
+    if found is None:
+        given = tuple(group.rules)
+        found = CheckedGroup(tuple(checked_rule(r, cache) for r in given), given)
+        if len(cache.groups) >= _CACHE:
+            cache.groups.clear()
+        cache.groups[framed] = found
+    return found
 
 
 def layer_entries(token: str, rules: tuple[Rule, ...], cache: RouteCache) -> LayerEntries:

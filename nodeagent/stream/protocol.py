@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from nodeagent.apply.outcome import Result, SetAside
 from nodeagent.held import ChangeSet, DeltaError, Held, describe
+from peerplane.parts import CONTRACT
 from peerplane.v1 import peerplane_pb2 as pb
 
 
@@ -57,6 +58,7 @@ def hello(
     """The first message of every stream."""
     return pb.AgentMessage(
         hello=pb.Hello(
+            contract=CONTRACT,
             pod_namespace=identity.pod_namespace,
             pod_name=identity.pod_name,
             node_name=identity.node_name,

@@ -22,6 +22,7 @@ import pytest
 
 from nodeagent.config.changes import ApplyPath
 from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.deltas import grouped
 from tests.helpers.haproxy_env import Instance, backend, free_port, loopback_net, running_instance
 from tests.helpers.haproxy_env import snapshot as make_snapshot
 from tests.helpers.haproxy_versions import HAProxyBinary
@@ -127,7 +128,7 @@ class Site:
             version=version,
         )
         snap.http_listeners.extend(listeners)
-        return snap
+        return grouped(snap)  # as the control plane sends it (contract 2)
 
     def request(
         self,
@@ -275,6 +276,7 @@ def test_the_routing_table_on_haproxy(site: Site) -> None:
     assert result.ok, result.error
     saved = site.inst.applier.store.load()  # what a restarted agent restores
     assert saved is not None and list(saved.http_listeners) == list(snap.http_listeners)
+    assert list(saved.route_groups) == list(snap.route_groups) and snap.route_groups
     maps = site.inst.applier.options.maps_dir
     files = [f"fe_{p}.{kind}.map" for p in (port, ingress_port) for kind in ("exact", "prefix")]
     assert sorted(os.listdir(maps)) == sorted([*files, f"fe_{port}.hosts.map"])

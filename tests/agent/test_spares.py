@@ -85,8 +85,8 @@ def test_a_backend_that_leaves_its_spare_or_goes_reloads() -> None:
     moved.CopyFrom(claimed)
     (shop,) = [b for b in moved.backends if b.name == "default_shop_http"]
     shop.section = "spare.9"
-    for listener in moved.http_listeners:
-        for rule in listener.rules:
+    for group in moved.route_groups:
+        for rule in group.rules:
             for b in rule.backends:
                 b.backend = "spare.9" if b.backend == "spare.1" else b.backend
     moved.content_hash = ""
@@ -112,8 +112,8 @@ def test_the_agent_refuses_two_backends_in_one_section_and_a_route_to_a_backend_
         render_held(Held.from_snapshot(shadowed), OPTS)
     by_name = pb.Snapshot()
     by_name.CopyFrom(claimed)
-    for listener in by_name.http_listeners:
-        for rule in listener.rules:
+    for group in by_name.route_groups:
+        for rule in group.rules:
             for b in rule.backends:
                 b.backend = "default_shop_http"
     with pytest.raises(RenderError, match="which runs in a spare section"):

@@ -24,6 +24,7 @@ from nodeagent.stream.protocol import (
     Refuse,
     StreamState,
 )
+from peerplane.parts import CONTRACT
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.deltas import delta_between, hashed
 from tests.helpers.haproxy_env import backend, snapshot
@@ -94,6 +95,7 @@ def test_the_hello_says_who_what_runs_and_whether_deltas_are_accepted() -> None:
     msg = protocol.hello(Identity("ns", "pod-a", "node-1"), "h" * 64, 7, "0.1.0", deltas=False)
     assert msg.WhichOneof("message") == "hello"
     assert msg.hello == pb.Hello(
+        contract=CONTRACT,
         pod_namespace="ns",
         pod_name="pod-a",
         node_name="node-1",

@@ -53,6 +53,7 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark("retention", "tests.bench.retention"),
     Benchmark("status", "tests.bench.status"),
     Benchmark("route_table", "tests.bench.route_table"),
+    Benchmark("route_delta", "tests.bench.route_delta"),
     Benchmark("route_propagation", "tests.bench.routes"),
     Benchmark("api_servers", "tests.bench.apiservers"),
     Benchmark("tls", "tests.bench.tls"),

@@ -53,6 +53,7 @@ from controlplane.model import ClusterState
 from controlplane.publish import encode
 from controlplane.publish.store import SnapshotStore
 from controlplane.server import ControlPlaneServer
+from peerplane.parts import CONTRACT
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.bench import deltas
 from tests.bench.common import (
@@ -269,6 +270,7 @@ async def run_agent(agent: SimAgent, target: str, stop: asyncio.Event, holder: H
         )
         call: Any = method()
         hello = pb.Hello(
+            contract=CONTRACT,
             pod_namespace=NAMESPACE,
             pod_name=agent.pod,
             node_name="bench",

@@ -33,6 +33,7 @@ from controlplane.fleetstatus import render, rows
 from controlplane.publish import encode
 from controlplane.publish.store import SnapshotStore
 from controlplane.server import ControlPlaneServer
+from peerplane.parts import CONTRACT
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 from tests.bench.common import Child, Result, log, median
@@ -111,7 +112,11 @@ async def run_agent(pod: str, peers: int, target: str, stop: asyncio.Event) -> N
         )
         call: Any = method()
         hello = pb.Hello(
-            pod_namespace=NAMESPACE, pod_name=pod, node_name="bench", haproxy_version="3.0.11"
+            contract=CONTRACT,
+            pod_namespace=NAMESPACE,
+            pod_name=pod,
+            node_name="bench",
+            haproxy_version="3.0.11",
         )
         await call.write(pb.AgentMessage(hello=hello))
         message = await call.read()

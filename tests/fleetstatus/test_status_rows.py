@@ -218,3 +218,23 @@ def test_status_names_a_backend_and_a_route_rule_set_aside_by_kind() -> None:
         "  set aside route-rule HTTPRoute b/web rule 0 match 0: haproxy -c: error detected",
     ]
     assert out.splitlines()[-1] == "OK"
+
+
+def test_diff_names_the_route_groups_a_route_change_touched() -> None:
+    """Contract 2: rules travel in route groups; the diff names the groups that changed
+    (escaped) and counts the rules of listeners and groups together."""
+
+    def snap(version: int, *groups: tuple[str, int]) -> pb.Snapshot:
+        s = pb.Snapshot(workload=W, version=version, content_hash=f"{version:064x}")
+        s.http_listeners.add(port=80)
+        for host, rules in groups:
+            g = s.route_groups.add(listener="80", host=host)
+            for i in range(rules):
+                g.rules.add(source=f"HTTPRoute ns/r{i} rule 0 match 0", hostnames=[host])
+        return s
+
+    lines = diff.diff(snap(1, ("a.example", 1), ("b.example", 2)), snap(2, ("a.example", 2)))
+    assert "http listeners: 3 -> 2 rules" in lines
+    assert "  route group 80/a.example: changed (2 rules)" in lines
+    assert "  route group 80/b.example: removed (2 rules)" in lines
+    assert not any(line.startswith("frontends:") for line in lines)

@@ -25,6 +25,7 @@ from typing import Any
 
 import grpc
 
+from peerplane.parts import CONTRACT
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.bench.common import Child, rss_kib
 from tests.helpers.server_process import ServeProcess
@@ -79,6 +80,7 @@ async def run_agent(agent: SimAgent, target: str, stop: asyncio.Event) -> None:
             call: Any = method()
             agent.opened += 1
             hello = pb.Hello(
+                contract=CONTRACT,
                 pod_namespace=NS,
                 pod_name=agent.pod,
                 applied_content_hash=agent.hash,

@@ -2,9 +2,10 @@
 
 It follows the contract in proto/peerplane/v1/peerplane.proto (and docs/design.md, "The
 agent stream") without the real agent (`nodeagent/`): apply a delta to the snapshot it
-holds, re-serialize deterministically, and compare the SHA-256 with `to_content_hash`.
-The content hash is computed here from protobuf itself, not with the control plane's
-code, so the test checks the server against the rule rather than against itself.
+holds, re-serialize each part deterministically, and compare the SHA-256 over the parts'
+digests (contract 2) with `to_content_hash`. The content hash is computed here from
+protobuf itself, not with the control plane's code, so the test checks the server against
+the rule rather than against itself.
 """
 
 from __future__ import annotations
@@ -22,12 +23,35 @@ class Unusable(Exception):
 
 
 def digest(snapshot: pb.Snapshot) -> str:
-    """SHA-256 of the deterministic serialization with version and content hash unset."""
-    bare = pb.Snapshot()
-    bare.CopyFrom(snapshot)
-    bare.version = 0
-    bare.content_hash = ""
-    return hashlib.sha256(bare.SerializeToString(deterministic=True)).hexdigest()
+    """The content hash as the proto defines it: the deterministic serialization (version
+    and content hash unset) cut into parts in field order (workload; peers; each backend;
+    the HTTP and TCP frontends; warnings; HTTP listeners; each certificate; TLS
+    listeners; each route group), SHA-256 over the join of each part's SHA-256 digest."""
+    s = snapshot
+
+    def one(**fields: object) -> bytes:
+        return pb.Snapshot(**fields).SerializeToString(deterministic=True)  # type: ignore[arg-type]
+
+    parts = [
+        one(workload=s.workload),
+        one(peers=s.peers) if s.HasField("peers") else b"",
+        *(one(backends=[b]) for b in s.backends),
+        one(http_frontend=s.http_frontend, tcp_frontends=s.tcp_frontends)
+        if s.HasField("http_frontend")
+        else one(tcp_frontends=s.tcp_frontends),
+        one(warnings=s.warnings),
+        one(http_listeners=s.http_listeners),
+        *(one(certificates=[c]) for c in s.certificates),
+        one(tls_listeners=s.tls_listeners),
+        *(one(route_groups=[g]) for g in s.route_groups),
+    ]
+    whole = pb.Snapshot()
+    whole.CopyFrom(s)
+    whole.version, whole.content_hash = 0, ""
+    if b"".join(parts) != whole.SerializeToString(deterministic=True):
+        raise Unusable("the parts do not join into the snapshot's serialization")
+    joined = b"".join(hashlib.sha256(part).digest() for part in parts)
+    return hashlib.sha256(joined).hexdigest()
 
 
 def apply_delta(held: pb.Snapshot | None, delta: pb.SnapshotDelta) -> pb.Snapshot:
@@ -51,6 +75,17 @@ def apply_delta(held: pb.Snapshot | None, delta: pb.SnapshotDelta) -> pb.Snapsho
         certificates[certificate.name] = certificate
     del result.certificates[:]
     result.certificates.extend(certificates[name] for name in sorted(certificates))
+
+    def key(group: pb.RouteGroup) -> str:
+        return f"{group.listener}/{group.host}"
+
+    groups = {key(g): g for g in held.route_groups}
+    for name in delta.removed_route_groups:
+        groups.pop(name, None)
+    for group in delta.route_groups:
+        groups[key(group)] = group
+    del result.route_groups[:]
+    result.route_groups.extend(groups[name] for name in sorted(groups))
     if delta.peers_changed:
         result.ClearField("peers")
         if delta.HasField("peers"):

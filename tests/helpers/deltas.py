@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from controlplane.compute import Computer
 from controlplane.model import ClusterState
 from controlplane.publish import Encoder, content_hash
+from controlplane.snapshot import HttpListener, RoutePath, RouteRule, WeightedBackend
 from nodeagent.config.changes import Decision, classify
 from nodeagent.config.render import RenderOptions, render_held
 from nodeagent.held import Held, diff
@@ -74,7 +75,49 @@ def delta_between(old: pb.Snapshot, new: pb.Snapshot) -> pb.SnapshotDelta:
         if certs.get(c.name) != c.SerializeToString(deterministic=True):
             d.certificates.append(c)
     d.removed_certificates.extend(sorted(certs.keys() - {c.name for c in new.certificates}))
+
+    def key(group: pb.RouteGroup) -> str:
+        return f"{group.listener}/{group.host}"
+
+    groups = {key(g): g.SerializeToString(deterministic=True) for g in old.route_groups}
+    for g in sorted(new.route_groups, key=key):
+        if groups.get(key(g)) != g.SerializeToString(deterministic=True):
+            d.route_groups.append(g)
+    d.removed_route_groups.extend(sorted(groups.keys() - {key(g) for g in new.route_groups}))
     return d
+
+
+def flat(snapshot: pb.Snapshot) -> pb.Snapshot:
+    """`snapshot` as a contract-1 control plane sent it: each listener's rules its route
+    groups' rules in key order, no groups (what the agent renders a listener as)."""
+    out = pb.Snapshot()
+    out.CopyFrom(snapshot)
+    del out.route_groups[:]
+    for listener in out.http_listeners:
+        name = f"{listener.address}:{listener.port}" if listener.address else str(listener.port)
+        for group in sorted(snapshot.route_groups, key=lambda g: f"{g.listener}/{g.host}"):
+            if group.listener == name:
+                listener.rules.extend(group.rules)
+    return out
+
+
+def grouped(snapshot: pb.Snapshot) -> pb.Snapshot:
+    """`snapshot` as contract 2 carries it: each listener's inline rules moved into route
+    groups (one per listener and host, each host's rules in the listener's order, sorted
+    by key), as the control plane's encoder groups them; the content hash is kept."""
+    out = pb.Snapshot()
+    out.CopyFrom(snapshot)
+    groups: dict[str, pb.RouteGroup] = {}
+    for listener in out.http_listeners:
+        name = f"{listener.address}:{listener.port}" if listener.address else str(listener.port)
+        for rule in listener.rules:
+            host = rule.hostnames[0] if rule.hostnames else ""
+            assert len(rule.hostnames) <= 1, "contract 2: one hostname per rule"
+            key = f"{name}/{host}"
+            groups.setdefault(key, pb.RouteGroup(listener=name, host=host)).rules.append(rule)
+        del listener.rules[:]
+    out.route_groups.extend(groups[key] for key in sorted(groups))
+    return out
 
 
 def classify_snapshots(old: pb.Snapshot, new: pb.Snapshot, opts: RenderOptions) -> Decision:
@@ -163,3 +206,83 @@ def random_versions(seed: int, steps: int, services: int = 12) -> Iterator[pb.Sn
             c.pods.append(f"haproxy-{counter}")
         else:
             c.pods.pop()
+
+
+_HOSTS = ("", "a.example.com", "b.example.com", "*.example.com", "c.example.org")
+
+
+def _random_rule(rng: random.Random, n: int, backends: list[str]) -> RouteRule:
+    """A rule for one random host: mostly a map rule (host and path, one backend),
+    sometimes a config rule (a method, a header, weights)."""
+    host = rng.choice(_HOSTS)
+    path = RoutePath(rng.choice(("Exact", "PathPrefix")), rng.choice(("/", "/a", "/b", "/a/b")))
+    roll = rng.random()
+    chosen = (WeightedBackend(rng.choice(backends), 1),)
+    method, headers = "", ()
+    if roll < 0.15:
+        method = "GET"
+    elif roll < 0.25:
+        headers = (("x-t", str(rng.randrange(3))),)
+    elif roll < 0.3 and len(backends) > 1:
+        chosen = (WeightedBackend(backends[0], 1), WeightedBackend(backends[1], 3))
+    return RouteRule(
+        f"HTTPRoute ns/r{n} rule 0 match 0",
+        (host,) if host else (),
+        path,
+        method=method,
+        headers=headers,
+        backends=chosen,
+        single_label_wildcards=host.startswith("*.") and rng.random() < 0.3,
+    )
+
+
+def random_route_versions(seed: int, steps: int) -> Iterator[pb.Snapshot]:
+    """Hashed, versioned snapshots of one workload with HTTP listeners (one every-address,
+    one with its own address) through random route changes (a rule added, removed,
+    re-pointed, moved in its listener's order; a listener's default backend), encoded by
+    one incremental `Encoder` as the control plane does."""
+    rng = random.Random(seed)
+    c = Cluster(
+        endpoints={f"svc-{s:03d}": [ip(s, 0x7F_10_00_00)] for s in range(4)},
+        annotations={},
+        pods=["haproxy-a", "haproxy-b"],
+    )
+    base = Computer().compute(c.state(), {}).workloads[WORKLOAD]
+    backends = sorted(b.name for b in base.backends)
+    lists: dict[tuple[int, str], list[RouteRule]] = {
+        (80, ""): [_random_rule(rng, n, backends) for n in range(8)],
+        (8080, "127.0.0.9"): [_random_rule(rng, 100 + n, backends) for n in range(4)],
+    }
+    defaults = {(80, ""): "", (8080, "127.0.0.9"): backends[0]}
+    encoder = Encoder()
+    counter = 1000
+    last = ""
+    version = 0
+    while version < steps:
+        listeners = tuple(
+            HttpListener(port, tuple(rules), defaults[(port, address)], address=address)
+            for (port, address), rules in sorted(lists.items())
+        )
+        snapshot = dataclasses.replace(base, http_listeners=listeners)
+        content = encoder.encode({WORKLOAD: snapshot})[WORKLOAD]
+        if content.content_hash != last:
+            version += 1
+            last = content.content_hash
+            yield content.message(version)
+        counter += 1
+        rules = lists[rng.choice(sorted(lists))]
+        roll = rng.random()
+        if roll < 0.35 or not rules:
+            rules.insert(rng.randrange(len(rules) + 1), _random_rule(rng, counter, backends))
+        elif roll < 0.55:
+            del rules[rng.randrange(len(rules))]
+        elif roll < 0.8:
+            i = rng.randrange(len(rules))
+            rules[i] = dataclasses.replace(
+                rules[i], backends=(WeightedBackend(rng.choice(backends), 1),)
+            )
+        elif roll < 0.92:
+            rules.insert(rng.randrange(len(rules)), rules.pop(rng.randrange(len(rules))))
+        else:
+            key = rng.choice(sorted(defaults))
+            defaults[key] = rng.choice(["", *backends])

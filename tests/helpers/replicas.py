@@ -22,6 +22,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from nodeagent.stream.client import MAX_RECEIVE_BYTES
+from peerplane.parts import CONTRACT
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 from tests.helpers.server_process import ServeProcess
@@ -175,6 +176,7 @@ class StreamAgent:
     def _hello(self) -> pb.AgentMessage:
         held = self.last()
         hello = pb.Hello(
+            contract=CONTRACT,
             pod_namespace=NS,
             pod_name=self.pod,
             node_name="node",

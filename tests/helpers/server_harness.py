@@ -17,6 +17,7 @@ from controlplane.publish.content import SnapshotContent
 from controlplane.publish.store import SnapshotStore
 from controlplane.server import ControlPlaneServer
 from controlplane.server.agents import AgentSession
+from peerplane.parts import CONTRACT
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 
@@ -84,6 +85,7 @@ class Agent:
 
     async def hello(self, applied_hash: str = "", applied_version: int = 0) -> None:
         hello = pb.Hello(
+            contract=CONTRACT,
             pod_namespace=self.namespace,
             pod_name=self.pod,
             node_name="node-a",

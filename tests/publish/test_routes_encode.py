@@ -91,6 +91,10 @@ def test_every_rule_field_is_encoded_as_the_contract_says() -> None:
     )
     content = Encoder().encode({WORKLOAD: snapshot})[WORKLOAD]
     message = content.message()
+    # Contract 2: the listener carries no rules, they travel grouped by host.
+    assert list(message.http_listeners) == [
+        pb.HttpListener(port=8080, default_backend="default_shop_http")
+    ]
     expected = pb.HttpListener(port=8080, default_backend="default_shop_http")
     expected.rules.add(
         source=rule.source,
@@ -120,8 +124,12 @@ def test_every_rule_field_is_encoded_as_the_contract_says() -> None:
             replace_full_path="/new",
         ),
     )
-    assert list(message.http_listeners) == [expected]
-    # The payload is the message's deterministic serialization, field 14 last.
+    rules = expected.rules
+    assert list(message.route_groups) == [
+        pb.RouteGroup(listener="8080", host="", rules=[rules[1]]),
+        pb.RouteGroup(listener="8080", host="a.example.com", rules=[rules[0]]),
+    ]
+    # The payload is the message's deterministic serialization, field 18 last.
     message.ClearField("version")
     message.ClearField("content_hash")
     assert content.payload == message.SerializeToString(deterministic=True)
@@ -153,7 +161,7 @@ def test_a_changed_rule_is_encoded_alone_and_the_listener_bytes_match_a_fresh_en
     assert content.payload == message.SerializeToString(deterministic=True)
 
 
-def test_a_route_change_is_a_frontends_delta_that_rebuilds_the_full_snapshot() -> None:
+def test_a_route_change_is_a_route_group_delta_that_rebuilds_the_full_snapshot() -> None:
     computer, encoder = Computer(), Encoder()
     first = computer.compute(state("/a"), {})
     old = encoder.encode(first.workloads)[WORKLOAD]
@@ -161,9 +169,12 @@ def test_a_route_change_is_a_frontends_delta_that_rebuilds_the_full_snapshot() -
     new = encoder.encode(second.workloads)[WORKLOAD]
     raw = delta_bytes(old.parts, new.parts, old.content_hash, new.content_hash, 2)
     delta = pb.SnapshotDelta.FromString(raw)
-    assert delta.frontends_changed and not delta.warnings_changed and not delta.peers_changed
+    # Contract 2: only the route group of the changed host travels, not the listener.
+    assert not delta.frontends_changed and not delta.warnings_changed
+    assert not delta.peers_changed
     assert list(delta.backends) == [] and list(delta.removed_backends) == []
-    assert [r.path.value for r in delta.http_listeners[0].rules] == ["/b"]
+    assert [[r.path.value for r in g.rules] for g in delta.route_groups] == [["/b"]]
+    assert list(delta.http_listeners) == [] and list(delta.removed_route_groups) == []
     held = old.message(1)
     rebuilt = apply_delta(held, delta)
     assert rebuilt.content_hash == new.content_hash
@@ -196,3 +207,31 @@ def test_removing_the_last_route_clears_the_listeners() -> None:
     )
     assert delta.frontends_changed and list(delta.http_listeners) == []
     assert list(apply_delta(old.message(1), delta).http_listeners) == []
+
+
+def test_route_groups_are_in_key_order_whatever_the_listeners_order() -> None:
+    """Groups are sorted by "<listener>/<host>" as the agent sorts them: a listener named
+    "80.1.2.3:443" sorts before "80" ("." before "/"), hosts in order within one."""
+    computer = Computer()
+    snapshot = computer.compute(state("/"), {}).workloads[WORKLOAD]
+
+    def rules(*hosts: str) -> tuple[RouteRule, ...]:
+        return tuple(
+            RouteRule(f"HTTPRoute default/r{i} rule 0 match 0", (h,) if h else (), None)
+            for i, h in enumerate(hosts)
+        )
+
+    listeners = (
+        HttpListener(80, rules("b.example", "", "a.example", "b.example")),
+        HttpListener(443, rules("c.example"), address="80.1.2.3"),
+    )
+    content = Encoder().encode({WORKLOAD: dataclasses.replace(snapshot, http_listeners=listeners)})
+    keys = list(content[WORKLOAD].parts.route_groups)
+    assert keys == ["80.1.2.3:443/c.example", "80/", "80/a.example", "80/b.example"]
+    assert keys == sorted(keys)
+    message = content[WORKLOAD].message()
+    assert [r.source for r in message.route_groups[3].rules] == [
+        "HTTPRoute default/r0 rule 0 match 0",
+        "HTTPRoute default/r3 rule 0 match 0",
+    ]
+    assert SnapshotContent.from_message(message).content_hash == content[WORKLOAD].content_hash

@@ -85,11 +85,11 @@ def test_a_grpc_route_is_served_as_http2_rules_and_its_status_written_at_v1(
 
         def rules() -> list[Obj]:
             found = snapshot(serving.address)
-            return [
+            return [  # contract 2: a listener's rules travel in its route groups
                 rule
-                for listener in found.get("http_listeners") or []
-                if listener.get("port") == GRPC_PORT
-                for rule in listener.get("rules") or []
+                for group in found.get("route_groups") or []
+                if group.get("listener") == str(GRPC_PORT)
+                for rule in group.get("rules") or []
             ]
 
         wait_until(lambda: len(rules()) == 2, 60, message=lambda: serving.lines[-20:])

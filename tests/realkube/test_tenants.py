@@ -120,7 +120,14 @@ def bindings(found: Obj) -> dict[str, list[str]]:
 
 
 def rules_for(found: Obj, port: int, host: str) -> list[Obj]:
-    return [r for r in listener(found, port).get("rules", []) if host in r.get("hostnames", [])]
+    """The rules of `host` on the every-address listener of `port`: its route group's
+    (contract 2: a listener's rules travel in route groups)."""
+    return [
+        rule
+        for group in found.get("route_groups", [])
+        if group.get("listener") == str(port) and group.get("host", "") == host
+        for rule in group.get("rules", [])
+    ]
 
 
 def events_of(cluster: RealCluster, ns: str, kind: str, name: str) -> list[str]:

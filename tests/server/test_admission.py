@@ -19,11 +19,12 @@ from controlplane.server.admission import (
     hello_problem,
 )
 from controlplane.server.auth import Authenticator, Denied, Identity
+from peerplane.parts import CONTRACT
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.server_harness import bearer, run
 
 NS = "haproxy-system"
-GOOD = pb.Hello(pod_namespace=NS, pod_name="haproxy-a", node_name="node-a")
+GOOD = pb.Hello(contract=CONTRACT, pod_namespace=NS, pod_name="haproxy-a", node_name="node-a")
 
 
 def hello(**fields: str) -> pb.Hello:
@@ -31,6 +32,13 @@ def hello(**fields: str) -> pb.Hello:
     message.CopyFrom(GOOD)
     for name, value in fields.items():
         setattr(message, name, value)
+    return message
+
+
+def old_agent() -> pb.Hello:
+    """GOOD as an agent from before contract numbers says it: no contract."""
+    message = hello()
+    message.ClearField("contract")
     return message
 
 
@@ -190,6 +198,17 @@ REFUSALS = [
         "Hello needs pod_namespace and pod_name",
         (True, False),
         None,
+    ),
+    (
+        "agent from before contract 2",
+        "token-a",
+        lambda: first(old_agent()),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "agent too old: it reads snapshot contract 0, this control plane sends contract 2"
+        " (route rules in route groups, the content hash over the parts' digests); upgrade"
+        " the node agent DaemonSet to this control plane's version",
+        (True, True),
+        f"{NS}/haproxy-a",
     ),
     (
         "token of another pod",

@@ -13,6 +13,7 @@ import pytest
 from controlplane.publish.store import SnapshotStore
 from controlplane.server import reports
 from controlplane.server.agents import AgentRegistry
+from peerplane.parts import CONTRACT
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.server_harness import NS, W1, Harness, run, snapshot
 
@@ -28,7 +29,12 @@ def test_list_agents_shows_version_applied_by_times_and_report() -> None:
             agent = h.agent("haproxy-a")
             await agent.call.write(
                 pb.AgentMessage(
-                    hello=pb.Hello(pod_namespace=NS, pod_name="haproxy-a", haproxy_version="3.0.11")
+                    hello=pb.Hello(
+                        contract=CONTRACT,
+                        pod_namespace=NS,
+                        pod_name="haproxy-a",
+                        haproxy_version="3.0.11",
+                    )
                 )
             )
             first = await agent.recv_snapshot()
@@ -169,7 +175,9 @@ def test_get_snapshot_of_a_version_evicted_says_so() -> None:
 def test_reports_closer_than_the_gap_are_ignored() -> None:
     """An agent sends at most one report a second; one that floods keeps only the first
     of each half second (the later ones are not even bounded: no work for them)."""
-    session = AgentRegistry().open(pb.Hello(pod_namespace=NS, pod_name="haproxy-a"), "peer")
+    session = AgentRegistry().open(
+        pb.Hello(contract=CONTRACT, pod_namespace=NS, pod_name="haproxy-a"), "peer"
+    )
     first = pb.AgentReport(haproxy_version="3.0.11")
     assert session.reported(first, now=100.0)
     assert not session.reported(pb.AgentReport(haproxy_version="x"), now=100.0 + 0.1)

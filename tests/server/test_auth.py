@@ -20,6 +20,7 @@ from controlplane.publish.store import SnapshotStore
 from controlplane.server import ControlPlaneServer, ServerOptions, StreamLimits
 from controlplane.server.auth import Authenticator, Denied, Identity, bearer_token
 from controlplane.server.peers import PeerStreams, peer_host
+from peerplane.parts import CONTRACT
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.server_harness import NS, W1, W2, Harness, bearer, run, snapshot
 
@@ -130,7 +131,7 @@ def test_an_agent_cannot_switch_pods_after_hello() -> None:
             agent = h.agent("haproxy-a", token="token-a")
             await agent.hello()
             await agent.recv_snapshot()
-            other = pb.Hello(pod_namespace="edge", pod_name="edge-a")
+            other = pb.Hello(contract=CONTRACT, pod_namespace="edge", pod_name="edge-a")
             await agent.call.write(pb.AgentMessage(hello=other))
             await h.until(
                 lambda: (s := h.session("haproxy-a")) is not None and s.ignored_messages == 1

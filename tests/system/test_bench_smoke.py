@@ -34,6 +34,7 @@ from tests.bench import haproxy as haproxy_bench
 from tests.bench import persistence as persistence_bench
 from tests.bench import realapi, routeskube, scalefolder, stability
 from tests.bench import retention as retention_bench
+from tests.bench import route_delta as route_delta_bench
 from tests.bench import routes as routes_bench
 from tests.bench import scale as scale_bench
 from tests.bench import summary as bench_summary
@@ -684,3 +685,14 @@ def test_api_servers_bench_measures_the_fake_and_a_real_api_server_side_by_side(
         assert results[f"api_servers.{kind}.shards"] == 4
         assert results[f"api_servers.{kind}.first_ack_s"] > 0
         assert results[f"api_servers.{kind}.endpoint_change_ack_p99_ms"] > 0
+
+
+def test_route_delta_bench_sends_a_route_change_as_its_group_and_applies_it_at_runtime(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One HTTPRoute's path changed among 300: a delta of a few hundred bytes (the
+    route's group, not the listener), applied by the agent through map updates."""
+    found = {r.name: r for r in route_delta_bench._one(300)}
+    assert 0 < found["route_change_delta_bytes_300"].value < 1024
+    assert found["route_change_agent_apply_300"].value > 0
+    assert "(runtime: 2 route map entries changed)" in capsys.readouterr().err

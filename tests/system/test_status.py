@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from peerplane.parts import CONTRACT
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.fleet import HAPROXY_PODS, NAMESPACE, REPO, WORKLOAD, Fleet
 from tests.helpers.haproxy_versions import HAProxyBinary
@@ -88,7 +89,9 @@ class _SilentAgent:
             request_serializer=pb.AgentMessage.SerializeToString,
             response_deserializer=pb.ServerMessage.FromString,
         )
-        hello = pb.Hello(pod_namespace=NAMESPACE, pod_name=pod, haproxy_version="0.0.0")
+        hello = pb.Hello(
+            contract=CONTRACT, pod_namespace=NAMESPACE, pod_name=pod, haproxy_version="0.0.0"
+        )
         self._responses = method(self._requests(hello))
         self.received: list[pb.ServerMessage] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Snapshot(_message.Message):
-    __slots__ = ("workload", "version", "content_hash", "peers", "backends", "http_frontend", "tcp_frontends", "warnings", "http_listeners", "certificates", "tls_listeners")
+    __slots__ = ("workload", "version", "content_hash", "peers", "backends", "http_frontend", "tcp_frontends", "warnings", "http_listeners", "certificates", "tls_listeners", "route_groups")
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +20,7 @@ class Snapshot(_message.Message):
     HTTP_LISTENERS_FIELD_NUMBER: _ClassVar[int]
     CERTIFICATES_FIELD_NUMBER: _ClassVar[int]
     TLS_LISTENERS_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_GROUPS_FIELD_NUMBER: _ClassVar[int]
     workload: str
     version: int
     content_hash: str
@@ -31,7 +32,18 @@ class Snapshot(_message.Message):
     http_listeners: _containers.RepeatedCompositeFieldContainer[HttpListener]
     certificates: _containers.RepeatedCompositeFieldContainer[Certificate]
     tls_listeners: _containers.RepeatedCompositeFieldContainer[TlsPassthroughListener]
-    def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., peers: _Optional[_Union[PeerSection, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[Backend, _Mapping]]] = ..., http_frontend: _Optional[_Union[HttpFrontend, _Mapping]] = ..., tcp_frontends: _Optional[_Iterable[_Union[TcpFrontend, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ..., http_listeners: _Optional[_Iterable[_Union[HttpListener, _Mapping]]] = ..., certificates: _Optional[_Iterable[_Union[Certificate, _Mapping]]] = ..., tls_listeners: _Optional[_Iterable[_Union[TlsPassthroughListener, _Mapping]]] = ...) -> None: ...
+    route_groups: _containers.RepeatedCompositeFieldContainer[RouteGroup]
+    def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., peers: _Optional[_Union[PeerSection, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[Backend, _Mapping]]] = ..., http_frontend: _Optional[_Union[HttpFrontend, _Mapping]] = ..., tcp_frontends: _Optional[_Iterable[_Union[TcpFrontend, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ..., http_listeners: _Optional[_Iterable[_Union[HttpListener, _Mapping]]] = ..., certificates: _Optional[_Iterable[_Union[Certificate, _Mapping]]] = ..., tls_listeners: _Optional[_Iterable[_Union[TlsPassthroughListener, _Mapping]]] = ..., route_groups: _Optional[_Iterable[_Union[RouteGroup, _Mapping]]] = ...) -> None: ...
+
+class RouteGroup(_message.Message):
+    __slots__ = ("listener", "host", "rules")
+    LISTENER_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    RULES_FIELD_NUMBER: _ClassVar[int]
+    listener: str
+    host: str
+    rules: _containers.RepeatedCompositeFieldContainer[RouteRule]
+    def __init__(self, listener: _Optional[str] = ..., host: _Optional[str] = ..., rules: _Optional[_Iterable[_Union[RouteRule, _Mapping]]] = ...) -> None: ...
 
 class PeerSection(_message.Message):
     __slots__ = ("name", "port", "peers")
@@ -378,7 +390,7 @@ class AgentMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., report: _Optional[_Union[AgentReport, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("pod_namespace", "pod_name", "node_name", "applied_content_hash", "applied_version", "agent_version", "accepts_deltas", "haproxy_version")
+    __slots__ = ("pod_namespace", "pod_name", "node_name", "applied_content_hash", "applied_version", "agent_version", "accepts_deltas", "haproxy_version", "contract")
     POD_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     POD_NAME_FIELD_NUMBER: _ClassVar[int]
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -387,6 +399,7 @@ class Hello(_message.Message):
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     ACCEPTS_DELTAS_FIELD_NUMBER: _ClassVar[int]
     HAPROXY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONTRACT_FIELD_NUMBER: _ClassVar[int]
     pod_namespace: str
     pod_name: str
     node_name: str
@@ -395,7 +408,8 @@ class Hello(_message.Message):
     agent_version: str
     accepts_deltas: bool
     haproxy_version: str
-    def __init__(self, pod_namespace: _Optional[str] = ..., pod_name: _Optional[str] = ..., node_name: _Optional[str] = ..., applied_content_hash: _Optional[str] = ..., applied_version: _Optional[int] = ..., agent_version: _Optional[str] = ..., accepts_deltas: _Optional[bool] = ..., haproxy_version: _Optional[str] = ...) -> None: ...
+    contract: int
+    def __init__(self, pod_namespace: _Optional[str] = ..., pod_name: _Optional[str] = ..., node_name: _Optional[str] = ..., applied_content_hash: _Optional[str] = ..., applied_version: _Optional[int] = ..., agent_version: _Optional[str] = ..., accepts_deltas: _Optional[bool] = ..., haproxy_version: _Optional[str] = ..., contract: _Optional[int] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("nonce", "version", "content_hash", "applied_by", "set_aside", "set_aside_count")
@@ -488,7 +502,7 @@ class ServerMessage(_message.Message):
     def __init__(self, nonce: _Optional[str] = ..., snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., in_sync: _Optional[_Union[InSync, _Mapping]] = ..., waiting: _Optional[_Union[Waiting, _Mapping]] = ..., delta: _Optional[_Union[SnapshotDelta, _Mapping]] = ...) -> None: ...
 
 class SnapshotDelta(_message.Message):
-    __slots__ = ("workload", "version", "to_content_hash", "peers", "backends", "http_frontend", "tcp_frontends", "warnings", "from_content_hash", "removed_backends", "peers_changed", "frontends_changed", "warnings_changed", "http_listeners", "certificates", "tls_listeners", "removed_certificates")
+    __slots__ = ("workload", "version", "to_content_hash", "peers", "backends", "http_frontend", "tcp_frontends", "warnings", "from_content_hash", "removed_backends", "peers_changed", "frontends_changed", "warnings_changed", "http_listeners", "certificates", "tls_listeners", "removed_certificates", "route_groups", "removed_route_groups")
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TO_CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
@@ -506,6 +520,8 @@ class SnapshotDelta(_message.Message):
     CERTIFICATES_FIELD_NUMBER: _ClassVar[int]
     TLS_LISTENERS_FIELD_NUMBER: _ClassVar[int]
     REMOVED_CERTIFICATES_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_ROUTE_GROUPS_FIELD_NUMBER: _ClassVar[int]
     workload: str
     version: int
     to_content_hash: str
@@ -523,7 +539,9 @@ class SnapshotDelta(_message.Message):
     certificates: _containers.RepeatedCompositeFieldContainer[Certificate]
     tls_listeners: _containers.RepeatedCompositeFieldContainer[TlsPassthroughListener]
     removed_certificates: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ..., to_content_hash: _Optional[str] = ..., peers: _Optional[_Union[PeerSection, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[Backend, _Mapping]]] = ..., http_frontend: _Optional[_Union[HttpFrontend, _Mapping]] = ..., tcp_frontends: _Optional[_Iterable[_Union[TcpFrontend, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ..., from_content_hash: _Optional[str] = ..., removed_backends: _Optional[_Iterable[str]] = ..., peers_changed: _Optional[bool] = ..., frontends_changed: _Optional[bool] = ..., warnings_changed: _Optional[bool] = ..., http_listeners: _Optional[_Iterable[_Union[HttpListener, _Mapping]]] = ..., certificates: _Optional[_Iterable[_Union[Certificate, _Mapping]]] = ..., tls_listeners: _Optional[_Iterable[_Union[TlsPassthroughListener, _Mapping]]] = ..., removed_certificates: _Optional[_Iterable[str]] = ...) -> None: ...
+    route_groups: _containers.RepeatedCompositeFieldContainer[RouteGroup]
+    removed_route_groups: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, workload: _Optional[str] = ..., version: _Optional[int] = ..., to_content_hash: _Optional[str] = ..., peers: _Optional[_Union[PeerSection, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[Backend, _Mapping]]] = ..., http_frontend: _Optional[_Union[HttpFrontend, _Mapping]] = ..., tcp_frontends: _Optional[_Iterable[_Union[TcpFrontend, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[RejectedInput, _Mapping]]] = ..., from_content_hash: _Optional[str] = ..., removed_backends: _Optional[_Iterable[str]] = ..., peers_changed: _Optional[bool] = ..., frontends_changed: _Optional[bool] = ..., warnings_changed: _Optional[bool] = ..., http_listeners: _Optional[_Iterable[_Union[HttpListener, _Mapping]]] = ..., certificates: _Optional[_Iterable[_Union[Certificate, _Mapping]]] = ..., tls_listeners: _Optional[_Iterable[_Union[TlsPassthroughListener, _Mapping]]] = ..., removed_certificates: _Optional[_Iterable[str]] = ..., route_groups: _Optional[_Iterable[_Union[RouteGroup, _Mapping]]] = ..., removed_route_groups: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class InSync(_message.Message):
     __slots__ = ("version", "content_hash")

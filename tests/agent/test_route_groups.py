@@ -1,0 +1,192 @@
+"""Route groups on the agent (contract 2): a delta carries the changed groups only, the
+held snapshot moves with them and verifies the content hash from the changed parts'
+digests, and the rendered config and map files are byte for byte what the renderer makes
+of the same listeners with their rules inline (a contract-1 snapshot), over random
+sequences of route changes encoded by the control plane's incremental encoder.
+
+docs/design.md, "Deltas on the agent side, and the render cache" and "Route rendering and
+runtime updates"."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from controlplane.publish import content_hash
+from nodeagent.config.changes import ApplyPath, classify, map_updates
+from nodeagent.config.errors import RenderError
+from nodeagent.config.render import RenderOptions, render, render_held
+from nodeagent.held import DeltaError, Held, diff
+from peerplane import parts
+from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.delta_agent import digest
+from tests.helpers.deltas import delta_between, flat, hashed, random_route_versions
+from tests.helpers.haproxy_env import backend
+
+pytestmark = pytest.mark.unit
+
+OPTS = RenderOptions("haproxy-a", maps_dir="/etc/haproxy/maps")
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_route_group_deltas_over_random_versions_equal_the_full_snapshots(seed: int) -> None:
+    """Every step, sometimes skipping a version: the delta's result is the full snapshot
+    (hash by protobuf's own parts, saved bytes), the cached render equals a render from
+    scratch and a render of the rules inline, and the change set decides as a whole
+    comparison does."""
+    versions = list(random_route_versions(seed, 30))
+    held = Held.from_snapshot(versions[0])
+    rendered = render_held(held, OPTS)
+    runtime = i = 0
+    while i + 1 < len(versions):
+        j = min(len(versions) - 1, i + 1 + (i % 4 == 3))
+        old, new = versions[i], versions[j]
+        assert new.route_groups and all(not li.rules for li in new.http_listeners)
+        delta = delta_between(old, new)
+        assert not delta.frontends_changed or old.http_listeners != new.http_listeners
+        held_next, change = held.apply(delta)
+        assert held_next.computed_hash() == new.content_hash == digest(new)
+        assert new.content_hash == content_hash(new)
+        assert held_next.serialized() == new.SerializeToString(deterministic=True)
+        assert held_next.message() == new
+        full = Held.from_snapshot(new)
+        assert diff(held, full) == change
+        if i % 3 == 1 and j + 1 < len(versions):
+            # A render branching off the same previous one moves the joined layers
+            # elsewhere: the next render from it must not trust them.
+            other = Held.from_snapshot(versions[j + 1])
+            render_held(other, OPTS, rendered, diff(held, other))
+        cached = render_held(held_next, OPTS, rendered, change)
+        scratch = render_held(full, OPTS)
+        assert cached.data() == scratch.data()
+        assert cached.text() == render(new, OPTS) == render(flat(new), OPTS)
+        assert cached.maps == scratch.maps == render_held(Held.from_snapshot(flat(new)), OPTS).maps
+        by_delta = classify(held, rendered, held_next, cached, change)
+        by_full = classify(held, rendered, full, scratch, diff(held, full))
+        assert by_delta == by_full
+        if by_delta.kind is ApplyPath.RUNTIME:  # the groups' entries are the files' changes
+            assert by_delta.maps == map_updates(rendered.maps, cached.maps)
+            runtime += 1
+        held, rendered, i = held_next, cached, j
+    assert runtime >= 1  # map rule changes went through the runtime API
+
+
+def _group(host: str, *paths: str, backend: str = "ns_a_80") -> pb.RouteGroup:
+    rules = [
+        pb.RouteRule(
+            source=f"HTTPRoute ns/{host or 'any'} rule {i}",
+            hostnames=[host] if host else [],
+            path=pb.PathMatch(type=pb.PathMatch.PATH_PREFIX, value=path),
+            backends=[pb.WeightedBackend(backend=backend, weight=1)],
+        )
+        for i, path in enumerate(paths)
+    ]
+    return pb.RouteGroup(listener="80", host=host, rules=rules)
+
+
+def _snapshot(*groups: pb.RouteGroup, version: int = 1) -> pb.Snapshot:
+    s = pb.Snapshot(workload="haproxy-system/DaemonSet/haproxy")
+    s.backends.extend([backend("ns_a_80", [("10.1.0.1", 80)]), backend("ns_b_80", [])])
+    s.http_listeners.add(port=80)
+    s.route_groups.extend(sorted(groups, key=parts.route_group_key))
+    return hashed(s, version)
+
+
+def test_a_map_rule_change_carries_its_group_only_and_updates_its_map_entries() -> None:
+    hosts = [f"h{n}.example.com" for n in range(50)]
+    old = _snapshot(*(_group(h, "/a") for h in hosts))
+    changed = [_group(h, "/a", "/b") if h == "h7.example.com" else _group(h, "/a") for h in hosts]
+    new = _snapshot(*changed, version=2)
+    delta = delta_between(old, new)
+    assert [g.host for g in delta.route_groups] == ["h7.example.com"]
+    assert not delta.frontends_changed and not delta.http_listeners
+    held = Held.from_snapshot(old)
+    held_next, change = held.apply(delta)
+    assert change.route_groups == {"80/h7.example.com"} and not change.frontends
+    # Unchanged groups are the very objects held before (not parsed, not copied).
+    assert held_next.route_groups["80/h8.example.com"] is held.route_groups["80/h8.example.com"]
+    r0 = render_held(held, OPTS)
+    r1 = render_held(held_next, OPTS, r0, change)
+    assert r1.text() == render(new, OPTS) == render(flat(new), OPTS)
+    decision = classify(held, r0, held_next, r1, change)
+    assert decision.kind is ApplyPath.RUNTIME
+    assert [(u.op, u.key, u.value) for u in decision.maps] == [
+        ("add", "h7.example.com/b/", "2:ns_a_80")
+    ]
+
+
+def test_the_hash_is_over_the_parts_digests_and_a_delta_hashes_only_changed_parts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Verifying a one-group delta hashes that group's bytes and the join of digests,
+    not every group again."""
+    hosts = [f"h{n}.example.com" for n in range(40)]
+    old = _snapshot(*(_group(h, "/a") for h in hosts))
+    new = _snapshot(*(_group(h, "/b" if h == hosts[3] else "/a") for h in hosts), version=2)
+    held = Held.from_snapshot(old)
+    assert held.computed_hash() == old.content_hash == digest(old)
+    hashed_sizes: list[int] = []
+    real = parts.digest
+
+    def counting(part: bytes) -> bytes:
+        hashed_sizes.append(len(part))
+        return real(part)
+
+    monkeypatch.setattr(parts, "digest", counting)
+    held_next, _ = held.apply(delta_between(old, new))
+    assert held_next.content_hash == new.content_hash
+    group_size = len(parts.framed_route_group(new.route_groups[0]))
+    # The changed group, and the small single parts (workload, under 1 KiB each).
+    assert sum(1 for n in hashed_sizes if n >= group_size) <= 1 + 1, hashed_sizes
+    assert len(hashed_sizes) < 10
+
+
+def test_a_delta_that_removes_a_group_not_held_or_lists_one_twice_is_refused() -> None:
+    old = _snapshot(_group("a.example.com", "/a"))
+    new = _snapshot(_group("b.example.com", "/a"), version=2)
+    delta = delta_between(old, new)
+    assert list(delta.removed_route_groups) == ["80/a.example.com"]
+    held = Held.from_snapshot(old)
+    twice = pb.SnapshotDelta()
+    twice.CopyFrom(delta)
+    twice.route_groups.append(delta.route_groups[0])
+    with pytest.raises(DeltaError, match="listed twice"):
+        held.apply(twice)
+    gone = pb.SnapshotDelta()
+    gone.CopyFrom(delta)
+    gone.removed_route_groups.append("80/c.example.com")
+    with pytest.raises(DeltaError, match="not held"):
+        held.apply(gone)
+    dropped = pb.SnapshotDelta()
+    dropped.CopyFrom(delta)
+    del dropped.removed_route_groups[:]
+    with pytest.raises(DeltaError, match="content hash"):
+        held.apply(dropped)
+
+
+def test_a_route_group_of_a_listener_the_snapshot_lacks_is_refused() -> None:
+    stray = _group("a.example.com", "/a")
+    stray.listener = "8081"
+    with pytest.raises(RenderError, match="route group of listener '8081'"):
+        render(_snapshot(stray), OPTS)
+
+
+def test_a_delta_from_a_contract_1_control_plane_applies_so_agents_upgrade_first() -> None:
+    """Hashed as contract 1 did (SHA-256 of the whole payload), rules inline: the agent
+    holds and renders it; another hash is still refused."""
+    old = flat(_snapshot(_group("a.example.com", "/a")))
+    new = flat(_snapshot(_group("a.example.com", "/a", "/b"), version=2))
+    for s in (old, new):
+        bare = pb.Snapshot()
+        bare.CopyFrom(s)
+        bare.version, bare.content_hash = 0, ""
+        s.content_hash = hashlib.sha256(bare.SerializeToString(deterministic=True)).hexdigest()
+    delta = delta_between(old, new)
+    assert delta.frontends_changed and not delta.route_groups
+    held_next, change = Held.from_snapshot(old).apply(delta)
+    assert held_next.message() == new and change.frontends
+    assert render_held(held_next, OPTS).text() == render(new, OPTS)
+    delta.to_content_hash = "0" * 64
+    with pytest.raises(DeltaError, match="content hash"):
+        Held.from_snapshot(old).apply(delta)
