@@ -10,20 +10,27 @@ table decided it). Conflicts and precedence are per hostname (the match key hold
 every candidate serves one hostname), so a route change decides again only the hostnames
 its old and new candidates serve, and moves their winners in the port's rules, kept
 sorted by precedence key (bisect; the tuple is a C-speed copy). Ownership is decided
-again only for those hostnames too: with no wildcard held on a port, exact hostnames do
-not interact (ownership.py), so a hostname whose claims are one namespace's before and
-after keeps every candidate but those a listener of that very hostname shadows, and is
-closed when any host is another namespace's or it is a listener's hostname under any
-host.
+again only for those hostnames too (ownership.py): an exact claim covers only its own
+hostname, so a change of exact hostnames moves no wildcard or any-host holding
+(`_Port.wider`, kept from the build), and while none of the hostname's claims is refused
+it moves no held listener hostname either (nor, then, what `Holding.shadowing` answers).
+An exact hostname's claims are then resolved alone against those holdings (`_refuses`,
+`resolve`'s rule for one hostname); one none of whose claims is refused before and after
+keeps every candidate but those a more specific listener of its namespace shadows, and
+is closed when the most specific held wildcard covering it, else any host, is another
+namespace's, or it is a held listener hostname under one (`_closed`; `ownership._closed`
+and `_isolated`). So ports holding a wildcard listener hostname (thousands of exact
+routes under `*.demo.example.com`) are updated too.
 
 A changed route's rejections are put in the table's and its workloads' among the other
 routes' in route order (the routes with rejections are kept by that order: few have any).
 
 `update` answers None (compute from scratch) when a change is outside what it covers: a
-changed route with session persistence, a hostname claimed
-by two namespaces or a wildcard or any host, a port with held wildcards, a workload with
-lanes, a port the workload does not listen on, TLS or TCP routes reaching backends, or
-more than `MAX_CHANGED` routes.
+changed route with session persistence, a hostname with a claim
+refused before or after the change (claimed by two namespaces, or under another
+namespace's wildcard held by an older claim), a wildcard or any-host candidate (a route's
+or its listener's hostname), a workload with lanes, a port the workload does not listen
+on, TLS or TCP routes reaching backends, or more than `MAX_CHANGED` routes.
 """
 
 from __future__ import annotations
@@ -104,7 +111,7 @@ def _first(item: tuple[FullKey, object]) -> FullKey:
 
 @dataclass(slots=True)
 class _Workload:
-    """One workload: what its build decided, its updatable ports, its conflicts and
+    """One workload: what its build decided, its ports, its conflicts and
     the backend names its listeners reference."""
 
     held: Held

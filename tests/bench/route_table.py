@@ -13,9 +13,9 @@ control plane; without it a full collection over millions of objects lands in so
 Each size twice: the Gateway's listener of any host, and of a wildcard hostname covering
 every route's (`*.example.com`, as the demo's `*.demo.example.com`: the common case, a
 held wildcard on the port; figures `route_table_wildcard_*`). Quick: 300 routes; full:
-3,000 and 10,000 (`ROUTE_TABLE_SIZES=3000,10000` sets the sizes). `python -m tests.bench.route_table profile N` prints the cProfile of one route
-change at N routes (`... profile N '*.example.com'`: under the wildcard listener).
-"""
+3,000 and 10,000 (`ROUTE_TABLE_SIZES=3000,10000` sets the sizes).
+`python -m tests.bench.route_table profile N` prints the cProfile of one route change at
+N routes (`... profile N '*.example.com'`: under the wildcard listener)."""
 
 from __future__ import annotations
 
