@@ -10,20 +10,27 @@ table decided it). Conflicts and precedence are per hostname (the match key hold
 every candidate serves one hostname), so a route change decides again only the hostnames
 its old and new candidates serve, and moves their winners in the port's rules, kept
 sorted by precedence key (bisect; the tuple is a C-speed copy). Ownership is decided
-again only for those hostnames too: with no wildcard held on a port, exact hostnames do
-not interact (ownership.py), so a hostname whose claims are one namespace's before and
-after keeps every candidate but those a listener of that very hostname shadows, and is
-closed when any host is another namespace's or it is a listener's hostname under any
-host.
+again only for those hostnames too (ownership.py): an exact claim covers only its own
+hostname, so a change of exact hostnames moves no wildcard or any-host holding
+(`_Port.wider`, kept from the build), and while none of the hostname's claims is refused
+it moves no held listener hostname either (nor, then, what `Holding.shadowing` answers).
+An exact hostname's claims are then resolved alone against those holdings (`_refuses`,
+`resolve`'s rule for one hostname); one none of whose claims is refused before and after
+keeps every candidate but those a more specific listener of its namespace shadows, and
+is closed when the most specific held wildcard covering it, else any host, is another
+namespace's, or it is a held listener hostname under one (`_closed`; `ownership._closed`
+and `_isolated`). So ports holding a wildcard listener hostname (thousands of exact
+routes under `*.demo.example.com`) are updated too.
 
 A changed route's rejections are put in the table's and its workloads' among the other
 routes' in route order (the routes with rejections are kept by that order: few have any).
 
 `update` answers None (compute from scratch) when a change is outside what it covers: a
-changed route with session persistence, a hostname claimed
-by two namespaces or a wildcard or any host, a port with held wildcards, a workload with
-lanes, a port the workload does not listen on, TLS or TCP routes reaching backends, or
-more than `MAX_CHANGED` routes.
+changed route with session persistence, a hostname with a claim
+refused before or after the change (claimed by two namespaces, or under another
+namespace's wildcard held by an older claim), a wildcard or any-host candidate (a route's
+or its listener's hostname), a workload with lanes, a port the workload does not listen
+on, TLS or TCP routes reaching backends, or more than `MAX_CHANGED` routes.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from dataclasses import dataclass, field
 from controlplane.model import ClusterState, GRPCRoute, HTTPRoute, Service
 from controlplane.routes.backends import ServiceKey
 from controlplane.routes.httproute import RouteOutcome, route_outcome
-from controlplane.routes.ownership import ANY_HOST, Claim, Holding
+from controlplane.routes.ownership import ANY_HOST, Claim, Holding, wider
 from controlplane.routes.placement import LANE_SEPARATOR, Placement, lane_workload
 from controlplane.routes.precedence import Candidate
 from controlplane.routes.table_stages import Held, Trace, by_namespace
@@ -72,7 +79,8 @@ class _Port:
     touched), and its rules in precedence order (`keys` and `rules` in step)."""
 
     holding: Holding
-    updatable: bool  # a listener, no held wildcard: exact hostnames are decided apart
+    # its held wildcards and any host, which a change of exact hostnames never moves
+    wider: dict[str, Claim]
     claims: dict[str, Counts]
     hosts: dict[str, list[tuple[FullKey, Candidate]]]
     decided: dict[str, _Decided]
@@ -103,7 +111,7 @@ def _first(item: tuple[FullKey, object]) -> FullKey:
 
 @dataclass(slots=True)
 class _Workload:
-    """One workload: what its build decided, its updatable ports, its conflicts and
+    """One workload: what its build decided, its ports, its conflicts and
     the backend names its listeners reference."""
 
     held: Held
@@ -153,12 +161,35 @@ def _namespaces(claims: Counts | None) -> set[str]:
 
 
 def _closed(port: _Port, host: str, namespace: str) -> bool:
-    """Whether an exact `host` held by `namespace` is closed on an updatable port: any
-    host is another namespace's, or it is a held listener hostname under any host."""
-    any_host = port.holding.holders.get(ANY_HOST)
-    if any_host is None:
+    """Whether an exact `host` held by `namespace` is closed (`ownership.resolve`): the
+    next less specific held hostname (the most specific held wildcard covering it, else
+    any host) is another namespace's, or `host` is a held listener hostname under it
+    (`ownership._isolated`)."""
+    held = port.wider
+    if not held:
         return False
-    return any_host.namespace != namespace or host in port.holding.listeners
+    found = next((held[w] for w in wider(host) if w in held), None) or held.get(ANY_HOST)
+    if found is None:
+        return False
+    return found.namespace != namespace or host in port.holding.listeners
+
+
+def _refuses(host: str, claims: Counts, held: Mapping[str, Claim]) -> bool:
+    """Whether `ownership.resolve` refuses one of `claims` (all on exact `host`), given
+    the port's held wildcards and any host (`held`, which exact claims never refuse):
+    oldest first, a claim is refused by the first accepted claim on `host`, else by the
+    most specific wildcard covering `host` held by an older claim, of another namespace."""
+    covering = [held[w] for w in wider(host) if w in held] if held else []
+    holder: Claim | None = None
+    for claim in sorted(claim for claim, count in claims.items() if count > 0):
+        found = holder
+        if found is None:
+            found = next((w for w in covering if w < claim), None)
+        if found is not None and found.namespace != claim.namespace:
+            return True
+        if holder is None:
+            holder = claim
+    return False
 
 
 def _add_claim(claims: dict[str, Counts], claim: Claim, step: int) -> None:
@@ -259,7 +290,7 @@ class TableIndex:
         """The port's index: its candidates and claims by hostname, the hostnames with
         conflicts decided, and its rules' keys (each rule is its winner's object)."""
         holding = held.holdings[number]
-        updatable = not any(host.startswith(WILDCARD_PREFIX) for host in holding.holders)
+        wider_held = {host: claim for host, claim in holding.holders.items() if not _exact(host)}
         claims: dict[str, Counts] = {}
         hosts: dict[str, list[tuple[FullKey, Candidate]]] = {}
         key_of: dict[int, FullKey] = {}
@@ -288,7 +319,7 @@ class TableIndex:
                 _add_claim(claims, claim, 1)
         port = _Port(
             holding,
-            updatable,
+            wider_held,
             claims,
             hosts,
             {},
@@ -346,8 +377,9 @@ class TableIndex:
                 return False
             if done.rejections and not done.workloads.issubset(self._workloads):
                 return False
-        # Each hostname touched: exact, on an updatable port the workload listens on, one
-        # namespace's claims before and after.
+        # Each hostname touched: exact, on a port the workload listens on, none of its
+        # claims refused before or after (so one namespace's, under no other namespace's
+        # wildcard): what it serves and whether it is closed are its own.
         delta: dict[tuple[str, int, str], Counts] = {}
         for sign, pairs in ((-1, old), (1, new)):
             for _, outcome in pairs:
@@ -360,20 +392,19 @@ class TableIndex:
                     for candidate in candidates:
                         port = mine.ports.get(candidate.port)
                         host = candidate.claim.host
-                        if port is None or not port.updatable or not _exact(host):
+                        if port is None or not _exact(host):
                             return False
                         if candidate.port not in mine.held.defaults:
                             return False
                         counts = delta.setdefault((workload, candidate.port, host), {})
                         counts[candidate.claim] = counts.get(candidate.claim, 0) + sign
         for (workload, number, host), counts in delta.items():
-            claims = self._workloads[workload].ports[number].claims.get(host)
-            if len(_namespaces(claims)) > 1:
-                return False
-            after = dict(claims) if claims else {}
+            port = self._workloads[workload].ports[number]
+            claims = port.claims.get(host) or {}
+            after = dict(claims)
             for claim, step in counts.items():
                 after[claim] = after.get(claim, 0) + step
-            if len(_namespaces(after)) > 1:
+            if _refuses(host, claims, port.wider) or _refuses(host, after, port.wider):
                 return False
         return True
 

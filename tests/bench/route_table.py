@@ -10,10 +10,12 @@ endpoint changed (the route table reused: `computed` must not
 move). Each step is followed by the loop's heap policy (`loop/heap.py`: freeze after the
 first step, collect and freeze again when many objects outlived it), untimed, as in the
 control plane; without it a full collection over millions of objects lands in some steps.
-Quick: 300 routes; full: 3,000 and 10,000 (`ROUTE_TABLE_SIZES=3000,10000` sets the
-sizes). `python -m tests.bench.route_table profile N` prints the cProfile of one route
-change at N routes.
-"""
+Each size twice: the Gateway's listener of any host, and of a wildcard hostname covering
+every route's (`*.example.com`, as the demo's `*.demo.example.com`: the common case, a
+held wildcard on the port; figures `route_table_wildcard_*`). Quick: 300 routes; full:
+3,000 and 10,000 (`ROUTE_TABLE_SIZES=3000,10000` sets the sizes).
+`python -m tests.bench.route_table profile N` prints the cProfile of one route change at
+N routes (`... profile N '*.example.com'`: under the wildcard listener)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import time
 
 from controlplane.compute import Computer
 from controlplane.loop.heap import Heap
-from controlplane.model import ClusterState, HTTPRoute
+from controlplane.model import ClusterState, Gateway, HTTPRoute
 from controlplane.publish import Encoder
 from controlplane.routes.table import compute_routes
 from controlplane.settings.resolver import Resolver
@@ -41,20 +43,29 @@ TARGETS = {
     "route_table_route_change_": "< 1 s",
     "route_table_route_added_": "< 1 s",
     "route_table_endpoint_change_": "no route table recomputed",
+    "route_table_wildcard_route_change_": "< 1 s",
+    "route_table_wildcard_route_added_": "< 1 s",
+    "route_table_wildcard_endpoint_change_": "no route table recomputed",
 }
+WILDCARD = "*.example.com"
+"""The wildcard variant's listener hostname: it covers every route's host."""
 
 CLASS = gateway_class_from(
     {"metadata": {"name": "p"}, "spec": {"controllerName": "peerplane.dev/gateway-controller"}}
 )
-GATEWAY = gateway_from(
-    {
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {
-            "gatewayClassName": "p",
-            "listeners": [{"name": "http", "port": 8080, "protocol": "HTTP"}],
-        },
-    }
-)
+
+
+def gateway(hostname: str = "") -> Gateway:
+    """The Gateway every route attaches to: one HTTP listener, of any host or `hostname`."""
+    listener = {"name": "http", "port": 8080, "protocol": "HTTP"}
+    if hostname:
+        listener["hostname"] = hostname
+    return gateway_from(
+        {
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"gatewayClassName": "p", "listeners": [listener]},
+        }
+    )
 
 
 def http_route(index: int, version: int = 0, service: int | None = None) -> HTTPRoute:
@@ -80,7 +91,7 @@ def http_route(index: int, version: int = 0, service: int | None = None) -> HTTP
     )
 
 
-def routed_cluster(routes: int) -> ClusterState:
+def routed_cluster(routes: int, hostname: str = "") -> ClusterState:
     services = [service(f"svc-{i}", expose=False) for i in range(routes // 2)]
     slices = [
         endpoint_slice(f"svc-{i}", [f"10.{i // 250}.{i % 250}.1", f"10.{i // 250}.{i % 250}.2"])
@@ -90,7 +101,7 @@ def routed_cluster(routes: int) -> ClusterState:
     return dataclasses.replace(
         base,
         gateway_classes=(CLASS,),
-        gateways=(GATEWAY,),
+        gateways=(gateway(hostname),),
         http_routes=tuple(http_route(i) for i in range(routes)),
     )
 
@@ -107,6 +118,7 @@ def run(quick: bool = False) -> list[Result]:
     results: list[Result] = []
     for routes in sizes(quick):
         results.extend(run_size(routes, quick))
+        results.extend(run_size(routes, quick, WILDCARD))
     return results
 
 
@@ -117,8 +129,10 @@ def _changed_route(state: ClusterState, step: int) -> ClusterState:
     return dataclasses.replace(state, http_routes=tuple(changed))
 
 
-def run_size(routes: int, quick: bool) -> list[Result]:
-    state = routed_cluster(routes)
+def run_size(routes: int, quick: bool, hostname: str = "") -> list[Result]:
+    """The figures at `routes` routes, the Gateway's listener of `hostname` (any host when
+    empty)."""
+    state = routed_cluster(routes, hostname)
     ports = Resolver(None).global_settings([])
     refs = ["haproxy-system/haproxy"]
     table_s, _ = best_of(
@@ -158,27 +172,32 @@ def run_size(routes: int, quick: bool) -> list[Result]:
             raise AssertionError("an endpoint change recomputed the route table")
     updated = getattr(computer._routes, "updated", 0)  # tables updated, not rebuilt
     log(
-        f"route table: {routes} HTTPRoutes, {rules} rules (tables updated {updated} of 10): "
+        f"route table: {routes} HTTPRoutes, {rules} rules, listener {hostname or 'any host'} "
+        f"(tables updated {updated} of 10): "
         f"table from scratch "
         f"{table_s * 1000:.1f} ms, route change {median(route_times) * 1000:.1f} ms, "
         f"route added {median(added_times) * 1000:.1f} ms, "
         f"endpoint change {median(endpoint_times) * 1000:.2f} ms"
     )
-    parameters = {"http_routes": routes, "rules": rules}
+    parameters: dict[str, object] = {"http_routes": routes, "rules": rules}
+    prefix = "route_table_"
+    if hostname:
+        parameters["listener_hostname"] = hostname
+        prefix = "route_table_wildcard_"
     return [
-        Result(f"route_table_from_scratch_{routes}", table_s * 1000, "ms", parameters),
-        Result(f"route_table_route_change_{routes}", median(route_times) * 1000, "ms", parameters),
-        Result(f"route_table_route_added_{routes}", median(added_times) * 1000, "ms", parameters),
+        Result(f"{prefix}from_scratch_{routes}", table_s * 1000, "ms", parameters),
+        Result(f"{prefix}route_change_{routes}", median(route_times) * 1000, "ms", parameters),
+        Result(f"{prefix}route_added_{routes}", median(added_times) * 1000, "ms", parameters),
         Result(
-            f"route_table_endpoint_change_{routes}", median(endpoint_times) * 1000, "ms", parameters
+            f"{prefix}endpoint_change_{routes}", median(endpoint_times) * 1000, "ms", parameters
         ),
     ]
 
 
-def profile(routes: int, top: int = 25) -> None:
+def profile(routes: int, top: int = 25, hostname: str = "") -> None:
     """The cProfile of one route change at `routes` routes (computed and encoded), by
-    cumulative then internal time."""
-    state = routed_cluster(routes)
+    cumulative then internal time; the listener of `hostname` (any host when empty)."""
+    state = routed_cluster(routes, hostname)
     computer, encoder, heap = Computer(), Encoder(), Heap()
     result = computer.compute(state, {})
     encoder.encode(result.workloads)
@@ -201,7 +220,8 @@ def profile(routes: int, top: int = 25) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["profile"]:
-        profile(int(sys.argv[2]) if len(sys.argv) > 2 else 10000)
+        hostname = sys.argv[3] if len(sys.argv) > 3 else ""  # e.g. "*.example.com"
+        profile(int(sys.argv[2]) if len(sys.argv) > 2 else 10000, hostname=hostname)
         raise SystemExit
     for figure in run(quick=True):
         print(f"{figure.name}: {figure.value:.2f} {figure.unit}")
