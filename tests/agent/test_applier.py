@@ -301,3 +301,28 @@ def test_faults_around_the_pipeline_are_retryable_nacks_that_heal(
         healed = site.applier.apply(snap)
         assert healed.ok, healed.error
         assert site.get() == "pod-11"
+
+
+def test_a_check_that_times_out_is_a_retryable_nack_and_the_same_snapshot_applies_later(
+    site: Site, tmp_path: Path
+) -> None:
+    """Incident (2026-12-05, first start at 8,000 Services beside a loaded host): both
+    agents' `haproxy -c` of the 8,000-backend config passed the 15 s `--check-timeout`
+    and the timeout was a final NACK, so the fleet stayed on v0 until the next change. A
+    check that did not finish says nothing of the config: the client retries it."""
+    slow = tmp_path / "haproxy-check-hangs"
+    slow.write_text("#!/bin/sh\nsleep 30\n")
+    slow.chmod(0o755)
+    site.haproxy.haproxy_bin, site.haproxy.check_timeout = str(slow), 0.3
+    snap = site.snap(0, 1)
+    timed_out = site.applier.apply(snap)
+    assert (timed_out.ok, timed_out.retryable) == (False, True)
+    assert "haproxy -c timed out after 0.3s" in timed_out.error
+    assert not Path(site.config).exists()
+
+    site.haproxy.haproxy_bin = site.binary
+    Path(site.config).write_text(render(snap, site.options))  # its container starts on it
+    with site.external_haproxy():
+        healed = site.applier.apply(snap)
+        assert healed.ok, healed.error
+        assert site.get() == "pod-11"
