@@ -132,7 +132,11 @@ class ConfigMapLedger:
         self._label = ledger_label(ref.name)
         self.bytes_written = 0  # request bodies sent (the benchmark reads it)
         self.largest_shard = 0  # bytes of the largest shard written
+        # backend -> (hash, slots) of its latest write: the watch takes an echo's slots
+        # from here instead of parsing them (`LedgerWatch.recognise`)
+        self._written: dict[str, tuple[str, BackendSlots]] = {}
         watch.on_shard(self._observed)
+        watch.recognise(self._written_slots)
 
     def on_drift(self, callback: Callable[[], None]) -> None:
         """Call `callback` (the loop's on_change) when a shard needs writing again."""
@@ -237,6 +241,7 @@ class ConfigMapLedger:
         name = shard_name(self.ref.name, backend)
         with self._lock:
             self._digests[backend] = digest  # an echo of this write is ours
+            self._written[backend] = (digest, slots)
             known = self._present.get(backend)
         version = known.version if known is not None else ""
         for _ in range(4):
@@ -266,6 +271,12 @@ class ConfigMapLedger:
         raise LedgerWriteError(
             f"shard {name} kept changing under us", cause="conflict", permanent=False
         )
+
+    def _written_slots(self, backend: str, digest: str) -> BackendSlots | None:
+        """The slots of this replica's latest write of `backend`, if it had hash `digest`."""
+        with self._lock:
+            found = self._written.get(backend)
+        return found[1] if found is not None and found[0] == digest else None
 
     def _body(self, name: str, data: dict[str, str], version: str) -> dict[str, Any]:
         metadata: dict[str, Any] = {
@@ -307,6 +318,7 @@ class ConfigMapLedger:
             known = self._present.pop(backend, None)
             self._saved.pop(backend, None)
             self._digests.pop(backend, None)
+            self._written.pop(backend, None)
         if known is None:
             return None
         try:
