@@ -10,7 +10,9 @@ flush), stops the source and returns 0.
 With `--leader-elect` (Kubernetes mode) every replica loads the source, watches the slot
 ledger ConfigMap, computes and serves; only the holder of the Lease assigns slots and
 writes the ledger (`controlplane.loop.replica`). A follower is ready once it has read the
-ledger; the replica taking the Lease continues the ledger as it finds it. A leader that
+ledger; the replica taking the Lease continues the ledger as it finds it. The first
+computation waits for the first attempt at the Lease, so a replica that takes it at once
+publishes its first snapshot with its slots. A leader that
 loses the Lease while alive reports NOT_SERVING, closes its streams and exits 1 at once
 (Kubernetes restarts it as a follower): it may have a slot write in flight.
 What runs is built by `wiring` from the flags; this module only orders it.
