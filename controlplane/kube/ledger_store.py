@@ -51,6 +51,10 @@ log = logging.getLogger(__name__)
 
 PERMANENT = {400: "bad-request", 403: "forbidden", 413: "too-large", 422: "invalid"}
 PARALLEL_MIN = 16  # a save writing at least this many shards writes them concurrently
+# Shard writes in flight at once. A first start writes one shard per backend: 8,000
+# creates took ~70 s at 8 against a loaded real API server; 32 writes 20-30% faster
+# there (1,000 creates: 8.9 -> 6.1 s, 11.4 -> 9.5 s) and the same against the fake.
+PARALLEL_WRITES = 32
 OWN_ECHOES = 8  # recent resourceVersions per shard recognised as our own writes
 
 
@@ -104,7 +108,7 @@ class ConfigMapLedger:
         writer: str = "",
         request_timeout: float = 10.0,
         read_timeout: float = 30.0,
-        parallel: int = 8,
+        parallel: int = PARALLEL_WRITES,
         refused: Callable[[str, str, str], None] | None = None,
     ) -> None:
         """`refused(namespace, object name, message)`: told of a write the API refused for good (an

@@ -17,8 +17,9 @@ from types import MappingProxyType
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from controlplane.kube.client import CONNECTION_POOL_SIZE
 from controlplane.kube.events import EventRecorder
-from controlplane.kube.ledger_store import LedgerReadError
+from controlplane.kube.ledger_store import PARALLEL_WRITES, LedgerReadError
 from controlplane.ledger import shards as shards_module
 from controlplane.ledger.codec import assignment_to_json
 from controlplane.ledger.shards import (
@@ -32,6 +33,7 @@ from controlplane.ledger.shards import (
 )
 from controlplane.ledger.store import LedgerWriteError
 from controlplane.snapshot import BackendSlots, SlotAssignment
+from controlplane.source.kinds import INPUT_KINDS
 from tests.helpers.ledger import REF, data_limit_objects, kube_ledger
 from tests.helpers.waiting import wait_until
 from tests.kubeapi import FakeKubeAPI
@@ -156,6 +158,16 @@ def test_the_echo_of_the_leaders_own_write_is_not_parsed_again(
         damage(api, "edit-slots")  # signed, another hash: someone else's, read from its text
         wait_until(lambda: len(parsed) == 1, 5)
         assert watch.shards()[SHOP].slots != ASSIGNMENT[SHOP]
+
+
+def test_the_connection_pool_holds_every_watch_and_the_concurrent_shard_writes() -> None:
+    """Past the client's pool a request opens a new connection (a TLS handshake each): a
+    first start's concurrent shard writes (32 at once since 2026-12-05: 8,000 creates at 8
+    took ~70 s against a loaded real API server) must fit beside every informer's watch,
+    the ledger's two watches, the Lease, Events and route status writes."""
+    watches = len(INPUT_KINDS) + 2
+    assert PARALLEL_WRITES >= 32
+    assert watches + PARALLEL_WRITES + 3 <= CONNECTION_POOL_SIZE
 
 
 def test_a_conflict_on_one_shard_rewrites_that_shard_only(api: FakeKubeAPI) -> None:
