@@ -12,9 +12,9 @@ ledger ConfigMap, computes and serves; only the holder of the Lease assigns slot
 writes the ledger (`controlplane.loop.replica`). A follower is ready once it has read the
 ledger; the replica taking the Lease continues the ledger as it finds it. The first
 computation waits for the first attempt at the Lease, so a replica that takes it at once
-publishes its first snapshot with its slots. A leader that
-loses the Lease while alive reports NOT_SERVING, closes its streams and exits 1 at once
-(Kubernetes restarts it as a follower): it may have a slot write in flight.
+publishes its first snapshot with its slots. A leader that loses the Lease while alive
+reports NOT_SERVING, closes its streams and exits 1 at once (Kubernetes restarts it as a
+follower): it may have a slot write in flight.
 What runs is built by `wiring` from the flags; this module only orders it.
 """
 
