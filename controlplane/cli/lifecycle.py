@@ -10,9 +10,11 @@ flush), stops the source and returns 0.
 With `--leader-elect` (Kubernetes mode) every replica loads the source, watches the slot
 ledger ConfigMap, computes and serves; only the holder of the Lease assigns slots and
 writes the ledger (`controlplane.loop.replica`). A follower is ready once it has read the
-ledger; the replica taking the Lease continues the ledger as it finds it. A leader that
-loses the Lease while alive reports NOT_SERVING, closes its streams and exits 1 at once
-(Kubernetes restarts it as a follower): it may have a slot write in flight.
+ledger; the replica taking the Lease continues the ledger as it finds it. The first
+computation waits for the first attempt at the Lease, so a replica that takes it at once
+publishes its first snapshot with its slots. A leader that loses the Lease while alive
+reports NOT_SERVING, closes its streams and exits 1 at once (Kubernetes restarts it as a
+follower): it may have a slot write in flight.
 What runs is built by `wiring` from the flags; this module only orders it.
 """
 
@@ -42,6 +44,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("controlplane.serve")
 
 STOP_GRACE_S = 5.0
+# How long the first computation waits for the first attempt at the Lease (one read and
+# one write, each bounded by the elector's request timeout).
+FIRST_ROUND_MAX_S = 10.0
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -201,6 +206,7 @@ async def _run(
         log.info("campaigning for lease %s/%s", args.lease_namespace, args.lease_name)
         leadership.start()
         promoting = asyncio.ensure_future(_promote(leadership.elected, reconciler, metrics))
+        await _first_round(leadership.first_round, stop_wait)
     else:
         metrics.leader.set(1)
     running = asyncio.ensure_future(reconciler.run())
@@ -228,6 +234,27 @@ async def _run(
     if status_writer is not None:
         status_writer.close()
     return code
+
+
+async def _first_round(done: asyncio.Event, stop_wait: asyncio.Future[Any]) -> None:
+    """Wait (at most FIRST_ROUND_MAX_S) for the first attempt at the Lease before the
+    first computation. A replica that takes it computes its first snapshot with the slots
+    it assigns; computing before would publish every backend without slots as a follower
+    with an empty ledger does, and at the first start of a large cluster the agents then
+    applied every slot of every backend again through the runtime API (8,000 Services:
+    160,000 slot changes, over 100 s)."""
+    waiting = asyncio.ensure_future(done.wait())
+    try:
+        await asyncio.wait(
+            [waiting, stop_wait], timeout=FIRST_ROUND_MAX_S, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        waiting.cancel()
+    if not done.is_set() and not stop_wait.done():
+        log.warning(
+            "no answer on the lease within %.0fs: computing as a follower meanwhile",
+            FIRST_ROUND_MAX_S,
+        )
 
 
 async def _promote(elected: asyncio.Event, reconciler: Reconciler, metrics: Metrics) -> None:

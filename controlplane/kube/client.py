@@ -5,9 +5,10 @@ from __future__ import annotations
 from kubernetes import client, config
 
 # Connections kept per host: one per informer's watch (twelve collections), the slot
-# ledger's watch, the Lease, Events and route status writes. The client's default
-# (5 per CPU) is 10 on two CPUs: past it, every request opened a new connection.
-CONNECTION_POOL_SIZE = 32
+# ledger's watches, its concurrent shard writes (`ledger_store.PARALLEL_WRITES`), the
+# Lease, Events and route status writes. The client's default (5 per CPU) is 10 on two
+# CPUs: past it, every request opened a new connection (a TLS handshake each).
+CONNECTION_POOL_SIZE = 64
 
 
 def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:

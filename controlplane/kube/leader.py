@@ -65,8 +65,13 @@ class LeaderElector:
         on_stopped_leading: Callable[[], None],
         identity: str | None = None,
         timings: LeaseTimings | None = None,
+        on_first_round: Callable[[], None] = lambda: None,
     ) -> None:
+        """`on_first_round` is called once, after the first attempt to take the Lease
+        (after `on_started_leading` when it won): the replica then knows whether it
+        assigns slots from the start."""
         self.identity = identity or default_identity()
+        self._first_round: Callable[[], None] | None = on_first_round
         self._api = client.CoordinationV1Api(api)
         self._namespace = namespace
         self._name = name
@@ -137,6 +142,9 @@ class LeaderElector:
                     self._step_down(f"lease taken by {holder}")
                 elif now - self._last_renew > self._timings.renew_deadline:
                     self._step_down("could not renew within the renew deadline")
+            if self._first_round is not None:
+                first, self._first_round = self._first_round, None
+                self._call(first)
             # Leaders renew on time; candidates add jitter so they do not march in step.
             jitter = 0.0 if self._leading.is_set() else 0.2 * self._timings.retry_period
             if self._stopping.wait(self._timings.retry_period + jitter * random.random()):
@@ -274,6 +282,7 @@ class AsyncLeadership:
         self._loop = asyncio.get_running_loop()
         self.elected = asyncio.Event()
         self.lost = asyncio.Event()
+        self.first_round = asyncio.Event()  # the first attempt at the Lease is over
         self.elector = LeaderElector(
             api,
             namespace=namespace,
@@ -281,6 +290,7 @@ class AsyncLeadership:
             timings=timings,
             on_started_leading=lambda: self._set(self.elected),
             on_stopped_leading=lambda: self._set(self.lost),
+            on_first_round=lambda: self._set(self.first_round),
         )
 
     def _set(self, event: asyncio.Event) -> None:

@@ -51,6 +51,10 @@ log = logging.getLogger(__name__)
 
 PERMANENT = {400: "bad-request", 403: "forbidden", 413: "too-large", 422: "invalid"}
 PARALLEL_MIN = 16  # a save writing at least this many shards writes them concurrently
+# Shard writes in flight at once. A first start writes one shard per backend: 8,000
+# creates took ~70 s at 8 against a loaded real API server; 32 writes 20-30% faster
+# there (1,000 creates: 8.9 -> 6.1 s, 11.4 -> 9.5 s) and the same against the fake.
+PARALLEL_WRITES = 32
 OWN_ECHOES = 8  # recent resourceVersions per shard recognised as our own writes
 
 
@@ -104,7 +108,7 @@ class ConfigMapLedger:
         writer: str = "",
         request_timeout: float = 10.0,
         read_timeout: float = 30.0,
-        parallel: int = 8,
+        parallel: int = PARALLEL_WRITES,
         refused: Callable[[str, str, str], None] | None = None,
     ) -> None:
         """`refused(namespace, object name, message)`: told of a write the API refused for good (an
@@ -133,7 +137,11 @@ class ConfigMapLedger:
         self._label = ledger_label(ref.name)
         self.bytes_written = 0  # request bodies sent (the benchmark reads it)
         self.largest_shard = 0  # bytes of the largest shard written
+        # backend -> (hash, slots) of its latest write: the watch takes an echo's slots
+        # from here instead of parsing them (`LedgerWatch.recognise`)
+        self._written: dict[str, tuple[str, BackendSlots]] = {}
         watch.on_shard(self._observed)
+        watch.recognise(self._written_slots)
 
     def on_drift(self, callback: Callable[[], None]) -> None:
         """Call `callback` (the loop's on_change) when a shard needs writing again."""
@@ -245,6 +253,7 @@ class ConfigMapLedger:
         name = shard_name(self.ref.name, backend)
         with self._lock:
             self._digests[backend] = digest  # an echo of this write is ours
+            self._written[backend] = (digest, slots)
             known = self._present.get(backend)
         version = known.version if known is not None else ""
         for _ in range(4):
@@ -274,6 +283,12 @@ class ConfigMapLedger:
         raise LedgerWriteError(
             f"shard {name} kept changing under us", cause="conflict", permanent=False
         )
+
+    def _written_slots(self, backend: str, digest: str) -> BackendSlots | None:
+        """The slots of this replica's latest write of `backend`, if it had hash `digest`."""
+        with self._lock:
+            found = self._written.get(backend)
+        return found[1] if found is not None and found[0] == digest else None
 
     def _body(self, name: str, data: dict[str, str], version: str) -> dict[str, Any]:
         metadata: dict[str, Any] = {
@@ -315,6 +330,7 @@ class ConfigMapLedger:
             known = self._present.pop(backend, None)
             self._saved.pop(backend, None)
             self._digests.pop(backend, None)
+            self._written.pop(backend, None)
         if known is None:
             return None
         try:

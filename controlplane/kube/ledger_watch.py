@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 ShardListener = Callable[[str, Shard | None], None]  # backend, the shard now (None: deleted)
 StrayListener = Callable[[str, str, str], None]  # namespace, object name, what is wrong
+KnownSlots = Callable[[str, str], BackendSlots | None]  # backend, digest -> slots written
 
 
 class LedgerWatch:
@@ -67,7 +68,7 @@ class LedgerWatch:
         self._shards: Informer[Shard] = Informer(
             f"slot ledger {ref}",
             functools.partial(lister, label_selector=f"{LEDGER_LABEL}={ledger_label(ref.name)}"),
-            lambda raw: shard_from(raw, clock()),
+            lambda raw: shard_from(raw, clock(), self._known),
             options,
         )
         self._legacy_informer: Informer[Legacy] = Informer(
@@ -87,6 +88,12 @@ class LedgerWatch:
         self._legacy_now: Legacy | None = None  # as it is now (for its problems)
         self._view: SlotAssignment | None = None  # built on demand, dropped on change
         self._listeners: list[ShardListener] = []
+        self._known: KnownSlots = lambda backend, digest: None
+
+    def recognise(self, known: KnownSlots) -> None:
+        """`known(backend, digest)`: the slots this replica wrote under that hash (the
+        leader's own writes), taken for a shard of that hash instead of parsing it."""
+        self._known = known
 
     # ------------------------------------------------------------------ lifecycle
 

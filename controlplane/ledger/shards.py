@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -132,8 +132,17 @@ def _string(mapping: Any, key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def shard_from(raw: Mapping[str, Any], now: float) -> Shard:
-    """A shard object -> its content; never raises (what cannot be read is said)."""
+def shard_from(
+    raw: Mapping[str, Any],
+    now: float,
+    known: Callable[[str, str], BackendSlots | None] | None = None,
+) -> Shard:
+    """A shard object -> its content; never raises (what cannot be read is said).
+
+    `known(backend, digest)`: the slots this replica wrote with that hash, if any (the
+    leader's echoes): a signed shard of that hash holds exactly them, so they are taken
+    without parsing `slots.json` again (at a first start, 8,000 echoes parsed beside
+    8,000 writes)."""
     meta = raw.get("metadata")
     name = _string(meta, "name") or ""
     version = _string(meta, "resourceVersion") or ""
@@ -145,6 +154,8 @@ def shard_from(raw: Mapping[str, Any], now: float) -> Shard:
         return Shard(name, version, backend, None, "", False, f"key {missing} is missing")
     digest = _digest(text)
     signed = _string(data, HASH_KEY) == digest
+    if signed and known is not None and (mine := known(backend, digest)) is not None:
+        return Shard(name, version, backend, mine, digest, True, "")
     parsed, problem = parse_json(text)
     if problem is not None:
         return Shard(name, version, backend, None, digest, signed, f"{SLOTS_KEY} is {problem}")

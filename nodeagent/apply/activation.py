@@ -13,7 +13,9 @@ HAProxy.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from nodeagent.haproxy import HAProxyError, sockrepair
@@ -51,6 +53,10 @@ class Managed:
         self.supervisor = supervisor
         if haproxy.master_log is None:
             haproxy.master_log = supervisor.output  # 2.6's words for a failed reload
+        # The master this agent spawned and has not seen answer yet, and the SHA-256 of
+        # the file it was started on: a start that outlasts `timeout` (a config of 8,000
+        # backends under load) is waited for by the retry, not reloaded while it loads.
+        self._starting: tuple[int, str] | None = None
 
     @property
     def started(self) -> bool:
@@ -63,6 +69,9 @@ class Managed:
         """HAProxyError in HAProxy's own words when the master it started is gone (no
         wait for a socket that will never appear), or is gone and not yet restarted."""
         sup = self.supervisor
+        if self._starting is not None and sup.pid == self._starting[0]:
+            return self._still_starting(timeout)
+        self._starting = None
         if sup.started:
             gone = sup.last_exit
             if gone is None or self.haproxy.is_running():
@@ -72,13 +81,38 @@ class Managed:
             return None  # restarting after a silent death: the reload says what it finds
         adopted = sup.start()
         pid = sup.pid
+        if not adopted and pid is not None:
+            self._starting = (pid, self._config_digest())
+        info = self.haproxy.wait_running(timeout, self._ended(pid))
+        self._starting = None
+        return None if adopted else info  # adopted: it runs an older file, reload it
 
+    def _still_starting(self, timeout: float) -> ProcInfo | None:
+        """The master started by an earlier attempt is alive but has not answered yet:
+        wait for it (a reload now would fail on a master that cannot answer, and load the
+        config once more); once up, it needs no reload if the file is still the one it
+        was started on."""
+        assert self._starting is not None
+        pid, digest = self._starting
+        log.info("haproxy master pid=%d is still starting; waiting for it", pid)
+        info = self.haproxy.wait_running(timeout, self._ended(pid))
+        self._starting = None
+        return info if digest and self._config_digest() == digest else None
+
+    def _ended(self, pid: int | None) -> Callable[[], str | None]:
         def ended() -> str | None:
-            gone = sup.exited(pid)
+            gone = self.supervisor.exited(pid)
             return None if gone is None else f"HAProxy did not start: {gone.reason()}"
 
-        info = self.haproxy.wait_running(timeout, ended)
-        return None if adopted else info  # adopted: it runs an older file, reload it
+        return ended
+
+    def _config_digest(self) -> str:
+        """SHA-256 of the config file as it is now ("" when unreadable)."""
+        try:
+            with open(self.supervisor.config, "rb") as f:
+                return hashlib.file_digest(f, "sha256").hexdigest()
+        except OSError:
+            return ""
 
 
 class External:

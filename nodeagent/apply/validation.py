@@ -93,5 +93,8 @@ class Validation:
                 checked = staging.config(cfg)
                 error = validate(checked, self.haproxy.haproxy_bin, self.haproxy.check_timeout)
                 return staging.said(error) if error else None
+        except TimeoutError as e:  # no verdict: a loaded host may finish it on a retry
+            self.metrics.validation_failures.inc()
+            raise ApplyError(str(e), decision.kind, retryable=True) from e
         except OSError as e:  # its temp dir or pipes: the host's fault, not the config's
             raise ApplyError(f"cannot run haproxy -c: {e}", decision.kind, retryable=True) from e

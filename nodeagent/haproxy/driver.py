@@ -70,8 +70,9 @@ def validate(
 
     The check runs in its own process group, killed as a whole on timeout (a wrapper
     script's children must not outlive it or hold its pipes open). OSError when it cannot
-    run at all (no temp dir, no descriptors left, no binary): a fault of the host that
-    may pass, not a verdict on the config.
+    run at all (no temp dir, no descriptors left, no binary), TimeoutError (an OSError)
+    when it did not finish within `timeout`: a fault of the host that may pass, not a
+    verdict on the config.
     """
     with tempfile.TemporaryDirectory(prefix="nodeagent-check-") as tmp:
         path = os.path.join(tmp, "haproxy.cfg")
@@ -92,7 +93,9 @@ def validate(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-            return f"haproxy -c timed out after {timeout:g}s"
+            # No verdict on the config: a loaded host (a config of 8,000 backends took
+            # over 15 s beside another agent's check) may pass it on a retry.
+            raise TimeoutError(f"haproxy -c timed out after {timeout:g}s") from None
     output = output.replace(path, "haproxy.cfg")
     relevant = [ln.strip() for ln in output.splitlines() if "[ALERT]" in ln or "[WARNING]" in ln]
     if proc.returncode != 0:

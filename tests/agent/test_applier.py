@@ -301,3 +301,63 @@ def test_faults_around_the_pipeline_are_retryable_nacks_that_heal(
         healed = site.applier.apply(snap)
         assert healed.ok, healed.error
         assert site.get() == "pod-11"
+
+
+def test_a_check_that_times_out_is_a_retryable_nack_and_the_same_snapshot_applies_later(
+    site: Site, tmp_path: Path
+) -> None:
+    """Incident (2026-12-05, first start at 8,000 Services beside a loaded host): both
+    agents' `haproxy -c` of the 8,000-backend config passed the 15 s `--check-timeout`
+    and the timeout was a final NACK, so the fleet stayed on v0 until the next change. A
+    check that did not finish says nothing of the config: the client retries it."""
+    slow = tmp_path / "haproxy-check-hangs"
+    slow.write_text("#!/bin/sh\nsleep 30\n")
+    slow.chmod(0o755)
+    site.haproxy.haproxy_bin, site.haproxy.check_timeout = str(slow), 0.3
+    snap = site.snap(0, 1)
+    timed_out = site.applier.apply(snap)
+    assert (timed_out.ok, timed_out.retryable) == (False, True)
+    assert "haproxy -c timed out after 0.3s" in timed_out.error
+    assert not Path(site.config).exists()
+
+    site.haproxy.haproxy_bin = site.binary
+    Path(site.config).write_text(render(snap, site.options))  # its container starts on it
+    with site.external_haproxy():
+        healed = site.applier.apply(snap)
+        assert healed.ok, healed.error
+        assert site.get() == "pod-11"
+
+
+def test_a_start_that_outlasts_the_timeout_is_waited_for_by_the_retry_not_reloaded(
+    tmp_path: Path, haproxy_bin: HAProxyBinary
+) -> None:
+    """Incident (2026-12-05, first start at 8,000 Services on a loaded host): HAProxy took
+    over the 15 s start timeout to load the config; the retry of the same snapshot then
+    reloaded the master that was still loading ("peers resync unfinished", "no new HAProxy
+    worker after 15.0s"), each retry loading the config once more, and no agent ACKed in 7
+    minutes. The retry now waits for the master it started and, the file unchanged, takes
+    it as the start: no reload."""
+    net = loopback_net()
+    slow = tmp_path / "haproxy-slow-start"
+    slow.write_text(
+        f'#!/bin/sh\ncase " $* " in *" -W "*) sleep 1.5;; esac\nexec {haproxy_bin.path} "$@"\n'
+    )
+    slow.chmod(0o755)
+    inst = make_instance(tmp_path / "inst", f"{net}.1", "pod-a", binary=str(slow))
+    inst.applier.start_timeout = 0.5
+    snap = snapshot([("pod-a", f"{net}.1", free_port(f"{net}.1"))], [backend("ns_a_80", [])])
+    try:
+        first = inst.applier.apply(snap)
+        assert (first.ok, first.retryable) == (False, True)
+        assert "HAProxy not running after 0.5s" in first.error
+        master = inst.supervisor.pid
+        assert master is not None, "the master keeps starting"
+        inst.applier.start_timeout = 10.0
+        retried = inst.applier.apply(snap)
+        assert retried.ok, retried.error
+        assert inst.supervisor.pid == master
+        info = inst.haproxy.show_proc()
+        assert (info.master_pid, info.reloads) == (master, 0)
+        assert inst.applier.applied_hash == snap.content_hash
+    finally:
+        inst.supervisor.stop()

@@ -224,3 +224,17 @@ def test_a_restarted_leader_serves_its_shard_not_a_stale_copy_under_another_name
 def shard_writes(api: FakeKubeAPI, shard: str) -> int:
     """PUTs of one ledger shard the fake API server received (taken or refused)."""
     return sum(1 for m, p in api.requests if m == "PUT" and p.endswith(f"/configmaps/{shard}"))
+
+
+def test_the_first_leader_publishes_its_first_snapshot_with_every_endpoint_in_a_slot(
+    api: FakeKubeAPI, kubeconfig: Path
+) -> None:
+    """A first start (no ledger yet): the replica takes the Lease before its first
+    computation, so v1 already has the slots. Before, it computed first as a follower
+    with the empty ledger and published v1 with every backend slotless, the slots
+    following in v2: at 8,000 Services the agents applied 160,000 slot changes through
+    the runtime API after their first start (docs/findings.md, 2026-12-05)."""
+    with ServeProcess(*serve_args(kubeconfig)) as serve:
+        wait_until(lambda: health(serve.address) == "SERVING", 10)
+        wait_until(lambda: len(shop_slots(serve.address)[1]) == 2, 10)
+        assert int(get_snapshot(serve.address)["version"]) == 1

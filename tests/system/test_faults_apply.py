@@ -251,6 +251,7 @@ def test_haproxy_check_timeout_nacks_and_kills_the_check(
         v1 = r.snap(1)
         failed = r.applier.apply(v1)
         assert not failed.ok and failed.error == "haproxy -c timed out after 1s"
+        assert failed.retryable  # no verdict on the config: the client retries it
         assert r.applier.applied is None and not Path(r.applier.config_path).exists()
         assert r.applier.metrics.validation_failures._value.get() == 1
         stray = subprocess.run(
