@@ -8,6 +8,7 @@ started here and stopped here, by PID.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import http.client
 import http.server
@@ -141,11 +142,8 @@ class Backends:
     def stop_all(self) -> None:
         """Stop every server; their loops are told at once, so the wait is one poll
         interval, not one per server."""
-        stopping = [threading.Thread(target=self.stop, args=(name,)) for name in self.servers]
-        for thread in stopping:
-            thread.start()
-        for thread in stopping:
-            thread.join()
+        with concurrent.futures.ThreadPoolExecutor() as pool:
+            list(pool.map(self.stop, list(self.servers)))  # list(): failures raised here
 
 
 # ---------------------------------------------------------------- clients
@@ -461,7 +459,14 @@ class Fleet:
         if self._channel is not None:
             self._channel.close()
             self._channel = None
-        for process in reversed(self.processes):
+        # The agents (each stopping its HAProxy) at once, then the control plane: no
+        # stream is left for it to drain, and the fleet's teardown waits for the slowest
+        # agent, not for each one after the other.
+        last = [p for p in self.processes if p is self.control_plane]
+        first = [p for p in self.processes if p is not self.control_plane]
+        with concurrent.futures.ThreadPoolExecutor() as pool:
+            list(pool.map(stop_process, first))  # list(): a failure to stop is raised here
+        for process in last:
             stop_process(process)
         self.processes.clear()
         for agent in self.agents.values():
