@@ -8,6 +8,7 @@ pyproject.toml ([tool.pytest.ini_options] markers); `-m` selects on them.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -25,11 +26,24 @@ def mark_folder(items: list[pytest.Item], conftest_file: str, level: str) -> Non
     folder = Path(conftest_file).resolve().parent
     marker = getattr(pytest.mark, level)
     for item in items:
-        if folder not in Path(item.path).resolve().parents:
+        if not in_folder(item, folder):
             continue
         if any(item.get_closest_marker(name) is not None for name in LEVELS):
             continue
         item.add_marker(marker)
+
+
+def in_folder(item: pytest.Item, folder: Path) -> bool:
+    """Whether `item` was collected from under `folder` (resolved)."""
+    return _under(str(item.path), str(folder))
+
+
+@functools.cache
+def _under(path: str, folder: str) -> bool:
+    """Each folder's conftest asks about every item of the session (2,652 items, 15
+    folders): answered once per test file and folder, not resolved per item and folder
+    (about 1 s of the collection's 8 s of CPU, docs/findings.md)."""
+    return Path(path).resolve().is_relative_to(folder)
 
 
 def mark_haproxy(items: list[pytest.Item]) -> None:

@@ -21,7 +21,7 @@ import pytest
 from tests.helpers.cluster import ROOT, RealCluster, daemon_node
 from tests.helpers.cluster_demo import EXAMPLES, documents
 from tests.helpers.cluster_serve import serve_args
-from tests.helpers.levels import mark_folder
+from tests.helpers.levels import in_folder, mark_folder
 from tests.helpers.replicas import health
 from tests.helpers.server_process import ServeProcess
 from tests.helpers.waiting import wait_until
@@ -35,7 +35,7 @@ CONTROLPLANE_SA = "peerplane-controlplane"
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     mark_folder(items, __file__, "integration")
     for item in items:
-        if FOLDER in Path(item.path).resolve().parents:
+        if in_folder(item, FOLDER):
             item.add_marker(pytest.mark.realkube)
 
 
@@ -84,11 +84,15 @@ def controlplane_kubeconfig(
     return installed.service_account_kubeconfig(CONTROLPLANE_NS, CONTROLPLANE_SA, path)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
-    """A cluster of the test module's own (a few seconds to start): for tests that restart
-    its API server or apply what would clash with the session's installation. Stopped by
-    PID at the end of the module, even with PEERPLANE_CLUSTER_DIR set."""
+    """A second cluster, apart from the session's installation (20 to 35 s to start, 7 to
+    14 s to stop here, so one per session, not one per module): for tests that restart its
+    API server or apply what would clash with the installation. Its users keep to
+    namespaces of their own and leave the server running: test_examples applies the
+    examples, test_informer compacts etcd and restarts the API server (after which it
+    serves as before). Stopped by PID at the end of the session, even with
+    PEERPLANE_CLUSTER_DIR set."""
     started = RealCluster.up(tmp_path_factory.mktemp("own-cluster"))
     try:
         yield started

@@ -11,10 +11,11 @@ is accepted. The tls
 example needs cert-manager's CRDs: they are applied first, from the cert-manager release
 tests/cluster/certmanager pins, as its users install cert-manager before it.
 
-On a cluster of the module's own (`own_cluster`): the demo's haproxy.yaml and the
-persistence example's base carry the very names of the installation the session's
-cluster runs (DaemonSet haproxy-system/haproxy, the settings ConfigMap), so applying and
-deleting them there would take it away from the other tests.
+On the session's second cluster (`own_cluster`, which test_informer's API server restart
+also uses): the demo's haproxy.yaml and the persistence example's base carry the very names
+of the installation the session's cluster runs (DaemonSet haproxy-system/haproxy, the
+settings ConfigMap), so applying and deleting them there would take it away from the other
+tests.
 """
 
 from __future__ import annotations
