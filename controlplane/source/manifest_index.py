@@ -175,15 +175,17 @@ class ManifestIndex:
     def refresh(self) -> bool:
         """Assemble the state again if any file changed since; True when it did. Costs one
         derivation per changed file (and per file sharing a key with one), plus joining
-        the per-file tuples of the fields those files hold or held (every field when a
-        file came or went, in C) or, when the derived files hold as many objects of a field
-        as before, splicing theirs in; the other fields, and the errors while no derived
-        file's changed, keep their tuples."""
+        the per-file tuples of the fields those files hold or held (in C) or, when the
+        derived files hold as many objects of a field as before (and no file came or
+        went), splicing theirs in; the other fields, and the errors while no derived
+        file's changed and no file came or went, keep their tuples."""
         self._changed = {}
         if not self._stale and self._order is not None:
             return False
         touched: set[str] = set()
         before_views, self._removed = self._removed, []
+        for gone in before_views:  # the fields a removed file held move too
+            touched.update(gone.objects)
         after_views: list[_View] = []
         derived = list(self._stale)
         errors_moved = False
@@ -200,9 +202,12 @@ class ManifestIndex:
                 touched.update(before.objects)
         self._stale.clear()
         self._changed = _differing(before_views, after_views)
+        # A file came or went: the order and every field's layout move, but only the
+        # fields such files (or the derived ones) hold are joined again; the others keep
+        # their tuples, so a consumer comparing inputs by identity sees them unchanged.
         whole = self._order is None
         if self._order is None:
-            self._joined, self._starts = {}, {}
+            self._starts = {}
             self._order = sorted(self._files)
             self._position = {path: index for index, path in enumerate(self._order)}
             self._ordered = list(map(self._views.__getitem__, self._order))
@@ -216,7 +221,7 @@ class ManifestIndex:
         views, found = self._ordered, self._found
         fields: dict[str, Any] = {}
         for row in INPUT_KINDS:
-            if whole or row.field in touched:
+            if row.field in touched or row.field not in self._joined:
                 joined = None if whole else self._spliced(row.field, edits)
                 if joined is None:
                     joined = _joined(map(methodcaller("get", row.field, ()), found))
