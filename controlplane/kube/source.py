@@ -64,6 +64,8 @@ class KubernetesSource:
         self.served_versions: dict[str, ServedVersion] = {}
         self.informers: dict[str, Informer[Any]] = {}
         self._changes = ChangeLog()
+        # Per kind, the tuple the last `state` handed out (reused while nothing changed).
+        self._tuples: dict[str, tuple[Any, ...]] = {}
         custom = client.CustomObjectsApi(api)
         for row in INPUT_KINDS:
             if row.selection is Selection.SETTINGS and settings is None:
@@ -160,7 +162,11 @@ class KubernetesSource:
             found: tuple[Any, ...] = ()
             if informer is not None:
                 items, keys = informer.take()
-                found = _values(items)
+                last = self._tuples.get(row.kind)
+                # Unchanged: the same tuple as the last state's, so the computations that
+                # compare their inputs by identity (the route table) see it unchanged.
+                found = last if last is not None and not keys else _values(items)
+                self._tuples[row.kind] = found
                 for key in keys:
                     changed[row.kind, key[0], key[1]] = items.get(key)
             if row.selection is Selection.HAPROXY_PODS:
