@@ -107,19 +107,19 @@ def test_a_change_finding_the_loop_idle_is_computed_without_waiting_for_quiet() 
 
 def test_a_lone_change_right_after_a_computation_is_computed_without_waiting_for_quiet() -> None:
     """One change (an API event, an atomic file write: the folder source notifies once)
-    arriving just after a burst's computation is not a burst: with 30 s of quiet asked
-    for, it is computed well before 30 s pass (10 s allowed: a loaded machine)."""
+    arriving just after a burst's computation is not a burst: with 2 s of quiet asked
+    for, it is computed well before 2 s pass."""
 
     async def body() -> None:
-        async with reconcile_loop(quiet_s=30.0, max_delay_s=600.0) as loop:
+        async with reconcile_loop(quiet_s=2.0, max_delay_s=60.0) as loop:
             await loop.reconciler.wait_computed(1, WAIT_S)
             assert loop.source.on_change is not None
             on_change = loop.source.on_change
             await asyncio.to_thread(lambda: [on_change() for _ in range(50)])
-            advance_loop_clock(30.1)  # the burst's quiet passed: computed
-            await loop.reconciler.wait_computed(2, 10.0)
+            advance_loop_clock(2.1)  # the burst's quiet passed: computed
+            await loop.reconciler.wait_computed(2, 1.5)
             on_change()  # the loop idle for a few milliseconds only
-            await loop.reconciler.wait_computed(3, 10.0)
+            await loop.reconciler.wait_computed(3, 1.5)
             assert loop.reconciler.computations == 3
 
     run(body())
