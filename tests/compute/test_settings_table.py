@@ -202,3 +202,18 @@ def test_the_https_port_may_not_take_the_http_or_peer_port() -> None:
     assert [r.reason for r in rejections] == ["port 10000 is the peer port"]
     found, rejections = settings(**{"http-port": "443"})  # the default collides: none
     assert (found.http_port, found.https_port, rejections) == (443, 0, [])
+
+
+def test_global_settings_are_computed_once_per_configmap_their_rejections_replayed() -> None:
+    """Every computation asks twice; parsing and checking every value cost ~2.5 ms of a
+    route change at 10,000 routes. The same ConfigMap object gives the same answer and the
+    same rejections each time, without parsing again; another ConfigMap is read anew."""
+    configmap = ConfigMap("haproxy-system", "haproxy-settings", data={"https-port": "80"})
+    first: list[RejectedInput] = []
+    found = Resolver(configmap).global_settings(first)
+    again: list[RejectedInput] = []
+    assert Resolver(configmap).global_settings(again) is found
+    assert again == first and [r.reason for r in first] == ["port 80 is the HTTP port"]
+    other = ConfigMap("haproxy-system", "haproxy-settings", data={"https-port": "8443"})
+    none: list[RejectedInput] = []
+    assert Resolver(other).global_settings(none).https_port == 8443 and none == []
