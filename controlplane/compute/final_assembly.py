@@ -11,12 +11,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from operator import is_not
 
 from controlplane.compute.assemble_incremental import WorkloadAssembly
 from controlplane.routes.finalize import finalize, not_http, referenced
 from controlplane.routes.l4 import WorkloadL4
 from controlplane.routes.l4 import finalize as finalize_l4
 from controlplane.routes.table import WorkloadRoutes
+from controlplane.sequences import common_ends
 from controlplane.snapshot import (
     BackendSpec,
     HostRoute,
@@ -129,13 +131,56 @@ def in_sections(
     changed = False
     for listener in listeners:
         rules = tuple(_rule_in_sections(rule, sections, last, seen) for rule in listener.rules)
-        default = sections.get(listener.default_backend, listener.default_backend)
-        if default != listener.default_backend or any(
-            a is not b for a, b in zip(rules, listener.rules, strict=True)
-        ):
-            listener = dataclasses.replace(listener, rules=rules, default_backend=default)
-            changed = True
+        listener, moved = _listener_named(listener, rules, sections)
         out.append(listener)
+        changed = changed or moved
+    return tuple(out) if changed else listeners
+
+
+def _listener_named(
+    listener: HttpListener, rules: tuple[RouteRule, ...], sections: Mapping[str, str]
+) -> tuple[HttpListener, bool]:
+    """`listener` with `rules` (its own, renamed) and its default backend's section."""
+    default = sections.get(listener.default_backend, listener.default_backend)
+    if default != listener.default_backend or any(map(is_not, rules, listener.rules)):
+        return dataclasses.replace(listener, rules=rules, default_backend=default), True
+    return listener, False
+
+
+def in_sections_again(
+    before: tuple[HttpListener, ...],
+    before_out: tuple[HttpListener, ...],
+    listeners: tuple[HttpListener, ...],
+    sections: Mapping[str, str],
+    renamed: _RenamedRules,
+) -> tuple[HttpListener, ...]:
+    """`in_sections` of `listeners` given the same `sections` as `before`, which gave
+    `before_out` and `renamed` (updated in place): a listener of the same port and address
+    renames only the rules between the common prefix and suffix of its rules and its
+    last ones (a route change's), the rest taken from its last output. O(changed)."""
+    last_of = {(li.port, li.address): (li, out) for li, out in zip(before, before_out, strict=True)}
+    out: list[HttpListener] = []
+    changed = False
+    for listener in listeners:
+        found = last_of.get((listener.port, listener.address))
+        if found is None:
+            rules = tuple(
+                _rule_in_sections(rule, sections, renamed, renamed) for rule in listener.rules
+            )
+        else:
+            old, old_out = found
+            head, tail = common_ends(old.rules, listener.rules)
+            for rule in old.rules[head : len(old.rules) - tail]:
+                renamed.pop(id(rule), None)
+            middle = tuple(
+                _rule_in_sections(rule, sections, renamed, renamed)
+                for rule in listener.rules[head : len(listener.rules) - tail]
+            )
+            kept = old_out.rules
+            rules = (*kept[:head], *middle, *kept[len(kept) - tail :])
+        listener, moved = _listener_named(listener, rules, sections)
+        out.append(listener)
+        changed = changed or moved
     return tuple(out) if changed else listeners
 
 
@@ -229,8 +274,15 @@ class FinalAssembly:
         layer4 = (snapshot.tcp_frontends, snapshot.tls_listeners)
         last = self._sectioned.get(key)
         same = last is not None and last.sections == sections
-        if last is None or not (same and last.listeners is listeners and last.http is http):
-            seen: _RenamedRules = {}
+        if last is not None and same and last.http is http and last.listeners is not listeners:
+            # A route change under the same claims: its rules renamed alone.
+            seen: _RenamedRules = dict(last.rules)
+            renamed = in_sections_again(
+                last.listeners, last.listeners_out, listeners, sections, seen
+            )
+            last = dataclasses.replace(last, listeners=listeners, listeners_out=renamed, rules=seen)
+        elif last is None or not (same and last.listeners is listeners and last.http is http):
+            seen = {}
             renamed = in_sections(listeners, sections, last.rules if last else None, seen)
             http_out = _http_in_sections(http, sections)
             last = _Sectioned(listeners, http, dict(sections), renamed, http_out, seen)

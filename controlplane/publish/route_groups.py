@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from itertools import compress, count, groupby
-from operator import attrgetter, is_not
+from itertools import compress, groupby
+from operator import attrgetter
 
+from controlplane.sequences import common_ends
 from controlplane.snapshot import RouteRule
 from peerplane.parts import group_key
 
@@ -110,12 +111,7 @@ def _window(
 ) -> tuple[tuple[RouteRule, ...], tuple[RouteRule, ...]]:
     """The parts of `old` and `new` between their longest common prefix and suffix (by
     identity, scanned in C): where a route change put, moved or took its rules."""
-    shortest = min(len(old), len(new))
-    head = next(compress(count(), map(is_not, old, new)), shortest)
-    tail = next(
-        compress(count(), map(is_not, reversed(old[head:]), reversed(new[head:]))),
-        shortest - head,
-    )
+    head, tail = common_ends(old, new)
     return old[head : len(old) - tail], new[head : len(new) - tail]
 
 
