@@ -61,12 +61,33 @@ def compared(names: Iterable[str]) -> list[str]:
 
 
 def key(result: Result) -> tuple[str, str]:
-    """What matches a figure of one run to the other's: its name and parameters."""
+    """A figure's identity within one run: its name and parameters."""
     return result.name, json.dumps(result.parameters, sort_keys=True, default=str)
 
 
-def by_key(results: Sequence[Result]) -> dict[tuple[str, str], Result]:
-    return {key(r): r for r in results}
+class Matcher:
+    """Finds each figure's counterpart in the before run: the figure of the same name
+    whose parameters agree on the most values (parameters also carry measured values, an
+    idle CPU or a reload count, which differ between runs), each used once."""
+
+    def __init__(self, results: Sequence[Result]) -> None:
+        self._by_name: dict[str, list[Result]] = {}
+        for result in results:
+            self._by_name.setdefault(result.name, []).append(result)
+        self.used: set[tuple[str, str]] = set()
+
+    def match(self, result: Result) -> Result | None:
+        free = [r for r in self._by_name.get(result.name, ()) if key(r) not in self.used]
+        if not free:
+            return None
+
+        def agreeing(other: Result) -> int:
+            mine = result.parameters
+            return sum(1 for k, v in other.parameters.items() if mine.get(k) == v)
+
+        found = max(free, key=agreeing)
+        self.used.add(key(found))
+        return found
 
 
 def resolve(rev: str) -> str:

@@ -12,7 +12,7 @@ import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tests.bench.before import Before, by_key, key
+from tests.bench.before import Before, Matcher, key
 from tests.bench.common import Result, fmt_value, machine
 
 
@@ -67,8 +67,8 @@ def summary_table(runs: Sequence[Ran], size: str, before: Before | None = None) 
     """Every figure of `runs` as an aligned table (benchmark, figure, value, unit, target,
     parameters), machine facts and the size on top, wall times and failures below. With
     `before` (the same benchmarks on an earlier revision, `before.py`), a column of its
-    value for each figure, matched by name and parameters, and its figures this run lacks
-    after them."""
+    value for each figure (`before.Matcher`: the same name, the most parameters agreeing),
+    and its figures this run lacks after them."""
     facts = machine()
     head: tuple[str, ...] = (
         "benchmark",
@@ -79,14 +79,12 @@ def summary_table(runs: Sequence[Ran], size: str, before: Before | None = None) 
         "parameters",
     )
     differing = _differing([r for ran in runs for r in ran.results])
-    earlier = by_key(before.results) if before else {}
-    shown: set[tuple[str, str]] = set()
+    matcher = Matcher(before.results if before else ())
 
     def was(r: Result) -> tuple[str, ...]:
         if before is None:
             return ()
-        found = earlier.get(key(r))
-        shown.add(key(r))
+        found = matcher.match(r)
         return (fmt_value(found.value) if found else "-",)
 
     rows = [
@@ -111,7 +109,7 @@ def summary_table(runs: Sequence[Ran], size: str, before: Before | None = None) 
         head = (*head[:2], f"before ({before.rev})", "after", *head[3:])
         targets = {ran.name: ran.targets for ran in runs}
         for r in before.results:
-            if key(r) not in shown:
+            if key(r) not in matcher.used:
                 name = next((n for n in targets if r.name.startswith(n)), r.name.split(".")[0])
                 rows.append(
                     (

@@ -152,6 +152,14 @@ def test_summary_table_shows_the_before_run_beside_this_one() -> None:
     assert rows[0][:6] == ["route_table", "route_change", "40.00", "4.00", "ms", "<"]
     assert rows[1][:5] == ["route_table", "bytes", "-", "900", "B"]
     assert rows[2][:5] == ["route_table", "route_change", "41.00", "-", "ms"]
+    # Parameters also carry measured values (idle CPU): the name and most parameters match.
+    measured = [Result("route_table.cpu", 3.0, "ms", {"routes": 300, "idle_ms": 4.2})]
+    earlier = bench_before.Before(
+        "abc1234", results=[Result("route_table.cpu", 9.0, "ms", {"routes": 300, "idle_ms": 5.1})]
+    )
+    ran_cpu = bench_summary.Ran("route_table", measured, 1.0)
+    row = bench_summary.summary_table([ran_cpu], "quick", earlier).splitlines()[3].split()
+    assert row[:5] == ["route_table", "cpu", "9.00", "3.00", "ms"]
     failed = bench_before.Before("nope", error="no revision 'nope' here")
     text = bench_summary.summary_table([ran], "quick", failed)
     assert "no revision 'nope' here" in text
