@@ -281,43 +281,31 @@ def framed_certificate(certificate: pb.Certificate) -> bytes:
     )
 
 
-def certificate_changes(old: ContentParts, new: ContentParts) -> tuple[dict[str, bytes], list[str]]:
-    """The framed certificates of `new` that `old` lacks or holds differently (name
-    order), and the names `old` has and `new` has not (sorted)."""
-    before = old.certificates
+def changed_parts(
+    before: Mapping[str, bytes], after: Mapping[str, bytes]
+) -> tuple[dict[str, bytes], list[str]]:
+    """The framed parts of `after` that `before` lacks or holds differently, by name in
+    `after`'s order, and the names `before` has and `after` has not (sorted). Compared by
+    identity first (shared bytes), then equality: one dict lookup per part."""
     changed = {
         name: framed
-        for name, framed in new.certificates.items()
+        for name, framed in after.items()
         if (held := before.get(name)) is not framed and held != framed
     }
-    removed = sorted(name for name in before if name not in new.certificates)
-    return changed, removed
-
-
-def backend_changes(old: ContentParts, new: ContentParts) -> tuple[dict[str, bytes], list[str]]:
-    """The framed backends of `new` that `old` lacks or holds differently, by name in
-    `new`'s order, and the names `old` has and `new` has not (sorted). Compared by
-    identity first (shared bytes), then equality: one dict lookup per backend."""
-    before = old.backends
-    changed = {
-        name: framed
-        for name, framed in new.backends.items()
-        if (held := before.get(name)) is not framed and held != framed
-    }
-    after = new.backends
     removed = sorted(name for name in before if name not in after)
     return changed, removed
 
 
+def certificate_changes(old: ContentParts, new: ContentParts) -> tuple[dict[str, bytes], list[str]]:
+    """`changed_parts` of the certificates (name order)."""
+    return changed_parts(old.certificates, new.certificates)
+
+
+def backend_changes(old: ContentParts, new: ContentParts) -> tuple[dict[str, bytes], list[str]]:
+    """`changed_parts` of the backends (by name in `new`'s order)."""
+    return changed_parts(old.backends, new.backends)
+
+
 def route_group_changes(old: ContentParts, new: ContentParts) -> tuple[dict[str, bytes], list[str]]:
-    """The framed route groups of `new` that `old` lacks or holds differently (key
-    order), and the keys `old` has and `new` has not (sorted): identity first, like
-    `backend_changes`."""
-    before = old.route_groups
-    changed = {
-        key: framed
-        for key, framed in new.route_groups.items()
-        if (held := before.get(key)) is not framed and held != framed
-    }
-    removed = sorted(key for key in before if key not in new.route_groups)
-    return changed, removed
+    """`changed_parts` of the route groups (key order)."""
+    return changed_parts(old.route_groups, new.route_groups)
