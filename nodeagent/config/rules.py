@@ -10,7 +10,7 @@ changed rules are those of the last render.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -180,6 +180,27 @@ class RouteCache:
     # How many entries the maps held after the last `sweep` (one item, the cache is
     # frozen): the next sweep is due when they have grown past twice that.
     swept: list[int] = field(default_factory=lambda: [0])
+    # The groups the last incremental join replaced or removed, (key, framed bytes): their
+    # entries go at the next one (`retire`), once the classifier has compared them.
+    retired: list[tuple[str, bytes]] = field(default_factory=list)
+
+    def retire(self, held: Mapping[str, bytes], replaced: list[tuple[str, bytes]]) -> None:
+        """Forget the groups the last join replaced, unless held again (a route
+        re-pointed and back), and their rules; then remember `replaced` for the next
+        join. O(changed groups): what a route change keys into the cache, the next one
+        takes out (issue 33's soak: they stayed until `_CACHE` entries)."""
+        for key, data in self.retired:
+            now = held.get(key)
+            if now is data or now == data:
+                continue
+            self.group_layers.pop(data, None)
+            checked = self.groups.pop(data, None)
+            if checked is not None:
+                for given, rule in zip(checked.given, checked.rules, strict=True):
+                    rule_key = given.SerializeToString(deterministic=True)
+                    if self.rules.get(rule_key) is rule:
+                        del self.rules[rule_key]
+        self.retired[:] = replaced
 
     def sweep_due(self, count: int) -> bool:
         """Whether the maps have grown past twice what the last sweep kept (or `count`,
