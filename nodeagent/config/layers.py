@@ -202,6 +202,9 @@ class GroupJoin:
         self.source = None  # half moved until the end: an error means a rebuild next time
         if not incremental:
             self.listeners, self.owner = {}, {}
+        elif base is not None and changed is not None:
+            replaced = [(k, base[k]) for k in changed if k in base and base[k] is not framed.get(k)]
+            cache.retire(framed, replaced)
         keys = changed if incremental and changed is not None else groups.keys()
         for key in keys:
             was = self.owner.pop(key, None)

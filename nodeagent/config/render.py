@@ -152,6 +152,15 @@ class Frontends:
     group_maps: Mapping[str, tuple[str, str]] | None = None
 
 
+def _sweep(cache: rules.RouteCache, held: Held, previous: Frontends | None) -> None:
+    """The route cache kept to the groups held now and rendered last (`RouteCache.sweep`):
+    O(1) per render until a sweep is due."""
+    now = held.parts.route_groups
+    last = previous.groups_key if previous is not None else {}
+    if cache.sweep_due(len(now)):
+        cache.sweep({*now.values(), *last.values()})
+
+
 def _frontends(
     held: Held,
     opts: RenderOptions,
@@ -195,6 +204,7 @@ def _frontends(
         previous.groups_key if previous is not None else None,
         join,
     )
+    _sweep(cache, held, previous)
     layer4 = passthrough.render(
         held.tls_listeners, held.tcp_frontends, opts.maps_dir, lambda port: _bind(opts, port)
     )

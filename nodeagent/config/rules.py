@@ -10,9 +10,9 @@ changed rules are those of the last render.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from nodeagent.config.errors import RenderError
 from nodeagent.config.filters import RENDERERS, check_filters, map_entry_ok
@@ -45,7 +45,11 @@ class Rule:
     aside: str = ""
 
 
+K = TypeVar("K")
+V = TypeVar("V")
 _CACHE = 1 << 16
+# Entries a route cache may grow by past twice its live size before it is swept.
+SWEEP_SLACK = 1024
 route_host = functools.lru_cache(_CACHE)(patterns.is_route_host)
 _path = functools.lru_cache(_CACHE)(patterns.is_path)
 _proxy_name = functools.lru_cache(_CACHE)(
@@ -173,6 +177,61 @@ class RouteCache:
     groups: dict[bytes, CheckedGroup] = field(default_factory=dict)
     # Each route group's host layers by its framed bytes (`layers.Layers`).
     group_layers: dict[bytes, Any] = field(default_factory=dict)
+    # How many entries the maps held after the last `sweep` (one item, the cache is
+    # frozen): the next sweep is due when they have grown past twice that.
+    swept: list[int] = field(default_factory=lambda: [0])
+    # The groups the last incremental join replaced or removed, (key, framed bytes): their
+    # entries go at the next one (`retire`), once the classifier has compared them.
+    retired: list[tuple[str, bytes]] = field(default_factory=list)
+
+    def retire(self, held: Mapping[str, bytes], replaced: list[tuple[str, bytes]]) -> None:
+        """Forget the groups the last join replaced, unless held again (a route
+        re-pointed and back), and their rules; then remember `replaced` for the next
+        join. O(changed groups): what a route change keys into the cache, the next one
+        takes out (issue 33's soak: they stayed until `_CACHE` entries)."""
+        for key, data in self.retired:
+            now = held.get(key)
+            if now is data or now == data:
+                continue
+            self.group_layers.pop(data, None)
+            checked = self.groups.pop(data, None)
+            if checked is not None:
+                for given, rule in zip(checked.given, checked.rules, strict=True):
+                    rule_key = given.SerializeToString(deterministic=True)
+                    if self.rules.get(rule_key) is rule:
+                        del self.rules[rule_key]
+        self.retired[:] = replaced
+
+    def sweep_due(self, count: int) -> bool:
+        """Whether the maps have grown past twice what the last sweep kept (or `count`,
+        a bound on the live groups: the caller's mappings' sizes) plus `SWEEP_SLACK`:
+        O(1), so a render that is not due pays nothing."""
+        size = len(self.groups) + len(self.group_layers) + len(self.rules)
+        return size > 2 * max(self.swept[0], count) + SWEEP_SLACK
+
+    def sweep(self, live: Collection[bytes]) -> None:
+        """Forget what no held route group uses any more. Each change keys new entries
+        by the changed groups' and rules' new bytes; without a sweep the old ones stay
+        until `_CACHE` entries (hundreds of MB at thousands of routes: issue 33's soak).
+        O(cache), and due (`sweep_due`) only after at least as many changes. `live`: the
+        framed bytes of the groups held now and of those rendered last (the classifier
+        compares a changed group's old layers with its new). A rule stays while a kept
+        group or a host layer (`layers`, the inline listeners' rules) holds it."""
+        keep = live if isinstance(live, (set, frozenset)) else set(live)
+        _keep(self.groups, lambda k, _: k in keep)
+        _keep(self.group_layers, lambda k, _: k in keep)
+        used = {id(r) for g in self.groups.values() for r in g.rules}
+        used.update(id(r) for entries in self.layers.values() for r in entries.rules)
+        _keep(self.rules, lambda _, v: id(v) in used)
+        self.swept[0] = len(self.groups) + len(self.group_layers) + len(self.rules)
+
+
+def _keep(into: dict[K, V], wanted: Callable[[K, V], bool]) -> None:
+    """`into` with only the wanted items, rebuilt (a dict emptied by deletions keeps its
+    table's size)."""
+    kept = {k: v for k, v in into.items() if wanted(k, v)}
+    into.clear()
+    into.update(kept)
 
 
 @dataclass(frozen=True, slots=True)

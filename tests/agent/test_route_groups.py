@@ -14,6 +14,7 @@ import hashlib
 import pytest
 
 from controlplane.publish import content_hash
+from nodeagent.config import rules
 from nodeagent.config.changes import ApplyPath, classify, map_updates
 from nodeagent.config.errors import RenderError
 from nodeagent.config.render import RenderOptions, render, render_held
@@ -114,6 +115,68 @@ def test_a_map_rule_change_carries_its_group_only_and_updates_its_map_entries() 
     assert [(u.op, u.key, u.value) for u in decision.maps] == [
         ("add", "h7.example.com/b/", "2:ns_a_80")
     ]
+
+
+HOSTS = [f"h{n}.example.com" for n in range(20)]
+LIVE = len(HOSTS) * 3  # route cache entries per group: its checked rules, layers, one rule
+
+
+def _route_cache_peak(changes: int, deltas: bool) -> int:
+    """The most route cache entries over `changes` route changes, each to a path not seen
+    before (issue 33's soak re-points every route in turn), through the pure apply path:
+    as deltas (the incremental join) or as full snapshots (a join from scratch). Each
+    rendering equals one from scratch; a delta's decision stays the runtime path."""
+    snap = _snapshot(*(_group(h, "/v0") for h in HOSTS))
+    held = Held.from_snapshot(snap)
+    rendered = render_held(held, OPTS)
+    most = 0
+    for step in range(1, changes + 1):
+        host = HOSTS[step % len(HOSTS)]
+        changed = [
+            _group(h, f"/v{step}") if h == host else held.route_groups[f"80/{h}"] for h in HOSTS
+        ]
+        new = _snapshot(*changed, version=step + 1)
+        if deltas:
+            held_next, change = held.apply(delta_between(snap, new))
+        else:
+            held_next = Held.from_snapshot(new)
+            change = diff(held, held_next)
+        rendered_next = render_held(held_next, OPTS, rendered, change if deltas else None)
+        if deltas:  # map updates from the changed group's cached layers, old and new
+            decision = classify(held, rendered, held_next, rendered_next, change)
+            assert decision.kind is ApplyPath.RUNTIME, (step, decision.reason)
+            was = step - len(HOSTS) if step > len(HOSTS) else 0
+            assert [(u.op, u.key) for u in decision.maps] == [
+                ("add", f"{host}/v{step}/"),
+                ("del", f"{host}/v{was}/"),
+            ]
+        snap, held, rendered = new, held_next, rendered_next
+        cache = rendered.routed.route_cache
+        most = max(most, len(cache.groups) + len(cache.group_layers) + len(cache.rules))
+    assert rendered.text() == render(snap, OPTS)
+    return most
+
+
+def test_route_changes_as_deltas_take_their_old_groups_out_of_the_route_cache() -> None:
+    """Issue 33's soak: each route change keyed its group's and rules' new bytes into the
+    route cache and the old ones stayed until 65,536 entries (~10 KB an agent per change
+    at 3,000 routes). The old group's entries go at the next change: the cache holds the
+    live groups and the last change's old one (1,260 entries here before)."""
+    most = _route_cache_peak(400, deltas=True)
+    assert most <= LIVE + 3, f"{most} route cache entries for {LIVE} live"
+
+
+def test_route_changes_as_full_snapshots_keep_the_route_cache_within_twice_its_live_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A join from scratch (a full snapshot, a resync) knows no old group: the sweep
+    drops what no held group uses once the cache passes twice its live size plus the
+    slack (1,260 entries here before)."""
+    monkeypatch.setattr(rules, "SWEEP_SLACK", 64, raising=False)  # due after ~30 changes
+    most = _route_cache_peak(400, deltas=False)
+    # Twice the live entries (now's, and the last render's changed group) plus the slack
+    # and one change's few.
+    assert most <= 2 * (LIVE + 3) + 64 + 3, f"{most} route cache entries for {LIVE} live"
 
 
 def test_the_hash_is_over_the_parts_digests_and_a_delta_hashes_only_changed_parts(
