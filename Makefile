@@ -58,7 +58,7 @@ haproxy:
 	if [ "$$(id -u)" = 0 ]; then apt-get update && apt-get install -y haproxy; \
 	else echo "HAProxy is missing: run 'sudo apt-get install haproxy' (Debian/Ubuntu, 2.6)" >&2; exit 1; fi
 
-# The quick forms of every benchmark, one table at the end (about 7 minutes with the real-API-server variants);
+# The quick forms of every benchmark, one table at the end (about 10 minutes with the real-API-server variants and the before run: tests/bench/before.py);
 # `make bench-full` (or `make bench BENCH_FULL=1`) the full sizes (well over half an hour).
 bench: $(STAMP)
 	$(PY) -m tests.bench $(if $(filter-out 0,$(BENCH_FULL)),--full,--quick) --before $(BENCH_BEFORE)
