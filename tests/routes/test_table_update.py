@@ -81,25 +81,18 @@ def _route(rng: random.Random, name: str) -> Any:
         }
         for _ in range(rng.choice((1, 2)))
     ]
-    if rng.random() < 0.15:  # a GRPCRoute: its backends speak HTTP/2
+    grpc = rng.random() < 0.15  # a GRPCRoute: its backends speak HTTP/2
+    common: dict[str, Any] = {
+        "namespace": namespace,
+        "hostnames": hostnames,
+        "created": rng.choice((OLD, NEW)),
+        "parent": {"name": parent, "namespace": "tenant-b" if parent == "bgw" else "default"},
+    }
+    if grpc:
         method = {"method": {"service": "shop.Cart", "method": rng.choice(("Get", "Put"))}}
         grpc_rules = [{"matches": [method], "backendRefs": r["backendRefs"]} for r in rules]
-        return grpc_route(
-            name,
-            grpc_rules,
-            namespace=namespace,
-            hostnames=hostnames,
-            created=rng.choice((OLD, NEW)),
-            parent={"name": parent, "namespace": "tenant-b" if parent == "bgw" else "default"},
-        )
-    return route(
-        name,
-        rules,
-        namespace=namespace,
-        hostnames=hostnames,
-        created=rng.choice((OLD, NEW)),
-        parent={"name": parent, "namespace": "tenant-b" if parent == "bgw" else "default"},
-    )
+        return grpc_route(name, grpc_rules, **common)
+    return route(name, rules, **common)
 
 
 BASE = state(*_static(), services=SERVICES)
