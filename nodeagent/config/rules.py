@@ -195,11 +195,12 @@ class RouteCache:
                 continue
             self.group_layers.pop(data, None)
             checked = self.groups.pop(data, None)
-            if checked is not None:
-                for given, rule in zip(checked.given, checked.rules, strict=True):
-                    rule_key = given.SerializeToString(deterministic=True)
-                    if self.rules.get(rule_key) is rule:
-                        del self.rules[rule_key]
+            current = self.groups.get(now) if now is not None else None
+            kept = {id(r) for r in current.rules} if current is not None else set()
+            for given, rule in zip(checked.given, checked.rules, strict=True) if checked else ():
+                rule_key = given.SerializeToString(deterministic=True)
+                if id(rule) not in kept and self.rules.get(rule_key) is rule:
+                    del self.rules[rule_key]  # an unchanged rule stays with its group
         self.retired[:] = replaced
 
     def sweep_due(self, count: int) -> bool:
