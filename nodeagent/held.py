@@ -11,7 +11,8 @@ deltas on the agent side).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from bisect import bisect_left, insort
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -20,6 +21,7 @@ from peerplane.parts import (
     backend_changes,
     certificate_changes,
     contract_1_hash,
+    digest,
     framed_certificate,
     framed_route_group,
     frontends_part,
@@ -82,8 +84,9 @@ class Held:
     # TLS certificates by name (field 15) and passthrough listeners (field 16).
     certificates: Mapping[str, pb.Certificate] = field(default_factory=dict, repr=False)
     tls_listeners: Sequence[pb.TlsPassthroughListener] = ()
-    # The listeners' rules (field 18, contract 2): each route group by key, in key order
-    # (`parts.route_groups` holds their framed bytes, the render cache's keys).
+    # The listeners' rules (field 18, contract 2): each route group by key
+    # (`parts.route_groups` holds their framed bytes, the render cache's keys), in key
+    # order or, after a delta added groups, in `parts.group_order` (`group_keys`).
     route_groups: Mapping[str, pb.RouteGroup] = field(default_factory=dict)
 
     @property
@@ -108,8 +111,13 @@ class Held:
         the route groups'."""
         for listener in self.http_listeners:
             yield from listener.rules
-        for group in self.route_groups.values():
-            yield from group.rules
+        for key in self.group_keys():
+            yield from self.route_groups[key].rules
+
+    def group_keys(self) -> Iterable[str]:
+        """The route groups' keys in key order (the listeners' rule order)."""
+        order = self.parts.group_order
+        return order if order is not None else self.route_groups.keys()
 
     @classmethod
     def from_snapshot(cls, snapshot: pb.Snapshot) -> Held:
@@ -172,7 +180,7 @@ class Held:
                 parts.listeners,
                 *parts.certificates.values(),
                 parts.tls_listeners,
-                *parts.route_groups.values(),
+                *parts.in_key_order(parts.route_groups),
             )
         )
 
@@ -196,7 +204,7 @@ class Held:
             framed_by_name = {name: framed_by_name[name] for name in sorted(framed_by_name)}
         names = tuple(framed_by_name) if added or removed else self.names
         certificates, framed_certificates, certs_changed, certs_removed = self._certificates(delta)
-        groups, framed_groups, groups_changed, groups_removed = self._route_groups(delta)
+        groups, framed_groups, groups_changed, groups_removed, order = self._route_groups(delta)
         old = self.parts
         peers, peers_bytes = self.peers, old.peers
         if delta.peers_changed:
@@ -231,9 +239,10 @@ class Held:
             certificate_digests=moved_digests(
                 old.certificate_digests, framed_certificates, certs_changed, certs_removed
             ),
-            group_digests=moved_digests(
+            group_digests=_group_digests(
                 old.group_digests, framed_groups, groups_changed, groups_removed
             ),
+            group_order=order,
         )
         result = Held(
             workload=self.workload,
@@ -288,23 +297,63 @@ class Held:
 
     def _route_groups(
         self, delta: pb.SnapshotDelta
-    ) -> tuple[dict[str, pb.RouteGroup], dict[str, bytes], set[str], frozenset[str]]:
-        """The route groups and their framed bytes (key order) after `delta`, the keys it
-        sent and the keys it removed: O(changed) but for the dict copies and, when a
-        group was added, one pass to put it in key order."""
+    ) -> tuple[
+        dict[str, pb.RouteGroup], dict[str, bytes], set[str], frozenset[str], Sequence[str] | None
+    ]:
+        """The route groups and their framed bytes after `delta`, the keys it sent, the
+        keys it removed, and the key order when the dicts are not in it (`group_order`):
+        O(changed) but for copies at C speed. A group added is appended to the dicts and
+        its key inserted into the order by bisection: a new route at 10,000 routes spent
+        milliseconds putting three dicts back in key order, before HAProxy heard of it."""
+        held_order = self.parts.group_order
         if not delta.route_groups and not delta.removed_route_groups:
-            return dict(self.route_groups), dict(self.parts.route_groups), set(), frozenset()
+            groups, framed_by_key = dict(self.route_groups), dict(self.parts.route_groups)
+            return groups, framed_by_key, set(), frozenset(), held_order
         groups, framed_by_key, changed, removed = _named_changes(
             "route group", self.route_groups, self.parts.route_groups, delta.route_groups,
             delta.removed_route_groups, framed_route_group, route_group_key,
         )  # fmt: skip
-        if any(key not in self.route_groups for key in changed):
-            framed_by_key = {key: framed_by_key[key] for key in sorted(framed_by_key)}
-            groups = {key: groups[key] for key in framed_by_key}
-        return groups, framed_by_key, changed, removed
+        added = [key for key in changed if key not in self.route_groups]
+        if not added and (not removed or held_order is None):  # dict order is still right
+            return groups, framed_by_key, changed, removed, held_order
+        keys = held_order if held_order is not None else tuple(self.parts.route_groups)
+        return groups, framed_by_key, changed, removed, key_order(keys, added, removed)
 
 
 M = TypeVar("M")
+# More keys added or removed than this at once: one sort instead of bisections.
+_BISECTED = 16
+
+
+def key_order(
+    keys: Sequence[str], added: Collection[str], removed: Collection[str]
+) -> tuple[str, ...]:
+    """`keys` (sorted) without `removed` and with `added` (neither in `keys`), sorted:
+    by bisection and list moves (C speed) for a few, one sort for many."""
+    if len(added) + len(removed) > _BISECTED:
+        return tuple(sorted((set(keys) - set(removed)) | set(added)))
+    out = list(keys)
+    for key in removed:
+        del out[bisect_left(out, key)]
+    for key in added:
+        insort(out, key)
+    return tuple(out)
+
+
+def _group_digests(
+    before: Mapping[str, bytes],
+    framed: Mapping[str, bytes],
+    changed: Iterable[str],
+    removed: Iterable[str],
+) -> dict[str, bytes]:
+    """`moved_digests` without putting them back in `framed`'s order: the route groups'
+    key order is `group_order` once a group was added (one dict copy at C speed)."""
+    kept = dict(before)
+    for key in removed:
+        del kept[key]
+    for key in changed:
+        kept[key] = digest(framed[key])
+    return kept
 
 
 def _name(message: pb.Backend | pb.Certificate) -> str:

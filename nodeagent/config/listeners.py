@@ -147,7 +147,7 @@ def render_listeners(
     """The listeners' frontends; `annotation` is the HTTP frontend of the Service
     annotations when it shares a listener's port (its routes become the last layer).
     A listener's rules are its own (a contract-1 snapshot's) followed by those of its
-    route `groups` (by key, in key order; `framed_groups` their framed bytes, what the
+    route `groups` (by key, taken in key order; `framed_groups` their framed bytes, what the
     cache knows them by).
     `cache` holds what the last renders checked (`RouteCache`): the caller passes the
     previous render's, or a new one. The rules whose `rule_fingerprint` is in
@@ -162,8 +162,9 @@ def render_listeners(
     if not rules_aside and not any(li.rules for li in listeners):
         joined = (join or GroupJoin()).layers(groups, framed, cache, changed, base)
     by_listener: dict[str, list[tuple[bytes, pb.RouteGroup]]] = {}
-    if joined is None:  # rule by rule: one pass over the groups
-        for key, group in groups.items():
+    if joined is None:  # rule by rule: one pass over the groups, in key order
+        for key in sorted(groups):  # (a held snapshot appends the groups deltas add)
+            group = groups[key]
             data = framed.get(key)
             if data is None:
                 data = group.SerializeToString(deterministic=True)

@@ -146,6 +146,10 @@ class ContentParts:
     backend_digests: Digests = field(default_factory=dict, repr=False)
     certificate_digests: Digests = field(default_factory=dict, repr=False)
     group_digests: Digests = field(default_factory=dict, repr=False)
+    # The route groups' keys in key order when `route_groups` and `group_digests` are not
+    # in it (an agent appends the groups a delta adds: putting three dicts of 10,000
+    # entries back in key order per new route cost milliseconds); None: they are.
+    group_order: Sequence[str] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for framed, name in (
@@ -169,7 +173,7 @@ class ContentParts:
                 self.listeners,
                 *self.certificates.values(),
                 self.tls_listeners,
-                *self.route_groups.values(),
+                *self.in_key_order(self.route_groups),
             )
         )
 
@@ -185,9 +189,15 @@ class ContentParts:
                 single_digest(self.listeners),
                 *self.certificate_digests.values(),
                 single_digest(self.tls_listeners),
-                *self.group_digests.values(),
+                *self.in_key_order(self.group_digests),
             )
         )
+
+    def in_key_order(self, by_key: Mapping[str, bytes]) -> Iterable[bytes]:
+        """The route groups' bytes or digests (`by_key`) in key order, at C speed."""
+        if self.group_order is None:
+            return by_key.values()
+        return map(by_key.__getitem__, self.group_order)
 
     def frontends_differ(self, other: ContentParts) -> bool:
         """Whether the delta part "frontends" (fields 6, 7, 14 and 16) differs."""

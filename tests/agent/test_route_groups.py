@@ -10,6 +10,7 @@ runtime updates"."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 
 import pytest
 
@@ -142,6 +143,40 @@ def test_map_entries_are_rendered_unsorted_and_written_in_key_order() -> None:
         assert lines == sorted(lines)
     prefix = map_file(r1.maps["/etc/haproxy/maps/fe_80.prefix.map"]).decode().split()
     assert prefix[::2] == [f"h{n}.example.com/a/" for n in (0, 1, 5, 9)]
+
+
+def test_groups_a_delta_adds_are_appended_with_the_key_order_kept_apart() -> None:
+    """A new route is a new group: the held dicts take it at their end (copies at C
+    speed, not rebuilt in key order per delta) and `parts.group_order` keeps the key
+    order that the hash, the saved bytes and the rule order follow; a later removal and
+    addition move that order alone. Each step equals the full snapshot."""
+    hosts = [f"h{n}.example.com" for n in (2, 4, 6)]
+    steps = [
+        hosts,
+        [*hosts, "h5.example.com", "h1.example.com"],
+        ["h1.example.com", "h6.example.com", "h3.example.com"],
+    ]
+    versions = [
+        _snapshot(*(_group(h, "/a") for h in step), version=v + 1) for v, step in enumerate(steps)
+    ]
+    held = Held.from_snapshot(versions[0])
+    assert held.parts.group_order is None
+    for old, new in itertools.pairwise(versions):
+        held, _ = held.apply(delta_between(old, new))
+        full = Held.from_snapshot(new)
+        keys = [f"80/{h}" for h in sorted(g.host for g in new.route_groups)]
+        assert list(held.group_keys()) == keys == list(full.route_groups)
+        assert held.computed_hash() == new.content_hash
+        assert held.serialized() == new.SerializeToString(deterministic=True)
+        assert [r.source for r in held.route_rules()] == [r.source for r in full.route_rules()]
+        assert render_held(held, OPTS).text() == render(new, OPTS)
+    # appended, not re-ordered: h5 and h1 came after the groups held before them
+    assert list(held.parts.route_groups) == [
+        "80/h6.example.com",
+        "80/h1.example.com",
+        "80/h3.example.com",
+    ]
+    assert held.parts.group_order == ("80/h1.example.com", "80/h3.example.com", "80/h6.example.com")
 
 
 HOSTS = [f"h{n}.example.com" for n in range(20)]
