@@ -407,7 +407,9 @@ class Applier:
             log.warning("%s: runtime update failed (%s); reloading instead", ident, e)
             return str(e) or type(e).__name__
         before = self._applied_cfg.maps if self._applied_cfg is not None else {}
-        self.files.write_maps(rendered.maps, before)  # a later reload or restart reads the same
+        # After the commands, which HAProxy serves at once: a later reload or restart
+        # reads the same (the changed files' lines patched by the commands' entries).
+        self.files.write_maps(rendered.maps, before, decision.maps)
         before_lists = self._applied_cfg.crt_lists if self._applied_cfg is not None else {}
         served = setaside.served(snapshot, aside)
         self.certs.write(served, rendered.crt_lists, self._applied_served(), before_lists)

@@ -14,13 +14,18 @@ import json
 import os
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from nodeagent.apply import saved
 from nodeagent.config.changes import ApplyPath
+from nodeagent.config.listeners import map_file
+from nodeagent.config.render import render_held
+from nodeagent.haproxy.commands import MapUpdate
+from nodeagent.held import Held
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.deltas import grouped
 from tests.helpers.haproxy_env import Instance, backend, free_port, loopback_net, running_instance
@@ -618,3 +623,61 @@ def test_an_ingress_wildcard_takes_one_label_a_gateway_wildcard_any(site: Site) 
         assert result.ok and result.kind is kind, result
         got = {(h, p): site.served_by(h, p) for h, p in want}
         assert got == want, version
+
+
+def test_runtime_commands_go_first_and_the_files_follow_them_for_a_reload(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A map rule added: HAProxy is told before any file is written (the map file, the
+    config and the saved snapshot follow, patched from the commands' entries); over adds
+    between existing entries, a re-point and a removal the map files stay byte for byte
+    what a render from scratch writes, so a reload (a config rule added) serves the same."""
+    port, inst = site.ports[0], site.inst
+
+    def listener(routes: dict[str, str], *extra: pb.RouteRule) -> pb.HttpListener:
+        rules = [rule([host], to, "/") for host, to in sorted(routes.items())]
+        return pb.HttpListener(port=port, rules=[*extra, *rules])  # longer paths first
+
+    routes = {f"h{n}.example.com": "a" for n in (2, 4, 6, 8)}
+    assert inst.applier.apply(site.snapshot([listener(routes)], 1)).ok
+    events: list[str] = []
+    send = inst.haproxy.set_maps
+
+    def told(updates: Iterable[MapUpdate]) -> None:
+        events.append("commands")
+        send(updates)
+
+    monkeypatch.setattr(inst.haproxy, "set_maps", told)
+    write = saved.atomic_write
+
+    def recorded(path: str, data: bytes, mode: int = 0o644) -> None:
+        events.append(os.path.basename(path))
+        write(path, data, mode)
+
+    monkeypatch.setattr(saved, "atomic_write", recorded)
+    steps = [
+        {**routes, "h5.example.com": "b"},  # between h4 and h6
+        {**routes, "h1.example.com": "c", "h4.example.com": "b", "h9.example.com": "a"},
+        {h: to for h, to in routes.items() if h != "h6.example.com"},  # removed
+    ]
+    for version, now in enumerate(steps, start=2):
+        events.clear()
+        snap = site.snapshot([listener(now)], version)
+        result = inst.applier.apply(snap)
+        assert result.ok and result.kind is ApplyPath.RUNTIME, result
+        assert events == ["commands", f"fe_{port}.prefix.map", "haproxy.cfg", "snapshot.binpb"]
+        scratch = render_held(Held.from_snapshot(snap), inst.applier.options)
+        for path, entries in scratch.maps.items():
+            with open(path, "rb") as f:
+                assert f.read() == map_file(entries), (version, path)
+        for host, to in now.items():
+            assert site.served_by(host, "/") == to
+    reloads = inst.haproxy.show_proc().reloads
+    post = rule(["h2.example.com"], "c", "/post", method="POST")
+    result = inst.applier.apply(site.snapshot([listener(steps[-1], post)], 10))
+    assert result.ok and result.kind is ApplyPath.RELOAD, result
+    wait_until(lambda: inst.haproxy.show_proc().reloads > reloads, 5)
+    for host, to in steps[-1].items():
+        assert site.served_by(host, "/") == to
+    assert site.served_by("h6.example.com", "/") == "404"
+    assert site.served_by("h2.example.com", "/post", method="POST") == "c"
