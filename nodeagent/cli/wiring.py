@@ -18,6 +18,7 @@ from nodeagent.config.render import RenderOptions
 from nodeagent.haproxy import openfiles, sockrepair, version
 from nodeagent.haproxy.driver import HAProxy
 from nodeagent.haproxy.supervisor import Supervisor
+from nodeagent.heap import Heap
 from nodeagent.metrics import AgentMetrics, MetricsServer
 from nodeagent.readiness import Readiness, held_state
 from nodeagent.report import Reporter
@@ -149,6 +150,7 @@ def build_agent(args: argparse.Namespace) -> Agent:
         metrics=metrics,
         deltas=args.deltas,
         reporter=Reporter(haproxy.runtime, release, metrics, args.report_interval),
+        heap=Heap(),
     )
     metrics_server = readiness_server = None
     if args.metrics_port is not None or args.readiness_port is not None:  # last: they bind

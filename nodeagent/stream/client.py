@@ -37,6 +37,7 @@ from tenacity import (
 
 from nodeagent import __version__
 from nodeagent.apply.outcome import Result
+from nodeagent.heap import Heap
 from nodeagent.held import ChangeSet, Held
 from nodeagent.logformat import fields
 from nodeagent.metrics import AgentMetrics
@@ -92,6 +93,7 @@ class Client:
         retry_initial: float = 1.0,
         deltas: bool = True,
         reporter: Reporter | None = None,
+        heap: Heap | None = None,
     ) -> None:
         # Sends AgentReports beside the answers (`nodeagent/report.py`); None: none.
         self.reporter = reporter
@@ -110,6 +112,9 @@ class Client:
         self.backoff_multiplier = backoff_multiplier
         self.connected = asyncio.Event()
         self._answered = False  # the current stream got a server message
+        # Frozen after applies, away from the next change (`nodeagent/heap.py`); None:
+        # the process's heap is not the client's (tests).
+        self.heap = heap
 
     def hello(self) -> pb.AgentMessage:
         return protocol.hello(
@@ -308,6 +313,8 @@ class Client:
                 step = protocol.after_apply(result, attempt)
                 if step.send:
                     await self._write(call, self._answer(nonce, snap, result, attempt))
+                if result.ok and self.heap is not None:  # after the answer: it delays no ACK
+                    self.heap.settle(rebuilt=change is None)
                 if not step.retry:
                     break
                 log.warning(

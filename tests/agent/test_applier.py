@@ -27,6 +27,7 @@ from nodeagent.cli.flags import build_parser
 from nodeagent.config.changes import ApplyPath
 from nodeagent.config.render import RenderOptions, render
 from nodeagent.haproxy.driver import HAProxy
+from nodeagent.heap import Heap
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.haproxy_env import (
     backend,
@@ -192,6 +193,7 @@ def test_wiring_picks_the_activation_by_mode_and_starts_nothing(
     assert isinstance(managed.applier.activation, Managed)
     assert managed.supervisor is not None and not managed.supervisor.started
     assert managed.applier.options.haproxy_version == haproxy_bin.version_tuple[:2]
+    assert isinstance(managed.client.heap, Heap)  # frozen after applies (nodeagent/heap.py)
     external = wiring.build_agent(flags.parse_args(_run_flags(tmp_path, *identity)))
     assert isinstance(external.applier.activation, External)
     assert (external.supervisor, external.metrics_server) == (None, None)

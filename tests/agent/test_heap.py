@@ -1,0 +1,83 @@
+"""The agent's heap after an apply (`nodeagent/heap.py`): frozen, so that Python's full
+collection does not walk the held snapshot and the caches (115 to 370 ms at 10,000 routes,
+charged to the route change being applied); collected and frozen again once deltas left
+many objects, everything collected first after a full snapshot."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import weakref
+
+import pytest
+
+from nodeagent.heap import REFREEZE_GEN2_OBJECTS, Heap
+from nodeagent.stream.client import Client
+from nodeagent.stream.protocol import Identity
+from tests.agent.test_client import FakePlane, FlakyApplier, running, serve, within
+from tests.helpers.haproxy_env import free_port, snapshot
+
+pytestmark = pytest.mark.unit
+
+
+class _Node:
+    next: object = None
+
+
+def test_applies_freeze_the_heap_and_refreeze_once_many_objects_piled_up() -> None:
+    heap = Heap()
+    try:
+        heap.settle(rebuilt=False)  # the first apply freezes what the agent holds
+        assert heap.frozen and gc.get_freeze_count() > 0
+        frozen = gc.get_freeze_count()
+        kept = [[n] for n in range(REFREEZE_GEN2_OBJECTS + 1_000)]  # long-lived, new
+        gc.collect()  # they reach the oldest generation
+        assert len(gc.get_objects(generation=2)) > REFREEZE_GEN2_OBJECTS
+        heap.settle(rebuilt=False)
+        assert len(gc.get_objects(generation=2)) < REFREEZE_GEN2_OBJECTS
+        assert gc.get_freeze_count() >= frozen + len(kept)
+        settled = gc.get_freeze_count()
+        heap.settle(rebuilt=False)  # nothing piled up since: nothing done
+        assert gc.get_freeze_count() == settled
+        cycle = _Node()
+        cycle.next = cycle
+        gone = weakref.ref(cycle)
+        gc.freeze()
+        del cycle  # garbage among the frozen objects
+        heap.settle(rebuilt=False)
+        assert gone() is not None  # a delta's settle leaves the frozen ones alone
+        heap.settle(rebuilt=True)  # a full snapshot: everything collected, then frozen
+        assert gone() is None and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+
+
+class RecordingHeap(Heap):
+    def __init__(self) -> None:
+        super().__init__()
+        self.settled: list[bool] = []
+
+    def settle(self, rebuilt: bool) -> None:
+        self.settled.append(rebuilt)
+
+
+def test_the_client_settles_the_heap_after_each_applied_snapshot_only() -> None:
+    """A full snapshot NACKed once (a fault), then applied: one settle, `rebuilt`."""
+    port = free_port("127.0.0.1")
+    heap = RecordingHeap()
+    client = Client(
+        f"127.0.0.1:{port}",
+        Identity("ns", "pod-a"),
+        FlakyApplier(fails=1),
+        retry_initial=0.05,
+        heap=heap,
+    )
+
+    async def scenario() -> None:
+        plane = FakePlane([snapshot([], [], version=3)])
+        async with serve(plane, port), running(client):
+            nack, ack = await within(plane.answers.get()), await within(plane.answers.get())
+            assert (nack.WhichOneof("message"), ack.WhichOneof("message")) == ("nack", "ack")
+
+    asyncio.run(within(scenario(), 30))
+    assert heap.settled == [True]
