@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from nodeagent.apply import activation, attribution, peers, saved, setaside
 from nodeagent.apply.certfiles import CertFiles
@@ -42,7 +42,7 @@ from nodeagent.config.descriptors import Budget
 from nodeagent.config.errors import BackendRefused
 from nodeagent.config.render import Rendered, RenderError, RenderOptions, render_held
 from nodeagent.haproxy import HAProxyError, sockrepair, sslcerts
-from nodeagent.haproxy.driver import HAProxy
+from nodeagent.haproxy.driver import HAProxy, Unanswered
 from nodeagent.haproxy.supervisor import Supervisor
 from nodeagent.held import ChangeSet, DeltaError, Held, diff
 from nodeagent.logformat import fields
@@ -231,15 +231,11 @@ class Applier:
             )
             return Result(True, decision.kind, set_aside=listed)
         kind = decision.kind if started else changes.ApplyPath.RELOAD
-        if kind is changes.ApplyPath.RUNTIME and not sockrepair.answers(
-            self.haproxy.runtime_socket
-        ):
-            log.warning(
-                "%s: runtime socket %s does not answer; reloading to repair it",
-                ident,
-                self.haproxy.runtime_socket,
-                extra=extra(changes.ApplyPath.RELOAD),
-            )
+        # Map commands only: their first connection is the probe (`HAProxy.set_maps`).
+        maps_only = not decision.updates and not decision.certs
+        runtime = kind is changes.ApplyPath.RUNTIME
+        if runtime and not maps_only and not sockrepair.answers(self.haproxy.runtime_socket):
+            self._unanswered(ident, extra)
             kind = changes.ApplyPath.RELOAD
         if kind is changes.ApplyPath.RUNTIME:
             done = self._runtime(
@@ -247,6 +243,9 @@ class Applier:
             )
             if isinstance(done, Result):
                 return done
+            if isinstance(done, Unanswered):
+                self._unanswered(ident, extra)
+                done = str(done)
             # The reload's reason says why the runtime API did not do.
             kind = changes.ApplyPath.RELOAD
             decision = dataclasses.replace(
@@ -277,6 +276,16 @@ class Applier:
             aside, parts, setaside.unknown_rules(rendered.routed.unknown_aside)
         )
         return Result(True, kind, worker_pid=pid, started=fresh, set_aside=listed)
+
+    def _unanswered(
+        self, ident: str, extra: Callable[[changes.ApplyPath], dict[str, object]]
+    ) -> None:
+        log.warning(
+            "%s: runtime socket %s does not answer; reloading to repair it",
+            ident,
+            self.haproxy.runtime_socket,
+            extra=extra(changes.ApplyPath.RELOAD),
+        )
 
     def _carried_parts(self, snapshot: Held, change: ChangeSet | None) -> dict[str, SetAside]:
         """The backends and route rules set aside in the applied version and unchanged
@@ -386,9 +395,11 @@ class Applier:
         extra: dict[str, object],
         aside: Mapping[str, SetAside],
         parts: Mapping[str, SetAside],
-    ) -> Result | str:
+    ) -> Result | str | Unanswered:
         """Slot and route map changes through the runtime API; the failure's words when
-        HAProxy refused them (the caller reloads, with the map files written).
+        HAProxy refused them (the caller reloads, with the map files written), or
+        `Unanswered` when the socket did not answer map commands (nothing applied: the
+        caller repairs it by the reload).
 
         No `haproxy -c` on this path: classify() proved the new file differs from the
         running, validated one only in server lines and map entries (the frontends' text is
@@ -403,6 +414,8 @@ class Applier:
                 self.haproxy.set_maps(decision.maps)
             if decision.certs:
                 sslcerts.update_certificates(self.haproxy.runtime, decision.certs)
+        except Unanswered as e:
+            return e
         except (OSError, HAProxyError) as e:
             log.warning("%s: runtime update failed (%s); reloading instead", ident, e)
             return str(e) or type(e).__name__

@@ -45,6 +45,9 @@ _MAP_WORD = re.compile(r"[A-Za-z0-9._~%/+,;=:@!*?&-]{1,2300}")
 _MAP_PATH = re.compile(r"/[A-Za-z0-9_./-]{1,250}")
 _MAP_OPS = frozenset({"add", "set", "del"})
 MAP_COMMANDS_PER_CONNECTION = 100
+# A map command's reply (nothing, or a refusal) is immediate: a socket that has not
+# answered within this is stuck, as `sockrepair.answers` judges it.
+MAP_REPLY_TIMEOUT = 1.0
 
 # 2.6 drops a peers section without the local peer with only this warning.
 _DROPPED_PEERS = re.compile(r"Removing incomplete section 'peers [^']*'")
@@ -362,11 +365,19 @@ class HAProxy:
         """Route map changes through the runtime API, in order, many commands per
         connection (`;`-separated); every command is built and checked before the first is
         sent. HAProxy answers each of them with nothing on success: any text is its refusal,
-        and an HAProxyError (the applier reloads instead, with the map files written)."""
+        and an HAProxyError (the applier reloads instead, with the map files written).
+        A socket that cannot be reached or does not answer the first connection within
+        `MAP_REPLY_TIMEOUT` raises `Unanswered`, nothing having been applied: the first
+        connection is the probe of `sockrepair.answers`, one round trip less per change."""
         commands = [map_command(u) for u in updates]
         for start in range(0, len(commands), MAP_COMMANDS_PER_CONNECTION):
-            batch = commands[start : start + MAP_COMMANDS_PER_CONNECTION]
-            reply = self.runtime(";".join(batch)).strip()
+            batch = ";".join(commands[start : start + MAP_COMMANDS_PER_CONNECTION])
+            try:
+                reply = command(self.runtime_socket, batch, MAP_REPLY_TIMEOUT).strip()
+            except OSError as e:
+                if start == 0:
+                    raise Unanswered(f"{self.runtime_socket}: {e}") from e
+                raise
             if reply:
                 raise HAProxyError(f"map update refused: {reply[:300]}")
 
@@ -384,6 +395,11 @@ class HAProxy:
                 if want is not None and (_readback(got.address), got.port) != want:
                     return f"{backend}/{u.server} not confirmed: {got}"
         return None
+
+
+class Unanswered(HAProxyError):
+    """The runtime socket could not be reached, or did not answer, before any command of
+    the update ran."""
 
 
 def map_command(update: MapUpdate) -> str:

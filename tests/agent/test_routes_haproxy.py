@@ -11,8 +11,10 @@ import contextlib
 import http.client
 import http.server
 import json
+import logging
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -24,9 +26,12 @@ from nodeagent.apply import saved
 from nodeagent.config.changes import ApplyPath
 from nodeagent.config.listeners import map_file
 from nodeagent.config.render import render_held
+from nodeagent.haproxy import sockrepair
 from nodeagent.haproxy.commands import MapUpdate
+from nodeagent.haproxy.driver import command
 from nodeagent.held import Held
 from peerplane.v1 import peerplane_pb2 as pb
+from tests.agent.test_socket_repair import silent_socket
 from tests.helpers.deltas import grouped
 from tests.helpers.haproxy_env import Instance, backend, free_port, loopback_net, running_instance
 from tests.helpers.haproxy_env import snapshot as make_snapshot
@@ -628,8 +633,10 @@ def test_an_ingress_wildcard_takes_one_label_a_gateway_wildcard_any(site: Site) 
 def test_runtime_commands_go_first_and_the_files_follow_them_for_a_reload(
     site: Site, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A map rule added: HAProxy is told before any file is written (the map file, the
-    config and the saved snapshot follow, patched from the commands' entries); over adds
+    """A map rule added: HAProxy is told first, in one round trip (no probe of the socket
+    before: the commands' connection is it), and before any file is written (the map
+    file, patched from the commands' entries, the config and the saved snapshot follow);
+    over adds
     between existing entries, a re-point and a removal the map files stay byte for byte
     what a render from scratch writes, so a reload (a config rule added) serves the same."""
     port, inst = site.ports[0], site.inst
@@ -648,6 +655,13 @@ def test_runtime_commands_go_first_and_the_files_follow_them_for_a_reload(
         send(updates)
 
     monkeypatch.setattr(inst.haproxy, "set_maps", told)
+    probe = sockrepair.answers
+
+    def probed(path: str, timeout: float = 1.0) -> bool:
+        events.append("probe")  # a round trip of its own before the commands
+        return probe(path, timeout)
+
+    monkeypatch.setattr(sockrepair, "answers", probed)
     write = saved.atomic_write
 
     def recorded(path: str, data: bytes, mode: int = 0o644) -> None:
@@ -681,3 +695,31 @@ def test_runtime_commands_go_first_and_the_files_follow_them_for_a_reload(
         assert site.served_by(host, "/") == to
     assert site.served_by("h6.example.com", "/") == "404"
     assert site.served_by("h2.example.com", "/post", method="POST") == "c"
+
+
+def test_a_silent_runtime_socket_on_a_route_change_is_repaired_in_bounded_time(
+    site: Site, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A map rule change sends its commands without asking the socket first (one round
+    trip less per route change): their first connection is the probe. A socket that
+    accepts and never answers is given up after a second, nothing applied, and the
+    reload binds HAProxy's socket again; then route changes take the runtime API."""
+    port, inst = site.ports[0], site.inst
+    runtime = inst.haproxy.runtime_socket
+
+    def listener(*paths: str) -> pb.HttpListener:
+        return pb.HttpListener(port=port, rules=[rule([P], to, path) for path, to in paths])
+
+    assert inst.applier.apply(site.snapshot([listener(("/x", "a"))], 1)).ok
+    with silent_socket(runtime) as accepted, caplog.at_level(logging.INFO, logger="nodeagent"):
+        start = time.monotonic()
+        repaired = inst.applier.apply(site.snapshot([listener(("/x", "a"), ("/y", "b"))], 2))
+        took = time.monotonic() - start
+        assert repaired.ok and repaired.kind is ApplyPath.RELOAD, repaired
+        assert accepted and took < 4.0, f"{took:.1f}s"
+        assert f"runtime socket {runtime} does not answer" in caplog.text
+        assert "Name: HAProxy" in command(runtime, "show info", 2.0)
+    assert site.served_by(P, "/y") == "b"
+    later = inst.applier.apply(site.snapshot([listener(("/x", "a"), ("/y", "c"))], 3))
+    assert later.ok and later.kind is ApplyPath.RUNTIME, later
+    assert site.served_by(P, "/y") == "c"
