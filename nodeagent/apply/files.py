@@ -29,7 +29,7 @@ class MapLines:
     def __init__(self, entries: MapEntries) -> None:
         self.entries = entries
         self.keys = sorted(entries)
-        self.lines = list(map("{} {}\n".format, self.keys, map(entries.__getitem__, self.keys)))
+        self.lines = [f"{k} {entries[k]}\n" for k in self.keys]
 
     def data(self) -> bytes:
         return "".join(self.lines).encode()

@@ -653,6 +653,13 @@ def test_route_propagation_publish_lag_is_each_write_to_the_next_publication() -
     assert routes_bench.publish_lags([10.0], [9.9995]) == [0.0]  # log times are cut to ms
 
 
+def test_route_propagation_after_publish_is_each_trial_from_its_publication_to_its_200() -> None:
+    """The agents' share: write + first 200 - the first publication at or after the
+    write; a trial never published is left out."""
+    shares = routes_bench.after_publish([10.0, 20.0, 30.0], [0.05, 0.03, 0.02], [10.02, 20.025])
+    assert shares == pytest.approx([0.03, 0.005])
+
+
 def test_route_propagation_bench_kube_variant_creates_routes_through_the_api_without_a_reload(
     haproxy_bin: HAProxyBinary,
 ) -> None:
@@ -667,6 +674,7 @@ def test_route_propagation_bench_kube_variant_creates_routes_through_the_api_wit
     first = found["route_propagation.kube.new_route_first_200_p50"]
     assert first.parameters["routes"] == 20 and first.value > 0
     assert found["route_propagation.kube.new_route_published_p50"].value >= 0
+    assert found["route_propagation.kube.new_route_published_to_200_p50"].value >= 0
     assert found["route_propagation.kube.reloads"].value == 0
     assert found["route_propagation.kube.repoint_failed_requests"].value == 0
     assert found["route_propagation.kube.repoint_failed_requests"].parameters["requests"] > 0
