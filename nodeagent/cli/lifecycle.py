@@ -37,7 +37,8 @@ async def _serve(agent: wiring.Agent) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await asyncio.to_thread(agent.applier.restore)
+        if await asyncio.to_thread(agent.applier.restore) and agent.client.heap is not None:
+            agent.client.heap.settle(rebuilt=True)  # not on the first change that follows
         client_task = asyncio.create_task(agent.client.run())
         stop_task = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait({client_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)

@@ -11,6 +11,7 @@ import weakref
 
 import pytest
 
+from nodeagent.cli import lifecycle, wiring
 from nodeagent.heap import REFREEZE_GEN2_OBJECTS, Heap
 from nodeagent.stream.client import Client
 from nodeagent.stream.protocol import Identity
@@ -81,3 +82,30 @@ def test_the_client_settles_the_heap_after_each_applied_snapshot_only() -> None:
 
     asyncio.run(within(scenario(), 30))
     assert heap.settled == [True]
+
+
+class _Restoring:
+    def __init__(self, restored: bool) -> None:
+        self.restored = restored
+
+    def restore(self) -> bool:
+        return self.restored
+
+
+class _Streaming:
+    def __init__(self, heap: RecordingHeap) -> None:
+        self.heap = heap
+        self.settled_at_start: list[bool] | None = None
+
+    async def run(self) -> None:
+        self.settled_at_start = list(self.heap.settled)
+
+
+@pytest.mark.parametrize("restored", [True, False])
+def test_a_restored_snapshot_settles_the_heap_before_the_stream_starts(restored: bool) -> None:
+    """A restarted agent holds its saved snapshot before any change arrives: its heap is
+    settled then, not after the first route change's answer."""
+    client = _Streaming(RecordingHeap())
+    agent = wiring.Agent(_Restoring(restored), client, None, None)  # type: ignore[arg-type]
+    assert asyncio.run(lifecycle._serve(agent)) == 0
+    assert client.settled_at_start == ([True] if restored else [])
