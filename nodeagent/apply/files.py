@@ -120,7 +120,11 @@ class HAProxyFiles:
         updates: list[MapUpdate] | None,
     ) -> None:
         known = self._written.pop(path, None)  # back only once the file holds it
-        fits = known is not None and old is not None and known.entries is old
+        # the file holds `old`: the same object, or an equal one (a render since that
+        # wrote nothing, one dict comparison at C speed)
+        fits = (
+            known is not None and old is not None and (known.entries is old or known.entries == old)
+        )
         if not (
             fits and updates is not None and known is not None and known.patched(entries, updates)
         ):
