@@ -398,8 +398,8 @@ class Applier:
     ) -> Result | str | Unanswered:
         """Slot and route map changes through the runtime API; the failure's words when
         HAProxy refused them (the caller reloads, with the map files written), or
-        `Unanswered` when the socket did not answer map commands (nothing applied: the
-        caller repairs it by the reload).
+        `Unanswered` when the socket did not answer the map commands (the caller's
+        reload repairs it).
 
         No `haproxy -c` on this path: classify() proved the new file differs from the
         running, validated one only in server lines and map entries (the frontends' text is

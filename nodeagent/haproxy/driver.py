@@ -367,8 +367,9 @@ class HAProxy:
         sent. HAProxy answers each of them with nothing on success: any text is its refusal,
         and an HAProxyError (the applier reloads instead, with the map files written).
         A socket that cannot be reached or does not answer the first connection within
-        `MAP_REPLY_TIMEOUT` raises `Unanswered`, nothing having been applied: the first
-        connection is the probe of `sockrepair.answers`, one round trip less per change."""
+        `MAP_REPLY_TIMEOUT` raises `Unanswered`: the first connection is the probe of
+        `sockrepair.answers`, one round trip less per change (the applier reloads from
+        the files, whether a slow HAProxy ran the commands or not)."""
         commands = [map_command(u) for u in updates]
         for start in range(0, len(commands), MAP_COMMANDS_PER_CONNECTION):
             batch = ";".join(commands[start : start + MAP_COMMANDS_PER_CONNECTION])
@@ -398,8 +399,8 @@ class HAProxy:
 
 
 class Unanswered(HAProxyError):
-    """The runtime socket could not be reached, or did not answer, before any command of
-    the update ran."""
+    """The runtime socket could not be reached, or did not answer the first commands of
+    an update in time: stuck or gone, as `sockrepair.answers` judges it."""
 
 
 def map_command(update: MapUpdate) -> str:
