@@ -44,9 +44,10 @@ class Activation(Protocol):
         `show proc` once up; None when it was running already (a reload is needed)."""
         ...
 
-    def fresh(self) -> bool:
-        """`bring_up` would start a new HAProxy on the file, none running or adopted: its
-        start parses the config as `haproxy -c` does and refuses what it refuses."""
+    def fresh(self, data: bytes) -> bool:
+        """`bring_up` of the file `data` would start a new HAProxy on it, or wait for the
+        one still starting on these very bytes; none running, none adopted. Such a start
+        parses the config as `haproxy -c` does and refuses what it refuses."""
         ...
 
     def failed_start_ended(self) -> bool:
@@ -98,8 +99,15 @@ class Managed:
         self._starting = None
         return None if adopted else info  # adopted: it runs an older file, reload it
 
-    def fresh(self) -> bool:
-        return self.supervisor.would_spawn()
+    def fresh(self, data: bytes) -> bool:
+        if self.supervisor.would_spawn():
+            return True
+        starting = self._starting  # a retry while the master loads this same file
+        return (
+            starting is not None
+            and self.supervisor.pid == starting[0]
+            and hashlib.sha256(data).hexdigest() == starting[1]
+        )
 
     def failed_start_ended(self) -> bool:
         if not self.supervisor.forget_failed_start():
@@ -154,7 +162,7 @@ class External:
         # Not up yet: its container waits for this file, then starts on it.
         return self.haproxy.wait_running(timeout)
 
-    def fresh(self) -> bool:
+    def fresh(self, data: bytes) -> bool:
         return False  # its container's start is not ours to see fail: check first
 
     def failed_start_ended(self) -> bool:

@@ -262,7 +262,7 @@ class Applier:
         said = extra(changes.ApplyPath.RELOAD)
         try:
             done = self._start_unchecked(
-                cfg, decision, ident, restoring, said, snapshot, rendered, aside
+                cfg, data, decision, ident, restoring, said, snapshot, rendered, aside
             )
             if done is None:
                 cfg, rendered, aside, parts = self.validation.validated(
@@ -355,6 +355,7 @@ class Applier:
     def _start_unchecked(
         self,
         cfg: str,
+        data: bytes,
         decision: changes.Decision,
         ident: str,
         restoring: bool,
@@ -371,8 +372,9 @@ class Applier:
         no such start applies, or when it failed and its master is gone: the caller then
         runs the check, which names what to set aside or NACKs in its words, and starts
         the checked config. A start still loading after the timeout stays a retryable
-        NACK, waited for by the retry (`activation.Managed`)."""
-        if not self.activation.fresh():
+        NACK, waited for by the retry (`activation.Managed`), which runs no check either
+        while the file is the one that master loads."""
+        if not self.activation.fresh(data):
             return None
         try:
             return self._activate_checked(

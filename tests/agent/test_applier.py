@@ -337,11 +337,13 @@ def test_a_start_that_outlasts_the_timeout_is_waited_for_by_the_retry_not_reload
     reloaded the master that was still loading ("peers resync unfinished", "no new HAProxy
     worker after 15.0s"), each retry loading the config once more, and no agent ACKed in 7
     minutes. The retry now waits for the master it started and, the file unchanged, takes
-    it as the start: no reload."""
+    it as the start: no reload, and no `haproxy -c` of that file beside its load."""
     net = loopback_net()
     slow = tmp_path / "haproxy-slow-start"
+    calls = tmp_path / "calls"
     slow.write_text(
-        f'#!/bin/sh\ncase " $* " in *" -W "*) sleep 1.5;; esac\nexec {haproxy_bin.path} "$@"\n'
+        f'#!/bin/sh\necho "$*" >> {calls}\ncase " $* " in *" -W "*) sleep 1.5;; esac\n'
+        f'exec {haproxy_bin.path} "$@"\n'
     )
     slow.chmod(0o755)
     inst = make_instance(tmp_path / "inst", f"{net}.1", "pod-a", binary=str(slow))
@@ -360,6 +362,8 @@ def test_a_start_that_outlasts_the_timeout_is_waited_for_by_the_retry_not_reload
         info = inst.haproxy.show_proc()
         assert (info.master_pid, info.reloads) == (master, 0)
         assert inst.applier.applied_hash == snap.content_hash
+        # nor checked while it loads (issue 33): it loads these very bytes, as a start
+        assert (_runs(calls, "-W"), _runs(calls, "-c")) == (1, 0)
     finally:
         inst.supervisor.stop()
 
