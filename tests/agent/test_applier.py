@@ -321,7 +321,7 @@ def test_a_check_that_times_out_is_a_retryable_nack_and_the_same_snapshot_applie
     assert "haproxy -c timed out after 0.3s" in timed_out.error
     assert not Path(site.config).exists()
 
-    site.haproxy.haproxy_bin = site.binary
+    site.haproxy.haproxy_bin, site.haproxy.check_timeout = site.binary, 15.0  # a loaded host
     Path(site.config).write_text(render(snap, site.options))  # its container starts on it
     with site.external_haproxy():
         healed = site.applier.apply(snap)
