@@ -261,17 +261,17 @@ class Applier:
         render_aside = functools.partial(self._render, snapshot, change)
         said = extra(changes.ApplyPath.RELOAD)
         try:
-            done = self._start_unchecked(
+            up = self._start_unchecked(
                 cfg, data, decision, ident, restoring, said, snapshot, rendered, aside
             )
-            if done is None:
+            if up is None:
                 cfg, rendered, aside, parts = self.validation.validated(
                     cfg, decision, snapshot, rendered, aside, self.applied, render_aside, parts
                 )
-                done = self._activate_checked(
+                up = self._activate_checked(
                     cfg, decision, ident, restoring, said, snapshot, rendered, aside
                 )
-            pid, fresh = done
+            pid, fresh = up
         except ApplyError:
             if self._applied_cfg is not None:  # the running HAProxy's maps, for a restart
                 self.files.write_maps(before, rendered.maps)
