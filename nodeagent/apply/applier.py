@@ -86,6 +86,9 @@ class Applier:
         self.start_timeout = start_timeout
         self.applied: Held | None = None
         self._applied_cfg: Rendered | None = None  # the render cache: applied sections
+        # While nothing is applied, the latest render: the cache of the retry of a first
+        # start that failed (8 s to render 8,000 backends again on a loaded host).
+        self._unapplied_cfg: Rendered | None = None
         self._set_aside: dict[str, SetAside] = {}  # what `applied` runs without, by name
         # Its backends rendered as stubs and route rules left out, by `attribution.key`.
         self._parts_aside: dict[str, SetAside] = {}
@@ -211,6 +214,8 @@ class Applier:
         if change is not None and parts.keys() != self._parts_aside.keys():
             change = dataclasses.replace(change, frontends=True)  # route rules aside or back
         rendered, parts = self._render_checked(snapshot, change, aside, parts)
+        if self._applied_cfg is None:
+            self._unapplied_cfg = rendered
         data = rendered.data()  # the file; its text only on the reload path
         decision = changes.Decision(changes.ApplyPath.RELOAD, reason="nothing applied yet")
         if old is not None and change is not None:
@@ -341,7 +346,7 @@ class Applier:
             return render_held(
                 snapshot,
                 self.options,
-                self._applied_cfg,
+                self._applied_cfg if self._applied_cfg is not None else self._unapplied_cfg,
                 change,
                 frozenset(aside),
                 attribution.backends_of(parts),
@@ -548,7 +553,7 @@ class Applier:
         if rules_aside != before:
             fresh = [rule for rule in rules_aside if rule not in before]
             setaside.log_set_aside(snapshot, setaside.unknown_rules(fresh).values())
-        self.applied, self._applied_cfg = snapshot, rendered
+        self.applied, self._applied_cfg, self._unapplied_cfg = snapshot, rendered, None
         self._pending = pending
         self._set_aside, self._parts_aside = dict(aside), dict(parts)
         # the rules of unknown fields are rendered (as 500s): `parts` holds the others

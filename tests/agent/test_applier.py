@@ -25,6 +25,7 @@ from nodeagent.apply.applier import Applier
 from nodeagent.apply.saved import StateStore
 from nodeagent.cli import wiring
 from nodeagent.cli.flags import build_parser
+from nodeagent.config import render as render_module
 from nodeagent.config.changes import ApplyPath
 from nodeagent.config.render import RenderOptions, render
 from nodeagent.haproxy.driver import HAProxy
@@ -330,14 +331,15 @@ def test_a_check_that_times_out_is_a_retryable_nack_and_the_same_snapshot_applie
 
 
 def test_a_start_that_outlasts_the_timeout_is_waited_for_by_the_retry_not_reloaded(
-    tmp_path: Path, haproxy_bin: HAProxyBinary
+    tmp_path: Path, haproxy_bin: HAProxyBinary, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Incident (2026-12-05, first start at 8,000 Services on a loaded host): HAProxy took
     over the 15 s start timeout to load the config; the retry of the same snapshot then
     reloaded the master that was still loading ("peers resync unfinished", "no new HAProxy
     worker after 15.0s"), each retry loading the config once more, and no agent ACKed in 7
     minutes. The retry now waits for the master it started and, the file unchanged, takes
-    it as the start: no reload, and no `haproxy -c` of that file beside its load."""
+    it as the start: no reload, no `haproxy -c` of that file beside its load, and no
+    render again (the failed start's render is the retry's cache: 8 s at load 18)."""
     net = loopback_net()
     slow = tmp_path / "haproxy-slow-start"
     calls = tmp_path / "calls"
@@ -356,7 +358,16 @@ def test_a_start_that_outlasts_the_timeout_is_waited_for_by_the_retry_not_reload
         master = inst.supervisor.pid
         assert master is not None, "the master keeps starting"
         inst.applier.start_timeout = 10.0
+        rendered: list[str] = []
+        backend_text = render_module._backend_text
+
+        def counted(backend: pb.Backend, *args: object) -> str:
+            rendered.append(backend.name)
+            return backend_text(backend, *args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(render_module, "_backend_text", counted)
         retried = inst.applier.apply(snap)
+        assert rendered == [], "the retry renders again what the failed start rendered"
         assert retried.ok, retried.error
         assert inst.supervisor.pid == master
         info = inst.haproxy.show_proc()
