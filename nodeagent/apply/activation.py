@@ -44,6 +44,18 @@ class Activation(Protocol):
         `show proc` once up; None when it was running already (a reload is needed)."""
         ...
 
+    def fresh(self, data: bytes) -> bool:
+        """`bring_up` of the file `data` would start a new HAProxy on it, or wait for the
+        one still starting on these very bytes; none running, none adopted. Such a start
+        parses the config as `haproxy -c` does and refuses what it refuses."""
+        ...
+
+    def failed_start_ended(self) -> bool:
+        """After a `bring_up` that failed: the HAProxy it started is gone and will not be
+        restarted on that file (the next `bring_up` starts anew). False when it may still
+        be loading, or was not started here."""
+        ...
+
 
 class Managed:
     """The agent's supervisor runs HAProxy (master-worker)."""
@@ -80,12 +92,28 @@ class Managed:
                 raise HAProxyError(f"HAProxy is not running: {gone.reason()}")
             return None  # restarting after a silent death: the reload says what it finds
         adopted = sup.start()
-        pid = sup.pid
+        pid = sup.last_pid  # not `pid`: a master that died at once is None there
         if not adopted and pid is not None:
             self._starting = (pid, self._config_digest())
         info = self.haproxy.wait_running(timeout, self._ended(pid))
         self._starting = None
         return None if adopted else info  # adopted: it runs an older file, reload it
+
+    def fresh(self, data: bytes) -> bool:
+        if self.supervisor.would_spawn():
+            return True
+        starting = self._starting  # a retry while the master loads this same file
+        return (
+            starting is not None
+            and self.supervisor.pid == starting[0]
+            and hashlib.sha256(data).hexdigest() == starting[1]
+        )
+
+    def failed_start_ended(self) -> bool:
+        if not self.supervisor.forget_failed_start():
+            return False
+        self._starting = None
+        return True
 
     def _still_starting(self, timeout: float) -> ProcInfo | None:
         """The master started by an earlier attempt is alive but has not answered yet:
@@ -133,6 +161,12 @@ class External:
             return None
         # Not up yet: its container waits for this file, then starts on it.
         return self.haproxy.wait_running(timeout)
+
+    def fresh(self, data: bytes) -> bool:
+        return False  # its container's start is not ours to see fail: check first
+
+    def failed_start_ended(self) -> bool:
+        return False
 
 
 def for_mode(haproxy: HAProxy, supervisor: Supervisor | None) -> Activation:

@@ -4,12 +4,14 @@ One pipeline, for a snapshot from the control plane (`apply`) and for the saved 
 agent start (`restore`): check the local peer, render, classify, then either the runtime
 API (slot changes only) or `haproxy -c` before anything is touched (a NACK must leave the
 running config and the file as they were) and an atomic write + activation (start or
-hitless reload, by the strategy of `activation.py`); the snapshot is recorded
-as applied only once HAProxy confirmed it runs it. Every failure is one `ApplyError`
-carrying the NACK text (docs/design.md, "Architecture": NACK keeps the old config serving).
-A certificate the agent's check or `haproxy -c` refuses, or a backend or route rule
-`haproxy -c` refuses, is no failure: it is set aside (`setaside.py`, `attribution.py`), the
-rest applies, and the ACK names it ("One part never stops the others").
+hitless reload, by the strategy of `activation.py`); a first start with no HAProxy running
+skips the check and falls back to it only when the start fails (`_start_unchecked`). The
+snapshot is recorded as applied only once HAProxy confirmed it runs it. Every failure is
+one `ApplyError` carrying the NACK text (docs/design.md, "Architecture": NACK keeps the
+old config serving). A certificate the agent's check or `haproxy -c` refuses, or a backend
+or route rule `haproxy -c` refuses, is no failure: it is set aside (`setaside.py`,
+`attribution.py`), the rest applies, and the ACK names it ("One part never stops the
+others").
 """
 
 from __future__ import annotations
@@ -84,6 +86,9 @@ class Applier:
         self.start_timeout = start_timeout
         self.applied: Held | None = None
         self._applied_cfg: Rendered | None = None  # the render cache: applied sections
+        # While nothing is applied, the latest render: the cache of the retry of a first
+        # start that failed (8 s to render 8,000 backends again on a loaded host).
+        self._unapplied_cfg: Rendered | None = None
         self._set_aside: dict[str, SetAside] = {}  # what `applied` runs without, by name
         # Its backends rendered as stubs and route rules left out, by `attribution.key`.
         self._parts_aside: dict[str, SetAside] = {}
@@ -209,6 +214,8 @@ class Applier:
         if change is not None and parts.keys() != self._parts_aside.keys():
             change = dataclasses.replace(change, frontends=True)  # route rules aside or back
         rendered, parts = self._render_checked(snapshot, change, aside, parts)
+        if self._applied_cfg is None:
+            self._unapplied_cfg = rendered
         decision = changes.Decision(changes.ApplyPath.RELOAD, reason="nothing applied yet")
         if old is not None and change is not None:
             decision = changes.classify(
@@ -255,14 +262,19 @@ class Applier:
         before = self._applied_cfg.maps if self._applied_cfg is not None else {}
         self.files.write_maps(rendered.maps, before)  # `haproxy -c` and the reload read them
         render_aside = functools.partial(self._render, snapshot, change)
+        said = extra(changes.ApplyPath.RELOAD)
         try:
-            cfg, rendered, aside, parts = self.validation.validated(
-                cfg, decision, snapshot, rendered, aside, self.applied, render_aside, parts
+            up = self._start_unchecked(
+                cfg, data, decision, ident, restoring, said, snapshot, rendered, aside
             )
-            said = extra(changes.ApplyPath.RELOAD)
-            pid, fresh = self._activate_checked(
-                cfg, decision, ident, restoring, said, snapshot, rendered, aside
-            )
+            if up is None:
+                cfg, rendered, aside, parts = self.validation.validated(
+                    cfg, decision, snapshot, rendered, aside, self.applied, render_aside, parts
+                )
+                up = self._activate_checked(
+                    cfg, decision, ident, restoring, said, snapshot, rendered, aside
+                )
+            pid, fresh = up
         except ApplyError:
             if self._applied_cfg is not None:  # the running HAProxy's maps, for a restart
                 self.files.write_maps(before, rendered.maps)
@@ -342,7 +354,7 @@ class Applier:
             return render_held(
                 snapshot,
                 self.options,
-                self._applied_cfg,
+                self._applied_cfg if self._applied_cfg is not None else self._unapplied_cfg,
                 change,
                 frozenset(aside),
                 attribution.backends_of(parts),
@@ -352,6 +364,45 @@ class Applier:
             raise _Refused(e) from None
         except RenderError as e:
             raise ApplyError(f"render: {e}") from None
+
+    def _start_unchecked(
+        self,
+        cfg: str,
+        data: bytes,
+        decision: changes.Decision,
+        ident: str,
+        restoring: bool,
+        said: dict[str, object],
+        snapshot: Held,
+        rendered: Rendered,
+        aside: Mapping[str, SetAside],
+    ) -> tuple[int | None, bool] | None:
+        """A first start, no HAProxy running or adopted: started without `haproxy -c`.
+        HAProxy's start parses the file as the check does and refuses what it refuses,
+        and each of the two loads took seconds at 8,000 Services (docs/findings.md, "First
+        start at 8,000 Services"); the one thing 2.6 only warns of, a peers section without
+        the local peer, was refused before render (`peers.missing_local_peer`). None when
+        no such start applies, or when it failed and its master is gone: the caller then
+        runs the check, which names what to set aside or NACKs in its words, and starts
+        the checked config. A start still loading after the timeout stays a retryable
+        NACK, waited for by the retry (`activation.Managed`), which runs no check either
+        while the file is the one that master loads."""
+        if not self.activation.fresh(data):
+            return None
+        try:
+            return self._activate_checked(
+                cfg, decision, ident, restoring, said, snapshot, rendered, aside
+            )
+        except ApplyError as e:
+            if not self.activation.failed_start_ended():
+                raise
+            log.warning(
+                "%s: HAProxy did not start on the config (%s); checking it with haproxy -c",
+                ident,
+                e.reason,
+                extra=said,
+            )
+            return None
 
     def _activate_checked(
         self,
@@ -516,7 +567,7 @@ class Applier:
         if rules_aside != before:
             fresh = [rule for rule in rules_aside if rule not in before]
             setaside.log_set_aside(snapshot, setaside.unknown_rules(fresh).values())
-        self.applied, self._applied_cfg = snapshot, rendered
+        self.applied, self._applied_cfg, self._unapplied_cfg = snapshot, rendered, None
         self._pending = pending
         self._set_aside, self._parts_aside = dict(aside), dict(parts)
         # the rules of unknown fields are rendered (as 500s): `parts` holds the others

@@ -85,6 +85,12 @@ class Supervisor:
         return self._pid if self._pid is not None and self._alive() else None
 
     @property
+    def last_pid(self) -> int | None:
+        """PID of the latest master started or adopted, alive or not: a master that died
+        at once must still be named, for `exited` to say so."""
+        return self._pid
+
+    @property
     def started(self) -> bool:
         return self._pid is not None
 
@@ -141,6 +147,24 @@ class Supervisor:
         if os.fsencode(self.master_socket) in argv and b"-W" in argv:
             return pid
         return None
+
+    def would_spawn(self) -> bool:
+        """`start()` would spawn a new master on the config (none runs, none to adopt)."""
+        with self._lock:
+            return self._pid is None and self._previous_master() is None
+
+    def forget_failed_start(self) -> bool:
+        """After a start whose master died: stop watching (no restart on the same file) so
+        that the next `start()` spawns anew. False, and nothing done, while the master
+        still runs (still loading: it is waited for, not replaced)."""
+        if self._pid is None or self._alive():
+            return False
+        self.stop()
+        with self._lock:
+            if self._pid is not None and self._alive():  # restarted meanwhile: stop() ended it
+                return False
+            self._pid, self._proc, self._watcher = None, None, None
+        return True
 
     def start(self) -> bool:
         """Start (or adopt) HAProxy once and watch it. True when an existing one was adopted."""

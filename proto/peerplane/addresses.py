@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
@@ -38,6 +39,12 @@ MAX_ADDRESS_CHARS = 45  # INET6_ADDRSTRLEN - 1: the longest IPv6 spelling with a
 # Only the characters an address can hold; everything else is rejected before parsing.
 _ADDRESS_CHARS = re.compile(r"[0-9A-Fa-f:.]{2,45}")
 _SPACE_OR_CONTROL = re.compile(r"[\s\x00-\x1f\x7f-\x9f]")
+# IPv4 already in canonical text (dotted decimal, no leading zeros), the common case: an
+# endpoint as Kubernetes writes it. Its bytes come from inet_aton and its text is itself,
+# without `ipaddress` (60% of an agent's render at 160,000 endpoints); anything else takes
+# the strict path below.
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_CANONICAL_IPV4 = re.compile(rf"(?:{_OCTET}\.){{3}}{_OCTET}")
 
 
 class AddressError(ValueError):
@@ -84,6 +91,8 @@ def format_address(packed: bytes) -> str:
 
 @lru_cache(maxsize=1 << 12)
 def _parse(text: str) -> Address:
+    if _CANONICAL_IPV4.fullmatch(text):
+        return Address(4, socket.inet_aton(text), text)
     if not _ADDRESS_CHARS.fullmatch(text):
         if "%" in text:
             raise AddressError(f"zone suffix not allowed in address {_shown(text)}")

@@ -12,6 +12,7 @@ import logging
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from nodeagent.apply.applier import Applier
 from nodeagent.apply.saved import StateStore
 from nodeagent.cli import wiring
 from nodeagent.cli.flags import build_parser
+from nodeagent.config import render as render_module
 from nodeagent.config.changes import ApplyPath
 from nodeagent.config.render import RenderOptions, render
 from nodeagent.haproxy.driver import HAProxy
@@ -322,7 +324,7 @@ def test_a_check_that_times_out_is_a_retryable_nack_and_the_same_snapshot_applie
     assert "haproxy -c timed out after 0.3s" in timed_out.error
     assert not Path(site.config).exists()
 
-    site.haproxy.haproxy_bin = site.binary
+    site.haproxy.haproxy_bin, site.haproxy.check_timeout = site.binary, 15.0  # a loaded host
     Path(site.config).write_text(render(snap, site.options))  # its container starts on it
     with site.external_haproxy():
         healed = site.applier.apply(snap)
@@ -331,18 +333,21 @@ def test_a_check_that_times_out_is_a_retryable_nack_and_the_same_snapshot_applie
 
 
 def test_a_start_that_outlasts_the_timeout_is_waited_for_by_the_retry_not_reloaded(
-    tmp_path: Path, haproxy_bin: HAProxyBinary
+    tmp_path: Path, haproxy_bin: HAProxyBinary, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Incident (2026-12-05, first start at 8,000 Services on a loaded host): HAProxy took
     over the 15 s start timeout to load the config; the retry of the same snapshot then
     reloaded the master that was still loading ("peers resync unfinished", "no new HAProxy
     worker after 15.0s"), each retry loading the config once more, and no agent ACKed in 7
     minutes. The retry now waits for the master it started and, the file unchanged, takes
-    it as the start: no reload."""
+    it as the start: no reload, no `haproxy -c` of that file beside its load, and no
+    render again (the failed start's render is the retry's cache: 8 s at load 18)."""
     net = loopback_net()
     slow = tmp_path / "haproxy-slow-start"
+    calls = tmp_path / "calls"
     slow.write_text(
-        f'#!/bin/sh\ncase " $* " in *" -W "*) sleep 1.5;; esac\nexec {haproxy_bin.path} "$@"\n'
+        f'#!/bin/sh\necho "$*" >> {calls}\ncase " $* " in *" -W "*) sleep 1.5;; esac\n'
+        f'exec {haproxy_bin.path} "$@"\n'
     )
     slow.chmod(0o755)
     inst = make_instance(tmp_path / "inst", f"{net}.1", "pod-a", binary=str(slow))
@@ -355,11 +360,87 @@ def test_a_start_that_outlasts_the_timeout_is_waited_for_by_the_retry_not_reload
         master = inst.supervisor.pid
         assert master is not None, "the master keeps starting"
         inst.applier.start_timeout = 10.0
+        rendered: list[str] = []
+        backend_text = render_module._backend_text
+
+        def counted(backend: pb.Backend, *args: object) -> str:
+            rendered.append(backend.name)
+            return backend_text(backend, *args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(render_module, "_backend_text", counted)
         retried = inst.applier.apply(snap)
+        assert rendered == [], "the retry renders again what the failed start rendered"
         assert retried.ok, retried.error
         assert inst.supervisor.pid == master
         info = inst.haproxy.show_proc()
         assert (info.master_pid, info.reloads) == (master, 0)
         assert inst.applier.applied_hash == snap.content_hash
+        # nor checked while it loads (issue 33): it loads these very bytes, as a start
+        assert (_runs(calls, "-W"), _runs(calls, "-c")) == (1, 0)
+    finally:
+        inst.supervisor.stop()
+
+
+def _logging_haproxy(tmp_path: Path, real: str, refuse: bool = False) -> tuple[Path, Path]:
+    """A wrapper of HAProxy that writes each command line to a file; `refuse`: every run
+    fails as HAProxy does on a config it refuses (an ALERT, exit 1)."""
+    calls, wrapper = tmp_path / "calls", tmp_path / "haproxy-logged"
+    run = "echo '[ALERT] (1) : refused by test'; exit 1" if refuse else f'exec {real} "$@"'
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n{run}\n')
+    wrapper.chmod(0o755)
+    return wrapper, calls
+
+
+def _runs(calls: Path, flag: str) -> int:
+    lines = calls.read_text().splitlines() if calls.exists() else []
+    return sum(1 for line in lines if flag in line.split())
+
+
+def test_a_first_start_runs_no_haproxy_c_and_a_reload_does(
+    tmp_path: Path, haproxy_bin: HAProxyBinary
+) -> None:
+    """Issue 33: at 8,000 Services `haproxy -c` and HAProxy's start each loaded the 17.8 MB
+    config for seconds, one after the other. With nothing running, the start is the check
+    (it refuses what `-c` refuses); a reload still checks first: the running HAProxy must
+    not be touched by a config it would refuse."""
+    net = loopback_net()
+    wrapper, calls = _logging_haproxy(tmp_path, haproxy_bin.path)
+    inst = make_instance(tmp_path / "inst", f"{net}.1", "pod-a", binary=str(wrapper))
+    peers = [("pod-a", f"{net}.1", free_port(f"{net}.1"))]
+    try:
+        first = inst.applier.apply(snapshot(peers, [backend("ns_a_80", [])]))
+        assert first.ok and first.started, first
+        assert (_runs(calls, "-W"), _runs(calls, "-c")) == (1, 0)
+        second = inst.applier.apply(
+            snapshot(peers, [backend("ns_a_80", []), backend("ns_b_80", [])], version=2)
+        )
+        assert second.ok and second.kind is ApplyPath.RELOAD, second
+        assert (_runs(calls, "-W"), _runs(calls, "-c")) == (1, 1)
+    finally:
+        inst.supervisor.stop()
+
+
+def test_a_first_start_haproxy_refuses_is_checked_and_nacked_in_its_words(
+    tmp_path: Path,
+) -> None:
+    """The unchecked first start failed: the master is gone and is not restarted on the
+    refused file; `haproxy -c` then runs to name what to set aside, and, naming no part,
+    NACKs in HAProxy's words as before (final: only a new snapshot can mend it). A master
+    that died at once used to be waited for until the start timeout."""
+    net = loopback_net()
+    wrapper, calls = _logging_haproxy(tmp_path, "", refuse=True)
+    inst = make_instance(tmp_path / "inst", f"{net}.1", "pod-a", binary=str(wrapper))
+    peers = [("pod-a", f"{net}.1", free_port(f"{net}.1"))]
+    try:
+        begun = time.monotonic()
+        refused = inst.applier.apply(snapshot(peers, [backend("ns_a_80", [])]))
+        # its exit is seen at once: no wait for the 15 s start timeout of a master gone
+        assert time.monotonic() - begun < inst.applier.start_timeout / 2
+        assert (refused.ok, refused.kind, refused.retryable) == (False, ApplyPath.RELOAD, False)
+        assert "refused by test" in refused.error, refused.error
+        assert (_runs(calls, "-W"), _runs(calls, "-c")) == (1, 1)
+        assert not inst.supervisor.started and inst.applier.applied_version == 0
+        time.sleep(inst.supervisor.restart_delay + 0.5)
+        assert _runs(calls, "-W") == 1, "the refused master was restarted"
     finally:
         inst.supervisor.stop()

@@ -300,3 +300,20 @@ def test_the_ack_on_the_stream_names_each_part_set_aside_by_kind(
         gauge = inst.applier.metrics.set_aside
         assert [gauge.labels(k)._value.get() for k in ("backend", "route-rule")] == [1, 1]
         assert site.get("good.example.com") == "good"
+
+
+def test_a_refused_backend_on_the_first_start_is_set_aside(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first start runs no `haproxy -c` (issue 33): HAProxy's own start refuses the
+    backend, and only then the check names it. It is set aside with the check's words,
+    as on a reload, and the others are served."""
+    monkeypatch.setattr(limits, "MAX_EXPIRE_MS", 1 << 40)
+    first = site.inst.applier.apply(site.snapshot(expire_ms=REFUSED_EXPIRE_MS))
+    assert first.ok and first.started, first
+    assert [(p.kind, p.name) for p in first.set_aside] == [("backend", "ns_bad_80")]
+    reason = first.set_aside[0].reason
+    assert reason.startswith("haproxy -c: ") and "timer overflow" in reason, reason
+    assert site.get("good.example.com") == "good"
+    assert site.status("bad.example.com") == 503
+    assert _backends_aside(site) == 1

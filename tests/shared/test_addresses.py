@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+from unittest import mock
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from peerplane import addresses
 from peerplane.addresses import AddressError, canonical_address, format_address, parse_address
 
 ipv4 = st.integers(0, 2**32 - 1).map(lambda n: n.to_bytes(4, "big"))
@@ -156,3 +158,33 @@ def test_arbitrary_text_is_either_rejected_or_a_canonical_address(text: str) -> 
         return
     assert canonical_address(parsed.text) == parsed.text
     assert ipaddress.ip_address(text).packed == parsed.packed
+
+
+@given(ipv4)
+def test_canonical_ipv4_is_parsed_without_ipaddress(packed: bytes) -> None:
+    """The common case, an endpoint as Kubernetes writes it, takes the fast path: an
+    agent's render parses 160,000 of them at 8,000 Services (issue 33, item 4)."""
+    text = format_address(packed)
+    addresses._parse.cache_clear()
+    with mock.patch.object(addresses.ipaddress, "IPv4Address", side_effect=AssertionError):
+        parsed = parse_address(text)
+    assert (parsed.version, parsed.packed, parsed.text) == (4, packed, text)
+
+
+@given(st.lists(st.integers(0, 999), min_size=4, max_size=4), st.lists(st.booleans(), min_size=4))
+def test_the_fast_path_accepts_exactly_what_ipaddress_accepts(
+    octets: list[int], padded: list[bool]
+) -> None:
+    """Leading zeros and octets past 255 still go the strict way, and are refused."""
+    text = ".".join(f"0{o}" if pad else str(o) for o, pad in zip(octets, padded, strict=False))
+    try:
+        expected: bytes | None = ipaddress.IPv4Address(text).packed
+    except ValueError:
+        expected = None
+    addresses._parse.cache_clear()
+    if expected is None:
+        with pytest.raises(AddressError):
+            parse_address(text)
+    else:
+        assert parse_address(text).packed == expected
+        assert parse_address(text).text == text

@@ -244,23 +244,28 @@ def test_haproxy_check_timeout_nacks_and_kills_the_check(
         f'exec {haproxy_bin.path} "$@"\n'
     )
     fake.chmod(0o755)
-    hang.touch()
     with rig(
         tmp_path, tmp_path / "haproxy.cfg", tmp_path / "state", haproxy_bin, str(fake), 1.0
     ) as r:
-        v1 = r.snap(1)
-        failed = r.applier.apply(v1)
+        # a first start runs no `haproxy -c` (HAProxy's start is the check): a reload does
+        first = r.applier.apply(r.snap(1))
+        assert first.ok and first.started, first.error
+        running = Path(r.applier.config_path).read_text()
+        hang.touch()
+        v2 = r.snap(2, balance="roundrobin")
+        failed = r.applier.apply(v2)
         assert not failed.ok and failed.error == "haproxy -c timed out after 1s"
         assert failed.retryable  # no verdict on the config: the client retries it
-        assert r.applier.applied is None and not Path(r.applier.config_path).exists()
+        assert r.applier.applied_version == 1
+        assert Path(r.applier.config_path).read_text() == running
         assert r.applier.metrics.validation_failures._value.get() == 1
         stray = subprocess.run(
             ["pgrep", "-f", "^sleep 60$"], capture_output=True, text=True, check=False
         )
         assert stray.stdout.strip() == "" or not _child_of_fake(stray.stdout, fake)
         hang.unlink()
-        retried = r.applier.apply(v1)
-        assert retried.ok, retried.error
+        retried = r.applier.apply(v2)
+        assert retried.ok and retried.kind is ApplyPath.RELOAD, retried.error
         assert r.get() == "pod-11"
 
 
