@@ -22,7 +22,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Protocol
 
@@ -93,10 +93,13 @@ class Reconciler:
         executor: Executor | None = None,
         metrics: Metrics | None = None,
         authority: SlotAuthority | None = None,
+        on_published: Callable[[], None] | None = None,
     ) -> None:
         """Without `authority` (one process) this loop always assigns slots; with it,
         only while `authority.assigning()`: it then continues the ledger it loads on
-        promotion, and otherwise computes as a follower, saving nothing."""
+        promotion, and otherwise computes as a follower, saving nothing. `on_published`
+        is called after each step's publication was handed to the streams (the route
+        status writer starts then, not beside the encoding)."""
         self._source = source
         self._authority = authority
         self._leading = False  # the ledger was loaded since this replica took the Lease
@@ -114,6 +117,7 @@ class Reconciler:
         # Why the last ledger write failed, "" when it did not (replica readiness).
         self.unpersisted = ""
         self._executor = executor
+        self._on_published = on_published
         self._metrics = metrics or Metrics()
         self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
@@ -331,6 +335,8 @@ class Reconciler:
         # The streams woken by the publication send it first (one turn of the event
         # loop); the logging and the heap's freeze (a few ms at 10,000 routes) follow.
         await asyncio.sleep(0)
+        if self._on_published is not None:
+            self._on_published()
         self._log_problems(result.rejections, self._source.errors())
         self._log_spares(result)
         self._heap.settle(self._encoder.encoded)
