@@ -81,7 +81,10 @@ class FolderWatch:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread; returns within about one 10 ms watcher step."""
+        """Stop the thread (at once when waiting on inotify, within one 10 ms step on
+        watchfiles); a second call does nothing."""
+        if self._stopped.is_set():
+            return
         self._stopped.set()
         os.write(self._wake_w, b"x")
         if self._thread is not None:

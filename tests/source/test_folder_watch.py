@@ -52,6 +52,7 @@ def watch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-u
     wait_until(lambda: passes.rescans() >= 1, 10, "the watch to be set up")
     yield passes
     watcher.stop()
+    watcher.stop()  # a second stop does nothing (its wake-up pipe is closed)
     assert not [t for t in threading.enumerate() if t.name == "files-source"]
 
 
