@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import select
 import threading
@@ -157,18 +158,20 @@ class FolderWatch:
         last_rescan = checked = time.monotonic()
         pending: dict[Path, bool] = {}  # path -> whole (its last event settled it)
         first = last = 0.0  # monotonic times of the first and last pending event
+        waiting = select.poll()  # not select(): no limit on the descriptors' numbers
+        waiting.register(notify.fileno(), select.POLLIN)
+        waiting.register(self._wake_r, select.POLLIN)
         while not self._stopped.is_set():
             now = time.monotonic()
             if pending:
                 timeout = min(last + GROUPING_STEP_MS / 1000, first + GROUPING_MAX_MS / 1000)
             else:
                 timeout = min(last_rescan + self._rescan_interval, checked + IDENTITY_CHECK_S)
-            waiting = [notify.fileno(), self._wake_r]
-            readable, _, _ = select.select(waiting, [], [], max(0.0, timeout - now))
+            waiting.poll(math.ceil(max(0.0, timeout - now) * 1000))
             if self._stopped.is_set():
                 return
             gone = overflow = False
-            for event in notify.read() if notify.fileno() in readable else []:
+            for event in notify.read():  # non-blocking: [] when the wait timed out
                 if event.mask & inotify.IN_Q_OVERFLOW:
                     overflow = True
                 elif event.mask & inotify.GONE:
