@@ -164,7 +164,7 @@ async def _run(
         await server.stop(0)
         return 2
     leadership = wiring.leadership(args, api)
-    compute, status_writer = wiring.route_status(
+    compute, status_writer, on_published = wiring.route_status(
         args, api, source, compute, computer, leadership, metrics
     )
     reconciler = Reconciler(
@@ -174,6 +174,7 @@ async def _run(
         compute,
         metrics=metrics,
         authority=replica if leadership is not None else None,
+        on_published=on_published,
     )
     wiring.ledger_drift(slots, reconciler.on_change)
     wiring.ledger_fence(slots, leadership)

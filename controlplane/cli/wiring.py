@@ -218,13 +218,14 @@ def route_status(
     computer: Computer,
     lease: AsyncLeadership | None,
     metrics: Metrics,
-) -> tuple[ComputeFn, RouteStatusWriter | None]:
+) -> tuple[ComputeFn, RouteStatusWriter | None, Callable[[], None] | None]:
     """With --source kubernetes, the route objects' status is written by the Lease holder
     (every process without --leader-elect): each result's route table is handed to the
-    writer's thread, which makes the documents (`routes.status.route_statuses`)."""
+    writer's thread once published (the third value: the reconcile loop's `on_published`),
+    which makes the documents (`routes.status.route_statuses`)."""
     spec: SourceSpec = args.source
     if not spec.kubernetes:
-        return compute, None
+        return compute, None, None
     from controlplane.kube.route_status import RouteStatusWriter, Statuses, reporting_status
     from controlplane.routes.status import StatusMemo, route_statuses
 
@@ -247,7 +248,8 @@ def route_status(
     on_route_deleted = getattr(source, "on_route_deleted", None)
     if on_route_deleted is not None:  # the Kubernetes source: deletions reach the writer
         on_route_deleted(writer.forget)
-    return reporting_status(compute, writer, prepare), writer
+    reporting = reporting_status(compute, writer, prepare)
+    return reporting, writer, reporting.published
 
 
 def leadership(args: argparse.Namespace, api: KubeApi | None) -> AsyncLeadership | None:

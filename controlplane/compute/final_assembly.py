@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from operator import is_not
 
 from controlplane.compute.assemble_incremental import WorkloadAssembly
-from controlplane.routes.finalize import finalize, not_http, referenced
+from controlplane.routes.finalize import Finalized, finalize_again, not_http, referenced
 from controlplane.routes.l4 import WorkloadL4
 from controlplane.routes.l4 import finalize as finalize_l4
 from controlplane.routes.table import WorkloadRoutes
@@ -45,6 +45,7 @@ class _Final:
     rejections: tuple[RejectedInput, ...]  # the table's and finalize's
     backends: tuple[BackendSpec, ...] = ()  # the snapshot's: `modes` read them
     missing: frozenset[str] = frozenset()  # of `names`, those not served over HTTP
+    finalized: Finalized | None = None  # what the next `finalize_again` starts from
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,9 +340,13 @@ class FinalAssembly:
         ):
             if missing is None:
                 missing = not_http(names, assembly.mode_of)
-            listeners, added = finalize(routes, http, assembly.mode_of, names, missing)
-            rejections = (*routes.rejections, *added)
-            last = _Final(routes, http, names, modes, listeners, rejections, backends, missing)
+            done = finalize_again(
+                routes, http, assembly.mode_of, names, missing, last.finalized if last else None
+            )
+            rejections = (*routes.rejections, *done.rejections)
+            last = _Final(
+                routes, http, names, modes, done.listeners, rejections, backends, missing, done
+            )
             self._finals[key] = last
         elif last.backends is not backends:
             self._finals[key] = last = dataclasses.replace(last, backends=backends)

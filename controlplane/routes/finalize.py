@@ -11,10 +11,14 @@ rules with the same match reach the agent.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from operator import is_not
 
 from controlplane.routes.l4 import http_names
 from controlplane.routes.table import WorkloadRoutes
+from controlplane.sequences import common_ends
 from controlplane.settings.values import shown
 from controlplane.snapshot import (
     HttpFrontend,
@@ -54,6 +58,89 @@ def _is_host_route(rule: RouteRule, hosts: frozenset[str]) -> bool:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _ListenerFinal:
+    """One listener's rules as finalized: each input rule's outcome (None: dropped) and
+    rejections, position by position, so the next route change redoes only its window."""
+
+    rules: tuple[RouteRule, ...]  # the listener's rules in
+    host_rules: bool  # on the HTTP frontend's port: `haproxy.org/hosts` routes apply
+    outs: list[RouteRule | None]
+    rejected: list[tuple[RejectedInput, ...]]
+    changes: int  # outcomes that are not their rule (dropped or a backend cleared)
+
+
+@dataclass(frozen=True, slots=True)
+class Finalized:
+    """`finalize`'s result with what `finalize_again` needs to redo only what changed."""
+
+    listeners: tuple[HttpListener, ...]
+    rejections: tuple[RejectedInput, ...]
+    hosts: frozenset[str] = frozenset()
+    http_port: int | None = None
+    missing: frozenset[str] = frozenset()
+    parts: tuple[_ListenerFinal, ...] = ()
+
+
+def _final_rule(
+    rule: RouteRule, host_rules: bool, hosts: frozenset[str], missing: frozenset[str]
+) -> tuple[RouteRule | None, tuple[RejectedInput, ...]]:
+    """One rule as the snapshot carries it (None: dropped) and what it adds."""
+    if host_rules and _is_host_route(rule, hosts):
+        reason = "a Service's haproxy.org/hosts route keeps this host and path: dropped"
+        return None, (_rejection(rule, "hostnames", rule.hostnames[0], reason),)
+    if not any(b.backend in missing for b in rule.backends):
+        return rule, ()
+    reason = "backend not served over HTTP (refused, or a TCP Service): a 500"
+    rejected = tuple(
+        _rejection(rule, "backend", b.backend, reason)
+        for b in rule.backends
+        if b.backend in missing
+    )
+    backends = tuple(
+        WeightedBackend("", b.weight) if b.backend in missing else b for b in rule.backends
+    )
+    return dataclasses.replace(rule, backends=backends), rejected
+
+
+def _changes(outs: list[RouteRule | None], rules: Sequence[RouteRule]) -> int:
+    return sum(map(is_not, outs, rules))
+
+
+def _listener_final(
+    rules: tuple[RouteRule, ...],
+    host_rules: bool,
+    hosts: frozenset[str],
+    missing: frozenset[str],
+    last: _ListenerFinal | None,
+) -> _ListenerFinal:
+    """The listener's rules finalized; with `last` (same hosts and missing backends),
+    only the rules between the common prefix and suffix of its rules and these (by
+    identity, in C) are finalized again."""
+    head, old_end, new_end = 0, 0, len(rules)
+    if last is not None and last.host_rules == host_rules:
+        if last.rules is rules:
+            return last
+        head, tail = common_ends(last.rules, rules)
+        old_end, new_end = len(last.rules) - tail, len(rules) - tail
+    else:
+        last = None
+    window = [_final_rule(rule, host_rules, hosts, missing) for rule in rules[head:new_end]]
+    outs = [out for out, _ in window]
+    rejected = [found for _, found in window]
+    changes = _changes(outs, rules[head:new_end])
+    if last is None:
+        return _ListenerFinal(rules, host_rules, outs, rejected, changes)
+    changes += last.changes - _changes(last.outs[head:old_end], last.rules[head:old_end])
+    return _ListenerFinal(
+        rules,
+        host_rules,
+        last.outs[:head] + outs + last.outs[old_end:],
+        last.rejected[:head] + rejected + last.rejected[old_end:],
+        changes,
+    )
+
+
 def finalize(
     routes: WorkloadRoutes,
     http_frontend: HttpFrontend | None,
@@ -65,39 +152,55 @@ def finalize(
     `routes.listeners` itself when nothing changes. `names`: `referenced(routes)` when
     the caller has it already; `missing`: those of them not served over HTTP
     (`not_http`), when it has that too."""
+    done = finalize_again(routes, http_frontend, mode_of, names, missing, None)
+    return done.listeners, done.rejections
+
+
+def finalize_again(
+    routes: WorkloadRoutes,
+    http_frontend: HttpFrontend | None,
+    mode_of: Callable[[str], str | None],
+    names: tuple[str, ...] | None,
+    missing: frozenset[str] | None,
+    last: Finalized | None,
+) -> Finalized:
+    """`finalize`, from the `last` result: while the `haproxy.org/hosts` routes, the HTTP
+    port and the backends not served over HTTP are the same, each listener's rules are
+    finalized again only where a change touched them (a route change among 10,000 routes:
+    its rules, not all 20,000 in Python). Equal to `finalize` from scratch."""
     if missing is None:
         missing = not_http(referenced(routes) if names is None else names, mode_of)
     hosts = frozenset(r.host for r in http_frontend.routes) if http_frontend else frozenset()
     http_port = http_frontend.port if http_frontend else None
     if not missing and not hosts:
-        return routes.listeners, ()
-    rejections: list[RejectedInput] = []
-    listeners: list[HttpListener] = []
-    changed = False
-    for listener in routes.listeners:
-        rules: list[RouteRule] = []
-        for rule in listener.rules:
-            if listener.port == http_port and _is_host_route(rule, hosts):
-                reason = "a Service's haproxy.org/hosts route keeps this host and path: dropped"
-                rejections.append(_rejection(rule, "hostnames", rule.hostnames[0], reason))
-                changed = True
-                continue
-            if any(b.backend in missing for b in rule.backends):
-                for b in rule.backends:
-                    if b.backend in missing:
-                        reason = "backend not served over HTTP (refused, or a TCP Service): a 500"
-                        rejections.append(_rejection(rule, "backend", b.backend, reason))
-                backends = tuple(
-                    WeightedBackend("", b.weight) if b.backend in missing else b
-                    for b in rule.backends
-                )
-                rule = dataclasses.replace(rule, backends=backends)
-                changed = True
-            rules.append(rule)
-        default = listener.default_backend
-        if default in missing:
-            default, changed = "", True
-        listeners.append(dataclasses.replace(listener, rules=tuple(rules), default_backend=default))
-    if not changed:
-        return routes.listeners, ()
-    return tuple(listeners), tuple(rejections)
+        return Finalized(routes.listeners, ())
+    reusable = (
+        last is not None
+        and last.hosts == hosts
+        and last.http_port == http_port
+        and last.missing == missing
+        and len(last.parts) == len(routes.listeners)
+    )
+    parts = tuple(
+        _listener_final(
+            listener.rules,
+            listener.port == http_port,
+            hosts,
+            missing,
+            last.parts[i] if reusable and last is not None else None,
+        )
+        for i, listener in enumerate(routes.listeners)
+    )
+    defaults = [listener.default_backend in missing for listener in routes.listeners]
+    if not any(part.changes for part in parts) and not any(defaults):
+        return Finalized(routes.listeners, (), hosts, http_port, missing, parts)
+    listeners = tuple(
+        dataclasses.replace(
+            listener,
+            rules=tuple(filter(None, part.outs)) if part.changes else part.rules,
+            default_backend="" if cleared else listener.default_backend,
+        )
+        for listener, part, cleared in zip(routes.listeners, parts, defaults, strict=True)
+    )
+    rejections = tuple(chain.from_iterable(chain.from_iterable(p.rejected for p in parts)))
+    return Finalized(listeners, rejections, hosts, http_port, missing, parts)

@@ -370,11 +370,45 @@ def test_documents_are_made_in_the_writer_thread_and_only_while_leading(
     try:
         step = reporting_status(compute, writer, prepare)
         step(ClusterState(), {}, now=T0)
+        step.published()
         assert writer.flush()
         assert made == [] and status_writes(api) == []
         leading.set()  # promoted: the latest result is made into documents and written
         wait_until(lambda: len(status_writes(api)) == 4)
         assert made == ["route-status"]
+    finally:
+        writer.close()
+
+
+def test_documents_are_handed_to_the_writer_once_the_result_was_published(
+    api: FakeKubeAPI, clock: Clock
+) -> None:
+    """Making the documents and writing them ran beside the encoding and the publication
+    (the writer woken by the computation itself): a new route's publication came 20-30 ms
+    later at 10,000 routes. The writer gets a result once the loop published it; a result
+    never published is replaced by the next."""
+    made: list[int] = []
+
+    def prepare(state: ClusterState, result: ComputeResult) -> Callable[[], dict[Key, Obj]]:
+        def make() -> dict[Key, Obj]:
+            made.append(len(made))
+            return documents()
+
+        return make
+
+    writer = RouteStatusWriter(api_client(api.url), clock=clock, recheck_s=0.05)
+    try:
+        step = reporting_status(compute, writer, prepare)
+        step(ClusterState(), {}, now=T0)
+        step(ClusterState(), {}, now=T0)  # the first never published: replaced
+        assert writer.flush()
+        assert made == [] and status_writes(api) == []
+        step.published()
+        wait_until(lambda: len(status_writes(api)) == 4)
+        assert made == [0]
+        step.published()  # nothing computed since: nothing handed over again
+        assert writer.flush()
+        assert made == [0]
     finally:
         writer.close()
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from controlplane.loop.heap import REFREEZE_GEN2_OBJECTS
+from controlplane.loop.heap import REFREEZE_GEN2_OBJECTS, Heap
 from controlplane.loop.reconcile import Reconciler
 from controlplane.publish.store import SnapshotStore
 from controlplane.snapshot import RejectedInput
@@ -334,3 +334,60 @@ def test_the_heap_is_frozen_after_the_first_computation() -> None:
         run(body())
     finally:
         gc.unfreeze()
+
+
+def test_a_lone_change_after_a_short_pause_is_not_taken_for_a_stream() -> None:
+    """Two route writes 80 ms apart: the second waited 100 ms of quiet, taken for a
+    stream of changes (a lone change within `quiet_s` of the last one computed at once).
+    Past a quarter of `quiet_s` (and twice the last step's time) it is computed at once;
+    closer changes are still a stream (test_continuous_changes_...)."""
+
+    async def body() -> None:
+        async with reconcile_loop(quiet_s=2.0, max_delay_s=60.0) as loop:
+            await loop.reconciler.wait_computed(1, WAIT_S)
+            assert loop.source.on_change is not None
+            advance_loop_clock(2.1)  # idle: the next change is computed at once
+            loop.source.on_change()
+            await loop.reconciler.wait_computed(2, 1.5)
+            advance_loop_clock(0.6)  # more than 2 s / 4 after it, less than 2 s
+            loop.source.on_change()
+            await loop.reconciler.wait_computed(3, 1.5)
+
+    run(body())
+
+
+def test_the_streams_send_a_publication_before_the_heap_is_settled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The heap's freeze (`gc.get_objects`, a collection: a few ms at 10,000 routes) ran
+    between the publication and the streams' sends: it follows them now."""
+    order: list[str] = []
+    settle = Heap.settle
+
+    def settled(heap: Heap, encoded: int) -> None:
+        order.append("settled")
+        settle(heap, encoded)
+
+    monkeypatch.setattr(Heap, "settle", settled)
+
+    async def body() -> None:
+        async with reconcile_loop() as loop:
+            await loop.reconciler.wait_computed(1, WAIT_S)
+            assert loop.source.on_change is not None
+            wake = asyncio.Event()
+            loop.store.subscribe(wake.set)
+
+            async def stream() -> None:
+                await wake.wait()
+                order.append("sent")
+
+            sender = asyncio.create_task(stream())
+            await asyncio.sleep(0)  # the stream waits for a publication
+            order.clear()
+            loop.compute.addresses = ("10.0.0.9",)
+            loop.source.on_change()
+            await loop.reconciler.wait_computed(2, WAIT_S)
+            await sender
+            assert order == ["sent", "settled"]
+
+    run(body())
