@@ -62,7 +62,8 @@ class Reporter:
         self.min_gap = min(min_gap, interval)
         self._failing = False  # the last read failed and was logged
         self._answered = False  # HAProxy answered once: a failure now is worth a warning
-        self._tables: set[str] = set()  # table labels exported
+        self._tables: dict[str, int] = {}  # table -> entries, as last read (and exported)
+        self._fullest = pb.AgentReport()  # the tables part of the last report, alone
 
     def observe(self, last: LastApply) -> pb.AgentReport | None:
         """Read HAProxy now (blocking: call it in a thread); None when it cannot be read."""
@@ -80,27 +81,35 @@ class Reporter:
         sessions = parse_peer_sessions(text)[:MAX_PEERS]
         tables = parse_table_usage(text)
         self._export(sessions, tables)
-        fullest = sorted(tables.items(), key=lambda t: (-t[1], t[0]))[:MAX_TABLES]
-        return pb.AgentReport(
+        if tables != self._tables or not self._fullest.tables:
+            fullest = sorted(tables.items(), key=lambda t: (-t[1], t[0]))[:MAX_TABLES]
+            entries = [pb.TableEntries(table=n, entries=c) for n, c in sorted(fullest)]
+            self._fullest = pb.AgentReport(tables=entries)
+        self._tables = tables
+        report = pb.AgentReport(
             haproxy_version=self.haproxy_version,
             last_applied_by=last.applied_by,
             last_applied_at=last.applied_at,
             peer_sessions=[
                 pb.PeerSession(name=s.name, state=s.state, connected=s.connected) for s in sessions
             ],
-            tables=[pb.TableEntries(table=n, entries=c) for n, c in sorted(fullest)],
             observed_at=rfc3339(datetime.now(UTC)),
         )
+        report.MergeFrom(self._fullest)  # a whole message is copied in C
+        return report
 
     def _export(self, sessions: list[PeerSession], tables: dict[str, int]) -> None:
+        """The gauges; a table's only when its count changed since the last read (one per
+        backend: at 8,000 Services setting them all was most of a report's cost, and a
+        report follows every apply)."""
         m = self.metrics
         m.peers.set(len(sessions))
         m.peers_connected.set(sum(s.connected for s in sessions))
-        for name in self._tables - tables.keys():
+        before = self._tables
+        for name in before.keys() - tables.keys():
             m.stick_table_entries.remove(name)
-        for name, count in tables.items():
+        for name, count in tables.items() - before.items():
             m.stick_table_entries.labels(name).set(count)
-        self._tables = set(tables)
 
 
 def same(a: pb.AgentReport | None, b: pb.AgentReport) -> bool:

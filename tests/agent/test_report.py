@@ -131,3 +131,45 @@ def test_reports_go_at_the_start_after_each_apply_and_when_a_read_changes() -> N
 
     asyncio.run(scenario())
     assert [(p.name, p.connected) for p in sent[0].peer_sessions] == [("pod-b", True)]
+
+
+def test_a_read_sets_only_the_gauges_of_tables_whose_count_changed() -> None:
+    """A report follows every apply and reads every table (one per backend): setting all
+    their gauges again was most of its cost at 8,000 Services (24 ms per report). Only a
+    table whose count changed is set, a table gone is removed, and the report still lists
+    the fullest tables as read."""
+    used = {f"default_svc-{i:05}_http": i % 3 for i in range(3000)}
+
+    def read(_: str) -> str:
+        return "".join(
+            f"# table: {name}, type: ip, size:1048576, used:{count}\n"
+            for name, count in used.items()
+        )
+
+    reporter = Reporter(read, "2.6.12")
+    gauge = reporter.metrics.stick_table_entries
+    labelled: list[str] = []
+    labels = gauge.labels
+
+    def counted(*names: str) -> object:
+        labelled.extend(names)
+        return labels(*names)
+
+    gauge.labels = counted  # type: ignore[method-assign]
+
+    def exported() -> dict[str, float]:
+        return {s.labels["table"]: s.value for s in gauge.collect()[0].samples}
+
+    first = reporter.observe(LastApply("reload", "t1"))
+    assert first is not None and len(labelled) == 3000
+    labelled.clear()
+    second = reporter.observe(LastApply("runtime", "t2"))
+    assert second is not None and labelled == []
+    assert second.tables == first.tables and second.last_applied_at == "t2"
+    used["default_svc-00004_http"] = 9
+    del used["default_svc-00007_http"]
+    third = reporter.observe(LastApply("runtime", "t3"))
+    assert third is not None and labelled == ["default_svc-00004_http"]
+    assert exported() == {name: float(count) for name, count in used.items()}
+    fullest = {t.table: t.entries for t in third.tables}
+    assert fullest["default_svc-00004_http"] == 9 and "default_svc-00007_http" not in fullest
