@@ -339,7 +339,8 @@ class SnapshotStore:
             return message
         retained = self._retained[workload]
         # From the version just before: only the backends the encoder re-encoded.
-        moved = retained[published.content_hash].moved
+        current = retained.get(published.content_hash)
+        moved = current.moved if current is not None else None
         body = delta.delta_bytes(
             retained[base_hash].parts,
             published.content.parts,
