@@ -9,10 +9,13 @@ listeners, without their rules) and warnings parts are copied only when they dif
 (with their flag). Backends are compared
 by identity first (the encoder shares an unchanged backend's bytes object between
 versions), then by equality, so building a delta is O(backends) in C at worst and copies
-only what changed.
+only what changed; when the encoder said which backends can differ (`names`: a delta from
+the version just before) only those are compared, O(changed).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from controlplane.publish import wire
 from peerplane import protowire
@@ -43,19 +46,38 @@ for _name in (*_SHARED, "http_listeners", "certificates", "tls_listeners", "rout
         raise ImportError(f"SnapshotDelta.{_name} and Snapshot.{_name} have different numbers")
 
 
-def changed_backends(old: ContentParts, new: ContentParts) -> tuple[list[bytes], list[str]]:
+def changed_backends(
+    old: ContentParts, new: ContentParts, names: Sequence[str] | None = None
+) -> tuple[list[bytes], list[str]]:
     """The framed backends of `new` that `old` lacks or holds differently (name order),
     and the names `old` has and `new` has not (sorted): `peerplane.parts.backend_changes`,
-    as the delta sends them."""
-    changed, removed = backend_changes(old, new)
-    return list(changed.values()), removed
+    as the delta sends them. `names`: the only backends that can differ between the two,
+    in `new`'s order (`SnapshotContent.derived`), so only those are compared."""
+    if names is None:
+        changed, removed = backend_changes(old, new)
+        return list(changed.values()), removed
+    before, after = old.backends, new.backends
+    moved = [
+        framed
+        for name in names
+        if (framed := after.get(name)) is not None
+        and (held := before.get(name)) is not framed
+        and held != framed
+    ]
+    return moved, sorted(name for name in names if name in before and name not in after)
 
 
 def delta_bytes(
-    old: ContentParts, new: ContentParts, from_hash: str, to_hash: str, version: int
+    old: ContentParts,
+    new: ContentParts,
+    from_hash: str,
+    to_hash: str,
+    version: int,
+    names: Sequence[str] | None = None,
 ) -> bytes:
-    """The serialized `SnapshotDelta` that turns content `old` into `new` (version set)."""
-    changed, removed = changed_backends(old, new)
+    """The serialized `SnapshotDelta` that turns content `old` into `new` (version set);
+    `names` as `changed_backends` takes them."""
+    changed, removed = changed_backends(old, new, names)
     certificates, removed_certificates = certificate_changes(old, new)
     groups, removed_groups = route_group_changes(old, new)
     peers = new.peers != old.peers

@@ -21,6 +21,10 @@ class Retained:
     own: tuple[bytes, ...] = ()
     fixed: int = 0
     version: int = 0  # the version it was published as (`snapshot_at`)
+    # The content it replaced and the only backends that can differ from it (the
+    # encoder's `SnapshotContent.derived`, in this content's order): a delta from that
+    # one compares those alone. None: not known.
+    moved: tuple[str, tuple[str, ...]] | None = None
 
 
 CURRENT, REPLACED = 0, 1

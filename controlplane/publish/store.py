@@ -11,7 +11,8 @@ parses as one merged message.
 For agents that accept deltas the store keeps, per workload, the encoded parts of the
 last `retained_versions` contents (a dict of references to backend bytes mostly shared
 with the current version) and builds the delta from one of them to the current version
-once, on first request; every stream at that base shares the bytes. Both are bounded in
+once, on first request; every stream at that base shares the bytes (from the version
+just before, comparing only the backends the encoder re-encoded). Both are bounded in
 bytes over all workloads, because a change of every backend (a settings edit) makes each
 retained content and each delta as large as the snapshot: `retained_bytes` bounds what
 the retained contents hold that their successors do not share (the oldest replaced
@@ -217,6 +218,7 @@ class SnapshotStore:
         count who holds which backend."""
         retained = self._retained.setdefault(workload, OrderedDict())
         self._forget(workload, content.content_hash)  # content going back: current again
+        moved: tuple[str, tuple[str, ...]] | None = None
         if replaced is None:
             self._refs.count(content.parts.backends.values(), CURRENT, 1)
         else:
@@ -224,6 +226,7 @@ class SnapshotStore:
             derived, content.derived = content.derived, None  # read once, then let go
             if derived is not None and derived[0] is before:  # the encoder said what moved
                 gone, added = unshared_named(before, content.parts, derived[1])
+                moved = (replaced.content_hash, derived[1])
             else:
                 gone, added = unshared(before, content.parts)
             self._refs.count(added, CURRENT, 1)
@@ -235,7 +238,7 @@ class SnapshotStore:
                 self._refs.count(previous.own, REPLACED, 1)
                 self._fixed_total += previous.fixed
                 self._replaced[(workload, replaced.content_hash)] = None
-        retained[content.content_hash] = Retained(content.parts, version=version)
+        retained[content.content_hash] = Retained(content.parts, version=version, moved=moved)
         while len(retained) > self.retained_versions:
             self._forget(workload, next(iter(retained)))
 
@@ -334,12 +337,17 @@ class SnapshotStore:
         if message is not None:
             self._delta_lru.move_to_end(key)
             return message
+        retained = self._retained[workload]
+        # From the version just before: only the backends the encoder re-encoded.
+        current = retained.get(published.content_hash)
+        moved = current.moved if current is not None else None
         body = delta.delta_bytes(
-            self._retained[workload][base_hash].parts,
+            retained[base_hash].parts,
             published.content.parts,
             base_hash,
             published.content_hash,
             published.version,
+            moved[1] if moved is not None and moved[0] == base_hash else None,
         )
         message = delta.server_message_with_delta(body)
         budget = self.delta_cache_budget

@@ -12,7 +12,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from controlplane.server import reports
@@ -51,6 +51,7 @@ class AgentSession:
     sent_nonce: str = ""  # the nonce `sent_at` belongs to
     report: pb.AgentReport | None = None  # the last AgentReport, bounded
     reported_at: float = 0.0  # monotonic time `report` was kept
+    bounds: reports.ReportBounds = field(default_factory=reports.ReportBounds)
 
     # Read-only views of the protocol state, for inspection and tests.
     @property
@@ -136,7 +137,7 @@ class AgentSession:
         moment = time.monotonic() if now is None else now
         if self.report is not None and moment - self.reported_at < reports.MIN_GAP_S:
             return False
-        self.report, self.reported_at = reports.bounded(report), moment
+        self.report, self.reported_at = self.bounds.bounded(report), moment
         if self.report.haproxy_version:
             self.haproxy_version = self.report.haproxy_version
         return True

@@ -7,6 +7,7 @@ ListAgents stays small. Nothing here is trusted: the text is escaped for display
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 from peerplane.runtime.untrusted import clean
@@ -50,9 +51,25 @@ def bounded(report: pb.AgentReport) -> pb.AgentReport:
     """A copy of `report` within the bounds: the first MAX_PEERS sessions and the
     MAX_TABLES fullest of the first 4 x MAX_TABLES tables (an agent sends at most its
     4,096 fullest, by name), each string cut."""
+    kept = _without_tables(report)
+    kept.MergeFrom(pb.AgentReport(tables=bounded_tables(report)))
+    return kept
+
+
+def bounded_tables(report: pb.AgentReport) -> list[pb.TableEntries]:
+    """The MAX_TABLES fullest of the first 4 x MAX_TABLES tables of `report`, by name,
+    each name cut."""
     # The fullest tables of the first few thousand listed: sorting is bounded too.
     listed = report.tables[: 4 * MAX_TABLES]
     tables = sorted(listed, key=lambda t: (-t.entries, t.table))[:MAX_TABLES]
+    return [
+        pb.TableEntries(table=word(t.table, MAX_NAME_CHARS), entries=t.entries)
+        for t in sorted(tables, key=lambda t: t.table)
+    ]
+
+
+def _without_tables(report: pb.AgentReport) -> pb.AgentReport:
+    """`report`'s fields but its tables, within the bounds."""
     return pb.AgentReport(
         haproxy_version=word(report.haproxy_version, MAX_VERSION_CHARS),
         last_applied_by=word(report.last_applied_by),
@@ -64,8 +81,38 @@ def bounded(report: pb.AgentReport) -> pb.AgentReport:
             )
             for s in report.peer_sessions[:MAX_PEERS]
         ],
-        tables=[
-            pb.TableEntries(table=word(t.table, MAX_NAME_CHARS), entries=t.entries)
-            for t in sorted(tables, key=lambda t: t.table)
-        ],
     )
+
+
+def tables_digest(report: pb.AgentReport) -> bytes:
+    """SHA-256 of `report`'s tables as sent (serialized and hashed at C speed)."""
+    tables = pb.AgentReport()
+    tables.CopyFrom(report)  # whole messages are copied in C, repeated fields in Python
+    for descriptor, _ in tables.ListFields():
+        if descriptor.name != "tables":
+            tables.ClearField(descriptor.name)
+    tables.DiscardUnknownFields()
+    return hashlib.sha256(tables.SerializeToString(deterministic=True)).digest()
+
+
+class ReportBounds:
+    """`bounded` for one stream's reports, bounding the tables again only when they
+    differ from the last report's. An agent reports after every apply with all its
+    tables (one per backend, 4,096 at most), most often the same ones: bounding them in
+    Python cost about 3.6 ms per report at 8,000 Services, per agent, per endpoint
+    change; comparing their digest costs a tenth of that."""
+
+    def __init__(self) -> None:
+        self._digest = b""
+        self._tables = pb.AgentReport()  # the last tables bounded, alone
+        self.tables_bounded = 0  # reports whose tables were bounded (not reused)
+
+    def bounded(self, report: pb.AgentReport) -> pb.AgentReport:
+        digest = tables_digest(report)
+        if digest != self._digest:
+            self._tables = pb.AgentReport(tables=bounded_tables(report))
+            self._digest = digest
+            self.tables_bounded += 1
+        kept = _without_tables(report)
+        kept.MergeFrom(self._tables)
+        return kept

@@ -16,12 +16,18 @@ import re
 import socket
 
 MAX_SOCKET_PATH = 107  # bytes in sockaddr_un.sun_path, without the NUL
+# A busy HAProxy answers late, not never. With 1 s, one under load (8,000 backends, a
+# `show table` of ~120 ms ahead of the question on a loaded host) was taken for a lost
+# socket and reloaded: 15 to 45 s for an endpoint change instead of a runtime update.
+# Still below a runtime command's 5 s (`driver.command`): a stuck socket costs one wait.
+ANSWER_TIMEOUT_S = 3.0
 
 
-def answers(path: str, timeout: float = 1.0) -> bool:
+def answers(path: str, timeout: float = ANSWER_TIMEOUT_S) -> bool:
     """True when the UNIX socket `path` answers a command within `timeout`. Accepting is
     not enough: a socket whose process is stuck (or that is not HAProxy's) accepts and
-    never answers, and every command sent to it would wait for its own timeout."""
+    never answers, and every command sent to it would wait for its own timeout. A
+    missing file or a refused connection answers False at once."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:

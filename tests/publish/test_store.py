@@ -4,6 +4,7 @@ retained contents and built deltas stay within their byte budgets."""
 from __future__ import annotations
 
 import gc
+import itertools
 import tracemalloc
 
 import pytest
@@ -12,7 +13,7 @@ from controlplane.compute import Computer
 from controlplane.publish import Encoder
 from controlplane.publish.content import SnapshotContent, content_hash
 from controlplane.publish.store import SnapshotStore
-from peerplane.parts import ContentParts
+from peerplane.parts import ContentParts, backend_changes
 from peerplane.protowire import framed_backend
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service
@@ -478,6 +479,40 @@ def test_a_one_endpoint_change_compares_no_backend_it_did_not_touch(
     monkeypatch.setattr("controlplane.publish.store.unshared", whole)
     for contents in steps[1:4]:
         assert store.publish(contents)
+
+
+def test_a_delta_from_the_version_before_compares_only_the_backends_re_encoded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The delta both agents ask for after a one-endpoint change (from the version just
+    before) compared every backend by identity: O(Services) per change in `serve`. It
+    compares the ones the encoder re-encoded; from an older base, all of them."""
+    steps = _changes_of_a_cluster()
+    store = SnapshotStore()
+    store.publish(steps[0])
+    compared: list[int] = []
+
+    def whole(old: ContentParts, new: ContentParts) -> tuple[dict[str, bytes], list[str]]:
+        compared.append(len(new.backends))
+        return backend_changes(old, new)
+
+    monkeypatch.setattr("controlplane.publish.delta.backend_changes", whole)
+    for before, contents in itertools.pairwise(steps[:4]):
+        base = store.get(WORKLOAD)
+        assert base is not None and store.publish(contents)
+        current = store.get(WORKLOAD)
+        assert current is not None
+        message = store.delta_message(WORKLOAD, current.content_hash, base.content_hash)
+        assert message is not None and compared == []
+        sent = pb.ServerMessage.FromString(message).delta
+        assert [b.name for b in sent.backends] == [
+            name
+            for name, framed in contents[WORKLOAD].parts.backends.items()
+            if before[WORKLOAD].parts.backends.get(name) != framed
+        ]
+    first = steps[0][WORKLOAD].content_hash
+    assert store.delta_message(WORKLOAD, current.content_hash, first) is not None
+    assert compared == [len(current.content.parts.backends)]
 
 
 def test_a_version_sent_only_as_deltas_never_builds_its_snapshot_message(

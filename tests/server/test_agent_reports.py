@@ -184,3 +184,45 @@ def test_reports_closer_than_the_gap_are_ignored() -> None:
     assert session.report == first and session.haproxy_version == "3.0.11"
     assert session.reported(pb.AgentReport(), now=100.0 + reports.MIN_GAP_S)
     assert session.report == pb.AgentReport() and session.haproxy_version == "3.0.11"
+
+
+def test_a_report_with_the_last_ones_tables_does_not_bound_them_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An agent reports after every apply with all its tables (one per backend): the same
+    tables as the last report's are kept as bounded then, not cut name by name again (at
+    8,000 Services that was 3.6 ms per report, per agent, per endpoint change); other
+    tables are bounded again."""
+    session = AgentRegistry().open(
+        pb.Hello(contract=CONTRACT, pod_namespace=NS, pod_name="haproxy-a"), "peer"
+    )
+    tables = [pb.TableEntries(table=f"default/svc-{i:05}", entries=i % 3) for i in range(3000)]
+    cut: list[str] = []
+    word = reports.word
+
+    def counted(text: str, limit: int = reports.MAX_WORD_CHARS) -> str:
+        cut.append(text)
+        return word(text, limit)
+
+    monkeypatch.setattr(reports, "word", counted)
+
+    def report(at: str, entries: list[pb.TableEntries]) -> pb.AgentReport:
+        peers = [pb.PeerSession(name="haproxy-b", state="ESTA", connected=True)]
+        return pb.AgentReport(last_applied_at=at, peer_sessions=peers, tables=entries)
+
+    first = report("2026-12-05T10:00:01Z", tables)
+    assert session.reported(first, now=100.0)
+    assert len(cut) > reports.MAX_TABLES
+    cut.clear()
+    second = report("2026-12-05T10:00:02Z", tables)
+    assert session.reported(second, now=100.0 + reports.MIN_GAP_S)
+    assert len(cut) < 10  # the report's own fields and its peer session
+    assert session.report == reports.bounded(second)
+    assert session.report.last_applied_at == "2026-12-05T10:00:02Z"
+    cut.clear()
+    fuller = [*tables[:-1], pb.TableEntries(table=tables[-1].table, entries=99)]
+    third = report("2026-12-05T10:00:03Z", fuller)
+    assert session.reported(third, now=100.0 + 2 * reports.MIN_GAP_S)
+    assert len(cut) > reports.MAX_TABLES
+    assert session.report == reports.bounded(third)
+    assert session.report.tables[-1] == pb.TableEntries(table="default/svc-02999", entries=99)
