@@ -5,6 +5,7 @@ overflow or a watched directory gone is a rescan."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import threading
 import time
@@ -46,7 +47,7 @@ class Passes:
 
 @contextlib.contextmanager
 def watching(folder: Path, directories: frozenset[Path]) -> Iterator[Passes]:
-    """A watch of `directories` (each alone) that waits no grouping step, set up."""
+    """A watch of `directories` (each alone), set up."""
     passes = Passes()
     watcher = FolderWatch(folder, passes, rescan_interval=3600, directories=lambda: directories)
     watcher.start()
@@ -59,14 +60,10 @@ def watching(folder: Path, directories: frozenset[Path]) -> Iterator[Passes]:
     assert not [t for t in threading.enumerate() if t.name == "files-source"]
 
 
-@pytest.fixture(autouse=True)
-def long_grouping_step(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def watch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Passes]:
     monkeypatch.setattr(folder_watch, "GROUPING_STEP_MS", LONG_STEP_MS)
     monkeypatch.setattr(folder_watch, "GROUPING_MAX_MS", LONG_STEP_MS)
-
-
-@pytest.fixture
-def watch(tmp_path: Path) -> Iterator[Passes]:
     with watching(tmp_path, frozenset({tmp_path})) as passes:
         yield passes
 
@@ -175,3 +172,20 @@ def test_an_overflow_is_a_rescan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     with watching(tmp_path, frozenset({tmp_path})) as passes:
         wait_until(lambda: passes.rescans() >= 2, 10, "the rescan after the overflow")
         assert len(OverflowingINotify.made) == 1  # the watch goes on: no watch was lost
+
+
+def test_without_inotify_the_watch_falls_back_to_watchfiles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No inotify instance to be had (the per-user limit reached): said once, and changes
+    still come, from watchfiles."""
+
+    def no_instance() -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(folder_watch, "INotify", no_instance)
+    with watching(tmp_path, frozenset({tmp_path})) as passes:
+        target = tmp_path / "route.yaml"
+        target.write_text("kind: HTTPRoute\n")
+        wait_until(lambda: passes.named(target), 10, "the written file's pass")
+    assert "cannot watch with inotify" in caplog.text
