@@ -1,7 +1,8 @@
 """Learning that files under a folder changed: notifications, with polling as fallback.
 
 On Linux, with the folder source's directories (each watched alone), inotify itself
-(`inotify.py`): a file renamed into place (an atomic write) or closed by its writer is
+through `inotify_simple` (the kernel's events, each with its kind; what they mean here is
+`event_kind`): a file renamed into place (an atomic write) or closed by its writer is
 passed on at once, without waiting for quiet; only files still being written (created or
 modified, not closed yet) wait for the grouping step (10 ms of no further event, 1.6 s at
 most), so a slow writer's half file is not read. Elsewhere, or without inotify (its
@@ -10,11 +11,12 @@ changed after its grouping step (the same 10 ms and 1.6 s: an atomic write waite
 ms there); with `force_polling` (or WATCHFILES_FORCE_POLLING set, or where notifications
 do not work) it polls file metadata itself. Events can still be lost (an inotify queue
 overflow, a watch limit reached, a change made while the watch was being set up), so a
-rescan runs once the watch is set up and then every `rescan_interval`. When the folder
-itself is removed or replaced (checked every second: a watch follows the old inode) the
-watch is started again on the new one; when the watcher fails the loop logs it once,
-rescans, and retries, backing off up to `rescan_interval` while it keeps failing. The
-thread never dies of one bad pass: `on_changes` raising is logged and the watch goes on.
+rescan runs at once on an overflow or a watched directory gone, once the watch is set up,
+and then every `rescan_interval`. When the folder itself is removed or replaced (checked
+every second: a watch follows the old inode) the watch is started again on the new one;
+when the watcher fails the loop logs it once, rescans, and retries, backing off up to
+`rescan_interval` while it keeps failing. The thread never dies of one bad pass:
+`on_changes` raising is logged and the watch goes on.
 """
 
 from __future__ import annotations
@@ -24,14 +26,36 @@ import logging
 import math
 import os
 import select
+import sys
 import threading
 import time
 from collections.abc import Callable
+from enum import Enum
 from pathlib import Path
 
 import watchfiles
 
-from controlplane.source import inotify
+if sys.platform == "linux":  # inotify is Linux's: elsewhere watchfiles alone
+    from inotify_simple import INotify, flags
+
+    # What the watch asks the kernel for (inotify(7)), and what each event says.
+    WATCHED = (
+        flags.MODIFY
+        | flags.ATTRIB
+        | flags.CLOSE_WRITE
+        | flags.MOVED_FROM
+        | flags.MOVED_TO
+        | flags.CREATE
+        | flags.DELETE
+        | flags.DELETE_SELF
+        | flags.MOVE_SELF
+    )
+    # Renamed into place, closed by its writer, gone, or a directory: read it now.
+    WHOLE = flags.CLOSE_WRITE | flags.MOVED_TO | flags.MOVED_FROM | flags.DELETE | flags.ISDIR
+    # A watched directory itself went away (removed, moved, its filesystem unmounted).
+    GONE = flags.DELETE_SELF | flags.MOVE_SELF | flags.IGNORED
+
+INOTIFY = sys.platform == "linux"
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +65,24 @@ IDENTITY_CHECK_S = 1.0  # how often the inotify watch checks the folder was not 
 
 OnChanges = Callable[[set[Path] | None], None]
 """Called with the paths that changed, or None for "rescan everything"."""
+
+
+class EventKind(Enum):
+    """What an inotify event says for the watch."""
+
+    LOST = "lost"  # the queue overflowed: events were dropped
+    GONE = "gone"  # a watched directory went away, its watch with it
+    WHOLE = "whole"  # the entry can be read now: no writer is known to be at it
+    WRITING = "writing"  # created or modified, not closed yet: wait for quiet
+
+
+def event_kind(mask: int) -> EventKind:
+    """The kind of an inotify event from its mask."""
+    if mask & flags.Q_OVERFLOW:
+        return EventKind.LOST
+    if mask & GONE:
+        return EventKind.GONE
+    return EventKind.WHOLE if mask & WHOLE else EventKind.WRITING
 
 
 class FolderWatch:
@@ -74,7 +116,7 @@ class FolderWatch:
         polling = force_polling or (
             force_polling is None and os.environ.get("WATCHFILES_FORCE_POLLING")
         )
-        self._inotify = inotify.available() and directories is not None and not polling
+        self._inotify = INOTIFY and directories is not None and not polling
         self._wake_r, self._wake_w = os.pipe()  # stop() wakes the inotify wait through it
 
     def start(self) -> None:
@@ -117,22 +159,24 @@ class FolderWatch:
             watched = self._folder_identity()
             directories = self._directories()
             try:
-                notify = inotify.Inotify()
+                notify = INotify()
             except OSError as error:
                 self._no_inotify(error)
             else:
                 with notify:
+                    watches: dict[int, Path] = {}  # watch descriptor -> its directory
                     try:
                         for directory in sorted(directories):
                             # Gone since the walk, or unreadable: the walk reports it.
                             with contextlib.suppress(
                                 FileNotFoundError, NotADirectoryError, PermissionError
                             ):
-                                notify.add(Path(os.path.abspath(directory)))
+                                path = Path(os.path.abspath(directory))
+                                watches[notify.add_watch(path, WATCHED)] = path
                     except OSError as error:  # the watch limit, the kernel's memory
                         self._no_inotify(error)
                     else:
-                        self._watch_inotify(notify, watched, directories)
+                        self._watch_inotify(notify, watches, watched, directories)
                         return
         self._watch_watchfiles()
 
@@ -146,7 +190,8 @@ class FolderWatch:
 
     def _watch_inotify(
         self,
-        notify: inotify.Inotify,
+        notify: INotify,
+        watches: dict[int, Path],
         watched: tuple[int, int] | None,
         directories: frozenset[Path],
     ) -> None:
@@ -171,17 +216,19 @@ class FolderWatch:
             if self._stopped.is_set():
                 return
             gone = overflow = False
-            for event in notify.read():  # non-blocking: [] when the wait timed out
-                if event.mask & inotify.IN_Q_OVERFLOW:
+            for event in notify.read(timeout=0):  # [] when the wait timed out
+                kind = event_kind(event.mask)
+                directory = watches.get(event.wd)
+                if kind is EventKind.LOST or directory is None:  # overflow: wd -1
                     overflow = True
-                elif event.mask & inotify.GONE:
+                elif kind is EventKind.GONE:
                     gone = True
                 else:
                     now = time.monotonic()
                     if not pending:
                         first = now
                     last = now
-                    pending[event.path] = event.settled
+                    pending[directory / event.name] = kind is EventKind.WHOLE  # "": itself
             self._failures = 0
             now = time.monotonic()
             if overflow or gone:  # events lost, or a watched directory went: scan again
