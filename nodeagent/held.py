@@ -42,7 +42,6 @@ from peerplane.parts import (
 from peerplane.protowire import framed_backend as framed
 from peerplane.v1 import peerplane_pb2 as pb
 
-
 P = TypeVar("P", bound=Message)
 
 
@@ -325,7 +324,7 @@ class Held:
         return groups, framed_by_key, changed, removed
 
 
-M = TypeVar("M")
+M = TypeVar("M", bound=Message)
 
 
 def _name(message: pb.Backend | pb.Certificate) -> str:

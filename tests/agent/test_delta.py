@@ -6,6 +6,8 @@ docs/design.md, "The agent stream" (deltas on the agent side)."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from controlplane.publish import content_hash
@@ -234,7 +236,7 @@ def test_a_backend_held_from_a_delta_does_not_keep_the_rest_of_that_delta_alive(
     must not pin its delta (protobuf parses a message into one arena with all its
     submessages), or the agent holds one delta per backend changed since it started."""
     versions = _versions_moving_one_backend_each(40)
-    wire = [delta_between(a, b).SerializeToString() for a, b in zip(versions, versions[1:])]
+    wire = [delta_between(a, b).SerializeToString() for a, b in itertools.pairwise(versions)]
     held = Held.from_snapshot(pb.Snapshot.FromString(versions[0].SerializeToString()))
     before = live_c_heap_bytes()
     for data in wire:
