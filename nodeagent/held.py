@@ -55,6 +55,12 @@ def _owned_all(messages: Iterable[P]) -> tuple[P, ...]:
     return tuple(owned(m) for m in messages)
 
 
+def _unframed(framed: bytes) -> pb.Snapshot:
+    """A framed part (a Snapshot field's entry) parsed alone: its one message owns the
+    arena with nothing else in it."""
+    return pb.Snapshot.FromString(framed)
+
+
 class DeltaError(ValueError):
     """A snapshot or delta the agent cannot hold; the text says why."""
 
@@ -133,23 +139,25 @@ class Held:
 
     @classmethod
     def from_snapshot(cls, snapshot: pb.Snapshot) -> Held:
-        """Hold a full snapshot (its claimed hash is kept as is); backends by name."""
-        backends: dict[str, pb.Backend] = {}
-        for b in snapshot.backends:
-            if b.name in backends:
-                raise DeltaError(f"duplicate backend {b.name!r}")
-            backends[b.name] = owned(b)
-        certificates: dict[str, pb.Certificate] = {}
-        for c in sorted(snapshot.certificates, key=lambda c: c.name):
-            if c.name in certificates:
-                raise DeltaError(f"duplicate certificate {c.name!r}")
-            certificates[c.name] = owned(c)
-        groups: dict[str, pb.RouteGroup] = {}
-        for g in sorted(snapshot.route_groups, key=route_group_key):
-            key = route_group_key(g)
-            if key in groups:
-                raise DeltaError(f"duplicate route group {key!r}")
-            groups[key] = owned(g)
+        """Hold a full snapshot (its claimed hash is kept as is); backends by name. Each
+        backend, certificate and route group is parsed again from its framed part, on its
+        own (`owned`, without serializing it twice)."""
+        for what, listed in (
+            ("backend", [b.name for b in snapshot.backends]),
+            ("certificate", [c.name for c in snapshot.certificates]),
+            ("route group", [route_group_key(g) for g in snapshot.route_groups]),
+        ):
+            seen: set[str] = set()
+            for name in listed:
+                if name in seen:
+                    raise DeltaError(f"duplicate {what} {name!r}")
+                seen.add(name)
+        parts = ContentParts.of_message(snapshot, sort_backends=True)
+        backends = {name: _unframed(data).backends[0] for name, data in parts.backends.items()}
+        certificates = {
+            name: _unframed(data).certificates[0] for name, data in parts.certificates.items()
+        }
+        groups = {key: _unframed(data).route_groups[0] for key, data in parts.route_groups.items()}
         peers = owned(snapshot.peers) if snapshot.HasField("peers") else None
         http = owned(snapshot.http_frontend) if snapshot.HasField("http_frontend") else None
         return cls(
@@ -160,9 +168,9 @@ class Held:
             http_frontend=http,
             tcp_frontends=_owned_all(snapshot.tcp_frontends),
             warnings=_owned_all(snapshot.warnings),
-            names=tuple(sorted(backends)),
+            names=tuple(backends),
             backends=backends,
-            parts=ContentParts.of_message(snapshot, sort_backends=True),
+            parts=parts,
             http_listeners=_owned_all(snapshot.http_listeners),
             certificates=certificates,
             tls_listeners=_owned_all(snapshot.tls_listeners),
