@@ -257,9 +257,11 @@ def test_a_held_full_snapshot_keeps_only_what_it_holds() -> None:
     small.CopyFrom(big)
     _with_warnings(small, 2, 0)
     data, delta = big.SerializeToString(), delta_between(big, small).SerializeToString()
-    before = live_c_heap_bytes()
-    held = Held.from_snapshot(pb.Snapshot.FromString(data))
-    held, _ = held.apply(pb.SnapshotDelta.FromString(delta))
-    grown = live_c_heap_bytes() - before
-    assert held.message() == small
-    assert grown < len(data) // 4, f"{grown:,} bytes kept of a {len(data):,}-byte snapshot"
+    for _ in range(2):  # the first round also grows protobuf's own tables, once
+        before = live_c_heap_bytes()
+        held = Held.from_snapshot(pb.Snapshot.FromString(data))
+        held, _ = held.apply(pb.SnapshotDelta.FromString(delta))
+        grown = live_c_heap_bytes() - before
+        assert held.message() == small
+        del held
+    assert grown < len(data) // 10, f"{grown:,} bytes kept of a {len(data):,}-byte snapshot"
