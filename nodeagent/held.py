@@ -7,6 +7,12 @@ verified in O(changed parts): the changed backends, certificates and route group
 hashed, then one join of 32-byte digests; the serialization of the whole snapshot is
 never rebuilt nor hashed (docs/design.md, "The agent stream":
 deltas on the agent side).
+
+Every message held owns its memory (`owned`): protobuf (upb) parses a message and all its
+submessages into one arena, freed only when none of them is referenced any more, so a
+backend taken as is from a delta would keep that whole delta alive until the backend is
+replaced, and one from the first full snapshot the whole snapshot (docs/design.md, "What
+the agent holds").
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
+
+from google.protobuf.message import Message
 
 from peerplane.parts import (
     ContentParts,
@@ -35,6 +43,24 @@ from peerplane.parts import (
 )
 from peerplane.protowire import framed_backend as framed
 from peerplane.v1 import peerplane_pb2 as pb
+
+P = TypeVar("P", bound=Message)
+
+
+def owned(message: P) -> P:
+    """`message` copied into memory of its own: what it was parsed with (the rest of a
+    snapshot or delta) is freed when that is dropped, not when this is (module docstring)."""
+    return type(message).FromString(message.SerializeToString())
+
+
+def _owned_all(messages: Iterable[P]) -> tuple[P, ...]:
+    return tuple(owned(m) for m in messages)
+
+
+def _unframed(framed: bytes) -> pb.Snapshot:
+    """A framed part (a Snapshot field's entry) parsed alone: its one message owns the
+    arena with nothing else in it."""
+    return pb.Snapshot.FromString(framed)
 
 
 class DeltaError(ValueError):
@@ -121,39 +147,41 @@ class Held:
 
     @classmethod
     def from_snapshot(cls, snapshot: pb.Snapshot) -> Held:
-        """Hold a full snapshot (its claimed hash is kept as is); backends by name."""
-        backends: dict[str, pb.Backend] = {}
-        for b in snapshot.backends:
-            if b.name in backends:
-                raise DeltaError(f"duplicate backend {b.name!r}")
-            backends[b.name] = b
-        certificates: dict[str, pb.Certificate] = {}
-        for c in sorted(snapshot.certificates, key=lambda c: c.name):
-            if c.name in certificates:
-                raise DeltaError(f"duplicate certificate {c.name!r}")
-            certificates[c.name] = c
-        groups: dict[str, pb.RouteGroup] = {}
-        for g in sorted(snapshot.route_groups, key=route_group_key):
-            key = route_group_key(g)
-            if key in groups:
-                raise DeltaError(f"duplicate route group {key!r}")
-            groups[key] = g
-        peers = snapshot.peers if snapshot.HasField("peers") else None
-        http = snapshot.http_frontend if snapshot.HasField("http_frontend") else None
+        """Hold a full snapshot (its claimed hash is kept as is); backends by name. Each
+        backend, certificate and route group is parsed again from its framed part, on its
+        own (`owned`, without serializing it twice)."""
+        for what, listed in (
+            ("backend", [b.name for b in snapshot.backends]),
+            ("certificate", [c.name for c in snapshot.certificates]),
+            ("route group", [route_group_key(g) for g in snapshot.route_groups]),
+        ):
+            seen: set[str] = set()
+            for name in listed:
+                if name in seen:
+                    raise DeltaError(f"duplicate {what} {name!r}")
+                seen.add(name)
+        parts = ContentParts.of_message(snapshot, sort_backends=True)
+        backends = {name: _unframed(data).backends[0] for name, data in parts.backends.items()}
+        certificates = {
+            name: _unframed(data).certificates[0] for name, data in parts.certificates.items()
+        }
+        groups = {key: _unframed(data).route_groups[0] for key, data in parts.route_groups.items()}
+        peers = owned(snapshot.peers) if snapshot.HasField("peers") else None
+        http = owned(snapshot.http_frontend) if snapshot.HasField("http_frontend") else None
         return cls(
             workload=snapshot.workload,
             version=snapshot.version,
             content_hash=snapshot.content_hash,
             peers=peers,
             http_frontend=http,
-            tcp_frontends=tuple(snapshot.tcp_frontends),
-            warnings=tuple(snapshot.warnings),
-            names=tuple(sorted(backends)),
+            tcp_frontends=_owned_all(snapshot.tcp_frontends),
+            warnings=_owned_all(snapshot.warnings),
+            names=tuple(backends),
             backends=backends,
-            parts=ContentParts.of_message(snapshot, sort_backends=True),
-            http_listeners=tuple(snapshot.http_listeners),
+            parts=parts,
+            http_listeners=_owned_all(snapshot.http_listeners),
             certificates=certificates,
-            tls_listeners=tuple(snapshot.tls_listeners),
+            tls_listeners=_owned_all(snapshot.tls_listeners),
             route_groups=groups,
         )
 
@@ -208,22 +236,22 @@ class Held:
         old = self.parts
         peers, peers_bytes = self.peers, old.peers
         if delta.peers_changed:
-            peers = delta.peers if delta.HasField("peers") else None
+            peers = owned(delta.peers) if delta.HasField("peers") else None
             peers_bytes = peers_part(peers)
         http, tcp, frontends_bytes = self.http_frontend, self.tcp_frontends, old.frontends
         listeners, listeners_bytes = self.http_listeners, old.listeners
         tls, tls_bytes = self.tls_listeners, old.tls_listeners
         if delta.frontends_changed:  # HTTP and TCP frontends and the listeners, together
-            http = delta.http_frontend if delta.HasField("http_frontend") else None
-            tcp = tuple(delta.tcp_frontends)
+            http = owned(delta.http_frontend) if delta.HasField("http_frontend") else None
+            tcp = _owned_all(delta.tcp_frontends)
             frontends_bytes = frontends_part(http, tcp)
-            listeners = tuple(delta.http_listeners)
+            listeners = _owned_all(delta.http_listeners)
             listeners_bytes = listeners_part(listeners)
-            tls = tuple(delta.tls_listeners)
+            tls = _owned_all(delta.tls_listeners)
             tls_bytes = tls_listeners_part(tls)
         warnings, warnings_bytes = self.warnings, old.warnings
         if delta.warnings_changed:
-            warnings = tuple(delta.warnings)
+            warnings = _owned_all(delta.warnings)
             warnings_bytes = warnings_part(warnings)
         parts = ContentParts(
             workload=old.workload,
@@ -320,7 +348,7 @@ class Held:
         return groups, framed_by_key, changed, removed, key_order(keys, added, removed)
 
 
-M = TypeVar("M")
+M = TypeVar("M", bound=Message)
 # More keys added or removed than this at once: one sort instead of bisections.
 _BISECTED = 16
 
@@ -383,7 +411,7 @@ def _named_changes(
         if name in changed:
             raise DeltaError(f"{what} {name!r} listed twice")
         changed.add(name)
-        messages[name] = message
+        messages[name] = owned(message)
         framed_by_name[name] = frame(message)
     removed = frozenset(removed_names)
     if len(removed) != len(removed_names):

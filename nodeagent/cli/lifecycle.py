@@ -10,6 +10,7 @@ import contextlib
 import logging
 import signal
 
+from nodeagent import allocator
 from nodeagent.cli import wiring
 
 log = logging.getLogger("nodeagent")
@@ -17,6 +18,7 @@ log = logging.getLogger("nodeagent")
 
 def run_agent(args: argparse.Namespace) -> int:
     """Exit code: 2 when the flags cannot make an agent, 1 when the client fails, else 0."""
+    allocator.tune()  # before any thread allocates
     try:
         agent = wiring.build_agent(args)
     except wiring.WiringError as e:

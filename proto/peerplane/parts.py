@@ -42,23 +42,30 @@ def digest(part: bytes) -> bytes:
 
 # id(part) -> (part, digest) of the single parts (peers, frontends, ...) of at least
 # _CACHED_FROM bytes: versions share an unchanged part's bytes object, so its digest is
-# computed once. The part is held, so its id stays unique while cached.
+# computed once. The part is held, so its id stays unique while cached; and so the cache
+# also keeps parts no version holds any more: at most _SINGLE_MAX of them and, beyond the
+# last one cached, _SINGLE_MAX_BYTES (256 replaced listener parts of 585 KB were 146 MB).
 _SINGLE: dict[int, tuple[bytes, bytes]] = {}
 _CACHED_FROM = 1024
 _SINGLE_MAX = 256
+_SINGLE_MAX_BYTES = 16 << 20
+_single_bytes = 0  # the length of the parts in _SINGLE
 
 
 def single_digest(part: bytes) -> bytes:
     """`digest(part)`, remembered by the identity of large parts."""
+    global _single_bytes
     if len(part) < _CACHED_FROM:
         return digest(part)
     hit = _SINGLE.get(id(part))
     if hit is not None and hit[0] is part:
         return hit[1]
     found = digest(part)
-    if len(_SINGLE) >= _SINGLE_MAX:
+    if len(_SINGLE) >= _SINGLE_MAX or _single_bytes + len(part) > _SINGLE_MAX_BYTES:
         _SINGLE.clear()
+        _single_bytes = 0
     _SINGLE[id(part)] = (part, found)
+    _single_bytes += len(part)
     return found
 
 

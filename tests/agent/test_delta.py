@@ -6,6 +6,8 @@ docs/design.md, "The agent stream" (deltas on the agent side)."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from controlplane.publish import content_hash
@@ -15,6 +17,7 @@ from nodeagent.held import DeltaError, Held, diff
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.deltas import delta_between, hashed, random_versions
 from tests.helpers.haproxy_env import backend, snapshot
+from tests.helpers.malloc import live_c_heap_bytes
 
 pytestmark = pytest.mark.unit  # pure: `-m unit` selects it although the folder is integration
 
@@ -197,3 +200,68 @@ def test_listeners_move_with_the_frontends_and_are_hashed() -> None:
     d.frontends_changed = False
     with pytest.raises(DeltaError, match="content hash"):
         held.apply(d)
+
+
+# Memory: what the held snapshot keeps alive (docs/design.md, "What the agent holds").
+BIG_WARNINGS = 200  # of 500 characters each: about 100 KB a version
+
+
+def _with_warnings(s: pb.Snapshot, version: int, count: int) -> pb.Snapshot:
+    s.ClearField("warnings")
+    for n in range(count):
+        s.warnings.add(object=f"ConfigMap v{version}-{n}", key="k", reason="x" * 500)
+    return hashed(s, version=version)
+
+
+def _versions_moving_one_backend_each(services: int) -> list[pb.Snapshot]:
+    """Version 1, then one version per Service: its endpoint moved, and a big backend
+    (about 100 KB, 2,000 slots) changed too, as a busy cluster's deltas carry several
+    parts: a delta is about 100 KB, a Service's backend well under 1 KB."""
+    peers = [("haproxy-a", "10.0.0.1", 10000)]
+    big = backend("ns_big_80", [("10.3.0.1", 80)], count=2000)
+    backends = [backend(f"ns_s{i:02d}_80", [(f"10.1.0.{i + 1}", 80)]) for i in range(services)]
+    first = snapshot(peers, [big, *backends], http_port=80, routes=[("a.example.com", "ns_big_80")])
+    versions = [hashed(first, version=1)]
+    for i in range(services):
+        new = pb.Snapshot()
+        new.CopyFrom(versions[-1])
+        new.backends[0].slots[0].address = f"10.3.{i // 250}.{i % 250 + 2}"
+        new.backends[i + 1].slots[0].address = f"10.2.0.{i + 1}"
+        versions.append(hashed(new, version=i + 2))
+    return versions
+
+
+def test_a_backend_held_from_a_delta_does_not_keep_the_rest_of_that_delta_alive() -> None:
+    """Each delta moves one small backend and changes the big one: the held small backend
+    must not pin its delta (protobuf parses a message into one arena with all its
+    submessages), or the agent holds one delta per backend changed since it started."""
+    versions = _versions_moving_one_backend_each(40)
+    wire = [delta_between(a, b).SerializeToString() for a, b in itertools.pairwise(versions)]
+    held = Held.from_snapshot(pb.Snapshot.FromString(versions[0].SerializeToString()))
+    before = live_c_heap_bytes()
+    for data in wire:
+        held, _ = held.apply(pb.SnapshotDelta.FromString(data))
+    grown = live_c_heap_bytes() - before
+    assert held.message() == versions[-1]
+    one_delta = len(wire[-1])
+    assert grown < 4 * one_delta, f"{grown:,} bytes kept after {len(wire)} deltas"
+
+
+def test_a_held_full_snapshot_keeps_only_what_it_holds() -> None:
+    """The first full snapshot's parts, once replaced (the warnings here), are freed
+    although its backends are still held."""
+    versions = _versions_moving_one_backend_each(1)
+    big = versions[0]
+    _with_warnings(big, 1, 20 * BIG_WARNINGS)  # about 2 MB
+    small = pb.Snapshot()
+    small.CopyFrom(big)
+    _with_warnings(small, 2, 0)
+    data, delta = big.SerializeToString(), delta_between(big, small).SerializeToString()
+    for _ in range(2):  # the first round also grows protobuf's own tables, once
+        before = live_c_heap_bytes()
+        held = Held.from_snapshot(pb.Snapshot.FromString(data))
+        held, _ = held.apply(pb.SnapshotDelta.FromString(delta))
+        grown = live_c_heap_bytes() - before
+        assert held.message() == small
+        del held
+    assert grown < len(data) // 10, f"{grown:,} bytes kept of a {len(data):,}-byte snapshot"

@@ -15,6 +15,7 @@ from controlplane.publish import Encoder
 from controlplane.publish.content import SnapshotContent
 from controlplane.publish.delta import changed_backends, delta_bytes, server_message_with_delta
 from nodeagent.held import Held
+from peerplane import parts
 from peerplane.parts import ContentParts
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service
@@ -234,3 +235,17 @@ def test_every_delta_rebuilds_the_next_snapshot(
             held = new.message(version)
         assert held == new.message(version)
         old = new
+
+
+def test_the_single_parts_digest_cache_keeps_at_most_16_mib_of_replaced_parts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each version's new frontends part (1 MiB here) is cached by identity, and so kept
+    alive after no version holds it: 100 versions keep 16 MiB at most, not 100."""
+    cache: dict[int, tuple[bytes, bytes]] = {}
+    monkeypatch.setattr(parts, "_SINGLE", cache)
+    monkeypatch.setattr(parts, "_single_bytes", 0, raising=False)
+    for n in range(100):
+        part = bytes([n]) * (1 << 20)
+        assert parts.single_digest(part) == hashlib.sha256(part).digest()
+        assert sum(len(kept) for kept, _ in cache.values()) <= 16 << 20

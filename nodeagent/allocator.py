@@ -1,0 +1,56 @@
+"""glibc's malloc, set for a process that lives for months (docs/operations.md, "Agent
+memory").
+
+The agent renders and writes multi-megabyte texts per change, in worker threads
+(`asyncio.to_thread`) beside gRPC's own. By default glibc gives threads arenas of their
+own (up to eight per core) and raises its mmap threshold to the largest block freed (up
+to 32 MiB), so those texts land in heaps that fragment: freed, but rarely given back, and
+the resident memory creeps up over hours of changes. At start the agent caps the arenas
+(`M_ARENA_MAX`) and fixes the threshold (`M_MMAP_THRESHOLD`: a larger block is mapped
+on its own and returned to the kernel when freed). Whatever the environment already sets
+for malloc (`MALLOC_ARENA_MAX`, `MALLOC_MMAP_THRESHOLD_`, `GLIBC_TUNABLES`) wins: then,
+and on a C library that is not glibc, nothing is changed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+from collections.abc import Mapping
+
+log = logging.getLogger(__name__)
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameters (malloc.h)
+M_ARENA_MAX = -8
+ARENA_MAX = 2
+MMAP_THRESHOLD = 256 * 1024  # bytes: a rendered listener or map file is mapped alone
+OWN_SETTINGS = ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
+
+
+def settings(environ: Mapping[str, str]) -> dict[int, int]:
+    """The mallopt settings to make: none when the environment set malloc up itself."""
+    if any(environ.get(name) for name in OWN_SETTINGS):
+        return {}
+    return {M_ARENA_MAX: ARENA_MAX, M_MMAP_THRESHOLD: MMAP_THRESHOLD}
+
+
+def tune(environ: Mapping[str, str] = os.environ) -> bool:
+    """Apply `settings` (call before threads start); whether glibc took them all."""
+    wanted = settings(environ)
+    if not wanted:
+        log.info("malloc: left as the environment set it")
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+        libc.gnu_get_libc_version  # noqa: B018  (glibc only: musl has mallopt too)
+    except (OSError, AttributeError):
+        log.info("malloc: not glibc, left as it is")
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    took = all(mallopt(param, value) == 1 for param, value in wanted.items())
+    if not took:
+        log.warning("malloc: glibc refused a setting of %s", wanted)
+    return took
