@@ -174,11 +174,13 @@ def for_mode(haproxy: HAProxy, supervisor: Supervisor | None) -> Activation:
     return External(haproxy) if supervisor is None else Managed(haproxy, supervisor)
 
 
-def socket_rebinding(haproxy: HAProxy, cfg: str) -> str | None:
+def socket_rebinding(haproxy: HAProxy, cfg: str, silent: bool = False) -> str | None:
     """The config to reload with so that a deleted runtime socket is bound again, or
-    None when the socket answers (or HAProxy is not up: a start binds it anyway)."""
+    None when the socket answers (or HAProxy is not up: a start binds it anyway).
+    `silent`: this apply already found it silent (`sockrepair.answers`' wait, or the map
+    commands' first connection): not asked again, which would wait as long once more."""
     path = haproxy.runtime_socket
-    if sockrepair.answers(path) or not haproxy.is_running():
+    if (not silent and sockrepair.answers(path)) or not haproxy.is_running():
         return None
     rebind = sockrepair.rebinding_config(cfg, path)
     if rebind is None:

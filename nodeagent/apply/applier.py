@@ -96,6 +96,8 @@ class Applier:
         # Unclaimed spare sections in the file that HAProxy has not loaded: added by a
         # version applied without a reload (docs/design.md, "Spare backends").
         self._pending: frozenset[str] = frozenset()
+        # This apply found the runtime socket silent: its repair does not wait on it again.
+        self._socket_silent = False
         self._lock = threading.Lock()
         self.metrics = metrics if metrics is not None else AgentMetrics()
         self.validation = Validation(haproxy, self.certs, certs_dir, self.metrics)
@@ -193,6 +195,7 @@ class Applier:
         writes (and, for a full snapshot, `held.diff`): unchanged sections come from the
         render cache, only changed backends are rendered and classified."""
         ident = f"workload={snapshot.workload} version={snapshot.version}"
+        self._socket_silent = False
 
         def extra(path: changes.ApplyPath | None) -> dict[str, object]:
             name = path.value if path is not None else None
@@ -291,6 +294,7 @@ class Applier:
     def _unanswered(
         self, ident: str, extra: Callable[[changes.ApplyPath], dict[str, object]]
     ) -> None:
+        self._socket_silent = True
         log.warning(
             "%s: runtime socket %s does not answer; reloading to repair it",
             ident,
@@ -503,7 +507,9 @@ class Applier:
         file back (the next start must use the running config) and is a retryable
         ApplyError."""
         previous = self.files.read_text()
-        rebind = activation.socket_rebinding(self.haproxy, cfg) if self.activation.started else None
+        started = self.activation.started
+        silent = self._socket_silent
+        rebind = activation.socket_rebinding(self.haproxy, cfg, silent) if started else None
         self.files.write_config(rebind or cfg)
         if crash_at is not None:
             crash_point(crash_at)

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from nodeagent.haproxy import HAProxyError
+from nodeagent.haproxy import HAProxyError, sockrepair
 from nodeagent.haproxy.commands import MapUpdate, ServerUpdate
 from nodeagent.haproxy.masterlog import MasterLog, failure_reason
 from nodeagent.haproxy.parse import (
@@ -45,9 +45,9 @@ _MAP_WORD = re.compile(r"[A-Za-z0-9._~%/+,;=:@!*?&-]{1,2300}")
 _MAP_PATH = re.compile(r"/[A-Za-z0-9_./-]{1,250}")
 _MAP_OPS = frozenset({"add", "set", "del"})
 MAP_COMMANDS_PER_CONNECTION = 100
-# A map command's reply (nothing, or a refusal) is immediate: a socket that has not
-# answered within this is stuck, as `sockrepair.answers` judges it.
-MAP_REPLY_TIMEOUT = 1.0
+# A map command's reply (nothing, or a refusal) is immediate on an idle HAProxy, late on a
+# busy one: a socket that has not answered within `sockrepair.answers`' own wait is stuck.
+MAP_REPLY_TIMEOUT = sockrepair.ANSWER_TIMEOUT_S
 
 # 2.6 drops a peers section without the local peer with only this warning.
 _DROPPED_PEERS = re.compile(r"Removing incomplete section 'peers [^']*'")
