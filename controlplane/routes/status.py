@@ -426,6 +426,11 @@ class StatusRound:
 
     def __init__(self, scope: WorkloadScope = DEFAULT_SCOPE) -> None:
         self._scope = scope
+        self.full = 0  # calls whose non-route documents were all made again (tests)
+        self._reset()
+
+    def _reset(self) -> None:
+        """Forget every document: the next call makes them all (as the first does)."""
         self._docs: dict[StatusKey, dict[str, Any]] = {}
         self._serial: int | None = None
         self._outcomes: dict[tuple[str, str, str], Any] = {}  # route key -> outcome
@@ -434,9 +439,15 @@ class StatusRound:
         self._inputs: _NonRouteInputs | None = None
         self._addresses: dict[str, Published] = {}
         self.made_routes = 0  # route documents made by the last call (tests)
-        self.full = 0  # calls whose non-route documents were all made again (tests)
 
     def __call__(self, state: ClusterState, table: RouteTable) -> Documents:
+        try:
+            return self._made(state, table)
+        except BaseException:
+            self._reset()  # half moved: all made again next time
+            raise
+
+    def _made(self, state: ClusterState, table: RouteTable) -> Documents:
         docs = self._docs
         changed: set[StatusKey] = set()
         outcomes: dict[tuple[str, str, str], Any] = {**table.routes, **table.l4.routes}
