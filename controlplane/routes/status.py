@@ -37,7 +37,7 @@ from controlplane.routes.addresses import (
     ingress_entries,
     published_addresses,
 )
-from controlplane.routes.httproute import ParentOutcome
+from controlplane.routes.httproute import ParentOutcome, RouteOutcome
 from controlplane.routes.placement import GatewayPlace, ListenerPlace, Verdict
 from controlplane.routes.table import RouteTable, compute_routes
 from controlplane.settings.policies import POLICY_KIND, PolicyOutcome, resolve_policies
@@ -389,15 +389,21 @@ def _same_inputs(new: _NonRouteInputs, last: _NonRouteInputs) -> bool:
     ) and all(a is b for a, b in zip(new[table_parts:], last[table_parts:], strict=True))
 
 
-def _generations(state: ClusterState) -> dict[tuple[str, str, str], int]:
-    """Every route's generation by (kind, namespace, name), at C speed (no Python loop)."""
+def _moved(new: Mapping[Any, object], last: Mapping[Any, object]) -> list[Any]:
+    """The keys whose outcome is not the very same object (or is there in one only)."""
+    get = last.get
+    found = [key for key, outcome in new.items() if get(key) is not outcome]
+    kept = len(new) - len(found) + sum(1 for key in found if key in last)
+    if kept != len(last):  # some of `last` gone
+        found += last.keys() - new.keys()
+    return found
+
+
+def _l4_generations(state: ClusterState) -> dict[tuple[str, str, str], int]:
+    """Every TLSRoute's and TCPRoute's generation by (kind, namespace, name) (their
+    outcomes do not carry it; an HTTPRoute's and a GRPCRoute's do)."""
     found: dict[tuple[str, str, str], int] = {}
-    for kind, routes in (
-        ("HTTPRoute", state.http_routes),
-        ("GRPCRoute", state.grpc_routes),
-        ("TLSRoute", state.tls_routes),
-        ("TCPRoute", state.tcp_routes),
-    ):
+    for kind, routes in (("TLSRoute", state.tls_routes), ("TCPRoute", state.tcp_routes)):
         keys = zip(itertools.repeat(kind), map(_NAMESPACE, routes), map(_NAME, routes))
         found.update(zip(keys, map(_GENERATION, routes), strict=True))
     return found
@@ -409,10 +415,10 @@ class StatusRound:
     table)` (tests/routes/test_status_round.py, random route changes).
 
     - A route's document depends only on its outcome and generation; the route table
-      keeps an unchanged route's outcome object (and a new outcome comes with a new route
-      object, whose generation is read), so the routes made again are those whose
-      (key, outcome identity) pair is new: a set difference at C speed. The last table is
-      held, so no outcome id is reused while compared.
+      keeps an unchanged route's outcome object (an outcome is reused only for the very
+      same route object; an HTTPRoute's carries its generation), so the routes made again
+      are those whose outcome is not the last table's very object (one identity check
+      per route, no document built or compared).
     - Each Gateway's attachedRoutes counts are kept and moved by the changed routes'
       parents; only the Gateways whose counts moved are made again.
     - GatewayClasses, Gateways, Ingresses and policies are made again, all of them, when
@@ -433,8 +439,9 @@ class StatusRound:
         """Forget every document: the next call makes them all (as the first does)."""
         self._docs: dict[StatusKey, dict[str, Any]] = {}
         self._serial: int | None = None
-        self._outcomes: dict[tuple[str, str, str], Any] = {}  # route key -> outcome
-        self._pairs: set[tuple[tuple[str, str, str], int]] = set()  # (key, id(outcome))
+        # The last table's outcomes (held: no outcome's id is reused while compared).
+        self._routes: Mapping[tuple[str, str, str], RouteOutcome] = {}
+        self._l4: Mapping[tuple[str, str, str], Any] = {}
         self._attached: dict[tuple[str, str], dict[str, int]] = {}
         self._inputs: _NonRouteInputs | None = None
         self._addresses: dict[str, Published] = {}
@@ -450,26 +457,29 @@ class StatusRound:
     def _made(self, state: ClusterState, table: RouteTable) -> Documents:
         docs = self._docs
         changed: set[StatusKey] = set()
-        outcomes: dict[tuple[str, str, str], Any] = {**table.routes, **table.l4.routes}
-        pairs = set(zip(outcomes.keys(), map(id, outcomes.values()), strict=True))
-        moved = {key for key, _ in pairs ^ self._pairs}
-        generations = _generations(state) if moved else {}
         touched: set[tuple[str, str]] = set()
         self.made_routes = 0
-        for key in moved:
-            status_key = StatusKey(GATEWAY_GROUP, *key)
-            old = self._outcomes.get(key)
-            if old is not None:
-                touched.update(self._count(old.parents, -1))
-            new = outcomes.get(key)
-            if new is None:
-                docs.pop(status_key, None)
-            else:
-                touched.update(self._count(new.parents, 1))
-                docs[status_key] = _route_parents(new.parents, generations[key])
-                self.made_routes += 1
-            changed.add(status_key)
-        self._outcomes, self._pairs = outcomes, pairs
+        l4_generations: dict[tuple[str, str, str], int] | None = None
+        pairs = ((table.routes, self._routes, False), (table.l4.routes, self._l4, True))
+        for outcomes, last, l4 in pairs:
+            moved = _moved(outcomes, last)
+            if moved and l4:
+                l4_generations = _l4_generations(state)
+            for key in moved:
+                status_key = StatusKey(GATEWAY_GROUP, *key)
+                old = last.get(key)
+                if old is not None:
+                    touched.update(self._count(old.parents, -1))
+                new = outcomes.get(key)
+                if new is None:
+                    docs.pop(status_key, None)
+                else:
+                    touched.update(self._count(new.parents, 1))
+                    generation = new.generation if l4_generations is None else l4_generations[key]
+                    docs[status_key] = _route_parents(new.parents, generation)
+                    self.made_routes += 1
+                changed.add(status_key)
+        self._routes, self._l4 = table.routes, table.l4.routes
         inputs = _non_route_inputs(state, table)
         if self._inputs is None or not _same_inputs(inputs, self._inputs):
             self.full += 1
