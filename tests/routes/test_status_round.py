@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from controlplane.model import ClusterState
+from controlplane.model import ClusterState, ParentRef
 from controlplane.routes.route_computer import RouteComputer
 from controlplane.routes.status import Documents, StatusKey, StatusRound, route_statuses
 from tests.helpers.route_builders import gateway, prefix, route, to
+from tests.routes import test_l4_routes as l4
 from tests.routes.test_table_update import (
     ALL,
     BASE,
@@ -116,3 +117,50 @@ def test_one_route_changed_makes_its_document_and_its_gateways_alone() -> None:
     after = _check(maker, computer, _cluster(routes), found)
     assert maker.made_routes == 1
     assert {(k.kind, k.name) for k in after.changed} == {("HTTPRoute", "new"), ("Gateway", "web")}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_incremental_documents_with_tls_and_tcp_routes_equal_from_scratch(seed: int) -> None:
+    """TLSRoutes (SNI names claimed by two namespaces' routes) and TCPRoutes come and go
+    beside HTTPRoutes: their documents and the listeners' attachedRoutes as from scratch."""
+    rng = random.Random(9000 + seed)
+    edge = l4.gw(l4.listener(), l4.listener("tcp", 5432, "TCP"), l4.listener("web", 8080, "HTTP"))
+    sni = ("a.example.com", "b.example.com", "c.example.com")
+    objects: dict[str, Any] = {}
+
+    def one(name: str) -> Any:
+        pick = rng.random()
+        if pick < 0.5:
+            return l4.tls_route(
+                name,
+                hostnames=tuple(rng.sample(sni, 1)),
+                created=rng.choice((l4.OLD, l4.NEW)),
+                namespace=rng.choice(("default", "tenant-b")),
+                parent=ParentRef("edge", namespace="default"),
+            )
+        if pick < 0.75:
+            return l4.tcp_route(name, section="tcp")
+        return route(
+            name,
+            [{"matches": [prefix("/")], "backendRefs": [to("shop", port=80)]}],
+            hostnames=(rng.choice(sni),),
+            parent={"name": "edge", "namespace": "default"},
+        )
+
+    maker, computer = StatusRound(), RouteComputer()
+    last: dict[StatusKey, Any] = {}
+    names = [f"x{i}" for i in range(8)]
+    seen: set[tuple[str, bool]] = set()
+    for _ in range(30):
+        name = rng.choice(names)
+        if name in objects and rng.random() < 0.3:
+            del objects[name]
+        else:
+            objects[name] = one(name)
+        cluster_state = l4.cluster(edge, *objects.values())
+        last = _check(maker, computer, cluster_state, last)
+        gateway_doc = last[StatusKey("gateway.networking.k8s.io", "Gateway", "default", "edge")]
+        for listener in gateway_doc["listeners"]:
+            seen.add((listener["name"], listener["attachedRoutes"] > 0))
+        seen.update((k.kind, True) for k in last if k.kind in ("TLSRoute", "TCPRoute"))
+    assert {("tls", True), ("tcp", True), ("TLSRoute", True), ("TCPRoute", True)} <= seen
