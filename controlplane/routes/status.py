@@ -38,6 +38,7 @@ from controlplane.routes.addresses import (
     published_addresses,
 )
 from controlplane.routes.httproute import ParentOutcome, RouteOutcome
+from controlplane.routes.l4_outcome import L4Outcome
 from controlplane.routes.placement import GatewayPlace, ListenerPlace, Verdict
 from controlplane.routes.table import RouteTable, compute_routes
 from controlplane.settings.policies import POLICY_KIND, PolicyOutcome, resolve_policies
@@ -441,7 +442,7 @@ class StatusRound:
         self._serial: int | None = None
         # The last table's outcomes (held: no outcome's id is reused while compared).
         self._routes: Mapping[tuple[str, str, str], RouteOutcome] = {}
-        self._l4: Mapping[tuple[str, str, str], Any] = {}
+        self._l4: Mapping[tuple[str, str, str], L4Outcome] = {}
         self._attached: dict[tuple[str, str], dict[str, int]] = {}
         self._inputs: _NonRouteInputs | None = None
         self._addresses: dict[str, Published] = {}
@@ -459,26 +460,18 @@ class StatusRound:
         changed: set[StatusKey] = set()
         touched: set[tuple[str, str]] = set()
         self.made_routes = 0
-        l4_generations: dict[tuple[str, str, str], int] | None = None
-        pairs = ((table.routes, self._routes, False), (table.l4.routes, self._l4, True))
-        for outcomes, last, l4 in pairs:
-            moved = _moved(outcomes, last)
-            if moved and l4:
-                l4_generations = _l4_generations(state)
-            for key in moved:
-                status_key = StatusKey(GATEWAY_GROUP, *key)
-                old = last.get(key)
-                if old is not None:
-                    touched.update(self._count(old.parents, -1))
-                new = outcomes.get(key)
-                if new is None:
-                    docs.pop(status_key, None)
-                else:
-                    touched.update(self._count(new.parents, 1))
-                    generation = new.generation if l4_generations is None else l4_generations[key]
-                    docs[status_key] = _route_parents(new.parents, generation)
-                    self.made_routes += 1
-                changed.add(status_key)
+        moved = _moved(table.routes, self._routes)
+        for key in moved:
+            outcome = table.routes.get(key)
+            generation = outcome.generation if outcome is not None else 0
+            self._route_document(key, self._routes.get(key), outcome, generation, docs, touched)
+        moved_l4 = _moved(table.l4.routes, self._l4)
+        generations = _l4_generations(state) if moved_l4 else {}
+        for key in moved_l4:
+            outcome_l4 = table.l4.routes.get(key)
+            generation = generations[key] if outcome_l4 is not None else 0
+            self._route_document(key, self._l4.get(key), outcome_l4, generation, docs, touched)
+        changed.update(StatusKey(GATEWAY_GROUP, *key) for key in (*moved, *moved_l4))
         self._routes, self._l4 = table.routes, table.l4.routes
         inputs = _non_route_inputs(state, table)
         if self._inputs is None or not _same_inputs(inputs, self._inputs):
@@ -507,6 +500,26 @@ class StatusRound:
         serial, since = next(_SERIALS), self._serial
         self._serial = serial
         return Documents(docs, serial, since, frozenset(changed))
+
+    def _route_document(
+        self,
+        key: tuple[str, str, str],
+        old: RouteOutcome | L4Outcome | None,
+        new: RouteOutcome | L4Outcome | None,
+        generation: int,
+        docs: dict[StatusKey, dict[str, Any]],
+        touched: set[tuple[str, str]],
+    ) -> None:
+        """A moved route's document made again (or gone) and its parents' counts moved."""
+        status_key = StatusKey(GATEWAY_GROUP, *key)
+        if old is not None:
+            touched.update(self._count(old.parents, -1))
+        if new is None:
+            docs.pop(status_key, None)
+            return
+        touched.update(self._count(new.parents, 1))
+        docs[status_key] = _route_parents(new.parents, generation)
+        self.made_routes += 1
 
     def _count(self, parents: Sequence[ParentOutcome], sign: int) -> list[tuple[str, str]]:
         """Move the attachedRoutes counts of `parents`' listeners; the Gateways moved."""
