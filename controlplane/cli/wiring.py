@@ -222,22 +222,25 @@ def route_status(
     """With --source kubernetes, the route objects' status is written by the Lease holder
     (every process without --leader-elect): each result's route table is handed to the
     writer's thread once published (the third value: the reconcile loop's `on_published`),
-    which makes the documents (`routes.status.route_statuses`)."""
+    which makes the documents again for what changed (`routes.status.StatusRound`) and
+    writes those that changed."""
     spec: SourceSpec = args.source
     if not spec.kubernetes:
         return compute, None, None
     from controlplane.kube.route_status import RouteStatusWriter, Statuses, reporting_status
-    from controlplane.routes.status import StatusMemo, route_statuses
+    from controlplane.routes.status import StatusRound, route_statuses
 
     scope = workload_scope(args)
-    memo = StatusMemo()  # used in the writer's thread only
+    made_again = StatusRound(scope)  # used in the writer's thread only
 
     def leading() -> bool:
         return lease is None or lease.elector.is_leader
 
     def prepare(state: ClusterState, result: ComputeResult) -> Callable[[], Statuses]:
         table = computer.route_table  # this computation's, read before the next one
-        return lambda: route_statuses(state, scope, table, memo=memo)
+        if table is None:
+            return lambda: route_statuses(state, scope)
+        return lambda: made_again(state, table)
 
     writer = RouteStatusWriter(
         api,

@@ -11,7 +11,11 @@ cluster say it:
 - in its own thread: `submit()` only replaces the latest documents (one slot, never a
   growing queue), so the compute loop never waits for the API;
 - cost follows the change: a document equal to the one last made true is not looked
-  at; a changed one is read, and written only when it differs from what is stored;
+  at; a changed one is read, and written only when it differs from what is stored.
+  Documents that say what changed since the ones of the last round
+  (`routes.status.Documents`, made by `StatusRound`) are compared for those keys only,
+  plus those left unwritten by the last round (failed); any other submission, the first
+  round after taking the Lease and a round with objects forgotten compare them all;
 - a condition keeps the stored `lastTransitionTime` while its status and reason are
   unchanged, else gets now; route `parents` and policy `ancestors` entries of other
   controllers are kept;
@@ -154,6 +158,11 @@ class RouteStatusWriter:
         self._stopping = False
         self._forgotten: set[tuple[str, str, str]] = set()  # (kind, namespace, name) gone
         self._written: dict[Any, Mapping[str, Any]] = {}  # what the cluster says, as far as known
+        # The serial of the `Documents` whose round left `_written` equal to them but for
+        # `_unsynced` (None: compare every document next round).
+        self._synced: int | None = None
+        self._unsynced: set[Any] = set()
+        self.compared = 0  # documents compared by the last round (tests)
         self._was_leading = False
         self.stats = WriterStats()
         self._thread = threading.Thread(target=self._run, name="route-status", daemon=True)
@@ -228,6 +237,7 @@ class RouteStatusWriter:
             if promoted:
                 self._was_leading, failures = True, 0
                 self._written.clear()  # another leader may have written: read everything
+                self._synced = None
             if not (pending or promoted or _due(retry_at)):
                 continue
             statuses = self._statuses(latest, seq)
@@ -274,8 +284,22 @@ class RouteStatusWriter:
             for key in [k for k in self._written if (k.kind, k.namespace, k.name) in gone]:
                 del self._written[key]
         written = self._written  # bodies of unchanged routes are the very same dicts
-        changed = [(k, v) for k, v in latest.items() if (w := written.get(k)) is not v and w != v]
-        dropped = [k for k in self._written if k not in latest]
+        since, serial = getattr(latest, "since", None), getattr(latest, "serial", None)
+        if serial is not None and serial == self._synced and not gone:  # a retry
+            keys = set(self._unsynced)
+            looked = [(k, latest[k]) for k in keys if k in latest]
+            dropped = [k for k in keys if k not in latest and k in written]
+        elif since is not None and since == self._synced and not gone:
+            keys = latest.changed | self._unsynced  # type: ignore[attr-defined]
+            looked = [(k, latest[k]) for k in keys if k in latest]
+            dropped = [k for k in keys if k not in latest and k in written]
+        else:
+            looked = list(latest.items())
+            dropped = [k for k in self._written if k not in latest]
+        self.compared = len(looked) + len(dropped)
+        changed = [(k, v) for k, v in looked if (w := written.get(k)) is not v and w != v]
+        self._synced, self._unsynced = None, set()  # until this round is through
+        unsynced: set[Any] = set()
         for key in dropped:
             del self._written[key]
             if key.kind in ROUTE_KINDS:  # no longer attached to our Gateways: our parents go
@@ -288,6 +312,7 @@ class RouteStatusWriter:
                 self._ensure(key, desired)
             except Exception as error:
                 failed += 1
+                unsynced.add(key)
                 self.stats.failures += 1
                 self._on_result("failed")
                 what = _describe(key)
@@ -299,6 +324,7 @@ class RouteStatusWriter:
             self.stats.problems.pop(_describe(key), None)
             if key in latest:
                 self._written[key] = desired
+        self._synced, self._unsynced = serial, unsynced
         return failed
 
     def _ensure(self, key: StatusKeyLike, desired: Mapping[str, Any]) -> None:

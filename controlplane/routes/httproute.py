@@ -71,6 +71,8 @@ class RouteOutcome:
     h2: set[tuple[ServiceKey, str]] = field(default_factory=set)
     # Session persistence its attached rules ask of their backends, by (backend, rule).
     persistence: dict[tuple[str, int], PersistenceClaim] = field(default_factory=dict)
+    # The route's metadata.generation (its status documents' observedGeneration).
+    generation: int = 0
 
     @property
     def workloads(self) -> set[str]:
@@ -238,7 +240,7 @@ def route_outcome(
     ours = our_parents(route, placement)
     if not ours:
         return None
-    outcome = RouteOutcome()
+    outcome = RouteOutcome(generation=route.generation)
     rejections = outcome.rejections
     kind = type(route).__name__
     origin = Origin(kind, route.namespace, route.name, "metadata.annotations")

@@ -24,6 +24,7 @@ from controlplane.kube.route_status import (
 from controlplane.kube.served_version import ServedVersion
 from controlplane.metrics import Metrics
 from controlplane.model import ClusterState
+from controlplane.routes.status import Documents
 from controlplane.snapshot import ComputeResult
 from tests.helpers.waiting import wait_until
 from tests.kubeapi import FakeKubeAPI
@@ -549,3 +550,50 @@ def test_an_older_experimental_install_gets_l4_route_status_at_v1alpha2(
         ]
     finally:
         w.close()
+
+
+def _told(docs: dict[Key, Obj], serial: int, since: int | None, changed: set[Key]) -> Any:
+    """Documents that say what changed since the ones numbered `since` (`StatusRound`'s)."""
+    return Documents(docs, serial, since, frozenset(changed))  # type: ignore[arg-type]
+
+
+def test_documents_that_say_what_changed_are_compared_for_those_alone(
+    api: FakeKubeAPI, writer: RouteStatusWriter
+) -> None:
+    """The writer's round follows the change: it looks only at the keys the documents
+    name as changed since the ones it made true last; any other documents, all keys."""
+    writer.submit(_told(documents(), 1, None, set()))  # no previous: all compared
+    assert writer.flush()
+    assert writer.compared == 4 and len(status_writes(api)) == 4
+    changed = documents(route_message="backend blog has no endpoints")
+    writer.submit(_told(changed, 2, 1, {ROUTE}))
+    assert writer.flush()
+    assert writer.compared == 1
+    assert without_times(stored(api, ROUTE)) == changed[ROUTE]
+    gone = {k: v for k, v in changed.items() if k != ROUTE}
+    writer.submit(_told(gone, 3, 2, {ROUTE}))  # the route no longer attached: parents go
+    assert writer.flush()
+    assert writer.compared == 1 and stored(api, ROUTE)["parents"] == []
+    writer.submit(_told(documents(), 4, 99, {ROUTE}))  # not following the last: all
+    assert writer.flush()
+    assert writer.compared == 4
+    assert without_times(stored(api, ROUTE)) == documents()[ROUTE]
+
+
+def test_a_failed_write_is_retried_though_the_next_documents_do_not_name_it(
+    api: FakeKubeAPI, writer: RouteStatusWriter
+) -> None:
+    writer.submit(_told(documents(), 1, None, set()))
+    assert writer.flush()
+    api.fail_next("Gateway", 503, count=1, match="/status", method="PUT")
+    second = documents()
+    second[GATEWAY] = {**second[GATEWAY], "addresses": []}
+    writer.submit(_told(second, 2, 1, {GATEWAY}))
+    assert writer.flush()
+    assert "Gateway default/web" in writer.stats.problems
+    third = {**second, ROUTE: documents(route_message="changed")[ROUTE]}
+    writer.submit(_told(third, 3, 2, {ROUTE}))
+    assert writer.flush()
+    wait_until(lambda: stored(api, GATEWAY)["addresses"] == [])
+    assert without_times(stored(api, ROUTE)) == third[ROUTE]
+    wait_until(lambda: writer.stats.problems == {})
