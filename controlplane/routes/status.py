@@ -291,14 +291,7 @@ def route_statuses(
             accept_proxy=ports.accept_proxy,
             now=now,
         )
-    placement = table.placement
     out: dict[StatusKey, dict[str, Any]] = {}
-    by_class = {c.name: c for c in state.gateway_classes}
-    for name, verdict in placement.classes.items():
-        generation = by_class[name].generation
-        out[StatusKey(GATEWAY_GROUP, "GatewayClass", "", name)] = {
-            "conditions": [condition(names.ACCEPTED, verdict, generation)]
-        }
     attached: dict[tuple[str, str], dict[str, int]] = {}
     by_route = {
         (type(r).__name__, r.namespace, r.name): r.generation
@@ -317,22 +310,7 @@ def route_statuses(
             l4_outcome, l4_outcome.parents, generations[kind, namespace, name]
         )
     memo.finish()
-    for key, place in placement.gateways.items():
-        out[StatusKey(GATEWAY_GROUP, "Gateway", *key)] = _gateway(
-            place, attached.get(key, {}), addresses, table.tls_conflicts
-        )
-    for key, found in table.ingresses.items():
-        entries = ingress_entries(addresses.get(found.workload) if found.workload else None)
-        out[StatusKey("networking.k8s.io", "Ingress", *key)] = {
-            "loadBalancer": {"ingress": entries} if entries else {}
-        }
-    if state.source_ip_persistence_policies:
-        services = {(s.namespace, s.name): s for s in state.services}
-        policies = resolve_policies(state.source_ip_persistence_policies, services)
-        for policy_outcome in policies.outcomes:
-            policy = policy_outcome.policy
-            status_key = StatusKey(POLICY_GROUP, POLICY_KIND, policy.namespace, policy.name)
-            out[status_key] = policy_status(policy_outcome)
+    out.update(_non_route_documents(state, table, attached, addresses))
     return dict(sorted(out.items(), key=_sort_key))
 
 
@@ -478,7 +456,7 @@ class StatusRound:
             self.full += 1
             self._inputs = inputs
             self._addresses = workload_addresses(state, self._scope)
-            made = self._non_route_documents(state, table)
+            made = _non_route_documents(state, table, self._attached, self._addresses)
             for key in [k for k in docs if k.kind not in _ROUTE_KINDS and k not in made]:
                 del docs[key]
                 changed.add(key)
@@ -529,35 +507,40 @@ class StatusRound:
                 counts[listener] = counts.get(listener, 0) + sign
         return [parent.gateway for parent in parents]
 
-    def _non_route_documents(
-        self, state: ClusterState, table: RouteTable
-    ) -> dict[StatusKey, dict[str, Any]]:
-        """Every GatewayClass, Gateway, Ingress and policy document, as `route_statuses`."""
-        made: dict[StatusKey, dict[str, Any]] = {}
-        placement = table.placement
-        by_class = {c.name: c for c in state.gateway_classes}
-        for name, verdict in placement.classes.items():
-            made[StatusKey(GATEWAY_GROUP, "GatewayClass", "", name)] = {
-                "conditions": [condition(names.ACCEPTED, verdict, by_class[name].generation)]
-            }
-        for key, place in placement.gateways.items():
-            made[StatusKey(GATEWAY_GROUP, "Gateway", *key)] = _gateway(
-                place, self._attached.get(key, {}), self._addresses, table.tls_conflicts
-            )
-        for key, found in table.ingresses.items():
-            published = self._addresses.get(found.workload) if found.workload else None
-            entries = ingress_entries(published)
-            made[StatusKey("networking.k8s.io", "Ingress", *key)] = {
-                "loadBalancer": {"ingress": entries} if entries else {}
-            }
-        if state.source_ip_persistence_policies:
-            services = {(s.namespace, s.name): s for s in state.services}
-            policies = resolve_policies(state.source_ip_persistence_policies, services)
-            for policy_outcome in policies.outcomes:
-                policy = policy_outcome.policy
-                status_key = StatusKey(POLICY_GROUP, POLICY_KIND, policy.namespace, policy.name)
-                made[status_key] = policy_status(policy_outcome)
-        return made
-
 
 _ROUTE_KINDS = frozenset({"HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute"})
+
+
+def _non_route_documents(
+    state: ClusterState,
+    table: RouteTable,
+    attached: Mapping[tuple[str, str], Mapping[str, int]],
+    addresses: Mapping[str, Published],
+) -> dict[StatusKey, dict[str, Any]]:
+    """Every GatewayClass, Gateway, Ingress and policy document: `attached`, the routes
+    counted per Gateway listener; `addresses`, each workload's published addresses."""
+    made: dict[StatusKey, dict[str, Any]] = {}
+    placement = table.placement
+    by_class = {c.name: c for c in state.gateway_classes}
+    for name, verdict in placement.classes.items():
+        made[StatusKey(GATEWAY_GROUP, "GatewayClass", "", name)] = {
+            "conditions": [condition(names.ACCEPTED, verdict, by_class[name].generation)]
+        }
+    for key, place in placement.gateways.items():
+        made[StatusKey(GATEWAY_GROUP, "Gateway", *key)] = _gateway(
+            place, attached.get(key, {}), addresses, table.tls_conflicts
+        )
+    for key, found in table.ingresses.items():
+        published = addresses.get(found.workload) if found.workload else None
+        entries = ingress_entries(published)
+        made[StatusKey("networking.k8s.io", "Ingress", *key)] = {
+            "loadBalancer": {"ingress": entries} if entries else {}
+        }
+    if state.source_ip_persistence_policies:
+        services = {(s.namespace, s.name): s for s in state.services}
+        policies = resolve_policies(state.source_ip_persistence_policies, services)
+        for policy_outcome in policies.outcomes:
+            policy = policy_outcome.policy
+            status_key = StatusKey(POLICY_GROUP, POLICY_KIND, policy.namespace, policy.name)
+            made[status_key] = policy_status(policy_outcome)
+    return made
