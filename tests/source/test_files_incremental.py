@@ -242,7 +242,10 @@ def test_an_atomic_rename_is_noticed_and_read_alone(tmp_path: Path) -> None:
         replace_atomically(db, db.read_text().replace("name: db\n", "name: db2\n", 1))
         assert changed.wait(10)
         wait_until(lambda: "db2" in service_names(source))
-        assert source.parsed_files == parsed + 1
+        # db.yaml alone, not the folder (7 files): once by the notification, and at most
+        # once more by the watch's first pass when the rename raced the watch's set-up
+        # (a notified file is read whatever its identity).
+        assert parsed + 1 <= source.parsed_files <= parsed + 2
     finally:
         source.stop()
 

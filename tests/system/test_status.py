@@ -136,11 +136,13 @@ def fleet(tmp_path: Path, haproxy_bin: HAProxyBinary) -> Iterator[Fleet]:
 
 
 def _refusing_haproxy(tmp: Path, real: str) -> str:
-    """HAProxy, but `haproxy -c` refuses every config: the agent NACKs what it is sent."""
+    """HAProxy, but refusing every config, at `haproxy -c` and at the start (a first start
+    runs no check: the start refuses, then the check names why): the agent NACKs what it
+    is sent."""
     script = tmp / "haproxy-refusing"
     script.write_text(
         "#!/bin/sh\n"
-        'for a in "$@"; do if [ "$a" = "-c" ]; then\n'
+        'for a in "$@"; do if [ "$a" = "-c" ] || [ "$a" = "-f" ]; then\n'
         f'  echo "[ALERT]    (1) : config : {REFUSED}"; exit 1\n'
         "fi; done\n"
         f'exec {real} "$@"\n'
