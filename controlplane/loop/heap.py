@@ -9,31 +9,29 @@ objects would stay.
 
 from __future__ import annotations
 
-import gc
+from peerplane.runtime import heap
+from peerplane.runtime.heap import REFREEZE_GEN2_OBJECTS
 
-# Objects in the oldest generation (not frozen) past which a step collects and freezes
-# again; a full collection then walks at most about this many (~10 ms).
-REFREEZE_GEN2_OBJECTS = 50_000
+__all__ = ["FREEZE_MIN_ENCODED", "REFREEZE_GEN2_OBJECTS", "Heap"]
+
 # A step that encoded at least this many backends rebuilt enough of the heap to freeze it.
 FREEZE_MIN_ENCODED = 500
 
 
 class Heap:
     """Freezes the heap after the steps that built most of it (the first one, a settings
-    change), and collects then freezes again once later steps left many objects."""
+    change), and collects then freezes again once later steps left many objects (a route
+    status round, watch events replacing thousands of objects: 40-90 ms stalls with
+    3,000 routes). The mechanism is shared with the agent (`peerplane/runtime/heap.py`)."""
 
     def __init__(self) -> None:
-        self.frozen = False  # gc.freeze() ran after a step
+        self._heap = heap.Heap(collect_rebuilt=False)
+
+    @property
+    def frozen(self) -> bool:
+        """gc.freeze() ran after a step."""
+        return self._heap.frozen
 
     def settle(self, encoded: int) -> None:
         """After a step that encoded `encoded` backends."""
-        if self.frozen and encoded < FREEZE_MIN_ENCODED:
-            # Objects made since (a route status round, watch events replacing thousands
-            # of objects) are walked by every full collection: 40-90 ms stalls with 3,000
-            # routes. Once they are many, collect them once and freeze the survivors.
-            if len(gc.get_objects(generation=2)) > REFREEZE_GEN2_OBJECTS:
-                gc.collect()
-                gc.freeze()
-            return
-        gc.freeze()
-        self.frozen = True
+        self._heap.settle(rebuilt=encoded >= FREEZE_MIN_ENCODED)
