@@ -222,13 +222,14 @@ def route_status(
     """With --source kubernetes, the route objects' status is written by the Lease holder
     (every process without --leader-elect): each result's route table is handed to the
     writer's thread once published (the third value: the reconcile loop's `on_published`),
-    which makes the documents again for what changed (`routes.status.StatusRound`) and
+    which makes the documents again for what changed (`routes.status_round.StatusRound`) and
     writes those that changed."""
     spec: SourceSpec = args.source
     if not spec.kubernetes:
         return compute, None, None
     from controlplane.kube.route_status import RouteStatusWriter, Statuses, reporting_status
-    from controlplane.routes.status import StatusRound, route_statuses
+    from controlplane.routes.status import route_statuses
+    from controlplane.routes.status_round import StatusRound
 
     scope = workload_scope(args)
     made_again = StatusRound(scope)  # used in the writer's thread only

@@ -13,7 +13,7 @@ cluster say it:
 - cost follows the change: a document equal to the one last made true is not looked
   at; a changed one is read, and written only when it differs from what is stored.
   Documents that say what changed since the ones of the last round
-  (`routes.status.Documents`, made by `StatusRound`) are compared for those keys only,
+  (`routes.status_round.Documents`, made by `StatusRound`) are compared for those keys only,
   plus those left unwritten by the last round (failed); any other submission, the first
   round after taking the Lease and a round with objects forgotten compare them all;
 - a condition keeps the stored `lastTransitionTime` while its status and reason are

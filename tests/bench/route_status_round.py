@@ -1,6 +1,6 @@
 """One route change's status round with many HTTPRoutes: the CPU the Lease holder spends
 making the route status documents again and finding those that changed (docs/design.md,
-"A route change, end to end", step 6), before and after `routes.status.StatusRound`,
+"A route change, end to end", step 6), before and after `routes.status_round.StatusRound`,
 side by side in one process.
 
 The route table benchmark's cluster (`tests.bench.route_table`), computed by `Computer`;
@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from controlplane.compute import Computer
-from controlplane.routes.status import StatusMemo, StatusRound, route_statuses
+from controlplane.routes.status import StatusMemo, route_statuses
+from controlplane.routes.status_round import StatusRound
 from tests.bench.common import Result, log, median
 from tests.bench.route_table import http_route, routed_cluster
 

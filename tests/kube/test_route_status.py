@@ -24,7 +24,7 @@ from controlplane.kube.route_status import (
 from controlplane.kube.served_version import ServedVersion
 from controlplane.metrics import Metrics
 from controlplane.model import ClusterState
-from controlplane.routes.status import Documents
+from controlplane.routes.status_round import Documents
 from controlplane.snapshot import ComputeResult
 from tests.helpers.waiting import wait_until
 from tests.kubeapi import FakeKubeAPI

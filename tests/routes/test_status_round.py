@@ -1,4 +1,4 @@
-"""The status documents made again in O(changed) (`routes.status.StatusRound`) equal
+"""The status documents made again in O(changed) (`routes.status_round.StatusRound`) equal
 `route_statuses` from scratch over random sequences of route changes (the route
 table's own generators, tests/routes/test_table_update.py): conflicts between
 namespaces, hostnames refused under another namespace's wildcard, listener isolation,
@@ -15,7 +15,8 @@ import pytest
 
 from controlplane.model import ClusterState, ParentRef
 from controlplane.routes.route_computer import RouteComputer
-from controlplane.routes.status import Documents, StatusKey, StatusRound, route_statuses
+from controlplane.routes.status import StatusKey, route_statuses
+from controlplane.routes.status_round import Documents, StatusRound
 from tests.helpers.route_builders import gateway, prefix, route, to
 from tests.routes import test_l4_routes as l4
 from tests.routes.test_table_update import (
