@@ -8,11 +8,22 @@ the agent's reload waits for that handover, so an ACK never precedes it.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 from nodeagent.haproxy.driver import HAProxy, command
-from nodeagent.haproxy.parse import parse_info_pid, parse_peers_flags, parse_table_usage
+from nodeagent.haproxy.parse import (
+    PeerSession,
+    parse_info_pid,
+    parse_peer_sessions,
+    parse_peers_flags,
+    parse_table_usage,
+)
 from tests.helpers.fleet import stop_process
 from tests.helpers.haproxy_env import loopback_net
 from tests.helpers.haproxy_versions import HAProxyBinary
@@ -148,3 +159,62 @@ def test_a_reload_right_after_start_waits_for_the_resync_and_keeps_the_table(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)
+
+
+def test_a_reload_returns_once_the_new_worker_has_its_peer_sessions_back(
+    tmp_path: Path, haproxy_bin: HAProxyBinary
+) -> None:
+    """The old worker was connected to peer b; the new worker must be too before the
+    reload counts as applied. Until then neither side sends the other what its clients
+    changed, and when the session comes up each applies what the other sends before
+    sending its own changed entries as they are then: a client pinned again on one side
+    in the meantime gets the other side's older server back on both (CI 3.2.26, seed
+    263481: two instances reloaded together, their new workers' sessions collided, 6
+    clients moved). Here b's worker is frozen (SIGSTOP) across a's reload and thawed
+    1.5 s later: before this wait, `reload()` returned at once with no session to b."""
+    net = loopback_net()
+    procs = []
+    b_workers: list[int] = []
+    try:
+        for me in ("a", "b"):
+            cfg = tmp_path / f"{me}.cfg"
+            cfg.write_text(_peered_config(tmp_path, net, me))
+            argv = [haproxy_bin.path, "-W", "-S", str(tmp_path / f"{me}.m"), "-f", str(cfg)]
+            procs.append(
+                subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+        a = HAProxy(str(tmp_path / "a.m"), str(tmp_path / "a.rt"), haproxy_bin.path)
+        b = HAProxy(str(tmp_path / "b.m"), str(tmp_path / "b.rt"), haproxy_bin.path)
+        a.wait_running(10)
+        b.wait_running(10)
+
+        def ready() -> bool:  # the pair's first resync takes 5-8 s (see above)
+            connected = any(p.name == "b" and p.connected for p in _sessions(a.runtime_socket))
+            return connected and a.peers_synced() and b.peers_synced()
+
+        wait_until(ready, 20, "a's session with b and both resyncs")
+        b_workers = [pid for pid, _ in b.show_proc().workers]
+        for pid in b_workers:
+            os.kill(pid, signal.SIGSTOP)
+        thaw = threading.Timer(1.5, lambda: [os.kill(pid, signal.SIGCONT) for pid in b_workers])
+        thaw.start()
+        start = time.monotonic()
+        info = a.reload()
+        took = time.monotonic() - start
+        reply = command(a.runtime_socket, "show info;show peers")  # b may still be frozen
+        thaw.join()
+        assert parse_info_pid(reply) == info.current_worker
+        # a session up (TCP) with the peers handshake done on it (ESTA)
+        sessions = {p.name: p.connected and p.state == "ESTA" for p in parse_peer_sessions(reply)}
+        assert sessions == {"b": True}, f"reload() returned after {took:.2f}s: {sessions}"
+        assert took >= 1.0  # it waited for b, which answers only once thawed
+    finally:
+        for pid in b_workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        for proc in procs:
+            stop_process(proc)
+
+
+def _sessions(runtime_socket: str) -> list[PeerSession]:
+    return parse_peer_sessions(command(runtime_socket, "show peers"))
