@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from nodeagent.haproxy.driver import HAProxy, command
+from nodeagent.haproxy.driver import PEER_SESSIONS_SETTLE_S, HAProxy, command
 from nodeagent.haproxy.parse import (
     PeerSession,
     parse_info_pid,
@@ -218,3 +218,72 @@ def test_a_reload_returns_once_the_new_worker_has_its_peer_sessions_back(
 
 def _sessions(runtime_socket: str) -> list[PeerSession]:
     return parse_peer_sessions(command(runtime_socket, "show peers"))
+
+
+_PEERS_32 = """0x7f0b829e9000: [19/Feb/1970:17:02:26] id=localinstance disabled=0 flags=0x11000003
+  0x7f0b84069440: id=b(remote,active) addr=127.0.0.2:10000 last_status={status} last_hdshk=0s
+        reconnect=4s heartbeat=2s new_conn=1 proto_err=0 coll=0
+        {session}
+  0x7f0b84069380: id=a(local,inactive) addr=127.0.0.1:10000 last_status=ESTA last_hdshk=0s
+        reconnect=<NEVER> heartbeat=2s new_conn=0 proto_err=0 coll=0
+        flags=0x0
+"""  # `show peers` on 3.2.26, trimmed to what is read
+
+
+def _peers_reply(status: str, appctx: str | None) -> str:
+    session = f"flags=0x20 appctx:{appctx} st0=7 st1=0 task_calls=46 state=EST" if appctx else ""
+    return "Pid: 42\n" + _PEERS_32.format(status=status, session=session)
+
+
+def test_a_peer_session_is_told_apart_from_the_one_that_replaced_it() -> None:
+    (first,) = parse_peer_sessions(_peers_reply("ESTA", "0x1"))
+    (again,) = parse_peer_sessions(_peers_reply("ESTA", "0x2"))
+    assert first.connected and again.connected
+    assert first.session == "0x1" and again.session == "0x2"
+
+
+class _ScriptedHAProxy(HAProxy):
+    """`show info;show table` and `show info;show peers` answered from a script: the new
+    worker (pid 42) holds the table at once; its session with b goes as `peers` says."""
+
+    def __init__(self, runtime_socket: str, peers: list[str]) -> None:
+        super().__init__("", runtime_socket, sync_wait=5.0)
+        self.peers = peers
+        self.asked = 0
+
+    def runtime(self, cmd: str) -> str:
+        if cmd == "show info;show table":
+            return "Pid: 42\n# table: be, type: ip, size:1048576, used:3\n"
+        self.asked += 1
+        return self.peers[min(self.asked, len(self.peers)) - 1]
+
+
+def test_a_reload_waits_out_a_peer_session_killed_by_a_collision(tmp_path: Path) -> None:
+    """Two new workers that connect to each other at the same moment each kill one
+    session: one side may show a session established for a few milliseconds before it
+    dies too, then nothing until one reconnects (50 ms to 2 s later). The reload counts
+    as applied only on a session that held for `PEER_SESSIONS_SETTLE_S`."""
+    socket_path = tmp_path / "rt.sock"
+    socket_path.touch()
+    replies = [
+        _peers_reply("HSHK", "0x1"),  # hello sent, no answer yet
+        _peers_reply("ESTA", "0x1"),  # up, but the other side kills it
+        _peers_reply("ESTA", None),  # gone; ESTA stays
+        _peers_reply("ESTA", None),
+        _peers_reply("ESTA", "0x2"),  # the reconnection
+    ]
+    hx = _ScriptedHAProxy(str(socket_path), replies)
+    start = time.monotonic()
+    hx.wait_table_handover(42, {"be": 3}, {"b"})
+    assert hx.asked >= len(replies) + 1  # seen 0x2 at least twice, PEER_SESSIONS_SETTLE_S apart
+    assert time.monotonic() - start >= PEER_SESSIONS_SETTLE_S
+    assert time.monotonic() - start < 3  # not the `sync_wait` bound
+
+
+def test_a_reload_with_no_peer_session_before_does_not_wait_for_one(tmp_path: Path) -> None:
+    socket_path = tmp_path / "rt.sock"
+    socket_path.touch()
+    hx = _ScriptedHAProxy(str(socket_path), [_peers_reply("NONE", None)])
+    start = time.monotonic()
+    hx.wait_table_handover(42, {"be": 3}, set())
+    assert time.monotonic() - start < 1
