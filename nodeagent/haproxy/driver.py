@@ -267,9 +267,10 @@ class HAProxy:
     def _connected_peers(self) -> set[str]:
         """The remote peers the running worker has a session with (before a reload)."""
         try:
-            return {p.name for p in parse_peer_sessions(self.runtime("show peers")) if p.connected}
+            sessions = parse_peer_sessions(self.runtime("show peers"))
         except OSError:
             return set()
+        return {p.name for p in sessions if p.connected and p.state == "ESTA"}
 
     def wait_table_handover(
         self, worker: int, before: dict[str, int], peers: set[str] | None = None
@@ -331,11 +332,13 @@ class HAProxy:
         The entry count alone can be reached from the remote peers' pushes while the old
         worker is still teaching; until it finished, the old worker may still send entries
         as they were before the reload. And until the new worker's session with a peer is
-        up, neither side sends the other what its clients changed: when it comes up, each
-        first applies what the other sends, then sends its own changed entries as they are
-        then, so a client pinned again here in the meantime (its pod gone) gets the peer's
-        older server back on both instances (CI 3.2.26, seed 263481). Asked only once the
-        count is there, in one connection with `show info` so that the new worker answers."""
+        up, neither side sends the other what its clients changed: when it comes up, what
+        the peer sends first overwrites the entries changed here, which are then sent back
+        as they are now, so a client pinned again here in the meantime (its pod gone) gets
+        the peer's older server back on both instances (CI 3.2.26, seed 263481; a
+        collision of both new workers' connections leaves them without a session for up
+        to 2 s). Asked only once the count is there, in one connection with `show info` so
+        that the new worker answers."""
         try:
             reply = self.runtime("show info;show peers")
         except OSError:
