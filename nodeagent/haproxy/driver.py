@@ -28,6 +28,7 @@ from nodeagent.haproxy.parse import (
     ProcInfo,
     ServerState,
     parse_info_pid,
+    parse_peer_sessions,
     parse_peers_flags,
     parse_reload_reply,
     parse_servers_state,
@@ -48,6 +49,12 @@ MAP_COMMANDS_PER_CONNECTION = 100
 # A map command's reply (nothing, or a refusal) is immediate on an idle HAProxy, late on a
 # busy one: a socket that has not answered within `sockrepair.answers`' own wait is stuck.
 MAP_REPLY_TIMEOUT = sockrepair.ANSWER_TIMEOUT_S
+
+# After a reload, the new worker's peer sessions must hold this long unchanged before the
+# reload counts as applied: two workers that connect to each other at the same moment
+# (both instances reloaded together) each kill one session and may keep the other a few
+# milliseconds before it dies too (docs/design.md, "Stick tables across a reload").
+PEER_SESSIONS_SETTLE_S = 0.2
 
 # 2.6 drops a peers section without the local peer with only this warning.
 _DROPPED_PEERS = re.compile(r"Removing incomplete section 'peers [^']*'")
@@ -219,9 +226,11 @@ class HAProxy:
         resync and tables are not asked for: each question would only wait its timeout."""
         with self._lock:
             tables: dict[str, int] = {}
+            peers: set[str] = set()
             if not repairing:
                 self.wait_peers_synced()
                 tables = self._table_usage()
+                peers = self._connected_peers()
             before = self.show_proc()
             old_pids = {pid for pid, _ in before.workers}
             mark = self.master_log.mark() if self.master_log is not None else 0
@@ -245,7 +254,7 @@ class HAProxy:
                     raise HAProxyError(self._failure_words(mark))
                 worker = info.current_worker
                 if info.reloads > before.reloads and worker is not None and worker not in old_pids:
-                    self.wait_table_handover(worker, tables)
+                    self.wait_table_handover(worker, tables, peers)
                     return info
             raise HAProxyError(f"no new HAProxy worker after {self.reload_timeout}s")
 
@@ -255,13 +264,25 @@ class HAProxy:
         except OSError:
             return {}
 
-    def wait_table_handover(self, worker: int, before: dict[str, int]) -> None:
+    def _connected_peers(self) -> set[str]:
+        """The remote peers the running worker has a session with (before a reload)."""
+        try:
+            sessions = parse_peer_sessions(self.runtime("show peers"))
+        except OSError:
+            return set()
+        return {p.name for p in sessions if p.connected and p.state == "ESTA"}
+
+    def wait_table_handover(
+        self, worker: int, before: dict[str, int], peers: set[str] | None = None
+    ) -> None:
         """After a reload: the old worker pushes its stick tables to the new one over the
         local peer connection while the new one already serves; a client arriving before
         its entry would be balanced afresh. Wait (bounded by `sync_wait`) until the new
         worker holds at least as many entries as the old one had in every table both
-        configs keep and says the old worker's lesson is over (`_local_teach_done`), so
-        the reload counts as applied only once the tables came along.
+        configs keep, says the old worker's lesson is over, and has a session, unchanged
+        for `PEER_SESSIONS_SETTLE_S`, with every remote peer in `peers` (those the old
+        worker was connected to) that its config still names (`_settled`), so the reload
+        counts as applied only once the tables came along and updates flow to the peers.
         `show info` in the same connection says which worker answered (both listen on the
         runtime socket for a moment), and the wait also makes sure that runtime commands
         after this reload reach the new worker, not the leaving one."""
@@ -269,6 +290,8 @@ class HAProxy:
             return  # nothing to ask (socket repair handles a lost socket)
         deadline = time.monotonic() + self.sync_wait
         usage: dict[str, int] = {}
+        settled: tuple[float, tuple[tuple[str, str], ...]] | None = None  # since, sessions
+        missing: set[str] = set()
         while time.monotonic() < deadline:
             try:
                 reply = self.runtime("show info;show table")
@@ -277,33 +300,57 @@ class HAProxy:
             if parse_info_pid(reply) == worker:
                 usage = parse_table_usage(reply)
                 arrived = all(usage.get(name, count) >= count for name, count in before.items())
-                if arrived and self._local_teach_done(worker):
+                sessions, missing = (
+                    self._settled(worker, peers or set()) if arrived else (None, missing)
+                )
+                if sessions is None:
+                    settled = None
+                elif settled is None or settled[1] != sessions:
+                    settled = (time.monotonic(), sessions)
+                    if not sessions:
+                        return  # no peer session to watch: nothing can still change
+                elif time.monotonic() - settled[0] >= PEER_SESSIONS_SETTLE_S:
                     return
             time.sleep(0.05)
         log.warning(
-            "new worker %d lacks stick-table entries or the old worker's lesson %.1fs after "
-            "the reload: %s of %s",
+            "new worker %d lacks stick-table entries, the old worker's lesson or a session "
+            "with peers %s %.1fs after the reload: %s of %s",
             worker,
+            sorted(missing),
             self.sync_wait,
             usage,
             before,
         )
 
-    def _local_teach_done(self, worker: int) -> bool:
-        """Whether the new worker says its lesson from the old one is over (`show peers`
-        flags 0x1 in every section). The entry count alone can be reached from the remote
-        peers' pushes while the old worker is still teaching; until it finished, the old
-        worker may still send entries as they were before the reload, and overwrite a
-        client's newer pin on this instance. Asked only once the count is there (`show
-        peers` lists every table), in one connection with `show info` so that it is the
-        new worker answering."""
+    def _settled(
+        self, worker: int, peers: set[str]
+    ) -> tuple[tuple[tuple[str, str], ...] | None, set[str]]:
+        """The new worker's sessions with `peers` ((name, session) pairs) once its lesson
+        from the old worker is over (`show peers` flags 0x1 in every section) and every one
+        of them its config still names is connected, else None; and those not connected.
+
+        The entry count alone can be reached from the remote peers' pushes while the old
+        worker is still teaching; until it finished, the old worker may still send entries
+        as they were before the reload. And until the new worker's session with a peer is
+        up, neither side sends the other what its clients changed: when it comes up, what
+        the peer sends first overwrites the entries changed here, which are then sent back
+        as they are now, so a client pinned again here in the meantime (its pod gone) gets
+        the peer's older server back on both instances (CI 3.2.26, seed 263481; a
+        collision of both new workers' connections leaves them without a session for up
+        to 2 s). Asked only once the count is there, in one connection with `show info` so
+        that the new worker answers."""
         try:
             reply = self.runtime("show info;show peers")
         except OSError:
-            return False
+            return None, set()
         if parse_info_pid(reply) != worker:
-            return False
-        return all(flags & 0x1 for flags in parse_peers_flags(reply).values())
+            return None, set()
+        named = {p.name: p for p in parse_peer_sessions(reply) if p.name in peers}
+        # `connected` is the TCP session; ESTA on it: the peers handshake is done too
+        down = {name for name, p in named.items() if not (p.connected and p.state == "ESTA")}
+        if down or not all(flags & 0x1 for flags in parse_peers_flags(reply).values()):
+            return None, down
+        return tuple(sorted((name, p.session) for name, p in named.items())), down
 
     def _failure_words(self, mark: int) -> str:
         """Why the 2.6 master says its reload failed, from its output since `mark`."""

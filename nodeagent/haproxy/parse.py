@@ -144,7 +144,7 @@ _PEER_LINE = re.compile(
     r"^\s+0x[0-9a-fA-F]+: id=(?P<name>[^(\s]+)"
     r"\((?P<side>local|remote),(?P<active>active|inactive)\).*?\blast_status=(?P<status>\S+)",
 )
-_SESSION_STATE = re.compile(r"\bappctx:\S+ .*\bstate=(\w+)")
+_SESSION_STATE = re.compile(r"\bappctx:(?P<appctx>\S+) .*\bstate=(?P<state>\w+)")
 _SECTION_LINE = re.compile(r"^0x[0-9a-fA-F]+: .*\bid=\S+ disabled=")
 
 
@@ -155,6 +155,9 @@ class PeerSession:
     name: str
     state: str  # HAProxy's last_status (ESTA, CONN, NONE, ...); CLOSED: was ESTA, gone now
     connected: bool  # a session is up now (active, its appctx in state EST)
+    # Which session (its appctx address) while one exists: a session killed and made again
+    # (a collision: both sides connected at once) has another one.
+    session: str = ""
 
 
 def parse_peer_sessions(text: str) -> list[PeerSession]:
@@ -170,7 +173,7 @@ def parse_peer_sessions(text: str) -> list[PeerSession]:
             status = current["status"]
             if not up and status == "ESTA":
                 status = "CLOSED"
-            found.append(PeerSession(current["name"], status, up))
+            found.append(PeerSession(current["name"], status, up, current.get("appctx", "")))
 
     for line in text.splitlines():
         peer = _PEER_LINE.match(line)
@@ -185,6 +188,7 @@ def parse_peer_sessions(text: str) -> list[PeerSession]:
         if current is not None and "session" not in current:
             state = _SESSION_STATE.search(line)
             if state is not None:
-                current["session"] = state.group(1)
+                current["session"] = state.group("state")
+                current["appctx"] = state.group("appctx")
     close()
     return found

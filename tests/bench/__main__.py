@@ -47,6 +47,7 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark("stability", "tests.bench.stability"),
     Benchmark("churn", "tests.bench.churn"),
     Benchmark("persistence", "tests.bench.persistence"),
+    Benchmark("reload_pair", "tests.bench.reload_pair"),
     Benchmark("scale", "tests.bench.scale"),
     Benchmark("agent_apply", "tests.bench.agent_apply"),
     Benchmark("failover", "tests.bench.failover"),

@@ -22,8 +22,11 @@ the stick tables (3.0/3.2; fixed in the agent); a runtime update that HAProxy 3.
 shows a few ms late was taken as refused and reloaded (the "unexpected reload"; fixed in
 the agent); steps taken while fresh workers were still in their peers resync (6-8 s
 after a start) saw re-pinned entries put back on another instance, so the steps start
-once every instance's resync is done (docs/design.md, "Persistence under churn"). A
-failure prints what the instances held for the moved clients and their peer sessions.
+once every instance's resync is done (docs/design.md, "Persistence under churn"); two
+instances reloaded together whose new workers' peer sessions collided ACKed before a
+session was back, and clients re-pinned then got the removed pod's slot back on both
+(fixed in the agent: a reload waits for its peer sessions). A failure prints what the
+instances held for the moved clients, their peer sessions and the agents' warnings.
 """
 
 from __future__ import annotations
@@ -268,7 +271,19 @@ class ChurnRun:
                 entry = [line for line in table.splitlines() if "key=" in line]
                 lines.append(f"  {instance} {svc} {client}: {entry}")
         lines += self.peer_sessions()
+        lines += self.handover_warnings()
         return "\n".join(lines)
+
+    def handover_warnings(self) -> list[str]:
+        """The agents' warnings that a reload's wait gave up (tables, lesson or peer
+        sessions not back within --sync-wait): a reload ACKed before its peer sessions
+        were back is the one cause of a move after a reload that the agent knows of."""
+        lines = []
+        for instance in self.live():
+            text = self.fleet.agents[instance].log.read_text(errors="replace")
+            found = [line for line in text.splitlines() if "after the reload" in line]
+            lines += [f"  {instance} agent | {line.strip()}" for line in found[-3:]]
+        return lines
 
     def peer_sessions(self) -> list[str]:
         """Every live instance's peers section flags, each peer's status and counters (not
