@@ -56,6 +56,12 @@ MAP_REPLY_TIMEOUT = sockrepair.ANSWER_TIMEOUT_S
 # milliseconds before it dies too (docs/design.md, "Stick tables across a reload").
 PEER_SESSIONS_SETTLE_S = 0.2
 
+# The master CLI refuses connections for a few milliseconds after a start and after each
+# reload, while the master re-executes itself (about one `show proc` in ten during
+# back-to-back reloads, all three series): the question before a reload is asked again
+# within this bound instead of failing the reload.
+MASTER_ANSWER_WAIT_S = 2.0
+
 # 2.6 drops a peers section without the local peer with only this warning.
 _DROPPED_PEERS = re.compile(r"Removing incomplete section 'peers [^']*'")
 
@@ -151,6 +157,18 @@ class HAProxy:
     def show_proc(self) -> ProcInfo:
         return parse_show_proc(self.master("show proc"))
 
+    def show_proc_answered(self, timeout: float = MASTER_ANSWER_WAIT_S) -> ProcInfo:
+        """`show proc`, asked again while the master refuses connections (it re-executes
+        itself after a start or a reload), for at most `timeout`; then the last OSError."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.show_proc()
+            except OSError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.02)
+
     def is_running(self) -> bool:
         try:
             return self.show_proc().current_worker is not None
@@ -231,7 +249,7 @@ class HAProxy:
                 self.wait_peers_synced()
                 tables = self._table_usage()
                 peers = self._connected_peers()
-            before = self.show_proc()
+            before = self.show_proc_answered()
             old_pids = {pid for pid, _ in before.workers}
             mark = self.master_log.mark() if self.master_log is not None else 0
             reply = ""

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from nodeagent.haproxy.driver import HAProxy
 from nodeagent.haproxy.masterlog import MasterLog, failure_reason
 from nodeagent.haproxy.parse import parse_reload_reply, parse_show_proc
 from peerplane.v1 import peerplane_pb2 as pb
@@ -197,3 +200,36 @@ def test_haproxy_that_cannot_start_is_nacked_in_its_own_words(
     again = inst.applier.apply(snap)  # the client's retry, while it keeps failing
     assert (again.ok, again.retryable) == (False, True)
     assert "Cannot raise FD limit to" in again.error
+
+
+def test_the_question_before_a_reload_waits_out_a_master_refusing_connections(
+    tmp_path: Path,
+) -> None:
+    """The master CLI refuses connections for a few milliseconds after a start or a
+    reload (it re-executes itself): the `show proc` a reload asks first is asked again,
+    bounded, instead of failing the reload (back-to-back reloads failed on it)."""
+    path = str(tmp_path / "master.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)  # bound, not listening: a connection is refused
+
+    def answer_later() -> None:
+        time.sleep(0.3)
+        listener.listen(1)
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(1024)
+            conn.sendall(SHOW_PROC_32_FAILED.encode())
+
+    thread = threading.Thread(target=answer_later)
+    thread.start()
+    try:
+        hx = HAProxy(path, str(tmp_path / "rt.sock"))
+        with pytest.raises(ConnectionRefusedError):
+            hx.show_proc()  # what reload() asked before, once
+        info = hx.show_proc_answered(timeout=5)
+        assert info.failed_reloads == 1 and info.current_worker == 15212
+        with pytest.raises(OSError):  # a master that never answers: the bound holds
+            HAProxy(str(tmp_path / "none.sock"), "").show_proc_answered(timeout=0.1)
+    finally:
+        thread.join(5)
+        listener.close()
