@@ -8,12 +8,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from peerplane.parts import ContentParts
-
-if TYPE_CHECKING:
-    from controlplane.publish.content import Derived
 
 
 @dataclass(slots=True)
@@ -26,9 +22,10 @@ class Retained:
     fixed: int = 0
     version: int = 0  # the version it was published as (`snapshot_at`)
     # The content it replaced (its hash) and what can differ from it (the encoder's
-    # `SnapshotContent.derived`): a delta from that one compares those alone. None: not
-    # known.
-    moved: tuple[str, Derived] | None = None
+    # `SnapshotContent.derived`: the backends' names and the route groups' keys, each None
+    # when not known), without that content's parts: a delta from that one compares those
+    # alone. None: not known.
+    moved: tuple[str, tuple[str, ...] | None, tuple[str, ...] | None] | None = None
 
 
 CURRENT, REPLACED = 0, 1

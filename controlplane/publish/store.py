@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from controlplane.publish import delta, wire
-from controlplane.publish.content import Derived, SnapshotContent, without_keys
+from controlplane.publish.content import SnapshotContent, without_keys
 from controlplane.publish.retention import (
     CURRENT,
     REPLACED,
@@ -218,7 +218,7 @@ class SnapshotStore:
         count who holds which backend."""
         retained = self._retained.setdefault(workload, OrderedDict())
         self._forget(workload, content.content_hash)  # content going back: current again
-        moved: tuple[str, Derived] | None = None
+        moved: tuple[str, tuple[str, ...] | None, tuple[str, ...] | None] | None = None
         if replaced is None:
             self._refs.count(content.parts.backends.values(), CURRENT, 1)
         else:
@@ -226,8 +226,8 @@ class SnapshotStore:
             derived, content.derived = content.derived, None  # read once, then let go
             if derived is not None and derived.parts is not before:
                 derived = None  # said of another content than the one it replaces
-            if derived is not None:  # the encoder said what moved
-                moved = (replaced.content_hash, derived)
+            if derived is not None:  # the encoder said what moved (not kept: its parts)
+                moved = (replaced.content_hash, derived.backends, derived.groups)
             if derived is not None and derived.backends is not None:
                 gone, added = unshared_named(before, content.parts, derived.backends)
             else:
@@ -353,11 +353,7 @@ class SnapshotStore:
             base_hash,
             published.content_hash,
             published.version,
-            *(
-                (moved[1].backends, moved[1].groups)
-                if moved is not None and moved[0] == base_hash
-                else (None, None)
-            ),
+            *(moved[1:] if moved is not None and moved[0] == base_hash else (None, None)),
         )
         message = delta.server_message_with_delta(body)
         budget = self.delta_cache_budget
