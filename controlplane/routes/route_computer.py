@@ -17,9 +17,17 @@ routes that the next route change would otherwise wait for).
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import cast
 
-from controlplane.model import ClusterState, Service, ServicePort, TLSSecret
+from controlplane.model import (
+    ClusterState,
+    GRPCRoute,
+    HTTPRoute,
+    Service,
+    ServicePort,
+    TLSSecret,
+)
 from controlplane.routes.backends import ServiceKey
 from controlplane.routes.certificates import CertificateCache
 from controlplane.routes.crtlist import Edge
@@ -214,7 +222,9 @@ class RouteComputer:
                 return None
             index = self._index = TableIndex(table, self._trace)
             self.indexed_late += 1
-        found = index.update(state, placement, services, reuse, memo)
+        # the HTTPRoutes and GRPCRoutes `reuse` was made from (`state`'s kinds as they were)
+        routes = cast(tuple[Sequence[HTTPRoute], Sequence[GRPCRoute]], (last[1], last[2]))
+        found = index.update(state, placement, services, reuse, memo, routes)
         if found is None:
             return None
         updated, moved = found

@@ -20,6 +20,7 @@ from controlplane.publish import Encoder, encode
 from controlplane.routes.finalize import referenced
 from controlplane.routes.route_computer import RouteComputer
 from controlplane.routes.table import RouteTable, compute_routes
+from controlplane.routes.table_update import changed_routes
 from controlplane.settings.resolver import Resolver
 from tests.helpers.builders import service
 from tests.helpers.route_builders import (
@@ -478,3 +479,40 @@ def test_a_specific_listener_beside_a_wildcard_one_is_updated_and_isolated() -> 
     served = [r.source for r in listener.rules if r.hostnames == ("api.wild.example.com",)]
     assert len(served) == 1 and "own" in served[0], served
     assert "api.wild.example.com" in listener.closed_hosts
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_changed_routes_between_common_ends_equal_comparing_every_route(seed: int) -> None:
+    """`changed_routes` given the routes the memo was made from compares only what lies
+    between their common ends; over random insertions, removals, replacements, moves and
+    GRPCRoute changes, the added and removed routes are those comparing all by id gives."""
+    rng = random.Random(seed)
+    made = iter(range(10_000))
+    http = [route(f"r{next(made)}", [prefix_rule("/", [to("shop")])]) for _ in range(30)]
+    grpc = [grpc_route(f"g{next(made)}", [{"backendRefs": [to("shop")]}]) for _ in range(3)]
+    windowed = 0
+    for _ in range(60):
+        old_http, old_grpc = tuple(http), tuple(grpc)
+        reuse: Any = {id(r): (r, None) for r in (*old_http, *old_grpc)}
+        for _ in range(rng.choice((1, 1, 2, 3))):
+            roll, at = rng.random(), rng.randrange(len(http))
+            if roll < 0.3:
+                http.insert(at, route(f"r{next(made)}", [prefix_rule("/", [to("shop")])]))
+            elif roll < 0.5 and len(http) > 5:
+                del http[at]
+            elif roll < 0.7:
+                http[at] = route(f"r{next(made)}", [prefix_rule("/", [to("shop")])])
+            elif roll < 0.85:
+                http.insert(rng.randrange(len(http)), http.pop(at))  # moved
+            else:
+                grpc[rng.randrange(len(grpc))] = grpc_route(
+                    f"g{next(made)}", [{"backendRefs": [to("shop")]}]
+                )
+        cluster_state = dataclasses.replace(BASE, http_routes=tuple(http), grpc_routes=tuple(grpc))
+        found = changed_routes(cluster_state, reuse, (old_http, old_grpc))
+        expected = changed_routes(cluster_state, reuse, None)
+        assert found is not None and expected is not None
+        assert (found[1], found[2]) == (expected[1], expected[2])
+        assert all(found[0][i] is expected[0][i] for i in found[1])
+        windowed += len(found[0]) < len(http) + len(grpc)
+    assert windowed > 50  # the windows, not every route, were compared
