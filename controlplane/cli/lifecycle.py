@@ -175,6 +175,7 @@ async def _run(
         metrics=metrics,
         authority=replica if leadership is not None else None,
         on_published=on_published,
+        prepare=computer.prepare,
     )
     wiring.ledger_drift(slots, reconciler.on_change)
     wiring.ledger_fence(slots, leadership)

@@ -234,6 +234,11 @@ class Computer:
         plans.changed = set()
         return snapshots, rejections
 
+    def prepare(self) -> None:
+        """Work the next computation would otherwise start with, done in idle time after
+        a publication: the route table's index after a table computed from scratch."""
+        self._routes.prepare()
+
     def compute(
         self,
         state: ClusterState,

@@ -94,12 +94,15 @@ class Reconciler:
         metrics: Metrics | None = None,
         authority: SlotAuthority | None = None,
         on_published: Callable[[], None] | None = None,
+        prepare: Callable[[], None] | None = None,
     ) -> None:
         """Without `authority` (one process) this loop always assigns slots; with it,
         only while `authority.assigning()`: it then continues the ledger it loads on
         promotion, and otherwise computes as a follower, saving nothing. `on_published`
         is called after each step's publication was handed to the streams (the route
-        status writer starts then, not beside the encoding)."""
+        status writer starts then, not beside the encoding). `prepare` (`Computer.prepare`)
+        runs in the executor after each publication: what the next computation would
+        otherwise start with, kept out of the time from a change to its publication."""
         self._source = source
         self._authority = authority
         self._leading = False  # the ledger was loaded since this replica took the Lease
@@ -118,6 +121,7 @@ class Reconciler:
         self.unpersisted = ""
         self._executor = executor
         self._on_published = on_published
+        self._prepare = prepare
         self._metrics = metrics or Metrics()
         self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
@@ -339,6 +343,11 @@ class Reconciler:
             self._on_published()
         self._log_problems(result.rejections, self._source.errors())
         self._log_spares(result)
+        if self._prepare is not None:  # before the freeze: what it makes is kept too
+            try:
+                await self._loop.run_in_executor(self._executor, self._prepare)
+            except Exception:
+                log.exception("preparing the next computation failed; it will do it")
         self._heap.settle(self._encoder.encoded)
 
     def _log_spares(self, result: ComputeResult) -> None:

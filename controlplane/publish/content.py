@@ -8,8 +8,21 @@ head, each backend's framed bytes, frontends, warnings) are what deltas are buil
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from peerplane.parts import ContentParts
 from peerplane.v1 import peerplane_pb2 as pb
+
+
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """What the encoder says a content can differ in from the content it was built from
+    (`parts`): the backends it re-encoded or dropped, the route group keys it grouped
+    again (added, changed or removed); None: not known (compare all)."""
+
+    parts: ContentParts
+    backends: tuple[str, ...] | None
+    groups: tuple[str, ...] | None
 
 
 class SnapshotContent:
@@ -22,9 +35,9 @@ class SnapshotContent:
     message is parsed only when someone asks for it (inspection, the CLI): streaming sends
     the bytes.
 
-    `derived`, set by the encoder, says which backends can differ from the content it
-    was built from: (those parts, the names of the backends it re-encoded or dropped);
-    the store reads it to follow the backends a change replaced without comparing all.
+    `derived`, set by the encoder, says which backends and route groups can differ from
+    the content it was built from (`Derived`); the store reads it to follow what a change
+    replaced, and to build the delta from it, without comparing all.
     """
 
     __slots__ = (
@@ -48,7 +61,7 @@ class SnapshotContent:
         backends: int,
         warnings: int,
         payload: bytes | None = None,
-        derived: tuple[ContentParts, tuple[str, ...]] | None = None,
+        derived: Derived | None = None,
     ) -> None:
         self.workload = workload
         self.content_hash = content_hash
@@ -75,7 +88,7 @@ class SnapshotContent:
         peers: int,
         backends: int,
         warnings: int,
-        derived: tuple[ContentParts, tuple[str, ...]] | None = None,
+        derived: Derived | None = None,
     ) -> SnapshotContent:
         """Content of encoded parts, hashed as `peerplane.parts` defines it. The joined
         payload is not kept: most versions only ever travel as deltas."""

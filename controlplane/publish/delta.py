@@ -9,13 +9,14 @@ listeners, without their rules) and warnings parts are copied only when they dif
 (with their flag). Backends are compared
 by identity first (the encoder shares an unchanged backend's bytes object between
 versions), then by equality, so building a delta is O(backends) in C at worst and copies
-only what changed; when the encoder said which backends can differ (`names`: a delta from
-the version just before) only those are compared, O(changed).
+only what changed; when the encoder said which backends and route groups can differ
+(`names`, `group_keys`: a delta from the version just before) only those are compared,
+O(changed).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from controlplane.publish import wire
 from peerplane import protowire
@@ -67,6 +68,30 @@ def changed_backends(
     return moved, sorted(name for name in names if name in before and name not in after)
 
 
+def changed_route_groups(
+    old: ContentParts, new: ContentParts, keys: Iterable[str] | None = None
+) -> tuple[list[bytes], list[str]]:
+    """The framed route groups of `new` that `old` lacks or holds differently, and the
+    keys `old` has and `new` has not, both in key order (`peerplane.parts
+    .route_group_changes`, whatever order the dicts hold them in). `keys`: the only groups
+    that can differ between the two (`Derived.groups`), so only those are compared."""
+    before, after = old.route_groups, new.route_groups
+    if keys is None:
+        found, removed = route_group_changes(old, new)
+        if new.group_order is not None:  # the dicts hold new keys last
+            return [found[key] for key in sorted(found)], removed
+        return list(found.values()), removed
+    ordered = sorted(set(keys))
+    changed = [
+        framed
+        for key in ordered
+        if (framed := after.get(key)) is not None
+        and (held := before.get(key)) is not framed
+        and held != framed
+    ]
+    return changed, [key for key in ordered if key in before and key not in after]
+
+
 def delta_bytes(
     old: ContentParts,
     new: ContentParts,
@@ -74,12 +99,13 @@ def delta_bytes(
     to_hash: str,
     version: int,
     names: Sequence[str] | None = None,
+    group_keys: Sequence[str] | None = None,
 ) -> bytes:
     """The serialized `SnapshotDelta` that turns content `old` into `new` (version set);
-    `names` as `changed_backends` takes them."""
+    `names` as `changed_backends` takes them, `group_keys` as `changed_route_groups`."""
     changed, removed = changed_backends(old, new, names)
     certificates, removed_certificates = certificate_changes(old, new)
-    groups, removed_groups = route_group_changes(old, new)
+    groups, removed_groups = changed_route_groups(old, new, group_keys)
     peers = new.peers != old.peers
     # The listeners (fields 14 and 16) travel with the frontends: one flag, all parts.
     frontends = new.frontends_differ(old)
@@ -104,7 +130,7 @@ def delta_bytes(
             protowire.length_delimited(DELTA_REMOVED_CERTIFICATES, name.encode())
             for name in removed_certificates
         ),
-        *groups.values(),
+        *groups,
         *(
             protowire.length_delimited(DELTA_REMOVED_ROUTE_GROUPS, key.encode())
             for key in removed_groups

@@ -22,7 +22,7 @@ from operator import is_not
 from typing import TypeVar
 
 from controlplane.publish import wire
-from controlplane.publish.content import SnapshotContent
+from controlplane.publish.content import Derived, SnapshotContent
 from controlplane.publish.encode_filters import encode_filters
 from controlplane.publish.route_groups import Group, ListenerGroups, regroup
 from controlplane.snapshot import (
@@ -388,7 +388,7 @@ class Encoder:
         self, snapshot: WorkloadSnapshot, last: _Encoded | None, cache: _BackendCache
     ) -> tuple[SnapshotContent, _Encoded]:
         found = self._replaced(snapshot, last, cache) if last is not None else None
-        derived: tuple[ContentParts, tuple[str, ...]] | None = None
+        touched: tuple[str, ...] | None = None
         if found is None:
             hits = [self._hit(spec, cache) for spec in snapshot.backends]
             backends = {hit[0].name: hit[1] for hit in hits}
@@ -397,9 +397,9 @@ class Encoder:
         else:
             assert last is not None
             backends, backend_digests, backend_warnings, touched = found
-            derived = (last.parts, touched)
         peers = frontends = warnings = listeners = tls_listeners = None
         groups: Mapping[str, ListenerGroups] | None = None
+        touched_groups: tuple[str, ...] | None = None
         certificates: Mapping[str, bytes] | None = None
         if last is not None:
             before = last.snapshot
@@ -415,6 +415,7 @@ class Encoder:
             if snapshot.http_listeners is before.http_listeners:
                 listeners = last.parts.listeners
                 groups = last.groups
+                touched_groups = ()
             if snapshot.certificates is before.certificates:
                 certificates = last.parts.certificates
             if snapshot.tls_listeners is before.tls_listeners:
@@ -424,7 +425,10 @@ class Encoder:
                 c.name: self._certificate_bytes(c) for c in sorted(snapshot.certificates, key=_name)
             }
         if groups is None:
-            groups = self._route_groups(snapshot, last.groups if last is not None else {})
+            last_groups = last.groups if last is not None else {}
+            groups = self._route_groups(snapshot, last_groups)
+            touched_groups = _touched(groups, last_groups)
+        route_groups, order = _joined(groups, "framed")
         parts = ContentParts(
             workload=pb.Snapshot(workload=snapshot.workload).SerializeToString(),
             peers=_peers(snapshot) if peers is None else peers,
@@ -434,9 +438,10 @@ class Encoder:
             listeners=self._listeners_bytes(snapshot) if listeners is None else listeners,
             certificates=certificates,
             tls_listeners=_tls_listeners(snapshot) if tls_listeners is None else tls_listeners,
-            route_groups=_joined(groups, "framed"),
+            route_groups=route_groups,
             backend_digests=backend_digests,
-            group_digests=_joined(groups, "digests"),
+            group_digests=_joined(groups, "digests")[0],
+            group_order=order,
         )
         content = SnapshotContent.of_parts(
             snapshot.workload,
@@ -444,7 +449,7 @@ class Encoder:
             peers=len(snapshot.peers.peers),
             backends=len(snapshot.backends),
             warnings=len(snapshot.warnings) + backend_warnings,
-            derived=derived,
+            derived=Derived(last.parts, touched, touched_groups) if last is not None else None,
         )
         return content, _Encoded(snapshot, parts, backend_warnings, groups)
 
@@ -471,18 +476,44 @@ class Encoder:
         return backends, digests, warnings, tuple(touched)
 
 
-def _joined(groups: Mapping[str, ListenerGroups], field: str) -> Mapping[str, bytes]:
-    """The listeners' `framed` or `digests` by group key, in key order: by listener name
-    followed by "/" ("80.1.2.3:443/" sorts before "80/"), each listener's own in key order
-    already. One listener's dict itself (the common case: no copy)."""
+def _joined(
+    groups: Mapping[str, ListenerGroups], field: str
+) -> tuple[Mapping[str, bytes], list[str] | None]:
+    """The listeners' `framed` or `digests` by group key, and the keys in key order when
+    the dict does not hold them so (`ContentParts.group_order`): by listener name
+    followed by "/" ("80.1.2.3:443/" sorts before "80/"), each listener's own in key
+    order. One listener's dict itself (the common case: no copy)."""
     names = sorted(groups, key=_slashed)
     if len(names) == 1:
-        found: Mapping[str, bytes] = getattr(groups[names[0]], field)
-        return found
+        one = groups[names[0]]
+        found: Mapping[str, bytes] = getattr(one, field)
+        return found, one.order
     joined: dict[str, bytes] = {}
+    ordered = any(groups[name].order is not None for name in names)
+    order: list[str] | None = [] if ordered else None
     for name in names:
         joined.update(getattr(groups[name], field))
-    return joined
+        if order is not None:
+            order.extend(groups[name].keys())
+    return joined, order
+
+
+def _touched(
+    groups: Mapping[str, ListenerGroups], last: Mapping[str, ListenerGroups]
+) -> tuple[str, ...] | None:
+    """The group keys that may differ from the listeners' `last` groupings (each patched
+    from its own); None when not known: a listener came or went, or was grouped from
+    scratch."""
+    if not last or groups.keys() != last.keys():
+        return None
+    keys: list[str] = []
+    for name, grouping in groups.items():
+        if grouping is last[name]:
+            continue
+        if grouping.touched is None:
+            return None
+        keys.extend(grouping.touched)
+    return tuple(keys)
 
 
 def _swept(

@@ -9,12 +9,17 @@ sets of their ids. It groups again only the hosts of the rules added or removed;
 other group is the same object, and the dicts of bytes and digests the content needs are
 copied (C) and patched. A rule that stayed keeps its place among its host's rules (its
 precedence key is its route's: the same rule object, the same key), so the result equals
-grouping from scratch (tests/publish/test_route_groups.py, over random sequences).
+grouping from scratch (tests/publish/test_route_groups.py, over random sequences). A new
+or removed host's key is put in or taken out of the sorted key list (`order`, bisect)
+rather than the three dicts made again in key order (~2 ms at 10,000 hosts); the dicts
+then hold the keys in the order they came, as the agent's do (`ContentParts.group_order`),
+and the grouping says which keys it changed (`touched`) for the delta and the store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import compress, groupby
 from operator import attrgetter
@@ -46,13 +51,22 @@ Frame = Callable[[str, str, tuple[RouteRule, ...]], Group]
 @dataclass(frozen=True, slots=True)
 class ListenerGroups:
     """One listener's grouping: the rules it was made from, and its groups, framed bytes
-    and digests by key, in key order. Never mutated: the next grouping copies what it
+    and digests by key, in key order, or in `order` when it is set (the keys sorted; the
+    dicts then in the order the keys came). `touched`: the keys whose group may differ
+    from the grouping this one was patched from (added, changed or removed); None when
+    not known (grouped from scratch). Never mutated: the next grouping copies what it
     changes."""
 
     rules: tuple[RouteRule, ...]
     groups: dict[str, Group]
     framed: dict[str, bytes]
     digests: dict[str, bytes]
+    order: list[str] | None = None
+    touched: tuple[str, ...] | None = None
+
+    def keys(self) -> Sequence[str]:
+        """The group keys in key order."""
+        return self.order if self.order is not None else list(self.groups)
 
 
 _HOSTNAMES = attrgetter("hostnames")
@@ -147,7 +161,7 @@ def regroup(
     if not added_ids and not removed_ids:
         if old_part:  # the same rules in another order: not a route change's
             return scratch(name, rules, last, frame)
-        return ListenerGroups(rules, last.groups, last.framed, last.digests)
+        return ListenerGroups(rules, last.groups, last.framed, last.digests, last.order, ())
     added = compress(new_part, map(added_ids.__contains__, map(id, new_part)))
     removed = compress(old_part, map(removed_ids.__contains__, map(id, old_part)))
     touched: dict[str, list[RouteRule]] = {}  # host -> its rules added
@@ -156,25 +170,24 @@ def regroup(
     for rule in removed:
         touched.setdefault(host_of(rule), [])
     groups = dict(last.groups)
-    keys_moved = False
+    framed = dict(last.framed)
+    digests = dict(last.digests)
+    order = last.order
+    keys: list[str] = []
     for host, new_rules in touched.items():
         key = group_key(name, host)
+        keys.append(key)
         before = groups.get(key)
         held = [r for r in before.rules if id(r) not in removed_ids] if before else []
         held += new_rules
         if not held:
-            del groups[key]
-            keys_moved = True
+            del groups[key], framed[key], digests[key]
+            order = list(last.keys()) if order is None or order is last.order else order
+            del order[bisect_left(order, key)]
             continue
-        groups[key] = frame(name, host, _ordered_by(rules, held))
-        keys_moved = keys_moved or before is None
-    if keys_moved:
-        ordered, framed, digests = _ordered(groups)
-        return ListenerGroups(rules, ordered, framed, digests)
-    framed = dict(last.framed)
-    digests = dict(last.digests)
-    for host in touched:
-        key = group_key(name, host)
-        framed[key] = groups[key].framed
-        digests[key] = groups[key].digest
-    return ListenerGroups(rules, groups, framed, digests)
+        group = groups[key] = frame(name, host, _ordered_by(rules, held))
+        framed[key], digests[key] = group.framed, group.digest
+        if before is None:
+            order = list(last.keys()) if order is None or order is last.order else order
+            insort(order, key)
+    return ListenerGroups(rules, groups, framed, digests, order, tuple(keys))

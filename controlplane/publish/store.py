@@ -218,15 +218,18 @@ class SnapshotStore:
         count who holds which backend."""
         retained = self._retained.setdefault(workload, OrderedDict())
         self._forget(workload, content.content_hash)  # content going back: current again
-        moved: tuple[str, tuple[str, ...]] | None = None
+        moved: tuple[str, tuple[str, ...] | None, tuple[str, ...] | None] | None = None
         if replaced is None:
             self._refs.count(content.parts.backends.values(), CURRENT, 1)
         else:
             before = replaced.content.parts
             derived, content.derived = content.derived, None  # read once, then let go
-            if derived is not None and derived[0] is before:  # the encoder said what moved
-                gone, added = unshared_named(before, content.parts, derived[1])
-                moved = (replaced.content_hash, derived[1])
+            if derived is not None and derived.parts is not before:
+                derived = None  # said of another content than the one it replaces
+            if derived is not None:  # the encoder said what moved (not kept: its parts)
+                moved = (replaced.content_hash, derived.backends, derived.groups)
+            if derived is not None and derived.backends is not None:
+                gone, added = unshared_named(before, content.parts, derived.backends)
             else:
                 gone, added = unshared(before, content.parts)
             self._refs.count(added, CURRENT, 1)
@@ -234,7 +237,10 @@ class SnapshotStore:
             previous = retained.get(replaced.content_hash)
             if previous is not None:
                 previous.own = tuple(gone)
-                previous.fixed = fixed_bytes(before, content.parts) + sys.getsizeof(previous.own)
+                groups = derived.groups if derived is not None else None
+                previous.fixed = fixed_bytes(before, content.parts, groups) + sys.getsizeof(
+                    previous.own
+                )
                 self._refs.count(previous.own, REPLACED, 1)
                 self._fixed_total += previous.fixed
                 self._replaced[(workload, replaced.content_hash)] = None
@@ -347,7 +353,7 @@ class SnapshotStore:
             base_hash,
             published.content_hash,
             published.version,
-            moved[1] if moved is not None and moved[0] == base_hash else None,
+            *(moved[1:] if moved is not None and moved[0] == base_hash else (None, None)),
         )
         message = delta.server_message_with_delta(body)
         budget = self.delta_cache_budget

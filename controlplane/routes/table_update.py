@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 from bisect import bisect_left, insort
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controlplane.model import ClusterState, GRPCRoute, HTTPRoute, Service
@@ -49,6 +49,7 @@ from controlplane.routes.placement import LANE_SEPARATOR, Placement, lane_worklo
 from controlplane.routes.precedence import Candidate
 from controlplane.routes.table_stages import Held, Trace, by_namespace
 from controlplane.routes.table_types import Memo, RouteTable, WorkloadRoutes
+from controlplane.sequences import common_ends
 from controlplane.snapshot import RejectedInput, RouteRule
 from peerplane.patterns import WILDCARD_PREFIX
 
@@ -190,6 +191,48 @@ def _refuses(host: str, claims: Counts, held: Mapping[str, Claim]) -> bool:
         if holder is None:
             holder = claim
     return False
+
+
+Routes = dict[int, HTTPRoute | GRPCRoute]
+
+
+def changed_routes(
+    state: ClusterState,
+    reuse: Memo,
+    last: tuple[Sequence[HTTPRoute], Sequence[GRPCRoute]] | None,
+) -> tuple[Routes, set[int], set[int]] | None:
+    """The HTTPRoutes and GRPCRoutes of `state` added and removed (by id) since those
+    `reuse` holds, with the added ones by id; None past `MAX_CHANGED`. With `last` (the
+    routes `reuse` was made from, in their order) only the objects between each kind's
+    common prefix and suffix are compared (`sequences.common_ends`, by identity in C):
+    a new route is one comparison per route instead of a dict of every route by id and
+    two key differences (~2 ms at 10,000 routes). The same sets as comparing all: an
+    object outside both windows is at the same place in both sequences."""
+    if last is not None:
+        by_id: Routes = {}
+        gone: set[int] = set()
+        for old, now in ((last[0], state.http_routes), (last[1], state.grpc_routes)):
+            head, tail = common_ends(old, now)
+            old_part, new_part = old[head : len(old) - tail], now[head : len(now) - tail]
+            if len(old_part) + len(new_part) > 4 * MAX_CHANGED:
+                break  # a reordering or a bulk change: compare all
+            by_id.update(zip(map(id, new_part), new_part, strict=True))
+            gone.update(map(id, old_part))
+        else:
+            added = by_id.keys() - gone
+            removed = gone - by_id.keys()
+            if len(added) + len(removed) > MAX_CHANGED:
+                return None
+            if removed <= reuse.keys() and not added & reuse.keys():
+                return by_id, added, removed
+            # else `last` is not what `reuse` was made from: compare all
+    routes: list[HTTPRoute | GRPCRoute] = [*state.http_routes, *state.grpc_routes]
+    by_id = dict(zip(map(id, routes), routes, strict=True))  # C speed, as the set ops
+    added = by_id.keys() - reuse.keys()
+    removed = reuse.keys() - by_id.keys()
+    if len(added) + len(removed) > MAX_CHANGED:
+        return None
+    return by_id, added, removed
 
 
 def _add_claim(claims: dict[str, Counts], claim: Claim, step: int) -> None:
@@ -340,18 +383,19 @@ class TableIndex:
         services: Mapping[ServiceKey, Service],
         reuse: Memo,
         memo: Memo,
+        last: tuple[Sequence[HTTPRoute], Sequence[GRPCRoute]] | None = None,
     ) -> tuple[RouteTable, set[ServiceKey]] | None:
         """The table for `state` whose HTTPRoutes and GRPCRoutes alone changed since this
         index's table (`reuse`: its memo), and the Services whose demand moved; `memo`
-        is filled as `build_table` fills it. None: compute from scratch (nothing moved)."""
+        is filled as `build_table` fills it. None: compute from scratch (nothing moved).
+        `last`: the HTTPRoutes and GRPCRoutes `reuse` was made from, so the changed
+        routes are found between their common ends (`changed_routes`)."""
         if not self.usable:
             return None
-        routes: list[HTTPRoute | GRPCRoute] = [*state.http_routes, *state.grpc_routes]
-        by_id = dict(zip(map(id, routes), routes, strict=True))  # C speed, as the set ops
-        added = by_id.keys() - reuse.keys()
-        removed = reuse.keys() - by_id.keys()
-        if len(added) + len(removed) > MAX_CHANGED:
+        found = changed_routes(state, reuse, last)
+        if found is None:
             return None
+        by_id, added, removed = found
         grants = by_namespace(state.reference_grants)
         new = [(by_id[i], route_outcome(by_id[i], placement, services, grants)) for i in added]
         old = [reuse[i] for i in removed]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import math
@@ -14,10 +15,13 @@ from dataclasses import dataclass
 
 import pytest
 
+from controlplane.compute import Computer
 from controlplane.loop.heap import REFREEZE_GEN2_OBJECTS, Heap
 from controlplane.loop.reconcile import Reconciler
+from controlplane.model import ClusterState
 from controlplane.publish.store import SnapshotStore
 from controlplane.snapshot import RejectedInput
+from tests.helpers.route_builders import gateway, prefix_rule, route, state, to
 from tests.helpers.server_fakes import FakeCompute, FakeSource, RecordingLedger, assignment_for
 from tests.helpers.server_harness import W1, run
 
@@ -389,5 +393,66 @@ def test_the_streams_send_a_publication_before_the_heap_is_settled(
             await loop.reconciler.wait_computed(2, WAIT_S)
             await sender
             assert order == ["sent", "settled"]
+
+    run(body())
+
+
+class RouteSource(FakeSource):
+    """A FakeSource answering `cluster` (a test replaces it, then calls `on_change`)."""
+
+    def __init__(self, cluster: ClusterState) -> None:
+        super().__init__()
+        self.cluster = cluster
+
+    def state(self) -> ClusterState:
+        return self.cluster
+
+
+def _routes_state(count: int, path: str = "/a") -> ClusterState:
+    """A Gateway and `count` HTTPRoutes, one hostname each."""
+    routes = [
+        route(
+            f"r{i}", [prefix_rule(path if i == 0 else "/a", [to("shop")])], hostnames=(f"h{i}.x",)
+        )
+        for i in range(count)
+    ]
+    return state(gateway("web", port=8080, allowed={"from": "All"}), *routes)
+
+
+def test_the_route_index_is_made_after_the_publication_not_by_the_next_change() -> None:
+    """The route table's index (65 ms at 10,000 routes) was made by the first route
+    change after a table computed from scratch; `prepare` makes it after the publication,
+    so that change is an update that makes none."""
+
+    async def body() -> None:
+        store = SnapshotStore()
+        computer = Computer()
+        source = RouteSource(_routes_state(5))
+        reconciler = Reconciler(
+            source, store, RecordingLedger(store), computer.compute, prepare=computer.prepare
+        )
+        source.start(reconciler.on_change)
+        task = asyncio.create_task(reconciler.run())
+        try:
+            await reconciler.wait_computed(1, WAIT_S)
+            (workload,) = store.workloads()
+            first = store.get(workload)
+            assert first is not None
+            source.cluster = dataclasses.replace(
+                source.cluster,
+                http_routes=(
+                    route("r0", [prefix_rule("/b", [to("shop")])], hostnames=("h0.x",)),
+                    *source.cluster.http_routes[1:],
+                ),
+            )
+            source.on_change()
+            await reconciler.wait_computed(2, WAIT_S)
+            routes = computer._routes
+            assert (routes.updated, routes.indexed_late) == (1, 0)
+            after = store.get(workload)
+            assert after is not None and after.version == first.version + 1
+        finally:
+            reconciler.stop()
+            await asyncio.wait_for(task, WAIT_S)
 
     run(body())

@@ -11,6 +11,8 @@ import pytest
 
 from controlplane.compute import Computer
 from controlplane.publish import Encoder
+from controlplane.publish.delta import delta_bytes
+from controlplane.publish.retention import fixed_bytes
 from controlplane.publish.route_groups import Group, ListenerGroups, regroup, scratch
 from controlplane.snapshot import HttpListener, RoutePath, RouteRule, WorkloadSnapshot
 from tests.helpers.builders import WORKLOAD
@@ -26,10 +28,28 @@ def frame(name: str, host: str, held: tuple[RouteRule, ...]) -> Group:
 
 
 def same(patched: ListenerGroups, fresh: ListenerGroups) -> None:
-    assert list(patched.groups) == list(fresh.groups)
-    assert [g.rules for g in patched.groups.values()] == [g.rules for g in fresh.groups.values()]
-    assert list(patched.framed.items()) == list(fresh.framed.items())
-    assert list(patched.digests.items()) == list(fresh.digests.items())
+    """Equal groups, bytes and digests by key, the same keys in key order (the dicts of
+    a patched grouping may hold a new key last: `order` then has them in key order)."""
+    keys = list(patched.keys())
+    assert keys == list(fresh.keys()) == sorted(fresh.groups)
+    assert patched.groups.keys() == patched.framed.keys() == patched.digests.keys() == set(keys)
+    assert [patched.groups[k].rules for k in keys] == [g.rules for g in fresh.groups.values()]
+    assert [(k, patched.framed[k]) for k in keys] == list(fresh.framed.items())
+    assert [(k, patched.digests[k]) for k in keys] == list(fresh.digests.items())
+
+
+def touched_all(now: ListenerGroups, last: ListenerGroups) -> None:
+    """`touched` names every key whose group differs from `last`'s (added, changed or
+    removed), so a delta and the store compare those alone."""
+    differ = {
+        k
+        for k in now.groups.keys() | last.groups.keys()
+        if now.groups.get(k) is not last.groups.get(k)
+    }
+    if now is last:
+        return
+    assert now.touched is not None
+    assert differ <= set(now.touched), differ - set(now.touched)
 
 
 def changed(rules: list[RouteRule], rng: random.Random, serial: list[int]) -> list[RouteRule]:
@@ -63,6 +83,8 @@ def test_a_patched_grouping_equals_grouping_from_scratch(seed: int) -> None:
         rules = changed(rules, rng, serial)
         now = regroup("8080", tuple(rules), last, frame)
         same(now, scratch("8080", tuple(rules), None, frame))
+        if now.touched is not None or now is last:
+            touched_all(now, last)
         kept = [k for k in now.groups if k in last.groups and now.groups[k] is last.groups[k]]
         patched_some += bool(kept)
         last = now
@@ -90,7 +112,9 @@ def test_only_the_groups_of_changed_hosts_are_framed_again() -> None:
     added = RouteRule("new", ("h100x.example",), RoutePath("Exact", "/"))
     later = regroup("80", (*now.rules, added), now, counting)
     assert framed == ["h100x.example"]
-    assert list(later.groups) == sorted(later.groups)  # a new host's group in key order
+    assert list(later.keys()) == sorted(later.groups)  # a new host's group in key order
+    assert later.touched == ("80/h100x.example",)
+    assert later.groups is not now.groups and later.order is not None
 
 
 def test_equal_rules_made_again_are_the_ones_the_next_change_is_compared_with() -> None:
@@ -128,6 +152,7 @@ def test_the_encoder_patching_groups_equals_a_fresh_encoder(seed: int) -> None:
     base: WorkloadSnapshot = Computer().compute(state("/"), {}).workloads[WORKLOAD]
     encoder = Encoder()
     rules: list[RouteRule] = []
+    patched_some = 0
     for _ in range(25):
         rules = changed(rules, rng, serial)
         listeners = (HttpListener(8080, tuple(rules)), HttpListener(9090, tuple(rules[:3])))
@@ -136,3 +161,17 @@ def test_the_encoder_patching_groups_equals_a_fresh_encoder(seed: int) -> None:
         fresh = Encoder().encode({WORKLOAD: snapshot})[WORKLOAD]
         assert content.payload == fresh.payload
         assert content.content_hash == fresh.content_hash
+        derived = content.derived
+        if derived is not None:  # what the store and the delta compare alone
+            old = derived.parts
+            assert fixed_bytes(old, content.parts, derived.groups) == fixed_bytes(
+                old, content.parts
+            )
+            assert delta_bytes(
+                old, content.parts, "a", "b", 2, derived.backends, derived.groups
+            ) == delta_bytes(old, content.parts, "a", "b", 2)
+            assert delta_bytes(old, content.parts, "a", "b", 2) == delta_bytes(
+                old, fresh.parts, "a", "b", 2
+            )
+            patched_some += derived.groups is not None
+    assert patched_some > 10
