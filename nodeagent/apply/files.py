@@ -136,11 +136,11 @@ class ConfigFile:
                 return
             try:
                 self._write(content())
-            except ApplyError as e:
+            except Exception as e:
                 with self._lock:
                     if self._deferred is None:
                         self._deferred = content
-                    self._failed = e.reason
+                    self._failed = e.reason if isinstance(e, ApplyError) else repr(e)
                 raise
 
     def close(self) -> None:
@@ -167,6 +167,10 @@ class ConfigFile:
                 self.flush()
             except ApplyError as e:  # the next apply writes it first, or NACKs
                 log.error("deferred write of haproxy.cfg failed: %s", e.reason)
+                if self.on_failure is not None:
+                    self.on_failure()
+            except Exception:  # a fault nobody foresaw must not end the writer
+                log.exception("deferred write of haproxy.cfg failed")
                 if self.on_failure is not None:
                     self.on_failure()
 
