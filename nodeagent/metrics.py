@@ -63,6 +63,11 @@ class AgentMetrics:
             "Reloads that bound a deleted runtime socket again",
             registry=r,
         )
+        self.config_write_failures = Counter(
+            "nodeagent_config_write_failures",
+            "Writes of haproxy.cfg after the ACK that failed (the next apply writes it first)",
+            registry=r,
+        )
         self.deltas = Counter(
             "nodeagent_deltas_received", "SnapshotDelta messages received", registry=r
         )

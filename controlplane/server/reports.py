@@ -84,14 +84,19 @@ def _without_tables(report: pb.AgentReport) -> pb.AgentReport:
     )
 
 
+# The report's fields but its tables, cleared before the tables are hashed.
+_NOT_TABLES = tuple(f.name for f in pb.AgentReport.DESCRIPTOR.fields if f.name != "tables")
+
+
 def tables_digest(report: pb.AgentReport) -> bytes:
-    """SHA-256 of `report`'s tables as sent (serialized and hashed at C speed)."""
+    """SHA-256 of `report`'s tables as sent (serialized and hashed at C speed), and of
+    any field this control plane does not know: equal digests, equal tables; a newer
+    agent's unknown field only makes the tables bounded again. Discarding unknown fields
+    walked the 4,096 tables and was half the digest's cost (1.5 of 3 ms per report)."""
     tables = pb.AgentReport()
     tables.CopyFrom(report)  # whole messages are copied in C, repeated fields in Python
-    for descriptor, _ in tables.ListFields():
-        if descriptor.name != "tables":
-            tables.ClearField(descriptor.name)
-    tables.DiscardUnknownFields()
+    for name in _NOT_TABLES:
+        tables.ClearField(name)
     return hashlib.sha256(tables.SerializeToString(deterministic=True)).digest()
 
 

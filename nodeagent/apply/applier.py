@@ -79,10 +79,13 @@ class Applier:
         self.options = dataclasses.replace(options, maps_dir=maps_dir, certs_dir=certs_dir)
         self.certs = CertFiles(certs_dir)
         self.config_path = config_path
-        self.files = HAProxyFiles(config_path, maps_dir)
+        self.metrics = metrics if metrics is not None else AgentMetrics()
+        self.files = HAProxyFiles(config_path, maps_dir, self.metrics.config_write_failures.inc)
         self.store = store
         self.haproxy = haproxy
         self.activation = activation.for_mode(haproxy, supervisor)
+        if supervisor is not None:  # a (re)start of HAProxy reads the file: current first
+            supervisor.before_spawn = self._config_for_start
         self.start_timeout = start_timeout
         self.applied: Held | None = None
         self._applied_cfg: Rendered | None = None  # the render cache: applied sections
@@ -99,7 +102,6 @@ class Applier:
         # This apply found the runtime socket silent: its repair does not wait on it again.
         self._socket_silent = False
         self._lock = threading.Lock()
-        self.metrics = metrics if metrics is not None else AgentMetrics()
         self.validation = Validation(haproxy, self.certs, certs_dir, self.metrics)
         # The open files HAProxy may use: a config that needs more is NACKed before
         # `haproxy -c` (None: not counted; HAProxy's own refusal is quoted instead).
@@ -122,6 +124,19 @@ class Applier:
         """What the Hello reports, in parts: the base a new stream's deltas apply to."""
         return None if self._unsaved else self.applied
 
+    def close(self) -> None:
+        """At stop: haproxy.cfg written if its write was still deferred."""
+        self.files.config.close()
+
+    def _config_for_start(self) -> None:
+        """Before the supervisor starts HAProxy on the file: the deferred content written
+        (a failure is logged; HAProxy then starts on the older file, as it would have
+        before the write was deferred, and the next apply writes it first or NACKs)."""
+        try:
+            self.files.config.flush()
+        except ApplyError as e:
+            log.error("HAProxy (re)starts on an older haproxy.cfg: %s", e.reason)
+
     def restore(self) -> bool:
         """On agent start: run the saved snapshot at once, before the control plane answers.
 
@@ -130,14 +145,13 @@ class Applier:
         that is not up yet is only given the file (it starts on it; the agent does not wait).
         """
         with self._lock:
-            saved = self.store.load()
-            if saved is None:
+            snapshot = self.store.load_held()
+            if snapshot is None:
                 log.info(
                     "no saved snapshot in %s; waiting for the control plane", self.store.state_dir
                 )
                 return False
             try:
-                snapshot = _hold(saved)
                 result = self._run(snapshot, None, restoring=True)
             except ApplyError as e:
                 log.error("saved snapshot not restored: %s", e.reason)
@@ -204,6 +218,8 @@ class Applier:
         missing = peers.missing_local_peer(snapshot.peers, self.options.pod_name)
         if missing is not None:
             raise ApplyError(missing)
+        if self.files.config.failed is not None:  # a write after the last ACK failed
+            self.files.config.flush()  # the file a restart reads, before anything else
         old = self.applied
         if old is not None and (change is None or change.base != old.content_hash):
             change = diff(old, snapshot)
@@ -230,12 +246,13 @@ class Applier:
                 "%s: no change to HAProxy (%s)", ident, decision.reason, extra=extra(decision.kind)
             )
             # The header names the content hash: another hash is another file, written
-            # without reading the old one (27 MB at 8,000 Services) to see that it differs.
-            same = old is not None and old.content_hash == snapshot.content_hash
-            data = rendered.data()  # the file, joined from its sections
-            if not same or self._read_config_bytes() != data:
+            # (after the ACK) without reading the old one (27 MB at 8,000 Services) to see
+            # that it differs.
+            if old is None or old.content_hash != snapshot.content_hash:
+                self.files.config.defer(rendered.data)
+            elif self._read_config_bytes() != (data := rendered.data()):
                 self.files.write_config(data)
-            self._record(snapshot, rendered, aside, parts, pending=decision.pending)
+            self._record(snapshot, rendered, aside, parts, old, change, pending=decision.pending)
             listed = setaside.listed(
                 aside, parts, setaside.unknown_rules(rendered.routed.unknown_aside)
             )
@@ -248,7 +265,9 @@ class Applier:
             self._unanswered(ident, extra)
             kind = changes.ApplyPath.RELOAD
         if kind is changes.ApplyPath.RUNTIME:
-            done = self._runtime(snapshot, rendered, decision, ident, extra(kind), aside, parts)
+            done = self._runtime(
+                snapshot, change, rendered, decision, ident, extra(kind), aside, parts
+            )
             if isinstance(done, Result):
                 return done
             if isinstance(done, Unanswered):
@@ -283,7 +302,7 @@ class Applier:
                 self.files.write_maps(before, rendered.maps)
                 self._restore_certs(snapshot, rendered)
             raise
-        self._record(snapshot, rendered, aside, parts, save=not restoring)
+        self._record(snapshot, rendered, aside, parts, old, change, save=not restoring)
         self.certs.prune(setaside.served(snapshot, aside), rendered.crt_lists)
         peers.check_peers(self.haproxy, snapshot, ident)
         listed = setaside.listed(
@@ -442,6 +461,7 @@ class Applier:
     def _runtime(
         self,
         snapshot: Held,
+        change: ChangeSet | None,
         rendered: Rendered,
         decision: changes.Decision,
         ident: str,
@@ -479,9 +499,11 @@ class Applier:
         before_lists = self._applied_cfg.crt_lists if self._applied_cfg is not None else {}
         served = setaside.served(snapshot, aside)
         self.certs.write(served, rendered.crt_lists, self._applied_served(), before_lists)
-        # Joined after the commands: 27 MB at 8,000 Services, which HAProxy need not wait for.
-        self.files.write_config(rendered.data())
-        self._record(snapshot, rendered, aside, parts, pending=decision.pending)
+        # 27 MB at 8,000 Services, which HAProxy need not wait for: joined and written
+        # after the ACK, and before anything reads the file ("What an ACK promises").
+        self.files.config.defer(rendered.data)
+        old = self.applied
+        self._record(snapshot, rendered, aside, parts, old, change, pending=decision.pending)
         self.certs.prune(served, rendered.crt_lists)
         return Result(
             True,
@@ -560,14 +582,17 @@ class Applier:
         rendered: Rendered,
         aside: Mapping[str, SetAside],
         parts: Mapping[str, SetAside],
+        previous: Held | None,
+        change: ChangeSet | None,
         save: bool = True,
         pending: frozenset[str] = frozenset(),
     ) -> None:
         """HAProxy runs `snapshot` now: remember it and its sections (the render cache),
-        then save it (unless it is the saved one) from the bytes in hand. A failed save is
-        an ApplyError: the Hello then names no hash, so the control plane sends the snapshot
-        again and the save is retried. `pending`: the spares it has not loaded (none after
-        a reload or a start)."""
+        then save it (unless it is the saved one) from the bytes in hand: a journal record
+        of `change`, which leads from `previous` (the applied snapshot until now), or a new
+        base (`saved.StateStore.save_held`). A failed save is an ApplyError: the Hello then
+        names no hash, so the control plane sends the snapshot again and the save is
+        retried. `pending`: the spares it has not loaded (none after a reload or a start)."""
         before = self._applied_cfg.routed.unknown_aside if self._applied_cfg is not None else ()
         rules_aside = rendered.routed.unknown_aside
         if rules_aside != before:
@@ -584,7 +609,7 @@ class Applier:
         if not save:
             return
         try:
-            self.store.save_bytes(snapshot.serialized())
+            self.store.save_held(snapshot, previous, change)
         except OSError as e:
             self._unsaved = True
             raise ApplyError(

@@ -6,18 +6,28 @@ taken by a directory, a missing permission may be repaired, and the same snapsho
 applies without a new one). A route map file is written whole, but after a runtime change
 its lines are those of the last write patched with the change's few entries (`MapLines`),
 not rendered again from 20,000 entries: the file follows the runtime commands at C speed.
+
+haproxy.cfg after a runtime change is written after the ACK, by a thread of its own
+(`ConfigFile.defer`: 17.8 MB joined, written and fsynced at 8,000 Services, which HAProxy
+does not read to serve the change), and at once before anything reads it: a reload, a
+start or restart of HAProxy, the agent's own reads (`ConfigFile.flush`). docs/design.md,
+"What an ACK promises".
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from nodeagent.apply import saved
 from nodeagent.apply.outcome import ApplyError
 from nodeagent.config.listeners import MapEntries
 from nodeagent.haproxy.commands import MapUpdate
+
+log = logging.getLogger(__name__)
 
 
 class MapLines:
@@ -60,23 +70,133 @@ class MapLines:
         )
 
 
+class ConfigFile:
+    """haproxy.cfg: written at once (`write`), or later by a thread of its own (`defer`),
+    the latest content only, never an older one over a newer."""
+
+    def __init__(self, path: str, on_failure: Callable[[], None] | None = None) -> None:
+        self.path = path
+        self.on_failure = on_failure  # a deferred write failed (a metric)
+        self._writing = threading.Lock()  # held for a whole write: one at a time
+        self._lock = threading.Lock()  # guards the fields below, never held while writing
+        self._deferred: Callable[[], bytes] | None = None  # the content still to write
+        self._failed: str | None = None  # why the last deferred write failed
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    @property
+    def pending(self) -> bool:
+        """A content is deferred and not written yet."""
+        return self._deferred is not None
+
+    @property
+    def failed(self) -> str | None:
+        """Why the last deferred write failed (None once a write succeeded): the file
+        may be older than what HAProxy runs, and the next apply writes it first."""
+        return self._failed
+
+    def write(self, cfg: str | bytes) -> None:
+        """`cfg` now, replacing any deferred content (older: the applier defers and writes
+        in the order it applies). Retryable ApplyError when it fails: a full disk or a
+        path taken by a directory may be repaired, and the same snapshot then applies
+        without a new one."""
+        data = cfg.encode() if isinstance(cfg, str) else cfg
+        with self._writing:
+            with self._lock:
+                self._deferred = None
+            self._write(data)
+
+    def defer(self, content: Callable[[], bytes]) -> None:
+        """Write `content()` soon, on the writer thread; a later `defer`, `write` or
+        `flush` supersedes it. Never waits for a write in progress."""
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._deferred = content
+        if closed:  # stopping: no thread to write it later
+            self.write(content())
+            return
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="haproxy-cfg-writer", daemon=True
+                )
+                self._thread.start()
+        self._wake.set()
+
+    def flush(self) -> None:
+        """The deferred content written now, waiting for a write in progress: before
+        anything reads the file. ApplyError (retryable) when the write fails; the content
+        stays deferred."""
+        with self._writing:
+            with self._lock:
+                content, self._deferred = self._deferred, None
+            if content is None:
+                return
+            try:
+                self._write(content())
+            except Exception as e:
+                with self._lock:
+                    if self._deferred is None:
+                        self._deferred = content
+                    self._failed = e.reason if isinstance(e, ApplyError) else repr(e)
+                raise
+
+    def close(self) -> None:
+        """Write what is deferred (logged when it cannot be) and end the writer thread."""
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+        self._wake.set()
+        if thread is not None:
+            thread.join()
+        try:
+            self.flush()
+        except ApplyError as e:
+            log.error("haproxy.cfg not written at stop: %s", e.reason)
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            with self._lock:
+                if self._closed:
+                    return
+            try:
+                self.flush()
+            except ApplyError as e:  # the next apply writes it first, or NACKs
+                log.error("deferred write of haproxy.cfg failed: %s", e.reason)
+                if self.on_failure is not None:
+                    self.on_failure()
+            except Exception:  # a fault nobody foresaw must not end the writer
+                log.exception("deferred write of haproxy.cfg failed")
+                if self.on_failure is not None:
+                    self.on_failure()
+
+    def _write(self, data: bytes) -> None:
+        try:
+            saved.atomic_write(self.path, data)
+        except OSError as e:
+            raise ApplyError(f"cannot write {self.path}: {e.strerror or e}", retryable=True) from e
+        with self._lock:
+            self._failed = None
+
+
 class HAProxyFiles:
     """haproxy.cfg at `config_path` and the route map files in `maps_dir`."""
 
-    def __init__(self, config_path: str, maps_dir: str) -> None:
+    def __init__(
+        self, config_path: str, maps_dir: str, on_failure: Callable[[], None] | None = None
+    ) -> None:
         self.config_path = config_path
         self.maps_dir = maps_dir
+        self.config = ConfigFile(config_path, on_failure)
         self._written: dict[str, MapLines] = {}  # each map file as last written
 
     def write_config(self, cfg: str | bytes) -> None:
-        """Retryable when it fails: a full disk or a path taken by a directory may be
-        repaired, and the same snapshot then applies without a new one."""
-        try:
-            saved.atomic_write(self.config_path, cfg.encode() if isinstance(cfg, str) else cfg)
-        except OSError as e:
-            raise ApplyError(
-                f"cannot write {self.config_path}: {e.strerror or e}", retryable=True
-            ) from e
+        """Now (`ConfigFile.write`)."""
+        self.config.write(cfg)
 
     def write_maps(
         self,
@@ -133,11 +253,15 @@ class HAProxyFiles:
         self._written[path] = known
 
     def read_bytes(self) -> bytes | None:
-        """The file as HAProxy would read it, to compare with what a change renders."""
+        """The file as HAProxy would read it, to compare with what a change renders
+        (the deferred content written first)."""
+        self.config.flush()
         return read_file(self.config_path)
 
     def read_text(self) -> str | None:
-        """The file before a reload, to put back if HAProxy refuses the new one."""
+        """The file before a reload, to put back if HAProxy refuses the new one (the
+        deferred content written first: it is what HAProxy runs)."""
+        self.config.flush()
         data = read_file(self.config_path)
         return None if data is None else data.decode("utf-8", errors="replace")
 

@@ -55,6 +55,7 @@ async def _serve(agent: wiring.Agent) -> int:
         log.info("stopping")
         return 0
     finally:
+        await asyncio.to_thread(agent.applier.close)  # haproxy.cfg current for the next start
         if agent.supervisor is not None:
             await asyncio.to_thread(agent.supervisor.stop)
         if agent.metrics_server is not None:

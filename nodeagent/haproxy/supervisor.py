@@ -61,6 +61,9 @@ class Supervisor:
         on_restart: Callable[[], None] | None = None,
     ) -> None:
         self.on_restart = on_restart
+        # Called before each start or restart reads `config`: the applier writes a
+        # deferred content first (nodeagent/apply/files.py, `ConfigFile`).
+        self.before_spawn: Callable[[], None] | None = None
         self.config = config
         self.master_socket = master_socket
         self.pidfile = pidfile
@@ -111,6 +114,8 @@ class Supervisor:
             return False
 
     def _spawn(self) -> None:
+        if self.before_spawn is not None:
+            self.before_spawn()
         if os.path.exists(self.master_socket):
             os.unlink(self.master_socket)
         argv = [self.haproxy_bin, "-W", "-S", self.master_socket]

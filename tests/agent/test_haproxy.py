@@ -180,7 +180,14 @@ def test_rejected_snapshot_is_nacked_and_old_config_keeps_serving(fleet: Fleet) 
 
 
 def test_restart_without_control_plane_serves_saved_snapshot(fleet: Fleet, tmp_path: Path) -> None:
-    assert fleet.inst.applier.apply(fleet.snap(["pod-13"], 7)).ok
+    """The last ACKed version, a runtime change saved as a journal record on the base
+    (docs/design.md, "The saved snapshot: a base and a journal"), is what a restarted
+    agent serves before any control plane answers."""
+    assert fleet.inst.applier.apply(fleet.snap(["pod-12"], 6)).ok
+    runtime = fleet.inst.applier.apply(fleet.snap(["pod-13"], 7))
+    assert (runtime.ok, runtime.kind) == (True, ApplyPath.RUNTIME), runtime.error
+    assert fleet.inst.applier.store.journal_records == 1
+    fleet.inst.applier.close()
     fleet.inst.supervisor.stop()
     with pytest.raises(OSError):
         fleet.get()
@@ -232,6 +239,30 @@ def serves(fleet: Fleet, body: str) -> Callable[[], bool]:
             return False
 
     return check
+
+
+def test_a_restart_of_haproxy_reads_the_config_of_the_last_runtime_change(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """haproxy.cfg after a runtime change is written after the ACK; a master that dies
+    before that write must not restart on the older file: the supervisor has the deferred
+    content written first. The writer thread is held here, so the write is still due."""
+    files = fleet.inst.applier.files
+    monkeypatch.setattr(files.config, "_run", lambda: None)  # the thread writes nothing
+    assert fleet.inst.applier.apply(fleet.snap(["pod-12"], 1)).ok
+    runtime = fleet.inst.applier.apply(fleet.snap(["pod-13"], 2))
+    assert (runtime.ok, runtime.kind) == (True, ApplyPath.RUNTIME), runtime.error
+    assert files.config.pending
+    assert fleet.get() == "pod-13"
+    cfg = Path(fleet.inst.applier.config_path)  # as it is (`Instance.config_path` flushes)
+    assert f"{fleet.net}.12" in cfg.read_text()  # still the file of version 1
+    first = fleet.inst.supervisor.pid
+    assert first is not None
+    os.kill(first, signal.SIGTERM)
+    wait_until(lambda: fleet.inst.supervisor.pid not in (None, first), 15)
+    wait_until(serves(fleet, "pod-13"), 15)
+    assert not files.config.pending
+    assert cfg.read_text() == render(fleet.snap(["pod-13"], 2), fleet.inst.applier.options)
 
 
 def test_supervisor_restarts_a_dead_haproxy(fleet: Fleet) -> None:

@@ -91,6 +91,9 @@ class _Restoring:
     def restore(self) -> bool:
         return self.restored
 
+    def close(self) -> None:
+        pass
+
 
 class _Streaming:
     def __init__(self, heap: RecordingHeap) -> None:

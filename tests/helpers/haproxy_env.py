@@ -129,6 +129,9 @@ class Instance:
 
     @property
     def config_path(self) -> str:
+        """haproxy.cfg, with the write the applier defers after a runtime change done: the
+        file as any reader of it (a reload, a restart) finds it."""
+        self.applier.files.config.flush()
         return self.applier.config_path
 
 
@@ -171,4 +174,5 @@ def running_instance(
     try:
         yield inst
     finally:
+        inst.applier.close()
         inst.supervisor.stop()

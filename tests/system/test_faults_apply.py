@@ -94,6 +94,7 @@ def rig(
         try:
             yield Rig(ip, free_port(ip), free_port(ip), backends, applier, sup, sockets)
         finally:
+            applier.close()
             sup.stop()
 
 
@@ -155,10 +156,12 @@ def test_read_only_config_dir_nacks_keeps_serving_and_retries(
     tmp_path: Path, haproxy_bin: HAProxyBinary
 ) -> None:
     """The directory of haproxy.cfg (and its maps and certificates) remounted read-only,
-    as a read-only volume would be: NACK `cannot write ...: Read-only file system`, for a
-    reload (HAProxy untouched) and for a slot change through the runtime API (HAProxy
-    runs it, the file a restart would read does not say so: not ACKed); retried with
-    backoff, the snapshot applies once the directory is writable again."""
+    as a read-only volume would be: NACK `cannot write ...: Read-only file system` for a
+    reload (HAProxy untouched). A slot change through the runtime API is ACKed (HAProxy
+    runs it and the state dir saved it); its file, written after the ACK, cannot be: the
+    failure is counted and the next version NACKs with it until the file is written
+    (docs/design.md, "What an ACK promises"); retried with backoff, the snapshot applies
+    once the directory is writable again."""
     with (
         tmpfs(tmp_path / "etc", "4m") as etc,
         rig(tmp_path, etc / "haproxy.cfg", tmp_path / "state", haproxy_bin) as r,
@@ -173,9 +176,18 @@ def test_read_only_config_dir_nacks_keeps_serving_and_retries(
             assert (etc / "haproxy.cfg").read_text() == before
             assert r.get() == "pod-11" and r.applier.applied_version == 1
             runtime = r.applier.apply(r.snap(3, slot=1))  # a slot alone: the runtime API
-            assert not runtime.ok and runtime.retryable
-            assert runtime.error == f"cannot write {etc}/haproxy.cfg: Read-only file system"
-            assert r.applier.applied_version == 1
+            assert (runtime.ok, runtime.kind) == (True, ApplyPath.RUNTIME), runtime.error
+            assert r.applier.applied_version == 3 and r.get() == "pod-12"
+            failures = r.applier.metrics.config_write_failures
+            wait_until(lambda: failures._value.get() == 1, 10)
+            assert (etc / "haproxy.cfg").read_text() == before
+            assert r.applier.files.config.failed == (
+                f"cannot write {etc}/haproxy.cfg: Read-only file system"
+            )
+            next_one = r.applier.apply(r.snap(4))  # back to slot 0: still the runtime API
+            assert not next_one.ok and next_one.retryable
+            assert next_one.error == f"cannot write {etc}/haproxy.cfg: Read-only file system"
+            assert r.applier.applied_version == 3
         finally:
             _remount(etc, "rw")
         retried = r.applier.apply(r.snap(2, slot=1, balance="roundrobin"))
