@@ -169,6 +169,14 @@ class HAProxy:
                     raise
                 time.sleep(0.02)
 
+    def _answers_as(self, worker: int) -> bool:
+        """Whether `worker` answers the runtime socket (not a leftover file, not a
+        worker still loading)."""
+        try:
+            return parse_info_pid(command(self.runtime_socket, "show info", 1.0)) == worker
+        except OSError:
+            return False
+
     def is_running(self) -> bool:
         try:
             return self.show_proc().current_worker is not None
@@ -178,8 +186,11 @@ class HAProxy:
     def wait_running(
         self, timeout: float, ended: Callable[[], str | None] | None = None
     ) -> ProcInfo:
-        """Wait until the master answers and has a current worker; `ended` says why the
-        master is gone (its own words), which ends the wait at once."""
+        """Wait until the master answers and has a current worker that answers the
+        runtime socket as itself (`show info`); `ended` says why the master is gone (its
+        own words), which ends the wait at once. The socket file alone proves nothing: a
+        stopped HAProxy leaves it behind, and a 3.1+ master lists its worker while that
+        worker still loads the config it may refuse."""
         deadline = time.monotonic() + timeout
         last: Exception | None = None
         while time.monotonic() < deadline:
@@ -188,7 +199,7 @@ class HAProxy:
                 raise HAProxyError(why)
             try:
                 info = self.show_proc()
-                if info.current_worker is not None and os.path.exists(self.runtime_socket):
+                if info.current_worker is not None and self._answers_as(info.current_worker):
                     return info
             except (OSError, HAProxyError) as e:
                 last = e

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.haproxy.driver import HAProxy
+from nodeagent.haproxy.driver import HAProxy, HAProxyError
 from nodeagent.haproxy.masterlog import MasterLog, failure_reason
 from nodeagent.haproxy.parse import parse_reload_reply, parse_show_proc
 from peerplane.v1 import peerplane_pb2 as pb
@@ -233,3 +233,40 @@ def test_the_question_before_a_reload_waits_out_a_master_refusing_connections(
     finally:
         thread.join(5)
         listener.close()
+
+
+def test_a_start_is_not_taken_as_done_on_a_leftover_runtime_socket(tmp_path: Path) -> None:
+    """A stopped HAProxy leaves its runtime socket file behind, and a 3.1+ master lists
+    its worker while that worker still loads the config (which it may refuse): the start
+    counts as done only once the listed worker answers the runtime socket as itself
+    (3.2, an agent restarted on a snapshot HAProxy refuses: taken as started, 1 in 50)."""
+    master_path = str(tmp_path / "master.sock")
+    master = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    master.bind(master_path)
+    master.listen(8)
+    master.settimeout(0.1)
+    leftover = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    leftover.bind(str(tmp_path / "rt.sock"))  # the file is there, nobody answers
+    stop = threading.Event()
+
+    def answer() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = master.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.recv(1024)
+                conn.sendall(SHOW_PROC_32_FAILED.encode())
+
+    thread = threading.Thread(target=answer)
+    thread.start()
+    try:
+        hx = HAProxy(master_path, str(tmp_path / "rt.sock"))
+        with pytest.raises(HAProxyError):
+            hx.wait_running(0.5)
+    finally:
+        stop.set()
+        thread.join(5)
+        master.close()
+        leftover.close()
