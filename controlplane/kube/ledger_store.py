@@ -12,6 +12,11 @@ A labelled object under any other name (a restored backup) is not a shard: the w
 reports it and never shows it here, so the leader neither continues, rewrites nor deletes
 it.
 
+A save creating `BULK_MIN` shards or more (a first start) writes those backends into bulk
+objects first, so the loop can publish after a few writes, and later saves turn them into
+shards (`CONVERT_BATCH` each) and delete the bulk objects (docs/design.md, "The slot
+ledger").
+
 A refused write raises `LedgerWriteError`, permanent for what retrying cannot fix (422
 invalid, 413 too large, 403 forbidden, 400), naming the backends left unwritten: the
 reconcile loop says so once per cause, publishes what was written (those backends keep
@@ -328,6 +333,14 @@ class ConfigMapLedger:
             if e is not None
             for b in names
         }
+        log.info(
+            "slot ledger %s: %d new backends written in %d bulk objects; making them shards, "
+            "%d per save",
+            self.ref,
+            len(fresh) - len(unwritten),
+            len(groups),
+            CONVERT_BATCH,
+        )
         return unwritten, [e for e in outcomes if e is not None]
 
     def _write_bulk(self, backends: list[str], text: str, fresh: dict[str, BackendSlots]) -> None:
@@ -404,6 +417,12 @@ class ConfigMapLedger:
                 with self._lock:
                     self._bulk_objects[name] = (version, frozenset())
                 errors.append(_write_error(error, f"cannot delete slot ledger bulk object {name}"))
+        if done and not errors:
+            log.info(
+                "slot ledger %s: every backend of %d bulk objects is a shard; deleted them",
+                self.ref,
+                len(done),
+            )
         return errors
 
     def _observed_bulk(self, name: str, bulk: Bulk | None) -> None:

@@ -15,6 +15,11 @@ The largest shard is one backend at `MAX_SLOTS` slots, every slot freed by the l
 IPv6 endpoint: `max_shard_bytes()` (~770 KB) stays under the API's 1 MiB limit, so no
 shard ever needs splitting; a 20-endpoint backend's shard is about 1 KiB.
 
+Many new backends at once (a first start) are written first into a few *bulk objects*
+(`<ledger>.bulk-<hash>`, label `peerplane.dev/slot-ledger-bulk`, `bulk.json` holding many
+backends, `sha256`), read where a backend has no shard yet; the leader then makes them
+shards and deletes the bulk objects (docs/design.md, "The slot ledger").
+
 The single ConfigMap of earlier versions (`<ledger>`, key `slots.json`, every backend) is
 still read; once the leader has written every shard it annotates that object
 `peerplane.dev/ledger-migrated` and nothing reads its content again (an older replica

@@ -540,7 +540,7 @@ def test_a_bulk_object_deleted_by_hand_is_written_again_as_shards(api: FakeKubeA
     assignment = big_assignment(300, 3)
     drifted: list[int] = []
     with (
-        kube_ledger(api.url, on_change=lambda: None) as (ledger, watch),
+        kube_ledger(api.url) as (ledger, _),
         kube_ledger(api.url) as (_, follower),
     ):
         ledger.on_drift(lambda: drifted.append(1))
