@@ -470,7 +470,7 @@ def test_the_sharded_ledger_persists_10000_services_of_20_endpoints(api: FakeKub
         ledger.save(one)
         assert ledger.largest_shard < 64 * 1024
         assert ledger.bytes_written - written < 16 * 1024, "one change, one small shard"
-    with kube_ledger(api.url) as (successor, _):
+    with kube_ledger(api.url, read_timeout=30.0) as (successor, _):
         loaded, problems = successor.load()
     assert problems == [] and len(loaded) == 10_000 and loaded[name] == one[name]
 
@@ -555,6 +555,35 @@ def test_a_bulk_object_deleted_by_hand_is_written_again_as_shards(api: FakeKubeA
         assert any("bulk object" in p for p in follower.problems())
         save_until_shards(ledger, assignment)
         assert len(shards(api)) == 300
+    with kube_ledger(api.url) as (successor, _):
+        assert plain(successor.load()[0]) == plain(assignment)
+
+
+def test_an_edited_bulk_object_is_not_read_and_its_backends_become_shards(
+    api: FakeKubeAPI,
+) -> None:
+    """Two slots swapped by hand in a bulk object (its hash no longer matches): followers
+    keep its last good content and say so; the leader writes those backends as shards."""
+    assignment = big_assignment(300, 3)
+    with kube_ledger(api.url) as (ledger, _), kube_ledger(api.url) as (_, follower):
+        drifted: list[int] = []
+        ledger.on_drift(lambda: drifted.append(1))
+        ledger.load()
+        ledger.save(assignment)
+        wait_until(lambda: plain(current(follower)) == plain(assignment))
+        name = sorted(bulk_objects(api))[0]
+        obj = api.get("ConfigMap", REF.namespace, name)
+        assert obj is not None
+        doc = json.loads(obj["data"][shards_module.BULK_KEY])
+        backend = sorted(doc["backends"])[0]
+        doc["backends"][backend]["slots"] = [["10.9.9.9", 80, 1]]
+        obj["data"][shards_module.BULK_KEY] = json.dumps(doc)
+        api.apply(obj)
+        wait_until(lambda: any(name in p for p in follower.problems()))
+        assert plain(current(follower)) == plain(assignment), "the last good content"
+        wait_until(lambda: drifted)
+        save_until_shards(ledger, assignment)
+        assert shard_name(REF.name, backend) in shards(api) and bulk_objects(api) == {}
     with kube_ledger(api.url) as (successor, _):
         assert plain(successor.load()[0]) == plain(assignment)
 
