@@ -216,7 +216,8 @@ def test_a_first_save_of_many_backends_goes_in_bulk_then_shards_under_the_shippe
         ledger.load()
         ledger.save(assignment)
         assert 3 <= bulk_objects() <= 8 and shards(installed, ref) == {}
-    with ledger_on(api, ref, writer=writer) as (successor, _):
+    # two backends of 10,000 freed slots each to parse: more than 5 s on a loaded host
+    with ledger_on(api, ref, writer=writer, read_timeout=30.0) as (successor, _):
         loaded, problems = successor.load()
         assert problems == [] and plain(loaded) == plain(assignment)
         saves = 0
