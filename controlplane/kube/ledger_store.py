@@ -12,6 +12,11 @@ A labelled object under any other name (a restored backup) is not a shard: the w
 reports it and never shows it here, so the leader neither continues, rewrites nor deletes
 it.
 
+A save creating `BULK_MIN` shards or more (a first start) writes those backends into bulk
+objects first, so the loop can publish after a few writes, and later saves turn them into
+shards (`CONVERT_BATCH` each) and delete the bulk objects (docs/design.md, "The slot
+ledger").
+
 A refused write raises `LedgerWriteError`, permanent for what retrying cannot fix (422
 invalid, 413 too large, 403 forbidden, 400), naming the backends left unwritten: the
 reconcile loop says so once per cause, publishes what was written (those backends keep
@@ -33,12 +38,18 @@ from kubernetes.client.exceptions import ApiException
 
 from controlplane.kube.ledger_watch import LedgerWatch
 from controlplane.ledger.shards import (
+    BULK_LABEL,
+    BULK_MIN,
     LEDGER_LABEL,
     MANAGED_BY,
     MAX_OBJECT_BYTES,
     MIGRATED_ANNOTATION,
+    Bulk,
     Shard,
+    bulk_data,
+    bulk_name,
     ledger_label,
+    pack_bulks,
     shard_bytes,
     shard_data,
     shard_name,
@@ -56,6 +67,9 @@ PARALLEL_MIN = 16  # a save writing at least this many shards writes them concur
 # there (1,000 creates: 8.9 -> 6.1 s, 11.4 -> 9.5 s) and the same against the fake.
 PARALLEL_WRITES = 32
 OWN_ECHOES = 8  # recent resourceVersions per shard recognised as our own writes
+# Backends held in bulk turned into shards per save: the loop runs between batches, so an
+# endpoint change waits for one batch (a few seconds at most), not for all 8,000 creates.
+CONVERT_BATCH = 500
 
 
 class LedgerReadError(Exception):
@@ -110,6 +124,7 @@ class ConfigMapLedger:
         read_timeout: float = 30.0,
         parallel: int = PARALLEL_WRITES,
         refused: Callable[[str, str, str], None] | None = None,
+        bulk_min: int = BULK_MIN,
     ) -> None:
         """`refused(namespace, object name, message)`: told of a write the API refused for good (an
         Event on that object, rate-limited by the recorder)."""
@@ -140,8 +155,18 @@ class ConfigMapLedger:
         # backend -> (hash, slots) of its latest write: the watch takes an echo's slots
         # from here instead of parsing them (`LedgerWatch.recognise`)
         self._written: dict[str, tuple[str, BackendSlots]] = {}
+        # Bulk objects (docs/design.md, "The slot ledger"): a save creating `bulk_min`
+        # shards or more writes those backends into a few bulk objects instead, and later
+        # saves turn them into shards (`CONVERT_BATCH` each), then delete the bulk objects.
+        self._bulk_min = bulk_min
+        self._bulk_objects: dict[str, tuple[str, frozenset[str]]] = {}  # name -> version, backends
+        self._bulk_of: dict[str, str] = {}  # backend -> the bulk object holding it
+        self._unconverted: dict[str, BackendSlots] = {}  # held in bulk only, as held there
+        self._written_bulks: dict[str, tuple[str, SlotAssignment]] = {}  # name -> hash, content
         watch.on_shard(self._observed)
         watch.recognise(self._written_slots)
+        watch.on_bulk(self._observed_bulk)
+        watch.recognise_bulk(self._written_bulk)
 
     def on_drift(self, callback: Callable[[], None]) -> None:
         """Call `callback` (the loop's on_change) when a shard needs writing again."""
@@ -171,6 +196,7 @@ class ConfigMapLedger:
         view = self._watch.current()
         assert view is not None  # read
         shards = self._watch.shards()
+        bulks = self._watch.bulks()
         legacy = self._watch.legacy()
         with self._lock:
             self._saved = {
@@ -181,6 +207,18 @@ class ConfigMapLedger:
                 and view.assignment.get(backend) is shard.slots
             }
             self._digests = {b: shards[b].digest for b in self._saved}
+            # Backends the view takes from a bulk object: held, still to be made shards
+            self._bulk_objects = {
+                b.name: (b.version, frozenset(b.assignment)) for b in bulks.values()
+            }
+            self._bulk_of = {}
+            self._unconverted = {}
+            for bulk in bulks.values():
+                for backend, slots in bulk.assignment.items():
+                    if backend not in self._saved and view.assignment.get(backend) is slots:
+                        self._bulk_of[backend] = bulk.name
+                        self._unconverted[backend] = slots
+                        self._saved[backend] = slots
             self._present = {b: _Object(s.name, s.version) for b, s in shards.items()}
             self._own = {}
             self._dirty = set()
@@ -194,7 +232,14 @@ class ConfigMapLedger:
 
     def dirty(self) -> bool:
         with self._lock:
-            return bool(self._dirty)
+            return bool(self._dirty or self._unconverted or self._bulk_pending())
+
+    def _bulk_pending(self) -> bool:
+        """A bulk object all of whose backends are shards now: to be deleted."""
+        return any(
+            not any(self._bulk_of.get(b) == name for b in backends)
+            for name, (_, backends) in self._bulk_objects.items()
+        )
 
     def save(self, assignment: SlotAssignment, since: Since | None = None) -> None:
         with self._lock:
@@ -204,8 +249,30 @@ class ConfigMapLedger:
             todo = changes(self._saved, assignment, self._dirty, names)
             stale = sorted(self._present.keys() - assignment.keys())
             self._dirty.clear()
+            for backend in [b for b in self._unconverted if b not in assignment]:
+                del self._unconverted[backend]  # gone before it became a shard
+                self._saved.pop(backend, None)
+                self._bulk_of.pop(backend, None)
+            fresh = {
+                b: slots
+                for b, slots in todo.written.items()
+                if b not in self._present and b not in self._bulk_of
+            }
+            if len(fresh) < self._bulk_min:
+                fresh = {}
+            # held in bulk, unchanged: made shards a batch per save
+            converting = [
+                (b, slots)
+                for b, slots in self._unconverted.items()
+                if b not in todo.written and ((now := assignment.get(b)) is slots or now == slots)
+            ][:CONVERT_BATCH]
         errors: list[LedgerWriteError] = []
-        items = list(todo.written.items())
+        bulk_unwritten: set[str] = set()
+        if fresh:
+            bulk_unwritten, bulk_errors = self._write_bulks(fresh)
+            errors.extend(bulk_errors)
+        items = [(b, slots) for b, slots in todo.written.items() if b not in fresh]
+        items += converting
         if len(items) >= PARALLEL_MIN and self._parallel > 1:
             with ThreadPoolExecutor(self._parallel, thread_name_prefix="ledger-write") as pool:
                 outcomes = list(pool.map(lambda item: self._try_write(*item), items))
@@ -221,18 +288,163 @@ class ConfigMapLedger:
             error = self._delete(backend)
             if error is not None:
                 errors.append(error)
+        if not errors:
+            errors.extend(self._delete_converted_bulks())
         if errors:
             with self._lock:  # what failed is written again by the next save
                 self._dirty.update(b for b, _ in items if b not in self._saved)
+                self._dirty.update(bulk_unwritten)
             # Every other shard was written: the loop may publish them (a failed delete
             # leaves a stale shard, which publishes nothing).
             unwritten = frozenset(
                 b for (b, _), e in zip(items, outcomes, strict=True) if e is not None
-            )
+            ) | frozenset(bulk_unwritten)
             raise min(errors, key=lambda e: not e.permanent).of(unwritten)
-        if self._legacy_pending:
+        if self._legacy_pending and not self._unconverted:
             self._mark_legacy()
         self._last = assignment
+        if self.dirty():  # bulk backends still to be made shards: another save soon
+            self._on_drift()
+
+    # ------------------------------------------------------------------ bulk
+
+    def _write_bulks(
+        self, fresh: dict[str, BackendSlots]
+    ) -> tuple[set[str], list[LedgerWriteError]]:
+        """Write `fresh` into bulk objects; the backends left unwritten and the errors."""
+        groups = pack_bulks(fresh)
+
+        def write(group: tuple[list[str], str]) -> LedgerWriteError | None:
+            try:
+                self._write_bulk(group[0], group[1], fresh)
+                return None
+            except Exception as error:  # reported by the loop, as a shard's
+                return _write_error(
+                    error, f"cannot write slot ledger bulk object of {len(group[0])} backends"
+                )
+
+        with ThreadPoolExecutor(
+            max(1, min(self._parallel, 8)), thread_name_prefix="ledger-bulk"
+        ) as pool:
+            outcomes = list(pool.map(write, groups))
+        unwritten = {
+            b
+            for (names, _), e in zip(groups, outcomes, strict=True)
+            if e is not None
+            for b in names
+        }
+        log.info(
+            "slot ledger %s: %d new backends written in %d bulk objects; making them shards, "
+            "%d per save",
+            self.ref,
+            len(fresh) - len(unwritten),
+            len(groups),
+            CONVERT_BATCH,
+        )
+        return unwritten, [e for e in outcomes if e is not None]
+
+    def _write_bulk(self, backends: list[str], text: str, fresh: dict[str, BackendSlots]) -> None:
+        data, digest = bulk_data(text, self._writer)
+        size = shard_bytes(data)
+        if size > MAX_OBJECT_BYTES:  # cannot happen (shards.BULK_BYTES); said if it did
+            raise LedgerWriteError(
+                f"bulk object would be {size} bytes (limit {MAX_OBJECT_BYTES})",
+                cause="too-large",
+                permanent=True,
+            )
+        name = bulk_name(self.ref.name, backends)
+        part = {b: fresh[b] for b in backends}
+        with self._lock:
+            self._written_bulks[name] = (digest, part)
+        version = ""
+        for _ in range(4):
+            self._fence(name)
+            body = self._body(name, data, version, bulk=True)
+            try:
+                written = self._send(name, body, version)
+            except ApiException as error:
+                if error.status == 409:
+                    version = self._version_of(name)
+                    continue
+                if error.status == 404 and version:
+                    version = ""
+                    continue
+                raise
+            new_version = str((written.get("metadata") or {}).get("resourceVersion") or "")
+            with self._lock:
+                self._bulk_objects[name] = (new_version, frozenset(backends))
+                for backend in backends:
+                    self._bulk_of[backend] = name
+                    self._unconverted[backend] = part[backend]
+                    self._saved[backend] = part[backend]
+                self.largest_shard = max(self.largest_shard, size)
+            return
+        raise LedgerWriteError(
+            f"bulk object {name} kept changing under us", cause="conflict", permanent=False
+        )
+
+    def _written_bulk(self, name: str, digest: str) -> SlotAssignment | None:
+        with self._lock:
+            found = self._written_bulks.get(name)
+        return found[1] if found is not None and found[0] == digest else None
+
+    def _delete_converted_bulks(self) -> list[LedgerWriteError]:
+        """Delete the bulk objects none of whose backends is held there only any more."""
+        with self._lock:
+            done = [
+                (name, version)
+                for name, (version, backends) in self._bulk_objects.items()
+                if not any(self._bulk_of.get(b) == name for b in backends)
+            ]
+            for name, _ in done:
+                del self._bulk_objects[name]
+                self._written_bulks.pop(name, None)
+        errors: list[LedgerWriteError] = []
+        for name, version in done:
+            try:
+                self._fence(name)
+                self._core.delete_namespaced_config_map(
+                    name, self.ref.namespace, _preload_content=False, _request_timeout=self._timeout
+                )
+            except ApiException as error:
+                if error.status != 404:
+                    with self._lock:
+                        self._bulk_objects[name] = (version, frozenset())
+                    errors.append(
+                        _write_error(error, f"cannot delete slot ledger bulk object {name}")
+                    )
+            except Exception as error:
+                with self._lock:
+                    self._bulk_objects[name] = (version, frozenset())
+                errors.append(_write_error(error, f"cannot delete slot ledger bulk object {name}"))
+        if done and not errors:
+            log.info(
+                "slot ledger %s: every backend of %d bulk objects is a shard; deleted them",
+                self.ref,
+                len(done),
+            )
+        return errors
+
+    def _observed_bulk(self, name: str, bulk: Bulk | None) -> None:
+        """A bulk object event: one of ours changed or deleted by someone else makes its
+        backends still held there shards at once."""
+        with self._lock:
+            known = self._bulk_objects.get(name)
+            if known is None or (bulk is not None and bulk.version == known[0]):
+                return  # not ours to keep, or the echo of our write
+            moved = [b for b in known[1] if self._bulk_of.get(b) == name]
+            for backend in moved:
+                self._unconverted.pop(backend, None)
+                self._saved.pop(backend, None)
+                self._dirty.add(backend)
+        if moved:
+            log.warning(
+                "slot ledger bulk object %s %s; writing its %d backends as shards",
+                name,
+                "deleted" if bulk is None else "rewritten by someone else",
+                len(moved),
+            )
+            self._on_drift()
 
     def _try_write(self, backend: str, slots: BackendSlots) -> LedgerWriteError | None:
         try:
@@ -278,6 +490,8 @@ class ConfigMapLedger:
                 del echoes[:-OWN_ECHOES]
                 if self._digests.get(backend) == digest:
                     self._saved[backend] = slots
+                    self._unconverted.pop(backend, None)  # a shard now: bulk copy unread
+                    self._bulk_of.pop(backend, None)
                 self.largest_shard = max(self.largest_shard, size)
             return
         raise LedgerWriteError(
@@ -290,11 +504,14 @@ class ConfigMapLedger:
             found = self._written.get(backend)
         return found[1] if found is not None and found[0] == digest else None
 
-    def _body(self, name: str, data: dict[str, str], version: str) -> dict[str, Any]:
+    def _body(
+        self, name: str, data: dict[str, str], version: str, bulk: bool = False
+    ) -> dict[str, Any]:
+        label = BULK_LABEL if bulk else LEDGER_LABEL
         metadata: dict[str, Any] = {
             "name": name,
             "namespace": self.ref.namespace,
-            "labels": {**MANAGED_BY, LEDGER_LABEL: self._label},
+            "labels": {**MANAGED_BY, label: self._label},
         }
         if version:
             metadata["resourceVersion"] = version

@@ -30,9 +30,12 @@ from kubernetes import client
 from controlplane.kube.informer import Informer
 from controlplane.kube.watch_stream import Key, WatchOptions
 from controlplane.ledger.shards import (
+    BULK_LABEL,
     LEDGER_LABEL,
+    Bulk,
     Legacy,
     Shard,
+    bulk_from,
     ledger_label,
     legacy_from,
     shard_from,
@@ -46,6 +49,8 @@ log = logging.getLogger(__name__)
 ShardListener = Callable[[str, Shard | None], None]  # backend, the shard now (None: deleted)
 StrayListener = Callable[[str, str, str], None]  # namespace, object name, what is wrong
 KnownSlots = Callable[[str, str], BackendSlots | None]  # backend, digest -> slots written
+KnownBulk = Callable[[str, str], SlotAssignment | None]  # name, digest -> backends written
+BulkListener = Callable[[str, Bulk | None], None]  # object name, the bulk now (None: deleted)
 
 
 class LedgerWatch:
@@ -71,6 +76,14 @@ class LedgerWatch:
             lambda raw: shard_from(raw, clock(), self._known),
             options,
         )
+        # Bulk objects (a first start's backends, until they are shards): a label of their
+        # own, so the shard watch never takes them for strays.
+        self._bulk_informer: Informer[Bulk] = Informer(
+            f"slot ledger {ref} (bulk)",
+            functools.partial(lister, label_selector=f"{BULK_LABEL}={ledger_label(ref.name)}"),
+            lambda raw: bulk_from(raw, clock(), self._known_bulk),
+            options,
+        )
         self._legacy_informer: Informer[Legacy] = Informer(
             f"slot ledger {ref} (single object)",
             functools.partial(lister, field_selector=f"metadata.name={ref.name}"),
@@ -86,25 +99,36 @@ class LedgerWatch:
         self._strays: dict[str, str] = {}  # object name -> why it is not read
         self._legacy: Legacy | None = None  # the last readable single object
         self._legacy_now: Legacy | None = None  # as it is now (for its problems)
+        self._bulks: dict[str, Bulk] = {}  # name -> last good bulk object
+        self._bulk_problems: dict[str, str] = {}  # name -> what is wrong with it
         self._view: SlotAssignment | None = None  # built on demand, dropped on change
         self._listeners: list[ShardListener] = []
+        self._bulk_listeners: list[BulkListener] = []
         self._known: KnownSlots = lambda backend, digest: None
+        self._known_bulk: KnownBulk = lambda name, digest: None
 
     def recognise(self, known: KnownSlots) -> None:
         """`known(backend, digest)`: the slots this replica wrote under that hash (the
         leader's own writes), taken for a shard of that hash instead of parsing it."""
         self._known = known
 
+    def recognise_bulk(self, known: KnownBulk) -> None:
+        """`known(name, digest)`: the backends this replica wrote in that bulk object."""
+        self._known_bulk = known
+
     # ------------------------------------------------------------------ lifecycle
 
     def start(self, on_change: Callable[[], None]) -> None:
         self._legacy_informer.start(on_change, self._on_legacy)
+        self._bulk_informer.start(on_change, self._on_bulk)
         self._shards.start(on_change, self._on_shard)
 
     def stop(self) -> None:
         self._shards.signal_stop()
+        self._bulk_informer.signal_stop()
         self._legacy_informer.signal_stop()
         self._shards.stop()
+        self._bulk_informer.stop()
         self._legacy_informer.stop()
 
     def on_shard(self, listener: ShardListener) -> None:
@@ -120,6 +144,42 @@ class LedgerWatch:
             if after is not None and (after.assignment or after.migrated or not after.problems):
                 self._legacy = after
             self._view = None
+
+    def on_bulk(self, listener: BulkListener) -> None:
+        """Also call `listener` for every bulk object event (the leader's drift check)."""
+        self._bulk_listeners.append(listener)
+
+    def _on_bulk(self, key: Key, before: Bulk | None, after: Bulk | None) -> None:
+        """A bulk object's backends are read where they have no shard. One edited or
+        unreadable keeps its last good content; one deleted leaves its backends that have
+        no shard as kept copies (as a deleted shard does) until no computation uses them:
+        the leader deletes a bulk object only once every backend of it is a shard."""
+        name = key[1]
+        with self._lock:
+            self._view = None
+            said = self._bulk_problems.get(name, "")
+            if after is None:
+                self._bulk_problems.pop(name, None)
+                gone = self._bulks.pop(name, None)
+                for backend, slots in (gone.assignment if gone is not None else {}).items():
+                    if backend not in self._objects and backend not in self._good:
+                        self._good[backend] = slots
+                        self._deleted.add(backend)
+                        self._problems[backend] = (
+                            f"bulk object {name} was deleted before its shard was written; "
+                            "serving the last good copy until the leader writes it"
+                        )
+            elif after.problem:
+                kept = "serving its last good content" if name in self._bulks else "not read"
+                self._bulk_problems[name] = f"bulk object {name}: {after.problem}; {kept}"
+            else:
+                self._bulk_problems.pop(name, None)
+                self._bulks[name] = after
+            found = self._bulk_problems.get(name, "")
+        if found and found != said:
+            log.warning("slot ledger: %s", found)
+        for listener in self._bulk_listeners:
+            listener(name, after)
 
     def _on_shard(self, key: Key, before: Shard | None, after: Shard | None) -> None:
         # Only a backend's canonical object is its shard; any other labelled object is a
@@ -204,11 +264,17 @@ class LedgerWatch:
     @property
     def read(self) -> bool:
         """Whether the shards and the single object were listed at least once."""
-        return self._shards.wait_synced(0) and self._legacy_informer.wait_synced(0)
+        return (
+            self._shards.wait_synced(0)
+            and self._bulk_informer.wait_synced(0)
+            and self._legacy_informer.wait_synced(0)
+        )
 
     def wait_read(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         if not self._shards.wait_synced(timeout):
+            return False
+        if not self._bulk_informer.wait_synced(max(0.0, deadline - time.monotonic())):
             return False
         return self._legacy_informer.wait_synced(max(0.0, deadline - time.monotonic()))
 
@@ -224,6 +290,8 @@ class LedgerWatch:
                 legacy = self._legacy
                 if legacy is not None and not legacy.migrated:
                     view.update(legacy.assignment)
+                for name in sorted(self._bulks):  # never two holding one backend
+                    view.update(self._bulks[name].assignment)
                 view.update(self._good)
                 self._view = view
             return LedgerView(self.version(), self._view)
@@ -236,6 +304,11 @@ class LedgerWatch:
         with self._lock:
             return dict(self._objects)
 
+    def bulks(self) -> dict[str, Bulk]:
+        """Name -> each bulk object as last read good (the leader's starting point)."""
+        with self._lock:
+            return dict(self._bulks)
+
     def legacy(self) -> Legacy | None:
         with self._lock:
             return self._legacy
@@ -243,7 +316,9 @@ class LedgerWatch:
     def problems(self) -> list[str]:
         """What is wrong with the ledger now, one line per shard (and why it is unread)."""
         with self._lock:
-            found = sorted([*self._problems.values(), *self._strays.values()])
+            found = sorted(
+                [*self._problems.values(), *self._strays.values(), *self._bulk_problems.values()]
+            )
             legacy = self._legacy_now
         if legacy is not None and not legacy.migrated and legacy.problems:
             found += [f"configmap {self.ref}: {p}" for p in legacy.problems]
@@ -251,7 +326,8 @@ class LedgerWatch:
 
     def problem(self) -> str:
         """Why the ledger cannot be read now (the last list or watch error), or ""."""
-        return "; ".join(self._shards.errors() + self._legacy_informer.errors())
+        informers = (self._shards, self._bulk_informer, self._legacy_informer)
+        return "; ".join(e for informer in informers for e in informer.errors())
 
     def retain(self, in_use: Collection[str]) -> None:
         """Forget the kept copies of deleted shards whose backend no computation uses

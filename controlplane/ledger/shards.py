@@ -15,6 +15,11 @@ The largest shard is one backend at `MAX_SLOTS` slots, every slot freed by the l
 IPv6 endpoint: `max_shard_bytes()` (~770 KB) stays under the API's 1 MiB limit, so no
 shard ever needs splitting; a 20-endpoint backend's shard is about 1 KiB.
 
+Many new backends at once (a first start) are written first into a few *bulk objects*
+(`<ledger>.bulk-<hash>`, label `peerplane.dev/slot-ledger-bulk`, `bulk.json` holding many
+backends, `sha256`), read where a backend has no shard yet; the leader then makes them
+shards and deletes the bulk objects (docs/design.md, "The slot ledger").
+
 The single ConfigMap of earlier versions (`<ledger>`, key `slots.json`, every backend) is
 still read; once the leader has written every shard it annotates that object
 `peerplane.dev/ledger-migrated` and nothing reads its content again (an older replica
@@ -192,3 +197,97 @@ def legacy_from(raw: Mapping[str, Any], now: float) -> Legacy:
         return Legacy(version, {}, (f"key {SLOTS_KEY} is {problem}",), False)
     assignment, problems = assignment_from_json(parsed, now)
     return Legacy(version, assignment, tuple(problems), False)
+
+
+# ---------------------------------------------------------------------------- bulk objects
+
+# A first start (or any save creating this many shards at once) writes the new backends
+# into a few bulk objects, publishes, and turns them into shards in later saves
+# (docs/design.md, "The slot ledger"): 8,000 creates cost about 7 ms of CPU each against a
+# real API server (client and server), 80 bulk objects about 1 s in all.
+BULK_LABEL = "peerplane.dev/slot-ledger-bulk"
+BULK_KEY = "bulk.json"
+BULK_MIN = 256  # new backends in one save from which they are written in bulk
+# A bulk object's `bulk.json` budget. A backend is never split: one larger than the budget
+# goes alone, and no backend's text exceeds `max_shard_bytes()` (~731 KB): every bulk
+# object stays under MAX_OBJECT_BYTES.
+BULK_BYTES = 512 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Bulk:
+    """One bulk object as read: the backends it holds (empty when unreadable)."""
+
+    name: str
+    version: str
+    assignment: SlotAssignment
+    digest: str
+    signed: bool
+    problem: str  # "" for a good bulk object
+
+
+def bulk_name(ledger: str, backends: list[str]) -> str:
+    """A bulk object's name: the hash of the backends it holds (a rewrite of the same
+    backends replaces it; two bulk objects never hold one backend)."""
+    prefix = ledger if len(ledger) <= 200 else f"h-{_digest(ledger)[:40]}"
+    return f"{prefix}.bulk-{_digest(chr(10).join(sorted(backends)))[:40]}"
+
+
+def pack_bulks(assignment: Mapping[str, BackendSlots]) -> list[tuple[list[str], str]]:
+    """The backends of `assignment` in groups of at most BULK_BYTES of text (a larger
+    backend alone), each group with its `bulk.json`; in name order."""
+    groups: list[tuple[list[str], str]] = []
+    names_now: list[str] = []
+    size = 0
+
+    def close() -> None:
+        if names_now:
+            part = {name: assignment[name] for name in names_now}
+            text = json.dumps(assignment_to_json(part), sort_keys=True, separators=(",", ":"))
+            groups.append((list(names_now), text))
+            names_now.clear()
+
+    for name in sorted(assignment):
+        one = len(shard_text(name, assignment[name]))
+        if names_now and size + one > BULK_BYTES:
+            close()
+            size = 0
+        names_now.append(name)
+        size += one
+    close()
+    return groups
+
+
+def bulk_data(text: str, writer: str) -> tuple[dict[str, str], str]:
+    """A bulk object's `data` and the hash it carries."""
+    digest = _digest(text)
+    return {BULK_KEY: text, HASH_KEY: digest, WRITER_KEY: writer}, digest
+
+
+def bulk_from(
+    raw: Mapping[str, Any],
+    now: float,
+    known: Callable[[str, str], SlotAssignment | None] | None = None,
+) -> Bulk:
+    """A bulk object -> the backends it holds; never raises. `known(name, digest)`: what
+    this replica wrote under that name and hash (the leader's echo, not parsed again).
+    An unsigned (edited) bulk object is not read: its backends keep their last good copy."""
+    meta = raw.get("metadata")
+    name = _string(meta, "name") or ""
+    version = _string(meta, "resourceVersion") or ""
+    text = _string(raw.get("data"), BULK_KEY)
+    if text is None:
+        return Bulk(name, version, {}, "", False, f"key {BULK_KEY} is missing")
+    digest = _digest(text)
+    if _string(raw.get("data"), HASH_KEY) != digest:
+        edited = f"edited: its {HASH_KEY} does not match {BULK_KEY}; not read"
+        return Bulk(name, version, {}, digest, False, edited)
+    if known is not None and (mine := known(name, digest)) is not None:
+        return Bulk(name, version, mine, digest, True, "")
+    parsed, problem = parse_json(text)
+    if problem is not None:
+        return Bulk(name, version, {}, digest, True, f"{BULK_KEY} is {problem}")
+    assignment, problems = assignment_from_json(parsed, now)
+    if problems:
+        return Bulk(name, version, {}, digest, True, "; ".join(problems))
+    return Bulk(name, version, assignment, digest, True, "")

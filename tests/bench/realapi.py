@@ -31,7 +31,7 @@ from typing import Any
 
 from kubernetes import client
 
-from controlplane.ledger.shards import LEDGER_LABEL
+from controlplane.ledger.shards import BULK_LABEL, LEDGER_LABEL
 from tests.bench.apiservers import Writer
 from tests.helpers.cluster import CLUSTER, ROOT, RealCluster
 from tests.helpers.cluster_demo import haproxy_pods, off_loopback
@@ -149,12 +149,22 @@ class RealApi:
         )
 
     def ledger_stats(self) -> dict[str, int]:
-        """The slot ledger's shards now: how many, the largest's data bytes, all of them."""
-        reply = client.CoreV1Api(self.api).list_namespaced_config_map(
+        """The slot ledger's shards now: how many, the largest's data bytes, all of them;
+        and how many bulk objects are left (a first start's, until made shards)."""
+        core = client.CoreV1Api(self.api)
+        reply = core.list_namespaced_config_map(
             NAMESPACE, label_selector=f"{LEDGER_LABEL}={LEDGER}", _preload_content=False
         )
         sizes = [data_bytes(obj) for obj in json.loads(reply.data)["items"]]
-        return {"shards": len(sizes), "largest_shard": max(sizes, default=0), "total": sum(sizes)}
+        bulk = core.list_namespaced_config_map(
+            NAMESPACE, label_selector=f"{BULK_LABEL}={LEDGER}", _preload_content=False
+        )
+        return {
+            "shards": len(sizes),
+            "largest_shard": max(sizes, default=0),
+            "total": sum(sizes),
+            "bulk": len(json.loads(bulk.data)["items"]),
+        }
 
     def create_route(self, route: Obj) -> float:
         """POST a new HTTPRoute; the moment the request went out (`time.perf_counter`)."""

@@ -349,6 +349,7 @@ class ScaleFleet:
             )
         self.load_s = float("nan")
         self.complete_s = float("nan")
+        self.started_at = float("nan")  # `time.perf_counter` at the control plane's start
 
     @property
     def metrics_url(self) -> str:
@@ -386,7 +387,25 @@ class ScaleFleet:
         first = time.perf_counter() - start
         self.wait_complete(self.fleet.serve_timeout + self.timeout + self.services * 0.05)
         self.complete_s = time.perf_counter() - start
+        self.started_at = start
         return first
+
+    def wait_ledger_shards(self, timeout: float) -> float:
+        """Until every backend is a shard and no bulk object is left (a first start's bulk
+        objects are made shards after the first publication, in the background: the samples
+        must not measure that); seconds from the control plane's start."""
+
+        def stats() -> dict[str, Any]:
+            if self.real is not None:
+                return dict(self.real.ledger_stats())
+            return self.kube.stats() if self.kube is not None else {"shards": 0, "bulk": 0}
+
+        def settled() -> bool:
+            found = stats()
+            return bool(found["shards"] >= self.services and found["bulk"] == 0)
+
+        wait_until(settled, timeout, "every backend's shard written", step=1.0)
+        return time.perf_counter() - self.started_at
 
     def wait_complete(self, timeout: float) -> None:
         """Until both agents ACKed a content with every endpoint in an enabled slot: a
@@ -643,19 +662,24 @@ def measure(
         curve.startup_s = fleet.start()
         curve.load_s = fleet.load_s
         curve.complete_s = fleet.complete_s
+        shards_s = (
+            fleet.wait_ledger_shards(fleet.timeout + services * 0.05)
+            if mode.ledger == "kube"
+            else float("nan")
+        )
         if fleet.real is not None:
             shards = fleet.real.ledger_stats()["shards"]
             curve.startup_note = (
                 f"cluster up and deploy/ installed in {fleet.real.up_s:.0f} s; API loaded in "
                 f"{fleet.load_s:.1f} s ({realapi.WRITERS} writers); startup wrote "
-                f"{shards:,} shards"
+                f"{shards:,} shards (the last at {shards_s:.1f} s)"
             )
         elif mode.ledger == "kube":
             written = fleet.api_received()
             shards = fleet.kube.stats()["shards"] if fleet.kube is not None else 0
             curve.startup_note = (
                 f"API loaded in {fleet.load_s:.1f} s; startup wrote {shards:,} shards, "
-                f"{written.get('configmaps', 0) / 1024:,.0f} KiB"
+                f"{written.get('configmaps', 0) / 1024:,.0f} KiB (the last at {shards_s:.1f} s)"
             )
         curve.agents_on_deltas = sum(1 for s in fleet.status() if s.deltas)
         time.sleep(QUIET_S)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controlplane.ledger.shards import LEDGER_LABEL
+from controlplane.ledger.shards import BULK_LABEL, LEDGER_LABEL
 from tests.bench.common import Child
 from tests.bench.scalefolder import cluster_objects, slice_name
 from tests.helpers.fleet import REPO
@@ -33,14 +33,26 @@ BOOKMARK_S = 10.0
 
 
 def ledger_stats(api: FakeKubeAPI) -> dict[str, Any]:
-    """The slot ledger's shards now: how many, the largest's data bytes, all of them."""
+    """The slot ledger's shards now: how many, the largest's data bytes, all of them; and
+    how many bulk objects are left (a first start's, until the leader made them shards)."""
+    bulk = sum(
+        1
+        for obj in api.list("ConfigMap")
+        if (obj["metadata"].get("labels") or {}).get(BULK_LABEL) == LEDGER
+        and obj["metadata"].get("namespace") == NAMESPACE
+    )
     sizes = [
         data_bytes(obj)
         for obj in api.list("ConfigMap")
         if (obj["metadata"].get("labels") or {}).get(LEDGER_LABEL) == LEDGER
         and obj["metadata"].get("namespace") == NAMESPACE
     ]
-    return {"shards": len(sizes), "largest_shard": max(sizes, default=0), "total": sum(sizes)}
+    return {
+        "shards": len(sizes),
+        "largest_shard": max(sizes, default=0),
+        "total": sum(sizes),
+        "bulk": bulk,
+    }
 
 
 def serve() -> None:

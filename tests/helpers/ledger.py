@@ -29,10 +29,18 @@ def kube_ledger(
     on_change: Callable[[], None] = lambda: None,
     writer: str = "test",
     on_stray: StrayListener | None = None,
+    read_timeout: float = 5.0,
 ) -> Iterator[tuple[ConfigMapLedger, LedgerWatch]]:
-    """A started watch and the ledger writing through it; stopped on exit."""
+    """A started watch and the ledger writing through it; stopped on exit (`read_timeout`:
+    how long `load` waits for the first list: 10,000 shards take more under load)."""
     with ledger_on(
-        api_client(url), ref, clock=clock, on_change=on_change, writer=writer, on_stray=on_stray
+        api_client(url),
+        ref,
+        clock=clock,
+        on_change=on_change,
+        writer=writer,
+        on_stray=on_stray,
+        read_timeout=read_timeout,
     ) as pair:
         yield pair
 
@@ -47,6 +55,7 @@ def ledger_on(
     writer: str = "test",
     refused: Callable[[str, str, str], None] | None = None,
     on_stray: StrayListener | None = None,
+    read_timeout: float = 5.0,
 ) -> Iterator[tuple[ConfigMapLedger, LedgerWatch]]:
     """`kube_ledger` through `api` (`refused`: ConfigMapLedger's, the Event hook;
     `on_stray`: LedgerWatch's, told of labelled objects that are no backend's shard)."""
@@ -60,7 +69,7 @@ def ledger_on(
         watch,
         writer=writer,
         request_timeout=2.0,
-        read_timeout=5.0,
+        read_timeout=read_timeout,
         refused=refused,
     )
     watch.start(on_change)

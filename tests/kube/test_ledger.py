@@ -19,10 +19,12 @@ from kubernetes.client.exceptions import ApiException
 
 from controlplane.kube.client import CONNECTION_POOL_SIZE
 from controlplane.kube.events import EventRecorder
-from controlplane.kube.ledger_store import PARALLEL_WRITES, LedgerReadError
+from controlplane.kube.ledger_store import PARALLEL_WRITES, ConfigMapLedger, LedgerReadError
+from controlplane.kube.ledger_watch import LedgerWatch
 from controlplane.ledger import shards as shards_module
 from controlplane.ledger.codec import assignment_to_json
 from controlplane.ledger.shards import (
+    BULK_LABEL,
     HASH_KEY,
     LEDGER_LABEL,
     MAX_OBJECT_BYTES,
@@ -433,22 +435,170 @@ def test_a_request_over_3_mib_is_refused_with_413(api: FakeKubeAPI) -> None:
     assert refused.value.status == 413
 
 
+def bulk_objects(api: FakeKubeAPI) -> dict[str, dict[str, object]]:
+    return {
+        o["metadata"]["name"]: o
+        for o in api.list("ConfigMap")
+        if (o["metadata"].get("labels") or {}).get(BULK_LABEL) == REF.name
+    }
+
+
+def save_until_shards(ledger: ConfigMapLedger, assignment: SlotAssignment) -> int:
+    """Save as the loop does while the ledger says it has work (bulk to shards); saves."""
+    saves = 0
+    while ledger.dirty():
+        ledger.save(assignment)
+        saves += 1
+        assert saves < 100
+    return saves
+
+
 def test_the_sharded_ledger_persists_10000_services_of_20_endpoints(api: FakeKubeAPI) -> None:
     assignment = big_assignment(10_000, 20)
     with kube_ledger(api.url) as (ledger, _):
         ledger.load()
         ledger.save(assignment)
-        assert ledger.largest_shard < 64 * 1024
+        assert 0 < len(bulk_objects(api)) <= 40 and shards(api) == {}
+        save_until_shards(ledger, assignment)
+        assert bulk_objects(api) == {} and len(shards(api)) == 10_000
+        ledger.largest_shard = 0
         written = ledger.bytes_written
         one = dict(assignment)
         name = next(iter(one))
         old = one[name]
         one[name] = BackendSlots(old.count, MappingProxyType({**old.slots, ("10.9.9.9", 80): 21}))
         ledger.save(one)
+        assert ledger.largest_shard < 64 * 1024
         assert ledger.bytes_written - written < 16 * 1024, "one change, one small shard"
-    with kube_ledger(api.url) as (successor, _):
+    with kube_ledger(api.url, read_timeout=30.0) as (successor, _):
         loaded, problems = successor.load()
     assert problems == [] and len(loaded) == 10_000 and loaded[name] == one[name]
+
+
+def test_a_first_save_of_many_backends_is_a_few_bulk_objects_read_by_every_replica(
+    api: FakeKubeAPI,
+) -> None:
+    """A first start's 2,000 backends: a few creates, not 2,000, before the first
+    publication; a follower (and a new leader) reads every backend from them."""
+    assignment = big_assignment(2_000, 20)
+    with kube_ledger(api.url) as (ledger, _), kube_ledger(api.url) as (_, follower):
+        ledger.load()
+        before = len(writes(api))
+        ledger.save(assignment)
+        assert len(writes(api)) - before <= 8, "bulk objects, not one create per backend"
+        assert shards(api) == {} and ledger.dirty()
+        wait_until(lambda: plain(current(follower)) == plain(assignment))
+        save_until_shards(ledger, assignment)
+        assert len(shards(api)) == 2_000 and bulk_objects(api) == {}
+        wait_until(lambda: follower.bulks() == {})
+        assert plain(current(follower)) == plain(assignment) and follower.problems() == []
+
+
+def current(watch: LedgerWatch) -> SlotAssignment:
+    view = watch.current()
+    return dict(view.assignment) if view is not None else {}
+
+
+def test_a_leader_lost_before_the_shards_leaves_the_same_slots_to_the_next(
+    api: FakeKubeAPI,
+) -> None:
+    """Persist before publish holds across the bulk step: the bulk objects are the
+    ledger until every backend is a shard; a new leader continues them and finishes."""
+    assignment = big_assignment(600, 5)
+    with kube_ledger(api.url) as (ledger, _):
+        ledger.load()
+        ledger.save(assignment)  # published from here on; then the leader dies
+    assert bulk_objects(api) and shards(api) == {}
+    with kube_ledger(api.url) as (successor, _):
+        loaded, problems = successor.load()
+        assert problems == [] and plain(loaded) == plain(assignment)
+        assert successor.dirty()
+        save_until_shards(successor, loaded)
+    assert len(shards(api)) == 600 and bulk_objects(api) == {}
+    with kube_ledger(api.url) as (third, _):
+        assert plain(third.load()[0]) == plain(assignment)
+
+
+def test_a_backend_changed_while_in_bulk_is_written_as_its_shard_and_wins(
+    api: FakeKubeAPI,
+) -> None:
+    assignment = big_assignment(300, 3)
+    name = sorted(assignment)[-1]  # the last to be converted
+    with kube_ledger(api.url) as (ledger, watch):
+        ledger.load()
+        ledger.save(assignment)
+        moved = dict(assignment)
+        moved[name] = BackendSlots(42, MappingProxyType({("10.9.9.9", 80): 7}))
+        ledger.save(moved)
+        assert shard_name(REF.name, name) in shards(api)
+        wait_until(lambda: current(watch).get(name) == moved[name])
+    with kube_ledger(api.url) as (successor, _):  # the bulk copy is not read for it
+        assert successor.load()[0][name] == moved[name]
+
+
+def test_a_bulk_object_deleted_by_hand_is_written_again_as_shards(api: FakeKubeAPI) -> None:
+    assignment = big_assignment(300, 3)
+    drifted: list[int] = []
+    with (
+        kube_ledger(api.url) as (ledger, _),
+        kube_ledger(api.url) as (_, follower),
+    ):
+        ledger.on_drift(lambda: drifted.append(1))
+        ledger.load()
+        ledger.save(assignment)
+        wait_until(lambda: plain(current(follower)) == plain(assignment))
+        for bulk in bulk_objects(api):
+            api.delete("ConfigMap", REF.namespace, bulk)
+        wait_until(lambda: drifted)
+        wait_until(lambda: follower.bulks() == {})
+        assert plain(current(follower)) == plain(assignment), "kept copies"
+        assert any("bulk object" in p for p in follower.problems())
+        save_until_shards(ledger, assignment)
+        assert len(shards(api)) == 300
+    with kube_ledger(api.url) as (successor, _):
+        assert plain(successor.load()[0]) == plain(assignment)
+
+
+def test_an_edited_bulk_object_is_not_read_and_its_backends_become_shards(
+    api: FakeKubeAPI,
+) -> None:
+    """Two slots swapped by hand in a bulk object (its hash no longer matches): followers
+    keep its last good content and say so; the leader writes those backends as shards."""
+    assignment = big_assignment(300, 3)
+    with kube_ledger(api.url) as (ledger, _), kube_ledger(api.url) as (_, follower):
+        drifted: list[int] = []
+        ledger.on_drift(lambda: drifted.append(1))
+        ledger.load()
+        ledger.save(assignment)
+        wait_until(lambda: plain(current(follower)) == plain(assignment))
+        name = sorted(bulk_objects(api))[0]
+        obj = api.get("ConfigMap", REF.namespace, name)
+        assert obj is not None
+        doc = json.loads(obj["data"][shards_module.BULK_KEY])
+        backend = sorted(doc["backends"])[0]
+        doc["backends"][backend]["slots"] = [["10.9.9.9", 80, 1]]
+        obj["data"][shards_module.BULK_KEY] = json.dumps(doc)
+        api.apply(obj)
+        wait_until(lambda: any(name in p for p in follower.problems()))
+        assert plain(current(follower)) == plain(assignment), "the last good content"
+        wait_until(lambda: drifted)
+        save_until_shards(ledger, assignment)
+        assert shard_name(REF.name, backend) in shards(api) and bulk_objects(api) == {}
+    with kube_ledger(api.url) as (successor, _):
+        assert plain(successor.load()[0]) == plain(assignment)
+
+
+def test_every_bulk_object_stays_under_the_apis_limit() -> None:
+    """Bulk objects are packed to BULK_BYTES and a backend is never split: one as large as
+    a backend can be goes alone and still fits (the fake API server refuses past 1 MiB)."""
+    name, largest, writer = shards_module.largest_shard()
+    assignment = {**big_assignment(3_000, 20), name: largest, "a_" + name[2:]: largest}
+    groups = shards_module.pack_bulks(assignment)
+    assert sorted(b for names, _ in groups for b in names) == sorted(assignment)
+    for names, text in groups:
+        data, _ = shards_module.bulk_data(text, writer)
+        assert shards_module.shard_bytes(data) < MAX_OBJECT_BYTES
+        assert len(text) <= shards_module.BULK_BYTES or len(names) == 1
 
 
 GROWN: SlotAssignment = {  # an endpoint added since the copy was made

@@ -238,3 +238,39 @@ def test_the_first_leader_publishes_its_first_snapshot_with_every_endpoint_in_a_
         wait_until(lambda: health(serve.address) == "SERVING", 10)
         wait_until(lambda: len(shop_slots(serve.address)[1]) == 2, 10)
         assert int(get_snapshot(serve.address)["version"]) == 1
+
+
+def test_a_first_start_of_300_services_publishes_from_bulk_objects_then_writes_the_shards(
+    api: FakeKubeAPI, kubeconfig: Path
+) -> None:
+    """300 new backends (past `shards.BULK_MIN`): v1, with every endpoint in a slot, is
+    published after a few bulk writes, not 300 creates; the loop then makes them shards
+    by itself (no change needed) and deletes the bulk objects; v1 stays the version."""
+    for i in range(299):
+        api.apply(service(f"svc{i}"))
+        api.apply(endpoint_slice(f"svc{i}", {f"10.1.{i // 200}.{i % 200 + 1}": True}))
+    with ServeProcess(*serve_args(kubeconfig)) as serve:
+        wait_until(lambda: health(serve.address) == "SERVING", 30)
+        snapshot = get_snapshot(serve.address)
+        enabled = sum(1 for b in snapshot["backends"] for s in b["slots"] if s.get("enabled"))
+        assert enabled == 301 and int(snapshot["version"]) == 1
+        # in this order: the bulk write, the first publication, the shards done
+        serve.wait_for(re.compile(r"300 new backends written in 1 bulk objects"))
+        serve.wait_for(re.compile(r"published \S+ v1 "))
+        serve.wait_for(re.compile(r"every backend of 1 bulk objects is a shard"), 60)
+        order = [
+            i
+            for pattern in ("bulk objects; making", "published", "is a shard; deleted")
+            for i, line in enumerate(serve.lines)
+            if pattern in line
+        ]
+        assert order == sorted(order) and len(order) == 3, serve.lines
+
+        def ledger_objects() -> tuple[int, int]:
+            names = [o["metadata"]["name"] for o in api.list("ConfigMap")]
+            bulk = sum(1 for n in names if n.startswith("peerplane-slots.bulk-"))
+            shards = sum(1 for n in names if n.startswith("peerplane-slots.") and "bulk-" not in n)
+            return shards, bulk
+
+        wait_until(lambda: ledger_objects() == (300, 0), 60, lambda: f"{ledger_objects()}")
+        assert int(get_snapshot(serve.address)["version"]) == 1

@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from controlplane.kube import ledger_store
 from controlplane.kube.events import EventRecorder
 from controlplane.ledger.shards import (
+    BULK_LABEL,
     HASH_KEY,
     LEDGER_LABEL,
     MAX_OBJECT_BYTES,
@@ -81,9 +82,10 @@ def ref(installed: RealCluster) -> Iterator[ObjectRef]:
     own = ObjectRef(CONTROLPLANE_NS, f"rk-ledger-{uuid.uuid4().hex[:6]}")
     yield own
     core = client.CoreV1Api(installed.api_client())
-    core.delete_collection_namespaced_config_map(
-        CONTROLPLANE_NS, label_selector=f"{LEDGER_LABEL}={own.name}"
-    )
+    for label in (LEDGER_LABEL, BULK_LABEL):
+        core.delete_collection_namespaced_config_map(
+            CONTROLPLANE_NS, label_selector=f"{label}={own.name}"
+        )
 
 
 @pytest.fixture
@@ -184,6 +186,46 @@ def test_the_largest_possible_shard_is_taken_by_the_server(
         assignment, problems = successor.load()
     assert problems == []
     assert dict(assignment[name].freed_by) == dict(slots.freed_by)
+
+
+def test_a_first_save_of_many_backends_goes_in_bulk_then_shards_under_the_shipped_role(
+    installed: RealCluster, api: client.ApiClient, ref: ObjectRef
+) -> None:
+    """600 new backends, two of them as large as a backend can be: a few bulk objects
+    (each under the server's 1 MiB, the largest backends alone) that a new leader reads
+    back, then one shard per backend and no bulk object left."""
+    name, largest, writer = largest_shard()
+    assignment: SlotAssignment = {
+        f"rk-bulk-{i}_svc_http": BackendSlots(
+            42, MappingProxyType({(f"10.0.{i // 200}.{i % 200 + 1}", 8080): 1})
+        )
+        for i in range(598)
+    }
+    assignment[name] = largest
+    assignment["a" + name[1:]] = largest
+    core = client.CoreV1Api(installed.api_client())
+
+    def bulk_objects() -> int:
+        return len(
+            core.list_namespaced_config_map(
+                ref.namespace, label_selector=f"{BULK_LABEL}={ref.name}"
+            ).items
+        )
+
+    with ledger_on(api, ref, writer=writer) as (ledger, _):
+        ledger.load()
+        ledger.save(assignment)
+        assert 3 <= bulk_objects() <= 8 and shards(installed, ref) == {}
+    # two backends of 10,000 freed slots each to parse: more than 5 s on a loaded host
+    with ledger_on(api, ref, writer=writer, read_timeout=30.0) as (successor, _):
+        loaded, problems = successor.load()
+        assert problems == [] and plain(loaded) == plain(assignment)
+        saves = 0
+        while successor.dirty():
+            successor.save(loaded)
+            saves += 1
+            assert saves < 20
+    assert len(shards(installed, ref)) == 600 and bulk_objects() == 0
 
 
 def test_a_shard_past_1_mib_is_refused_and_said_on_the_shard(
