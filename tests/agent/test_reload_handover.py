@@ -101,6 +101,16 @@ def test_reload_returns_once_the_new_worker_holds_every_entry(
         stop_process(proc)
 
 
+def _start_peer(
+    tmp: Path, net: str, me: str, haproxy_bin: HAProxyBinary
+) -> subprocess.Popen[bytes]:
+    """HAProxy `me` of the peered pair, master-worker, its files named after it in `tmp`."""
+    cfg = tmp / f"{me}.cfg"
+    cfg.write_text(_peered_config(tmp, net, me))
+    argv = [haproxy_bin.path, "-W", "-S", str(tmp / f"{me}.m"), "-f", str(cfg)]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def _peered_config(tmp: Path, net: str, me: str) -> str:
     return f"""global
   localpeer {me}
@@ -134,13 +144,7 @@ def test_a_reload_right_after_start_waits_for_the_resync_and_keeps_the_table(
     net = loopback_net()
     procs = []
     try:
-        for me in ("a", "b"):
-            cfg = tmp_path / f"{me}.cfg"
-            cfg.write_text(_peered_config(tmp_path, net, me))
-            argv = [haproxy_bin.path, "-W", "-S", str(tmp_path / f"{me}.m"), "-f", str(cfg)]
-            procs.append(
-                subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            )
+        procs += [_start_peer(tmp_path, net, me, haproxy_bin) for me in ("a", "b")]
         runtime = str(tmp_path / "a.rt")
         HAProxy(str(tmp_path / "a.m"), runtime, haproxy_bin.path).wait_running(10)
         sets = [f"set table be key 10.0.{i // 250}.{i % 250} data.server_id 1" for i in range(200)]
@@ -154,13 +158,7 @@ def test_a_reload_right_after_start_waits_for_the_resync_and_keeps_the_table(
         assert parse_peers_flags(reply)["localinstance"] & 0x1  # the lesson is over
     finally:
         for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            stop_process(proc)
 
 
 def test_a_reload_returns_once_the_new_worker_has_its_peer_sessions_back(
@@ -178,13 +176,7 @@ def test_a_reload_returns_once_the_new_worker_has_its_peer_sessions_back(
     procs = []
     b_workers: list[int] = []
     try:
-        for me in ("a", "b"):
-            cfg = tmp_path / f"{me}.cfg"
-            cfg.write_text(_peered_config(tmp_path, net, me))
-            argv = [haproxy_bin.path, "-W", "-S", str(tmp_path / f"{me}.m"), "-f", str(cfg)]
-            procs.append(
-                subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            )
+        procs += [_start_peer(tmp_path, net, me, haproxy_bin) for me in ("a", "b")]
         a = HAProxy(str(tmp_path / "a.m"), str(tmp_path / "a.rt"), haproxy_bin.path)
         b = HAProxy(str(tmp_path / "b.m"), str(tmp_path / "b.rt"), haproxy_bin.path)
         a.wait_running(10)
