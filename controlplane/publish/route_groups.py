@@ -14,7 +14,7 @@ grouping from scratch (tests/publish/test_route_groups.py, over random sequences
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import compress, groupby
 from operator import attrgetter
@@ -178,3 +178,21 @@ def regroup(
         framed[key] = groups[key].framed
         digests[key] = groups[key].digest
     return ListenerGroups(rules, groups, framed, digests)
+
+
+def replaced_rules(
+    last: Mapping[str, ListenerGroups], now: Mapping[str, ListenerGroups]
+) -> Iterator[RouteRule]:
+    """The rules of the listeners' `last` groupings that their groupings `now` no longer
+    hold (by identity): what a route change replaced, within the window it touched, and
+    every rule of a listener gone. O(changed) for a route change."""
+    for name, before in last.items():
+        after = now.get(name)
+        if after is before or (after is not None and after.rules is before.rules):
+            continue
+        if after is None:
+            yield from before.rules
+            continue
+        old_part, new_part = _window(before.rules, after.rules)
+        kept = set(map(id, new_part))
+        yield from (rule for rule in old_part if id(rule) not in kept)
