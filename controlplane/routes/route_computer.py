@@ -210,6 +210,9 @@ class RouteComputer:
             if self._trace is None:
                 return None
             index = self._index = TableIndex(table, self._trace)
+            # The index holds what it needs of the trace: kept, the build's candidates
+            # stayed alive beside their successors, a route's first change at a time.
+            self._trace = None
         found = index.update(state, placement, services, reuse, memo)
         if found is None:
             return None
