@@ -24,7 +24,7 @@ from typing import TypeVar
 from controlplane.publish import wire
 from controlplane.publish.content import Derived, SnapshotContent
 from controlplane.publish.encode_filters import encode_filters
-from controlplane.publish.route_groups import Group, ListenerGroups, regroup
+from controlplane.publish.route_groups import Group, ListenerGroups, regroup, replaced_rules
 from controlplane.snapshot import (
     BackendSpec,
     Certificate,
@@ -278,9 +278,12 @@ class Encoder:
     from its last parts in O(replaced) (the specs compared by identity in C), and its
     peers, frontends, warnings, listeners and certificates bytes are reused when their
     objects are the same (the incremental assembly keeps them); certificates, like
-    backends, are kept by the identity of each `Certificate`. The cache holds the specs of
-    the last call plus those replaced since its last sweep, at most twice the current
-    backends.
+    backends, are kept by the identity of each `Certificate`. A spec or route rule another
+    one replaced leaves its cache as its successor is encoded (`_retire`), so the caches
+    hold what the last call served: kept until a sweep, the replaced ones made the
+    control plane's memory rise for hours of changes at 8,000 Services (issue 33,
+    docs/findings.md). The sweep stays for what a retirement does not see (a Service or
+    a listener gone with its workload), at most twice the current entries.
     """
 
     def __init__(self) -> None:
@@ -294,6 +297,16 @@ class Encoder:
         self.encoded_rules = 0  # route rules encoded (not reused) by the last call
         self.encoded = 0  # backends encoded (not reused) by the last call
         self.encoded_certificates = 0  # certificates encoded (not reused) by the last call
+
+    @property
+    def cached_backends(self) -> int:
+        """Backends whose bytes are kept for the next call."""
+        return len(self._backends)
+
+    @property
+    def cached_rules(self) -> int:
+        """Route rules whose bytes are kept for the next call."""
+        return len(self._rules)
 
     def encode(self, snapshots: Mapping[str, WorkloadSnapshot]) -> dict[str, SnapshotContent]:
         """Every workload's content, in the order given."""
@@ -391,6 +404,9 @@ class Encoder:
         touched: tuple[str, ...] | None = None
         if found is None:
             hits = [self._hit(spec, cache) for spec in snapshot.backends]
+            if last is not None:
+                served = set(map(id, snapshot.backends))
+                _retire(cache, (b for b in last.snapshot.backends if id(b) not in served))
             backends = {hit[0].name: hit[1] for hit in hits}
             backend_digests = {hit[0].name: hit[2] for hit in hits}
             backend_warnings = sum(len(spec.warnings) for spec in snapshot.backends)
@@ -428,6 +444,8 @@ class Encoder:
             last_groups = last.groups if last is not None else {}
             groups = self._route_groups(snapshot, last_groups)
             touched_groups = _touched(groups, last_groups)
+            if last is not None:
+                _retire(self._rules, replaced_rules(last.groups, groups))
         route_groups, order = _joined(groups, "framed")
         parts = ContentParts(
             workload=pb.Snapshot(workload=snapshot.workload).SerializeToString(),
@@ -466,13 +484,16 @@ class Encoder:
         digests = dict(last.parts.backend_digests)
         warnings = last.backend_warnings
         touched: list[str] = []
+        replaced: list[BackendSpec] = []
         for index in compress(count(), map(is_not, old, new)):
             before, spec = old[index], new[index]
             if before.name != spec.name:
                 return None
             _, backends[spec.name], digests[spec.name] = self._hit(spec, cache)
             touched.append(spec.name)
+            replaced.append(before)
             warnings += len(spec.warnings) - len(before.warnings)
+        _retire(cache, replaced)
         return backends, digests, warnings, tuple(touched)
 
 
@@ -514,6 +535,17 @@ def _touched(
             return None
         keys.extend(grouping.touched)
     return tuple(keys)
+
+
+def _retire(cache: dict[int, Entry], replaced: Iterable[object]) -> None:
+    """Drop the entries of objects the last call served and this one replaced. Another
+    workload may still serve one of them (a Service planned alike for two workloads, the
+    other not yet changed): then it is encoded again if that workload ever needs its
+    bytes from the cache, never served stale (entries are checked by identity)."""
+    for item in replaced:
+        hit = cache.get(id(item))
+        if hit is not None and hit[0] is item:
+            del cache[id(item)]
 
 
 def _swept(

@@ -19,7 +19,7 @@ and the grouping says which keys it changed (`touched`) for the delta and the st
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, groupby
 from operator import attrgetter
@@ -191,3 +191,21 @@ def regroup(
             order = list(last.keys()) if order is None or order is last.order else order
             insort(order, key)
     return ListenerGroups(rules, groups, framed, digests, order, tuple(keys))
+
+
+def replaced_rules(
+    last: Mapping[str, ListenerGroups], now: Mapping[str, ListenerGroups]
+) -> Iterator[RouteRule]:
+    """The rules of the listeners' `last` groupings that their groupings `now` no longer
+    hold (by identity): what a route change replaced, within the window it touched, and
+    every rule of a listener gone. O(changed) for a route change."""
+    for name, before in last.items():
+        after = now.get(name)
+        if after is before or (after is not None and after.rules is before.rules):
+            continue
+        if after is None:
+            yield from before.rules
+            continue
+        old_part, new_part = _window(before.rules, after.rules)
+        kept = set(map(id, new_part))
+        yield from (rule for rule in old_part if id(rule) not in kept)

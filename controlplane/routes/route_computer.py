@@ -222,6 +222,9 @@ class RouteComputer:
                 return None
             index = self._index = TableIndex(table, self._trace)
             self.indexed_late += 1
+            # The index holds what it needs of the trace: kept, the build's candidates
+            # stayed alive beside their successors, a route's first change at a time.
+            self._trace = None
         # the HTTPRoutes and GRPCRoutes `reuse` was made from (`state`'s kinds as they were)
         routes = cast(tuple[Sequence[HTTPRoute], Sequence[GRPCRoute]], (last[1], last[2]))
         found = index.update(state, placement, services, reuse, memo, routes)
@@ -242,6 +245,7 @@ class RouteComputer:
             return
         if self._index is None or self._index.table is not table:
             self._index = TableIndex(table, trace)
+        self._trace = None  # the index holds what it needs of it (see `_update`)
 
     @property
     def changed_hosts(self) -> dict[tuple[str, int], frozenset[str]] | None:

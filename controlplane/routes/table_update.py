@@ -311,8 +311,11 @@ class TableIndex:
                 for key, found in self._rejecting.items()
                 if workload in self._reported[key]
             )
+            # Its candidates and claims are in `ports` now: the build's are not kept (a
+            # route's first change would leave its first candidate alive, issue 33).
+            kept = dataclasses.replace(held, candidates=(), claims=())
             self._workloads[workload] = _Workload(
-                held, ports, conflicts, held.at, held.own, routes_of, names, routes.names
+                kept, ports, conflicts, held.at, held.own, routes_of, names, routes.names
             )
 
     def _count(self, pairs: Iterable[tuple[ServiceKey, str]], step: int) -> set[ServiceKey]:

@@ -20,7 +20,9 @@ least-squares slope in MiB per hour (target: flat, `memory.flat_limit`) and the 
 
 Sizes: quick 200 Services, 300 routes, about 1 minute; full 8,000 Services, 10,000
 routes, 60 minutes. `SOAK_MINUTES` (or `--minutes`) sets the duration,
-`SOAK_SERVICES` / `SOAK_ROUTES` the sizes (`python -m tests.bench.soak --help`).
+`SOAK_SERVICES` / `SOAK_ROUTES` the sizes, `SOAK_INTERVAL_S` the time between two
+changes (amplified: 0.05 is twenty a second), `SOAK_OCTET` the loopback octet (another
+than 44 to run two soaks at once) (`python -m tests.bench.soak --help`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ OCTET = 44  # 127.44.x.y: apart from the tests and the other benchmarks
 MOVED_BASE = 0x7F_5B_00_00  # 127.91.0.0 + Service index: where an endpoint moves to
 HOSTS = "soak.example.com"
 MINUTES_ENV, SERVICES_ENV, ROUTES_ENV = "SOAK_MINUTES", "SOAK_SERVICES", "SOAK_ROUTES"
+INTERVAL_ENV, OCTET_ENV = "SOAK_INTERVAL_S", "SOAK_OCTET"
 SETTLE_S = 2.0  # after the last change: past the debounce, before the convergence check
 # Descriptors HAProxy asks for per checked Service (42 slots, its share of 2 x maxconn):
 # the scale benchmark meets a limit of 20,000 past about 280 Services.
@@ -66,7 +69,8 @@ FULL = SoakSize(services=8000, routes=10000, minutes=60.0, interval_s=1.0, sampl
 
 def size_from(base: SoakSize, environ: dict[str, str] | os._Environ[str]) -> SoakSize:
     """`base` with the environment's overrides (`SOAK_MINUTES`, `SOAK_SERVICES`,
-    `SOAK_ROUTES`); a duration under 20 samples samples more often."""
+    `SOAK_ROUTES`, `SOAK_INTERVAL_S`: an amplified stream, many changes a second); a
+    duration under 20 samples samples more often."""
     size = base
     if environ.get(MINUTES_ENV):
         size = replace(size, minutes=float(environ[MINUTES_ENV]))
@@ -74,6 +78,8 @@ def size_from(base: SoakSize, environ: dict[str, str] | os._Environ[str]) -> Soa
         size = replace(size, services=int(environ[SERVICES_ENV]))
     if environ.get(ROUTES_ENV):
         size = replace(size, routes=int(environ[ROUTES_ENV]))
+    if environ.get(INTERVAL_ENV):
+        size = replace(size, interval_s=float(environ[INTERVAL_ENV]))
     return replace(size, sample_s=min(size.sample_s, max(1.0, size.minutes * 60 / 20)))
 
 
@@ -296,7 +302,8 @@ def run(quick: bool = False, binary: str | None = None, octet: int = OCTET) -> l
     if binary is None:
         raise RuntimeError("haproxy not found")
     size = size_from(QUICK if quick else FULL, os.environ)
-    log(f"soak: {size}")
+    octet = int(os.environ.get(OCTET_ENV) or octet)  # two soaks side by side
+    log(f"soak: {size}, octet {octet}")
     found = soak(size, binary, octet)
     print(table(found))
     return results(found)

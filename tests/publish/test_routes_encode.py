@@ -235,3 +235,27 @@ def test_route_groups_are_in_key_order_whatever_the_listeners_order() -> None:
         "HTTPRoute default/r3 rule 0 match 0",
     ]
     assert SnapshotContent.from_message(message).content_hash == content[WORKLOAD].content_hash
+
+
+def test_the_rule_cache_keeps_only_the_current_rules_over_many_route_changes() -> None:
+    """A route change's old rules leave the cache with their group (issue 33: at 10,000
+    routes the replaced rules stayed until the cache doubled, hours of route changes)."""
+    computer = Computer()
+    snapshot = computer.compute(state("/"), {}).workloads[WORKLOAD]
+    rules = [
+        RouteRule(f"HTTPRoute default/r{i} rule 0 match 0", (f"h{i}.example",), None)
+        for i in range(20)
+    ]
+    encoder = Encoder()
+    first = HttpListener(8080, tuple(rules))
+    encoder.encode({WORKLOAD: dataclasses.replace(snapshot, http_listeners=(first,))})
+    sizes = []
+    for change in range(200):
+        index = change % len(rules)
+        method = "" if rules[index].method else "GET"
+        rules[index] = dataclasses.replace(rules[index], method=method)
+        listener = HttpListener(8080, tuple(rules))
+        encoder.encode({WORKLOAD: dataclasses.replace(snapshot, http_listeners=(listener,))})
+        assert encoder.encoded_rules == 1
+        sizes.append(encoder.cached_rules)
+    assert max(sizes) == len(rules)
