@@ -163,7 +163,7 @@ class Phases:
                 (hx, "reload", "reload"),
                 (hx, "wait_peers_synced", "wait_peers_synced"),
                 (applier.files, "write_config", "write"),
-                (applier.store, "save_bytes", "save"),
+                (applier.store, "save_held", "save"),
             ]
             for obj, attr, name in methods:
                 setattr(obj, attr, self.wrap(name, getattr(obj, attr)))
