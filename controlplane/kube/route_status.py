@@ -21,7 +21,12 @@ cluster say it:
   controllers are kept;
 - a write is a PUT with the resourceVersion read: a 409 reads again and retries, a
   missing object (404) is skipped, any other failure is retried later with backoff;
-  one object's failure never holds up the others.
+  one object's failure never holds up the others;
+- a round that compared many documents (the first after start or after taking the Lease:
+  every object's) freezes the heap once through (`peerplane/runtime/heap.py`): what it
+  keeps (thousands of documents, made in this thread after the loop's own freeze) left
+  to the cyclic collector made its full collections of 0.1-0.5 s land on the first route
+  changes after start (docs/findings.md).
 """
 
 from __future__ import annotations
@@ -42,11 +47,14 @@ from controlplane.loop.reconcile import ComputeFn
 from controlplane.model import GATEWAY_GROUP, POLICY_GROUP, ClusterState
 from controlplane.routes.names import GATEWAY_CONTROLLER
 from controlplane.snapshot import ComputeResult, SlotAssignment
+from peerplane.runtime import heap
 
 log = logging.getLogger(__name__)
 
 NETWORKING_GROUP = "networking.k8s.io"
 CONFLICT_ATTEMPTS = 5
+# A round that compared at least this many documents kept enough of them to freeze.
+FREEZE_MIN_COMPARED = 1_000
 Obj = dict[str, Any]
 
 
@@ -165,6 +173,11 @@ class RouteStatusWriter:
         self.compared = 0  # documents compared by the last round (tests)
         self._was_leading = False
         self.stats = WriterStats()
+        # gc.freeze is process-wide and only ever moves objects to the permanent
+        # generation (nothing in the control plane unfreezes): freezing here never undoes
+        # nor races the loop's freeze (both hold the GIL), and what either freezes of the
+        # other's work in flight is still freed by reference counting when dropped.
+        self._heap = heap.Heap(collect_rebuilt=False)
         self._thread = threading.Thread(target=self._run, name="route-status", daemon=True)
         self._thread.start()
 
@@ -245,6 +258,8 @@ class RouteStatusWriter:
                 self._done(seq)
                 continue
             failed = self._round(statuses)
+            if self.compared >= FREEZE_MIN_COMPARED:
+                self._heap.settle(rebuilt=True)  # what the round keeps: frozen, O(1)
             self._done(seq)
             if failed:
                 failures += 1
