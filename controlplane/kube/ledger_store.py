@@ -17,10 +17,10 @@ objects first, so the loop can publish after a few writes, and later saves turn 
 shards (`CONVERT_BATCH` each) and delete the bulk objects (docs/design.md, "The slot
 ledger").
 
-A refused write raises `LedgerWriteError`, permanent for what retrying cannot fix (422
-invalid, 413 too large, 403 forbidden, 400), naming the backends left unwritten: the
-reconcile loop says so once per cause, publishes what was written (those backends keep
-what they had), and retries with backoff.
+A refused write raises `LedgerWriteError` (ledger_errors.py), permanent for what retrying
+cannot fix (422 invalid, 413 too large, 403 forbidden, 400), naming the backends left
+unwritten: the reconcile loop says so once per cause, publishes what was written (those
+backends keep what they had), and retries with backoff.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from controlplane.kube.ledger_errors import write_error
 from controlplane.kube.ledger_watch import LedgerWatch
 from controlplane.ledger.shards import (
     BULK_LABEL,
@@ -60,7 +61,6 @@ from controlplane.snapshot import BackendSlots, SlotAssignment
 
 log = logging.getLogger(__name__)
 
-PERMANENT = {400: "bad-request", 403: "forbidden", 413: "too-large", 422: "invalid"}
 PARALLEL_MIN = 16  # a save writing at least this many shards writes them concurrently
 # Shard writes in flight at once. A first start writes one shard per backend: 8,000
 # creates took ~70 s at 8 against a loaded real API server; 32 writes 20-30% faster
@@ -82,32 +82,6 @@ class _Object:
 
     name: str
     version: str
-
-
-def _write_error(error: BaseException, what: str) -> LedgerWriteError:
-    if isinstance(error, ApiException):
-        status = int(error.status or 0)
-        message = _status_message(error)
-        cause = PERMANENT.get(status, f"http-{status}")
-        return LedgerWriteError(
-            f"{what}: HTTP {status} {message}".strip(), cause=cause, permanent=status in PERMANENT
-        )
-    if isinstance(error, LedgerWriteError):
-        return error
-    return LedgerWriteError(
-        f"{what}: {type(error).__name__}: {error}", cause="unreachable", permanent=False
-    )
-
-
-def _status_message(error: ApiException) -> str:
-    """The API's own words (metav1.Status message), else the HTTP reason."""
-    try:
-        body = json.loads(error.body or "{}")
-    except (TypeError, ValueError):
-        body = {}
-    message = body.get("message") if isinstance(body, dict) else None
-    text = message if isinstance(message, str) else str(error.reason or "")
-    return text[:300]
 
 
 class ConfigMapLedger:
@@ -319,7 +293,7 @@ class ConfigMapLedger:
                 self._write_bulk(group[0], group[1], fresh)
                 return None
             except Exception as error:  # reported by the loop, as a shard's
-                return _write_error(
+                return write_error(
                     error, f"cannot write slot ledger bulk object of {len(group[0])} backends"
                 )
 
@@ -411,12 +385,12 @@ class ConfigMapLedger:
                     with self._lock:
                         self._bulk_objects[name] = (version, frozenset())
                     errors.append(
-                        _write_error(error, f"cannot delete slot ledger bulk object {name}")
+                        write_error(error, f"cannot delete slot ledger bulk object {name}")
                     )
             except Exception as error:
                 with self._lock:
                     self._bulk_objects[name] = (version, frozenset())
-                errors.append(_write_error(error, f"cannot delete slot ledger bulk object {name}"))
+                errors.append(write_error(error, f"cannot delete slot ledger bulk object {name}"))
         if done and not errors:
             log.info(
                 "slot ledger %s: every backend of %d bulk objects is a shard; deleted them",
@@ -451,7 +425,7 @@ class ConfigMapLedger:
             self._write(backend, slots)
             return None
         except Exception as error:  # every failure is reported by the loop
-            return _write_error(error, f"cannot write slot ledger shard for {backend}")
+            return write_error(error, f"cannot write slot ledger shard for {backend}")
 
     def _write(self, backend: str, slots: BackendSlots) -> None:
         data, digest = shard_data(backend, slots, self._writer)
@@ -562,11 +536,11 @@ class ConfigMapLedger:
             if error.status != 404:
                 with self._lock:
                     self._present.setdefault(backend, known)
-                return _write_error(error, f"cannot delete slot ledger shard {known.name}")
+                return write_error(error, f"cannot delete slot ledger shard {known.name}")
         except Exception as error:
             with self._lock:
                 self._present.setdefault(backend, known)
-            return _write_error(error, f"cannot delete slot ledger shard {known.name}")
+            return write_error(error, f"cannot delete slot ledger shard {known.name}")
         return None
 
     def _mark_legacy(self) -> None:
@@ -582,7 +556,7 @@ class ConfigMapLedger:
             )
         except ApiException as error:
             if error.status != 404:
-                raise _write_error(error, f"cannot mark configmap {self.ref} migrated") from error
+                raise write_error(error, f"cannot mark configmap {self.ref} migrated") from error
         self._legacy_pending = False
         log.info("slot ledger %s migrated to one shard per backend", self.ref)
 

@@ -2,25 +2,26 @@
 table `build_table` computes from scratch (tests/routes/test_table_update.py), without
 a Python loop over every route or rule.
 
-`TableIndex` is made from a traced build (`table_stages.Trace`) when the first route change
-after it comes, and kept with its table: each workload's ports, and per port and hostname
-the claims and candidates on it, its winners (the first candidate of each match key, by
-precedence) and its conflict losers (decided when the hostname is first touched, as the
-table decided it). Conflicts and precedence are per hostname (the match key holds it,
-every candidate serves one hostname), so a route change decides again only the hostnames
-its old and new candidates serve, and moves their winners in the port's rules, kept
-sorted by precedence key (bisect; the tuple is a C-speed copy). Ownership is decided
-again only for those hostnames too (ownership.py): an exact claim covers only its own
-hostname, so a change of exact hostnames moves no wildcard or any-host holding
-(`_Port.wider`, kept from the build), and while none of the hostname's claims is refused
-it moves no held listener hostname either (nor, then, what `Holding.shadowing` answers).
-An exact hostname's claims are then resolved alone against those holdings (`_refuses`,
-`resolve`'s rule for one hostname); one none of whose claims is refused before and after
-keeps every candidate but those a more specific listener of its namespace shadows, and
-is closed when the most specific held wildcard covering it, else any host, is another
-namespace's, or it is a held listener hostname under one (`_closed`; `ownership._closed`
-and `_isolated`). So ports holding a wildcard listener hostname (thousands of exact
-routes under `*.demo.example.com`) are updated too.
+`TableIndex` is made from a traced build (`table_stages.Trace`) when the first route
+change after it comes, and kept with its table: each workload's ports, and per port and
+hostname the claims and candidates on it, its winners (the first candidate of each match
+key, by precedence) and its conflict losers (decided when the hostname is first touched,
+as the table decided it). Conflicts and precedence are per hostname (the match key holds
+it, every candidate serves one hostname), so a route change decides again only the
+hostnames its old and new candidates serve, and moves their winners in the port's rules,
+kept sorted by precedence key (bisect; the tuple is a C-speed copy). Ownership is
+decided again only for those hostnames too (ownership.py): an exact claim covers only
+its own hostname, so a change of exact hostnames moves no wildcard or any-host holding
+(`host_decisions.Port.wider`, kept from the build), and while none of the hostname's
+claims is refused it moves no held listener hostname either (nor, then, what
+`Holding.shadowing` answers). An exact hostname's claims are then resolved alone against
+those holdings (`host_decisions.refuses`, `resolve`'s rule for one hostname); one none
+of whose claims is refused before and after keeps every candidate but those a more
+specific listener of its namespace shadows, and is closed when the most specific held
+wildcard covering it, else any host, is another namespace's, or it is a held listener
+hostname under one (`host_decisions.host_closed`; `ownership._closed` and `_isolated`).
+So ports holding a wildcard listener hostname (thousands of exact routes under
+`*.demo.example.com`) are updated too.
 
 A changed route's rejections are put in the table's and its workloads' among the other
 routes' in route order (the routes with rejections are kept by that order: few have any).
@@ -30,7 +31,7 @@ changed route with session persistence, a hostname with a claim
 refused before or after the change (claimed by two namespaces, or under another
 namespace's wildcard held by an older claim), a wildcard or any-host candidate (a route's
 or its listener's hostname), a workload with lanes, a port the workload does not listen
-on, TLS or TCP routes reaching backends, or more than `MAX_CHANGED` routes.
+on, TLS or TCP routes reaching backends, or more than `route_changes.MAX_CHANGED` routes.
 """
 
 from __future__ import annotations
@@ -39,75 +40,28 @@ import dataclasses
 from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from controlplane.model import ClusterState, GRPCRoute, HTTPRoute, Service
 from controlplane.routes.backends import ServiceKey
+from controlplane.routes.host_decisions import (
+    Counts,
+    FullKey,
+    Port,
+    add_claim,
+    claim_namespaces,
+    decide,
+    exact_host,
+    host_closed,
+    refuses,
+)
 from controlplane.routes.httproute import RouteOutcome, route_outcome
-from controlplane.routes.ownership import ANY_HOST, Claim, Holding, wider
 from controlplane.routes.placement import LANE_SEPARATOR, Placement, lane_workload
 from controlplane.routes.precedence import Candidate
+from controlplane.routes.route_changes import changed_routes
 from controlplane.routes.table_stages import Held, Trace, by_namespace
 from controlplane.routes.table_types import Memo, RouteTable, WorkloadRoutes
-from controlplane.sequences import common_ends
 from controlplane.snapshot import RejectedInput, RouteRule
-from peerplane.patterns import WILDCARD_PREFIX
-
-MAX_CHANGED = 64
-"""More changed routes than this: computed from scratch (the update is per route)."""
-
-FullKey = tuple[tuple[object, ...], int]
-"""A candidate's precedence key and its place among its object's candidates: equal keys
-come from one object only, and then its order decides, as the stable sort does."""
-
-
-@dataclass(slots=True)
-class _Decided:
-    """One hostname's winners (the first candidate of each match key, by precedence)
-    and conflict losers."""
-
-    winners: list[tuple[FullKey, RouteRule]] = field(default_factory=list)
-    losers: list[tuple[FullKey, RejectedInput]] = field(default_factory=list)
-
-
-Counts = dict[Claim, int]
-
-
-@dataclass(slots=True)
-class _Port:
-    """One port of a workload: its claims and candidates by hostname, the hostnames
-    decided so far (the others are decided, as they were in the table, when first
-    touched), and its rules in precedence order (`keys` and `rules` in step)."""
-
-    holding: Holding
-    # its held wildcards and any host, which a change of exact hostnames never moves
-    wider: dict[str, Claim]
-    claims: dict[str, Counts]
-    hosts: dict[str, list[tuple[FullKey, Candidate]]]
-    decided: dict[str, _Decided]
-    keys: list[FullKey]
-    rules: list[RouteRule]
-    closed: list[str]
-    losing: set[str]  # the hostnames with conflict losers
-
-    def conflicts(self) -> list[RejectedInput]:
-        """The port's conflict losers in precedence order, as `precedence.listeners`
-        reports them."""
-        found = [loser for host in self.losing for loser in self.decided[host].losers]
-        return [rejection for _, rejection in sorted(found, key=_first)]
-
-    def decided_as_is(self, name: str) -> _Decided:
-        """`name` decided on its candidates as they are (as the table decided it, while
-        none of them moved)."""
-        found = self.decided.get(name)
-        if found is None:
-            refused = self.holding.refused
-            found = self.decided[name] = _decide(self.hosts.get(name, []), self.holding, refused)
-        return found
-
-
-def _first(item: tuple[FullKey, object]) -> FullKey:
-    return item[0]
 
 
 @dataclass(slots=True)
@@ -116,132 +70,13 @@ class _Workload:
     the backend names its listeners reference."""
 
     held: Held
-    ports: dict[int, _Port]
+    ports: dict[int, Port]
     conflicts: tuple[RejectedInput, ...]  # refusals, then each port's conflicts
     at: int  # where they start in the table's rejections
     own: int  # its table's rejections start with its own (`Held.own`), then conflicts
     routes: int  # how many of its own are the routes' (from `Held.routes_from`)
     names: Counter[str]  # backend names its listeners reference (rules and defaults)
     sorted_names: tuple[str, ...] | None = None  # `names`, sorted; None: to sort again
-
-
-def _decide(
-    candidates: list[tuple[FullKey, Candidate]], holding: Holding, refused: Mapping[Claim, Claim]
-) -> _Decided:
-    """A hostname's winners and losers (`precedence.listeners` on its candidates kept:
-    those whose claim is not refused and no more specific listener shadows)."""
-    taken: dict[tuple[object, ...], Candidate] = {}
-    decided = _Decided()
-    for full, candidate in sorted(candidates, key=_first):
-        claim = candidate.claim
-        if claim in refused:
-            continue
-        listener = candidate.listener
-        if listener is not None and holding.shadowing(listener, claim.host, claim.namespace):
-            continue
-        winner = taken.get(candidate.match)
-        if winner is None:
-            taken[candidate.match] = candidate
-            decided.winners.append((full, candidate.rule))
-            continue
-        if winner.origin == candidate.origin or winner.rule == candidate.rule:
-            continue
-        name = candidate.rule.hostnames[0] if candidate.rule.hostnames else "*"
-        path = candidate.rule.path.value if candidate.rule.path else "/"
-        reason = f"same match as {winner.rule.source}, which takes precedence: dropped"
-        decided.losers.append((full, candidate.origin.rejection(f"{name}{path}", reason)))
-    return decided
-
-
-def _exact(host: str) -> bool:
-    return bool(host) and not host.startswith(WILDCARD_PREFIX)
-
-
-def _namespaces(claims: Counts | None) -> set[str]:
-    return {claim.namespace for claim, count in claims.items() if count} if claims else set()
-
-
-def _closed(port: _Port, host: str, namespace: str) -> bool:
-    """Whether an exact `host` held by `namespace` is closed (`ownership.resolve`): the
-    next less specific held hostname (the most specific held wildcard covering it, else
-    any host) is another namespace's, or `host` is a held listener hostname under it
-    (`ownership._isolated`)."""
-    held = port.wider
-    if not held:
-        return False
-    found = next((held[w] for w in wider(host) if w in held), None) or held.get(ANY_HOST)
-    if found is None:
-        return False
-    return found.namespace != namespace or host in port.holding.listeners
-
-
-def _refuses(host: str, claims: Counts, held: Mapping[str, Claim]) -> bool:
-    """Whether `ownership.resolve` refuses one of `claims` (all on exact `host`), given
-    the port's held wildcards and any host (`held`, which exact claims never refuse):
-    oldest first, a claim is refused by the first accepted claim on `host`, else by the
-    most specific wildcard covering `host` held by an older claim, of another namespace."""
-    covering = [held[w] for w in wider(host) if w in held] if held else []
-    holder: Claim | None = None
-    for claim in sorted(claim for claim, count in claims.items() if count > 0):
-        found = holder
-        if found is None:
-            found = next((w for w in covering if w < claim), None)
-        if found is not None and found.namespace != claim.namespace:
-            return True
-        if holder is None:
-            holder = claim
-    return False
-
-
-Routes = dict[int, HTTPRoute | GRPCRoute]
-
-
-def changed_routes(
-    state: ClusterState,
-    reuse: Memo,
-    last: tuple[Sequence[HTTPRoute], Sequence[GRPCRoute]] | None,
-) -> tuple[Routes, set[int], set[int]] | None:
-    """The HTTPRoutes and GRPCRoutes of `state` added and removed (by id) since those
-    `reuse` holds, with the added ones by id; None past `MAX_CHANGED`. With `last` (the
-    routes `reuse` was made from, in their order) only the objects between each kind's
-    common prefix and suffix are compared (`sequences.common_ends`, by identity in C):
-    a new route is one comparison per route instead of a dict of every route by id and
-    two key differences (~2 ms at 10,000 routes). The same sets as comparing all: an
-    object outside both windows is at the same place in both sequences."""
-    if last is not None:
-        by_id: Routes = {}
-        gone: set[int] = set()
-        for old, now in ((last[0], state.http_routes), (last[1], state.grpc_routes)):
-            head, tail = common_ends(old, now)
-            old_part, new_part = old[head : len(old) - tail], now[head : len(now) - tail]
-            if len(old_part) + len(new_part) > 4 * MAX_CHANGED:
-                break  # a reordering or a bulk change: compare all
-            by_id.update(zip(map(id, new_part), new_part, strict=True))
-            gone.update(map(id, old_part))
-        else:
-            added = by_id.keys() - gone
-            removed = gone - by_id.keys()
-            if len(added) + len(removed) > MAX_CHANGED:
-                return None
-            if removed <= reuse.keys() and not added & reuse.keys():
-                return by_id, added, removed
-            # else `last` is not what `reuse` was made from: compare all
-    routes: list[HTTPRoute | GRPCRoute] = [*state.http_routes, *state.grpc_routes]
-    by_id = dict(zip(map(id, routes), routes, strict=True))  # C speed, as the set ops
-    added = by_id.keys() - reuse.keys()
-    removed = reuse.keys() - by_id.keys()
-    if len(added) + len(removed) > MAX_CHANGED:
-        return None
-    return by_id, added, removed
-
-
-def _add_claim(claims: dict[str, Counts], claim: Claim, step: int) -> None:
-    counts = claims.get(claim.host)
-    if counts is None:
-        counts = claims[claim.host] = {}
-    counts[claim] = counts.get(claim, 0) + step
-    if not counts[claim]:
-        del counts[claim]
 
 
 class TableIndex:
@@ -332,11 +167,13 @@ class TableIndex:
             moved.add(service)
         return moved
 
-    def _port(self, held: Held, number: int, rules: tuple[RouteRule, ...]) -> _Port:
+    def _port(self, held: Held, number: int, rules: tuple[RouteRule, ...]) -> Port:
         """The port's index: its candidates and claims by hostname, the hostnames with
         conflicts decided, and its rules' keys (each rule is its winner's object)."""
         holding = held.holdings[number]
-        wider_held = {host: claim for host, claim in holding.holders.items() if not _exact(host)}
+        wider_held = {
+            host: claim for host, claim in holding.holders.items() if not exact_host(host)
+        }
         claims: dict[str, Counts] = {}
         hosts: dict[str, list[tuple[FullKey, Candidate]]] = {}
         key_of: dict[int, FullKey] = {}
@@ -347,7 +184,7 @@ class TableIndex:
                 continue
             claim = candidate.claim
             host = claim.host
-            _add_claim(claims, claim, 1)
+            add_claim(claims, claim, 1)
             full = (candidate.key, serial)
             found = hosts.get(host)
             if found is None:
@@ -362,8 +199,8 @@ class TableIndex:
         self._serial += len(held.candidates)
         for at_port, claim, _ in held.claims:  # listeners' and defaultBackends' claims
             if at_port == number:
-                _add_claim(claims, claim, 1)
-        port = _Port(
+                add_claim(claims, claim, 1)
+        port = Port(
             holding,
             wider_held,
             claims,
@@ -439,7 +276,7 @@ class TableIndex:
                     for candidate in candidates:
                         port = mine.ports.get(candidate.port)
                         host = candidate.claim.host
-                        if port is None or not _exact(host):
+                        if port is None or not exact_host(host):
                             return False
                         if candidate.port not in mine.held.defaults:
                             return False
@@ -451,7 +288,7 @@ class TableIndex:
             after = dict(claims)
             for claim, step in counts.items():
                 after[claim] = after.get(claim, 0) + step
-            if _refuses(host, claims, port.wider) or _refuses(host, after, port.wider):
+            if refuses(host, claims, port.wider) or refuses(host, after, port.wider):
                 return False
         return True
 
@@ -545,7 +382,7 @@ class TableIndex:
             port = mine.ports[candidate.port]
             name = candidate.claim.host
             port.decided_as_is(name)  # as the table has it, before its candidates move
-            _add_claim(port.claims, candidate.claim, sign)
+            add_claim(port.claims, candidate.claim, sign)
             found = port.hosts.get(name, [])
             if sign < 0:
                 port.hosts[name] = [item for item in found if item[1] is not candidate]
@@ -638,7 +475,7 @@ class TableIndex:
             workloads[workload] = dataclasses.replace(last, rejections=told)
         return rejections
 
-    def _decide_host(self, port: _Port, name: str, mine: _Workload) -> None:
+    def _decide_host(self, port: Port, name: str, mine: _Workload) -> None:
         """Decide `name` again on `port`: its winners moved in the port's rules and their
         backends in `mine.names`; its losers, and whether it is closed."""
         for full, rule in port.decided[name].winners:
@@ -647,7 +484,7 @@ class TableIndex:
             del port.keys[at]
             del port.rules[at]
         candidates = port.hosts.get(name, [])
-        decided = port.decided[name] = _decide(candidates, port.holding, {})
+        decided = port.decided[name] = decide(candidates, port.holding, {})
         for full, rule in decided.winners:
             at = bisect_left(port.keys, full)
             port.keys.insert(at, full)
@@ -661,8 +498,8 @@ class TableIndex:
             port.hosts.pop(name, None)
             del port.decided[name]
         claims = port.claims.get(name)
-        namespaces = _namespaces(claims)
-        closed = bool(namespaces) and _closed(port, name, next(iter(namespaces)))
+        namespaces = claim_namespaces(claims)
+        closed = bool(namespaces) and host_closed(port, name, next(iter(namespaces)))
         if not claims:
             port.claims.pop(name, None)
         at = bisect_left(port.closed, name)

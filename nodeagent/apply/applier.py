@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from nodeagent.apply import activation, attribution, peers, saved, setaside
+from nodeagent.apply import activation, attribution, checked_render, peers, saved, setaside
 from nodeagent.apply.certfiles import CertFiles
 from nodeagent.apply.faults import crash_point
 from nodeagent.apply.files import HAProxyFiles
@@ -41,8 +41,7 @@ from nodeagent.apply.outcome import (
 from nodeagent.apply.validation import Validation
 from nodeagent.config import changes
 from nodeagent.config.descriptors import Budget
-from nodeagent.config.errors import BackendRefused
-from nodeagent.config.render import Rendered, RenderError, RenderOptions, render_held
+from nodeagent.config.render import Rendered, RenderOptions
 from nodeagent.haproxy import HAProxyError, sockrepair, sslcerts
 from nodeagent.haproxy.driver import HAProxy, Unanswered
 from nodeagent.haproxy.supervisor import Supervisor
@@ -232,7 +231,9 @@ class Applier:
         parts = self._carried_parts(snapshot, change)
         if change is not None and parts.keys() != self._parts_aside.keys():
             change = dataclasses.replace(change, frontends=True)  # route rules aside or back
-        rendered, parts = self._render_checked(snapshot, change, aside, parts)
+        rendered, parts = checked_render.render_checked(
+            snapshot, self.options, self._render_cache(), change, aside, parts
+        )
         if self._applied_cfg is None:
             self._unapplied_cfg = rendered
         decision = changes.Decision(changes.ApplyPath.RELOAD, reason="nothing applied yet")
@@ -341,28 +342,6 @@ class Applier:
         setaside.log_set_aside(snapshot, refused.values())
         return {**aside, **refused}
 
-    def _render_checked(
-        self,
-        snapshot: Held,
-        change: ChangeSet | None,
-        aside: Mapping[str, SetAside],
-        parts: dict[str, SetAside],
-    ) -> tuple[Rendered, dict[str, SetAside]]:
-        """The render, with every backend the agent's own checks refuse set aside (a
-        number out of range, a word it does not know: `BackendRefused`), one render per
-        refused backend; a value that could carry config text still NACKs (RenderError)."""
-        while True:
-            try:
-                return self._render(snapshot, change, aside, parts), parts
-            except _Refused as e:
-                refused = e.refused
-                why = f"the agent's check: {refused}"
-                part = SetAside(BACKEND, refused.backend, "", why)
-                if attribution.key(part) in parts:  # cannot be: a stub is not checked
-                    raise ApplyError(f"render: {refused}") from None
-                setaside.log_set_aside(snapshot, [part])
-                parts = {**parts, attribution.key(part): part}
-
     def _render(
         self,
         snapshot: Held,
@@ -370,23 +349,14 @@ class Applier:
         aside: Mapping[str, SetAside],
         parts: Mapping[str, SetAside],
     ) -> Rendered:
-        """`change` leads from the applied snapshot, which `_applied_cfg` renders:
-        O(changed backends). The certificates `aside` are left out, and the `parts`: its
-        backends stubbed, its route rules not rendered."""
-        try:
-            return render_held(
-                snapshot,
-                self.options,
-                self._applied_cfg if self._applied_cfg is not None else self._unapplied_cfg,
-                change,
-                frozenset(aside),
-                attribution.backends_of(parts),
-                attribution.rules_of(parts),
-            )
-        except BackendRefused as e:
-            raise _Refused(e) from None
-        except RenderError as e:
-            raise ApplyError(f"render: {e}") from None
+        """`checked_render.render` from the render cache (`_applied_cfg`, else the
+        latest render while nothing is applied)."""
+        return checked_render.render(
+            snapshot, self.options, self._render_cache(), change, aside, parts
+        )
+
+    def _render_cache(self) -> Rendered | None:
+        return self._applied_cfg if self._applied_cfg is not None else self._unapplied_cfg
 
     def _start_unchecked(
         self,
@@ -618,15 +588,6 @@ class Applier:
                 retryable=True,
             ) from e
         self._unsaved = False
-
-
-class _Refused(ApplyError):
-    """A render the agent's checks refused for one backend (`BackendRefused`):
-    `_render_checked` sets the backend aside; anywhere else it NACKs like any render error."""
-
-    def __init__(self, refused: BackendRefused) -> None:
-        super().__init__(f"render: {refused}")
-        self.refused = refused
 
 
 def _hold(snapshot: pb.Snapshot) -> Held:

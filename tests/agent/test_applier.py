@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent import cli
-from nodeagent.apply import applier as applier_module
+from nodeagent.apply import checked_render
 from nodeagent.apply.activation import External, Managed
 from nodeagent.apply.applier import Applier
 from nodeagent.apply.saved import StateStore
@@ -295,7 +295,7 @@ def test_faults_around_the_pipeline_are_retryable_nacks_that_heal(
         raise ZeroDivisionError("a bug")
 
     with monkeypatch.context() as m:
-        m.setattr(applier_module, "render_held", bug)
+        m.setattr(checked_render, "render_held", bug)
         unforeseen = site.applier.apply(snap)
     assert (unforeseen.ok, unforeseen.retryable) == (False, True)
     assert unforeseen.error == "unexpected error: ZeroDivisionError('a bug')"

@@ -20,9 +20,9 @@ from controlplane.model import ClusterState
 from controlplane.publish import Encoder, encode
 from controlplane.routes.finalize import referenced
 from controlplane.routes.precedence import Candidate
+from controlplane.routes.route_changes import changed_routes
 from controlplane.routes.route_computer import RouteComputer
 from controlplane.routes.table import RouteTable, compute_routes
-from controlplane.routes.table_update import changed_routes
 from controlplane.settings.resolver import Resolver
 from tests.helpers.builders import service
 from tests.helpers.route_builders import (

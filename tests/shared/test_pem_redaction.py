@@ -10,7 +10,7 @@ import pytest
 
 from controlplane.kube.events import message_for
 from controlplane.logformat import JsonFormatter as ControlJson
-from controlplane.publish.encode import rejected_input
+from controlplane.publish.encode_parts import rejected_input
 from controlplane.snapshot import RejectedInput
 from nodeagent.logformat import JsonFormatter as AgentJson
 from peerplane.runtime.logjson import TextFormatter
