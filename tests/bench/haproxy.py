@@ -41,7 +41,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import nodeagent.apply.applier
+import nodeagent.apply.checked_render
 import nodeagent.apply.validation
 from nodeagent.apply.applier import Applier
 from nodeagent.apply.saved import StateStore
@@ -148,7 +148,10 @@ class Phases:
     @contextmanager
     def installed(self, agent: Agent) -> Iterator[None]:
         """Wrap the module functions the applier calls and the timed agent's methods."""
-        modules = {"render_held": nodeagent.apply.applier, "validate": nodeagent.apply.validation}
+        modules = {
+            "render_held": nodeagent.apply.checked_render,
+            "validate": nodeagent.apply.validation,
+        }
         module_originals: dict[str, Callable[..., Any]] = {
             name: getattr(module, name) for name, module in modules.items()
         }
