@@ -9,9 +9,11 @@ same snapshot is applied again with backoff until the port is free, then ACKed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -202,54 +204,19 @@ def test_haproxy_that_cannot_start_is_nacked_in_its_own_words(
     assert "Cannot raise FD limit to" in again.error
 
 
-def test_the_question_before_a_reload_waits_out_a_master_refusing_connections(
-    tmp_path: Path,
-) -> None:
-    """The master CLI refuses connections for a few milliseconds after a start or a
-    reload (it re-executes itself): the `show proc` a reload asks first is asked again,
-    bounded, instead of failing the reload (back-to-back reloads failed on it)."""
-    path = str(tmp_path / "master.sock")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)  # bound, not listening: a connection is refused
-
-    def answer_later() -> None:
-        time.sleep(0.3)
-        listener.listen(1)
-        conn, _ = listener.accept()
-        with conn:
-            conn.recv(1024)
-            conn.sendall(SHOW_PROC_32_FAILED.encode())
-
-    thread = threading.Thread(target=answer_later)
-    thread.start()
-    try:
-        hx = HAProxy(path, str(tmp_path / "rt.sock"))
-        with pytest.raises(ConnectionRefusedError):
-            hx.show_proc()  # what reload() asked before, once
-        info = hx.show_proc_answered(timeout=5)
-        assert info.failed_reloads == 1 and info.current_worker == 15212
-        with pytest.raises(OSError):  # a master that never answers: the bound holds
-            HAProxy(str(tmp_path / "none.sock"), "").show_proc_answered(timeout=0.1)
-    finally:
-        thread.join(5)
-        listener.close()
-
-
-def test_a_start_is_not_taken_as_done_on_a_leftover_runtime_socket(tmp_path: Path) -> None:
-    """A stopped HAProxy leaves its runtime socket file behind, and a 3.1+ master lists
-    its worker while that worker still loads the config (which it may refuse): the start
-    counts as done only once the listed worker answers the runtime socket as itself
-    (3.2, an agent restarted on a snapshot HAProxy refuses: taken as started, 1 in 50)."""
-    master_path = str(tmp_path / "master.sock")
+@contextlib.contextmanager
+def _scripted_master(path: str, listen_after_s: float = 0.0) -> Iterator[None]:
+    """A master CLI on `path` that answers every `show proc` with SHOW_PROC_32_FAILED;
+    bound at once but listening only after `listen_after_s` (until then a connection is
+    refused, as while the master re-executes itself)."""
     master = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    master.bind(master_path)
-    master.listen(8)
+    master.bind(path)
     master.settimeout(0.1)
-    leftover = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    leftover.bind(str(tmp_path / "rt.sock"))  # the file is there, nobody answers
     stop = threading.Event()
 
     def answer() -> None:
+        time.sleep(listen_after_s)
+        master.listen(8)
         while not stop.is_set():
             try:
                 conn, _ = master.accept()
@@ -262,11 +229,42 @@ def test_a_start_is_not_taken_as_done_on_a_leftover_runtime_socket(tmp_path: Pat
     thread = threading.Thread(target=answer)
     thread.start()
     try:
-        hx = HAProxy(master_path, str(tmp_path / "rt.sock"))
-        with pytest.raises(HAProxyError):
-            hx.wait_running(0.5)
+        yield
     finally:
         stop.set()
         thread.join(5)
         master.close()
+
+
+def test_the_question_before_a_reload_waits_out_a_master_refusing_connections(
+    tmp_path: Path,
+) -> None:
+    """The master CLI refuses connections for a few milliseconds after a start or a
+    reload (it re-executes itself): the `show proc` a reload asks first is asked again,
+    bounded, instead of failing the reload (back-to-back reloads failed on it)."""
+    path = str(tmp_path / "master.sock")
+    with _scripted_master(path, listen_after_s=0.3):
+        hx = HAProxy(path, str(tmp_path / "rt.sock"))
+        with pytest.raises(ConnectionRefusedError):
+            hx.show_proc()  # what reload() asked before, once
+        info = hx.show_proc_answered(timeout=5)
+        assert info.failed_reloads == 1 and info.current_worker == 15212
+        with pytest.raises(OSError):  # a master that never answers: the bound holds
+            HAProxy(str(tmp_path / "none.sock"), "").show_proc_answered(timeout=0.1)
+
+
+def test_a_start_is_not_taken_as_done_on_a_leftover_runtime_socket(tmp_path: Path) -> None:
+    """A stopped HAProxy leaves its runtime socket file behind, and a 3.1+ master lists
+    its worker while that worker still loads the config (which it may refuse): the start
+    counts as done only once the listed worker answers the runtime socket as itself
+    (3.2, an agent restarted on a snapshot HAProxy refuses: taken as started, 1 in 50)."""
+    master_path = str(tmp_path / "master.sock")
+    leftover = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    leftover.bind(str(tmp_path / "rt.sock"))  # the file is there, nobody answers
+    try:
+        with _scripted_master(master_path):
+            hx = HAProxy(master_path, str(tmp_path / "rt.sock"))
+            with pytest.raises(HAProxyError):
+                hx.wait_running(0.5)
+    finally:
         leftover.close()
