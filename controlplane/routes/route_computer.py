@@ -216,15 +216,11 @@ class RouteComputer:
         cover the change."""
         if any(a is not b for a, b in zip(inputs[3:], last[3:], strict=True)):
             return None  # Ingresses, TLSRoutes or TCPRoutes changed
-        index = self._index
-        if index is None or index.table is not table:
-            if self._trace is None:
-                return None
-            index = self._index = TableIndex(table, self._trace)
-            self.indexed_late += 1
-            # The index holds what it needs of the trace: kept, the build's candidates
-            # stayed alive beside their successors, a route's first change at a time.
-            self._trace = None
+        ready = self._index is not None and self._index.table is table
+        index = self._indexed(table)
+        if index is None:
+            return None
+        self.indexed_late += not ready
         # the HTTPRoutes and GRPCRoutes `reuse` was made from (`state`'s kinds as they were)
         routes = cast(tuple[Sequence[HTTPRoute], Sequence[GRPCRoute]], (last[1], last[2]))
         found = index.update(state, placement, services, reuse, memo, routes)
@@ -240,12 +236,20 @@ class RouteComputer:
     def prepare(self) -> None:
         """Make the last table's index now (idle time after its publication) when it was
         computed from scratch, so the next route change is an update at once."""
-        table, trace = self._table, self._trace
-        if table is None or trace is None:
-            return
-        if self._index is None or self._index.table is not table:
-            self._index = TableIndex(table, trace)
-        self._trace = None  # the index holds what it needs of it (see `_update`)
+        if self._table is not None:
+            self._indexed(self._table)
+
+    def _indexed(self, table: RouteTable) -> TableIndex | None:
+        """`table`'s index, made from the trace of its build if not made yet; None when
+        there is no trace to make it from. The trace is dropped once the index is made:
+        the index holds what it needs of it, and kept, the build's candidates stayed
+        alive beside their successors, a route's first change at a time."""
+        if self._index is not None and self._index.table is table:
+            return self._index
+        if self._trace is None:
+            return None
+        self._index, self._trace = TableIndex(table, self._trace), None
+        return self._index
 
     @property
     def changed_hosts(self) -> dict[tuple[str, int], frozenset[str]] | None:
