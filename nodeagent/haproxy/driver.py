@@ -299,7 +299,7 @@ class HAProxy:
             sessions = parse_peer_sessions(self.runtime("show peers"))
         except OSError:
             return set()
-        return {p.name for p in sessions if p.connected and p.state == "ESTA"}
+        return {p.name for p in sessions if p.established}
 
     def wait_table_handover(
         self, worker: int, before: dict[str, int], peers: set[str] | None = None
@@ -375,8 +375,7 @@ class HAProxy:
         if parse_info_pid(reply) != worker:
             return None, set()
         named = {p.name: p for p in parse_peer_sessions(reply) if p.name in peers}
-        # `connected` is the TCP session; ESTA on it: the peers handshake is done too
-        down = {name for name, p in named.items() if not (p.connected and p.state == "ESTA")}
+        down = {name for name, p in named.items() if not p.established}
         if down or not all(flags & 0x1 for flags in parse_peers_flags(reply).values()):
             return None, down
         return tuple(sorted((name, p.session) for name, p in named.items())), down

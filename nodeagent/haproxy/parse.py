@@ -159,6 +159,12 @@ class PeerSession:
     # (a collision: both sides connected at once) has another one.
     session: str = ""
 
+    @property
+    def established(self) -> bool:
+        """A session is up and its peers handshake is done (`last_status=ESTA` on it):
+        updates flow both ways."""
+        return self.connected and self.state == "ESTA"
+
 
 def parse_peer_sessions(text: str) -> list[PeerSession]:
     """`show peers` -> the remote peers of every section, in HAProxy's order. A peer is

@@ -141,7 +141,7 @@ class Pair:
 
     def sessions_up(self, name: str) -> bool:
         peers = parse_peer_sessions(self.run(name, "show peers"))
-        return all(p.connected and p.state == "ESTA" for p in peers)
+        return all(p.established for p in peers)
 
 
 @contextlib.contextmanager
