@@ -16,7 +16,7 @@ O(changed).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from controlplane.publish import wire
 from peerplane import protowire
@@ -58,14 +58,7 @@ def changed_backends(
         changed, removed = backend_changes(old, new)
         return list(changed.values()), removed
     before, after = old.backends, new.backends
-    moved = [
-        framed
-        for name in names
-        if (framed := after.get(name)) is not None
-        and (held := before.get(name)) is not framed
-        and held != framed
-    ]
-    return moved, sorted(name for name in names if name in before and name not in after)
+    return _differing(before, after, names), sorted(_gone(before, after, names))
 
 
 def changed_route_groups(
@@ -82,14 +75,28 @@ def changed_route_groups(
             return [found[key] for key in sorted(found)], removed
         return list(found.values()), removed
     ordered = sorted(set(keys))
-    changed = [
+    return _differing(before, after, ordered), _gone(before, after, ordered)
+
+
+def _differing(
+    before: Mapping[str, bytes], after: Mapping[str, bytes], keys: Sequence[str]
+) -> list[bytes]:
+    """The framed parts of `after` under `keys` (in their order) that `before` lacks or
+    holds differently: the very same bytes object is the same part, no comparison."""
+    return [
         framed
-        for key in ordered
+        for key in keys
         if (framed := after.get(key)) is not None
         and (held := before.get(key)) is not framed
         and held != framed
     ]
-    return changed, [key for key in ordered if key in before and key not in after]
+
+
+def _gone(
+    before: Mapping[str, bytes], after: Mapping[str, bytes], keys: Sequence[str]
+) -> list[str]:
+    """The `keys` (in their order) `before` has and `after` has not."""
+    return [key for key in keys if key in before and key not in after]
 
 
 def delta_bytes(
