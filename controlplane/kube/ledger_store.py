@@ -330,10 +330,25 @@ class ConfigMapLedger:
         part = {b: fresh[b] for b in backends}
         with self._lock:
             self._written_bulks[name] = (digest, part)
-        version = ""
+        new_version = self._write_object(name, data, "", bulk=True, what="bulk object")
+        with self._lock:
+            self._bulk_objects[name] = (new_version, frozenset(backends))
+            for backend in backends:
+                self._bulk_of[backend] = name
+                self._unconverted[backend] = part[backend]
+                self._saved[backend] = part[backend]
+            self.largest_shard = max(self.largest_shard, size)
+
+    def _write_object(
+        self, name: str, data: dict[str, str], version: str, bulk: bool, what: str
+    ) -> str:
+        """Write object `name` (fenced: only while this replica may), from `version`
+        ("": create it): a 409 (changed under us, or created meanwhile) reads its version
+        again, a 404 of an update (deleted under us) creates it, four tries at most. The
+        resourceVersion written."""
         for _ in range(4):
             self._fence(name)
-            body = self._body(name, data, version, bulk=True)
+            body = self._body(name, data, version, bulk=bulk)
             try:
                 written = self._send(name, body, version)
             except ApiException as error:
@@ -344,17 +359,9 @@ class ConfigMapLedger:
                     version = ""
                     continue
                 raise
-            new_version = str((written.get("metadata") or {}).get("resourceVersion") or "")
-            with self._lock:
-                self._bulk_objects[name] = (new_version, frozenset(backends))
-                for backend in backends:
-                    self._bulk_of[backend] = name
-                    self._unconverted[backend] = part[backend]
-                    self._saved[backend] = part[backend]
-                self.largest_shard = max(self.largest_shard, size)
-            return
+            return str((written.get("metadata") or {}).get("resourceVersion") or "")
         raise LedgerWriteError(
-            f"bulk object {name} kept changing under us", cause="conflict", permanent=False
+            f"{what} {name} kept changing under us", cause="conflict", permanent=False
         )
 
     def _written_bulk(self, name: str, digest: str) -> SlotAssignment | None:
@@ -442,35 +449,17 @@ class ConfigMapLedger:
             self._written[backend] = (digest, slots)
             known = self._present.get(backend)
         version = known.version if known is not None else ""
-        for _ in range(4):
-            self._fence(name)
-            body = self._body(name, data, version)
-            try:
-                written = self._send(name, body, version)
-            except ApiException as error:
-                if error.status == 409:  # changed under us, or created meanwhile: re-read
-                    version = self._version_of(name)
-                    continue
-                if error.status == 404 and version:  # deleted under us: create it
-                    version = ""
-                    continue
-                raise
-            meta = written.get("metadata") or {}
-            new_version = str(meta.get("resourceVersion") or "")
-            with self._lock:
-                self._present[backend] = _Object(name, new_version)
-                echoes = self._own.setdefault(backend, [])
-                echoes.append(new_version)
-                del echoes[:-OWN_ECHOES]
-                if self._digests.get(backend) == digest:
-                    self._saved[backend] = slots
-                    self._unconverted.pop(backend, None)  # a shard now: bulk copy unread
-                    self._bulk_of.pop(backend, None)
-                self.largest_shard = max(self.largest_shard, size)
-            return
-        raise LedgerWriteError(
-            f"shard {name} kept changing under us", cause="conflict", permanent=False
-        )
+        new_version = self._write_object(name, data, version, bulk=False, what="shard")
+        with self._lock:
+            self._present[backend] = _Object(name, new_version)
+            echoes = self._own.setdefault(backend, [])
+            echoes.append(new_version)
+            del echoes[:-OWN_ECHOES]
+            if self._digests.get(backend) == digest:
+                self._saved[backend] = slots
+                self._unconverted.pop(backend, None)  # a shard now: bulk copy unread
+                self._bulk_of.pop(backend, None)
+            self.largest_shard = max(self.largest_shard, size)
 
     def _written_slots(self, backend: str, digest: str) -> BackendSlots | None:
         """The slots of this replica's latest write of `backend`, if it had hash `digest`."""
