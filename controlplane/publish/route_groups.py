@@ -63,6 +63,10 @@ class ListenerGroups:
     digests: dict[str, bytes]
     order: list[str] | None = None
     touched: tuple[str, ...] | None = None
+    # The rules of the grouping this one was patched from that it no longer holds (by
+    # identity; `replaced_rules` hands them on without comparing the rules again); None
+    # when not known (grouped from scratch).
+    replaced: tuple[RouteRule, ...] | None = None
 
     def keys(self) -> Sequence[str]:
         """The group keys in key order."""
@@ -161,9 +165,9 @@ def regroup(
     if not added_ids and not removed_ids:
         if old_part:  # the same rules in another order: not a route change's
             return scratch(name, rules, last, frame)
-        return ListenerGroups(rules, last.groups, last.framed, last.digests, last.order, ())
+        return ListenerGroups(rules, last.groups, last.framed, last.digests, last.order, (), ())
     added = compress(new_part, map(added_ids.__contains__, map(id, new_part)))
-    removed = compress(old_part, map(removed_ids.__contains__, map(id, old_part)))
+    removed = tuple(compress(old_part, map(removed_ids.__contains__, map(id, old_part))))
     touched: dict[str, list[RouteRule]] = {}  # host -> its rules added
     for rule in added:
         touched.setdefault(host_of(rule), []).append(rule)
@@ -178,19 +182,23 @@ def regroup(
         key = group_key(name, host)
         keys.append(key)
         before = groups.get(key)
-        held = [r for r in before.rules if id(r) not in removed_ids] if before else []
-        held += new_rules
+        kept = [r for r in before.rules if id(r) not in removed_ids] if before else []
+        held = kept + new_rules
         if not held:
             del groups[key], framed[key], digests[key]
             order = list(last.keys()) if order is None or order is last.order else order
             del order[bisect_left(order, key)]
             continue
-        group = groups[key] = frame(name, host, _ordered_by(rules, held))
+        # The added rules come from one slice of `rules`, in its order: with no rule kept
+        # (a new host, or a route's rules replaced) they are the group in order already,
+        # and the listener's 10,000 rules need no index.
+        ordered = _ordered_by(rules, held) if kept else tuple(new_rules)
+        group = groups[key] = frame(name, host, ordered)
         framed[key], digests[key] = group.framed, group.digest
         if before is None:
             order = list(last.keys()) if order is None or order is last.order else order
             insort(order, key)
-    return ListenerGroups(rules, groups, framed, digests, order, tuple(keys))
+    return ListenerGroups(rules, groups, framed, digests, order, tuple(keys), removed)
 
 
 def replaced_rules(
@@ -205,6 +213,9 @@ def replaced_rules(
             continue
         if after is None:
             yield from before.rules
+            continue
+        if after.replaced is not None:  # patched from `before`: it knows what it dropped
+            yield from after.replaced
             continue
         old_part, new_part = _window(before.rules, after.rules)
         kept = set(map(id, new_part))

@@ -179,6 +179,23 @@ def test_groups_a_delta_adds_are_appended_with_the_key_order_kept_apart() -> Non
     assert held.parts.group_order == ("80/h1.example.com", "80/h3.example.com", "80/h6.example.com")
 
 
+def test_one_group_left_after_deltas_hashes_as_the_full_snapshot() -> None:
+    """The key order of one group (and of none) after deltas: the hash, the bytes and the
+    rules follow it as with thousands (`ContentParts.in_key_order` looks the keys up in
+    one call when there are two or more)."""
+    steps = [["h2.example.com", "h4.example.com"], ["h3.example.com"], []]
+    steps += [["h1.example.com"], ["h1.example.com", "h0.example.com"]]
+    versions = [
+        _snapshot(*(_group(h, "/a") for h in step), version=v + 1) for v, step in enumerate(steps)
+    ]
+    held = Held.from_snapshot(versions[0])
+    for old, new in itertools.pairwise(versions):
+        held, _ = held.apply(delta_between(old, new))
+        assert held.computed_hash() == new.content_hash
+        assert held.serialized() == new.SerializeToString(deterministic=True)
+        assert list(held.group_keys()) == [f"80/{g.host}" for g in new.route_groups]
+
+
 HOSTS = [f"h{n}.example.com" for n in range(20)]
 LIVE = len(HOSTS) * 3  # route cache entries per group: its checked rules, layers, one rule
 
