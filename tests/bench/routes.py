@@ -21,13 +21,20 @@ shop or catalog), with two `nodeagent run --manage-haproxy` agents:
   the run's own where the demo's backends answer: requests go through both HAProxies to
   them and never leave the machine. Root only, and the cluster's binaries (built or
   buildable): else left out with a line saying why.
-Each trial writes one new HTTPRoute and polls both HAProxies every 5 ms with its host
-until each answered 200: the figure includes the source's notice, the route table, the
-delta, the agents' runtime map commands. `new_route_published_p50` splits it: the write
-to the control plane's "published" event (its `--log-format json` log, millisecond
-times); `new_route_published_to_200_*` is the rest, per trial: delivery and the agents
-(from that event to the first 200 through both HAProxies). Reloads of both masters are counted over
-the trials (a new map rule is a runtime change: 0 expected). Then a route is re-pointed
+Each trial writes one new HTTPRoute and polls both HAProxies in turn with its host, every
+2 ms, each on one kept-alive connection (`KeptAlive`), until each answered 200: the
+figure includes the source's notice, the route table, the delta, the agents' runtime map
+commands, and the poll's own granularity (half an interval plus the requests of a round
+on average). Before, the poll slept 5 ms between rounds of a new connection per request
+(~1.2 ms each under load): from the agents' map commands to the 200 took 5 to 8 ms at the
+median, a quarter of the figure (docs/findings.md, "One route change at 10,000 routes:
+where the time goes"). Polling each HAProxy from a thread of its own every 1 ms was
+tried and dropped: two polling threads took the cores from what they measure.
+`new_route_published_p50` splits it: the write to the control plane's "published" event
+(its `--log-format json` log, millisecond times); `new_route_published_to_200_*` is the
+rest, per trial: delivery and the agents (from that event to the first 200 through both
+HAProxies). Reloads of both masters are counted over the trials (a new map rule is a
+runtime change: 0 expected). Then a route is re-pointed
 between shop and catalog while a loop sends about 200 requests a second through both
 HAProxies: failed requests and reloads counted. Quick: 300 routes and 5 trials; full:
 3,000 routes and 20 trials.
@@ -73,7 +80,7 @@ VARIANTS = ("folder", "kube", "kube-real")
 REAL_VETH = ("10.254.242.1", "10.254.242.2")  # kube-real's network namespace's pair
 QUICK_ROUTES, FULL_ROUTES = (300,), (3000, 10000)  # routes loaded, one fleet per count
 QUICK_TRIALS, FULL_TRIALS = 5, 20
-POLL_S = 0.005
+POLL_S = 0.002  # between two rounds of polls (one kept-alive request per HAProxy each)
 KEEP_ENV = "BENCH_KEEP"  # set: the run's folder (logs, configs) is kept
 LOOP_RATE = 200  # requests a second, over both HAProxies
 REPOINTS = 6
@@ -267,17 +274,54 @@ class Bench:
         return self._until_200(host, start, 60)
 
     def _until_200(self, host: str, start: float, timeout: float) -> float:
-        waiting = set(self.haproxies)
+        """Seconds from `start` to the last HAProxy's first 200 for `host`: each HAProxy
+        polled in turn every `POLL_S` on one kept-alive connection of its own."""
+        polls = {haproxy: KeptAlive(haproxy) for haproxy in self.haproxies}
         deadline = start + timeout
-        while waiting:
-            for haproxy in sorted(waiting):
-                if status(haproxy, host)[0] == 200:
-                    waiting.discard(haproxy)
-            if time.perf_counter() > deadline:
-                raise RuntimeError(f"{host}: no 200 from {sorted(waiting)} after {timeout}s")
-            if waiting:
-                time.sleep(POLL_S)
-        return time.perf_counter() - start
+        try:
+            while polls:
+                for haproxy, poll in sorted(polls.items()):
+                    if poll.status(host) == 200:
+                        del polls[haproxy]
+                if time.perf_counter() > deadline:
+                    raise RuntimeError(f"{host}: no 200 from {sorted(polls)} after {timeout}s")
+                if polls:
+                    time.sleep(POLL_S)
+            return time.perf_counter() - start
+        finally:
+            for poll in polls.values():
+                poll.close()
+
+
+class KeptAlive:
+    """GETs to one HAProxy on one kept-alive connection (a new one after HAProxy closed
+    it or an error): a poll costs the client a fraction of a new connection's (no
+    connect, no socket set up on either side), so polling often leaves the machine's two
+    cores to what is measured."""
+
+    def __init__(self, haproxy: str) -> None:
+        self.haproxy = haproxy
+        self.conn: http.client.HTTPConnection | None = None
+
+    def status(self, host: str) -> int:
+        """The status of one GET / for `host`; 0 when it failed."""
+        if self.conn is None:
+            self.conn = http.client.HTTPConnection(self.haproxy, HTTP_PORT, timeout=2)
+        try:
+            self.conn.request("GET", "/", headers={"Host": host})
+            reply = self.conn.getresponse()
+            reply.read()
+        except (OSError, http.client.HTTPException):
+            self.close()
+            return 0
+        if reply.will_close:
+            self.close()
+        return reply.status
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
 
 def published_at(log: Path) -> list[float]:
