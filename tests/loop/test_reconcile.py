@@ -360,6 +360,27 @@ def test_a_lone_change_after_a_short_pause_is_not_taken_for_a_stream() -> None:
     run(body())
 
 
+def test_a_second_change_close_after_the_first_waits_out_the_gap_not_for_quiet() -> None:
+    """Two route writes 48 ms apart at 10,000 routes (the benchmark's re-point, then its
+    first new route): the second, within the stream gap (twice a 25 ms step), waited
+    100 ms of quiet, its first 200 at 129 ms. Two changes are no stream: it waits until
+    the gap has passed since the first (here 2 s / 4), then is computed."""
+
+    async def body() -> None:
+        async with reconcile_loop(quiet_s=2.0, max_delay_s=60.0) as loop:
+            await loop.reconciler.wait_computed(1, WAIT_S)
+            assert loop.source.on_change is not None
+            advance_loop_clock(2.1)  # idle: the next change is computed at once
+            loop.source.on_change()
+            await loop.reconciler.wait_computed(2, 1.5)
+            computed = time.monotonic()
+            loop.source.on_change()  # within 2 s / 4 of the first: waits the rest of it
+            await loop.reconciler.wait_computed(3, 1.5)  # not the 2 s of quiet
+            assert time.monotonic() - computed >= 0.3  # the gap was kept
+
+    run(body())
+
+
 def test_the_streams_send_a_publication_before_the_heap_is_settled(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
