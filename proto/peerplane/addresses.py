@@ -109,6 +109,13 @@ def _parse(text: str) -> Address:
     return Address(4 if len(packed) == 4 else 6, packed, format_address(packed))
 
 
+def is_canonical_ipv4(text: str) -> bool:
+    """`text` is an IPv4 address in its canonical text (dotted decimal, no leading zeros):
+    `canonical_address(text) == text` without building an `Address` (a renderer writes
+    160,000 of them at 8,000 Services)."""
+    return _CANONICAL_IPV4.fullmatch(text) is not None
+
+
 def parse_address(text: object) -> Address:
     """Parse `text` strictly; AddressError for anything but an IPv4/IPv6 address."""
     if not isinstance(text, str):
