@@ -318,7 +318,8 @@ def test_bad_deltas_are_nacked_with_resync_and_nothing_is_applied_then_a_restart
                 assert answer.WhichOneof("message") == "ack", answer
                 assert answer.ack.content_hash == v3.content_hash
                 assert await asyncio.to_thread(shop.get) == "pod-11"
-            assert Path(inst.config_path).read_text() == render(v3, again.options)
+            again.files.config.flush()  # its own deferred write (inst's flushes inst's)
+            assert Path(again.config_path).read_text() == render(v3, again.options)
             assert again.store.load() == v3
 
     asyncio.run(within(scenario(), 90))
