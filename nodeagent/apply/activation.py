@@ -15,15 +15,24 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Protocol
 
 from nodeagent.haproxy import HAProxyError, sockrepair
 from nodeagent.haproxy.driver import HAProxy
+from nodeagent.haproxy.loadcpu import tree_cpu_seconds
 from nodeagent.haproxy.parse import ProcInfo
 from nodeagent.haproxy.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
+
+# A start past its timeout is waited for in windows of this many seconds while its
+# process tree keeps using CPU (LOADING_MIN_CPU_S in the window), up to LOADING_MAX_S in
+# all: a master loading a big config on a loaded host is not NACKed, a hung one is.
+LOADING_WINDOW_S = 5.0
+LOADING_MIN_CPU_S = 0.05
+LOADING_MAX_S = 120.0
 
 
 class Activation(Protocol):
@@ -95,7 +104,7 @@ class Managed:
         pid = sup.last_pid  # not `pid`: a master that died at once is None there
         if not adopted and pid is not None:
             self._starting = (pid, self._config_digest())
-        info = self.haproxy.wait_running(timeout, self._ended(pid))
+        info = self._wait_started(pid, timeout)
         self._starting = None
         return None if adopted else info  # adopted: it runs an older file, reload it
 
@@ -123,9 +132,39 @@ class Managed:
         assert self._starting is not None
         pid, digest = self._starting
         log.info("haproxy master pid=%d is still starting; waiting for it", pid)
-        info = self.haproxy.wait_running(timeout, self._ended(pid))
+        info = self._wait_started(pid, timeout)
         self._starting = None
         return info if digest and self._config_digest() == digest else None
+
+    def _wait_started(self, pid: int | None, timeout: float) -> ProcInfo:
+        """`wait_running` for `timeout`, then on in `LOADING_WINDOW_S` windows while the
+        master `pid` (with its children) used CPU in the last window: loading, not hung.
+        The last window's HAProxyError when it ends, used none, or `LOADING_MAX_S` pass."""
+        ended = self._ended(pid)
+        give_up = time.monotonic() + LOADING_MAX_S
+        window = timeout
+        while True:
+            cpu = tree_cpu_seconds(pid) if pid is not None else None
+            try:
+                return self.haproxy.wait_running(window, ended)
+            except HAProxyError:
+                now = tree_cpu_seconds(pid) if pid is not None else None
+                if (
+                    cpu is None
+                    or now is None
+                    or now - cpu < LOADING_MIN_CPU_S
+                    or ended() is not None
+                    or time.monotonic() >= give_up
+                ):
+                    raise
+                log.info(
+                    "haproxy master pid=%s still loading its config (%.2f s of CPU in "
+                    "the last %.1f s); waiting",
+                    pid,
+                    now - cpu,
+                    window,
+                )
+                window = min(LOADING_WINDOW_S, max(0.0, give_up - time.monotonic()))
 
     def _ended(self, pid: int | None) -> Callable[[], str | None]:
         def ended() -> str | None:
