@@ -119,6 +119,10 @@ class ConfigMapLedger:
         # delete until the watch reports that delete, so a late echo is never "someone else".
         self._own: dict[str, list[str]] = {}
         self._dirty: set[str] = set()
+        # Shards the API holds that no save of ours put there (found at load, or seen in an
+        # event since): a save after a whole one looks for stale shards among these and the
+        # backends it was told of only, not among every shard (8,000 keys a change)
+        self._foreign: set[str] = set()
         self._last: SlotAssignment | None = None  # the assignment `_saved` holds as is
         self._legacy_pending = False
         self._on_drift: Callable[[], None] = lambda: None
@@ -198,6 +202,7 @@ class ConfigMapLedger:
             self._dirty = set()
             self._legacy_pending = legacy is not None and not legacy.migrated
             loaded = dict(view.assignment)
+            self._foreign = set(self._present.keys() - loaded.keys())
             # `_saved` holds the signed shards only: a save after this load compares all
             self._last = loaded if len(self._saved) == len(loaded) else None
         return loaded, self._watch.problems()
@@ -221,7 +226,12 @@ class ConfigMapLedger:
             names = names_to_compare(since, self._last)
             self._last = None  # until this save is whole
             todo = changes(self._saved, assignment, self._dirty, names)
-            stale = sorted(self._present.keys() - assignment.keys())
+            if names is None:
+                stale = sorted(self._present.keys() - assignment.keys())
+            else:  # since a whole save every other shard present is one `assignment` holds
+                candidates = {*names, *self._dirty, *self._foreign}
+                stale = sorted(b for b in candidates if b in self._present and b not in assignment)
+            self._foreign.clear()
             self._dirty.clear()
             for backend in [b for b in self._unconverted if b not in assignment]:
                 del self._unconverted[backend]  # gone before it became a shard
@@ -565,6 +575,7 @@ class ConfigMapLedger:
                     self._saved.pop(backend, None)
             else:
                 self._present[backend] = _Object(shard.name, shard.version)
+                self._foreign.add(backend)
                 expected = self._digests.get(backend)
                 drift = expected is not None and not (shard.signed and shard.digest == expected)
                 if drift:

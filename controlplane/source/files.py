@@ -190,6 +190,7 @@ class FilesSource:
         self._index = ManifestIndex(settings_ref, parse_selector(haproxy_selector))
         self._identities: dict[Path, Identity] = {}
         self._directories: set[Path] = {directory}
+        self._paths: dict[str, Path] = {}  # the last walk's Paths, reused by the next
         self._skipped: dict[Path, str] = {}  # entries skipped, reported as errors
         self._roots = (Path(os.path.abspath(directory)), directory.resolve())
         self._pass_lock = threading.Lock()  # one pass at a time
@@ -271,11 +272,11 @@ class FilesSource:
             return
         self._index.remove(self._directory)
         try:
-            found = walk(self._directory)
+            found = walk(self._directory, self._paths)
         except OSError as err:  # the folder itself cannot be listed: keep what was read
             log.warning("files source %s: cannot list: %s", self._directory, err)
             return
-        files, self._directories = found.files, found.directories
+        files, self._directories, self._paths = found.files, found.directories, found.paths
         for path in [p for p in self._skipped if p not in found.skipped]:
             self._index.remove(path)
         for path in [p for p in self._identities if p not in files]:

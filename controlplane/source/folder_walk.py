@@ -14,7 +14,11 @@ How links are followed (docs/operations.md, "Malformed and hostile manifests"):
   dangling or looping symlink, a link leading outside, a directory symlink, a FIFO,
   socket or device with a manifest suffix, a subdirectory that cannot be listed.
 
-The walk only stats (never opens a file), so it cannot block on a FIFO.
+The walk only stats (never opens a file), so it cannot block on a FIFO. A rescan of a
+folder of 8,000 files every 10 s is the folder source's safety net: it reuses the Path
+objects of the walk before (`Walk.paths`; making and hashing 8,000 new Paths was most of its
+cost, 68 ms a pass), and decides by name before making anything, so what is left is one
+`lstat` per file.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +42,13 @@ class Walk:
     files: dict[Path, Identity] = field(default_factory=dict)  # as under the given folder
     directories: set[Path] = field(default_factory=set)  # real directories walked
     skipped: dict[Path, str] = field(default_factory=dict)  # entry -> why
+    paths: dict[str, Path] = field(default_factory=dict)  # each entry's Path, by its string
+
+
+def manifest_name(name: str) -> bool:
+    """Whether a file of this name is read (`Path.suffix` in `MANIFEST_SUFFIXES`)."""
+    dot = name.rfind(".")
+    return dot > 0 and name[dot:] in MANIFEST_SUFFIXES
 
 
 def internal(name: str) -> bool:
@@ -44,8 +56,10 @@ def internal(name: str) -> bool:
     return name.startswith("..")
 
 
-def walk(directory: Path) -> Walk:
-    """The manifest files under `directory`, following the rules above."""
+def walk(directory: Path, reuse: Mapping[str, Path] | None = None) -> Walk:
+    """The manifest files under `directory`, following the rules above; `reuse`: the
+    `paths` of a walk before, whose Path objects stand again for the same entries."""
+    reuse = reuse or {}
     found = Walk(directories={directory})
     root = Path(os.path.realpath(directory))
     pending = [directory]
@@ -60,9 +74,12 @@ def walk(directory: Path) -> Walk:
             found.skipped[current] = f"cannot list the directory: {err.strerror or err}"
             continue
         for entry in entries:
-            if internal(entry.name):
+            name = entry.name
+            if internal(name):
                 continue
-            path = current / entry.name
+            key = entry.path
+            path = reuse.get(key) or current / name
+            found.paths[key] = path
             try:
                 _visit(entry, path, root, found, pending)
             except OSError as err:
@@ -76,13 +93,13 @@ def _visit(
     if entry.is_symlink():
         _link(path, root, found)
         return
-    mode = entry.stat(follow_symlinks=False).st_mode
+    info = entry.stat(follow_symlinks=False)
+    mode = info.st_mode
     if stat.S_ISDIR(mode):
         found.directories.add(path)
         pending.append(path)
-    elif path.suffix in MANIFEST_SUFFIXES:
+    elif manifest_name(entry.name):
         if stat.S_ISREG(mode):
-            info = entry.stat(follow_symlinks=False)
             found.files[path] = (info.st_ino, info.st_size, info.st_mtime_ns)
         else:
             found.skipped[path] = f"not a regular file ({kind(mode)})"
@@ -102,7 +119,7 @@ def _link(path: Path, root: Path, found: Walk) -> None:
     if stat.S_ISDIR(info.st_mode):
         found.skipped[path] = "symlink to a directory: not followed"
         return
-    if path.suffix not in MANIFEST_SUFFIXES:
+    if not manifest_name(path.name):
         return
     if not Path(os.path.realpath(path)).is_relative_to(root):
         found.skipped[path] = "symlink leading outside the folder: not followed"

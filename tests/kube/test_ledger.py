@@ -764,3 +764,64 @@ def test_a_save_since_the_last_compares_the_touched_and_the_drifted_backends_onl
     with kube_ledger(api.url) as (successor, _):
         assignment, _ = successor.load()
     assert plain(assignment)[SHOP] == plain(moved)[SHOP]
+
+
+class _CountedKeys(dict[str, object]):
+    """A mapping that counts how often all its keys were asked for."""
+
+    asked = 0
+
+    def keys(self):  # type: ignore[override]
+        _CountedKeys.asked += 1
+        return super().keys()
+
+
+def test_a_save_since_the_last_looks_for_stale_shards_among_the_told_backends_only(
+    api: FakeKubeAPI,
+) -> None:
+    """Every save took the difference of every shard present and the assignment (8,000
+    keys a change) to find shards to delete: a save after a whole one looks among the
+    backends it was told of, the drifted ones and the shards no save of ours wrote, and
+    still deletes a removed backend's shard and a shard that appeared by another hand."""
+    with kube_ledger(api.url, on_change=lambda: None) as (ledger, watch):
+        ledger.on_drift(lambda: None)
+        ledger.load()
+        ledger.save(ASSIGNMENT)
+        wait_until(lambda: watch.shards().get(BLOG) is not None, 5)
+        blog_shard = shards(api)[shard_name(REF.name, BLOG)]
+        ledger._present = _CountedKeys(ledger._present)
+        asked = _CountedKeys.asked
+        only_shop = {SHOP: ASSIGNMENT[SHOP]}
+        ledger.save(only_shop, since=(ASSIGNMENT, {BLOG}))
+        assert _CountedKeys.asked == asked  # not every shard
+        assert set(shards(api)) == {shard_name(REF.name, SHOP)}
+        # BLOG's shard written again by another hand: a backend the leader does not hold
+        metadata = blog_shard["metadata"]
+        again = {
+            **blog_shard,
+            "metadata": {k: metadata[k] for k in ("name", "namespace", "labels")},
+        }
+        api.apply(again)
+        wait_until(lambda: BLOG in ledger._present, 5, message="the stray shard not seen")
+        ledger.save(only_shop, since=(only_shop, set()))
+        assert _CountedKeys.asked == asked
+        assert set(shards(api)) == {shard_name(REF.name, SHOP)}
+
+
+def test_a_shard_found_at_load_that_holds_no_backend_is_deleted_by_a_save_since(
+    api: FakeKubeAPI,
+) -> None:
+    """A shard present at load but not in the loaded assignment (unreadable, no earlier
+    copy) is a candidate of the first save after it, as when every shard was compared."""
+    with kube_ledger(api.url) as (ledger, _):
+        ledger.load()
+        ledger.save(ASSIGNMENT)
+    damage_name = shard_name(REF.name, BLOG)
+    broken = shards(api)[damage_name]
+    broken["data"] = {**broken["data"], SLOTS_KEY: "{not json"}
+    api.apply(broken)
+    with kube_ledger(api.url, on_change=lambda: None) as (ledger, _):
+        loaded, _ = ledger.load()
+        assert BLOG not in loaded
+        ledger.save(loaded, since=(loaded, set()))
+        assert damage_name not in shards(api)
