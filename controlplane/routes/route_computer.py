@@ -11,17 +11,23 @@ alone (`table_update.TableIndex`) when the change is one the update covers; else
 grouping and the ordering of the workload's rules are done again (docs/design.md, "The
 route model"; tests/bench/route_table.py). The index of a table computed from scratch is
 made by `prepare`, which the loop calls after publishing that table (65 ms at 10,000
-routes that the next route change would otherwise wait for).
+routes that the next route change would otherwise wait for). A Gateway's
+`status.addresses` (the Lease holder's own write, read back) is a route input only with
+a `gateway-address-pool` (`addresses.own_addresses`); without one, its first write after
+start is no reason to compute 10,000 routes again (1-2 s the next route change waited
+for, docs/findings.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import cast
 
 from controlplane.model import (
     ClusterState,
+    Gateway,
     GRPCRoute,
     HTTPRoute,
     Service,
@@ -38,6 +44,7 @@ from controlplane.routes.table_stages import Trace
 from controlplane.routes.table_types import Memo, RouteTable
 from controlplane.routes.table_update import TableIndex
 from controlplane.routes.termination import SecretKey, SecretLookup
+from controlplane.settings.resolver import Resolver
 
 
 class _Recording(Mapping[ServiceKey, Service]):
@@ -99,6 +106,8 @@ class RouteComputer:
         self._index: TableIndex | None = None
         # (last table, new table, Services whose demand moved) of the last update.
         self.demand_moved: tuple[RouteTable, RouteTable, set[ServiceKey]] | None = None
+        # (state.gateways, state.settings) -> the Gateways as routes read them.
+        self._read_gateways: tuple[object, object, tuple[Gateway, ...]] | None = None
 
     def compute(
         self,
@@ -118,7 +127,7 @@ class RouteComputer:
         `now`: compute's clock."""
         context = (
             state.gateway_classes,
-            state.gateways,
+            self._gateways_read(state),
             state.reference_grants,
             state.ingress_classes,
             state.namespaces,
@@ -199,6 +208,22 @@ class RouteComputer:
         self._l4_memo = l4_memo
         self.computed += 1
         return table
+
+    def _gateways_read(self, state: ClusterState) -> tuple[Gateway, ...]:
+        """`state.gateways` as the table reads them: without a `gateway-address-pool`
+        their `status.addresses` left out (read only to keep a pool address). Made again
+        only when the Gateways or the settings are other objects than last time."""
+        last = self._read_gateways
+        if last is not None and last[0] is state.gateways and last[1] is state.settings:
+            return last[2]
+        read = state.gateways
+        if Resolver(state.settings).gateway_address_pool() is None:
+            read = tuple(
+                dataclasses.replace(g, status_addresses=()) if g.status_addresses else g
+                for g in state.gateways
+            )
+        self._read_gateways = (state.gateways, state.settings, read)
+        return read
 
     def _update(
         self,
