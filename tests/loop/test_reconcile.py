@@ -340,6 +340,16 @@ def test_the_heap_is_frozen_after_the_first_computation() -> None:
         gc.unfreeze()
 
 
+async def _one_change_after_idle(loop: Loop) -> None:
+    """The first computation, then one change after the loop was idle longer than its
+    2 s of quiet: computed at once (the second computation)."""
+    await loop.reconciler.wait_computed(1, WAIT_S)
+    assert loop.source.on_change is not None
+    advance_loop_clock(2.1)
+    loop.source.on_change()
+    await loop.reconciler.wait_computed(2, 1.5)
+
+
 def test_a_lone_change_after_a_short_pause_is_not_taken_for_a_stream() -> None:
     """Two route writes 80 ms apart: the second waited 100 ms of quiet, taken for a
     stream of changes (a lone change within `quiet_s` of the last one computed at once).
@@ -348,11 +358,7 @@ def test_a_lone_change_after_a_short_pause_is_not_taken_for_a_stream() -> None:
 
     async def body() -> None:
         async with reconcile_loop(quiet_s=2.0, max_delay_s=60.0) as loop:
-            await loop.reconciler.wait_computed(1, WAIT_S)
-            assert loop.source.on_change is not None
-            advance_loop_clock(2.1)  # idle: the next change is computed at once
-            loop.source.on_change()
-            await loop.reconciler.wait_computed(2, 1.5)
+            await _one_change_after_idle(loop)
             advance_loop_clock(0.6)  # more than 2 s / 4 after it, less than 2 s
             loop.source.on_change()
             await loop.reconciler.wait_computed(3, 1.5)
@@ -368,11 +374,7 @@ def test_a_second_change_close_after_the_first_waits_out_the_gap_not_for_quiet()
 
     async def body() -> None:
         async with reconcile_loop(quiet_s=2.0, max_delay_s=60.0) as loop:
-            await loop.reconciler.wait_computed(1, WAIT_S)
-            assert loop.source.on_change is not None
-            advance_loop_clock(2.1)  # idle: the next change is computed at once
-            loop.source.on_change()
-            await loop.reconciler.wait_computed(2, 1.5)
+            await _one_change_after_idle(loop)
             computed = time.monotonic()
             loop.source.on_change()  # within 2 s / 4 of the first: waits the rest of it
             await loop.reconciler.wait_computed(3, 1.5)  # not the 2 s of quiet
