@@ -36,6 +36,7 @@ from controlplane.publish.store import SnapshotStore
 from controlplane.server import ControlPlaneServer
 from controlplane.server.tlscheck import BadTlsFiles
 from controlplane.source import Heartbeat, Source
+from peerplane.runtime import allocator
 
 if TYPE_CHECKING:
     from controlplane.kube.ledger_watch import LedgerWatch
@@ -53,6 +54,7 @@ def run_serve(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT; 0 on a clean stop, 1 when startup fails, 2 on bad flags
     or a bad source."""
     logformat.configure(str(args.log_level), str(args.log_format))
+    allocator.tune()  # before any thread allocates: the server's, the computation's
     if (problem := flags.check(args)) is not None:
         log.error("%s", problem)
         return 2

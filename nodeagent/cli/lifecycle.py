@@ -10,8 +10,8 @@ import contextlib
 import logging
 import signal
 
-from nodeagent import allocator
 from nodeagent.cli import wiring
+from peerplane.runtime import allocator
 
 log = logging.getLogger("nodeagent")
 

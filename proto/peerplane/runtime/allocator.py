@@ -1,15 +1,16 @@
-"""glibc's malloc, set for a process that lives for months (docs/operations.md, "Agent
-memory").
+"""glibc's malloc, set for a process that lives for months: the agent and the control
+plane, each at its start (docs/operations.md, "Memory over time").
 
-The agent renders and writes multi-megabyte texts per change, in worker threads
-(`asyncio.to_thread`) beside gRPC's own. By default glibc gives threads arenas of their
+Both handle multi-megabyte blocks per change in worker threads beside gRPC's own: the
+agent renders and writes texts (`asyncio.to_thread`), the control plane computes in a
+worker and encodes snapshots and deltas. By default glibc gives threads arenas of their
 own (up to eight per core) and raises its mmap threshold to the largest block freed (up
-to 32 MiB), so those texts land in heaps that fragment: freed, but rarely given back, and
-the resident memory creeps up over hours of changes. At start the agent caps the arenas
-(`M_ARENA_MAX`) and fixes the threshold (`M_MMAP_THRESHOLD`: a larger block is mapped
-on its own and returned to the kernel when freed). Whatever the environment already sets
-for malloc (`MALLOC_ARENA_MAX`, `MALLOC_MMAP_THRESHOLD_`, `GLIBC_TUNABLES`) wins: then,
-and on a C library that is not glibc, nothing is changed.
+to 32 MiB), so those blocks land in heaps that fragment: freed, but rarely given back,
+and the resident memory creeps up over hours of changes. At start each process caps the
+arenas (`M_ARENA_MAX`) and fixes the threshold (`M_MMAP_THRESHOLD`: a larger block is
+mapped on its own and returned to the kernel when freed). Whatever the environment
+already sets for malloc (`MALLOC_ARENA_MAX`, `MALLOC_MMAP_THRESHOLD_`, `GLIBC_TUNABLES`)
+wins: then, and on a C library that is not glibc, nothing is changed.
 """
 
 from __future__ import annotations

@@ -1,0 +1,50 @@
+"""peerplane/runtime/allocator.py: the agent and the control plane set glibc's malloc up
+for a long life (capped arenas, a fixed mmap threshold) unless the environment set malloc
+up itself.
+
+docs/operations.md, "Memory over time"."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from peerplane.runtime import allocator
+from tests.helpers.malloc import THREADS_PROBED, MallocSeen, malloc_after
+
+pytestmark = pytest.mark.unit
+
+glibc_only = pytest.mark.skipif(
+    "glibc" not in (os.confstr("CS_GNU_LIBC_VERSION") or ""), reason="glibc only"
+)
+TUNE = "from peerplane.runtime import allocator; print(allocator.tune())"
+
+
+def test_the_settings_cap_arenas_and_fix_the_mmap_threshold_by_default() -> None:
+    assert allocator.settings({}) == {
+        allocator.M_ARENA_MAX: allocator.ARENA_MAX,
+        allocator.M_MMAP_THRESHOLD: allocator.MMAP_THRESHOLD,
+    }
+
+
+@pytest.mark.parametrize("name", ["MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES"])
+def test_malloc_settings_of_the_environment_win(name: str) -> None:
+    assert allocator.settings({name: "4"}) == {}
+    assert allocator.settings({name: ""}) != {}  # set but empty: not a setting
+
+
+@glibc_only
+def test_glibc_takes_the_settings_and_malloc_behaves_by_them() -> None:
+    """Seen from what malloc does, in a fresh interpreter: threads share two arenas and a
+    freed megabyte does not raise the mmap threshold."""
+    assert malloc_after("") == ([], MallocSeen(THREADS_PROBED + 1, threshold_fixed=False))
+    assert malloc_after(TUNE) == (["True"], MallocSeen(allocator.ARENA_MAX, threshold_fixed=True))
+
+
+@glibc_only
+def test_the_environment_keeps_its_own_malloc_settings() -> None:
+    printed, seen = malloc_after(TUNE, {"MALLOC_ARENA_MAX": "8"})
+    assert printed == ["False"]
+    assert seen.arenas == THREADS_PROBED + 1  # eight allowed: each thread its own
+    assert not seen.threshold_fixed
