@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -34,7 +33,7 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.bench.common import Child, Result, log, percentile
+from tests.bench.common import Child, Result, log, percentile, work_dir
 from tests.helpers.cluster import RealCluster
 from tests.helpers.fleet import REPO
 from tests.helpers.replicas import SHOP, StreamAgent
@@ -288,7 +287,11 @@ class Variant:
 
 
 def measure(kind: str, services: int, moves: int) -> dict[str, float]:
-    work = Path(tempfile.mkdtemp(prefix=f"bench-apiservers-{kind}-"))
+    with work_dir(f"bench-apiservers-{kind}-") as work:
+        return _measure(work, kind, services, moves)
+
+
+def _measure(work: Path, kind: str, services: int, moves: int) -> dict[str, float]:
     variant = Variant(kind, work)
     agents: list[StreamAgent] = []
     try:

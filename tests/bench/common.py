@@ -6,9 +6,11 @@ import json
 import os
 import platform
 import queue
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -139,6 +141,20 @@ def big_cluster(services: int, endpoints_per_service: int = ENDPOINTS_PER_SERVIC
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def work_dir(prefix: str) -> Iterator[Path]:
+    """A temporary folder for one measurement's logs and data (a real API server's etcd:
+    tens of MB): removed when the block ends, kept and named when it raises (its logs say
+    why)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    except BaseException:
+        log(f"logs kept in {path}")
+        raise
+    shutil.rmtree(path, ignore_errors=True)
 
 
 class Child:

@@ -40,7 +40,6 @@ import json
 import os
 import pstats
 import sys
-import tempfile
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -65,6 +64,7 @@ from tests.bench.common import (
     median,
     percentile,
     rss_kib,
+    work_dir,
 )
 from tests.helpers.builders import haproxy_pod
 
@@ -446,8 +446,14 @@ def session(
 ) -> Session:
     """One server process and its agent worker processes: connect, sync, publish
     `versions` versions one by one (each to the last ACK), optionally a reconnect storm."""
+    with work_dir("bench-fanout-") as tmp:
+        return _session(tmp, agents, services, versions, accepts_deltas, storm)
+
+
+def _session(
+    tmp: Path, agents: int, services: int, versions: int, accepts_deltas: bool, storm: bool
+) -> Session:
     workers = max(1, -(-agents // AGENTS_PER_WORKER))
-    tmp = Path(tempfile.mkdtemp(prefix="bench-fanout-"))
     py = sys.executable
     server = Child(
         [

@@ -20,7 +20,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,7 +35,7 @@ from controlplane.server import ControlPlaneServer
 from peerplane.parts import CONTRACT
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
-from tests.bench.common import Child, Result, log, median
+from tests.bench.common import Child, Result, log, median, work_dir
 from tests.bench.fanout import CHANNEL_OPTIONS, agent_name, fanout_states
 
 NAMESPACE = "haproxy-system"
@@ -163,7 +162,11 @@ def _in_process(target: str) -> float:
 
 
 def measure(agents: int) -> list[Result]:
-    tmp = Path(tempfile.mkdtemp(prefix="bench-status-"))
+    with work_dir("bench-status-") as tmp:
+        return _measure(tmp, agents)
+
+
+def _measure(tmp: Path, agents: int) -> list[Result]:
     py = sys.executable
     server = Child([py, "-m", "tests.bench.status", "server", str(agents)], tmp / "server.log")
     workers: list[Child] = []

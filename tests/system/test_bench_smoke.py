@@ -42,7 +42,7 @@ from tests.bench import summary as bench_summary
 from tests.bench import tls as tls_bench
 from tests.bench import tls_rotation as tls_rotation_bench
 from tests.bench.__main__ import main as bench_main
-from tests.bench.common import Result, big_cluster
+from tests.bench.common import Result, big_cluster, work_dir
 from tests.helpers.fleet import HAPROXY_PODS, Fleet, haproxy_binary
 from tests.helpers.haproxy_versions import HAProxyBinary
 from tests.helpers.netns import PodNetwork
@@ -101,6 +101,19 @@ def test_bench_size_switch_and_registry() -> None:
             assert isinstance(pattern, str) and pattern, benchmark.name
     with pytest.raises(SystemExit):
         bench_main(["--quick", "--full"])
+
+
+def test_a_benchmarks_work_dir_is_removed_after_it_and_kept_when_it_fails() -> None:
+    """Benchmarks left a folder per run in /tmp (a real API server's etcd: 65 MB): removed
+    when the measurement ends, kept for its logs when it raises."""
+    with work_dir("bench-smoke-") as done:
+        (done / "server.log").write_text("ok")
+    assert not done.exists()
+    with pytest.raises(RuntimeError), work_dir("bench-smoke-") as failed:
+        (failed / "server.log").write_text("why")
+        raise RuntimeError("measurement failed")
+    assert (failed / "server.log").read_text() == "why"
+    shutil.rmtree(failed)
 
 
 def test_summary_table_shows_targets_failures_and_what_tells_same_named_figures_apart() -> None:
