@@ -141,14 +141,16 @@ class Managed:
         master `pid` (with its children) used CPU in the last window: loading, not hung.
         The last window's HAProxyError when it ends, used none, or `LOADING_MAX_S` pass."""
         ended = self._ended(pid)
+        if pid is None:  # nothing of ours to watch load
+            return self.haproxy.wait_running(timeout, ended)
         give_up = time.monotonic() + LOADING_MAX_S
         window = timeout
+        cpu = tree_cpu_seconds(pid)
         while True:
-            cpu = tree_cpu_seconds(pid) if pid is not None else None
             try:
                 return self.haproxy.wait_running(window, ended)
             except HAProxyError:
-                now = tree_cpu_seconds(pid) if pid is not None else None
+                now = tree_cpu_seconds(pid)
                 if (
                     cpu is None
                     or now is None
@@ -164,6 +166,7 @@ class Managed:
                     now - cpu,
                     window,
                 )
+                cpu = now  # the next window's start
                 window = min(LOADING_WINDOW_S, max(0.0, give_up - time.monotonic()))
 
     def _ended(self, pid: int | None) -> Callable[[], str | None]:
