@@ -39,10 +39,16 @@ class _MallInfo2(ctypes.Structure):
     ]
 
 
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    libc.malloc.argtypes, libc.malloc.restype = (ctypes.c_size_t,), ctypes.c_void_p
+    libc.free.argtypes, libc.free.restype = (ctypes.c_void_p,), None
+    return libc
+
+
 def _mallinfo2() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        fn = libc.mallinfo2  # glibc 2.33 and later
+        fn = _libc().mallinfo2  # glibc 2.33 and later
     except (OSError, AttributeError):
         return None
     fn.restype = _MallInfo2
@@ -65,13 +71,6 @@ def live_c_heap_bytes() -> int:
 # How glibc's malloc is set, seen from what it does (it has no call that reads its
 # settings back): run in a fresh interpreter after the code under test set it, or not.
 THREADS_PROBED = 4  # more than `peerplane.runtime.allocator.ARENA_MAX`, under 8 per core
-
-
-def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    libc.malloc.argtypes, libc.malloc.restype = (ctypes.c_size_t,), ctypes.c_void_p
-    libc.free.argtypes, libc.free.restype = (ctypes.c_void_p,), None
-    return libc
 
 
 def arenas() -> int:
@@ -117,12 +116,13 @@ def mmap_threshold_is_fixed(size: int = 1 << 20) -> bool:
     """Whether a block of `size` bytes is mapped on its own after one of that size was
     freed: by default glibc raises its mmap threshold to the largest block freed and puts
     the next one in the heap; with `M_MMAP_THRESHOLD` set the threshold stays."""
+    if _MALLINFO2 is None:
+        raise RuntimeError("needs glibc's mallinfo2")
     libc = _libc()
     libc.free(libc.malloc(size))
-    libc.mallinfo2.restype = _MallInfo2
-    before = libc.mallinfo2().hblkhd
+    before = _MALLINFO2().hblkhd
     block = libc.malloc(size)
-    mapped = libc.mallinfo2().hblkhd - before >= size
+    mapped = _MALLINFO2().hblkhd - before >= size
     libc.free(block)
     return bool(mapped)
 
