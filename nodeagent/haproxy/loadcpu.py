@@ -6,7 +6,8 @@ wall time on a loaded one (docs/findings.md, "HAProxy 2.6's first start at 8,000
 Services"): a fixed start timeout NACKs it once though it is only waiting for a core.
 Counted: the master's own CPU, that of the children it has reaped (a wrapper's steps
 before it execs HAProxy) and that of its live descendants (a 3.x worker loading the
-config), all from /proc.
+config), all from /proc. `stat_fields` reads /proc/PID/stat for the supervisor too (is an
+adopted master a zombie).
 """
 
 from __future__ import annotations
@@ -25,22 +26,27 @@ def tree_cpu_seconds(pid: int) -> float | None:
     return own + sum(_cpu_seconds(p) or 0.0 for p in _descendants(pid))
 
 
-def _cpu_seconds(pid: int) -> float | None:
-    """Its own CPU and that of the children it reaped."""
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name's closing parenthesis (the
+    name may hold spaces), the state (field 3) first; None when `pid` is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return None
-    # After the command name's closing parenthesis (the name may hold spaces):
-    # field 3 is the state, so utime (14), stime (15), cutime (16), cstime (17) are
-    # at 11..14 of what follows.
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    try:
-        ticks = sum(int(v) for v in fields[11:15])
-    except (ValueError, IndexError):
+    return stat[stat.rfind(b")") + 2 :].decode("ascii", "replace").split()
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """Its own CPU and that of the children it reaped: utime (14), stime (15), cutime
+    (16) and cstime (17), at 11..14 of `stat_fields`."""
+    fields = stat_fields(pid)
+    if fields is None:
         return None
-    return ticks / _TICKS
+    try:
+        return sum(int(v) for v in fields[11:15]) / _TICKS
+    except ValueError:
+        return None
 
 
 def _descendants(pid: int) -> list[int]:

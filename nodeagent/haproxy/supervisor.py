@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from nodeagent.haproxy.loadcpu import stat_fields
 from nodeagent.haproxy.masterlog import MasterLog, last_words, pump
 
 log = logging.getLogger(__name__)
@@ -107,11 +108,11 @@ class Supervisor:
             return self._proc.poll() is None
         if self._pid is None:
             return False
-        try:  # not our child: a zombie left to a non-reaping init counts as dead
-            with open(f"/proc/{self._pid}/stat", encoding="ascii") as f:
-                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-        except (OSError, IndexError):
+        # not our child: a zombie left to a non-reaping init counts as dead
+        fields = stat_fields(self._pid)
+        if not fields:
             return False
+        return fields[0] != "Z"
 
     def _spawn(self) -> None:
         if self.before_spawn is not None:
