@@ -12,7 +12,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from controlplane.server import reports
@@ -49,9 +49,19 @@ class AgentSession:
     acked_at: datetime | None = None  # the last Ack, or the Hello that reported a version
     sent_at: datetime | None = None  # the last snapshot or delta sent (pending since)
     sent_nonce: str = ""  # the nonce `sent_at` belongs to
-    report: pb.AgentReport | None = None  # the last AgentReport, bounded
-    reported_at: float = 0.0  # monotonic time `report` was kept
-    bounds: reports.ReportBounds = field(default_factory=reports.ReportBounds)
+    held: reports.HeldReport | None = None  # the agent's reports, bounded and merged
+    reported_at: float = 0.0  # monotonic time the last report was kept
+    # The agent's Hello said it sends partial reports and this server merges them: it is
+    # sent ReportTerms, first with the Hello's answer (`terms_owed` set at open).
+    partial_reports: bool = False
+    terms_owed: bool = False  # ReportTerms go out with (or as) the next message
+    awaiting_full: bool = False  # ReportTerms went out and no full report came since
+
+    @property
+    def report(self) -> pb.AgentReport | None:
+        """The agent's last report, bounded, with the partial ones since merged into it;
+        None until one is kept."""
+        return None if self.held is None else self.held.view()
 
     # Read-only views of the protocol state, for inspection and tests.
     @property
@@ -110,8 +120,9 @@ class AgentSession:
             set_aside=self.set_aside,
             set_aside_count=self.set_aside_count,
         )
-        if self.report is not None:
-            status.report.CopyFrom(self.report)
+        report = self.report
+        if report is not None:
+            status.report.CopyFrom(report)
         return status
 
     def sent(self, nonce: str, now: datetime | None = None) -> None:
@@ -131,16 +142,37 @@ class AgentSession:
         self.set_aside, self.set_aside_count = reports.set_aside(set_aside, set_aside_count)
 
     def reported(self, report: pb.AgentReport, now: float | None = None) -> bool:
-        """Keep the agent's report, bounded; its HAProxy version replaces the Hello's.
-        False (ignored) when it follows the last one kept within `reports.MIN_GAP_S`: an
-        agent sends at most one a second, so only a misbehaving one is cut short."""
+        """Keep the agent's report, bounded (a partial one merged into what is held); its
+        HAProxy version replaces the Hello's. False (ignored) when it follows the last one
+        kept within `reports.MIN_GAP_S` (an agent sends at most one a second, so only a
+        misbehaving one is cut short), or when it is partial and cannot be merged: the
+        report before it was not kept. An agent that said it sends partial reports is then
+        owed ReportTerms (`terms_owed`), which make its next report full."""
         moment = time.monotonic() if now is None else now
-        if self.report is not None and moment - self.reported_at < reports.MIN_GAP_S:
+        if not report.partial:
+            self.awaiting_full = False  # the terms were read: unmergeable ones ask again
+        if self.held is not None and moment - self.reported_at < reports.MIN_GAP_S:
             return False
-        self.report, self.reported_at = self.bounds.bounded(report), moment
-        if self.report.haproxy_version:
-            self.haproxy_version = self.report.haproxy_version
+        if report.partial:
+            if self.held is None or not self.held.merge(report):
+                if self.partial_reports and not self.awaiting_full:
+                    self.terms_owed = True
+                return False
+        else:
+            if self.held is None:
+                self.held = reports.HeldReport()
+            self.held.full(report)
+        self.reported_at = moment
+        version = reports.word(report.haproxy_version, reports.MAX_VERSION_CHARS)
+        if version:
+            self.haproxy_version = version
         return True
+
+    def take_terms(self) -> bool:
+        """Whether ReportTerms are owed now (and no longer, once taken)."""
+        owed, self.terms_owed = self.terms_owed, False
+        self.awaiting_full = self.awaiting_full or owed
+        return owed
 
 
 class AgentRegistry:
@@ -160,9 +192,12 @@ class AgentRegistry:
         now: datetime | None = None,
         *,
         deltas: bool = False,
+        partial_reports: bool = False,
     ) -> AgentSession:
         """A session for a stream; `deltas` when the server sends deltas to agents that
-        accept them (this one still has to announce it in its Hello)."""
+        accept them, `partial_reports` when it merges partial reports of agents that send
+        them (this one still has to announce each in its Hello)."""
+        partial = partial_reports and hello.partial_reports
         connected_at = now or datetime.now(UTC)
         session = AgentSession(
             haproxy_version=reports.word(hello.haproxy_version, reports.MAX_VERSION_CHARS),
@@ -179,6 +214,8 @@ class AgentRegistry:
                 time.monotonic(),
                 deltas=deltas and hello.accepts_deltas,
             ),
+            partial_reports=partial,
+            terms_owed=partial,
         )
         self._sessions[session.stream_id] = session
         return session

@@ -19,6 +19,7 @@ MAX_TIME_CHARS = 40  # RFC 3339
 MAX_NAME_CHARS = 128  # a peer (pod) or table (backend) name
 MAX_PEERS = 256
 MAX_TABLES = 1024
+MAX_KEY_CHARS = 256  # a table's name as held for merging; shown cut to MAX_NAME_CHARS
 MIN_GAP_S = 0.5  # reports kept per stream: at most two a second (agents send one)
 MAX_SET_ASIDE = 256  # parts set aside kept per agent (the Ack says how many more)
 MAX_FINGERPRINT_CHARS = 64  # SHA-256 hex
@@ -60,12 +61,16 @@ def bounded_tables(report: pb.AgentReport) -> list[pb.TableEntries]:
     """The MAX_TABLES fullest of the first 4 x MAX_TABLES tables of `report`, by name,
     each name cut."""
     # The fullest tables of the first few thousand listed: sorting is bounded too.
-    listed = report.tables[: 4 * MAX_TABLES]
-    tables = sorted(listed, key=lambda t: (-t.entries, t.table))[:MAX_TABLES]
+    tables = fullest(report.tables[: 4 * MAX_TABLES])
     return [
         pb.TableEntries(table=word(t.table, MAX_NAME_CHARS), entries=t.entries)
         for t in sorted(tables, key=lambda t: t.table)
     ]
+
+
+def fullest(tables: Sequence[pb.TableEntries]) -> list[pb.TableEntries]:
+    """The MAX_TABLES fullest of `tables`: the most entries first, ties by name."""
+    return sorted(tables, key=lambda t: (-t.entries, t.table))[:MAX_TABLES]
 
 
 def _without_tables(report: pb.AgentReport) -> pb.AgentReport:
@@ -100,24 +105,73 @@ def tables_digest(report: pb.AgentReport) -> bytes:
     return hashlib.sha256(tables.SerializeToString(deterministic=True)).digest()
 
 
-class ReportBounds:
-    """`bounded` for one stream's reports, bounding the tables again only when they
-    differ from the last report's. An agent reports after every apply with all its
-    tables (one per backend, 4,096 at most), most often the same ones: bounding them in
-    Python cost about 3.6 ms per report at 8,000 Services, per agent, per endpoint
-    change; comparing their digest costs a tenth of that."""
+class HeldReport:
+    """One stream's reports as the control plane keeps them: the last full report bounded,
+    with every partial report since merged into it (docs/design.md, "Agent reports").
+
+    The tables are held by name (cut to MAX_KEY_CHARS, past any backend name's length)
+    and turned into the bounded message only when it is read (`view`, for ListAgents): a
+    partial report costs what it lists. A full report whose tables have the last full
+    one's digest keeps them as held: an agent without partial reports sends all its
+    tables after every apply, most often the same ones (bounding them again cost about
+    3.6 ms per report at 8,000 Services)."""
 
     def __init__(self) -> None:
-        self._digest = b""
-        self._tables = pb.AgentReport()  # the last tables bounded, alone
-        self.tables_bounded = 0  # reports whose tables were bounded (not reused)
+        self._digest = b""  # of the last full report's tables (and unknown fields)
+        self._tables: dict[str, int] = {}  # name -> entries: the MAX_TABLES fullest
+        self._fields = pb.AgentReport()  # the report's other fields, bounded
+        self._view: pb.AgentReport | None = None  # built from the two on demand
+        self.sequence = 0  # the number of the report kept last (0: not numbered)
+        self.tables_bounded = 0  # full reports whose tables were bounded (not reused)
 
-    def bounded(self, report: pb.AgentReport) -> pb.AgentReport:
+    def full(self, report: pb.AgentReport) -> None:
+        """Keep a full report in place of everything held."""
         digest = tables_digest(report)
         if digest != self._digest:
-            self._tables = pb.AgentReport(tables=bounded_tables(report))
+            self._tables = {
+                t.table[:MAX_KEY_CHARS]: t.entries for t in fullest(report.tables[: 4 * MAX_TABLES])
+            }
             self._digest = digest
             self.tables_bounded += 1
-        kept = _without_tables(report)
-        kept.MergeFrom(self._tables)
-        return kept
+        self._fields = _without_tables(report)
+        self.sequence = report.sequence
+        self._view = None
+
+    def merge(self, report: pb.AgentReport) -> bool:
+        """Merge a partial report into what is held; False (nothing changed) when it does
+        not follow the report kept last, or the result would hold more than MAX_TABLES."""
+        if not self.sequence or report.sequence != self.sequence + 1:
+            return False
+        if len(report.tables) > MAX_TABLES or len(report.removed_tables) > MAX_TABLES:
+            return False  # a correct agent lists at most the terms' MAX_TABLES
+        tables = self._tables
+        removed = [name[:MAX_KEY_CHARS] for name in report.removed_tables]
+        changed = [(t.table[:MAX_KEY_CHARS], t.entries) for t in report.tables]
+        gone = {name for name in removed if name in tables}
+        new = {name for name, _ in changed if name not in tables or name in gone}
+        if len(tables) - len(gone) + len(new) > MAX_TABLES:
+            return False
+        for name in removed:
+            tables.pop(name, None)
+        tables.update(changed)
+        fields = _without_tables(report)
+        if not report.peers_changed:
+            del fields.peer_sessions[:]
+            fields.peer_sessions.extend(self._fields.peer_sessions)
+        self._fields = fields
+        self._digest = b""  # the held tables are no full report's any more
+        self.sequence = report.sequence
+        self._view = None
+        return True
+
+    def view(self) -> pb.AgentReport:
+        """What the last full report would say, bounded, as ListAgents shows it."""
+        if self._view is None:
+            view = pb.AgentReport()
+            view.CopyFrom(self._fields)
+            view.tables.extend(
+                pb.TableEntries(table=word(name, MAX_NAME_CHARS), entries=entries)
+                for name, entries in sorted(self._tables.items())
+            )
+            self._view = view
+        return self._view

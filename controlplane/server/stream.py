@@ -23,7 +23,7 @@ import grpc
 from controlplane.logformat import fields
 from controlplane.metrics import Metrics
 from controlplane.publish.store import SnapshotStore
-from controlplane.server import protocol
+from controlplane.server import protocol, reports
 from controlplane.server.admission import Admission, Refused
 from controlplane.server.agents import AgentRegistry, AgentSession
 from controlplane.server.auth import Authenticator, Identity
@@ -37,6 +37,11 @@ log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[pb.AgentMessage, bytes]
 MAX_OVERSIZE_REMEMBERED = 10_000
 """Agents whose oversize message was logged, remembered to log it once each."""
+# ReportTerms as a ServerMessage: prepended to a message (serialized messages joined are
+# merged), or sent alone.
+TERMS = pb.ServerMessage(
+    report_terms=pb.ReportTerms(max_tables=reports.MAX_TABLES)
+).SerializeToString()
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +54,7 @@ class StreamLimits:
     max_message_bytes: int = 0  # gRPC's send limit (ServerOptions sets it); 0 = none
     opens_per_s: float = DEFAULT_OPENS_PER_S  # stream opens per peer host; 0 = unlimited
     opens_burst: int = DEFAULT_OPENS_BURST  # opens a peer host may make at once
+    partial_reports: bool = True  # merge partial reports of agents that send them
 
 
 class _TooLarge(Exception):
@@ -139,7 +145,10 @@ class StreamHandler:
         identity: Identity | None,
     ) -> None:
         session = self._registry.open(
-            hello, peer_address(context.peer()), deltas=self._limits.deltas
+            hello,
+            peer_address(context.peer()),
+            deltas=self._limits.deltas,
+            partial_reports=self._limits.partial_reports,
         )
         if identity is not None:
             session.identity = identity.username
@@ -171,6 +180,8 @@ class StreamHandler:
                         self._metrics.convergence.acked(
                             tracked, id(session), session.state.acked_version
                         )
+                if session.take_terms():  # with the Hello's answer, or alone
+                    message = TERMS + (message or b"")
                 if message is not None:
                     await self._send(context, session, message)
                     # This stream's copy (nonce + shared snapshot bytes) is sent: do not keep
@@ -314,12 +325,16 @@ class StreamHandler:
 
     def _receive(self, session: AgentSession, message: pb.AgentMessage) -> bool:
         """Step the protocol with one upstream message, then log and count the outcome;
-        True when the writer has something to send now (a resync)."""
+        True when the writer has something to send now (a resync, ReportTerms)."""
         kind = message.WhichOneof("message")
         if kind == "report":  # what the agent says about itself: kept, bounded
             if not session.reported(message.report):
-                log.debug("agent %s: report too soon after the last one; ignored", session.pod)
-            return False
+                log.debug(
+                    "agent %s: report too soon after the last one, or partial after one "
+                    "not kept; ignored",
+                    session.pod,
+                )
+            return session.terms_owed  # the writer sends ReportTerms: a full report next
         before = session.state
         outcome: protocol.Acked | protocol.Nacked | protocol.Stale | protocol.Ignored
         if kind == "ack":

@@ -41,7 +41,7 @@ from nodeagent.heap import Heap
 from nodeagent.held import ChangeSet, Held
 from nodeagent.logformat import fields
 from nodeagent.metrics import AgentMetrics
-from nodeagent.report import LastApply, Reporter, report_loop, rfc3339
+from nodeagent.report import LastApply, Reporter, ReportStream, report_loop, rfc3339
 from nodeagent.stream import events, protocol
 from nodeagent.stream.protocol import Identity
 from nodeagent.stream.transport import TokenError, Transport
@@ -94,9 +94,13 @@ class Client:
         deltas: bool = True,
         reporter: Reporter | None = None,
         heap: Heap | None = None,
+        partial_reports: bool = True,
     ) -> None:
         # Sends AgentReports beside the answers (`nodeagent/report.py`); None: none.
         self.reporter = reporter
+        # Announce partial reports (sent once the control plane's ReportTerms allow them).
+        self.partial_reports = partial_reports and reporter is not None
+        self._reports: ReportStream | None = None  # the current stream's
         self.last_apply = LastApply()
         self._applied = asyncio.Event()  # an apply finished: a report is due
         self.deltas = deltas  # announce delta support (`nodeagent run --no-deltas`: not)
@@ -123,6 +127,7 @@ class Client:
             self.applier.applied_version,
             __version__,
             self.deltas,
+            self.partial_reports,
         )
 
     async def run(self) -> None:
@@ -235,13 +240,14 @@ class Client:
             return None
         reporter = self.reporter
         self._applied = asyncio.Event()  # bound to this stream's event loop
+        self._reports = stream = ReportStream(reporter)
 
         async def send(msg: pb.AgentMessage) -> None:
             await self._write(call, msg)
 
         async def run() -> None:
             try:
-                await report_loop(reporter, send, self._applied, lambda: self.last_apply)
+                await report_loop(reporter, send, self._applied, lambda: self.last_apply, stream)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
@@ -274,7 +280,11 @@ class Client:
         latest: asyncio.Queue[protocol.Apply],
     ) -> None:
         """Log what came, let the protocol decide, then do what it decided."""
+        if msg.HasField("report_terms"):
+            self._report_terms(msg.report_terms)
         which = msg.WhichOneof("message")
+        if which is None and msg.HasField("report_terms"):
+            return  # ReportTerms alone: nothing else to do
         if which == "snapshot":
             events.snapshot_received(msg.nonce, msg.snapshot)
         elif which == "delta":
@@ -288,6 +298,16 @@ class Client:
             if decision.resync:
                 events.resync_asked(self.metrics, decision.reason, msg)
             await self._write(call, self._sent(decision.answer))
+
+    def _report_terms(self, terms: pb.ReportTerms) -> None:
+        """The control plane merges partial reports: the next report is full (sent at
+        once when reports went before the terms), partial ones may follow."""
+        stream = self._reports
+        if stream is None or not self.partial_reports:
+            return  # not announced: a control plane sending them anyway is not followed
+        if stream.take_terms(terms):
+            self._applied.set()  # wakes the report task: a full report now
+        log.debug("control plane takes partial reports (max_tables=%d)", terms.max_tables)
 
     async def _write(
         self,

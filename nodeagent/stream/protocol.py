@@ -19,7 +19,8 @@ test_stream_protocol.py). The rules:
 - Coalescing (`coalesce`): a snapshot handed to the apply loop replaces one still waiting
   there (an answer to a superseded nonce would be stale); a NACK sent from the reader
   supersedes the waiting one too (the server sends what replaces it).
-- InSync and Waiting are only noted; an unknown message is ignored.
+- InSync and Waiting are only noted; an unknown message is ignored. ReportTerms (with
+  any message, or alone) are the report task's (`client.py`, `nodeagent/report.py`).
 - Every ACK and NACK echoes the nonce of the message it answers, with that snapshot's
   version and content hash.
 - One NACK per nonce: a retryable failure is applied again with backoff (doubling, up to
@@ -54,8 +55,10 @@ def hello(
     applied_version: int,
     agent_version: str,
     deltas: bool,
+    partial_reports: bool = False,
 ) -> pb.AgentMessage:
-    """The first message of every stream."""
+    """The first message of every stream; `partial_reports`: the agent reports and can
+    send partial reports under the control plane's ReportTerms."""
     return pb.AgentMessage(
         hello=pb.Hello(
             contract=CONTRACT,
@@ -67,6 +70,7 @@ def hello(
             agent_version=agent_version,
             accepts_deltas=deltas,
             haproxy_version=identity.haproxy_version,
+            partial_reports=partial_reports,
         )
     )
 

@@ -11,11 +11,17 @@ from pathlib import Path
 import pytest
 
 from nodeagent.haproxy.parse import PeerSession, parse_peer_sessions
-from nodeagent.report import LastApply, Reporter, report_loop, same
+from nodeagent.report import LastApply, Reporter, ReportStream, report_loop
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.agent_harness import AgentHarness
 from tests.helpers.haproxy_env import backend, free_port, snapshot
 from tests.helpers.waiting import wait_until, wait_until_async
+
+
+def _full(reporter: Reporter, last: LastApply) -> pb.AgentReport | None:
+    """A full report of a fresh read, as the first one on a stream."""
+    read = reporter.observe(last)
+    return None if read is None else ReportStream(reporter).next(read, last, due=True)
 
 
 def test_peers_and_tables_are_read_from_haproxy(agents: AgentHarness) -> None:
@@ -36,7 +42,7 @@ def test_peers_and_tables_are_read_from_haproxy(agents: AgentHarness) -> None:
     assert {s.name: s.connected for s in sessions()} == {"pod-b": True, "pod-c": False}
     assert {s.name: s.state for s in sessions()}["pod-b"] == "ESTA"
     a.haproxy.runtime("set table default_shop_http key 10.1.2.3 data.server_id 1")
-    report = reporter.observe(LastApply("reload", "2026-01-01T00:00:00Z"))
+    report = _full(reporter, LastApply("reload", "2026-01-01T00:00:00Z"))
     assert report is not None
     assert report.haproxy_version == "9.9.9" and report.last_applied_by == "reload"
     assert [(t.table, t.entries) for t in report.tables] == [("default_shop_http", 1)]
@@ -51,8 +57,8 @@ def test_peers_and_tables_are_read_from_haproxy(agents: AgentHarness) -> None:
     assert entries == {"default_shop_http": 1.0}
     b.supervisor.stop()
     wait_until(lambda: not any(s.connected for s in sessions()), 15)
-    after = reporter.observe(LastApply("reload", "2026-01-01T00:00:00Z"))
-    assert after is not None and not same(report, after)
+    after = _full(reporter, LastApply("reload", "2026-01-01T00:00:00Z"))
+    assert after is not None and after.peer_sessions != report.peer_sessions
     assert {p.name: p.state for p in after.peer_sessions}["pod-b"] != "ESTA"
 
 
@@ -160,15 +166,15 @@ def test_a_read_sets_only_the_gauges_of_tables_whose_count_changed() -> None:
     def exported() -> dict[str, float]:
         return {s.labels["table"]: s.value for s in gauge.collect()[0].samples}
 
-    first = reporter.observe(LastApply("reload", "t1"))
+    first = _full(reporter, LastApply("reload", "t1"))
     assert first is not None and len(labelled) == 3000
     labelled.clear()
-    second = reporter.observe(LastApply("runtime", "t2"))
+    second = _full(reporter, LastApply("runtime", "t2"))
     assert second is not None and labelled == []
     assert second.tables == first.tables and second.last_applied_at == "t2"
     used["default_svc-00004_http"] = 9
     del used["default_svc-00007_http"]
-    third = reporter.observe(LastApply("runtime", "t3"))
+    third = _full(reporter, LastApply("runtime", "t3"))
     assert third is not None and labelled == ["default_svc-00004_http"]
     assert exported() == {name: float(count) for name, count in used.items()}
     fullest = {t.table: t.entries for t in third.tables}

@@ -390,7 +390,7 @@ class AgentMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., report: _Optional[_Union[AgentReport, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("pod_namespace", "pod_name", "node_name", "applied_content_hash", "applied_version", "agent_version", "accepts_deltas", "haproxy_version", "contract")
+    __slots__ = ("pod_namespace", "pod_name", "node_name", "applied_content_hash", "applied_version", "agent_version", "accepts_deltas", "haproxy_version", "contract", "partial_reports")
     POD_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     POD_NAME_FIELD_NUMBER: _ClassVar[int]
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -400,6 +400,7 @@ class Hello(_message.Message):
     ACCEPTS_DELTAS_FIELD_NUMBER: _ClassVar[int]
     HAPROXY_VERSION_FIELD_NUMBER: _ClassVar[int]
     CONTRACT_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_REPORTS_FIELD_NUMBER: _ClassVar[int]
     pod_namespace: str
     pod_name: str
     node_name: str
@@ -409,7 +410,8 @@ class Hello(_message.Message):
     accepts_deltas: bool
     haproxy_version: str
     contract: int
-    def __init__(self, pod_namespace: _Optional[str] = ..., pod_name: _Optional[str] = ..., node_name: _Optional[str] = ..., applied_content_hash: _Optional[str] = ..., applied_version: _Optional[int] = ..., agent_version: _Optional[str] = ..., accepts_deltas: _Optional[bool] = ..., haproxy_version: _Optional[str] = ..., contract: _Optional[int] = ...) -> None: ...
+    partial_reports: bool
+    def __init__(self, pod_namespace: _Optional[str] = ..., pod_name: _Optional[str] = ..., node_name: _Optional[str] = ..., applied_content_hash: _Optional[str] = ..., applied_version: _Optional[int] = ..., agent_version: _Optional[str] = ..., accepts_deltas: _Optional[bool] = ..., haproxy_version: _Optional[str] = ..., contract: _Optional[int] = ..., partial_reports: _Optional[bool] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("nonce", "version", "content_hash", "applied_by", "set_aside", "set_aside_count")
@@ -454,20 +456,28 @@ class Nack(_message.Message):
     def __init__(self, nonce: _Optional[str] = ..., version: _Optional[int] = ..., content_hash: _Optional[str] = ..., error: _Optional[str] = ..., resync: _Optional[bool] = ...) -> None: ...
 
 class AgentReport(_message.Message):
-    __slots__ = ("haproxy_version", "last_applied_by", "last_applied_at", "peer_sessions", "tables", "observed_at")
+    __slots__ = ("haproxy_version", "last_applied_by", "last_applied_at", "peer_sessions", "tables", "observed_at", "sequence", "partial", "removed_tables", "peers_changed")
     HAPROXY_VERSION_FIELD_NUMBER: _ClassVar[int]
     LAST_APPLIED_BY_FIELD_NUMBER: _ClassVar[int]
     LAST_APPLIED_AT_FIELD_NUMBER: _ClassVar[int]
     PEER_SESSIONS_FIELD_NUMBER: _ClassVar[int]
     TABLES_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_AT_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_TABLES_FIELD_NUMBER: _ClassVar[int]
+    PEERS_CHANGED_FIELD_NUMBER: _ClassVar[int]
     haproxy_version: str
     last_applied_by: str
     last_applied_at: str
     peer_sessions: _containers.RepeatedCompositeFieldContainer[PeerSession]
     tables: _containers.RepeatedCompositeFieldContainer[TableEntries]
     observed_at: str
-    def __init__(self, haproxy_version: _Optional[str] = ..., last_applied_by: _Optional[str] = ..., last_applied_at: _Optional[str] = ..., peer_sessions: _Optional[_Iterable[_Union[PeerSession, _Mapping]]] = ..., tables: _Optional[_Iterable[_Union[TableEntries, _Mapping]]] = ..., observed_at: _Optional[str] = ...) -> None: ...
+    sequence: int
+    partial: bool
+    removed_tables: _containers.RepeatedScalarFieldContainer[str]
+    peers_changed: bool
+    def __init__(self, haproxy_version: _Optional[str] = ..., last_applied_by: _Optional[str] = ..., last_applied_at: _Optional[str] = ..., peer_sessions: _Optional[_Iterable[_Union[PeerSession, _Mapping]]] = ..., tables: _Optional[_Iterable[_Union[TableEntries, _Mapping]]] = ..., observed_at: _Optional[str] = ..., sequence: _Optional[int] = ..., partial: _Optional[bool] = ..., removed_tables: _Optional[_Iterable[str]] = ..., peers_changed: _Optional[bool] = ...) -> None: ...
 
 class PeerSession(_message.Message):
     __slots__ = ("name", "state", "connected")
@@ -488,18 +498,26 @@ class TableEntries(_message.Message):
     def __init__(self, table: _Optional[str] = ..., entries: _Optional[int] = ...) -> None: ...
 
 class ServerMessage(_message.Message):
-    __slots__ = ("nonce", "snapshot", "in_sync", "waiting", "delta")
+    __slots__ = ("nonce", "snapshot", "in_sync", "waiting", "delta", "report_terms")
     NONCE_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     IN_SYNC_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
+    REPORT_TERMS_FIELD_NUMBER: _ClassVar[int]
     nonce: str
     snapshot: Snapshot
     in_sync: InSync
     waiting: Waiting
     delta: SnapshotDelta
-    def __init__(self, nonce: _Optional[str] = ..., snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., in_sync: _Optional[_Union[InSync, _Mapping]] = ..., waiting: _Optional[_Union[Waiting, _Mapping]] = ..., delta: _Optional[_Union[SnapshotDelta, _Mapping]] = ...) -> None: ...
+    report_terms: ReportTerms
+    def __init__(self, nonce: _Optional[str] = ..., snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., in_sync: _Optional[_Union[InSync, _Mapping]] = ..., waiting: _Optional[_Union[Waiting, _Mapping]] = ..., delta: _Optional[_Union[SnapshotDelta, _Mapping]] = ..., report_terms: _Optional[_Union[ReportTerms, _Mapping]] = ...) -> None: ...
+
+class ReportTerms(_message.Message):
+    __slots__ = ("max_tables",)
+    MAX_TABLES_FIELD_NUMBER: _ClassVar[int]
+    max_tables: int
+    def __init__(self, max_tables: _Optional[int] = ...) -> None: ...
 
 class SnapshotDelta(_message.Message):
     __slots__ = ("workload", "version", "to_content_hash", "peers", "backends", "http_frontend", "tcp_frontends", "warnings", "from_content_hash", "removed_backends", "peers_changed", "frontends_changed", "warnings_changed", "http_listeners", "certificates", "tls_listeners", "removed_certificates", "route_groups", "removed_route_groups")
