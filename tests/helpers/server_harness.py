@@ -70,6 +70,7 @@ class Agent:
     """One agent stream, driven step by step by a test."""
 
     accepts_deltas = False  # said in the Hello (`DeltaAgent` sets it)
+    partial_reports = False  # said in the Hello: it sends partial reports under terms
 
     def __init__(
         self, channel: grpc.aio.Channel, pod: str, namespace: str = NS, token: str = ""
@@ -93,6 +94,7 @@ class Agent:
             applied_version=applied_version,
             agent_version="test",
             accepts_deltas=self.accepts_deltas,
+            partial_reports=self.partial_reports,
         )
         await self.call.write(pb.AgentMessage(hello=hello))
 
