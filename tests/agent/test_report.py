@@ -227,3 +227,58 @@ def test_the_report_after_a_runtime_update_sends_the_last_read_again() -> None:
             task.cancel()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.unit
+def test_under_terms_a_runtime_update_sends_no_report_and_terms_make_the_next_one_full() -> None:
+    """Under the control plane's ReportTerms: the first report is full; a runtime update
+    (no table or peer session changed, the ACK said how) sends none; a reload sends a
+    partial one of a fresh read; new terms (the control plane could not merge one) make
+    the next report full, at once."""
+    reads = [0]
+    applies = [LastApply("start", "t0")]
+    sent: list[pb.AgentReport] = []
+    applied = asyncio.Event()
+
+    def read(_: str) -> str:
+        reads[0] += 1
+        return PEERS_UP.format(used=reads[0])
+
+    reporter = Reporter(read, "2.6.12", interval=30.0)
+    reporter.min_gap = 0.01
+    stream = ReportStream(reporter)
+    assert not stream.take_terms(pb.ReportTerms(max_tables=1024))  # before any report
+
+    async def send(message: pb.AgentMessage) -> None:
+        sent.append(message.report)
+
+    async def scenario() -> None:
+        task = asyncio.create_task(
+            report_loop(reporter, send, applied, lambda: applies[-1], stream)
+        )
+
+        async def reports(count: int) -> None:
+            await wait_until_async(lambda: len(sent) >= count, 10, f"{count} reports", step=0.01)
+
+        try:
+            await reports(1)
+            assert not sent[0].partial and sent[0].tables[0].entries == 1
+            applies.append(LastApply("runtime", "t1"))
+            applied.set()
+            await wait_until_async(lambda: not applied.is_set(), 10, "the wake", step=0.01)
+            await asyncio.sleep(0.2)
+            assert len(sent) == 1 and reads[0] == 1  # the last read did; nothing new
+            applies.append(LastApply("reload", "t2"))
+            applied.set()
+            await reports(2)
+            assert sent[1].partial and sent[1].last_applied_by == "reload"
+            assert [(t.table, t.entries) for t in sent[1].tables] == [("default_shop_http", 2)]
+            if stream.take_terms(pb.ReportTerms(max_tables=1024)):
+                applied.set()
+            await reports(3)
+            assert not sent[2].partial and sent[2].tables[0].entries == reads[0]
+            assert [r.sequence for r in sent] == [1, 2, 3]
+        finally:
+            task.cancel()
+
+    asyncio.run(scenario())
