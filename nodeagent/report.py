@@ -190,7 +190,7 @@ class ReportStream:
     is full, as an agent without partial reports sends it. Under terms, the first report
     is full, bounded to the terms' `max_tables`, and each later one is partial: the
     tables whose count changed or that joined the fullest, the names of those that left,
-    the peer sessions only when they changed (docs/design.md, "Agent reports")."""
+    the peer sessions only when they changed (docs/design.md, "The agent stream")."""
 
     def __init__(self, reporter: Reporter) -> None:
         self.reporter = reporter

@@ -107,7 +107,7 @@ def tables_digest(report: pb.AgentReport) -> bytes:
 
 class HeldReport:
     """One stream's reports as the control plane keeps them: the last full report bounded,
-    with every partial report since merged into it (docs/design.md, "Agent reports").
+    with every partial report since merged into it (docs/design.md, "The agent stream").
 
     The tables are held by name (cut to MAX_KEY_CHARS, past any backend name's length)
     and turned into the bounded message only when it is read (`view`, for ListAgents): a
