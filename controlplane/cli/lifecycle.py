@@ -34,6 +34,7 @@ from controlplane.loop.replica import Replica
 from controlplane.metrics import Metrics, MetricsServer
 from controlplane.publish.store import SnapshotStore
 from controlplane.server import ControlPlaneServer
+from controlplane.server.delivery import DeliveryWait
 from controlplane.server.tlscheck import BadTlsFiles
 from controlplane.source import Heartbeat, Source
 from peerplane.runtime import allocator
@@ -166,8 +167,9 @@ async def _run(
         await server.stop(0)
         return 2
     leadership = wiring.leadership(args, api)
+    delivered = DeliveryWait(server.registry, store, loop)
     compute, status_writer, on_published = wiring.route_status(
-        args, api, source, compute, computer, leadership, metrics
+        args, api, source, compute, computer, leadership, metrics, delivered
     )
     reconciler = Reconciler(
         source,

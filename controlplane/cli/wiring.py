@@ -218,12 +218,14 @@ def route_status(
     computer: Computer,
     lease: AsyncLeadership | None,
     metrics: Metrics,
+    delivered: Callable[[float], bool] | None = None,
 ) -> tuple[ComputeFn, RouteStatusWriter | None, Callable[[], None] | None]:
     """With --source kubernetes, the route objects' status is written by the Lease holder
     (every process without --leader-elect): each result's route table is handed to the
     writer's thread once published (the third value: the reconcile loop's `on_published`),
     which makes the documents again for what changed (`routes.status_round.StatusRound`) and
-    writes those that changed."""
+    writes those that changed, each round once `delivered` says the agents hold the
+    publication (`server.delivery.DeliveryWait`)."""
     spec: SourceSpec = args.source
     if not spec.kubernetes:
         return compute, None, None
@@ -248,6 +250,7 @@ def route_status(
         leading=leading,
         on_result=metrics.route_status,
         served_versions=getattr(source, "served_versions", None),
+        delivered=delivered,
     )
     on_route_deleted = getattr(source, "on_route_deleted", None)
     if on_route_deleted is not None:  # the Kubernetes source: deletions reach the writer

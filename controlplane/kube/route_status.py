@@ -22,6 +22,10 @@ cluster say it:
 - a write is a PUT with the resourceVersion read: a 409 reads again and retries, a
   missing object (404) is skipped, any other failure is retried later with backoff;
   one object's failure never holds up the others;
+- a round for a new submission starts once the agents hold the publication it follows
+  (`delivered`, at most `DELIVERY_WAIT_S`): run beside their apply, its reads and writes
+  (and a real API server's work on them, on the same cores in the benchmarks) slowed the
+  route change's last stage (docs/findings.md);
 - a round that compared many documents (the first after start or after taking the Lease:
   every object's) freezes the heap once through (`peerplane/runtime/heap.py`): what it
   keeps (thousands of documents, made in this thread after the loop's own freeze) left
@@ -55,6 +59,8 @@ NETWORKING_GROUP = "networking.k8s.io"
 CONFLICT_ATTEMPTS = 5
 # A round that compared at least this many documents kept enough of them to freeze.
 FREEZE_MIN_COMPARED = 1_000
+# The longest a round waits for the agents to hold the publication it follows.
+DELIVERY_WAIT_S = 1.0
 Obj = dict[str, Any]
 
 
@@ -142,12 +148,16 @@ class RouteStatusWriter:
         retry_max_s: float = 30.0,
         on_result: Callable[[str], None] = lambda result: None,
         served_versions: Mapping[str, VersionSource] | None = None,
+        delivered: Callable[[float], bool] | None = None,
     ) -> None:
         """`on_result` is told each object's outcome: written, conflict, missing, failed.
         `served_versions` (kind -> what the source's informer lists through) gives the
         version a kind is read and written at when the cluster decides it (TLSRoute and
-        TCPRoute: v1 or v1alpha2)."""
+        TCPRoute: v1 or v1alpha2). `delivered(timeout)` blocks until the agents hold the
+        latest publication (at most `timeout` seconds): called before each new
+        submission's round (`server.delivery.DeliveryWait`)."""
         self._on_result = on_result
+        self._delivered = delivered
         self._served_versions = dict(served_versions or {})
         self._custom = client.CustomObjectsApi(api)
         self._networking = client.NetworkingV1Api(api)
@@ -253,6 +263,12 @@ class RouteStatusWriter:
                 self._synced = None
             if not (pending or promoted or _due(retry_at)):
                 continue
+            if pending and self._delivered is not None:
+                # The data plane first: the round's reads and writes, and the API
+                # server's work on them, come once the agents applied the publication.
+                self._delivered(DELIVERY_WAIT_S)
+                with self._cond:
+                    latest, seq = self._latest, self._submitted
             statuses = self._statuses(latest, seq)
             if statuses is None:
                 self._done(seq)

@@ -20,7 +20,7 @@ addresses never compete. Protocols still conflict per port of the workload.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 
 from controlplane.model import (
     ClusterState,
@@ -28,11 +28,10 @@ from controlplane.model import (
     GatewayListener,
     LabelSelector,
     ObjectRef,
-    Pod,
     ReferenceGrant,
 )
 from controlplane.routes import names, protocols
-from controlplane.routes.addresses import own_addresses, pod_address
+from controlplane.routes.addresses import OwnAddress, own_addresses, pod_address
 from controlplane.routes.certificates import CertificateCache
 from controlplane.routes.ownership import Claim, resolve
 from controlplane.routes.placement_types import LANE_SEPARATOR as LANE_SEPARATOR
@@ -49,7 +48,6 @@ from controlplane.routes.termination import (
 )
 from controlplane.settings.resolver import GatewayNamespaces, Resolver
 from controlplane.settings.table import GATEWAY_NAMESPACES
-from controlplane.settings.values import AddressPool
 from controlplane.snapshot import Certificate
 from peerplane import patterns
 
@@ -361,19 +359,59 @@ def _gateway_accepted(workload: Verdict, listeners: tuple[ListenerPlace, ...]) -
     return Verdict(True, names.ACCEPTED, served)
 
 
-def _own_lanes(
-    gateways: dict[tuple[str, str], GatewayPlace], pool: AddressPool | None, pods: Iterable[Pod]
-) -> None:
-    """Give the served Gateways their addresses of their own from `pool` (none: no
-    change), each with an address moved to its lane; never a HAProxy pod's address."""
+def _our_classes(state: ClusterState) -> dict[str, Verdict]:
+    """Our GatewayClasses (their controllerName is peerplane's), by name."""
+    return {
+        c.name: Verdict(True, names.ACCEPTED, "handled by peerplane")
+        for c in state.gateway_classes
+        if c.controller_name == names.GATEWAY_CONTROLLER
+    }
+
+
+def _workload_verdict(
+    gateway: Gateway,
+    allowed: GatewayNamespaces,
+    labels: Mapping[str, str],
+    workloads: Collection[str],
+) -> Verdict:
+    """Whether a Gateway of our classes is served, and by which workload (the message)."""
+    return (
+        namespace_allowed(allowed, gateway.namespace, labels)
+        or _unsupported_address(gateway)
+        or resolve_workload(gateway.annotations, workloads)
+    )
+
+
+def own_lanes(state: ClusterState, workloads: Collection[str]) -> dict[tuple[str, str], OwnAddress]:
+    """Each served Gateway's address of its own from the settings' `gateway-address-pool`
+    ({} without a pool), as `place` gives them: the only part of a route table that a
+    Gateway's `status.addresses` decides (`addresses.own_addresses`), made without placing
+    a listener (O(Gateways + HAProxy pods)); never a HAProxy pod's address."""
+    pool = Resolver(state.settings).gateway_address_pool()
     if pool is None:
-        return
-    served = [p.gateway for p in gateways.values() if p.workload]
-    reserved = {found for found in map(pod_address, pods) if found}
-    for key, own in own_addresses(served, pool, reserved).items():
+        return {}
+    classes = _our_classes(state)
+    allowed = Resolver(state.settings).gateway_namespaces()
+    labels = {n.name: n.labels for n in state.namespaces}
+    served = [
+        g
+        for g in state.gateways
+        if g.gateway_class_name in classes
+        and _workload_verdict(g, allowed, labels.get(g.namespace, {}), workloads).ok
+    ]
+    reserved = {found for found in map(pod_address, state.haproxy_pods) if found}
+    return own_addresses(served, pool, reserved)
+
+
+def _own_lanes(
+    gateways: dict[tuple[str, str], GatewayPlace], own: Mapping[tuple[str, str], OwnAddress]
+) -> None:
+    """Give the served Gateways their addresses of their own (`own_lanes`), each with an
+    address moved to its lane."""
+    for key, given in own.items():
         found = gateways[key]
         gateways[key] = dataclasses.replace(
-            found, workload=lane(found.workload, own.address), own=own
+            found, workload=lane(found.workload, given.address), own=given
         )
 
 
@@ -391,11 +429,7 @@ def place(
     if secrets is None:
         secrets = SecretLookup(state.secrets, CertificateCache(), 0.0)
     grants = by_namespace(state.reference_grants)
-    classes = {
-        c.name: Verdict(True, names.ACCEPTED, "handled by peerplane")
-        for c in state.gateway_classes
-        if c.controller_name == names.GATEWAY_CONTROLLER
-    }
+    classes = _our_classes(state)
     gateways: dict[tuple[str, str], GatewayPlace] = {}
     allowed = Resolver(state.settings).gateway_namespaces()
     namespace_labels = {n.name: n.labels for n in state.namespaces}
@@ -404,11 +438,7 @@ def place(
         if gateway.gateway_class_name not in classes:
             continue
         labels = namespace_labels.get(gateway.namespace, {})
-        workload = (
-            namespace_allowed(allowed, gateway.namespace, labels)
-            or _unsupported_address(gateway)
-            or resolve_workload(gateway.annotations, workloads)
-        )
+        workload = _workload_verdict(gateway, allowed, labels, workloads)
         conflicted = protocols.conflicts(gateway.listeners)
         listeners = tuple(
             dataclasses.replace(lp, conflict=conflicted.get(lp.listener.name, ""))
@@ -423,7 +453,7 @@ def place(
             _gateway_accepted(workload, listeners),
             listeners,
         )
-    _own_lanes(gateways, Resolver(state.settings).gateway_address_pool(), state.haproxy_pods)
+    _own_lanes(gateways, own_lanes(state, workloads))
     # Across a workload's Gateways (each needs the listeners of all): two protocols on
     # one port, then the hostnames another namespace holds on a port (of an address).
     _conflicted(gateways, _port_protocols(gateways), names.PROTOCOL_CONFLICT)

@@ -12,10 +12,11 @@ grouping and the ordering of the workload's rules are done again (docs/design.md
 route model"; tests/bench/route_table.py). The index of a table computed from scratch is
 made by `prepare`, which the loop calls after publishing that table (65 ms at 10,000
 routes that the next route change would otherwise wait for). A Gateway's
-`status.addresses` (the Lease holder's own write, read back) is a route input only with
-a `gateway-address-pool` (`addresses.own_addresses`); without one, its first write after
-start is no reason to compute 10,000 routes again (1-2 s the next route change waited
-for, docs/findings.md).
+`status.addresses` (the Lease holder's own write, read back) is read only through the
+address of its own that a `gateway-address-pool` gives it (`placement.own_lanes`): its
+first write after start, listing what the Gateway was given, is no reason to compute
+10,000 routes again (1-2 s the next route change waited for, docs/findings.md); only a
+write that moves an address is.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from typing import cast
 
 from controlplane.model import (
     ClusterState,
-    Gateway,
     GRPCRoute,
     HTTPRoute,
     Service,
@@ -38,13 +38,12 @@ from controlplane.routes.backends import ServiceKey
 from controlplane.routes.certificates import CertificateCache
 from controlplane.routes.crtlist import Edge
 from controlplane.routes.l4 import Memo as L4Memo
-from controlplane.routes.placement import Placement
+from controlplane.routes.placement import Placement, own_lanes
 from controlplane.routes.table import build_table, place_routes
 from controlplane.routes.table_stages import Trace
 from controlplane.routes.table_types import Memo, RouteTable
 from controlplane.routes.table_update import TableIndex
 from controlplane.routes.termination import SecretKey, SecretLookup
-from controlplane.settings.resolver import Resolver
 
 
 class _Recording(Mapping[ServiceKey, Service]):
@@ -106,8 +105,8 @@ class RouteComputer:
         self._index: TableIndex | None = None
         # (last table, new table, Services whose demand moved) of the last update.
         self.demand_moved: tuple[RouteTable, RouteTable, set[ServiceKey]] | None = None
-        # (state.gateways, state.settings) -> the Gateways as routes read them.
-        self._read_gateways: tuple[object, object, tuple[Gateway, ...]] | None = None
+        # (what they are made of) -> the Gateways as routes read them (`_gateways_read`).
+        self._read_gateways: tuple[tuple[object, ...], frozenset[str], object] | None = None
 
     def compute(
         self,
@@ -125,13 +124,14 @@ class RouteComputer:
         """The table; `services` by key as of `state`, `changed_services` the keys whose
         Service may differ since the last call (None: unknown, look at all looked up);
         `now`: compute's clock."""
+        serving = frozenset(workloads)
         context = (
             state.gateway_classes,
-            self._gateways_read(state),
+            self._gateways_read(state, serving),
             state.reference_grants,
             state.ingress_classes,
             state.namespaces,
-            frozenset(workloads),
+            serving,
             http_port,
             peer_port,
             https_port,
@@ -209,20 +209,34 @@ class RouteComputer:
         self.computed += 1
         return table
 
-    def _gateways_read(self, state: ClusterState) -> tuple[Gateway, ...]:
-        """`state.gateways` as the table reads them: without a `gateway-address-pool`
-        their `status.addresses` left out (read only to keep a pool address). Made again
-        only when the Gateways or the settings are other objects than last time."""
+    def _gateways_read(self, state: ClusterState, workloads: frozenset[str]) -> object:
+        """`state.gateways` as the table reads them: their `status.addresses` left out,
+        which placement reads only to keep a Gateway's `gateway-address-pool` address
+        (`placement.own_lanes`); with a pool, the addresses of their own that placement
+        gives beside them. So the Lease holder's own status write, read back, is no route
+        input when it lists what the Gateway was given (its first one after start, with
+        or without a pool), and is one when it moves an address. Made again only when
+        one of what it is made of is another object than last time."""
+        made_of = (
+            state.gateways,
+            state.settings,
+            state.gateway_classes,
+            state.namespaces,
+            state.haproxy_pods,
+        )
         last = self._read_gateways
-        if last is not None and last[0] is state.gateways and last[1] is state.settings:
+        if (
+            last is not None
+            and last[1] == workloads
+            and all(a is b for a, b in zip(last[0], made_of, strict=True))
+        ):
             return last[2]
-        read = state.gateways
-        if Resolver(state.settings).gateway_address_pool() is None:
-            read = tuple(
-                dataclasses.replace(g, status_addresses=()) if g.status_addresses else g
-                for g in state.gateways
-            )
-        self._read_gateways = (state.gateways, state.settings, read)
+        gateways = tuple(
+            dataclasses.replace(g, status_addresses=()) if g.status_addresses else g
+            for g in state.gateways
+        )
+        read = (gateways, own_lanes(state, workloads))
+        self._read_gateways = (made_of, workloads, read)
         return read
 
     def _update(

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from controlplane.compute import compute
 from controlplane.kube.leader import LeaderElector, LeaseTimings
 from controlplane.kube.route_status import (
+    DELIVERY_WAIT_S,
     FREEZE_MIN_COMPARED,
     GATEWAY_CONTROLLER,
     RouteStatusWriter,
@@ -412,6 +413,36 @@ def test_documents_are_handed_to_the_writer_once_the_result_was_published(
         step.published()  # nothing computed since: nothing handed over again
         assert writer.flush()
         assert made == [0]
+    finally:
+        writer.close()
+
+
+def test_a_round_waits_until_the_agents_hold_the_publication(
+    api: FakeKubeAPI, clock: Clock
+) -> None:
+    """The round's reads and writes (and a real API server's work on them, on the same
+    cores) ran beside the agents' apply of the change they follow, the last stage of a
+    route change: a round for a new submission starts once `delivered` says the agents
+    hold it, or after its timeout."""
+    held = threading.Event()
+    asked: list[float] = []
+
+    def delivered(timeout: float) -> bool:
+        asked.append(timeout)
+        return held.wait(timeout)
+
+    writer = RouteStatusWriter(
+        api_client(api.url), clock=clock, recheck_s=0.05, delivered=delivered
+    )
+    try:
+        writer.submit(documents())
+        wait_until(lambda: asked)
+        assert not writer.flush(0.3)  # waiting for the agents: nothing read or written
+        assert api.requests == []
+        held.set()
+        assert writer.flush()
+        assert len(status_writes(api)) == 4
+        assert asked == [DELIVERY_WAIT_S]
     finally:
         writer.close()
 

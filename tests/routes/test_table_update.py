@@ -25,7 +25,7 @@ from controlplane.routes.route_changes import changed_routes
 from controlplane.routes.route_computer import RouteComputer
 from controlplane.routes.table import RouteTable, compute_routes
 from controlplane.settings.resolver import Resolver
-from tests.helpers.builders import service, settings
+from tests.helpers.builders import haproxy_pod, service, settings
 from tests.helpers.route_builders import (
     gateway,
     grpc_route,
@@ -279,6 +279,63 @@ def test_with_a_pool_a_gateways_status_addresses_are_read() -> None:
     cluster_state = _cluster(routes, _status_addressed(pooled, "192.0.2.20"))
     found = _computed(computer, cluster_state)
     assert found.placement != first.placement
+    _assert_same(found, _from_scratch(cluster_state))
+
+
+POOL = "192.0.2.10-192.0.2.20"
+
+
+def _pooled(base: ClusterState = BASE) -> ClusterState:
+    return dataclasses.replace(base, settings=settings(**{"gateway-address-pool": POOL}))
+
+
+def _own(table: RouteTable) -> dict[tuple[str, str], str]:
+    """Each Gateway's address of its own in `table` ("" : none)."""
+    return {key: p.own.address for key, p in table.placement.gateways.items() if p.own}
+
+
+def test_with_a_pool_the_status_addresses_a_gateway_was_given_compute_no_routes() -> None:
+    """With a pool, the first status.addresses write after start lists the address each
+    Gateway was given: placement gives the same, so the echo keeps the very table (at
+    10,000 routes it computed every route again, 0.8-2 s a route change written then
+    waited for); the next route change's table is as from scratch."""
+    routes = {
+        f"r{i}": route(f"r{i}", [prefix_rule("/a", [to("shop")])], hostnames=(f"h{i}.example.com",))
+        for i in range(12)
+    }
+    computer = RouteComputer()
+    pooled = _pooled()
+    first = _computed(computer, _cluster(routes, pooled))
+    computer.prepare()
+    computed = computer.computed
+    given = _own(first)
+    assert len(given) == 4 and all(given.values())
+    echoed = tuple(
+        dataclasses.replace(g, status_addresses=(GatewayAddress("IPAddress", given[key]),))
+        for g in BASE.gateways
+        if (key := (g.namespace, g.name))
+    )
+    base = dataclasses.replace(pooled, gateways=echoed)
+    assert _computed(computer, _cluster(routes, base)) is first
+    assert computer.computed == computed
+    assert _own(_from_scratch(_cluster(routes, base))) == given
+    routes["new"] = route("new", [prefix_rule("/b", [to("shop")])], hostnames=("h5.example.com",))
+    cluster_state = _cluster(routes, base)
+    _assert_same(_computed(computer, cluster_state), _from_scratch(cluster_state))
+
+
+def test_with_a_pool_a_haproxy_pod_on_a_gateways_address_moves_it() -> None:
+    """A HAProxy pod's address is never a Gateway's own: a pod that comes with the
+    address a Gateway was given moves that Gateway's, and the table is as from scratch."""
+    routes = {"r0": route("r0", [prefix_rule("/a", [to("shop")])], hostnames=("h0.example.com",))}
+    computer = RouteComputer()
+    pooled = _pooled()
+    first = _computed(computer, _cluster(routes, pooled))
+    taken = _own(first)[("default", "web")]
+    pods = (*BASE.haproxy_pods, haproxy_pod("haproxy-c", taken))
+    cluster_state = _cluster(routes, dataclasses.replace(pooled, haproxy_pods=pods))
+    found = _computed(computer, cluster_state)
+    assert taken not in _own(found).values()
     _assert_same(found, _from_scratch(cluster_state))
 
 
