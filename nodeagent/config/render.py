@@ -351,9 +351,9 @@ def _backend_text(backend: pb.Backend, peered: bool, timed: bool, opts: RenderOp
 
 def sets_timeouts(frontends: Frontends) -> bool:
     """Whether a rendered route rule sets `txn.tmo` (its timeouts): only then do the HTTP
-    backends need the line that applies it. At 8,000 backends that line was 12% of HAProxy
-    2.6's start (docs/findings.md, "First start at 8,000 Services: the conversion after the
-    first load"); the frontends section is searched at C speed, once per render of it."""
+    backends need the line that applies it (8,000 backends: 600 KB of the file and a rule
+    each HAProxy parses and evaluates per request, for nothing without such a rule); the
+    frontends section is searched at C speed, once per render of it."""
     return timeouts.SETTER.encode() in frontends.section.data
 
 

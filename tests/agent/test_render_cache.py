@@ -254,9 +254,9 @@ def _timed(s: pb.Snapshot, ms: int | None, version: int) -> pb.Snapshot:
 
 def test_the_backends_apply_a_rules_timeouts_only_while_a_rule_sets_them() -> None:
     """`http-request set-timeout server` in every HTTP backend only applies what a rule's
-    timeouts set (`txn.tmo`): without such a rule no backend says it (8,000 of them were
-    12% of HAProxy 2.6's start), with one every HTTP backend does; across the change
-    every backend is rendered again, byte for byte a render from scratch."""
+    timeouts set (`txn.tmo`): without such a rule no backend says it (8,000 lines that
+    applied nothing), with one every HTTP backend does; across the change every backend
+    is rendered again, byte for byte a render from scratch."""
     line = timeouts.BACKEND_LINE.strip()
     plain, timed = _timed(_snap(ROUTES), None, 1), _timed(_snap(ROUTES), 1500, 2)
     again = _timed(_snap(ROUTES), None, 3)
