@@ -15,7 +15,9 @@ it.
 A save creating `BULK_MIN` shards or more (a first start) writes those backends into bulk
 objects first, so the loop can publish after a few writes, and later saves turn them into
 shards (`CONVERT_BATCH` each) and delete the bulk objects (docs/design.md, "The slot
-ledger").
+ledger"), from `CONVERT_DELAY_PER_BACKEND_S` per backend after the bulk write: the agents
+load that first publication meanwhile, and the conversion's creates would take the CPU
+they load it with.
 
 A refused write raises `LedgerWriteError` (ledger_errors.py), permanent for what retrying
 cannot fix (422 invalid, 413 too large, 403 forbidden, 400), naming the backends left
@@ -28,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -70,6 +73,13 @@ OWN_ECHOES = 8  # recent resourceVersions per shard recognised as our own writes
 # Backends held in bulk turned into shards per save: the loop runs between batches, so an
 # endpoint change waits for one batch (a few seconds at most), not for all 8,000 creates.
 CONVERT_BATCH = 500
+# The conversion waits this long per backend written in bulk (at most CONVERT_DELAY_MAX_S):
+# the publication that follows the bulk write is the agents' first load of that many
+# backends (8,000: render and HAProxy 2.6's start, 4-5 s of CPU each, 10-30 s on a loaded
+# 2-core node), and 8,000 creates cost about a minute of CPU against a real API server
+# (docs/findings.md, "First start at 8,000 Services: the conversion after the first load").
+CONVERT_DELAY_PER_BACKEND_S = 0.0075
+CONVERT_DELAY_MAX_S = 60.0
 
 
 class LedgerReadError(Exception):
@@ -99,9 +109,13 @@ class ConfigMapLedger:
         parallel: int = PARALLEL_WRITES,
         refused: Callable[[str, str, str], None] | None = None,
         bulk_min: int = BULK_MIN,
+        convert_delay_per_backend: float = CONVERT_DELAY_PER_BACKEND_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`refused(namespace, object name, message)`: told of a write the API refused for good (an
-        Event on that object, rate-limited by the recorder)."""
+        Event on that object, rate-limited by the recorder); `convert_delay_per_backend`:
+        how long bulk objects wait before they are made shards, per backend they hold
+        (`clock` tells when that is)."""
         self.ref = ref
         self._refused = refused
         self._core = client.CoreV1Api(api)
@@ -141,6 +155,9 @@ class ConfigMapLedger:
         self._bulk_of: dict[str, str] = {}  # backend -> the bulk object holding it
         self._unconverted: dict[str, BackendSlots] = {}  # held in bulk only, as held there
         self._written_bulks: dict[str, tuple[str, SlotAssignment]] = {}  # name -> hash, content
+        self._convert_delay = convert_delay_per_backend
+        self._clock = clock
+        self._convert_from = 0.0  # `clock` time from which bulk backends are made shards
         watch.on_shard(self._observed)
         watch.recognise(self._written_slots)
         watch.on_bulk(self._observed_bulk)
@@ -211,7 +228,12 @@ class ConfigMapLedger:
 
     def dirty(self) -> bool:
         with self._lock:
-            return bool(self._dirty or self._unconverted or self._bulk_pending())
+            return bool(self._dirty or self._converting() or self._bulk_pending())
+
+    def _converting(self) -> bool:
+        """Backends held in bulk only, to be made shards now (not while the agents load the
+        publication that followed their bulk write)."""
+        return bool(self._unconverted) and self._clock() >= self._convert_from
 
     def _bulk_pending(self) -> bool:
         """A bulk object all of whose backends are shards now: to be deleted."""
@@ -247,7 +269,7 @@ class ConfigMapLedger:
             # held in bulk, unchanged: made shards a batch per save
             converting = [
                 (b, slots)
-                for b, slots in self._unconverted.items()
+                for b, slots in (self._unconverted.items() if self._converting() else ())
                 if b not in todo.written and ((now := assignment.get(b)) is slots or now == slots)
             ][:CONVERT_BATCH]
         errors: list[LedgerWriteError] = []
@@ -317,12 +339,21 @@ class ConfigMapLedger:
             if e is not None
             for b in names
         }
+        written = len(fresh) - len(unwritten)
+        delay = min(CONVERT_DELAY_MAX_S, written * self._convert_delay)
+        with self._lock:
+            self._convert_from = self._clock() + delay
+        if delay > 0:  # the loop is woken then (a save before converts nothing)
+            timer = threading.Timer(delay, lambda: self._on_drift())
+            timer.daemon = True
+            timer.start()
         log.info(
-            "slot ledger %s: %d new backends written in %d bulk objects; making them shards, "
-            "%d per save",
+            "slot ledger %s: %d new backends written in %d bulk objects; making them shards "
+            "in %.1fs, %d per save",
             self.ref,
-            len(fresh) - len(unwritten),
+            written,
             len(groups),
+            delay,
             CONVERT_BATCH,
         )
         return unwritten, [e for e in outcomes if e is not None]

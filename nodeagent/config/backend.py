@@ -173,17 +173,21 @@ def section_name(backend: pb.Backend) -> str:
 
 
 def render_backend(
-    backend: pb.Backend, peers: bool = True, haproxy_version: version.Version | None = None
+    backend: pb.Backend,
+    peers: bool = True,
+    haproxy_version: version.Version | None = None,
+    timed: bool = False,
 ) -> list[str]:
     """One `backend` section; `peers` says whether the stick table is replicated,
-    `haproxy_version` which version-dependent keywords may be written."""
+    `haproxy_version` which version-dependent keywords may be written, `timed` whether a
+    frontend sets a route rule's timeouts (an HTTP backend applies them only then)."""
     name = section_name(backend)
     if backend.mode not in names.MODES:
         raise refused(name, backend.mode, f"backend {name}: invalid mode {backend.mode!r}")
     lines = [f"backend {name}"]
     if backend.mode == "tcp":
         lines.append("  mode tcp")
-    else:  # a route rule's timeouts, set by its frontend (config/filters/timeouts.py)
+    elif timed:  # a route rule's timeouts, set by its frontend (config/filters/timeouts.py)
         lines.append(timeouts.BACKEND_LINE)
     lines.append(f"  balance {_balance(backend)}")
     if backend.hash_type:

@@ -17,6 +17,7 @@ from nodeagent.config.backend import haproxy_size, render_backend, section_name
 from nodeagent.config.checked import check, endpoint
 from nodeagent.config.checked import host as checked_host
 from nodeagent.config.errors import RenderError
+from nodeagent.config.filters import timeouts
 from nodeagent.config.layers import GroupJoin
 from nodeagent.haproxy import version
 from nodeagent.held import ChangeSet, DeltaError, Held
@@ -290,6 +291,7 @@ class Rendered:
     peers_section: Section
     routed: Frontends  # the frontends section, the map files and the backends routes name
     peered: bool
+    timed: bool  # a route rule sets timeouts: the HTTP backends apply them (`sets_timeouts`)
     names: tuple[str, ...]
     keys: Mapping[str, bytes]
     # Each backend's section, kept only as the UTF-8 written (27 MB at 8,000 Services):
@@ -343,8 +345,16 @@ class Rendered:
         return b"\n".join([*head, *map(self.encoded.__getitem__, self.names)])
 
 
-def _backend_text(backend: pb.Backend, peered: bool, opts: RenderOptions) -> str:
-    return _text([*render_backend(backend, peered, opts.haproxy_version), ""])
+def _backend_text(backend: pb.Backend, peered: bool, timed: bool, opts: RenderOptions) -> str:
+    return _text([*render_backend(backend, peered, opts.haproxy_version, timed), ""])
+
+
+def sets_timeouts(frontends: Frontends) -> bool:
+    """Whether a rendered route rule sets `txn.tmo` (its timeouts): only then do the HTTP
+    backends need the line that applies it (8,000 backends: 600 KB of the file and a rule
+    each HAProxy parses and evaluates per request, for nothing without such a rule); the
+    frontends section is searched at C speed, once per render of it."""
+    return timeouts.SETTER.encode() in frontends.section.data
 
 
 def stub_backend(backend: pb.Backend) -> str:
@@ -362,6 +372,7 @@ def _set_aside_backends(
     backends: _Backends,
     previous: Rendered | None,
     aside: frozenset[str],
+    timed: bool,
 ) -> frozenset[str]:
     """Turn the sections of the backends `aside` into stubs, and those stubbed by
     `previous` but no longer aside back into backends (a reused section may be a stub)."""
@@ -369,7 +380,7 @@ def _set_aside_backends(
     back = (previous.stubbed if previous is not None else frozenset()) - stubbed
     peered = held.peers is not None and bool(held.peers.peers)
     for name in back & held.backends.keys():
-        backends[name] = _backend_text(held.backends[name], peered, opts).encode()
+        backends[name] = _backend_text(held.backends[name], peered, timed, opts).encode()
     for name in stubbed:
         backends[name] = stub_backend(held.backends[name]).encode()
     return frozenset(stubbed)
@@ -433,13 +444,19 @@ def render_held(
     peered = held.peers is not None and bool(held.peers.peers)
     if previous is not None and previous.peered != peered:
         previous = None  # every persistent backend's stick table names the peers or not
+    reused = previous is not None and frontends is previous.routed
+    timed = previous.timed if reused and previous is not None else sets_timeouts(frontends)
+    if previous is not None and previous.timed != timed:
+        previous = None  # every HTTP backend applies a rule's timeouts or not
     found = None
     if previous is not None and change is not None and change.base == previous.content_hash:
         found = _changed_backends(held, opts, previous, change, backends_aside)
     backends, sections = (
-        found if found is not None else _compared_backends(held, opts, previous, backends_aside)
+        found
+        if found is not None
+        else _compared_backends(held, opts, previous, backends_aside, timed)
     )
-    stubbed = _set_aside_backends(held, opts, backends, previous, backends_aside)
+    stubbed = _set_aside_backends(held, opts, backends, previous, backends_aside, timed)
     _check_routed(frontends.routed, held, sections)
     return Rendered(
         header=header,
@@ -447,6 +464,7 @@ def render_held(
         peers_section=peers,
         routed=frontends,
         peered=peered,
+        timed=timed,
         names=held.names,
         keys=held.framed,
         encoded=backends,
@@ -498,7 +516,9 @@ def _changed_backends(
         if name in aside:
             encoded[name] = b""  # a stub (`_set_aside_backends`)
         else:
-            encoded[name] = _backend_text(backends[name], previous.peered, opts).encode()
+            encoded[name] = _backend_text(
+                backends[name], previous.peered, previous.timed, opts
+            ).encode()
         _claim(sections, name, backends[name])
     if len(encoded) != len(held.names):
         return None
@@ -513,7 +533,7 @@ def _check_sections(sections: _Sections, backends: Mapping[str, pb.Backend]) -> 
 
 
 def _compared_backends(
-    held: Held, opts: RenderOptions, previous: Rendered | None, aside: frozenset[str]
+    held: Held, opts: RenderOptions, previous: Rendered | None, aside: frozenset[str], timed: bool
 ) -> tuple[_Backends, _Sections]:
     """Each backend's section reused when its bytes are those `previous` rendered, else
     rendered: one Python iteration per backend."""
@@ -532,7 +552,7 @@ def _compared_backends(
         elif name in aside:
             encoded[name] = b""  # a stub (`_set_aside_backends`)
         else:
-            encoded[name] = _backend_text(backend, peered, opts).encode()
+            encoded[name] = _backend_text(backend, peered, timed, opts).encode()
         _claim(sections, name, backend)
     _check_sections(sections, held.backends)
     return encoded, sections

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from nodeagent.config import render
+from nodeagent.config.filters import timeouts
 from nodeagent.config.render import Rendered, RenderError, RenderOptions, render_held
 from nodeagent.held import ChangeSet, Held, diff
 from peerplane import addresses
@@ -31,10 +32,11 @@ def _same_as_scratch(got: Rendered, held: Held, opts: RenderOptions) -> None:
     assert got.data() == scratch.data() == got.text().encode()
     assert got.text() == scratch.text()
     assert got.encoded == scratch.encoded and got.names == scratch.names
-    assert (got.peers, got.frontends, got.peered) == (
+    assert (got.peers, got.frontends, got.peered, got.timed) == (
         scratch.peers,
         scratch.frontends,
         scratch.peered,
+        scratch.timed,
     )
 
 
@@ -234,6 +236,43 @@ def test_losing_all_peers_renders_every_backend_again() -> None:
     assert "peers localinstance" in first.backend("ns_a_80")
     assert "peers localinstance" not in again.backend("ns_a_80")
     _same_as_scratch(again, held2, OPTS)
+
+
+def _timed(s: pb.Snapshot, ms: int | None, version: int) -> pb.Snapshot:
+    """`s` with an HTTP listener of one rule to ns_a_80, with timeouts of `ms` (None:
+    none)."""
+    out = pb.Snapshot()
+    out.CopyFrom(s)
+    rule = pb.RouteRule(source="HTTPRoute ns/t rule 0", hostnames=["t.example.com"])
+    rule.path.CopyFrom(pb.PathMatch(type=pb.PathMatch.PATH_PREFIX, value="/t"))
+    rule.backends.add(backend="ns_a_80", weight=1)
+    if ms is not None:
+        rule.timeouts.server_timeout_ms = ms
+    out.http_listeners.add(port=8080, rules=[rule])
+    return hashed(out, version)
+
+
+def test_the_backends_apply_a_rules_timeouts_only_while_a_rule_sets_them() -> None:
+    """`http-request set-timeout server` in every HTTP backend only applies what a rule's
+    timeouts set (`txn.tmo`): without such a rule no backend says it (8,000 lines that
+    applied nothing), with one every HTTP backend does; across the change every backend
+    is rendered again, byte for byte a render from scratch."""
+    line = timeouts.BACKEND_LINE.strip()
+    plain, timed = _timed(_snap(ROUTES), None, 1), _timed(_snap(ROUTES), 1500, 2)
+    again = _timed(_snap(ROUTES), None, 3)
+    held = Held.from_snapshot(plain)
+    first = render_held(held, OPTS)
+    assert line not in first.text() and not first.timed
+    held2, change = held.apply(delta_between(plain, timed))
+    second = render_held(held2, OPTS, first, change)
+    assert second.timed and "set-var(txn.tmo) int(1500)" in second.frontends
+    assert all(line in second.backend(name) for name in ("ns_a_80", "ns_b_80", "ns_c_80"))
+    _same_as_scratch(second, held2, OPTS)
+    held3, change = held2.apply(delta_between(timed, again))
+    third = render_held(held3, OPTS, second, change)
+    assert line not in third.text() and not third.timed
+    _same_as_scratch(third, held3, OPTS)
+    assert render_held(held3, OPTS, second).data() == third.data()
 
 
 def test_the_render_cache_holds_about_one_copy_of_the_file() -> None:

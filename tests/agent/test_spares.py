@@ -51,8 +51,7 @@ def step(old: pb.Snapshot, new: pb.Snapshot, pending: frozenset[str] = frozenset
 def test_unclaimed_spares_render_as_disabled_sections_with_the_default_settings() -> None:
     (first,) = versions(cluster())
     text = render_held(Held.from_snapshot(first), OPTS).text()
-    assert "backend spare.1\n  http-request set-timeout server var(txn.tmo)" in text
-    assert "  balance roundrobin\n" in text
+    assert "backend spare.1\n  balance roundrobin\n" in text
     assert "  server SRV_2 127.0.0.1:1 id 2 disabled check inter 2000 rise 2 fall 3" in text
 
 

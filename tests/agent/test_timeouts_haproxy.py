@@ -122,3 +122,21 @@ def test_a_rules_timeout_cuts_a_silent_backend_for_that_rule_only(
             assert ask(conn, f"/plain?delay={SLOW}")[0] == 200
         finally:
             conn.close()
+        # No rule with timeouts left: no backend applies `txn.tmo` (nothing sets it), and
+        # back again when a rule sets it (every backend rendered again, HAProxy reloaded).
+        for version, limit in ((2, None), (3, pb.Timeouts(server_timeout_ms=LIMIT_MS))):
+            snap.version, snap.content_hash = version, f"{version:064x}"
+            del snap.http_listeners[0].rules[:]
+            snap.http_listeners[0].rules.extend(
+                [timed_rule("/short", limit), timed_rule("/plain", None)]
+            )
+            result = inst.applier.apply(snap)
+            assert result.ok, result.error
+            text = Path(inst.config_path).read_text()
+            assert ("set-timeout server" in text) is (limit is not None)
+            conn = http.client.HTTPConnection(inst.ip, port, timeout=5)
+            try:
+                status, took = ask(conn, f"/short?delay={SLOW}")
+                assert (status == 504) is (limit is not None), (version, status, took)
+            finally:
+                conn.close()

@@ -137,7 +137,6 @@ WORKLOAD = "haproxy-system/DaemonSet/haproxy"
 # docs/design.md's example backend ("Architecture"), as haproxy.cfg must render it.
 DESIGN_BACKEND = """\
 backend default_shop_http
-  http-request set-timeout server var(txn.tmo) if { var(txn.tmo) -m found }
   balance source
   stick on src
   stick-table type ip size 1m expire 1800000 peers localinstance

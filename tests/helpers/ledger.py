@@ -30,9 +30,13 @@ def kube_ledger(
     writer: str = "test",
     on_stray: StrayListener | None = None,
     read_timeout: float = 5.0,
+    convert_delay: float = 0.0,
+    convert_clock: Callable[[], float] | None = None,
 ) -> Iterator[tuple[ConfigMapLedger, LedgerWatch]]:
     """A started watch and the ledger writing through it; stopped on exit (`read_timeout`:
-    how long `load` waits for the first list: 10,000 shards take more under load)."""
+    how long `load` waits for the first list: 10,000 shards take more under load;
+    `convert_delay`: per backend held in bulk, before it is made a shard, by
+    `convert_clock`)."""
     with ledger_on(
         api_client(url),
         ref,
@@ -41,6 +45,8 @@ def kube_ledger(
         writer=writer,
         on_stray=on_stray,
         read_timeout=read_timeout,
+        convert_delay=convert_delay,
+        convert_clock=convert_clock,
     ) as pair:
         yield pair
 
@@ -56,9 +62,12 @@ def ledger_on(
     refused: Callable[[str, str, str], None] | None = None,
     on_stray: StrayListener | None = None,
     read_timeout: float = 5.0,
+    convert_delay: float = 0.0,
+    convert_clock: Callable[[], float] | None = None,
 ) -> Iterator[tuple[ConfigMapLedger, LedgerWatch]]:
     """`kube_ledger` through `api` (`refused`: ConfigMapLedger's, the Event hook;
-    `on_stray`: LedgerWatch's, told of labelled objects that are no backend's shard)."""
+    `on_stray`: LedgerWatch's, told of labelled objects that are no backend's shard;
+    `convert_clock`: when the ledger's bulk objects may be made shards)."""
     if clock:
         watch = LedgerWatch(api, ref, FAST, clock, on_stray=on_stray)
     else:
@@ -71,6 +80,8 @@ def ledger_on(
         request_timeout=2.0,
         read_timeout=read_timeout,
         refused=refused,
+        convert_delay_per_backend=convert_delay,
+        **({"clock": convert_clock} if convert_clock else {}),
     )
     watch.start(on_change)
     try:

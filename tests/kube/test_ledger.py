@@ -494,6 +494,40 @@ def test_a_first_save_of_many_backends_is_a_few_bulk_objects_read_by_every_repli
         assert plain(current(follower)) == plain(assignment) and follower.problems() == []
 
 
+def test_bulk_objects_become_shards_only_after_the_first_loads_delay(api: FakeKubeAPI) -> None:
+    """The publication after a bulk write is the agents' first load of those backends:
+    the conversion's creates wait `convert_delay` per backend (300 x 10 ms: 3 s here),
+    the loop is woken when it is over, and a backend changed meanwhile is its shard at
+    once (persist before publish does not wait)."""
+    now = [1000.0]
+    woken: list[float] = []
+    assignment = big_assignment(300, 3)
+    name = sorted(assignment)[0]
+    with kube_ledger(api.url, convert_delay=0.01, convert_clock=lambda: now[0]) as (ledger, watch):
+        ledger.on_drift(lambda: woken.append(time.monotonic()))
+        ledger.load()
+        written = time.monotonic()
+        ledger.save(assignment)
+        creates = len(writes(api))
+        assert not ledger.dirty(), "nothing to write before the delay"
+        ledger.save(assignment)
+        moved = dict(assignment)
+        moved[name] = BackendSlots(42, MappingProxyType({("10.9.9.9", 80): 7}))
+        ledger.save(moved)
+        assert len(writes(api)) == creates + 1 and set(shards(api)) == {
+            shard_name(REF.name, name)
+        }, "only the changed backend, as its shard"
+        now[0] += 2.9
+        assert not ledger.dirty() and not woken
+        now[0] += 0.2
+        assert ledger.dirty()
+        wait_until(lambda: woken, timeout=10)
+        assert woken[0] - written >= 2.9, "the loop woken once the delay is over"
+        save_until_shards(ledger, moved)
+        assert len(shards(api)) == 300 and bulk_objects(api) == {}
+        wait_until(lambda: plain(current(watch)) == plain(moved))
+
+
 def current(watch: LedgerWatch) -> SlotAssignment:
     view = watch.current()
     return dict(view.assignment) if view is not None else {}

@@ -671,9 +671,13 @@ class FakeKubeAPI:
                     raise _Failure(410, "Expired", "The provided continue parameter is too old")
                 rv, items = self._continues.pop(token)
             else:
+                # The stored objects themselves, not copies: a write stores a new object
+                # (`_store`, `_remove`) and never changes one in place, so the pages are
+                # the collection as of this first one, and the reply only serializes them.
+                # Copying them was 2.3 s of CPU per list of 8,000 EndpointSlices.
                 rv = self._rv
                 items = sorted(
-                    (copy.deepcopy(o) for o in self._objects[plural].values() if query.matches(o)),
+                    (o for o in self._objects[plural].values() if query.matches(o)),
                     key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]),
                 )
             page, rest = (items[:limit], items[limit:]) if limit > 0 else (items, [])

@@ -2,8 +2,9 @@
 
 `http-request set-timeout server` is a backend action (HAProxy 2.6 to 3.2 refuse it in a
 frontend: "no backend capability"), so the frontend sets `txn.tmo` once the rule won and
-every HTTP backend section applies it (`nodeagent/config/backend.py`). 0 (every limit set
-was "0s") is HAProxy's longest timeout: no limit in practice.
+every HTTP backend section applies it (`nodeagent/config/backend.py`), when some rule sets
+it (`render.sets_timeouts`). 0 (every limit set was "0s") is HAProxy's longest timeout: no
+limit in practice.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from peerplane import limits
 from peerplane.v1 import peerplane_pb2 as pb
 
 VARIABLE = "txn.tmo"
+SETTER = f"http-request set-var({VARIABLE}) "  # what a rule setting the variable says
 # What every HTTP backend section says to apply the variable (ms, an integer).
 BACKEND_LINE = (
     f"  http-request set-timeout server var({VARIABLE}) if {{ var({VARIABLE}) -m found }}"
@@ -30,7 +32,7 @@ def _check(r: pb.RouteRule, source: str) -> None:
 
 def _lines(r: pb.RouteRule, at: RuleOutcome) -> list[str]:
     ms = r.timeouts.server_timeout_ms or limits.MAX_TIMEOUT_MS
-    return [f"  http-request set-var({VARIABLE}) int({ms}) if {at.won}"]
+    return [f"  {SETTER}int({ms}) if {at.won}"]
 
 
 RENDERER = FilterRenderer("timeouts", _acts, _check, _lines, refusals={})
