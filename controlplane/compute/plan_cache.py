@@ -108,8 +108,11 @@ class PlanCache:
         self.changed: set[PlanKey] = set()
         # (lapses_at, key) of plans holding freed slots: due ones are planned again even
         # when nothing of theirs changed, so history is forgotten exactly as a fresh
-        # computation forgets it, at the cost of the plans due (a heap, not a scan).
+        # computation forgets it, at the cost of the plans due (a heap, not a scan). At
+        # most one entry per key (`_queued`: its time): each re-plan of a Service with
+        # freed slots would otherwise add one, thousands an hour kept for a quarantine.
         self._lapses: list[tuple[float, tuple[str, str]]] = []
+        self._queued: dict[tuple[str, str], float] = {}
         self.planned = 0  # Services planned (not reused) by the last call
         self.checked = 0  # Services looked at (planned, or checked for reuse) by it
 
@@ -119,8 +122,23 @@ class PlanCache:
         due: set[tuple[str, str]] = set()
         while self._lapses and self._lapses[0][0] <= now:
             _, key = heapq.heappop(self._lapses)
+            del self._queued[key]
             due.add(key)
+        for key in due:  # a plan made since lapses later: its own time again (a due one
+            cached = self.cache.get(key)  # is planned again now, and queued by `_replace`)
+            plan = cached.planned.plan if cached is not None else None
+            if plan is not None and plan.lapses_at > now:
+                self._queue(key, plan.lapses_at)
         return due
+
+    def _queue(self, key: tuple[str, str], at: float) -> None:
+        """Plan `key` again at `at` (inf: never), unless it is queued as early already:
+        that entry's turn re-plans it or queues it again for its plan's time."""
+        queued = self._queued.get(key)
+        if at == math.inf or (queued is not None and queued <= at):
+            return
+        self._queued[key] = at
+        heapq.heappush(self._lapses, (at, key))
 
     def every_key(self) -> set[tuple[str, str]]:
         return set(self.by_key) | set(self.cache)
@@ -212,8 +230,8 @@ class PlanCache:
         if cached is None:
             return
         self.cache[key] = cached
-        if cached.planned.plan is not None and cached.planned.plan.lapses_at < math.inf:
-            heapq.heappush(self._lapses, (cached.planned.plan.lapses_at, key))
+        if cached.planned.plan is not None:
+            self._queue(key, cached.planned.plan.lapses_at)
         if cached.planned.rejections:
             self.rejecting.add(key)
         plan = cached.planned.plan

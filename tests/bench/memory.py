@@ -6,6 +6,8 @@ flat when its least-squares slope, after the warm-up, is under `FLAT_MIB_PER_HOU
 `FLAT_FRACTION_PER_HOUR` of where it started, whichever is larger: allocators keep freed
 pages and a heap settles over the first minutes, so a few MiB an hour is not a leak,
 while a leak of one object per change is tens of MiB an hour at one change a second.
+The warm-up is the run's first fifth, or until a time the run names (the soak's: once
+every Service and route changed).
 """
 
 from __future__ import annotations
@@ -50,13 +52,15 @@ def slope_per_hour(samples: Sequence[tuple[float, float]]) -> float:
     return covariance / spread * 3600
 
 
-def settled(samples: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The samples after the warm-up (`WARM_UP_FRACTION` of the run's duration), at least
-    the last two."""
+def settled(
+    samples: Sequence[tuple[float, float]], since: float | None = None
+) -> list[tuple[float, float]]:
+    """The samples after the warm-up (from `since` seconds, or after `WARM_UP_FRACTION`
+    of the run's duration), at least the last two."""
     if len(samples) <= 2:
         return list(samples)
     start, end = samples[0][0], samples[-1][0]
-    cut = start + (end - start) * WARM_UP_FRACTION
+    cut = start + (end - start) * WARM_UP_FRACTION if since is None else since
     after = [s for s in samples if s[0] >= cut]
     return after if len(after) >= 2 else list(samples[-2:])
 
@@ -88,9 +92,10 @@ class Trend:
         return self.slope == self.slope and self.slope < flat_limit(self.start)
 
 
-def trend(samples: Sequence[tuple[float, float]]) -> Trend:
-    """The trend of one process's (seconds, MiB) samples (at least one)."""
-    kept = settled(samples)
+def trend(samples: Sequence[tuple[float, float]], since: float | None = None) -> Trend:
+    """The trend of one process's (seconds, MiB) samples (at least one), after the
+    warm-up (`settled`)."""
+    kept = settled(samples, since)
     return Trend(
         start=kept[0][1],
         end=kept[-1][1],
@@ -111,10 +116,10 @@ class RssSampler:
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
-    _t0: float = 0.0
+    t0: float = 0.0  # time.monotonic() at `start()`: the series' zero
 
     def sample(self) -> None:
-        now = time.monotonic() - self._t0
+        now = time.monotonic() - self.t0
         for name, pid in self.pids().items():
             try:
                 rss = rss_mib(pid)[0]
@@ -123,7 +128,7 @@ class RssSampler:
             self.series.setdefault(name, []).append((now, rss))
 
     def start(self) -> None:
-        self._t0 = time.monotonic()
+        self.t0 = time.monotonic()
         self.sample()
 
         def loop() -> None:

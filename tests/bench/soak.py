@@ -13,16 +13,24 @@ duration, without waiting for ACKs (a steady stream, not a benchmark of latency)
 turn: one endpoint of the next Service moved to an address of its own (and back on the
 Service's next turn), then the next route re-pointed to the following Service (and back),
 each file replaced atomically. RSS (VmRSS) of the control plane and of each agent is
-sampled every `sample_s` (`tests/bench/memory.py`), HAProxy not counted. At the end both
-agents must ACK the last content (converged); the figures are, per process, the RSS at
-the start and end of the settled part of the run (after the first fifth), its
-least-squares slope in MiB per hour (target: flat, `memory.flat_limit`) and the peak.
+sampled every `sample_s` (`tests/bench/memory.py`), HAProxy not counted.
 
-Sizes: quick 200 Services, 300 routes, about 1 minute; full 8,000 Services, 10,000
-routes, 60 minutes. `SOAK_MINUTES` (or `--minutes`) sets the duration,
-`SOAK_SERVICES` / `SOAK_ROUTES` the sizes, `SOAK_INTERVAL_S` the time between two
-changes (amplified: 0.05 is twenty a second), `SOAK_OCTET` the loopback octet (another
-than 44 to run two soaks at once) (`python -m tests.bench.soak --help`).
+The warm-up: structures bounded by the cluster's size fill one distinct Service or route
+at a time (a cache entry, a slot's history per Service changed), and at one change a
+second the stream reaches each of 8,000 Services only every 4.4 hours: over the hour they
+grow as a leak would. So the stream first makes one full turn (every Service and route
+changed once, `warm_up_changes`) at `warm_up_interval_s`, waits for both agents' ACK,
+and only then measures `minutes` at `interval_s`. At the end both agents must ACK the
+last content (converged); the figures are, per process, the RSS at the start and end of
+the measured part, its least-squares slope in MiB per hour (target: flat,
+`memory.flat_limit`) and the peak over the whole run (warm-up included).
+
+Sizes: quick 200 Services, 300 routes, about 1 minute measured; full 8,000 Services,
+10,000 routes, 60 minutes measured after a warm-up of 20,000 changes (about 7 minutes).
+`SOAK_MINUTES` (or `--minutes`) sets the measured duration, `SOAK_SERVICES` /
+`SOAK_ROUTES` the sizes, `SOAK_INTERVAL_S` the time between two changes (amplified: 0.05
+is twenty a second; the warm-up goes at least as fast), `SOAK_OCTET` the loopback octet
+(another than 44 to run two soaks at once) (`python -m tests.bench.soak --help`).
 """
 
 from __future__ import annotations
@@ -48,6 +56,9 @@ MOVED_BASE = 0x7F_5B_00_00  # 127.91.0.0 + Service index: where an endpoint move
 HOSTS = "soak.example.com"
 MINUTES_ENV, SERVICES_ENV, ROUTES_ENV = "SOAK_MINUTES", "SOAK_SERVICES", "SOAK_ROUTES"
 INTERVAL_ENV, OCTET_ENV = "SOAK_INTERVAL_S", "SOAK_OCTET"
+# The warm-up's pace: fifty changes a second, which the control plane batches (20,000
+# changes at the full size in under 7 minutes).
+WARM_UP_INTERVAL_S = 0.02
 SETTLE_S = 2.0  # after the last change: past the debounce, before the convergence check
 # Descriptors HAProxy asks for per checked Service (42 slots, its share of 2 x maxconn):
 # the scale benchmark meets a limit of 20,000 past about 280 Services.
@@ -58,9 +69,16 @@ FDS_PER_SERVICE = 72
 class SoakSize:
     services: int
     routes: int
-    minutes: float
+    minutes: float  # measured, after the warm-up
     interval_s: float  # between two changes
     sample_s: float  # between two RSS samples
+    warm_up_interval_s: float = WARM_UP_INTERVAL_S  # between two changes of the warm-up
+
+    @property
+    def warm_up_changes(self) -> int:
+        """One full turn of the stream: change `n` touches Service `n // 2` (even) or
+        route `n // 2` (odd), so `2 x max` changes touch every Service and route once."""
+        return 2 * max(self.services, self.routes)
 
 
 QUICK = SoakSize(services=200, routes=300, minutes=1.0, interval_s=0.5, sample_s=3.0)
@@ -80,6 +98,7 @@ def size_from(base: SoakSize, environ: dict[str, str] | os._Environ[str]) -> Soa
         size = replace(size, routes=int(environ[ROUTES_ENV]))
     if environ.get(INTERVAL_ENV):
         size = replace(size, interval_s=float(environ[INTERVAL_ENV]))
+    size = replace(size, warm_up_interval_s=min(size.warm_up_interval_s, size.interval_s))
     return replace(size, sample_s=min(size.sample_s, max(1.0, size.minutes * 60 / 20)))
 
 
@@ -166,7 +185,9 @@ class Changes:
 class Soaked:
     size: SoakSize
     startup_s: float = float("nan")
-    changes: int = 0
+    warm_up_s: float = float("nan")  # the warm-up's turn, its ACK included
+    measured_from: float | None = None  # the sampler's clock when the warm-up ended
+    changes: int = 0  # measured, after the warm-up
     converged: bool = False
     checks: bool = True
     note: str = ""  # why checks are off, when they are
@@ -206,29 +227,46 @@ def soak(size: SoakSize, binary: str, octet: int = OCTET) -> Soaked:
         )
         stream = Changes(folder, size.services, size.routes)
         sampler.start()
-        start = time.monotonic()
-        end = start + size.minutes * 60
         try:
-            n = 0
-            while (now := time.monotonic()) < end:
-                stream.apply(n)
-                n += 1
-                if n % 200 == 0:
-                    fleet.check_agents()
-                    log(f"soak: {n} changes, {(now - start) / 60:.1f} of {size.minutes:g} min")
-                time.sleep(max(0.0, start + n * size.interval_s - time.monotonic()))
-            found.changes = stream.applied
+            began = time.monotonic()
+            warm = size.warm_up_changes
+            n = pace(fleet, stream, 0, warm, size.warm_up_interval_s, "warm-up")
+            time.sleep(SETTLE_S)
+            fleet.wait_acked(lambda s: True, fleet.timeout)  # the turn computed and ACKed
+            found.warm_up_s = time.monotonic() - began
+            found.measured_from = time.monotonic() - sampler.t0
+            log(f"soak: warm-up of {warm} changes done in {found.warm_up_s:.0f} s, measuring")
+            count = int(size.minutes * 60 / size.interval_s)
+            n = pace(fleet, stream, n, count, size.interval_s, "soak")
+            found.changes = n - warm
             time.sleep(SETTLE_S)  # the last change computed and published
             fleet.wait_acked(lambda s: True, fleet.timeout)  # one content, nothing pending
             found.converged = True
         finally:
             sampler.stop()
         found.series = sampler.series
-        found.trends = {name: trend(samples) for name, samples in sampler.series.items()}
+        found.trends = {
+            name: trend(samples, since=found.measured_from)
+            for name, samples in sampler.series.items()
+        }
     finally:
         fleet.stop()
         shutil.rmtree(work, ignore_errors=True)
     return found
+
+
+def pace(fleet: ScaleFleet, stream: Changes, n: int, count: int, every_s: float, what: str) -> int:
+    """Changes `n` to `n + count` of the stream, one every `every_s` (not waiting for
+    ACKs), the agents checked every 200; the next change's number."""
+    start = time.monotonic()
+    for done in range(1, count + 1):
+        stream.apply(n)
+        n += 1
+        if done % 200 == 0:
+            fleet.check_agents()
+            log(f"{what}: {done} of {count} changes, {(time.monotonic() - start) / 60:.1f} min")
+        time.sleep(max(0.0, start + done * every_s - time.monotonic()))
+    return n
 
 
 def table(found: Soaked) -> str:
@@ -253,11 +291,13 @@ def table(found: Soaked) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     s = found.size
     lines.append(
-        f"soak: {s.services:,} Services, {s.routes:,} HTTPRoutes, {found.changes:,} changes over "
-        f"{s.minutes:g} min (one per {s.interval_s:g} s), RSS every {s.sample_s:g} s; startup "
-        f"{found.startup_s:.1f} s; converged at the end: {'yes' if found.converged else 'no'}; "
+        f"soak: {s.services:,} Services, {s.routes:,} HTTPRoutes; startup {found.startup_s:.1f} s; "
+        f"warm-up {s.warm_up_changes:,} changes (every Service and route once, one per "
+        f"{s.warm_up_interval_s:g} s) and their ACK in {found.warm_up_s:.0f} s; then "
+        f"{found.changes:,} changes over {s.minutes:g} min (one per {s.interval_s:g} s), RSS every "
+        f"{s.sample_s:g} s; converged at the end: {'yes' if found.converged else 'no'}; "
         f"health checks {'on' if found.checks else 'off'}{f' ({found.note})' if found.note else ''}"
-        "; start/end/slope over the settled part (after the first fifth)"
+        "; start/end/slope over the measured part (after the warm-up), peak over the whole run"
     )
     return "\n".join(lines)
 
@@ -270,6 +310,8 @@ def results(found: Soaked) -> list[Result]:
         "minutes": s.minutes,
         "changes": found.changes,
         "interval_s": s.interval_s,
+        "warm_up_changes": s.warm_up_changes,
+        "warm_up_s": round(found.warm_up_s, 1),
         "sample_s": s.sample_s,
         "converged": found.converged,
         "health_checks": found.checks,

@@ -35,6 +35,32 @@ def test_the_warm_up_is_left_out_and_a_leak_is_not_flat() -> None:
     assert flat_limit(100.0) == FLAT_MIB_PER_HOUR and flat_limit(2000.0) == 20.0
 
 
+def test_a_named_warm_up_replaces_the_first_fifth() -> None:
+    """The soak names when its warm-up ended (every Service and route changed once): the
+    slope is taken from there, however long the warm-up was."""
+    filling = [(60.0 * m, 100.0 + 2.0 * m) for m in range(30)]  # a cache filling
+    flat = [(60.0 * m, 160.0) for m in range(30, 61)]
+    found = trend(filling + flat, since=1800.0)
+    assert found.start == 160.0 and found.slope == pytest.approx(0.0) and found.flat
+    assert found.peak == 160.0 and found.samples == 61 and found.seconds == 1800.0
+    assert not trend(filling + flat).flat  # the first fifth alone keeps the filling
+
+
+def test_the_warm_up_changes_every_service_and_route_once(tmp_path: Path) -> None:
+    size = soak.SoakSize(services=3, routes=5, minutes=1.0, interval_s=1.0, sample_s=1.0)
+    for index in range(size.services):
+        (tmp_path / f"{service_name(index)}.yaml").write_text(service_file(index))
+    soak.write_routes(tmp_path, size.routes, size.services)
+    original = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    changed: set[str] = set()
+    stream = soak.Changes(tmp_path, size.services, size.routes)
+    for n in range(size.warm_up_changes):
+        stream.apply(n)
+        changed |= {p.name for p in tmp_path.iterdir() if p.read_text() != original[p.name]}
+    assert changed == set(original) - {"gateway.yaml"}
+    assert size.warm_up_changes == 10  # no more than one turn of the longer list
+
+
 def test_the_sampler_follows_each_named_process_until_stopped() -> None:
     sampler = RssSampler(lambda: {"me": os.getpid(), "gone": 2**22 + 7}, every_s=60.0)
     sampler.start()
@@ -48,6 +74,9 @@ def test_sizes_come_from_the_environment() -> None:
     assert (size.services, size.routes, size.minutes) == (8000, 7, 2.0)
     assert size.sample_s == 6.0  # 20 samples at least
     assert soak.size_from(soak.FULL, {}) == soak.FULL
+    amplified = soak.size_from(soak.FULL, {"SOAK_INTERVAL_S": "0.01"})
+    assert amplified.warm_up_interval_s == 0.01  # the warm-up no slower than the stream
+    assert soak.FULL.warm_up_changes == 20_000
 
 
 def test_the_stream_moves_each_service_and_repoints_each_route_then_back(

@@ -701,15 +701,19 @@ def test_route_propagation_bench_kube_variant_creates_routes_through_the_api_wit
 
 
 def test_soak_bench_samples_memory_under_a_stream_of_changes(haproxy_bin: HAProxyBinary) -> None:
-    """A tiny soak (own octet): the stream of endpoint and route changes runs, both agents
-    converge at the end, the RSS of the control plane and of each agent is sampled, and a
-    run this short reports its slope without a verdict."""
+    """A tiny soak (own octet): the warm-up turn and the stream of endpoint and route
+    changes run, both agents converge at the end, the RSS of the control plane and of each
+    agent is sampled, the trend starts after the warm-up, and a run this short reports its
+    slope without a verdict."""
     size = soak_bench.SoakSize(services=3, routes=4, minutes=0.25, interval_s=0.2, sample_s=1.0)
     found = soak_bench.soak(size, haproxy_bin.path, octet=45)
-    assert found.converged and found.changes >= 40 and found.checks
+    assert found.converged and found.changes == 75 and found.checks
+    assert found.measured_from is not None and found.warm_up_s > 0
     assert set(found.trends) == {"controlplane", "haproxy-s45a", "haproxy-s45b"}
-    for trend in found.trends.values():
+    for name, trend in found.trends.items():
         assert trend.samples >= 10 and trend.start > 10 and not trend.judged
+        warm = [v for t, v in found.series[name] if t < found.measured_from]
+        assert warm and trend.seconds <= found.series[name][-1][0] - found.measured_from
     names = {r.name for r in soak_bench.results(found)}
     assert {"soak.converged", "soak.cp.rss_slope", "soak.agent.haproxy-s45a.rss_end"} <= names
     assert not [n for n in names if n.endswith("rss_flat")]
