@@ -23,42 +23,17 @@ from controlplane.server import reports
 from controlplane.server.agents import AgentSession
 from controlplane.server.app import ControlPlaneServer, ServerOptions
 from controlplane.server.stream import StreamLimits
-from nodeagent.apply.outcome import Result
 from nodeagent.config.changes import ApplyPath
-from nodeagent.held import ChangeSet, Held
 from nodeagent.report import Reporter
 from nodeagent.stream.client import Client
 from nodeagent.stream.protocol import Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.fleet import REPO
+from tests.helpers.recording_applier import RecordingApplier
 from tests.helpers.server_harness import NS, W1, Harness, snapshot
 from tests.helpers.waiting import wait_until_async
 
 TABLES = 3000  # past the control plane's bound (1,024): which are kept matters
-
-
-class RuntimeApplier:
-    """Applies nothing and says HAProxy took it through the runtime API (as an endpoint
-    change is taken)."""
-
-    def __init__(self) -> None:
-        self.applied: list[int] = []
-
-    @property
-    def applied_hash(self) -> str:
-        return ""
-
-    @property
-    def applied_version(self) -> int:
-        return self.applied[-1] if self.applied else 0
-
-    @property
-    def applied_held(self) -> Held | None:
-        return None
-
-    def apply(self, snapshot: Held, change: ChangeSet | None = None) -> Result:
-        self.applied.append(snapshot.version)
-        return Result(True, ApplyPath.RUNTIME)
 
 
 class FakeHAProxy:
@@ -108,10 +83,10 @@ async def running(client: Client) -> AsyncIterator[None]:
             await asyncio.wait_for(task, 10)
 
 
-def _client(address: str, haproxy: FakeHAProxy) -> tuple[Client, RuntimeApplier]:
+def _client(address: str, haproxy: FakeHAProxy) -> tuple[Client, RecordingApplier]:
     # A gap above the control plane's flood rule (0.5 s), as the agent's 1 s is.
     reporter = Reporter(haproxy.read, "3.0.11", interval=0.8, min_gap=0.6)
-    applier = RuntimeApplier()
+    applier = RecordingApplier(ApplyPath.RUNTIME)
     return Client(address, Identity(NS, "haproxy-a"), applier, reporter=reporter), applier
 
 
@@ -137,7 +112,7 @@ async def _status_tables(address: str) -> dict[str, int]:
     return {str(k): int(v) for k, v in agent["stick_table_entries"].items()}
 
 
-async def _settled(received: list[pb.AgentReport], applier: RuntimeApplier) -> None:
+async def _settled(received: list[pb.AgentReport], applier: RecordingApplier) -> None:
     """Until the first version is applied and no report follows for longer than the
     agent's report interval (nothing changes: no report is due)."""
     await wait_until_async(lambda: applier.applied == [1], 15, "the first version applied")

@@ -20,16 +20,14 @@ import pytest
 from controlplane.publish.store import SnapshotStore
 from controlplane.server import ControlPlaneServer, ServerOptions, TlsFiles
 from controlplane.server.auth import Authenticator
-from nodeagent.apply.outcome import Result
 from nodeagent.cli import flags as agent_flags
-from nodeagent.config.changes import ApplyPath
-from nodeagent.held import ChangeSet, Held
 from nodeagent.stream import transport
 from nodeagent.stream.client import Client
 from nodeagent.stream.protocol import Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 from tests.helpers.certs import Certs, make_certs
+from tests.helpers.recording_applier import RecordingApplier
 from tests.helpers.server_harness import NS, W1, Harness, run, snapshot
 from tests.helpers.waiting import wait_until_async
 from tests.server.test_auth import FakeReviewer
@@ -38,29 +36,6 @@ from tests.server.test_auth import FakeReviewer
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
     return make_certs(tmp_path_factory.mktemp("agent-certs"))
-
-
-class RecordingApplier:
-    """Applies nothing; remembers the versions it was given."""
-
-    def __init__(self) -> None:
-        self.versions: list[int] = []
-
-    @property
-    def applied_hash(self) -> str:
-        return ""
-
-    @property
-    def applied_version(self) -> int:
-        return self.versions[-1] if self.versions else 0
-
-    @property
-    def applied_held(self) -> Held | None:
-        return None
-
-    def apply(self, snapshot: Held, change: ChangeSet | None = None) -> Result:
-        self.versions.append(snapshot.version)
-        return Result(True, ApplyPath.NOTHING)
 
 
 def tls_harness(certs: Certs, reviewer: FakeReviewer, mtls: bool) -> Harness:
@@ -126,13 +101,11 @@ def test_mtls_and_token_rotation_with_refusal_then_ack(
             async with running(client):
                 await wait_until_async(lambda: ("expired-token", ("peerplane",)) in reviewer.calls)
                 token_file.write_text("token-a\n")  # the kubelet rotated the token
-                await wait_until_async(
-                    lambda: applier.versions == [1] and client.connected.is_set()
-                )
+                await wait_until_async(lambda: applier.applied == [1] and client.connected.is_set())
 
     with caplog.at_level(logging.INFO, logger="nodeagent"):
         run(body())
-    assert applier.versions == [1]
+    assert applier.applied == [1]
     assert [t for t, _ in reviewer.calls][-1] == "token-a"
     assert any("refused this agent: PERMISSION_DENIED" in r.message for r in caplog.records)
 
@@ -229,9 +202,7 @@ def test_a_token_file_that_is_no_token_is_retried_and_never_blocks(
                 await wait_until_async(lambda: logged("not a regular file"))
                 token_file.unlink()
                 token_file.write_text("token-a\n")
-                await wait_until_async(
-                    lambda: applier.versions == [1] and client.connected.is_set()
-                )
+                await wait_until_async(lambda: applier.applied == [1] and client.connected.is_set())
 
     with caplog.at_level(logging.INFO, logger="nodeagent"):
         run(body())
