@@ -31,6 +31,7 @@ from tests.helpers.haproxy_env import (
     make_instance,
     snapshot,
 )
+from tests.helpers.recording_applier import RecordingApplier
 from tests.helpers.waiting import wait_until_async
 
 T = TypeVar("T")
@@ -182,34 +183,21 @@ def test_render_error_is_nacked_with_nonce(tmp_path: Path) -> None:
     assert not Path(inst.config_path).exists()
 
 
-class SlowApplier:
+class SlowApplier(RecordingApplier):
     """Applies nothing, and, when `gated`, only once the test lets it (`release`): snapshots
     pile up behind the one being applied for as long as the test needs."""
 
     def __init__(self, gated: bool = False) -> None:
-        self.applied: list[int] = []
+        super().__init__()
         self.applying = threading.Event()  # an apply has started
         self.release = threading.Event()  # applies may finish
         if not gated:
             self.release.set()
 
-    @property
-    def applied_hash(self) -> str:
-        return ""
-
-    @property
-    def applied_version(self) -> int:
-        return self.applied[-1] if self.applied else 0
-
-    @property
-    def applied_held(self) -> Held | None:
-        return None
-
     def apply(self, snapshot: Held, change: ChangeSet | None = None) -> Result:
         self.applying.set()
         self.release.wait(15)
-        self.applied.append(snapshot.version)
-        return Result(True, ApplyPath.NOTHING)
+        return super().apply(snapshot, change)
 
 
 class BurstPlane(FakePlane):
