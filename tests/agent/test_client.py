@@ -31,7 +31,7 @@ from tests.helpers.haproxy_env import (
     make_instance,
     snapshot,
 )
-from tests.helpers.recording_applier import RecordingApplier
+from tests.helpers.stream_client import RecordingApplier, running
 from tests.helpers.waiting import wait_until_async
 
 T = TypeVar("T")
@@ -80,17 +80,6 @@ async def serve(plane: FakePlane, port: int) -> AsyncIterator[grpc.aio.Server]:
 
 async def within(aw: Awaitable[T], seconds: float = 15.0) -> T:
     return await asyncio.wait_for(aw, seconds)
-
-
-@contextlib.asynccontextmanager
-async def running(client: Client) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(client.run())
-    try:
-        yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 10)
 
 
 def demo_snapshot(

@@ -11,11 +11,10 @@ every apply."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -29,8 +28,8 @@ from nodeagent.stream.client import Client
 from nodeagent.stream.protocol import Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.fleet import REPO
-from tests.helpers.recording_applier import RecordingApplier
 from tests.helpers.server_harness import NS, W1, Harness, snapshot
+from tests.helpers.stream_client import RecordingApplier, running
 from tests.helpers.waiting import wait_until_async
 
 TABLES = 3000  # past the control plane's bound (1,024): which are kept matters
@@ -70,17 +69,6 @@ def received(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[pb.AgentReport]]:
 
     monkeypatch.setattr(AgentSession, "reported", recording)
     yield seen
-
-
-@contextlib.asynccontextmanager
-async def running(client: Client) -> AsyncIterator[None]:
-    task = asyncio.create_task(client.run())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 10)
 
 
 def _client(address: str, haproxy: FakeHAProxy) -> tuple[Client, RecordingApplier]:

@@ -5,13 +5,10 @@ rules."""
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import logging
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -27,8 +24,8 @@ from nodeagent.stream.protocol import Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 from tests.helpers.certs import Certs, make_certs
-from tests.helpers.recording_applier import RecordingApplier
 from tests.helpers.server_harness import NS, W1, Harness, run, snapshot
+from tests.helpers.stream_client import RecordingApplier, running
 from tests.helpers.waiting import wait_until_async
 from tests.server.test_auth import FakeReviewer
 
@@ -67,17 +64,6 @@ def agent_client(address: str, applier: RecordingApplier, security: transport.Tr
         backoff_multiplier=0.05,
         transport=security,
     )
-
-
-@contextlib.asynccontextmanager
-async def running(client: Client) -> AsyncIterator[None]:
-    task = asyncio.create_task(client.run())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 10)
 
 
 def test_mtls_and_token_rotation_with_refusal_then_ack(

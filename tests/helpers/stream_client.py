@@ -1,10 +1,16 @@
-"""An applier for the agent's stream tests: HAProxy is not involved, only what reached it."""
+"""The agent's stream client in tests: an applier that records what reached it (HAProxy
+is not involved), and the client run as a task for as long as a test needs it."""
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 from nodeagent.apply.outcome import Result
 from nodeagent.config.changes import ApplyPath
 from nodeagent.held import ChangeSet, Held
+from nodeagent.stream.client import Client
 
 
 class RecordingApplier:
@@ -30,3 +36,15 @@ class RecordingApplier:
     def apply(self, snapshot: Held, change: ChangeSet | None = None) -> Result:
         self.applied.append(snapshot.version)
         return Result(True, self._applied_by)
+
+
+@contextlib.asynccontextmanager
+async def running(client: Client) -> AsyncIterator[asyncio.Task[None]]:
+    """`client.run()` as a task, cancelled (and awaited, at most 10 s) on the way out."""
+    task = asyncio.create_task(client.run())
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
