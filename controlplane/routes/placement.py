@@ -387,11 +387,12 @@ def own_lanes(state: ClusterState, workloads: Collection[str]) -> dict[tuple[str
     ({} without a pool), as `place` gives them: the only part of a route table that a
     Gateway's `status.addresses` decides (`addresses.own_addresses`), made without placing
     a listener (O(Gateways + HAProxy pods)); never a HAProxy pod's address."""
-    pool = Resolver(state.settings).gateway_address_pool()
+    resolver = Resolver(state.settings)
+    pool = resolver.gateway_address_pool()
     if pool is None:
         return {}
     classes = _our_classes(state)
-    allowed = Resolver(state.settings).gateway_namespaces()
+    allowed = resolver.gateway_namespaces()
     labels = {n.name: n.labels for n in state.namespaces}
     served = [
         g
