@@ -20,15 +20,13 @@ import pytest
 
 from controlplane.server import reports
 from controlplane.server.agents import AgentSession
-from controlplane.server.app import ControlPlaneServer, ServerOptions
-from controlplane.server.stream import StreamLimits
 from nodeagent.config.changes import ApplyPath
 from nodeagent.report import Reporter
 from nodeagent.stream.client import Client
 from nodeagent.stream.protocol import Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.fleet import REPO
-from tests.helpers.server_harness import NS, W1, Harness, snapshot
+from tests.helpers.server_harness import NS, W1, Harness, snapshot, without_partial_reports
 from tests.helpers.stream_client import RecordingApplier, running
 from tests.helpers.waiting import wait_until_async
 
@@ -164,12 +162,8 @@ def test_against_a_control_plane_without_partial_reports_every_report_is_full(
     agent's reports are full, with its 4,096 fullest tables, as before."""
     haproxy = FakeHAProxy()
 
-    def server(store: object) -> ControlPlaneServer:
-        options = ServerOptions(stream=StreamLimits(partial_reports=False))
-        return ControlPlaneServer(store, options=options)  # type: ignore[arg-type]
-
     async def body() -> None:
-        async with Harness(server=server) as h:
+        async with Harness(server=without_partial_reports) as h:
             h.publish({W1: snapshot(W1, "10.0.0.1")}, {f"{NS}/haproxy-a": W1})
             client, _ = _client(h.address, haproxy)
             async with running(client):

@@ -15,8 +15,9 @@ import grpc
 
 from controlplane.publish.content import SnapshotContent
 from controlplane.publish.store import SnapshotStore
-from controlplane.server import ControlPlaneServer
+from controlplane.server import ControlPlaneServer, ServerOptions
 from controlplane.server.agents import AgentSession
+from controlplane.server.stream import StreamLimits
 from peerplane.parts import CONTRACT
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
@@ -133,6 +134,13 @@ class Agent:
 
     def close(self) -> None:
         self.call.cancel()
+
+
+def without_partial_reports(store: SnapshotStore) -> ControlPlaneServer:
+    """A server that takes no partial reports (on the wire, as one older than them): for
+    `Harness(server=...)`."""
+    options = ServerOptions(stream=StreamLimits(partial_reports=False))
+    return ControlPlaneServer(store, options=options)
 
 
 class Harness:

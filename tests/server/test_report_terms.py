@@ -6,10 +6,8 @@ is served and kept as before: full reports, never terms."""
 from __future__ import annotations
 
 from controlplane.server import reports
-from controlplane.server.app import ControlPlaneServer, ServerOptions
-from controlplane.server.stream import StreamLimits
 from peerplane.v1 import peerplane_pb2 as pb
-from tests.helpers.server_harness import NS, W1, Harness, run, snapshot
+from tests.helpers.server_harness import NS, W1, Harness, run, snapshot, without_partial_reports
 
 
 def _tables(**entries: int) -> list[pb.TableEntries]:
@@ -98,12 +96,8 @@ def test_a_control_plane_that_does_not_merge_partial_reports_sends_no_terms() ->
     which ignores the Hello's field), an agent that announces them gets no terms: it
     sends full reports only, kept as before."""
 
-    def server(store: object) -> ControlPlaneServer:
-        options = ServerOptions(stream=StreamLimits(partial_reports=False))
-        return ControlPlaneServer(store, options=options)  # type: ignore[arg-type]
-
     async def body() -> None:
-        async with Harness(server=server) as h:
+        async with Harness(server=without_partial_reports) as h:
             h.publish({W1: snapshot(W1, "10.0.0.1")}, {f"{NS}/haproxy-a": W1})
             agent = h.agent("haproxy-a")
             agent.partial_reports = True
