@@ -11,14 +11,32 @@ import concurrent.futures
 
 from controlplane.publish.store import SnapshotStore
 from controlplane.server.agents import AgentRegistry
+from controlplane.server.protocol import StreamState
+
+
+def refused(state: StreamState, content_hash: str) -> bool:
+    """The agent answered `content_hash` with a Nack and nothing is owed it: it will not
+    hold that content until a newer one is published (a full snapshot owed after a delta's
+    Nack with resync is still to come, so it is not refused yet)."""
+    nacked = state.nacked
+    return (
+        state.pending is None
+        and not state.resync
+        and nacked is not None
+        and nacked.content_hash == content_hash
+    )
 
 
 def fleet_holds_current(registry: AgentRegistry, store: SnapshotStore) -> bool:
     """Every connected agent of a published workload acknowledged its current content
-    (an agent of no workload, or one not published yet, is not waited for)."""
+    (an agent of no workload, or one not published yet, is not waited for; nor is one
+    that refused the current content: waiting for it would hold every namespace's status
+    writes back by the whole timeout, round after round)."""
     for session in registry.sessions():
         published = store.get(session.workload) if session.workload else None
-        if published is not None and session.acked_hash != published.content_hash:
+        if published is None or session.acked_hash == published.content_hash:
+            continue
+        if not refused(session.state, published.content_hash):
             return False
     return True
 

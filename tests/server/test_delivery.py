@@ -55,3 +55,30 @@ def test_no_agent_or_an_agent_of_no_workload_is_not_waited_for() -> None:
             assert await loop.run_in_executor(None, wait, 5.0)
 
     run(body())
+
+
+def test_an_agent_that_refused_the_current_version_is_not_waited_for() -> None:
+    """A Nacking agent (a HAProxy that refuses the config) would otherwise hold back every
+    round's status writes by the whole timeout; once a newer version goes out it is waited
+    for again."""
+
+    async def body() -> None:
+        async with Harness() as h:
+            loop = asyncio.get_running_loop()
+            wait = DeliveryWait(h.server.registry, h.store, loop)
+            h.publish({W1: snapshot(W1, "10.0.0.1")}, PODS)
+            a, b = h.agent("haproxy-a"), h.agent("haproxy-b")
+            await a.hello()
+            await b.hello()
+            first_a, first_b = await a.recv_snapshot(), await b.recv_snapshot()
+            await a.ack(first_a)
+            await b.nack(first_b, "haproxy refused the config")
+            await h.until(lambda: h.session("haproxy-b").last_nack_version == 1)  # type: ignore[union-attr]
+            await h.until(lambda: h.session("haproxy-a").acked_version == 1)  # type: ignore[union-attr]
+            started = time.monotonic()
+            assert await loop.run_in_executor(None, wait, 30.0)
+            assert time.monotonic() - started < 10
+            h.publish({W1: snapshot(W1, "10.0.0.2")}, PODS)  # sent to both: waited for again
+            assert not fleet_holds_current(h.server.registry, h.store)
+
+    run(body())
