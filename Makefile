@@ -24,8 +24,9 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The 25 slowest tests are listed at the end: the CI run has a time limit (45 minutes).
 unit: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 
 # The fast loop: no real HAProxy, no real API server, no whole-system test (tests/README.md).
 fast: $(STAMP)
