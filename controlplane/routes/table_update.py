@@ -26,12 +26,20 @@ So ports holding a wildcard listener hostname (thousands of exact routes under
 A changed route's rejections are put in the table's and its workloads' among the other
 routes' in route order (the routes with rejections are kept by that order: few have any).
 
+A workload with lanes (Gateways of their own addresses, `placement.lane`) is indexed per
+lane, as the build decides it: each lane's table is kept as built before the join, and a
+workload whose lanes' tables changed is joined again as the build joins it
+(`table_stages.join_lanes`, O(its listeners and rejections)), then what the build added
+after the join (session persistence's refusals); its backend names are counted across
+its lanes. A change of placement (the lanes themselves) is a table from scratch: the route
+computer updates only while the Gateways as routes read them are equal.
+
 `update` answers None (compute from scratch) when a change is outside what it covers: a
 changed route with session persistence, a hostname with a claim
 refused before or after the change (claimed by two namespaces, or under another
 namespace's wildcard held by an older claim), a wildcard or any-host candidate (a route's
-or its listener's hostname), a workload with lanes, a port the workload does not listen
-on, TLS or TCP routes reaching backends, or more than `route_changes.MAX_CHANGED` routes.
+or its listener's hostname), a port the workload does not listen on, TLS or TCP routes
+reaching backends, or more than `route_changes.MAX_CHANGED` routes.
 """
 
 from __future__ import annotations
@@ -100,7 +108,8 @@ class TableIndex:
         self.table = table
         # The last update's (workload, port) -> hostnames decided again: the listener
         # rule groups that may differ from the table before it (the others' rules are
-        # the same objects in the same order).
+        # the same objects in the same order). A lane's key (`namespace/name@address`)
+        # names the listener of that address.
         self.changed: dict[tuple[str, int], frozenset[str]] = {}
         self._workloads: dict[str, _Workload] = {}
         self._serial = 0
