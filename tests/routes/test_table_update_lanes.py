@@ -199,7 +199,13 @@ def _assert_same(found: RouteTable, expected: RouteTable) -> None:
 
 
 def _addressed(table: RouteTable) -> list[HttpListener]:
+    """The listeners bound to a Gateway's own address (its lane's)."""
     return [li for routes in table.workloads.values() for li in routes.listeners if li.address]
+
+
+def _own(table: RouteTable) -> dict[tuple[str, str], str]:
+    """Each Gateway's address of its own, by (namespace, name)."""
+    return {key: p.own.address for key, p in table.placement.gateways.items() if p.own}
 
 
 ROUTE_NAMES = st.sampled_from([f"r{i}" for i in range(8)])
@@ -278,8 +284,8 @@ class LanesMachine(RuleBasedStateMachine):
 
 
 LanesMachine.TestCase.settings = settings(
-    max_examples=50,
-    stateful_step_count=40,
+    max_examples=40,
+    stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
@@ -360,10 +366,6 @@ def test_a_route_change_on_a_lane_updates_the_table() -> None:
         li for li in _addressed(first) if li.address == other
     ]
     assert found.workloads[REFS[0]].names is not None  # known: no pass over every rule
-
-
-def _own(table: RouteTable) -> dict[tuple[str, str], str]:
-    return {key: p.own.address for key, p in table.placement.gateways.items() if p.own}
 
 
 def test_a_route_on_two_lanes_lists_its_rejection_once() -> None:
