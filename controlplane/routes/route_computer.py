@@ -293,7 +293,8 @@ class RouteComputer:
     @property
     def changed_hosts(self) -> dict[tuple[str, int], frozenset[str]] | None:
         """When the last table was an update (`demand_moved` set): (workload, port) ->
-        the hostnames whose rules may differ from the table before it; every other
+        the hostnames whose rules may differ from the table before it (a lane's key, with
+        its address, for a Gateway of its own address); every other
         hostname's rules are the same objects in the same relative order. None: the last
         table was computed from scratch or reused."""
         if self.demand_moved is None or self._index is None:

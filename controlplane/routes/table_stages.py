@@ -19,7 +19,7 @@ and adds its part.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controlplane.model import ClusterState, GRPCRoute, HTTPRoute, ReferenceGrant, Service
@@ -107,6 +107,9 @@ class Trace:
     workloads: dict[str, Held] = field(default_factory=dict)
     routes_from: int = 0
     routes_from_of: dict[str, int] = field(default_factory=dict)
+    # When a workload has lanes: every workload's and lane's table before the lanes were
+    # joined (`join_lanes`), by the keys of `workloads`; {} without lanes.
+    parts: dict[str, WorkloadRoutes] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -313,32 +316,49 @@ def workload_listeners(build: Build) -> None:
         if address:
             built = tuple(dataclasses.replace(b, address=address) for b in built)
         build.tables[workload] = WorkloadRoutes(built, (*mine.rejections, *conflicts), certificates)
-    build.tables = _joined_lanes(build.tables)
+    joined = _joined_lanes(build.tables)
+    if build.trace is not None and joined is not build.tables:
+        build.trace.parts = build.tables
+    build.tables = joined
+
+
+def lane_parts(keys: Collection[str]) -> dict[str, tuple[str, ...]]:
+    """The workloads that have lanes (keys `namespace/name@address`, `placement.lane`),
+    each with its keys among `keys` in the order they are joined (sorted: its own
+    first)."""
+    parts: dict[str, list[str]] = {}
+    for key in sorted(keys):
+        parts.setdefault(lane_workload(key)[0], []).append(key)
+    return {
+        workload: tuple(found)
+        for workload, found in parts.items()
+        if len(found) > 1 or workload not in keys
+    }
+
+
+def join_lanes(found: Sequence[WorkloadRoutes]) -> WorkloadRoutes:
+    """One workload's table joined from its own and its lanes' (in `lane_parts` order):
+    listeners by (port, address), rejections once each, certificates by name."""
+    listeners = sorted(
+        (li for part in found for li in part.listeners), key=lambda li: (li.port, li.address)
+    )
+    rejections = dict.fromkeys(r for part in found for r in part.rejections)
+    certificates = {c.name: c for part in found for c in part.certificates}
+    return WorkloadRoutes(
+        tuple(listeners),
+        tuple(rejections),
+        tuple(certificates[name] for name in sorted(certificates)),
+    )
 
 
 def _joined_lanes(tables: dict[str, WorkloadRoutes]) -> dict[str, WorkloadRoutes]:
     """Each workload's table with its lanes' (its Gateways of their own addresses)
-    joined in: listeners by (port, address), rejections once each, certificates by name."""
+    joined in (`join_lanes`); `tables` itself when no workload has lanes."""
     if not any(LANE_SEPARATOR in key for key in tables):
         return tables
-    parts: dict[str, list[WorkloadRoutes]] = {}
-    for key in sorted(tables):
-        parts.setdefault(lane_workload(key)[0], []).append(tables[key])
-    joined: dict[str, WorkloadRoutes] = {}
-    for workload, found in parts.items():
-        if len(found) == 1 and workload in tables:
-            joined[workload] = found[0]
-            continue
-        listeners = sorted(
-            (li for part in found for li in part.listeners), key=lambda li: (li.port, li.address)
-        )
-        rejections = dict.fromkeys(r for part in found for r in part.rejections)
-        certificates = {c.name: c for part in found for c in part.certificates}
-        joined[workload] = WorkloadRoutes(
-            tuple(listeners),
-            tuple(rejections),
-            tuple(certificates[name] for name in sorted(certificates)),
-        )
+    joined = {lane_workload(key)[0]: tables[key] for key in sorted(tables)}  # no lanes: as is
+    for workload, keys in lane_parts(tables).items():
+        joined[workload] = join_lanes([tables[key] for key in keys])
     return joined
 
 

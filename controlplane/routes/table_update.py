@@ -26,12 +26,20 @@ So ports holding a wildcard listener hostname (thousands of exact routes under
 A changed route's rejections are put in the table's and its workloads' among the other
 routes' in route order (the routes with rejections are kept by that order: few have any).
 
+A workload with lanes (Gateways of their own addresses, `placement.lane`) is indexed per
+lane, as the build decides it: each lane's table is kept as built before the join, and a
+workload whose lanes' tables changed is joined again as the build joins it
+(`table_stages.join_lanes`, O(its listeners and rejections)), then what the build added
+after the join (session persistence's refusals); its backend names are counted across
+its lanes. A change of placement (the lanes themselves) is a table from scratch: the route
+computer updates only while the Gateways as routes read them are equal.
+
 `update` answers None (compute from scratch) when a change is outside what it covers: a
 changed route with session persistence, a hostname with a claim
 refused before or after the change (claimed by two namespaces, or under another
 namespace's wildcard held by an older claim), a wildcard or any-host candidate (a route's
-or its listener's hostname), a workload with lanes, a port the workload does not listen
-on, TLS or TCP routes reaching backends, or more than `route_changes.MAX_CHANGED` routes.
+or its listener's hostname), a port the workload does not listen on, TLS or TCP routes
+reaching backends, or more than `route_changes.MAX_CHANGED` routes.
 """
 
 from __future__ import annotations
@@ -59,15 +67,29 @@ from controlplane.routes.httproute import RouteOutcome, route_outcome
 from controlplane.routes.placement import LANE_SEPARATOR, Placement, lane_workload
 from controlplane.routes.precedence import Candidate
 from controlplane.routes.route_changes import changed_routes
-from controlplane.routes.table_stages import Held, Trace, by_namespace
+from controlplane.routes.table_stages import Held, Trace, by_namespace, join_lanes, lane_parts
 from controlplane.routes.table_types import Memo, RouteTable, WorkloadRoutes
 from controlplane.snapshot import RejectedInput, RouteRule
 
 
 @dataclass(slots=True)
+class _Names:
+    """The backend names a workload's listeners reference (rules and defaults), counted;
+    one for a workload and all its lanes (its table joins theirs)."""
+
+    counts: Counter[str]
+    ordered: tuple[str, ...] | None = None  # sorted, "" left out; None: to sort again
+
+    def sorted(self) -> tuple[str, ...]:
+        if self.ordered is None:
+            self.ordered = tuple(sorted(self.counts.keys() - {""}))
+        return self.ordered
+
+
+@dataclass(slots=True)
 class _Workload:
-    """One workload: what its build decided, its ports, its conflicts and
-    the backend names its listeners reference."""
+    """One workload or lane (`placement.lane`): what its build decided, its ports, its
+    conflicts and the backend names its listeners reference."""
 
     held: Held
     ports: dict[int, Port]
@@ -75,8 +97,7 @@ class _Workload:
     at: int  # where they start in the table's rejections
     own: int  # its table's rejections start with its own (`Held.own`), then conflicts
     routes: int  # how many of its own are the routes' (from `Held.routes_from`)
-    names: Counter[str]  # backend names its listeners reference (rules and defaults)
-    sorted_names: tuple[str, ...] | None = None  # `names`, sorted; None: to sort again
+    names: _Names  # its workload's: shared by the workload's lanes
 
 
 class TableIndex:
@@ -87,13 +108,22 @@ class TableIndex:
         self.table = table
         # The last update's (workload, port) -> hostnames decided again: the listener
         # rule groups that may differ from the table before it (the others' rules are
-        # the same objects in the same order).
+        # the same objects in the same order). A lane's key (`namespace/name@address`)
+        # names the listener of that address.
         self.changed: dict[tuple[str, int], frozenset[str]] = {}
         self._workloads: dict[str, _Workload] = {}
         self._serial = 0
-        self.usable = not any(LANE_SEPARATOR in key for key in trace) and not any(
-            outcome.names for outcome in table.l4.routes.values()
-        )
+        self.usable = not any(outcome.names for outcome in table.l4.routes.values())
+        # The workloads with lanes: their keys in join order, each key's table before the
+        # join (the table has only the joined one) and what the table adds after the join
+        # (session persistence's refusals).
+        self._lanes = lane_parts(trace)
+        self._parts = {
+            key: found
+            for key, found in traced.parts.items()
+            if lane_workload(key)[0] in self._lanes
+        }
+        self._after: dict[str, tuple[RejectedInput, ...]] = {}
         # (Service, workload) -> how many objects route it there (`RouteTable.demand`).
         self._demand: dict[ServiceKey, dict[str, int]] = {}
         # The routes with rejections, by their order in the table: (namespace, name,
@@ -119,9 +149,13 @@ class TableIndex:
         self._count(table.l4.demand, 1)
         if not self.usable:
             return
+        for workload, keys in self._lanes.items():
+            joined = join_lanes([self._parts[key] for key in keys])
+            self._after[workload] = table.workloads[workload].rejections[len(joined.rejections) :]
+        shared: dict[str, _Names] = {}  # a workload's with lanes
         for workload in sorted(trace):
             held = trace[workload]
-            routes = table.workloads[workload]
+            routes = self._parts[workload] if workload in self._parts else table.workloads[workload]
             ports = {
                 listener.port: self._port(held, listener.port, listener.rules)
                 for listener in routes.listeners
@@ -134,8 +168,14 @@ class TableIndex:
                 for rejection in ports[port].conflicts()
             ]
             conflicts = (*held.refusals, *found, *held.certificates)
-            names: Counter[str] = Counter(li.default_backend for li in routes.listeners)
-            names.update(
+            of = lane_workload(workload)[0]
+            names = shared.get(of)
+            if names is None:
+                names = _Names(Counter(), None if of in self._lanes else routes.names)
+                if of in self._lanes:
+                    shared[of] = names
+            names.counts.update(li.default_backend for li in routes.listeners)
+            names.counts.update(
                 backend.backend
                 for listener in routes.listeners
                 for rule in listener.rules
@@ -150,7 +190,7 @@ class TableIndex:
             # route's first change would leave its first candidate alive, issue 33).
             kept = dataclasses.replace(held, candidates=(), claims=())
             self._workloads[workload] = _Workload(
-                kept, ports, conflicts, held.at, held.own, routes_of, names, routes.names
+                kept, ports, conflicts, held.at, held.own, routes_of, names
             )
 
     def _count(self, pairs: Iterable[tuple[ServiceKey, str]], step: int) -> set[ServiceKey]:
@@ -331,11 +371,14 @@ class TableIndex:
         self.changed = {key: frozenset(hosts) for key, hosts in touched.items()}
         workloads = dict(table.workloads)
         rejections = table.rejections
+        rejoin: set[str] = set()  # workloads with lanes whose lanes' tables changed
         if rejecting:
-            rejections = self._routes_rejections(rejections, reported, workloads)
+            rejections = self._routes_rejections(rejections, reported, workloads, rejoin)
         for workload in sorted({w for w, _ in touched}):
             mine = self._workloads[workload]
-            rejections = self._listeners(workload, mine, touched, workloads, rejections)
+            rejections = self._listeners(workload, mine, touched, workloads, rejections, rejoin)
+        for workload in sorted(rejoin):
+            workloads[workload] = self._joined(workload)
         demand = dict(table.demand)
         for service in moved:
             counts = self._demand.get(service)
@@ -398,10 +441,11 @@ class TableIndex:
         touched: dict[tuple[str, int], set[str]],
         workloads: dict[str, WorkloadRoutes],
         rejections: tuple[RejectedInput, ...],
+        rejoin: set[str],
     ) -> tuple[RejectedInput, ...]:
-        """The workload's listeners with its touched hostnames decided again; the
-        table's rejections with its conflicts replaced."""
-        last = workloads[workload]
+        """The workload's (or lane's) listeners with its touched hostnames decided again;
+        the table's rejections with its conflicts replaced."""
+        last = self._part(workload, workloads)
         for (at_workload, number), hosts in touched.items():
             if at_workload == workload:
                 port = mine.ports[number]
@@ -425,11 +469,12 @@ class TableIndex:
         conflicts = (*held.refusals, *found, *held.certificates)
         own = last.rejections[: mine.own]
         after = last.rejections[mine.own + len(mine.conflicts) :]
-        if mine.sorted_names is None:
-            mine.sorted_names = tuple(sorted(mine.names.keys() - {""}))
-        workloads[workload] = WorkloadRoutes(
-            tuple(listeners), (*own, *conflicts, *after), last.certificates, mine.sorted_names
-        )
+        told = (*own, *conflicts, *after)
+        if workload in self._parts:  # a lane: its workload's names are the joined table's
+            self._put(workload, WorkloadRoutes(tuple(listeners), told, last.certificates), rejoin)
+        else:
+            names = mine.names.sorted()
+            workloads[workload] = WorkloadRoutes(tuple(listeners), told, last.certificates, names)
         if conflicts != mine.conflicts:
             shift = len(conflicts) - len(mine.conflicts)
             start = mine.at
@@ -438,8 +483,10 @@ class TableIndex:
                 *conflicts,
                 *rejections[start + len(mine.conflicts) :],
             )
-            for other in self._workloads.values():
-                if other.at > start:
+            # the workloads and lanes after it (the build lists them in key order; one
+            # of no conflicts starts where the next one does)
+            for key, other in self._workloads.items():
+                if key > workload:
                     other.at += shift
             mine.conflicts = conflicts
         return rejections
@@ -449,6 +496,7 @@ class TableIndex:
         rejections: tuple[RejectedInput, ...],
         reported: set[str],
         workloads: dict[str, WorkloadRoutes],
+        rejoin: set[str],
     ) -> tuple[RejectedInput, ...]:
         """The routes' rejections in the table's and in the `reported` workloads', in
         route order, as the HTTPRoutes stage lists them (few routes have any: sorted
@@ -464,7 +512,7 @@ class TableIndex:
             mine.at += shift
         for workload in reported:
             mine = self._workloads[workload]
-            last = workloads[workload]
+            last = self._part(workload, workloads)
             mine_found = tuple(
                 r for key in order if workload in self._reported[key] for r in self._rejecting[key]
             )
@@ -472,8 +520,32 @@ class TableIndex:
             told = (*last.rejections[:start], *mine_found, *last.rejections[start + mine.routes :])
             mine.own += len(mine_found) - mine.routes
             mine.routes = len(mine_found)
-            workloads[workload] = dataclasses.replace(last, rejections=told)
+            replaced = dataclasses.replace(last, rejections=told)
+            if workload in self._parts:
+                self._put(workload, replaced, rejoin)
+            else:
+                workloads[workload] = replaced
         return rejections
+
+    def _part(self, key: str, workloads: Mapping[str, WorkloadRoutes]) -> WorkloadRoutes:
+        """The table of a workload or lane as the update has it so far: a lane's (or a
+        workload's with lanes) before the join, else the workload's in `workloads`."""
+        return self._parts[key] if key in self._parts else workloads[key]
+
+    def _put(self, key: str, routes: WorkloadRoutes, rejoin: set[str]) -> None:
+        """A lane's (or a workload's with lanes) new table: its workload's to join again."""
+        self._parts[key] = routes
+        rejoin.add(lane_workload(key)[0])
+
+    def _joined(self, workload: str) -> WorkloadRoutes:
+        """The table of a workload with lanes: its own and its lanes' joined as the
+        build joins them (O(its listeners and rejections), not its rules), then what the
+        table added after (`_after`); its names counted across them."""
+        keys = self._lanes[workload]
+        found = join_lanes([self._parts[key] for key in keys])
+        names = self._workloads[keys[0]].names.sorted()
+        told = (*found.rejections, *self._after[workload])
+        return WorkloadRoutes(found.listeners, told, found.certificates, names)
 
     def _decide_host(self, port: Port, name: str, mine: _Workload) -> None:
         """Decide `name` again on `port`: its winners moved in the port's rules and their
@@ -530,11 +602,12 @@ def _count_names(mine: _Workload, rule: RouteRule, step: int) -> None:
     """Count `rule`'s backends in or out of the workload's names (sorted again only when
     a name comes or goes)."""
     names = mine.names
+    counts = names.counts
     for backend in rule.backends:
         name = backend.backend
-        if name not in names:
-            mine.sorted_names = None
-        names[name] += step
-        if not names[name]:
-            del names[name]
-            mine.sorted_names = None
+        if name not in counts:
+            names.ordered = None
+        counts[name] += step
+        if not counts[name]:
+            del counts[name]
+            names.ordered = None

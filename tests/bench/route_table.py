@@ -12,10 +12,14 @@ first step, collect and freeze again when many objects outlived it), untimed, as
 control plane; without it a full collection over millions of objects lands in some steps.
 Each size twice: the Gateway's listener of any host, and of a wildcard hostname covering
 every route's (`*.example.com`, as the demo's `*.demo.example.com`: the common case, a
-held wildcard on the port; figures `route_table_wildcard_*`). Quick: 300 routes; full:
-3,000 and 10,000 (`ROUTE_TABLE_SIZES=3000,10000` sets the sizes).
+held wildcard on the port; figures `route_table_wildcard_*`), then under the wildcard
+listener with the settings' `gateway-address-pool` (the Gateway's listeners bound to an
+address of its own, a lane of the workload: `placement.lane`; figures
+`route_table_pool_*`). Quick: 300 routes; full: 3,000 and 10,000
+(`ROUTE_TABLE_SIZES=3000,10000` sets the sizes).
 `python -m tests.bench.route_table profile N` prints the cProfile of one route change at
-N routes (`... profile N '*.example.com'`: under the wildcard listener)."""
+N routes (`... profile N '*.example.com'`: under the wildcard listener; `... profile N
+'*.example.com' pool`: with the pool too)."""
 
 from __future__ import annotations
 
@@ -35,7 +39,14 @@ from controlplane.settings.resolver import Resolver
 from controlplane.source.convert_gateway import gateway_class_from, gateway_from
 from controlplane.source.convert_routes import http_route_from
 from tests.bench.common import Result, best_of, log, median
-from tests.helpers.builders import DEFAULT_PODS, WORKLOAD, cluster, endpoint_slice, service
+from tests.helpers.builders import (
+    DEFAULT_PODS,
+    WORKLOAD,
+    cluster,
+    endpoint_slice,
+    service,
+    settings,
+)
 
 QUICK_ROUTES = (300,)
 FULL_ROUTES = (3000, 10000)
@@ -46,9 +57,14 @@ TARGETS = {
     "route_table_wildcard_route_change_": "< 1 s",
     "route_table_wildcard_route_added_": "< 1 s",
     "route_table_wildcard_endpoint_change_": "no route table recomputed",
+    "route_table_pool_route_change_": "< 1 s",
+    "route_table_pool_route_added_": "< 1 s",
+    "route_table_pool_endpoint_change_": "no route table recomputed",
 }
 WILDCARD = "*.example.com"
 """The wildcard variant's listener hostname: it covers every route's host."""
+POOL = "192.0.2.10-192.0.2.20"
+"""The pool variant's `gateway-address-pool` (in process: nothing binds it)."""
 
 CLASS = gateway_class_from(
     {"metadata": {"name": "p"}, "spec": {"controllerName": "peerplane.dev/gateway-controller"}}
@@ -91,13 +107,14 @@ def http_route(index: int, version: int = 0, service: int | None = None) -> HTTP
     )
 
 
-def routed_cluster(routes: int, hostname: str = "") -> ClusterState:
+def routed_cluster(routes: int, hostname: str = "", pool: str = "") -> ClusterState:
     services = [service(f"svc-{i}", expose=False) for i in range(routes // 2)]
     slices = [
         endpoint_slice(f"svc-{i}", [f"10.{i // 250}.{i % 250}.1", f"10.{i // 250}.{i % 250}.2"])
         for i in range(routes // 2)
     ]
-    base = cluster(services=services, slices=slices, pods=DEFAULT_PODS)
+    config = settings(**{"gateway-address-pool": pool}) if pool else None
+    base = cluster(services=services, slices=slices, pods=DEFAULT_PODS, config=config)
     return dataclasses.replace(
         base,
         gateway_classes=(CLASS,),
@@ -119,6 +136,7 @@ def run(quick: bool = False) -> list[Result]:
     for routes in sizes(quick):
         results.extend(run_size(routes, quick))
         results.extend(run_size(routes, quick, WILDCARD))
+        results.extend(run_size(routes, quick, WILDCARD, POOL))
     return results
 
 
@@ -129,10 +147,10 @@ def _changed_route(state: ClusterState, step: int) -> ClusterState:
     return dataclasses.replace(state, http_routes=tuple(changed))
 
 
-def run_size(routes: int, quick: bool, hostname: str = "") -> list[Result]:
+def run_size(routes: int, quick: bool, hostname: str = "", pool: str = "") -> list[Result]:
     """The figures at `routes` routes, the Gateway's listener of `hostname` (any host when
-    empty)."""
-    state = routed_cluster(routes, hostname)
+    empty), with a `gateway-address-pool` when `pool` is given."""
+    state = routed_cluster(routes, hostname, pool)
     ports = Resolver(None).global_settings([])
     refs = ["haproxy-system/haproxy"]
     table_s, _ = best_of(
@@ -172,8 +190,8 @@ def run_size(routes: int, quick: bool, hostname: str = "") -> list[Result]:
             raise AssertionError("an endpoint change recomputed the route table")
     updated = getattr(computer._routes, "updated", 0)  # tables updated, not rebuilt
     log(
-        f"route table: {routes} HTTPRoutes, {rules} rules, listener {hostname or 'any host'} "
-        f"(tables updated {updated} of 10): "
+        f"route table: {routes} HTTPRoutes, {rules} rules, listener {hostname or 'any host'}"
+        f"{', pool ' + pool if pool else ''} (tables updated {updated} of 10): "
         f"table from scratch "
         f"{table_s * 1000:.1f} ms, route change {median(route_times) * 1000:.1f} ms, "
         f"route added {median(added_times) * 1000:.1f} ms, "
@@ -184,6 +202,9 @@ def run_size(routes: int, quick: bool, hostname: str = "") -> list[Result]:
     if hostname:
         parameters["listener_hostname"] = hostname
         prefix = "route_table_wildcard_"
+    if pool:
+        parameters["gateway_address_pool"] = pool
+        prefix = "route_table_pool_"
     return [
         Result(f"{prefix}from_scratch_{routes}", table_s * 1000, "ms", parameters),
         Result(f"{prefix}route_change_{routes}", median(route_times) * 1000, "ms", parameters),
@@ -194,10 +215,11 @@ def run_size(routes: int, quick: bool, hostname: str = "") -> list[Result]:
     ]
 
 
-def profile(routes: int, top: int = 25, hostname: str = "") -> None:
+def profile(routes: int, top: int = 25, hostname: str = "", pool: str = "") -> None:
     """The cProfile of one route change at `routes` routes (computed and encoded), by
-    cumulative then internal time; the listener of `hostname` (any host when empty)."""
-    state = routed_cluster(routes, hostname)
+    cumulative then internal time; the listener of `hostname` (any host when empty), with
+    a `gateway-address-pool` when `pool` is given."""
+    state = routed_cluster(routes, hostname, pool)
     computer, encoder, heap = Computer(), Encoder(), Heap()
     result = computer.compute(state, {})
     encoder.encode(result.workloads)
@@ -221,7 +243,8 @@ def profile(routes: int, top: int = 25, hostname: str = "") -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["profile"]:
         hostname = sys.argv[3] if len(sys.argv) > 3 else ""  # e.g. "*.example.com"
-        profile(int(sys.argv[2]) if len(sys.argv) > 2 else 10000, hostname=hostname)
+        pool = POOL if sys.argv[4:5] == ["pool"] else ""
+        profile(int(sys.argv[2]) if len(sys.argv) > 2 else 10000, hostname=hostname, pool=pool)
         raise SystemExit
     for figure in run(quick=True):
         print(f"{figure.name}: {figure.value:.2f} {figure.unit}")

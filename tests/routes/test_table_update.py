@@ -665,3 +665,44 @@ def test_changed_routes_between_common_ends_equal_comparing_every_route(seed: in
         assert all(found[0][i] is expected[0][i] for i in found[1])
         windowed += len(found[0]) < len(http) + len(grpc)
     assert windowed > 50  # the windows, not every route, were compared
+
+
+def test_a_conflict_on_one_workload_moves_the_next_workloads_conflicts() -> None:
+    """Two workloads, the first with no conflicts (its conflicts start where the next
+    one's do): a conflict on the first moves where the second's start in the table's
+    rejections, so a later change of the second's replaces its own (before, it replaced
+    the first's: the table's rejections differed from the table from scratch)."""
+    refs = ["haproxy-system/a", "haproxy-system/b"]
+    base = state(
+        *(
+            gateway(
+                f"gw-{x}",
+                port=8080,
+                allowed=ALL,
+                annotations={"peerplane.dev/workload": f"haproxy-system/{x}"},
+            )
+            for x in "ab"
+        ),
+        services=SERVICES,
+    )
+
+    def same_match(name: str, on: str, host: str, target: str) -> Any:
+        rules = [prefix_rule("/", [to(target)]), prefix_rule("/", [to("catalog")])]
+        return route(name, rules, hostnames=(host,), parent={"name": f"gw-{on}"})
+
+    def computed(computer: RouteComputer, routes: dict[str, Any]) -> RouteTable:
+        cluster_state = _cluster(routes, base)
+        services = {(s.namespace, s.name): s for s in cluster_state.services}
+        found = computer.compute(cluster_state, refs, 8080, 7946, services, None)
+        _assert_same(found, compute_routes(cluster_state, refs, 8080, 7946))
+        return found
+
+    routes = {"b1": same_match("b1", "b", "h1.example.com", "shop")}
+    computer = RouteComputer()
+    computed(computer, routes)
+    routes["a1"] = same_match("a1", "a", "h2.example.com", "shop")  # a's first conflict
+    computed(computer, routes)
+    routes["b1"] = same_match("b1", "b", "h3.example.com", "shop")  # b's conflict moves
+    found = computed(computer, routes)
+    assert computer.updated == 2
+    assert [r.name for r in found.rejections if "same match" in r.reason] == ["a1", "b1"]
