@@ -407,6 +407,25 @@ class TlsPassthroughListener:
     accept_proxy: bool = False
 
 
+class EditedBackends(tuple[BackendSpec, ...]):
+    """A workload's backends made from another tuple of backends by replacing the specs
+    `names` names in place (same names, same order): `edited_from` is the id of that
+    tuple. The encoder, still holding the tuple it encoded last, reads from it which
+    backends to encode again instead of comparing 8,000 specs per change; the id is only
+    trusted while that tuple is alive, which is what makes it unique."""
+
+    edited_from: int
+    names: tuple[str, ...]
+
+    @classmethod
+    def of(
+        cls, specs: list[BackendSpec], edited_from: tuple[BackendSpec, ...], names: tuple[str, ...]
+    ) -> EditedBackends:
+        made = cls(specs)
+        made.edited_from, made.names = id(edited_from), names
+        return made
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadSnapshot:
     """Everything one HAProxy workload needs, unversioned and unencoded.

@@ -25,6 +25,7 @@ from controlplane.settings.resolver import GlobalSettings
 from controlplane.settings.workloads import PeerEntry, Workload
 from controlplane.snapshot import (
     BackendSpec,
+    EditedBackends,
     HttpFrontend,
     RejectedInput,
     TcpFrontend,
@@ -154,15 +155,26 @@ class WorkloadAssembly:
             http = self._http if http == self._http else http
             tcp = self._tcp if tcp == self._tcp else tcp
             self._http, self._tcp = http, tcp
+        removed: set[str] = set()
+        replaced: set[str] = set()
         for _, old, new in moves:
             if old is not None:
                 for spec in old.backends:
                     self._remove(spec.name)
+                    removed.add(spec.name)
             if new is not None:
                 for spec in self._placed(new):
                     self._put(spec)
+                    replaced.add(spec.name)
+        backends: tuple[BackendSpec, ...]
+        if removed == replaced and len(self._specs) == len(snapshot.backends):
+            # The same names in the same order: say which were replaced (the encoder).
+            names = tuple(sorted(replaced))
+            backends = EditedBackends.of(self._specs, snapshot.backends, names)
+        else:
+            backends = tuple(self._specs)
         self._snapshot = dataclasses.replace(
-            snapshot, backends=tuple(self._specs), http_frontend=http, tcp_frontends=tcp
+            snapshot, backends=backends, http_frontend=http, tcp_frontends=tcp
         )
         return self._snapshot, self._lost_flat
 

@@ -92,6 +92,10 @@ class Informer(Generic[T]):
         self._options = options or WatchOptions()
         self._lock = threading.Lock()
         self._items: dict[Key, T] = {}
+        # `_items`' values as `take` hands them, in the cache's order (the computation's
+        # result does not depend on input order: no sort), built again only after the
+        # cache changed: copying 8,000 objects per computation was O(cluster) per change.
+        self._values: tuple[T, ...] | None = None
         self._bad: dict[Key, str] = {}
         self._failure = ""
         self._rv: str | None = None
@@ -124,13 +128,17 @@ class Informer(Generic[T]):
         with self._lock:
             return dict(self._items)
 
-    def take(self) -> tuple[dict[Key, T], set[Key]]:
-        """The cache and the keys whose object changed (came, went or was replaced) since
-        the last `take`, at one instant (with `record_changes`: watch events, and what a
-        relist or a 404 found different, deletions included)."""
+    def take(self) -> tuple[tuple[T, ...], dict[Key, T | None]]:
+        """The cached objects (the very tuple of the last `take` while the cache did not
+        change) and each key whose object changed (came, went or was replaced) since the
+        last `take`, with its object now (None: gone), at one instant (with
+        `record_changes`: watch events, and what a relist or a 404 found different,
+        deletions included)."""
         with self._lock:
             changed, self._changed = self._changed, set()
-            return dict(self._items), changed
+            if self._values is None:
+                self._values = tuple(self._items.values())
+            return self._values, {key: self._items.get(key) for key in changed}
 
     @property
     def resource_version(self) -> str | None:
@@ -227,6 +235,7 @@ class Informer(Generic[T]):
         with self._lock:
             before = self._items
             self._items, self._bad, self._rv, self._failure = {}, {}, None, ""
+            self._values = None
             if self._record:
                 self._changed.update(before)
         if self._on_item is not None:
@@ -276,6 +285,7 @@ class Informer(Generic[T]):
             if self._record:
                 self._changed.update(differ)
             self._items, self._bad, self._rv, self._failure = items, bad, rv, ""
+            self._values = None
             self.relists += 1
         if self._on_item is not None:
             for key in differ:
@@ -399,7 +409,8 @@ class Informer(Generic[T]):
             if after is None or isinstance(after, _Rejected):
                 if isinstance(after, _Rejected):
                     self._bad[key] = after.reason
-                self._items.pop(key, None)
+                if self._items.pop(key, None) is not None:
+                    self._values = None
                 after = None
             elif before is not None and before == after:
                 # A change the model does not see (a status write, a label we do not
@@ -408,6 +419,7 @@ class Informer(Generic[T]):
                 return False
             else:
                 self._items[key] = after
+                self._values = None
             if before == after:
                 return False
             if self._record:

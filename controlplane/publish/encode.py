@@ -16,6 +16,7 @@ backends are encoded again. Certificates are kept the same way, by the identity 
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import compress, count
@@ -35,7 +36,13 @@ from controlplane.publish.encode_parts import (
     tls_listeners_bytes,
 )
 from controlplane.publish.route_groups import Group, ListenerGroups, regroup, replaced_rules
-from controlplane.snapshot import BackendSpec, Certificate, RouteRule, WorkloadSnapshot
+from controlplane.snapshot import (
+    BackendSpec,
+    Certificate,
+    EditedBackends,
+    RouteRule,
+    WorkloadSnapshot,
+)
 from peerplane import protowire
 from peerplane.parts import SNAPSHOT_ROUTE_GROUPS, ContentParts, digest, listener_name
 from peerplane.v1 import peerplane_pb2 as pb
@@ -283,7 +290,7 @@ class Encoder:
         warnings = last.backend_warnings
         touched: list[str] = []
         replaced: list[BackendSpec] = []
-        for index in compress(count(), map(is_not, old, new)):
+        for index in _differing(old, new):
             before, spec = old[index], new[index]
             if before.name != spec.name:
                 return None
@@ -293,6 +300,24 @@ class Encoder:
             warnings += len(spec.warnings) - len(before.warnings)
         _retire(cache, replaced)
         return backends, digests, warnings, tuple(touched)
+
+
+def _differing(old: tuple[BackendSpec, ...], new: tuple[BackendSpec, ...]) -> Iterable[int]:
+    """The indexes where `new` (as long as `old`) holds another spec than `old`: those the
+    assembly says it replaced when `new` is an `EditedBackends` of `old` (found by name,
+    O(replaced x log N)), else every index compared by identity (O(N), at C speed)."""
+    if isinstance(new, EditedBackends) and new.edited_from == id(old):
+        indexes = [bisect_left(new, name, key=_spec_name) for name in new.names]
+        if all(
+            index < len(new) and new[index].name == name == old[index].name
+            for index, name in zip(indexes, new.names, strict=True)
+        ):
+            return [index for index in indexes if old[index] is not new[index]]
+    return compress(count(), map(is_not, old, new))
+
+
+def _spec_name(spec: BackendSpec) -> str:
+    return spec.name
 
 
 def _joined(

@@ -67,6 +67,24 @@ def test_the_c_composed_graph_is_checked_before_construction(text: str, reason: 
     assert load_text(ANCHORED)[0]["b"][59] == ["x"] * 999
 
 
+def nested(levels: int) -> str:
+    """A block mapping `levels` deep (the root map the first level), no anchor."""
+    return "".join(f"{'  ' * i}k{i}:\n" for i in range(levels - 1)) + "  " * (levels - 1) + "v\n"
+
+
+@pytest.mark.parametrize("anchor", ["", "top: &t 1\n"])
+def test_the_depth_limit_is_the_same_with_or_without_an_anchor(anchor: str) -> None:
+    """A text without an anchor has only its depth checked (no node is shared), one with
+    an anchor its whole graph: the limit is the same, 100 levels of maps and lists (the
+    scalar at the bottom one of them), and so is the error, both ways of composing."""
+    assert load_text(anchor + nested(100))[0]["k0"]
+    for text in (anchor + nested(101), anchor + "a: " + "[" * 100 + "]" * 100 + "\n"):
+        with pytest.raises(yamlload._OverLimit):
+            yamlload._load_c(text)
+        with pytest.raises(LoadError, match="nested deeper than 100 levels"):
+            load_text(text)
+
+
 def test_a_fifo_in_place_of_a_manifest_is_refused_without_blocking(tmp_path: Path) -> None:
     """A manifest swapped with a FIFO froze the folder source for good: `serve` sat in
     `openat` waiting for a writer after 15,150 swaps in 4.8 s, health still SERVING.
