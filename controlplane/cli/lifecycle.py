@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from controlplane import logformat
 from controlplane.cli import flags, wiring
+from controlplane.loop.heap import built_without_collector
 from controlplane.loop.reconcile import Reconciler
 from controlplane.loop.replica import Replica
 from controlplane.metrics import Metrics, MetricsServer
@@ -198,8 +199,9 @@ async def _run(
         # that assigns is woken by the ledger only for a shard it must write again
         # (`ledger_drift`): the echo of its own writes would cost a whole empty step.
         ledger.start(lambda: None if replica.assigning() else reconciler.on_change())
-    starting = loop.run_in_executor(None, source.start, reconciler.on_change)
-    await _first(starting, stop_wait)
+    with built_without_collector():  # the first list builds most of the heap
+        starting = loop.run_in_executor(None, source.start, reconciler.on_change)
+        await _first(starting, stop_wait)
     if not starting.done() or (error := starting.exception()) is not None:
         if starting.done():
             log.error("source %s failed to start: %s", args.source, error)

@@ -30,17 +30,12 @@ def parse_ip(text: str) -> Address | None:
         return None
 
 
-def canonical_key(endpoint: EndpointKey) -> tuple[int, bytes, int]:
-    """IPv4 before IPv6, then numeric address (packed bytes compare numerically), then port."""
-    parsed = parse_ip(endpoint[0])
-    if parsed is None:
-        raise AddressError(f"not an IP address: {endpoint[0]!r}")
-    return parsed.version, parsed.packed, endpoint[1]
-
-
 def ready_endpoints(slices: Iterable[EndpointSlice], port: ServicePort) -> list[EndpointKey]:
-    """Ready (address, port) pairs for `port`, deduplicated, in canonical order."""
-    found: set[EndpointKey] = set()
+    """Ready (address, port) pairs for `port`, deduplicated, in canonical order.
+
+    Each pair's sort key (IPv4 before IPv6, the packed address, the port) is made from the
+    address parsed here, not parsed again: 160,000 endpoints at a start of 8,000 Services."""
+    found: dict[EndpointKey, tuple[int, bytes, int]] = {}
     for endpoint_slice in slices:
         if endpoint_slice.address_type not in _ADDRESS_TYPES:
             continue
@@ -60,5 +55,5 @@ def ready_endpoints(slices: Iterable[EndpointSlice], port: ServicePort) -> list[
             for raw in endpoint.addresses:
                 parsed = parse_ip(raw)
                 if parsed is not None:  # anything else is never rendered
-                    found.add((parsed.text, target))
-    return sorted(found, key=canonical_key)
+                    found[parsed.text, target] = (parsed.version, parsed.packed, target)
+    return sorted(found, key=found.__getitem__)

@@ -9,10 +9,14 @@ objects would stay.
 
 from __future__ import annotations
 
+import contextlib
+import gc
+from collections.abc import Iterator
+
 from peerplane.runtime import heap
 from peerplane.runtime.heap import REFREEZE_GEN2_OBJECTS
 
-__all__ = ["FREEZE_MIN_ENCODED", "REFREEZE_GEN2_OBJECTS", "Heap"]
+__all__ = ["FREEZE_MIN_ENCODED", "REFREEZE_GEN2_OBJECTS", "Heap", "built_without_collector"]
 
 # A step that encoded at least this many backends rebuilt enough of the heap to freeze it.
 FREEZE_MIN_ENCODED = 500
@@ -35,3 +39,22 @@ class Heap:
     def settle(self, encoded: int) -> None:
         """After a step that encoded `encoded` backends."""
         self._heap.settle(rebuilt=encoded >= FREEZE_MIN_ENCODED)
+
+
+@contextlib.contextmanager
+def built_without_collector() -> Iterator[None]:
+    """The cyclic collector off while the start builds the heap (the first list of the
+    cluster, the first step), then one collection (cycles made meanwhile are freed) and the
+    heap frozen as `Heap.settle` freezes it; the collector back as it was. With it on, its
+    collections walked the growing heap again and again: 1.3 of the 2.3 s of CPU that
+    listing 8,000 Services and their EndpointSlices took, 0.3-0.6 s of the first
+    computation's 1.9 s (docs/findings.md, "First start at 8,000 Services: core-seconds")."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.collect()
+        gc.freeze()
+        if enabled:
+            gc.enable()

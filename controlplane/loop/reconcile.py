@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 from controlplane.ledger.store import LedgerWriteError, SlotLedger
 from controlplane.logformat import fields
 from controlplane.loop.assignment import same_assignment, written_part
-from controlplane.loop.heap import Heap
+from controlplane.loop.heap import Heap, built_without_collector
 from controlplane.metrics import Metrics
 from controlplane.model import ClusterState
 from controlplane.publish.encode import Encoder
@@ -179,9 +179,10 @@ class Reconciler:
         Returns after `stop()`, never in the middle of a persist-then-publish step. With
         an authority the assignment is loaded when this replica starts assigning.
         """
-        if self._authority is None:
-            self._assignment = await self._load()
-        await self._reconcile()
+        with built_without_collector():  # the first step builds most of the heap
+            if self._authority is None:
+                self._assignment = await self._load()
+            await self._reconcile()
         while not self._stopping.is_set():
             await self._wait(self._changed)
             if self._stopping.is_set():

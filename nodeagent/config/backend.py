@@ -6,6 +6,7 @@ version (`nodeagent/haproxy/version.py`).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 
 from nodeagent.config.checked import check, endpoint
@@ -234,7 +235,7 @@ def _servers(backend: str, slots: Iterable[pb.Slot], options: str, cookie: bool)
         seen.add(index)
         server = slot.server_name
         # `names.server_index(server) == index` for an index within the limit
-        if not (0 < index <= limits.MAX_SLOTS and server == names.server_name(index)):
+        if not (0 < index <= limits.MAX_SLOTS and server == _SERVER_NAMES[index]):
             lines.append(_server(backend, slot, options, cookie))
             continue
         suffix = f" cookie {server}{options}" if cookie else options
@@ -242,12 +243,13 @@ def _servers(backend: str, slots: Iterable[pb.Slot], options: str, cookie: bool)
             lines.append(f"  server {server} 127.0.0.1:1 id {index} disabled{suffix}")
         elif 0 < slot.port <= 65535 and is_canonical_ipv4(slot.address):
             # `checked.endpoint`: a canonical IPv4 address is its own canonical text
-            address = f"{slot.address}:{slot.port}"
-            lines.append(f"  server {server} {address} id {index} enabled{suffix}")
+            address = slot.address
+            lines.append(f"  server {server} {address}:{slot.port} id {index} enabled{suffix}")
         else:
             lines.append(_server(backend, slot, options, cookie))
     return lines
 
 
-def _slot_index(slot: pb.Slot) -> int:
-    return slot.index
+# `names.server_name(index)` of every index within the limit, looked up per slot
+_SERVER_NAMES = tuple(names.server_name(index) for index in range(limits.MAX_SLOTS + 1))
+_slot_index = operator.attrgetter("index")  # in C: the sort's key of 336,000 slots

@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -347,6 +348,50 @@ def test_the_heap_is_frozen_after_the_first_computation() -> None:
             loop.source.on_change()
             await loop.reconciler.wait_computed(3, WAIT_S)
             assert gc.get_freeze_count() >= small + len(outliving)
+
+    try:
+        run(body())
+    finally:
+        gc.unfreeze()
+
+
+class CollectorWatchingCompute(FakeCompute):
+    """Says, per call, whether the cyclic collector was on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.collecting: list[bool] = []
+
+    def __call__(self, state: ClusterState, *args: Any, **kwargs: Any) -> Any:
+        self.collecting.append(gc.isenabled())
+        return super().__call__(state, *args, **kwargs)
+
+
+def test_the_first_step_builds_the_heap_without_the_cyclic_collector() -> None:
+    """The first computation of a big cluster builds most of the heap; the collector's
+    passes over it while it grows cost 0.3-0.6 s of its CPU at 8,000 Services. It runs
+    with the collector off, which is on again after it (and for every later step), the
+    heap it built frozen."""
+
+    async def body() -> None:
+        gc.unfreeze()
+        store, source, compute = SnapshotStore(), FakeSource(), CollectorWatchingCompute()
+        reconciler = Reconciler(source, store, RecordingLedger(store), compute)
+        source.start(reconciler.on_change)
+        task = asyncio.create_task(reconciler.run())
+        try:
+            await reconciler.wait_computed(1, WAIT_S)
+            await asyncio.sleep(0)
+            assert gc.isenabled()
+            assert gc.get_freeze_count() > 0
+            assert source.on_change is not None
+            source.on_change()
+            await reconciler.wait_computed(2, WAIT_S)
+        finally:
+            reconciler.stop()
+            await asyncio.wait_for(task, WAIT_S)
+        assert compute.collecting == [False, True]
+        assert gc.isenabled()
 
     try:
         run(body())
