@@ -1,18 +1,23 @@
-"""The route propagation benchmark's Kubernetes writer: one kept-alive connection, a write
-that returns once its request is sent (the poll starts then, not after the reply), and a
-refused write that still fails the trial."""
+"""The route propagation benchmark's Kubernetes writer (one kept-alive connection, a write
+that returns once its request is sent, so the poll starts then and not after the reply; a
+refused write still fails the trial) and its poll (a round asks every HAProxy before
+reading a reply)."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
 from tests.bench.api_writer import KeptAliveWriter
-from tests.bench.routes import KubeRoutes
+from tests.bench.routes import Bench, KubeRoutes
+from tests.helpers.fleet import HTTP_PORT, Fleet
 
 pytestmark = pytest.mark.unit
 
@@ -107,3 +112,52 @@ def test_a_refused_write_fails_when_settled(api: SlowApi) -> None:
         routes.settle()
     routes.write("new-1", "n1.demo.example.com", "shop")
     routes.settle()
+
+
+class Answering(ThreadingHTTPServer):
+    """An HAProxy stand-in on `address`:HTTP_PORT: 200 once `ready` is set (waits for it
+    up to 2 s, then 404)."""
+
+    daemon_threads = True
+
+    def __init__(self, address: str, ready: threading.Event, asked: threading.Event) -> None:
+        super().__init__((address, HTTP_PORT), Answer)
+        self.ready, self.asked = ready, asked
+
+
+class Answer(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: Answering
+
+    def do_GET(self) -> None:
+        self.server.asked.set()
+        status = 200 if self.server.ready.wait(2) else 404
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_a_poll_round_asks_every_haproxy_before_reading_a_reply() -> None:
+    """The first HAProxy answers only once the second was asked: polled in turn (the
+    second asked after the first's reply), its first answer would be a 404 after 2 s."""
+    second_asked = threading.Event()
+    addresses = ("127.77.250.1", "127.77.250.2")
+    servers = [
+        Answering(addresses[0], ready=second_asked, asked=threading.Event()),
+        Answering(addresses[1], ready=threading.Event(), asked=second_asked),
+    ]
+    servers[1].ready.set()
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        fleet = SimpleNamespace(agents={a: SimpleNamespace(address=a) for a in addresses})
+        bench = Bench(cast(Fleet, fleet), KubeRoutes(KeptAliveWriter("http://127.0.0.1:1")))
+        start = time.perf_counter()
+        assert bench._until_200("n0.demo.example.com", start, timeout=10) < 2
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
