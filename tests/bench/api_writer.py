@@ -3,13 +3,13 @@ one kept-alive HTTP/1.1 connection (TLS with the admin's client certificate for 
 server), the request sent at once and its reply read when the caller asks.
 
 The route propagation benchmark times a route from the moment its write starts to the
-first 200 through every HAProxy. The Kubernetes Python client added 2 to 4 ms of its own
-per write (serialising through its models, its urllib3 pool) and the benchmark could only
-start polling once the reply was back: on a loaded machine the reply came up to 30 ms
-after the control plane had read the watch event and the agents had set the route
-(docs/findings.md, "Route propagation through a real API server: the writer"). Here the
-clock still starts before the request is written; the poll starts as soon as it is sent,
-and the reply is read (and checked) once the route is served.
+first 200 through every HAProxy. With the Kubernetes Python client the poll could only
+start once the reply was back: on a loaded machine 5 to 6 ms after the control plane had
+read the watch event at the median, up to 30 ms after the agents had set the route
+(docs/findings.md, "Route propagation through a real API server: the writer, the poll,
+the informer"). Here the clock still starts before the request is written; the poll
+starts as soon as it is sent, and the reply is read (and checked) once the route is
+served.
 """
 
 from __future__ import annotations

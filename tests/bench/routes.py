@@ -27,7 +27,7 @@ starts when the write starts and the poll as soon as the request is sent; the re
 read (and checked) after the first 200s. With the Kubernetes Python client, which the
 real variant used before, the poll could only start once its reply was back: on a loaded
 machine up to 30 ms after the agents had set the route (docs/findings.md, "Route
-propagation through a real API server: the writer").
+propagation through a real API server: the writer, the poll, the informer").
 Each trial writes one new HTTPRoute and polls both HAProxies with its host, every 2 ms, each
 on one kept-alive connection (`KeptAlive`), a round's two requests sent before either
 reply is read (in turn, a 200 through the first HAProxy, which goes to a backend, took
