@@ -3,9 +3,11 @@ one kept-alive HTTP/1.1 connection (TLS with the admin's client certificate for 
 server), the request sent at once and its reply read when the caller asks.
 
 The route propagation benchmark times a route from the moment its write starts to the
-first 200 through every HAProxy. With the Kubernetes Python client the poll could only
-start once the reply was back: on a loaded machine 5 to 6 ms after the control plane had
-read the watch event at the median, up to 30 ms after the agents had set the route
+first 200 through every HAProxy. With the Kubernetes Python client each write opened a
+new TLS connection (the reply, asked for unread, was never read, so its pool could not
+reuse the connection) and the poll could only start once the reply was back: on a loaded
+machine 5 to 6 ms after the control plane had read the watch event at the median, up to
+30 ms after the agents had set the route
 (docs/findings.md, "Route propagation through a real API server: the writer, the poll,
 the informer"). Here the clock still starts before the request is written; the poll
 starts as soon as it is sent, and the reply is read (and checked) once the route is

@@ -25,7 +25,8 @@ Both kube variants write as a lean production client does, on one kept-alive con
 (TLS with the admin's client certificate for the real server; `api_writer`): the clock
 starts when the write starts and the poll as soon as the request is sent; the reply is
 read (and checked) after the first 200s. With the Kubernetes Python client, which the
-real variant used before, the poll could only start once its reply was back: on a loaded
+real variant used before, each write opened a new TLS connection (its reply was never
+read) and the poll could only start once that reply was back: on a loaded
 machine up to 30 ms after the agents had set the route (docs/findings.md, "Route
 propagation through a real API server: the writer, the poll, the informer").
 Each trial writes one new HTTPRoute and polls both HAProxies with its host, every 2 ms, each
