@@ -124,20 +124,13 @@ class Informer(Generic[T]):
         with self._lock:
             return dict(self._items)
 
-    def take(self, last: tuple[T, ...] | None = None) -> tuple[tuple[T, ...], dict[Key, T | None]]:
-        """The cached objects, in the cache's order, and those that changed (came, went:
-        None, or were replaced) since the last `take`, at one instant (with
-        `record_changes`: watch events, and what a relist or a 404 found different,
-        deletions included). `last`, the objects the previous `take` returned, is
-        returned itself when nothing changed: a step copies no unchanged cache (10,000
-        HTTPRoutes per endpoint change), and one that changed once, not as a dict and then
-        a tuple."""
+    def take(self) -> tuple[dict[Key, T], set[Key]]:
+        """The cache and the keys whose object changed (came, went or was replaced) since
+        the last `take`, at one instant (with `record_changes`: watch events, and what a
+        relist or a 404 found different, deletions included)."""
         with self._lock:
             changed, self._changed = self._changed, set()
-            if last is not None and self._record and not changed:
-                return last, {}
-            items = self._items
-            return tuple(items.values()), {key: items.get(key) for key in changed}
+            return dict(self._items), changed
 
     @property
     def resource_version(self) -> str | None:

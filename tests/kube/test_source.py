@@ -260,50 +260,6 @@ def test_a_kind_nothing_changed_in_is_handed_out_as_the_same_tuple(
     assert source.state().endpoint_slices is second.endpoint_slices
 
 
-class Walked(dict[Any, Any]):
-    """An informer's cache that counts the walks over all of it (a copy, its keys or
-    values)."""
-
-    def __init__(self, items: Mapping[Any, Any]) -> None:
-        super().__init__(items)
-        self.walks = 0
-
-    def __iter__(self) -> Iterator[Any]:
-        self.walks += 1
-        return super().__iter__()
-
-    def keys(self) -> Any:
-        self.walks += 1
-        return super().keys()
-
-    def values(self) -> Any:
-        self.walks += 1
-        return super().values()
-
-
-def test_a_state_walks_only_the_caches_that_changed(
-    api: FakeKubeAPI, source: KubernetesSource, changes: Changes
-) -> None:
-    """A step reads no cache whose kind did not change (each state copied every
-    informer's: 10,000 HTTPRoutes for an endpoint change), and the changed one once."""
-    source.state()
-    caches: dict[str, Walked] = {}
-    for kind, informer in source.informers.items():
-        with informer._lock:
-            informer._items = caches[kind] = Walked(informer._items)
-    seen = changes.count
-    api.apply(endpoint_slice("shop", {"10.0.1.1": True, "10.0.1.5": True}))
-    wait_until(lambda: changes.count > seen)
-    state = source.state()
-    assert {kind: cache.walks for kind, cache in caches.items() if cache.walks} == {
-        "EndpointSlice": 1
-    }
-    (slice_,) = state.endpoint_slices
-    assert ("10.0.1.5",) in [e.addresses for e in slice_.endpoints]
-    assert state.changes is not None
-    assert ("EndpointSlice", "default", "shop-abc") in state.changes.objects
-
-
 def test_gone_as_http_410_on_the_watch_request(api: FakeKubeAPI, source: KubernetesSource) -> None:
     relists = source.informers["Pod"].relists
     api.fail_next("Pod", 410)
