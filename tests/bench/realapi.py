@@ -166,30 +166,6 @@ class RealApi:
             "bulk": len(json.loads(bulk.data)["items"]),
         }
 
-    def create_route(self, route: Obj) -> float:
-        """POST a new HTTPRoute; the moment the request went out (`time.perf_counter`)."""
-        namespace = route["metadata"]["namespace"]
-        start = time.perf_counter()
-        self.writer.custom.create_namespaced_custom_object(
-            *GATEWAY, namespace, "httproutes", route, _preload_content=False
-        )
-        return start
-
-    def replace_route(self, route: Obj) -> float:
-        """GET the stored HTTPRoute, PUT `route` with its resourceVersion; the moment the
-        PUT went out."""
-        meta = route["metadata"]
-        stored = self.writer.custom.get_namespaced_custom_object(
-            *GATEWAY, meta["namespace"], "httproutes", meta["name"]
-        )
-        version = stored["metadata"]["resourceVersion"]
-        body = {**route, "metadata": {**meta, "resourceVersion": version}}
-        start = time.perf_counter()
-        self.writer.custom.replace_namespaced_custom_object(
-            *GATEWAY, meta["namespace"], "httproutes", meta["name"], body, _preload_content=False
-        )
-        return start
-
     def route_counts(self) -> dict[str, int]:
         """HTTPRoutes stored, and those whose status names a parent (the leader wrote it)."""
         reply = self.writer.custom.list_cluster_custom_object(

@@ -6,14 +6,13 @@ process, and HTTPRoute writes to it as kubectl makes them.
 (the fleet's demo manifests and the bulk HTTPRoutes), `routes` says how many HTTPRoutes
 there are and how many carry the status the Lease holder writes. In its own process the
 server's work (it stands in for the kube-apiserver) neither slows the control plane under
-test nor the benchmark's polling. `ApiRoutes` writes HTTPRoutes over HTTP from the
-benchmark's process: a POST for a new one, a GET and a PUT with its resourceVersion for
-one that exists (`kubectl create`, `kubectl replace`).
+test nor the benchmark's polling. `ApiRoutes` writes HTTPRoutes from the benchmark's
+process on one kept-alive connection (`api_writer`): a POST for a new one, a GET and a PUT
+with its resourceVersion for one that exists (`kubectl create`, `kubectl replace`).
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import sys
@@ -21,10 +20,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import yaml
 
+from tests.bench.api_writer import KeptAliveWriter
 from tests.bench.common import Child
 from tests.helpers.fleet import REPO
 from tests.kubeapi import FakeKubeAPI
@@ -105,43 +104,36 @@ class RouteCluster:
 
 
 class ApiRoutes:
-    """HTTPRoutes written through the API server at `url`, one connection a request."""
+    """HTTPRoutes written through the API server on one kept-alive connection
+    (`api_writer.KeptAliveWriter`): a POST for a new one, a GET and a PUT with its
+    resourceVersion for one that exists (`kubectl create`, `kubectl replace`). A write
+    returns once its request is sent; `settle` reads its reply."""
 
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
-
-    def _request(self, method: str, path: str, body: Obj | None = None) -> Obj:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
-        try:
-            data = json.dumps(body).encode() if body is not None else None
-            headers = {"Content-Type": "application/json"} if data is not None else {}
-            conn.request(method, path, body=data, headers=headers)
-            reply = conn.getresponse()
-            answer: Obj = json.loads(reply.read() or b"{}")
-            if reply.status >= 300:
-                raise RuntimeError(f"{method} {path}: {reply.status} {answer.get('message')}")
-            return answer
-        finally:
-            conn.close()
+    def __init__(self, writer: KeptAliveWriter) -> None:
+        self.writer = writer
 
     def create(self, route: Obj) -> float:
-        """POST a new HTTPRoute; the moment the request went out (`time.perf_counter`)."""
+        """POST a new HTTPRoute; the moment its write started (`time.perf_counter`)."""
         path = ROUTES_PATH.format(namespace=route["metadata"]["namespace"])
         start = time.perf_counter()
-        self._request("POST", path, route)
+        self.writer.send("POST", path, route)
         return start
 
     def replace(self, route: Obj) -> float:
         """GET the stored HTTPRoute, PUT `route` with its resourceVersion; the moment the
-        PUT went out."""
+        PUT's write started."""
         meta = route["metadata"]
         path = ROUTES_PATH.format(namespace=meta["namespace"]) + f"/{meta['name']}"
-        stored = self._request("GET", path)
+        stored = self.writer.request("GET", path)
         body = {**route, "metadata": {**meta, **_version(stored)}}
         start = time.perf_counter()
-        self._request("PUT", path, body)
+        self.writer.send("PUT", path, body)
         return start
+
+    def settle(self) -> None:
+        """Read the last write's reply; raises when the API server refused it."""
+        if self.writer.pending:
+            self.writer.reply()
 
 
 def _version(stored: Obj) -> dict[str, str]:
