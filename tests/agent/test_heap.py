@@ -7,19 +7,25 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import weakref
 
 import pytest
 
 from nodeagent.cli import lifecycle, wiring
-from nodeagent.heap import REFREEZE_GEN2_OBJECTS, Heap
+from nodeagent.heap import REFREEZE_GEN2_OBJECTS, TRIM_INTERVAL_S, Heap
 from nodeagent.stream.client import Client
 from nodeagent.stream.protocol import Identity
 from peerplane.runtime import heap as runtime_heap
 from tests.agent.test_client import FakePlane, FlakyApplier, running, serve, within
 from tests.helpers.haproxy_env import free_port, snapshot
+from tests.helpers.malloc import rss_around_holes
 
 pytestmark = pytest.mark.unit
+
+glibc_only = pytest.mark.skipif(
+    "glibc" not in (os.confstr("CS_GNU_LIBC_VERSION") or ""), reason="glibc only"
+)
 
 
 class _Node:
@@ -148,3 +154,37 @@ def test_a_restored_snapshot_settles_the_heap_before_the_stream_starts(restored:
     agent = wiring.Agent(_Restoring(restored), client, None, None)  # type: ignore[arg-type]
     assert asyncio.run(lifecycle._serve(agent)) == 0
     assert client.settled_at_start == ([True] if restored else [])
+
+
+HELD_MIB = 48  # `tests.helpers.malloc.rss_around_holes`
+
+
+@glibc_only
+def test_a_settle_gives_malloc_free_pages_in_the_middle_of_the_heap_back() -> None:
+    """Freed blocks between live ones stay resident (glibc trims only a free top): a
+    render's transient blocks kept the agent's RSS climbing for hours (docs/findings.md,
+    "Agent memory: the pages malloc keeps"). After an apply settles they go back."""
+    mib = 1 << 20
+    before, freed, settled = rss_around_holes(
+        "from nodeagent.heap import Heap\nHeap().settle(rebuilt=False)"
+    )
+    assert before - freed < HELD_MIB * mib / 4  # freeing alone gives little back
+    assert freed - settled > HELD_MIB * mib / 2, (before, freed, settled)
+
+
+def test_a_settle_trims_at_most_every_trim_interval() -> None:
+    """A trim costs a few ms and the next render's page faults: not after every apply of
+    a burst, but again once the interval passed."""
+    now = [100.0]
+    trims: list[float] = []
+    heap = Heap(trim=lambda: trims.append(now[0]), clock=lambda: now[0])
+    try:
+        for _ in range(5):  # a burst: the first settle trims
+            heap.settle(rebuilt=False)
+            now[0] += 1.0
+        now[0] = 100.0 + TRIM_INTERVAL_S
+        heap.settle(rebuilt=False)
+        heap.settle(rebuilt=True)  # a full snapshot within the interval: no trim either
+        assert trims == [100.0, 100.0 + TRIM_INTERVAL_S]
+    finally:
+        gc.unfreeze()

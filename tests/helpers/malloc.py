@@ -159,3 +159,41 @@ def malloc_after(code: str, env: Mapping[str, str] | None = None) -> tuple[list[
     *printed, probed = done.stdout.splitlines()
     arenas, fixed = json.loads(probed)
     return printed, MallocSeen(arenas, fixed)
+
+
+# A render's transient blocks, in a fresh interpreter with the agent's malloc settings:
+# 48 MiB of 64 KiB blocks (under the mmap threshold: in the heap) with a small block kept
+# after each, so freeing them leaves holes in the middle of the heap, not a free top.
+_HOLES = """
+import json, sys
+from peerplane.runtime import allocator
+allocator.tune()
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+blocks, kept = [], []
+for n in range(768):
+    blocks.append(bytes(64 * 1024))
+    kept.append(bytes(600 + n))  # over pymalloc's 512 bytes: in the heap, between them
+before = rss()
+del blocks
+freed = rss()
+{settle}
+print(json.dumps([before, freed, rss()]))
+"""
+
+
+def rss_around_holes(settle: str) -> tuple[int, int, int]:
+    """Resident bytes in a fresh interpreter (the agent's malloc settings) with 48 MiB of
+    blocks alive, after they are freed (holes between kept blocks), and after `settle`."""
+    done = subprocess.run(
+        [sys.executable, "-c", _HOLES.replace("{settle}", settle)],
+        env={k: v for k, v in os.environ.items() if k not in OWN_SETTINGS},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    before, freed, settled = json.loads(done.stdout.splitlines()[-1])
+    return before, freed, settled

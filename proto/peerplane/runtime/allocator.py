@@ -11,6 +11,13 @@ arenas (`M_ARENA_MAX`) and fixes the threshold (`M_MMAP_THRESHOLD`: a larger blo
 mapped on its own and returned to the kernel when freed). Whatever the environment
 already sets for malloc (`MALLOC_ARENA_MAX`, `MALLOC_MMAP_THRESHOLD_`, `GLIBC_TUNABLES`)
 wins: then, and on a C library that is not glibc, nothing is changed.
+
+Capped arenas still keep what they freed: the pages of a freed block in the middle of a
+heap stay resident until a later block reuses them, so each render's transient blocks
+leave a little more of the reservation touched and the resident memory climbs towards
+the whole reservation over an hour. `trim` hands those free pages back (glibc's
+`malloc_trim`, which since 2.8 releases whole free pages anywhere in every arena, not only
+the top); the agent calls it after applies (`nodeagent/heap.py`).
 """
 
 from __future__ import annotations
@@ -37,19 +44,37 @@ def settings(environ: Mapping[str, str]) -> dict[int, int]:
     return {M_ARENA_MAX: ARENA_MAX, M_MMAP_THRESHOLD: MMAP_THRESHOLD}
 
 
+def _glibc() -> ctypes.CDLL | None:
+    """glibc, or None on another C library."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.gnu_get_libc_version  # noqa: B018  (glibc only: musl has mallopt too)
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def trim() -> bool:
+    """Give malloc's free pages back to the kernel (`malloc_trim(0)`); whether any went.
+    A no-op (False) on a C library that is not glibc."""
+    libc = _glibc()
+    if libc is None:
+        return False
+    libc.malloc_trim.argtypes, libc.malloc_trim.restype = (ctypes.c_size_t,), ctypes.c_int
+    return bool(libc.malloc_trim(0))
+
+
 def tune(environ: Mapping[str, str] = os.environ) -> bool:
     """Apply `settings` (call before threads start); whether glibc took them all."""
     wanted = settings(environ)
     if not wanted:
         log.info("malloc: left as the environment set it")
         return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-        libc.gnu_get_libc_version  # noqa: B018  (glibc only: musl has mallopt too)
-    except (OSError, AttributeError):
+    libc = _glibc()
+    if libc is None:
         log.info("malloc: not glibc, left as it is")
         return False
+    mallopt = libc.mallopt
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     took = all(mallopt(param, value) == 1 for param, value in wanted.items())
     if not took:
