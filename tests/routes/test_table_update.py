@@ -16,9 +16,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.compute import Computer, compute
 from controlplane.model import ClusterState, GatewayAddress
-from controlplane.publish import Encoder, encode
 from controlplane.routes.finalize import referenced
 from controlplane.routes.precedence import Candidate
 from controlplane.routes.route_changes import changed_routes
@@ -37,6 +35,7 @@ from tests.helpers.route_builders import (
     state,
     to,
 )
+from tests.helpers.route_walk import walk_against_fresh
 
 OLD, NEW = "2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z"
 HOSTS = (
@@ -386,23 +385,7 @@ def test_snapshots_and_bytes_after_route_changes_equal_a_fresh_computation(seed:
     the updated table tells it): the snapshots and their encoded bytes equal a fresh
     `compute` and `encode` at every step."""
     rng = random.Random(100 + seed)
-    names = [f"r{i}" for i in range(8)]
-    routes: dict[str, Any] = {name: _route(rng, name) for name in names[:4]}
-    computer, encoder = Computer(), Encoder()
-    previous: dict[str, Any] = {}
-    for _ in range(25):
-        cluster_state = _cluster(routes)
-        incremental = computer.compute(cluster_state, previous)
-        fresh = compute(cluster_state, previous)
-        assert incremental.workloads == fresh.workloads
-        assert encoder.encode(incremental.workloads) == encode(fresh.workloads)
-        assert incremental.rejections == fresh.rejections
-        previous = dict(incremental.assignment)
-        name = rng.choice(names)
-        if name in routes and rng.random() < 0.3:
-            del routes[name]
-        else:
-            routes[name] = _route(rng, name)
+    computer, _ = walk_against_fresh(rng, lambda name: _route(rng, name), _cluster)
     assert computer._routes.updated > 0
 
 

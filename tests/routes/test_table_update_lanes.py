@@ -18,9 +18,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from controlplane.compute import Computer, compute
 from controlplane.model import ClusterState, GatewayAddress, TLSSecret
-from controlplane.publish import Encoder, encode
 from controlplane.routes.finalize import referenced
 from controlplane.routes.route_computer import RouteComputer
 from controlplane.routes.table import RouteTable, compute_routes
@@ -31,6 +29,7 @@ from controlplane.source.convert_routes import grpc_route_from, http_route_from
 from tests.helpers import builders
 from tests.helpers.builders import DEFAULT_PODS, haproxy_pod, service
 from tests.helpers.route_builders import state
+from tests.helpers.route_walk import walk_against_fresh
 from tests.helpers.tls_certs import make_ca
 
 NOW = time.time()
@@ -434,22 +433,11 @@ def test_snapshots_and_bytes_with_lanes_equal_a_fresh_computation(seed: int) -> 
     equal a fresh `compute` and `encode` at every step."""
     rng = random.Random(200 + seed)
     present = set(GATEWAYS)
-    names = [f"r{i}" for i in range(8)]
-    routes = {name: _random_route(rng, name, present) for name in names[:4]}
-    computer, encoder = Computer(), Encoder()
-    previous: dict[str, Any] = {}
-    for _ in range(25):
-        cluster_state = _cluster(routes, present)
-        incremental = computer.compute(cluster_state, previous, now=NOW)
-        fresh = compute(cluster_state, previous, now=NOW)
-        assert incremental.workloads == fresh.workloads
-        assert encoder.encode(incremental.workloads) == encode(fresh.workloads)
-        assert incremental.rejections == fresh.rejections
-        previous = dict(incremental.assignment)
-        name = rng.choice(names)
-        if name in routes and rng.random() < 0.3:
-            del routes[name]
-        else:
-            routes[name] = _random_route(rng, name, present)
+    computer, incremental = walk_against_fresh(
+        rng,
+        lambda name: _random_route(rng, name, present),
+        lambda routes: _cluster(routes, present),
+        now=NOW,
+    )
     assert computer._routes.updated > 0
     assert any(li.address for w in incremental.workloads.values() for li in w.http_listeners)

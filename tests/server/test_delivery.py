@@ -7,9 +7,22 @@ import asyncio
 import time
 
 from controlplane.server.delivery import DeliveryWait, fleet_holds_current
-from tests.helpers.server_harness import NS, W1, W2, Harness, run, snapshot
+from peerplane.v1 import peerplane_pb2 as pb
+from tests.helpers.server_harness import NS, W1, W2, Agent, Harness, run, snapshot
 
 PODS = {f"{NS}/haproxy-a": W1, f"{NS}/haproxy-b": W1, f"{NS}/edge-a": W2}
+
+
+async def two_agents_sent_version_1(h: Harness) -> list[tuple[Agent, pb.ServerMessage]]:
+    """W1 published; haproxy-a and haproxy-b connected, each with its first snapshot
+    (version 1) received and not answered yet."""
+    h.publish({W1: snapshot(W1, "10.0.0.1")}, PODS)
+    sent = []
+    for pod in ("haproxy-a", "haproxy-b"):
+        agent = h.agent(pod)
+        await agent.hello()
+        sent.append((agent, await agent.recv_snapshot()))
+    return sent
 
 
 def test_the_wait_ends_when_every_agent_acknowledged_the_current_version() -> None:
@@ -20,11 +33,7 @@ def test_the_wait_ends_when_every_agent_acknowledged_the_current_version() -> No
         async with Harness() as h:
             loop = asyncio.get_running_loop()
             wait = DeliveryWait(h.server.registry, h.store, loop)
-            h.publish({W1: snapshot(W1, "10.0.0.1")}, PODS)
-            a, b = h.agent("haproxy-a"), h.agent("haproxy-b")
-            await a.hello()
-            await b.hello()
-            first_a, first_b = await a.recv_snapshot(), await b.recv_snapshot()
+            (a, first_a), (b, first_b) = await two_agents_sent_version_1(h)
             assert not await loop.run_in_executor(None, wait, 0.2)
             await a.ack(first_a)
             await h.until(lambda: h.session("haproxy-a").acked_version == 1)  # type: ignore[union-attr]
@@ -66,11 +75,7 @@ def test_an_agent_that_refused_the_current_version_is_not_waited_for() -> None:
         async with Harness() as h:
             loop = asyncio.get_running_loop()
             wait = DeliveryWait(h.server.registry, h.store, loop)
-            h.publish({W1: snapshot(W1, "10.0.0.1")}, PODS)
-            a, b = h.agent("haproxy-a"), h.agent("haproxy-b")
-            await a.hello()
-            await b.hello()
-            first_a, first_b = await a.recv_snapshot(), await b.recv_snapshot()
+            (a, first_a), (b, first_b) = await two_agents_sent_version_1(h)
             await a.ack(first_a)
             await b.nack(first_b, "haproxy refused the config")
             await h.until(lambda: h.session("haproxy-b").last_nack_version == 1)  # type: ignore[union-attr]
