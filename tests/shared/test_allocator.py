@@ -6,7 +6,9 @@ docs/operations.md, "Memory over time"."""
 
 from __future__ import annotations
 
+import gc
 import os
+import subprocess
 
 import pytest
 
@@ -48,3 +50,34 @@ def test_the_environment_keeps_its_own_malloc_settings() -> None:
     assert printed == ["False"]
     assert seen.arenas == THREADS_PROBED + 1  # eight allowed: each thread its own
     assert not seen.threshold_fixed
+
+
+@glibc_only
+def test_a_trim_starts_no_process_and_leaves_no_cyclic_garbage(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The agent trims after applies, its heap frozen: a trim that looked glibc up again
+    ran `ldconfig -p` (two subprocesses, about 2 ms) and made a ctypes class, a reference
+    cycle, each time (docs/findings.md, "Agent memory: cycles on the delta path")."""
+    allocator.trim()  # glibc looked up (once) before
+    started: list[object] = []
+    popen = subprocess.Popen
+
+    def counted(*args: object, **kwargs: object) -> object:
+        started.append(args)
+        return popen(*args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(subprocess, "Popen", counted)
+    gc.collect()
+    gc.disable()
+    try:
+        allocator.trim()
+        allocator.trim()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        garbage = [type(o).__qualname__ for o in gc.garbage]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert started == [] and garbage == []

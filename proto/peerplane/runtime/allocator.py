@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 from collections.abc import Mapping
@@ -44,8 +45,11 @@ def settings(environ: Mapping[str, str]) -> dict[int, int]:
     return {M_ARENA_MAX: ARENA_MAX, M_MMAP_THRESHOLD: MMAP_THRESHOLD}
 
 
+@functools.cache
 def _glibc() -> ctypes.CDLL | None:
-    """glibc, or None on another C library."""
+    """glibc, or None on another C library. Loaded once: `find_library` runs `ldconfig -p`
+    in two subprocesses (about 2 ms), and each `CDLL` makes a class of its own (a
+    reference cycle), which a trim after every few applies would repeat."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         libc.gnu_get_libc_version  # noqa: B018  (glibc only: musl has mallopt too)
