@@ -6,7 +6,9 @@ thousands of objects, and Python's full collection walks all of them: 115 to 370
 running agent (docs/findings.md, "The agent's share of a route change"), charged to
 whichever route change was being applied. A full snapshot (the heap built again) collects
 everything first: most of what was held was replaced. The mechanism is shared with the
-control plane (`peerplane/runtime/heap.py`).
+control plane (`peerplane/runtime/heap.py`). A cycle among frozen objects that a delta
+replaces would stay until the next full snapshot, so the delta path keeps none: what it
+replaces is freed by reference counting (`tests/agent/test_heap_garbage.py`).
 
 Each render at 8,000 Services allocates and frees tens of MiB of blocks below malloc's
 mmap threshold; their pages stay resident after they are freed, and later renders touch
