@@ -57,6 +57,10 @@ class Heap:
             if self._collect_rebuilt:
                 gc.unfreeze()  # the replaced objects' cycles too
                 gc.collect()
+            elif not gc.isenabled():
+                # The collector is off (the control plane's start builds its heap so): the
+                # cycles made meanwhile were never looked at, and frozen they would stay.
+                gc.collect()
             gc.freeze()
             self.frozen = True
             self._counted(0)
