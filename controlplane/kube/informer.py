@@ -285,7 +285,8 @@ class Informer(Generic[T]):
             if self._record:
                 self._changed.update(differ)
             self._items, self._bad, self._rv, self._failure = items, bad, rv, ""
-            self._values = None
+            if differ:  # the same objects: `take` hands the same tuple
+                self._values = None
             self.relists += 1
         if self._on_item is not None:
             for key in differ:

@@ -62,8 +62,6 @@ class KubernetesSource:
         self.served_versions: dict[str, ServedVersion] = {}
         self.informers: dict[str, Informer[Any]] = {}
         self._changes = ChangeLog()
-        # Per kind, the tuple the last `state` handed out (reused while nothing changed).
-        self._tuples: dict[str, tuple[Any, ...]] = {}
         custom = client.CustomObjectsApi(api)
         for row in INPUT_KINDS:
             if row.selection is Selection.SETTINGS and settings is None:
@@ -159,12 +157,9 @@ class KubernetesSource:
             informer = self.informers.get(row.kind)
             found: tuple[Any, ...] = ()
             if informer is not None:
-                values, keys = informer.take()
-                last = self._tuples.get(row.kind)
-                # Unchanged: the same tuple as the last state's, so the computations that
-                # compare their inputs by identity (the route table) see it unchanged.
-                found = last if last is not None and not keys else values
-                self._tuples[row.kind] = found
+                # Unchanged: the very tuple of the last state (`take`), so the computations
+                # that compare their inputs by identity (the route table) see it unchanged.
+                found, keys = informer.take()
                 for key, now in keys.items():
                     changed[row.kind, key[0], key[1]] = now
             if row.selection is Selection.HAPROXY_PODS:

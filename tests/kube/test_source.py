@@ -260,6 +260,19 @@ def test_a_kind_nothing_changed_in_is_handed_out_as_the_same_tuple(
     assert source.state().endpoint_slices is second.endpoint_slices
 
 
+def test_a_relist_that_finds_nothing_different_hands_out_the_same_tuple(
+    api: FakeKubeAPI, source: KubernetesSource
+) -> None:
+    """A watch that expired (410) lists again; when the list finds the objects it had, the
+    kind is unchanged for the computations that compare their inputs by identity."""
+    first = source.state()
+    relists = source.informers["Pod"].relists
+    api.fail_next("Pod", 410)
+    api.drop_watches()
+    wait_until(lambda: source.informers["Pod"].relists == relists + 1)
+    assert source.state().haproxy_pods is first.haproxy_pods
+
+
 def test_gone_as_http_410_on_the_watch_request(api: FakeKubeAPI, source: KubernetesSource) -> None:
     relists = source.informers["Pod"].relists
     api.fail_next("Pod", 410)
