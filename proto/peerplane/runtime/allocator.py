@@ -55,6 +55,8 @@ def _glibc() -> ctypes.CDLL | None:
         libc.gnu_get_libc_version  # noqa: B018  (glibc only: musl has mallopt too)
     except (OSError, AttributeError):
         return None
+    libc.mallopt.argtypes, libc.mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    libc.malloc_trim.argtypes, libc.malloc_trim.restype = (ctypes.c_size_t,), ctypes.c_int
     return libc
 
 
@@ -62,10 +64,7 @@ def trim() -> bool:
     """Give malloc's free pages back to the kernel (`malloc_trim(0)`); whether any went.
     A no-op (False) on a C library that is not glibc."""
     libc = _glibc()
-    if libc is None:
-        return False
-    libc.malloc_trim.argtypes, libc.malloc_trim.restype = (ctypes.c_size_t,), ctypes.c_int
-    return bool(libc.malloc_trim(0))
+    return libc is not None and bool(libc.malloc_trim(0))
 
 
 def tune(environ: Mapping[str, str] = os.environ) -> bool:
@@ -78,9 +77,7 @@ def tune(environ: Mapping[str, str] = os.environ) -> bool:
     if libc is None:
         log.info("malloc: not glibc, left as it is")
         return False
-    mallopt = libc.mallopt
-    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    took = all(mallopt(param, value) == 1 for param, value in wanted.items())
+    took = all(libc.mallopt(param, value) == 1 for param, value in wanted.items())
     if not took:
         log.warning("malloc: glibc refused a setting of %s", wanted)
     return took
