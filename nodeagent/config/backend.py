@@ -243,8 +243,7 @@ def _servers(backend: str, slots: Iterable[pb.Slot], options: str, cookie: bool)
             lines.append(f"  server {server} 127.0.0.1:1 id {index} disabled{suffix}")
         elif 0 < slot.port <= 65535 and is_canonical_ipv4(slot.address):
             # `checked.endpoint`: a canonical IPv4 address is its own canonical text
-            address = slot.address
-            lines.append(f"  server {server} {address}:{slot.port} id {index} enabled{suffix}")
+            lines.append(f"  server {server} {slot.address}:{slot.port} id {index} enabled{suffix}")
         else:
             lines.append(_server(backend, slot, options, cookie))
     return lines
