@@ -142,13 +142,12 @@ _PROBE = (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def malloc_after(code: str, env: Mapping[str, str] | None = None) -> tuple[list[str], MallocSeen]:
-    """Run `code` in a fresh interpreter (malloc is set per process) without the
-    environment's malloc settings (plus `env`), then probe its malloc: what `code`
-    printed, and what the probe saw."""
+def _printed_fresh(code: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """The lines `code` printed in a fresh interpreter (malloc is set per process) without
+    the environment's malloc settings (plus `env`)."""
     clean = {k: v for k, v in os.environ.items() if k not in OWN_SETTINGS}
     done = subprocess.run(
-        [sys.executable, "-c", code + _PROBE],
+        [sys.executable, "-c", code],
         env={**clean, **(env or {})},
         cwd=ROOT,
         capture_output=True,
@@ -156,7 +155,13 @@ def malloc_after(code: str, env: Mapping[str, str] | None = None) -> tuple[list[
         check=True,
         timeout=60,
     )
-    *printed, probed = done.stdout.splitlines()
+    return done.stdout.splitlines()
+
+
+def malloc_after(code: str, env: Mapping[str, str] | None = None) -> tuple[list[str], MallocSeen]:
+    """Run `code` in a fresh interpreter without the environment's malloc settings (plus
+    `env`), then probe its malloc: what `code` printed, and what the probe saw."""
+    *printed, probed = _printed_fresh(code + _PROBE, env)
     arenas, fixed = json.loads(probed)
     return printed, MallocSeen(arenas, fixed)
 
@@ -186,14 +191,5 @@ print(json.dumps([before, freed, rss()]))
 def rss_around_holes(settle: str) -> tuple[int, int, int]:
     """Resident bytes in a fresh interpreter (the agent's malloc settings) with 48 MiB of
     blocks alive, after they are freed (holes between kept blocks), and after `settle`."""
-    done = subprocess.run(
-        [sys.executable, "-c", _HOLES.replace("{settle}", settle)],
-        env={k: v for k, v in os.environ.items() if k not in OWN_SETTINGS},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    before, freed, settled = json.loads(done.stdout.splitlines()[-1])
+    before, freed, settled = json.loads(_printed_fresh(_HOLES.replace("{settle}", settle))[-1])
     return before, freed, settled
