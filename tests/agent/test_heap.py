@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import weakref
 
 import pytest
@@ -19,13 +18,9 @@ from nodeagent.stream.protocol import Identity
 from peerplane.runtime import heap as runtime_heap
 from tests.agent.test_client import FakePlane, FlakyApplier, running, serve, within
 from tests.helpers.haproxy_env import free_port, snapshot
-from tests.helpers.malloc import rss_around_holes
+from tests.helpers.malloc import glibc_only, rss_around_holes
 
 pytestmark = pytest.mark.unit
-
-glibc_only = pytest.mark.skipif(
-    "glibc" not in (os.confstr("CS_GNU_LIBC_VERSION") or ""), reason="glibc only"
-)
 
 
 class _Node:

@@ -20,6 +20,10 @@ import pytest
 
 from peerplane.runtime.allocator import OWN_SETTINGS
 
+glibc_only = pytest.mark.skipif(
+    "glibc" not in (os.confstr("CS_GNU_LIBC_VERSION") or ""), reason="glibc only"
+)
+
 
 class _MallInfo2(ctypes.Structure):
     _fields_ = [

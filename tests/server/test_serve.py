@@ -20,7 +20,7 @@ from controlplane.cli.flags import (
 from controlplane.ledger.sqlite import ledger_document
 from controlplane.source.convert import DEFAULT_HAPROXY_SELECTOR
 from peerplane.runtime import allocator
-from tests.helpers.malloc import MallocSeen, malloc_after
+from tests.helpers.malloc import MallocSeen, glibc_only, malloc_after
 from tests.helpers.server_process import BIN, ROOT, ServeProcess, grpcurl
 from tests.helpers.waiting import wait_until
 from tests.server.test_observability import samples, scrape
@@ -146,7 +146,7 @@ def test_serve_refuses_a_missing_folder(tmp_path: Path) -> None:
     assert f"{missing} is not a directory" in done.stderr
 
 
-@pytest.mark.skipif("glibc" not in (os.confstr("CS_GNU_LIBC_VERSION") or ""), reason="glibc only")
+@glibc_only
 def test_serve_sets_malloc_up_for_a_long_life(tmp_path: Path) -> None:
     """docs/operations.md, "Memory over time": `serve` caps glibc's arenas and fixes its
     mmap threshold at start, as the agent does (with glibc's defaults the control plane

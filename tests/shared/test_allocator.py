@@ -7,19 +7,15 @@ docs/operations.md, "Memory over time"."""
 from __future__ import annotations
 
 import gc
-import os
 import subprocess
 
 import pytest
 
 from peerplane.runtime import allocator
-from tests.helpers.malloc import THREADS_PROBED, MallocSeen, malloc_after
+from tests.helpers.malloc import THREADS_PROBED, MallocSeen, glibc_only, malloc_after
 
 pytestmark = pytest.mark.unit
 
-glibc_only = pytest.mark.skipif(
-    "glibc" not in (os.confstr("CS_GNU_LIBC_VERSION") or ""), reason="glibc only"
-)
 TUNE = "from peerplane.runtime import allocator; print(allocator.tune())"
 
 
