@@ -17,7 +17,7 @@ from kubernetes import client
 
 from tests.helpers.cluster import RealCluster
 from tests.helpers.cluster_demo import demo_objects
-from tests.helpers.cluster_serve import FORBIDDEN, serve_args
+from tests.helpers.cluster_serve import FORBIDDEN, forbidden, serve_args
 from tests.helpers.replicas import health
 from tests.helpers.server_process import ServeProcess, grpcurl
 from tests.helpers.waiting import wait_until
@@ -172,3 +172,14 @@ def test_published_load_balancer_addresses_pass_the_real_status_schemas_and_rbac
             "haproxy-settings", CONTROLPLANE_NS, {"data": {"publish-service": None}}
         )
         core.delete_namespaced_service("haproxy-lb", CONTROLPLANE_NS)
+
+
+def test_a_refused_call_is_found_in_the_log_but_not_a_timestamps_milliseconds() -> None:
+    """Pure. A log line stamped at ",403" ms once failed test_ledger's check that the
+    shipped RBAC refused nothing; a 403 or Forbidden anywhere else is still found."""
+    lines = [
+        "2026-12-06 06:30:05,403 INFO controlplane.server.stream: snapshot sent to a v1",
+        "2026-12-06 06:30:05,404 WARNING controlplane.kube: (403) Reason: Forbidden",
+        "2026-12-06 06:30:05,405 WARNING controlplane.kube: HTTP 403 on configmaps",
+    ]
+    assert forbidden(lines) == lines[1:]
