@@ -255,3 +255,29 @@ def test_a_new_host_is_hashed_without_looking_up_every_group_digest(
         fresh = Encoder().encode({WORKLOAD: snapshot})[WORKLOAD]
         assert content.content_hash == fresh.content_hash
         assert content.parts.joined_group_digests() == fresh.parts.joined_group_digests()
+
+
+def test_a_replaced_version_counts_the_joined_group_digests_it_alone_holds() -> None:
+    """The store's retention budget (`retention.fixed_bytes`) counts the joined group
+    digests of a replaced version: spliced anew for its successor, they are its own (32
+    bytes a group: 320 KB at 10,000 routes), with the old bytes of the group that changed."""
+    base: WorkloadSnapshot = Computer().compute(state("/"), {}).workloads[WORKLOAD]
+    rules = [RouteRule(f"r{i}", (f"h{i:03}.example",), RoutePath("Exact", "/")) for i in range(300)]
+    repointed = dataclasses.replace(rules[2], source="repointed")
+    encoder = Encoder()
+    old, new = (
+        encoder.encode(
+            {WORKLOAD: dataclasses.replace(base, http_listeners=(HttpListener(8080, tuple(r)),))}
+        )[WORKLOAD]
+        for r in (rules, [*rules[:2], repointed, *rules[3:]])
+    )
+    old.parts.content_hash(), new.parts.content_hash()
+    assert new.derived is not None and new.derived.groups == ("8080/h002.example",)
+    joined = old.parts.joined_group_digests()
+    assert len(joined) == 32 * 300 and joined is not new.parts.joined_group_digests()
+    # the same parts but sharing the old joined digests: all else counted alike
+    shared = dataclasses.replace(new.parts, group_joined=joined)
+    for keys in (new.derived.groups, None):
+        alone = fixed_bytes(old.parts, new.parts, keys)
+        assert alone - fixed_bytes(old.parts, shared, keys) == len(joined)
+        assert alone > len(old.parts.route_groups["8080/h002.example"]) + len(joined)
