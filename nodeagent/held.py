@@ -38,6 +38,7 @@ from peerplane.parts import (
     peers_part,
     route_group_changes,
     route_group_key,
+    spliced_group_digests,
     tls_listeners_part,
     warnings_part,
 )
@@ -237,6 +238,9 @@ class Held:
         certificates, framed_certificates, certs_changed, certs_removed = self._certificates(delta)
         groups, framed_groups, groups_changed, groups_removed, order = self._route_groups(delta)
         old = self.parts
+        group_digests = _group_digests(
+            old.group_digests, framed_groups, groups_changed, groups_removed
+        )
         peers, peers_bytes = self.peers, old.peers
         if delta.peers_changed:
             peers = owned(delta.peers) if delta.HasField("peers") else None
@@ -270,10 +274,11 @@ class Held:
             certificate_digests=moved_digests(
                 old.certificate_digests, framed_certificates, certs_changed, certs_removed
             ),
-            group_digests=_group_digests(
-                old.group_digests, framed_groups, groups_changed, groups_removed
-            ),
+            group_digests=group_digests,
             group_order=order,
+            group_joined=spliced_group_digests(
+                old, group_digests, order, groups_changed | groups_removed
+            ),
         )
         result = Held(
             workload=self.workload,

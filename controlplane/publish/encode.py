@@ -44,7 +44,13 @@ from controlplane.snapshot import (
     WorkloadSnapshot,
 )
 from peerplane import protowire
-from peerplane.parts import SNAPSHOT_ROUTE_GROUPS, ContentParts, digest, listener_name
+from peerplane.parts import (
+    SNAPSHOT_ROUTE_GROUPS,
+    ContentParts,
+    digest,
+    listener_name,
+    spliced_group_digests,
+)
 from peerplane.v1 import peerplane_pb2 as pb
 
 GROUP_RULES = wire.number(pb.RouteGroup, "rules")
@@ -252,6 +258,10 @@ class Encoder:
             if last is not None:
                 _retire(self._rules, replaced_rules(last.groups, groups))
         route_groups, order = _joined(groups, "framed")
+        group_digests = _joined(groups, "digests")[0]
+        joined = None
+        if last is not None and touched_groups is not None:
+            joined = spliced_group_digests(last.parts, group_digests, order, touched_groups)
         parts = ContentParts(
             workload=pb.Snapshot(workload=snapshot.workload).SerializeToString(),
             peers=peers_bytes(snapshot) if peers is None else peers,
@@ -263,8 +273,9 @@ class Encoder:
             tls_listeners=tls_listeners_bytes(snapshot) if tls_listeners is None else tls_listeners,
             route_groups=route_groups,
             backend_digests=backend_digests,
-            group_digests=_joined(groups, "digests")[0],
+            group_digests=group_digests,
             group_order=order,
+            group_joined=joined,
         )
         content = SnapshotContent.of_parts(
             snapshot.workload,

@@ -22,6 +22,7 @@ from controlplane.publish.route_groups import (
     scratch,
 )
 from controlplane.snapshot import HttpListener, RoutePath, RouteRule, WorkloadSnapshot
+from peerplane.parts import ContentParts
 from tests.helpers.builders import WORKLOAD
 from tests.publish.test_routes_encode import state
 
@@ -218,3 +219,65 @@ def test_the_encoder_patching_groups_equals_a_fresh_encoder(seed: int) -> None:
             )
             patched_some += derived.groups is not None
     assert patched_some > 10
+
+
+def test_a_new_host_is_hashed_without_looking_up_every_group_digest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A new HTTPRoute of its own host, then a route re-pointed, at 2,000 groups: the
+    content hash's joined group digests are the last version's with the changed group
+    spliced in, not a look-up of every group's digest in key order and a join (issue 33:
+    ~0.6 ms of each encode at 10,000 routes). The content equals a fresh encoder's."""
+    base: WorkloadSnapshot = Computer().compute(state("/"), {}).workloads[WORKLOAD]
+    rules = [
+        RouteRule(f"r{i}", (f"h{i:04}.example",), RoutePath("Exact", "/")) for i in range(2000)
+    ]
+    added = RouteRule("new", ("h0000x.example",), RoutePath("Exact", "/"))
+    repointed = dataclasses.replace(rules[2], source="repointed")
+    versions = [
+        rules,
+        [rules[0], added, *rules[1:]],
+        [rules[0], added, *rules[1:2], repointed, *rules[3:]],
+    ]
+    snapshots = [
+        dataclasses.replace(base, http_listeners=(HttpListener(8080, tuple(v)),)) for v in versions
+    ]
+    encoder = Encoder()
+    encoder.encode({WORKLOAD: snapshots[0]})
+
+    def every_group(*_: object) -> None:
+        raise AssertionError("every group digest looked up")
+
+    for snapshot in snapshots[1:]:
+        with monkeypatch.context() as patched:
+            patched.setattr(ContentParts, "in_key_order", every_group)
+            content = encoder.encode({WORKLOAD: snapshot})[WORKLOAD]
+        fresh = Encoder().encode({WORKLOAD: snapshot})[WORKLOAD]
+        assert content.content_hash == fresh.content_hash
+        assert content.parts.joined_group_digests() == fresh.parts.joined_group_digests()
+
+
+def test_a_replaced_version_counts_the_joined_group_digests_it_alone_holds() -> None:
+    """The store's retention budget (`retention.fixed_bytes`) counts the joined group
+    digests of a replaced version: spliced anew for its successor, they are its own (32
+    bytes a group: 320 KB at 10,000 routes), with the old bytes of the group that changed."""
+    base: WorkloadSnapshot = Computer().compute(state("/"), {}).workloads[WORKLOAD]
+    rules = [RouteRule(f"r{i}", (f"h{i:03}.example",), RoutePath("Exact", "/")) for i in range(300)]
+    repointed = dataclasses.replace(rules[2], source="repointed")
+    encoder = Encoder()
+    old, new = (
+        encoder.encode(
+            {WORKLOAD: dataclasses.replace(base, http_listeners=(HttpListener(8080, tuple(r)),))}
+        )[WORKLOAD]
+        for r in (rules, [*rules[:2], repointed, *rules[3:]])
+    )
+    old.parts.content_hash(), new.parts.content_hash()
+    assert new.derived is not None and new.derived.groups == ("8080/h002.example",)
+    joined = old.parts.joined_group_digests()
+    assert len(joined) == 32 * 300 and joined is not new.parts.joined_group_digests()
+    # the same parts but sharing the old joined digests: all else counted alike
+    shared = dataclasses.replace(new.parts, group_joined=joined)
+    for keys in (new.derived.groups, None):
+        alone = fixed_bytes(old.parts, new.parts, keys)
+        assert alone - fixed_bytes(old.parts, shared, keys) == len(joined)
+        assert alone > len(old.parts.route_groups["8080/h002.example"]) + len(joined)

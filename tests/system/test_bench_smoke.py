@@ -22,6 +22,7 @@ import yaml
 from controlplane.compute import compute
 from controlplane.model import ClusterState
 from controlplane.publish import encode
+from peerplane import parts
 from peerplane.v1 import peerplane_pb2 as pb
 from tests.bench import __main__ as bench_cli
 from tests.bench import apiservers as apiservers_bench
@@ -35,6 +36,7 @@ from tests.bench import persistence as persistence_bench
 from tests.bench import realapi, routeskube, scalefolder, stability
 from tests.bench import retention as retention_bench
 from tests.bench import route_delta as route_delta_bench
+from tests.bench import route_profile as route_profile_bench
 from tests.bench import routes as routes_bench
 from tests.bench import scale as scale_bench
 from tests.bench import soak as soak_bench
@@ -757,3 +759,16 @@ def test_route_delta_bench_sends_a_route_change_as_its_group_and_applies_it_at_r
     assert 0 < found["route_change_delta_bytes_300"].value < 1024
     assert found["route_change_agent_apply_300"].value > 0
     assert "(runtime: 2 route map entries changed)" in capsys.readouterr().err
+
+
+def test_route_profile_times_each_stage_of_a_new_route_and_puts_the_functions_back() -> None:
+    """The profile of one new HTTPRoute among 300: every stage measured in each trial,
+    the content hash on both sides, and the functions it wrapped are the originals again
+    (it runs beside other tests in one process)."""
+    before = parts.ContentParts.content_hash
+    rows = route_profile_bench.profile(300, 3)
+    assert parts.ContentParts.content_hash is before
+    for stage in ("compute", "encode", "  content hash", "agent: applied and verified"):
+        assert len(rows[stage]) == 3, stage
+    assert all(value > 0 for value in rows["compute"])
+    assert all(value > 0 for value in rows["  the content hash verified"])
