@@ -31,9 +31,9 @@ def outcome(text: str) -> str:
         return f"{type(err).__name__}: {err}"
 
 
-def by_safe_constructor(loader: Any, node: yaml.Node) -> Any:
+def by_safe_constructor(loader: Any, root: yaml.Node) -> Any:
     """The construction before: SafeConstructor on every node."""
-    return loader.construct_document(node)
+    return loader.construct_document(root)
 
 
 def reference(text: str) -> str:
