@@ -11,6 +11,7 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -549,5 +550,59 @@ def test_the_route_index_is_made_after_the_publication_not_by_the_next_change() 
         finally:
             reconciler.stop()
             await asyncio.wait_for(task, WAIT_S)
+
+    run(body())
+
+
+class CountingExecutor(ThreadPoolExecutor):
+    """A thread pool that counts what is handed to it, and which threads a save ran on."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=2)
+        self.hops = 0
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        self.hops += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_a_change_is_computed_and_saved_in_one_executor_hop() -> None:
+    """Each hop into the executor and back costs the event loop turns and two thread
+    wake-ups (per change: three hops, ~32 loop turns at 8,000 Services). The save now
+    runs right after the computation in the same hop, still off the event loop's thread
+    and still before the publication."""
+
+    async def body() -> None:
+        executor = CountingExecutor()
+        store = SnapshotStore()
+        source, compute = FakeSource(), FakeCompute()
+        slots = RecordingLedger(store)
+        saved_on: list[str] = []
+        save = slots.save
+
+        def recording_save(*args: Any) -> None:
+            saved_on.append(threading.current_thread().name)
+            save(*args)
+
+        slots.save = recording_save  # type: ignore[method-assign]
+        reconciler = Reconciler(source, store, slots, compute, executor=executor)
+        source.start(reconciler.on_change)
+        task = asyncio.create_task(reconciler.run())
+        try:
+            await reconciler.wait_computed(1, WAIT_S)
+            hops = executor.hops
+            compute.addresses = ("10.0.0.1", "10.0.0.2")
+            reconciler.on_change()
+            await reconciler.wait_computed(2, WAIT_S)
+            await _settled(reconciler)
+            assert executor.hops - hops == 1
+            assert [version for _, version in slots.saves] == [0, 1]  # persisted, then published
+            published = store.get(W1)
+            assert published is not None and published.version == 2
+            assert threading.main_thread().name not in saved_on
+        finally:
+            reconciler.stop()
+            await asyncio.wait_for(task, WAIT_S)
+            executor.shutdown()
 
     run(body())
