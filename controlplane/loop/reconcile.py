@@ -99,6 +99,7 @@ class Reconciler:
         authority: SlotAuthority | None = None,
         on_published: Callable[[], None] | None = None,
         prepare: Callable[[], None] | None = None,
+        prepare_pending: Callable[[], bool] | None = None,
     ) -> None:
         """Without `authority` (one process) this loop always assigns slots; with it,
         only while `authority.assigning()`: it then continues the ledger it loads on
@@ -106,7 +107,9 @@ class Reconciler:
         is called after each step's publication was handed to the streams (the route
         status writer starts then, not beside the encoding). `prepare` (`Computer.prepare`)
         runs in the executor after each publication: what the next computation would
-        otherwise start with, kept out of the time from a change to its publication."""
+        otherwise start with, kept out of the time from a change to its publication;
+        `prepare_pending` (`Computer.prepare_pending`) says whether it has work: without
+        any (an endpoint change) the step makes no hop to the executor for it."""
         self._source = source
         self._authority = authority
         self._leading = False  # the ledger was loaded since this replica took the Lease
@@ -126,6 +129,7 @@ class Reconciler:
         self._executor = executor
         self._on_published = on_published
         self._prepare = prepare
+        self._prepare_pending = prepare_pending
         self._metrics = metrics or Metrics()
         self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
@@ -352,7 +356,9 @@ class Reconciler:
             self._on_published()
         self._log_problems(result.rejections, self._source.errors())
         self._log_spares(result)
-        if self._prepare is not None:  # before the freeze: what it makes is kept too
+        pending = self._prepare_pending
+        if self._prepare is not None and (pending is None or pending()):
+            # Before the freeze: what it makes is kept too.
             try:
                 await self._loop.run_in_executor(self._executor, self._prepare)
             except Exception:

@@ -525,7 +525,12 @@ def test_the_route_index_is_made_after_the_publication_not_by_the_next_change() 
         computer = Computer()
         source = RouteSource(_routes_state(5))
         reconciler = Reconciler(
-            source, store, RecordingLedger(store), computer.compute, prepare=computer.prepare
+            source,
+            store,
+            RecordingLedger(store),
+            computer.compute,
+            prepare=computer.prepare,
+            prepare_pending=computer.prepare_pending,
         )
         source.start(reconciler.on_change)
         task = asyncio.create_task(reconciler.run())
@@ -600,6 +605,44 @@ def test_a_change_is_computed_and_saved_in_one_executor_hop() -> None:
             published = store.get(W1)
             assert published is not None and published.version == 2
             assert threading.main_thread().name not in saved_on
+        finally:
+            reconciler.stop()
+            await asyncio.wait_for(task, WAIT_S)
+            executor.shutdown()
+
+    run(body())
+
+
+def test_a_step_whose_route_table_needs_no_index_makes_no_hop_for_prepare() -> None:
+    """`prepare` makes the route table's index after a table computed from scratch; a
+    step that reused the table (an endpoint change, or nothing changed) has nothing to
+    prepare, and hopped to the executor and back for it all the same."""
+
+    async def body() -> None:
+        executor = CountingExecutor()
+        store = SnapshotStore()
+        computer = Computer()
+        source = RouteSource(_routes_state(5))
+        reconciler = Reconciler(
+            source,
+            store,
+            RecordingLedger(store),
+            computer.compute,
+            executor=executor,
+            prepare=computer.prepare,
+            prepare_pending=computer.prepare_pending,
+        )
+        source.start(reconciler.on_change)
+        task = asyncio.create_task(reconciler.run())
+        try:
+            await reconciler.wait_computed(1, WAIT_S)
+            await _settled(reconciler)
+            assert not computer.prepare_pending()  # the first table's index was made
+            hops = executor.hops
+            source.on_change()  # the same cluster: the table is reused
+            await reconciler.wait_computed(2, WAIT_S)
+            await _settled(reconciler)
+            assert executor.hops - hops == 1  # the computation's hop only
         finally:
             reconciler.stop()
             await asyncio.wait_for(task, WAIT_S)
