@@ -181,6 +181,7 @@ async def _run(
         authority=replica if leadership is not None else None,
         on_published=on_published,
         prepare=computer.prepare,
+        prepare_pending=computer.prepare_pending,
     )
     wiring.ledger_drift(slots, reconciler.on_change)
     wiring.ledger_fence(slots, leadership)

@@ -239,6 +239,10 @@ class Computer:
         a publication: the route table's index after a table computed from scratch."""
         self._routes.prepare()
 
+    def prepare_pending(self) -> bool:
+        """Whether `prepare` has work (the loop hops to the executor only then)."""
+        return self._routes.unprepared()
+
     def compute(
         self,
         state: ClusterState,

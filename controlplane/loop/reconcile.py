@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+Computed = tuple["ClusterState", "ComputeResult", "dict[str, SnapshotContent]", "Exception | None"]
+"""A step's state, result, encoded contents, and the save's error (None: saved or no save)."""
+
 # A timed recomputation runs this long after the instant (a certificate's notAfter has a
 # one-second resolution), at most this far ahead (a clock set forward is noticed in a day).
 WAKE_MARGIN_S = 1.0
@@ -96,6 +99,7 @@ class Reconciler:
         authority: SlotAuthority | None = None,
         on_published: Callable[[], None] | None = None,
         prepare: Callable[[], None] | None = None,
+        prepare_pending: Callable[[], bool] | None = None,
     ) -> None:
         """Without `authority` (one process) this loop always assigns slots; with it,
         only while `authority.assigning()`: it then continues the ledger it loads on
@@ -103,7 +107,9 @@ class Reconciler:
         is called after each step's publication was handed to the streams (the route
         status writer starts then, not beside the encoding). `prepare` (`Computer.prepare`)
         runs in the executor after each publication: what the next computation would
-        otherwise start with, kept out of the time from a change to its publication."""
+        otherwise start with, kept out of the time from a change to its publication;
+        `prepare_pending` (`Computer.prepare_pending`) says whether it has work: without
+        any (an endpoint change) the step makes no hop to the executor for it."""
         self._source = source
         self._authority = authority
         self._leading = False  # the ledger was loaded since this replica took the Lease
@@ -123,6 +129,7 @@ class Reconciler:
         self._executor = executor
         self._on_published = on_published
         self._prepare = prepare
+        self._prepare_pending = prepare_pending
         self._metrics = metrics or Metrics()
         self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
@@ -312,33 +319,26 @@ class Reconciler:
         if previous is None:
             return  # nothing to compute with yet; the ledger watch calls on_change
 
-        computed = await self._computed(None, previous, assigning)
+        # Computed and saved in one executor hop (the save right after the computation,
+        # in the same thread; the publication only once both are done).
+        computed = await self._computed(None, previous, assigning, save=assigning)
         if computed is None:
             return
-        state, result, contents = computed
-        unchanged = same_assignment(result.assignment, previous, result.touched)
+        state, result, contents, unsaved = computed
         persisted = True
-        if assigning and (not unchanged or self._ledger.dirty()):
-            # What the computation touched: the ledger compares those backends only when
-            # `previous` is what it last saved (not all 8,000 per change).
-            since = (previous, result.touched) if result.touched is not None else None
-            try:
-                await self._loop.run_in_executor(
-                    self._executor, self._ledger.save, result.assignment, since
-                )
-            except Exception as error:
-                self._unpersisted(error)
-                written = written_part(error, previous, result.assignment)
-                if written is None:
-                    return
-                # One backend's refused shard freezes no other: publish what was
-                # written, computed again from it without assigning (as a follower does:
-                # the unwritten backends keep what they had, their new endpoints wait).
-                computed = await self._computed(state, written, assigning=False)
-                if computed is None:
-                    return
-                _, result, contents = computed
-                persisted = False
+        if unsaved is not None:
+            self._unpersisted(unsaved)
+            written = written_part(unsaved, previous, result.assignment)
+            if written is None:
+                return
+            # One backend's refused shard freezes no other: publish what was
+            # written, computed again from it without assigning (as a follower does:
+            # the unwritten backends keep what they had, their new endpoints wait).
+            computed = await self._computed(state, written, assigning=False)
+            if computed is None:
+                return
+            _, result, contents, _ = computed
+            persisted = False
         if persisted and self._failures:
             self._succeeded()
         if self._authority is not None:
@@ -356,7 +356,9 @@ class Reconciler:
             self._on_published()
         self._log_problems(result.rejections, self._source.errors())
         self._log_spares(result)
-        if self._prepare is not None:  # before the freeze: what it makes is kept too
+        pending = self._prepare_pending
+        if self._prepare is not None and (pending is None or pending()):
+            # Before the freeze: what it makes is kept too.
             try:
                 await self._loop.run_in_executor(self._executor, self._prepare)
             except Exception:
@@ -374,12 +376,18 @@ class Reconciler:
             self._metrics.spare_claims.labels("refused").inc()
 
     async def _computed(
-        self, state: ClusterState | None, previous: SlotAssignment, assigning: bool
-    ) -> tuple[ClusterState, ComputeResult, dict[str, SnapshotContent]] | None:
+        self,
+        state: ClusterState | None,
+        previous: SlotAssignment,
+        assigning: bool,
+        save: bool = False,
+    ) -> Computed | None:
         """Compute from `previous` and encode, in the executor, with `state` (None: the
-        source's state now); None (logged) when compute failed."""
+        source's state now), then with `save` persist the assignment there too when it
+        changed (or the ledger drifted): one hop for both. None (logged) when compute
+        failed; a failed save is handed back (the fourth item), not raised."""
 
-        def compute_now() -> tuple[ClusterState, ComputeResult, dict[str, SnapshotContent]]:
+        def compute_now() -> Computed:
             cluster = self._source.state() if state is None else state
             now = time.time()  # wall clock: freed slots' times are compared across restarts
             started = time.perf_counter()
@@ -389,7 +397,16 @@ class Reconciler:
                 result = self._compute(cluster, previous, now=now, assign_new=False)
             contents = self._encoder.encode(result.workloads)
             self._metrics.computed(time.perf_counter() - started)
-            return cluster, result, contents
+            unchanged = same_assignment(result.assignment, previous, result.touched)
+            if save and (not unchanged or self._ledger.dirty()):
+                # What the computation touched: the ledger compares those backends only
+                # when `previous` is what it last saved (not all 8,000 per change).
+                since = (previous, result.touched) if result.touched is not None else None
+                try:
+                    self._ledger.save(result.assignment, since)
+                except Exception as error:
+                    return cluster, result, contents, error
+            return cluster, result, contents, None
 
         try:
             return await self._loop.run_in_executor(self._executor, compute_now)

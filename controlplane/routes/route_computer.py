@@ -278,6 +278,14 @@ class RouteComputer:
         if self._table is not None:
             self._indexed(self._table)
 
+    def unprepared(self) -> bool:
+        """Whether `prepare` has work: the last table was computed from scratch and its
+        index is not made yet (an endpoint change reuses the table: none)."""
+        table = self._table
+        if table is None or self._trace is None:
+            return False
+        return self._index is None or self._index.table is not table
+
     def _indexed(self, table: RouteTable) -> TableIndex | None:
         """`table`'s index, made from the trace of its build if not made yet; None when
         there is no trace to make it from. The trace is dropped once the index is made:
