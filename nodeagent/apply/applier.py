@@ -250,7 +250,7 @@ class Applier:
             # (after the ACK) without reading the old one (27 MB at 8,000 Services) to see
             # that it differs.
             if old is None or old.content_hash != snapshot.content_hash:
-                self.files.config.defer(rendered.data)
+                self.files.config.defer(rendered.pieces)
             elif self._read_config_bytes() != (data := rendered.data()):
                 self.files.write_config(data)
             self._record(snapshot, rendered, aside, parts, old, change, pending=decision.pending)
@@ -471,7 +471,7 @@ class Applier:
         self.certs.write(served, rendered.crt_lists, self._applied_served(), before_lists)
         # 27 MB at 8,000 Services, which HAProxy need not wait for: joined and written
         # after the ACK, and before anything reads the file ("What an ACK promises").
-        self.files.config.defer(rendered.data)
+        self.files.config.defer(rendered.pieces)
         old = self.applied
         self._record(snapshot, rendered, aside, parts, old, change, pending=decision.pending)
         self.certs.prune(served, rendered.crt_lists)

@@ -8,8 +8,9 @@ its lines are those of the last write patched with the change's few entries (`Ma
 not rendered again from 20,000 entries: the file follows the runtime commands at C speed.
 
 haproxy.cfg after a runtime change is written after the ACK, by a thread of its own
-(`ConfigFile.defer`: 17.8 MB joined, written and fsynced at 8,000 Services, which HAProxy
-does not read to serve the change), and at once before anything reads it: a reload, a
+(`ConfigFile.defer`: 17.8 MB written and fsynced at 8,000 Services, which HAProxy does
+not read to serve the change; written from its sections, never joined into a second copy
+of the whole file), and at once before anything reads it: a reload, a
 start or restart of HAProxy, the agent's own reads (`ConfigFile.flush`). docs/design.md,
 "What an ACK promises".
 """
@@ -20,7 +21,7 @@ import logging
 import os
 import threading
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from nodeagent.apply import saved
 from nodeagent.apply.outcome import ApplyError
@@ -79,7 +80,9 @@ class ConfigFile:
         self.on_failure = on_failure  # a deferred write failed (a metric)
         self._writing = threading.Lock()  # held for a whole write: one at a time
         self._lock = threading.Lock()  # guards the fields below, never held while writing
-        self._deferred: Callable[[], bytes] | None = None  # the content still to write
+        # the content still to write: the whole file, or its pieces in order (a rendered
+        # config's sections, `Rendered.pieces`: never joined, docs/findings.md)
+        self._deferred: Callable[[], bytes | Sequence[bytes]] | None = None
         self._failed: str | None = None  # why the last deferred write failed
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -107,15 +110,16 @@ class ConfigFile:
                 self._deferred = None
             self._write(data)
 
-    def defer(self, content: Callable[[], bytes]) -> None:
-        """Write `content()` soon, on the writer thread; a later `defer`, `write` or
-        `flush` supersedes it. Never waits for a write in progress."""
+    def defer(self, content: Callable[[], bytes | Sequence[bytes]]) -> None:
+        """Write `content()` (the file, or its pieces in order) soon, on the writer
+        thread; a later `defer`, `write` or `flush` supersedes it. Never waits for a write
+        in progress."""
         with self._lock:
             closed = self._closed
             if not closed:
                 self._deferred = content
         if closed:  # stopping: no thread to write it later
-            self.write(content())
+            self.write(_joined(content()))
             return
         with self._lock:
             if self._thread is None:
@@ -174,13 +178,17 @@ class ConfigFile:
                 if self.on_failure is not None:
                     self.on_failure()
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes | Sequence[bytes]) -> None:
         try:
             saved.atomic_write(self.path, data)
         except OSError as e:
             raise ApplyError(f"cannot write {self.path}: {e.strerror or e}", retryable=True) from e
         with self._lock:
             self._failed = None
+
+
+def _joined(data: bytes | Sequence[bytes]) -> bytes:
+    return data if isinstance(data, bytes) else b"".join(data)
 
 
 class HAProxyFiles:

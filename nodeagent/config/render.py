@@ -344,6 +344,17 @@ class Rendered:
         head = [self.header.encode(), *(s.data for s in fixed if s.data)]
         return b"\n".join([*head, *map(self.encoded.__getitem__, self.names)])
 
+    def pieces(self) -> list[bytes]:
+        """`data()` in pieces, its sections and the newlines between them, to be written
+        in order (`durable.atomic_write`): no second copy of the whole file (16 MB at
+        8,000 Services) to hold through the write on every change."""
+        fixed = (self.global_section, self.peers_section, self.frontends_section)
+        parts = [self.header.encode(), *(s.data for s in fixed if s.data)]
+        parts += map(self.encoded.__getitem__, self.names)
+        out = [b"\n"] * (2 * len(parts) - 1)
+        out[::2] = parts
+        return out
+
 
 def _backend_text(backend: pb.Backend, peered: bool, timed: bool, opts: RenderOptions) -> str:
     return _text([*render_backend(backend, peered, opts.haproxy_version, timed), ""])
