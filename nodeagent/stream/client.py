@@ -170,9 +170,7 @@ class Client:
             answered = False
             self._write_lock = asyncio.Lock()  # bound to this stream's event loop
             try:
-                held = self.applier.applied_held  # read first: an apply may still finish
-                hello = self.hello()
-                self._state = protocol.opened(held, hello.hello.applied_content_hash)
+                hello = self._open()
                 await call.write(hello)
                 log.info(
                     "connected to %s as %s/%s (applied version=%d hash=%.12s)",
@@ -230,6 +228,16 @@ class Client:
                 call.cancel()
             if not answered:
                 raise StreamBroken("stream ended before any answer")
+
+    def _open(self) -> pb.AgentMessage:
+        """The stream's Hello, and its protocol state from what is applied. The applied
+        snapshot is read before the Hello (an apply may still finish) and not kept past
+        this call: the state alone holds the delta base and lets it go at the next
+        version, so what later changes replace is freed while the stream lives."""
+        held = self.applier.applied_held
+        hello = self.hello()
+        self._state = protocol.opened(held, hello.hello.applied_content_hash)
+        return hello
 
     def _start_reports(
         self, call: grpc.aio.StreamStreamCall[pb.AgentMessage, pb.ServerMessage]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import threading
+import weakref
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import TypeVar
@@ -332,3 +334,74 @@ def test_an_apply_loop_that_dies_is_noticed_at_once_and_the_stream_restarted(
 
     ack = asyncio.run(within(scenario(), 30))
     assert ack.WhichOneof("message") == "ack" and ack.ack.version == 5
+
+
+class KeepingApplier(RecordingApplier):
+    """Keeps only the last snapshot it applied, as the production applier does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last: Held | None = None
+
+    @property
+    def applied_hash(self) -> str:
+        return self.last.content_hash if self.last is not None else ""
+
+    @property
+    def applied_held(self) -> Held | None:
+        return self.last
+
+    def apply(self, snapshot: Held, change: ChangeSet | None = None) -> Result:
+        self.last = snapshot
+        return super().apply(snapshot, change)
+
+
+class ReconnectingPlane(peerplane_pb2_grpc.PeerPlaneServicer):  # type: ignore[misc]
+    """Sends `snapshots[i]` on its i-th stream and records the answer; ends every stream
+    but the last one then (as the server does at its maximum connection age)."""
+
+    def __init__(self, snapshots: list[pb.Snapshot]) -> None:
+        self.snapshots = snapshots
+        self.streams = 0
+        self.answers: asyncio.Queue[pb.AgentMessage] = asyncio.Queue()
+
+    async def Stream(
+        self,
+        requests: AsyncIterator[pb.AgentMessage],
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> AsyncIterator[pb.ServerMessage]:
+        await anext(requests)  # the Hello
+        snap = self.snapshots[min(self.streams, len(self.snapshots) - 1)]
+        self.streams += 1
+        yield pb.ServerMessage(nonce=f"nonce-{self.streams}", snapshot=snap)
+        await self.answers.put(await anext(requests))
+        if self.streams < len(self.snapshots):
+            return
+        async for msg in requests:
+            await self.answers.put(msg)
+
+
+def test_a_stream_keeps_no_snapshot_applied_before_it_opened() -> None:
+    """Found in the hour at 8,000 Services (docs/findings.md, "Agent memory: the config
+    joined for its write"): a stream held the snapshot applied when it opened for its whole
+    life, so after the first reconnect (the control plane's maximum connection age, about
+    30 minutes) every change left what it replaced alive, ~3.6 KB a change until the next
+    reconnect. Only the protocol state may hold a delta base, and it moves on."""
+    port = free_port("127.0.0.1")
+    applier = KeepingApplier()
+    client = Client(f"127.0.0.1:{port}", Identity("ns", "pod-a"), applier, backoff_max=0.2)
+
+    async def scenario() -> tuple[pb.AgentMessage, bool]:
+        plane = ReconnectingPlane([snapshot([], [], version=1), snapshot([], [], version=2)])
+        async with serve(plane, port), running(client):
+            await within(plane.answers.get())  # v1 ACKed; the first stream ends
+            assert applier.last is not None
+            opened_with = weakref.ref(applier.last)  # the second stream's base at its Hello
+            second = await within(plane.answers.get())  # v2 ACKed, the stream stays open
+            gc.collect()
+            return second, opened_with() is None
+
+    second, freed = asyncio.run(within(scenario(), 30))
+    assert second.WhichOneof("message") == "ack" and second.ack.version == 2
+    assert applier.applied == [1, 2]
+    assert freed, "the open stream still holds the snapshot applied before it opened"
