@@ -196,21 +196,24 @@ class Held:
 
     def serialized(self) -> bytes:
         """The deterministic serialization with version and content_hash (the saved file)."""
+        return b"".join(self.serialized_pieces())
+
+    def serialized_pieces(self) -> tuple[bytes, ...]:
+        """`serialized()` in the pieces it is joined from: written in order, they are the
+        saved file without a second copy of it (9 MB at 8,000 Services) made first."""
         parts = self.parts
         head = pb.Snapshot(version=self.version, content_hash=self.content_hash)
-        return b"".join(
-            (
-                parts.workload,
-                head.SerializeToString(deterministic=True),
-                parts.peers,
-                *parts.backends.values(),
-                parts.frontends,
-                parts.warnings,
-                parts.listeners,
-                *parts.certificates.values(),
-                parts.tls_listeners,
-                *parts.in_key_order(parts.route_groups),
-            )
+        return (
+            parts.workload,
+            head.SerializeToString(deterministic=True),
+            parts.peers,
+            *parts.backends.values(),
+            parts.frontends,
+            parts.warnings,
+            parts.listeners,
+            *parts.certificates.values(),
+            parts.tls_listeners,
+            *parts.in_key_order(parts.route_groups),
         )
 
     def message(self) -> pb.Snapshot:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from nodeagent.held import ChangeSet, Held
@@ -32,10 +32,16 @@ _RECORD = struct.Struct(">II")  # payload length, CRC-32 of the payload
 HEADER_SIZE = len(MAGIC) + _BASE.size
 
 
-def base_digest(base: bytes) -> bytes:
-    """What a journal's header names of its base: nothing shorter tells two bases apart
-    when a crash left a new base beside the old base's journal."""
-    return hashlib.sha256(base).digest()
+def base_digest(base: bytes | Iterable[bytes]) -> bytes:
+    """What a journal's header names of its base (its bytes, or the pieces they are
+    joined from): nothing shorter tells two bases apart when a crash left a new base
+    beside the old base's journal."""
+    if isinstance(base, bytes):
+        return hashlib.sha256(base).digest()
+    digest = hashlib.sha256()
+    for piece in base:
+        digest.update(piece)
+    return digest.digest()
 
 
 def header(digest: bytes, length: int) -> bytes:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 
 from google.protobuf.message import DecodeError
 
@@ -72,7 +73,7 @@ class StateStore:
 
     def save(self, snapshot: pb.Snapshot) -> None:
         """A whole snapshot as the base (tools and tests)."""
-        self._save_base(snapshot.SerializeToString(deterministic=True))
+        self._save_base((snapshot.SerializeToString(deterministic=True),))
         self._tip = snapshot.content_hash
 
     def save_held(
@@ -99,7 +100,7 @@ class StateStore:
                 log.warning(
                     "journal %s not appended (%s); writing a new base", self.journal_path, e
                 )
-        self._save_base(held.serialized())
+        self._save_base(held.serialized_pieces())
         self._tip = held.content_hash
 
     def _room(self) -> bool:
@@ -123,14 +124,15 @@ class StateStore:
             os.close(fd)
         self._end, self._records = at, self._records + 1
 
-    def _save_base(self, data: bytes) -> None:
-        """`data` as the new base (unless the base holds these very bytes), then an empty
-        journal naming it. A crash between the two leaves the new base with the old
-        base's journal, which names other bytes and is ignored."""
-        base = (journal.base_digest(data), len(data))
+    def _save_base(self, pieces: Sequence[bytes]) -> None:
+        """The bytes `pieces` join to as the new base (unless the base holds these very
+        bytes), written piece by piece, then an empty journal naming it. A crash between
+        the two leaves the new base with the old base's journal, which names other bytes
+        and is ignored."""
+        base = (journal.base_digest(pieces), sum(map(len, pieces)))
         if base != self._base:
             self._base = None
-            atomic_write(self.snapshot_path, data, 0o600)
+            atomic_write(self.snapshot_path, pieces, 0o600)
             self._base = base
         atomic_write(self.journal_path, journal.header(*base), 0o600)
         self._end, self._records = journal.HEADER_SIZE, 0
