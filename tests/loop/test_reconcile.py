@@ -11,7 +11,7 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -515,24 +515,35 @@ def _routes_state(count: int, path: str = "/a") -> ClusterState:
     return state(gateway("web", port=8080, allowed={"from": "All"}), *routes)
 
 
+def _route_reconciler(
+    source: RouteSource,
+    store: SnapshotStore,
+    computer: Computer,
+    executor: Executor | None = None,
+) -> Reconciler:
+    """A reconciler computing with `computer` as `serve` wires it (its route index made
+    after the publication), listening to `source`."""
+    reconciler = Reconciler(
+        source,
+        store,
+        RecordingLedger(store),
+        computer.compute,
+        executor=executor,
+        prepare=computer.prepare,
+        prepare_pending=computer.prepare_pending,
+    )
+    source.start(reconciler.on_change)
+    return reconciler
+
+
 def test_the_route_index_is_made_after_the_publication_not_by_the_next_change() -> None:
     """The route table's index (65 ms at 10,000 routes) was made by the first route
     change after a table computed from scratch; `prepare` makes it after the publication,
     so that change is an update that makes none."""
 
     async def body() -> None:
-        store = SnapshotStore()
-        computer = Computer()
-        source = RouteSource(_routes_state(5))
-        reconciler = Reconciler(
-            source,
-            store,
-            RecordingLedger(store),
-            computer.compute,
-            prepare=computer.prepare,
-            prepare_pending=computer.prepare_pending,
-        )
-        source.start(reconciler.on_change)
+        store, computer, source = SnapshotStore(), Computer(), RouteSource(_routes_state(5))
+        reconciler = _route_reconciler(source, store, computer)
         task = asyncio.create_task(reconciler.run())
         try:
             await reconciler.wait_computed(1, WAIT_S)
@@ -620,19 +631,8 @@ def test_a_step_whose_route_table_needs_no_index_makes_no_hop_for_prepare() -> N
 
     async def body() -> None:
         executor = CountingExecutor()
-        store = SnapshotStore()
-        computer = Computer()
-        source = RouteSource(_routes_state(5))
-        reconciler = Reconciler(
-            source,
-            store,
-            RecordingLedger(store),
-            computer.compute,
-            executor=executor,
-            prepare=computer.prepare,
-            prepare_pending=computer.prepare_pending,
-        )
-        source.start(reconciler.on_change)
+        store, computer, source = SnapshotStore(), Computer(), RouteSource(_routes_state(5))
+        reconciler = _route_reconciler(source, store, computer, executor)
         task = asyncio.create_task(reconciler.run())
         try:
             await reconciler.wait_computed(1, WAIT_S)
