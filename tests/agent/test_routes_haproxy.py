@@ -636,8 +636,8 @@ def test_runtime_commands_go_first_and_the_files_follow_them_for_a_reload(
     """A map rule added: HAProxy is told first, in one round trip (no probe of the socket
     before: the commands' connection is it), and before any file is joined or written
     (the map file, patched from the commands' entries, and the saved snapshot's journal
-    record follow before the ACK; the config is joined and written after it, by the
-    writer thread, held here and run by the test);
+    record follow before the ACK; the config is written after it, from its sections (never
+    joined into one copy), by the writer thread, held here and run by the test);
     over adds
     between existing entries, a re-point and a removal the map files stay byte for byte
     what a render from scratch writes, so a reload (a config rule added) serves the same."""
@@ -669,7 +669,7 @@ def test_runtime_commands_go_first_and_the_files_follow_them_for_a_reload(
     join = Rendered.data
 
     def joined(rendered: Rendered) -> bytes:
-        events.append("config joined")  # 27 MB at 8,000 Services: after the commands
+        events.append("config joined")  # 27 MB at 8,000 Services: never, since written in pieces
         return join(rendered)
 
     monkeypatch.setattr(Rendered, "data", joined)
@@ -699,7 +699,7 @@ def test_runtime_commands_go_first_and_the_files_follow_them_for_a_reload(
         assert result.ok and result.kind is ApplyPath.RUNTIME, result
         assert events == ["commands", f"fe_{port}.prefix.map", "journal record"]  # the ACK
         config.flush()  # the writer thread's work, after the ACK
-        assert events[3:] == ["config joined", "haproxy.cfg"]
+        assert events[3:] == ["haproxy.cfg"]  # written from its sections, never joined
         scratch = render_held(Held.from_snapshot(snap), inst.applier.options)
         for path, entries in scratch.maps.items():
             with open(path, "rb") as f:
