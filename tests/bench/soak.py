@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tests.bench.common import Result, log, loopback_ip
-from tests.bench.memory import RssSampler, Trend, flat_limit, fleet_pids, trend
+from tests.bench.memory import RssSampler, Trend, flat_limit, fleet_pids, settled, trend
 from tests.bench.scale import HTTP_PORT, MODES, ScaleFleet
 from tests.bench.scalefolder import endpoint_address, service_name
 from tests.helpers.fleet import haproxy_binary
@@ -269,6 +269,21 @@ def pace(fleet: ScaleFleet, stream: Changes, n: int, count: int, every_s: float,
     return n
 
 
+def series_lines(found: Soaked, points: int = 9) -> list[str]:
+    """Each process's RSS at `points` evenly spaced moments of the measured part (the
+    sample nearest each): the shape a slope alone hides, a step at one moment (a
+    reconnect, a compaction) or a steady rise."""
+    lines = []
+    for name, samples in sorted(found.series.items()):
+        kept = settled(samples, since=found.measured_from)
+        start, end = kept[0][0], kept[-1][0]
+        marks = [start + (end - start) * i / (points - 1) for i in range(points)]
+        nearest = [min(kept, key=lambda s, m=m: abs(s[0] - m)) for m in marks]
+        shown = ", ".join(f"{(t - start) / 60:.0f} min {v:.1f}" for t, v in nearest)
+        lines.append(f"{name} RSS (MiB) by minute of the measured part: {shown}")
+    return lines
+
+
 def table(found: Soaked) -> str:
     head = ("process", "RSS start", "RSS end", "slope", "flat below", "peak", "samples", "flat")
     rows = [
@@ -348,6 +363,7 @@ def run(quick: bool = False, binary: str | None = None, octet: int = OCTET) -> l
     log(f"soak: {size}, octet {octet}")
     found = soak(size, binary, octet)
     print(table(found))
+    print("\n".join(series_lines(found)))
     return results(found)
 
 

@@ -46,6 +46,17 @@ def test_a_named_warm_up_replaces_the_first_fifth() -> None:
     assert not trend(filling + flat).flat  # the first fifth alone keeps the filling
 
 
+def test_the_series_shows_a_step_a_slope_would_hide() -> None:
+    """Nine points of the measured part, the sample nearest each: a step at the 30th
+    minute (a stream reconnecting) reads as a step, not only as a slope."""
+    warm = [(0.0, 50.0)]
+    stepped = [(60.0 * m, 100.0 if m < 30 else 106.0) for m in range(1, 61)]
+    found = soak.Soaked(soak.QUICK, measured_from=60.0, series={"agent": warm + stepped})
+    (line,) = soak.series_lines(found)
+    assert line.startswith("agent RSS (MiB) by minute of the measured part: 0 min 100.0, ")
+    assert "22 min 100.0" in line and "37 min 106.0" in line and line.endswith("59 min 106.0")
+
+
 def test_the_warm_up_changes_every_service_and_route_once(tmp_path: Path) -> None:
     size = soak.SoakSize(services=3, routes=5, minutes=1.0, interval_s=1.0, sample_s=1.0)
     for index in range(size.services):

@@ -721,6 +721,7 @@ def test_soak_bench_samples_memory_under_a_stream_of_changes(haproxy_bin: HAProx
     names = {r.name for r in soak_bench.results(found)}
     assert {"soak.converged", "soak.cp.rss_slope", "soak.agent.haproxy-s45a.rss_end"} <= names
     assert not [n for n in names if n.endswith("rss_flat")]
+    assert len(soak_bench.series_lines(found)) == 3  # one line of RSS points a process
 
 
 def test_route_propagation_bench_folder_variant_serves_new_services_from_spares(
