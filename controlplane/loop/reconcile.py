@@ -397,8 +397,10 @@ class Reconciler:
                 result = self._compute(cluster, previous, now=now, assign_new=False)
             contents = self._encoder.encode(result.workloads)
             self._metrics.computed(time.perf_counter() - started)
-            unchanged = same_assignment(result.assignment, previous, result.touched)
-            if save and (not unchanged or self._ledger.dirty()):
+            if save and (
+                not same_assignment(result.assignment, previous, result.touched)
+                or self._ledger.dirty()
+            ):
                 # What the computation touched: the ledger compares those backends only
                 # when `previous` is what it last saved (not all 8,000 per change).
                 since = (previous, result.touched) if result.touched is not None else None

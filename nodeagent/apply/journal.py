@@ -32,14 +32,12 @@ _RECORD = struct.Struct(">II")  # payload length, CRC-32 of the payload
 HEADER_SIZE = len(MAGIC) + _BASE.size
 
 
-def base_digest(base: bytes | Iterable[bytes]) -> bytes:
-    """What a journal's header names of its base (its bytes, or the pieces they are
-    joined from): nothing shorter tells two bases apart when a crash left a new base
-    beside the old base's journal."""
-    if isinstance(base, bytes):
-        return hashlib.sha256(base).digest()
+def base_digest(pieces: Iterable[bytes]) -> bytes:
+    """What a journal's header names of its base (the bytes `pieces` join to): nothing
+    shorter tells two bases apart when a crash left a new base beside the old base's
+    journal."""
     digest = hashlib.sha256()
-    for piece in base:
+    for piece in pieces:
         digest.update(piece)
     return digest.digest()
 

@@ -163,7 +163,7 @@ class StateStore:
         except (DecodeError, DeltaError) as e:  # treat as absent, the control plane resends
             log.error("saved snapshot %s is corrupt, starting without it: %s", path, e)
             return None
-        self._base = (journal.base_digest(data), len(data))
+        self._base = (journal.base_digest((data,)), len(data))
         replayed = self._replay(held, *self._base)
         if replayed is not None:
             held = replayed

@@ -340,20 +340,23 @@ class Rendered:
         """The whole haproxy.cfg as the bytes written: `text()` encoded, but from sections
         encoded once each (a 27 MB file is joined, not encoded again, per change), the
         backends taken in order at C speed (`map`, no Python frame per backend)."""
-        fixed = (self.global_section, self.peers_section, self.frontends_section)
-        head = [self.header.encode(), *(s.data for s in fixed if s.data)]
-        return b"\n".join([*head, *map(self.encoded.__getitem__, self.names)])
+        return b"\n".join(self._sections())
 
     def pieces(self) -> list[bytes]:
         """`data()` in pieces, its sections and the newlines between them, to be written
         in order (`durable.atomic_write`): no second copy of the whole file (16 MB at
         8,000 Services) to hold through the write on every change."""
-        fixed = (self.global_section, self.peers_section, self.frontends_section)
-        parts = [self.header.encode(), *(s.data for s in fixed if s.data)]
-        parts += map(self.encoded.__getitem__, self.names)
+        parts = self._sections()
         out = [b"\n"] * (2 * len(parts) - 1)
         out[::2] = parts
         return out
+
+    def _sections(self) -> list[bytes]:
+        """The file's sections in order, each encoded once: the header, the fixed
+        sections that have content, then the backends."""
+        fixed = (self.global_section, self.peers_section, self.frontends_section)
+        head = [self.header.encode(), *(s.data for s in fixed if s.data)]
+        return [*head, *map(self.encoded.__getitem__, self.names)]
 
 
 def _backend_text(backend: pb.Backend, peered: bool, timed: bool, opts: RenderOptions) -> str:

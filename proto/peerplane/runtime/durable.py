@@ -26,12 +26,13 @@ def atomic_write(
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", dir=directory)
     try:
-        whole = isinstance(data, bytes)
-        with os.fdopen(fd, "wb", buffering=-1 if whole else PIECES_BUFFER) as f:
-            if isinstance(data, bytes):
-                f.write(data)
-            else:
-                f.writelines(data)
+        pieces: Iterable[bytes]
+        if isinstance(data, bytes):
+            buffering, pieces = -1, (data,)
+        else:
+            buffering, pieces = PIECES_BUFFER, data
+        with os.fdopen(fd, "wb", buffering=buffering) as f:
+            f.writelines(pieces)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
