@@ -66,7 +66,7 @@ from controlplane.routes.host_decisions import (
 from controlplane.routes.httproute import RouteOutcome, route_outcome
 from controlplane.routes.placement import LANE_SEPARATOR, Placement, lane_workload
 from controlplane.routes.precedence import Candidate
-from controlplane.routes.route_changes import changed_routes
+from controlplane.routes.route_changes import RouteKeys, changed_routes
 from controlplane.routes.table_stages import Held, Trace, by_namespace, join_lanes, lane_parts
 from controlplane.routes.table_types import Memo, RouteTable, WorkloadRoutes
 from controlplane.snapshot import RejectedInput, RouteRule
@@ -264,15 +264,18 @@ class TableIndex:
         reuse: Memo,
         memo: Memo,
         last: tuple[Sequence[HTTPRoute], Sequence[GRPCRoute]] | None = None,
+        keys: RouteKeys | None = None,
     ) -> tuple[RouteTable, set[ServiceKey]] | None:
         """The table for `state` whose HTTPRoutes and GRPCRoutes alone changed since this
         index's table (`reuse`: its memo), and the Services whose demand moved; `memo`
-        is filled as `build_table` fills it. None: compute from scratch (nothing moved).
-        `last`: the HTTPRoutes and GRPCRoutes `reuse` was made from, so the changed
-        routes are found between their common ends (`changed_routes`)."""
+        is filled as `build_table` fills it (`reuse` itself: changed in place, no copy of
+        every route's entry, once the update is sure to be made). None: compute from
+        scratch (nothing moved). `last`: the HTTPRoutes and GRPCRoutes `reuse` was made
+        from, so the changed routes are found between their common ends; `keys`: the
+        same by change key, so they are found from `state.changes` (`changed_routes`)."""
         if not self.usable:
             return None
-        found = changed_routes(state, reuse, last)
+        found = changed_routes(state, reuse, last, keys)
         if found is None:
             return None
         by_id, added, removed = found
@@ -282,7 +285,8 @@ class TableIndex:
         outcomes = [o for _, o in (*old, *new) if o is not None]
         if not self._covers(outcomes, old, new):
             return None
-        memo.update(reuse)
+        if memo is not reuse:
+            memo.update(reuse)
         for i in removed:
             del memo[i]
         for route, outcome in new:
