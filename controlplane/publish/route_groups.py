@@ -3,7 +3,10 @@
 `Snapshot.route_groups` holds one group per listener and host, each host's rules in the
 listener's order, groups in key order (`peerplane.parts.group_key`). Grouping all of a
 listener's rules on every route change is one Python step per group: 10,000 steps at
-10,000 HTTPRoutes of a host each. `regroup` instead compares the listener's new rules with
+10,000 HTTPRoutes of a host each. When the route table's update says which hostnames it
+decided again (`snapshot.EditedRules`: each one's rules now, made from the rules of the
+last grouping) `regroup` frames those hosts' groups alone, comparing no other rule.
+Else it compares the listener's new rules with
 those of its last grouping by identity, in C: past their common prefix and suffix, the
 sets of their ids. It groups again only the hosts of the rules added or removed; every
 other group is the same object, and the dicts of bytes and digests the content needs are
@@ -22,10 +25,10 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, groupby
-from operator import attrgetter
+from operator import attrgetter, is_
 
 from controlplane.sequences import common_ends
-from controlplane.snapshot import RouteRule
+from controlplane.snapshot import EditedRules, RouteRule
 from peerplane.parts import group_key
 
 # Past this share of a listener's rules added or removed, group from scratch (reusing the
@@ -155,6 +158,9 @@ def regroup(
         return scratch(name, rules, None, frame)
     if rules is last.rules:
         return last
+    carried = _carried(name, rules, last)
+    if carried is not None:
+        return _patched(name, rules, last, frame, *carried)
     old_part, new_part = _window(last.rules, rules)
     old_ids = set(map(id, old_part))
     new_ids = set(map(id, new_part))
@@ -173,27 +179,71 @@ def regroup(
         touched.setdefault(host_of(rule), []).append(rule)
     for rule in removed:
         touched.setdefault(host_of(rule), [])
+    hosts: dict[str, tuple[RouteRule, ...]] = {}
+    for host, new_rules in touched.items():
+        before = last.groups.get(group_key(name, host))
+        kept = [r for r in before.rules if id(r) not in removed_ids] if before else []
+        # The added rules come from one slice of `rules`, in its order: with no rule kept
+        # (a new host, or a route's rules replaced) they are the group in order already,
+        # and the listener's 10,000 rules need no index.
+        hosts[host] = _ordered_by(rules, kept + new_rules) if kept else tuple(new_rules)
+    return _patched(name, rules, last, frame, hosts, removed)
+
+
+def _carried(
+    name: str, rules: tuple[RouteRule, ...], last: ListenerGroups
+) -> tuple[dict[str, tuple[RouteRule, ...]], tuple[RouteRule, ...]] | None:
+    """The hosts a route change regrouped with their rules now, and the rules it took out,
+    when `rules` says so (`EditedRules` made from the rules of `last`) and the count of
+    rules adds up; else None (compare the rules)."""
+    if not isinstance(rules, EditedRules) or rules.edited_from != id(last.rules):
+        return None
+    count = len(last.rules)
+    removed: list[RouteRule] = []
+    for host, held in rules.hosts.items():
+        if any(host_of(rule) != host for rule in held):
+            return None
+        before = last.groups.get(group_key(name, host))
+        if before is not None:
+            kept = set(map(id, held))
+            removed.extend(rule for rule in before.rules if id(rule) not in kept)
+            count -= len(before.rules)
+        count += len(held)
+    if count != len(rules):
+        return None
+    return rules.hosts, tuple(removed)
+
+
+def _patched(
+    name: str,
+    rules: tuple[RouteRule, ...],
+    last: ListenerGroups,
+    frame: Frame,
+    hosts: Mapping[str, tuple[RouteRule, ...]],
+    removed: tuple[RouteRule, ...],
+) -> ListenerGroups:
+    """`last` with the groups of `hosts` (each host's rules now, in the listener's order)
+    framed again where their rules differ, and those left without rules taken out."""
     groups = dict(last.groups)
     framed = dict(last.framed)
     digests = dict(last.digests)
     order = last.order
     keys: list[str] = []
-    for host, new_rules in touched.items():
+    for host, held in hosts.items():
         key = group_key(name, host)
-        keys.append(key)
         before = groups.get(key)
-        kept = [r for r in before.rules if id(r) not in removed_ids] if before else []
-        held = kept + new_rules
+        if before is None and not held:
+            continue  # decided again, no rules before or after
+        same = before is not None and len(before.rules) == len(held)
+        if same and before is not None and all(map(is_, before.rules, held)):
+            continue  # decided again, the same rules
+        keys.append(key)
         if not held:
             del groups[key], framed[key], digests[key]
             order = list(last.keys()) if order is None or order is last.order else order
             del order[bisect_left(order, key)]
             continue
-        # The added rules come from one slice of `rules`, in its order: with no rule kept
-        # (a new host, or a route's rules replaced) they are the group in order already,
-        # and the listener's 10,000 rules need no index.
-        ordered = _ordered_by(rules, held) if kept else tuple(new_rules)
-        group = groups[key] = frame(name, host, ordered)
+        group = groups[key] = frame(name, host, held)
         framed[key], digests[key] = group.framed, group.digest
         if before is None:
             order = list(last.keys()) if order is None or order is last.order else order

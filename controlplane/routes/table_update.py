@@ -69,7 +69,7 @@ from controlplane.routes.precedence import Candidate
 from controlplane.routes.route_changes import RouteKeys, changed_routes
 from controlplane.routes.table_stages import Held, Trace, by_namespace, join_lanes, lane_parts
 from controlplane.routes.table_types import Memo, RouteTable, WorkloadRoutes
-from controlplane.snapshot import RejectedInput, RouteRule
+from controlplane.snapshot import EditedRules, RejectedInput, RouteRule
 
 
 @dataclass(slots=True)
@@ -457,11 +457,21 @@ class TableIndex:
                     self._decide_host(port, name, mine)
         listeners = list(last.listeners)
         for index, listener in enumerate(last.listeners):
-            if (workload, listener.port) in touched:
+            hosts = touched.get((workload, listener.port))
+            if hosts is not None:
                 port = mine.ports[listener.port]
+                # The hostnames decided again, each with its rules now (the encoder
+                # regroups them alone: `EditedRules`).
+                edited = {
+                    name: tuple(rule for _, rule in found.winners)
+                    if (found := port.decided.get(name)) is not None
+                    else ()
+                    for name in hosts
+                }
+                rules = EditedRules.of(port.rules, listener.rules, edited)
                 # Its certificates and PROXY protocol are its port's (`crtlist.apply`).
                 listeners[index] = dataclasses.replace(
-                    listener, rules=tuple(port.rules), closed_hosts=tuple(port.closed)
+                    listener, rules=rules, closed_hosts=tuple(port.closed)
                 )
         held = mine.held
         found = [
