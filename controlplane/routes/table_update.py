@@ -457,16 +457,16 @@ class TableIndex:
                     self._decide_host(port, name, mine)
         listeners = list(last.listeners)
         for index, listener in enumerate(last.listeners):
-            hosts = touched.get((workload, listener.port))
-            if hosts is not None:
+            decided_again = touched.get((workload, listener.port))
+            if decided_again is not None:
                 port = mine.ports[listener.port]
                 # The hostnames decided again, each with its rules now (the encoder
                 # regroups them alone: `EditedRules`).
                 edited = {
-                    name: tuple(rule for _, rule in found.winners)
-                    if (found := port.decided.get(name)) is not None
+                    name: tuple(rule for _, rule in decided.winners)
+                    if (decided := port.decided.get(name)) is not None
                     else ()
-                    for name in hosts
+                    for name in decided_again
                 }
                 rules = EditedRules.of(port.rules, listener.rules, edited)
                 # Its certificates and PROXY protocol are its port's (`crtlist.apply`).
