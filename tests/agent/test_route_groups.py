@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from typing import Any
 
 import pytest
+from immutables import Map
 
 from controlplane.publish import content_hash
 from nodeagent.config import rules
@@ -146,10 +148,10 @@ def test_map_entries_are_rendered_unsorted_and_written_in_key_order() -> None:
 
 
 def test_groups_a_delta_adds_are_appended_with_the_key_order_kept_apart() -> None:
-    """A new route is a new group: the held dicts take it at their end (copies at C
-    speed, not rebuilt in key order per delta) and `parts.group_order` keeps the key
-    order that the hash, the saved bytes and the rule order follow; a later removal and
-    addition move that order alone. Each step equals the full snapshot."""
+    """A new route is a new group: the held maps take its key (persistent maps, not
+    rebuilt in key order per delta) and `parts.group_order` keeps the key order that the
+    hash, the saved bytes and the rule order follow; a later removal and addition move
+    that order alone. Each step equals the full snapshot."""
     hosts = [f"h{n}.example.com" for n in (2, 4, 6)]
     steps = [
         hosts,
@@ -170,13 +172,12 @@ def test_groups_a_delta_adds_are_appended_with_the_key_order_kept_apart() -> Non
         assert held.serialized() == new.SerializeToString(deterministic=True)
         assert [r.source for r in held.route_rules()] == [r.source for r in full.route_rules()]
         assert render_held(held, OPTS).text() == render(new, OPTS)
-    # appended, not re-ordered: h5 and h1 came after the groups held before them
-    assert list(held.parts.route_groups) == [
-        "80/h6.example.com",
+    assert set(held.parts.route_groups) == set(held.route_groups) == set(held.parts.group_digests)
+    assert list(held.parts.group_order or ()) == [
         "80/h1.example.com",
         "80/h3.example.com",
+        "80/h6.example.com",
     ]
-    assert held.parts.group_order == ("80/h1.example.com", "80/h3.example.com", "80/h6.example.com")
 
 
 def test_one_group_left_after_deltas_hashes_as_the_full_snapshot() -> None:
@@ -364,3 +365,44 @@ def test_a_delta_hashes_its_groups_without_looking_up_every_group_digest(
         fresh = Held.from_snapshot(new)
         assert held.parts.joined_group_digests() == fresh.parts.joined_group_digests()
         assert held.serialized() == new.SerializeToString(deterministic=True)
+
+
+def test_deltas_that_change_groups_share_the_held_maps_and_splice_with_the_key_order() -> None:
+    """Route re-pointed three times at 2,000 groups (no group added): after the first
+    delta the held groups, their bytes and digests are persistent maps that the next
+    version shares but for the changed key (before: three dicts of 2,000 entries copied
+    per delta), the earlier version's left as they were, and the joined digests are
+    spliced with the key order at hand (before: `list(held)` and `list(digests)`, every
+    key listed per delta, while no delta had added a group)."""
+    hosts = [f"h{n:05}.example.com" for n in range(2000)]
+    versions = [
+        _snapshot(
+            *(_group(h, "/a", backend="ns_b_80" if h == hosts[7] and v % 2 else "ns_a_80")
+              for h in hosts),
+            version=v + 1,
+        )
+        for v in range(4)
+    ]  # fmt: skip
+    orders: list[tuple[bool, bool]] = []
+    spliced = parts.spliced_group_digests
+
+    def recording(before: parts.ContentParts, digests: Any, order: Any, touched: Any) -> Any:
+        orders.append((before.group_order is not None, order is not None))
+        return spliced(before, digests, order, touched)
+
+    held = Held.from_snapshot(versions[0])
+    kept = []
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr("nodeagent.held.spliced_group_digests", recording)
+        for old, new in itertools.pairwise(versions):
+            before = held
+            held, change = held.apply(delta_between(old, new))
+            assert change.route_groups == {f"80/{hosts[7]}"}
+            assert held.computed_hash() == new.content_hash
+            kept.append((before, dict(before.parts.route_groups)))
+    assert orders[1:] == [(True, True)] * (len(orders) - 1), orders
+    for field in ("route_groups", "group_digests"):
+        assert isinstance(getattr(held.parts, field), Map), field
+    assert isinstance(held.route_groups, Map)
+    for before, framed in kept:  # each version's bytes as they were
+        assert dict(before.parts.route_groups) == framed

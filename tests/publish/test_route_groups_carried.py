@@ -5,6 +5,7 @@ random route changes, and a route change compares no rule by identity."""
 
 from __future__ import annotations
 
+import importlib
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +20,8 @@ from controlplane.snapshot import EditedRules
 from tests.helpers.route_builders import prefix_rule, route, to
 from tests.helpers.route_walk import walk_against_fresh
 from tests.routes.test_table_update import _cluster, _route
+
+encode_module = importlib.import_module("controlplane.publish.encode")
 
 
 @contextmanager
@@ -91,3 +94,34 @@ def test_a_route_change_regroups_without_comparing_the_listeners_rules() -> None
             content = encoder.encode(result.workloads)
         assert compared == []
         assert content == encode(result.workloads)
+
+
+def test_route_changes_that_add_no_group_splice_the_digests_with_the_key_order() -> None:
+    """A route re-pointed three times at 300 one-host routes (no group added or removed):
+    after the first change, each content's joined group digests are spliced with the
+    key order of both versions at hand (before: `list(held)` and `list(digests)`, every
+    key listed per change, while no change had added a group since a grouping from
+    scratch)."""
+    routes = _one_host_routes(300)
+    computer, encoder = Computer(), Encoder()
+    result = computer.compute(_cluster(routes), {})
+    encoder.encode(result.workloads)
+    orders: list[tuple[bool, bool]] = []
+    spliced = getattr(encode_module, "spliced_group_digests")  # noqa: B009 (not exported)
+
+    def recording(before: Any, digests: Any, order: Any, touched: Any) -> Any:
+        orders.append((before.group_order is not None, order is not None))
+        return spliced(before, digests, order, touched)
+
+    setattr(encode_module, "spliced_group_digests", recording)  # noqa: B010
+    try:
+        for trial in range(3):
+            backend = ("catalog", "shop")[trial % 2]
+            routes["r7"] = route(
+                "r7", [prefix_rule("/p7", [to(backend)])], hostnames=("b7.example.com",)
+            )
+            result = computer.compute(_cluster(routes), result.assignment)
+            assert encoder.encode(result.workloads) == encode(result.workloads)
+    finally:
+        setattr(encode_module, "spliced_group_digests", spliced)  # noqa: B010
+    assert len(orders) == 3 and orders[1:] == [(True, True)] * 2, orders
