@@ -15,6 +15,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from immutables import Map
 
 from controlplane.changes import ChangeKey, ChangeLog
 from controlplane.model import ClusterState
@@ -137,3 +138,24 @@ def test_a_carried_route_change_compares_no_route_by_identity() -> None:
         assert sum(counted) == 0, counted
         _assert_same(found, _from_scratch(cluster_state))
     assert computer.updated >= 3
+
+
+def test_an_updated_tables_routes_share_the_last_tables() -> None:
+    """A route added to 300: the updated table's outcomes by route are a persistent map
+    made from the last table's by setting one key (before: a dict copy of every route's
+    outcome per change), and the last table's are left as they were (the status round
+    reads both)."""
+    rng = random.Random(3)
+    routes: dict[str, Any] = {f"r{i}": _route(rng, f"r{i}") for i in range(300)}
+    computer = RouteComputer()
+    first = _computed(computer, _cluster(routes))
+    before = dict(first.routes)
+    for trial in range(4):
+        routes[f"new{trial}"] = _route(rng, f"new{trial}")
+        updated = computer.updated
+        table = _computed(computer, _cluster(routes))
+        if computer.updated > updated:
+            assert isinstance(table.routes, Map)
+    assert computer.updated >= 2
+    assert dict(first.routes) == before
+    _assert_same(table, _from_scratch(_cluster(routes)))
