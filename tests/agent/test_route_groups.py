@@ -9,6 +9,7 @@ runtime updates"."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 from typing import Any
@@ -437,3 +438,37 @@ def test_a_delta_render_shares_the_joined_map_entries_and_leaves_the_last_ones()
         for path in ("/etc/haproxy/maps/fe_80.exact.map", "/etc/haproxy/maps/fe_80.prefix.map"):
             assert isinstance(rendered_next.maps[path], Map), path
         held, rendered = held_next, rendered_next
+
+
+class _NotCompared(dict[str, bytes]):
+    """The previous render's groups, which a delta render must not compare whole."""
+
+    def __eq__(self, other: object) -> bool:
+        raise AssertionError("the route groups compared whole")
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_a_delta_render_knows_the_groups_moved_without_comparing_them() -> None:
+    """A route group re-pointed at 300 groups: whether the frontends section can be
+    reused is decided from the delta's change set (a group changed), not by comparing
+    the previous render's 300 groups with the new ones (before: a dict compare of every
+    group per render, O(groups)); the render equals one from scratch."""
+    hosts = [f"h{n:03}.example.com" for n in range(300)]
+    old = _snapshot(*(_group(h, "/a") for h in hosts))
+    new = _snapshot(
+        *(_group(h, "/a", backend="ns_b_80" if h == hosts[5] else "ns_a_80") for h in hosts),
+        version=2,
+    )
+    held = Held.from_snapshot(old)
+    rendered = render_held(held, OPTS)
+    spied = dataclasses.replace(
+        rendered,
+        routed=dataclasses.replace(
+            rendered.routed, groups_key=_NotCompared(rendered.routed.groups_key)
+        ),
+    )
+    held_next, change = held.apply(delta_between(old, new))
+    assert change.route_groups == {f"80/{hosts[5]}"}
+    again = render_held(held_next, OPTS, spied, change)
+    assert again.text() == render_held(held_next, OPTS).text() == render(new, OPTS)
