@@ -10,7 +10,7 @@ turns a `WorkloadSnapshot` into the wire bytes (docs/design.md, "Architecture").
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import ClassVar, TypeVar
@@ -423,6 +423,30 @@ class EditedBackends(tuple[BackendSpec, ...]):
     ) -> EditedBackends:
         made = cls(specs)
         made.edited_from, made.names = id(edited_from), names
+        return made
+
+
+class EditedRules(tuple[RouteRule, ...]):
+    """A listener's rules made from another tuple of rules by a route change that decided
+    the hostnames `hosts` names again (`routes/table_update.py`): `edited_from` is the
+    id of that tuple, `hosts` each such hostname's rules now, in the listener's order;
+    every other rule is the same object in the same relative order. The encoder, still
+    holding the tuple it grouped last, regroups those hostnames from it instead of
+    comparing every rule (`publish/route_groups.py`); the id is only trusted while that
+    tuple is alive, which is what makes it unique."""
+
+    edited_from: int
+    hosts: dict[str, tuple[RouteRule, ...]]
+
+    @classmethod
+    def of(
+        cls,
+        rules: Iterable[RouteRule],
+        edited_from: tuple[RouteRule, ...],
+        hosts: dict[str, tuple[RouteRule, ...]],
+    ) -> EditedRules:
+        made = cls(rules)
+        made.edited_from, made.hosts = id(edited_from), hosts
         return made
 
 

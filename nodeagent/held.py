@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from google.protobuf.message import Message
+from immutables import Map
 
 from peerplane.parts import (
     ContentParts,
@@ -46,6 +47,7 @@ from peerplane.protowire import framed_backend as framed
 from peerplane.v1 import peerplane_pb2 as pb
 
 P = TypeVar("P", bound=Message)
+V = TypeVar("V")
 
 
 def owned(message: P) -> P:
@@ -337,25 +339,34 @@ class Held:
     def _route_groups(
         self, delta: pb.SnapshotDelta
     ) -> tuple[
-        dict[str, pb.RouteGroup], dict[str, bytes], set[str], frozenset[str], Sequence[str] | None
+        Mapping[str, pb.RouteGroup],
+        Mapping[str, bytes],
+        set[str],
+        frozenset[str],
+        Sequence[str] | None,
     ]:
         """The route groups and their framed bytes after `delta`, the keys it sent, the
-        keys it removed, and the key order when the dicts are not in it (`group_order`):
-        O(changed) but for copies at C speed. A group added is appended to the dicts and
-        its key inserted into the order by bisection: a new route at 10,000 routes spent
-        milliseconds putting three dicts back in key order, before HAProxy heard of it."""
+        keys it removed, and the key order (`group_order`; None: the dicts of a full
+        snapshot, in key order): O(changed) but for the key order's copy when a key comes
+        or goes. The groups and their bytes are persistent maps (`immutables.Map`) once a
+        delta changed them: the last version's stay as they were (the applier's applied
+        snapshot reads them) and a delta sets its keys, no copy of 10,000 entries each.
+        A group added has its key inserted into the order by bisection: a new route at
+        10,000 routes spent milliseconds putting three dicts back in key order, before
+        HAProxy heard of it."""
         held_order = self.parts.group_order
-        if not delta.route_groups and not delta.removed_route_groups:
-            groups, framed_by_key = dict(self.route_groups), dict(self.parts.route_groups)
-            return groups, framed_by_key, set(), frozenset(), held_order
-        groups, framed_by_key, changed, removed = _named_changes(
-            "route group", self.route_groups, self.parts.route_groups, delta.route_groups,
-            delta.removed_route_groups, framed_route_group, route_group_key,
+        if not delta.route_groups and not delta.removed_route_groups:  # shared: never changed
+            return self.route_groups, self.parts.route_groups, set(), frozenset(), held_order
+        groups, framed_by_key, changed, removed = _mapped_changes(
+            self.route_groups, self.parts.route_groups, delta.route_groups,
+            delta.removed_route_groups,
         )  # fmt: skip
-        added = [key for key in changed if key not in self.route_groups]
-        if not added and (not removed or held_order is None):  # dict order is still right
-            return groups, framed_by_key, changed, removed, held_order
+        # The maps hold no order: the keys sorted beside them, taken once from a full
+        # snapshot's dicts (in key order), then copied only when a key comes or goes.
         keys = held_order if held_order is not None else tuple(self.parts.route_groups)
+        added = [key for key in changed if key not in self.route_groups]
+        if not added and not removed:
+            return groups, framed_by_key, changed, removed, keys
         return groups, framed_by_key, changed, removed, key_order(keys, added, removed)
 
 
@@ -364,19 +375,18 @@ M = TypeVar("M", bound=Message)
 _BISECTED = 16
 
 
-def key_order(
-    keys: Sequence[str], added: Collection[str], removed: Collection[str]
-) -> tuple[str, ...]:
-    """`keys` (sorted) without `removed` and with `added` (neither in `keys`), sorted:
-    by bisection and list moves (C speed) for a few, one sort for many."""
+def key_order(keys: Sequence[str], added: Collection[str], removed: Collection[str]) -> list[str]:
+    """`keys` (sorted) without `removed` and with `added` (neither in `keys`), sorted, a
+    new list (never changed once held): by bisection and list moves (C speed) for a few,
+    one sort for many."""
     if len(added) + len(removed) > _BISECTED:
-        return tuple(sorted((set(keys) - set(removed)) | set(added)))
+        return sorted((set(keys) - set(removed)) | set(added))
     out = list(keys)
     for key in removed:
         del out[bisect_left(out, key)]
     for key in added:
         insort(out, key)
-    return tuple(out)
+    return out
 
 
 def _group_digests(
@@ -384,15 +394,54 @@ def _group_digests(
     framed: Mapping[str, bytes],
     changed: Iterable[str],
     removed: Iterable[str],
-) -> dict[str, bytes]:
-    """`moved_digests` without putting them back in `framed`'s order: the route groups'
-    key order is `group_order` once a group was added (one dict copy at C speed)."""
-    kept = dict(before)
+) -> Mapping[str, bytes]:
+    """`moved_digests` into a persistent map, its key order `group_order`: the changed
+    keys set, no copy of the others (`before` itself when nothing changed)."""
+    if not changed and not removed:
+        return before
+    kept = _persistent(before).mutate()
     for key in removed:
         del kept[key]
     for key in changed:
         kept[key] = digest(framed[key])
-    return kept
+    return kept.finish()
+
+
+def _persistent(found: Mapping[str, V]) -> Map[str, V]:
+    """`found` as a persistent map (itself when it is one: a full snapshot's are dicts)."""
+    return found if isinstance(found, Map) else Map(found)
+
+
+def _mapped_changes(
+    held: Mapping[str, pb.RouteGroup],
+    held_framed: Mapping[str, bytes],
+    sent: Iterable[pb.RouteGroup],
+    removed_keys: Sequence[str],
+) -> tuple[Map[str, pb.RouteGroup], Map[str, bytes], set[str], frozenset[str]]:
+    """`_named_changes` of the route groups into persistent maps: the groups sent set,
+    the removed taken out, the others shared with the held version."""
+    changed: set[str] = set()
+    messages, framed = _persistent(held).mutate(), _persistent(held_framed).mutate()
+    for group in sent:
+        key = route_group_key(group)
+        if not key:
+            raise DeltaError("a route group without a name")
+        if key in changed:
+            raise DeltaError(f"route group {key!r} listed twice")
+        changed.add(key)
+        messages[key] = owned(group)
+        framed[key] = framed_route_group(group)
+    removed = frozenset(removed_keys)
+    if len(removed) != len(removed_keys):
+        raise DeltaError("a removed route group is named twice")
+    for key in removed:
+        if key in changed:
+            raise DeltaError(f"route group {key!r} both changed and removed")
+        if key not in held:
+            raise DeltaError(f"removed route group {key!r} is not held")
+        del messages[key]
+        del framed[key]
+    return messages.finish(), framed.finish(), changed, removed
 
 
 def _name(message: pb.Backend | pb.Certificate) -> str:

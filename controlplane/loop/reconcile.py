@@ -191,7 +191,9 @@ class Reconciler:
                 self._assignment = await self._load()
             await self._reconcile()
         while not self._stopping.is_set():
-            await self._wait(self._changed)
+            # One event, no task: `stop()` sets it too (a task per event and
+            # `asyncio.wait` cost four callbacks and two loop turns per change).
+            await self._changed.wait()
             if self._stopping.is_set():
                 break
             await self._debounce()
@@ -202,6 +204,7 @@ class Reconciler:
     def stop(self) -> None:
         """Make `run()` return after the step in progress."""
         self._stopping.set()
+        self._changed.set()  # `run()` waits on it alone
         if self._wake is not None:
             self._wake.cancel()
 
@@ -210,7 +213,7 @@ class Reconciler:
         async with asyncio.timeout(timeout), self._done:
             await self._done.wait_for(lambda: self._finished >= count)
 
-    async def _wait(self, event: asyncio.Event, timeout: float | None = None) -> None:
+    async def _wait(self, event: asyncio.Event, timeout: float) -> None:
         """Wait for `event` or `stop()`, at most `timeout` seconds."""
         waiters = [
             asyncio.ensure_future(event.wait()),

@@ -121,7 +121,7 @@ def fixed_bytes(
         if new.certificates.get(name) is not framed
     )
     old_groups, new_groups = old.route_groups, new.route_groups
-    keys = old_groups.keys() if group_keys is None else set(group_keys) & old_groups.keys()
+    keys = old_groups.keys() if group_keys is None else {k for k in group_keys if k in old_groups}
     groups = sum(
         len(framed) for key in keys if (framed := old_groups[key]) is not new_groups.get(key)
     )

@@ -3,17 +3,22 @@
 `Snapshot.route_groups` holds one group per listener and host, each host's rules in the
 listener's order, groups in key order (`peerplane.parts.group_key`). Grouping all of a
 listener's rules on every route change is one Python step per group: 10,000 steps at
-10,000 HTTPRoutes of a host each. `regroup` instead compares the listener's new rules with
+10,000 HTTPRoutes of a host each. When the route table's update says which hostnames it
+decided again (`snapshot.EditedRules`: each one's rules now, made from the rules of the
+last grouping) `regroup` frames those hosts' groups alone, comparing no other rule.
+Else it compares the listener's new rules with
 those of its last grouping by identity, in C: past their common prefix and suffix, the
 sets of their ids. It groups again only the hosts of the rules added or removed; every
-other group is the same object, and the dicts of bytes and digests the content needs are
-copied (C) and patched. A rule that stayed keeps its place among its host's rules (its
+other group is the same object, and the maps of bytes and digests the content needs are
+patched. A rule that stayed keeps its place among its host's rules (its
 precedence key is its route's: the same rule object, the same key), so the result equals
 grouping from scratch (tests/publish/test_route_groups.py, over random sequences). A new
 or removed host's key is put in or taken out of the sorted key list (`order`, bisect)
-rather than the three dicts made again in key order (~2 ms at 10,000 hosts); the dicts
-then hold the keys in the order they came, as the agent's do (`ContentParts.group_order`),
-and the grouping says which keys it changed (`touched`) for the delta and the store.
+rather than the three dicts made again in key order (~2 ms at 10,000 hosts); the groups,
+their bytes and digests are persistent maps (`immutables.Map`, a HAMT) once patched, so a
+change sets its keys instead of copying three dicts of 10,000 entries, the key order kept
+beside them (`ContentParts.group_order`), and the grouping says which keys it changed
+(`touched`) for the delta and the store.
 """
 
 from __future__ import annotations
@@ -22,16 +27,21 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, groupby
-from operator import attrgetter
+from operator import attrgetter, is_
+from typing import TypeVar
+
+from immutables import Map
 
 from controlplane.sequences import common_ends
-from controlplane.snapshot import RouteRule
+from controlplane.snapshot import EditedRules, RouteRule
 from peerplane.parts import group_key
 
 # Past this share of a listener's rules added or removed, group from scratch (reusing the
 # groups whose rules did not change): patching would cost as much.
 SCRATCH_SHARE = 8
 SCRATCH_MIN = 64
+
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,16 +61,16 @@ Frame = Callable[[str, str, tuple[RouteRule, ...]], Group]
 @dataclass(frozen=True, slots=True)
 class ListenerGroups:
     """One listener's grouping: the rules it was made from, and its groups, framed bytes
-    and digests by key, in key order, or in `order` when it is set (the keys sorted; the
-    dicts then in the order the keys came). `touched`: the keys whose group may differ
+    and digests by key: dicts in key order from scratch, persistent maps (no order) once
+    patched, with the keys sorted in `order`. `touched`: the keys whose group may differ
     from the grouping this one was patched from (added, changed or removed); None when
     not known (grouped from scratch). Never mutated: the next grouping copies what it
     changes."""
 
     rules: tuple[RouteRule, ...]
-    groups: dict[str, Group]
-    framed: dict[str, bytes]
-    digests: dict[str, bytes]
+    groups: Mapping[str, Group]
+    framed: Mapping[str, bytes]
+    digests: Mapping[str, bytes]
     order: list[str] | None = None
     touched: tuple[str, ...] | None = None
     # The rules of the grouping this one was patched from that it no longer holds (by
@@ -155,6 +165,9 @@ def regroup(
         return scratch(name, rules, None, frame)
     if rules is last.rules:
         return last
+    carried = _carried(name, rules, last)
+    if carried is not None:
+        return _patched(name, rules, last, frame, *carried)
     old_part, new_part = _window(last.rules, rules)
     old_ids = set(map(id, old_part))
     new_ids = set(map(id, new_part))
@@ -173,32 +186,97 @@ def regroup(
         touched.setdefault(host_of(rule), []).append(rule)
     for rule in removed:
         touched.setdefault(host_of(rule), [])
-    groups = dict(last.groups)
-    framed = dict(last.framed)
-    digests = dict(last.digests)
-    order = last.order
-    keys: list[str] = []
+    hosts: dict[str, tuple[RouteRule, ...]] = {}
     for host, new_rules in touched.items():
-        key = group_key(name, host)
-        keys.append(key)
-        before = groups.get(key)
+        before = last.groups.get(group_key(name, host))
         kept = [r for r in before.rules if id(r) not in removed_ids] if before else []
-        held = kept + new_rules
-        if not held:
-            del groups[key], framed[key], digests[key]
-            order = list(last.keys()) if order is None or order is last.order else order
-            del order[bisect_left(order, key)]
-            continue
         # The added rules come from one slice of `rules`, in its order: with no rule kept
         # (a new host, or a route's rules replaced) they are the group in order already,
         # and the listener's 10,000 rules need no index.
-        ordered = _ordered_by(rules, held) if kept else tuple(new_rules)
-        group = groups[key] = frame(name, host, ordered)
+        hosts[host] = _ordered_by(rules, kept + new_rules) if kept else tuple(new_rules)
+    return _patched(name, rules, last, frame, hosts, removed)
+
+
+def _carried(
+    name: str, rules: tuple[RouteRule, ...], last: ListenerGroups
+) -> tuple[dict[str, tuple[RouteRule, ...]], tuple[RouteRule, ...]] | None:
+    """The hosts a route change regrouped with their rules now, and the rules it took out,
+    when `rules` says so (`EditedRules` made from the rules of `last`) and the count of
+    rules adds up; else None (compare the rules)."""
+    if not isinstance(rules, EditedRules) or rules.edited_from != id(last.rules):
+        return None
+    count = len(last.rules)
+    removed: list[RouteRule] = []
+    for host, held in rules.hosts.items():
+        if any(host_of(rule) != host for rule in held):
+            return None
+        before = last.groups.get(group_key(name, host))
+        if before is not None:
+            kept = set(map(id, held))
+            removed.extend(rule for rule in before.rules if id(rule) not in kept)
+            count -= len(before.rules)
+        count += len(held)
+    if count != len(rules):
+        return None
+    return rules.hosts, tuple(removed)
+
+
+def _patched(
+    name: str,
+    rules: tuple[RouteRule, ...],
+    last: ListenerGroups,
+    frame: Frame,
+    hosts: Mapping[str, tuple[RouteRule, ...]],
+    removed: tuple[RouteRule, ...],
+) -> ListenerGroups:
+    """`last` with the groups of `hosts` (each host's rules now, in the listener's order)
+    framed again where their rules differ, and those left without rules taken out."""
+    # Persistent maps: the last grouping's stay as they are (the store's retained versions
+    # read them) and this one's share all but the changed keys' paths.
+    groups, framed, digests = (
+        _persistent(last.groups).mutate(),
+        _persistent(last.framed).mutate(),
+        _persistent(last.digests).mutate(),
+    )
+    # The keys sorted: the maps hold no order. Made once from a grouping from scratch
+    # (its dicts are in key order), then copied only when a key comes or goes.
+    order = list(last.keys()) if last.order is None else last.order
+    own = last.order is None  # whether `order` is this grouping's own list
+    keys: list[str] = []
+    for host, held in hosts.items():
+        key = group_key(name, host)
+        before = groups.get(key)
+        if before is None and not held:
+            continue  # decided again, no rules before or after
+        same = before is not None and len(before.rules) == len(held)
+        if same and before is not None and all(map(is_, before.rules, held)):
+            continue  # decided again, the same rules
+        keys.append(key)
+        if before is None or not held:
+            order, own = (order, own) if own else (list(order), True)
+        if not held:
+            del groups[key], framed[key], digests[key]
+            del order[bisect_left(order, key)]
+            continue
+        group = groups[key] = frame(name, host, held)
         framed[key], digests[key] = group.framed, group.digest
         if before is None:
-            order = list(last.keys()) if order is None or order is last.order else order
             insort(order, key)
-    return ListenerGroups(rules, groups, framed, digests, order, tuple(keys), removed)
+    return ListenerGroups(
+        rules,
+        groups.finish(),
+        framed.finish(),
+        digests.finish(),
+        order,
+        tuple(keys),
+        removed,
+    )
+
+
+def _persistent(found: Mapping[str, V]) -> Map[str, V]:
+    """`found` as a persistent map (itself when it is one: a grouping from scratch holds
+    dicts, each patched one maps)."""
+    return found if isinstance(found, Map) else Map(found)
 
 
 def replaced_rules(

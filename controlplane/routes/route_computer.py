@@ -39,6 +39,7 @@ from controlplane.routes.certificates import CertificateCache
 from controlplane.routes.crtlist import Edge
 from controlplane.routes.l4 import Memo as L4Memo
 from controlplane.routes.placement import Placement, own_lanes
+from controlplane.routes.route_changes import RouteKeys
 from controlplane.routes.table import build_table, place_routes
 from controlplane.routes.table_stages import Trace
 from controlplane.routes.table_types import Memo, RouteTable
@@ -103,6 +104,12 @@ class RouteComputer:
         # `prepare`, or when a route change comes first (`table_update.py`).
         self._trace: Trace | None = None
         self._index: TableIndex | None = None
+        # The routes of the last table by change key (made with its index), and the
+        # source version (`ChangeSet`) of the last state whose route tuples are the very
+        # ones the table was made from: a route change is then found from the state's
+        # changes (`route_changes.RouteKeys`), not by scanning every route.
+        self._keys: RouteKeys | None = None
+        self._seen: tuple[int, int] | None = None
         # (last table, new table, Services whose demand moved) of the last update.
         self.demand_moved: tuple[RouteTable, RouteTable, set[ServiceKey]] | None = None
         # (what they are made of) -> the Gateways as routes read them (`_gateways_read`).
@@ -152,6 +159,9 @@ class RouteComputer:
         secrets_moved = self._secrets_moved(state.secrets, now)
         if table is not None and inputs == self._inputs and not moved and not secrets_moved:
             self._secrets = state.secrets  # what the table read of them is unchanged
+            assert self._inputs is not None
+            same = state.http_routes is self._inputs[1] and state.grpc_routes is self._inputs[2]
+            self._seen = _version(state) if same else None
             return table
         # Each unchanged HTTPRoute keeps its outcome while what it reads is unchanged: a
         # route change costs that route, the grouping and the ordering. Of the Secrets,
@@ -178,11 +188,10 @@ class RouteComputer:
             recording.looked.update(self._looked)
         memo: Memo = {}
         if reuse is not None and table is not None and last is not None and not secrets_moved:
-            updated = self._update(state, inputs, last, table, placement, recording, reuse, memo)
+            updated = self._update(state, inputs, last, table, placement, recording, reuse)
             if updated is not None:
-                self._looked, self._memo, self._secrets = recording.looked, memo, state.secrets
+                self._looked, self._memo, self._secrets = recording.looked, reuse, state.secrets
                 return updated
-            memo = {}
         l4_memo: L4Memo = {}
         l4_reuse = self._l4_memo if reuse is not None else None
         edge = Edge(secrets, https_port, accept_proxy, state.settings)
@@ -201,7 +210,8 @@ class RouteComputer:
             placement=placement,
             trace=trace,
         )
-        self._trace, self._index = trace, None
+        self._trace, self._index, self._keys = trace, None, None
+        self._seen = _version(state)
         self._inputs, self._looked, self._table, self._memo = inputs, recording.looked, table, memo
         self._secrets, self._secrets_looked = state.secrets, secrets.looked
         self._changes_at = secrets.changes_at
@@ -248,11 +258,10 @@ class RouteComputer:
         placement: Placement,
         services: Mapping[ServiceKey, Service],
         reuse: Memo,
-        memo: Memo,
     ) -> RouteTable | None:
         """The last table updated for its changed HTTPRoutes and GRPCRoutes alone
-        (`TableIndex.update`); None when anything else changed or the update does not
-        cover the change."""
+        (`TableIndex.update`, `reuse` updated in place); None when anything else changed
+        or the update does not cover the change (`reuse` untouched)."""
         if any(a is not b for a, b in zip(inputs[3:], last[3:], strict=True)):
             return None  # Ingresses, TLSRoutes or TCPRoutes changed
         ready = self._index is not None and self._index.table is table
@@ -262,9 +271,15 @@ class RouteComputer:
         self.indexed_late += not ready
         # the HTTPRoutes and GRPCRoutes `reuse` was made from (`state`'s kinds as they were)
         routes = cast(tuple[Sequence[HTTPRoute], Sequence[GRPCRoute]], (last[1], last[2]))
-        found = index.update(state, placement, services, reuse, memo, routes)
+        keys = self._keys
+        if keys is not None:
+            keys.seen = self._seen
+        found = index.update(state, placement, services, reuse, reuse, routes, keys)
         if found is None:
             return None
+        if keys is not None:
+            keys.moved(state.changes)
+        self._seen = _version(state)
         updated, moved = found
         self._inputs, self._table = inputs, updated
         self.demand_moved = (table, updated, moved)
@@ -296,6 +311,9 @@ class RouteComputer:
         if self._trace is None:
             return None
         self._index, self._trace = TableIndex(table, self._trace), None
+        assert self._inputs is not None
+        routes = cast(tuple[Sequence[HTTPRoute], Sequence[GRPCRoute]], self._inputs[1:3])
+        self._keys = RouteKeys(*routes, self._seen)
         return self._index
 
     @property
@@ -334,3 +352,9 @@ class RouteComputer:
             if (None if found is None else found.ports) != self._looked[key]:
                 return True
         return False
+
+
+def _version(state: ClusterState) -> tuple[int, int] | None:
+    """The source version of `state` (`ChangeSet`: origin and version); None: not known."""
+    changes = state.changes
+    return None if changes is None else (changes.origin, changes.version)

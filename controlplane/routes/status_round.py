@@ -87,7 +87,7 @@ def _moved(new: Mapping[Any, object], last: Mapping[Any, object]) -> list[Any]:
     found = [key for key, outcome in new.items() if get(key) is not outcome]
     kept = len(new) - len(found) + sum(1 for key in found if key in last)
     if kept != len(last):  # some of `last` gone
-        found += last.keys() - new.keys()
+        found += [key for key in last if key not in new]
     return found
 
 

@@ -49,6 +49,9 @@ from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
+
+from immutables import Map
 
 from controlplane.model import ClusterState, GRPCRoute, HTTPRoute, Service
 from controlplane.routes.backends import ServiceKey
@@ -66,10 +69,13 @@ from controlplane.routes.host_decisions import (
 from controlplane.routes.httproute import RouteOutcome, route_outcome
 from controlplane.routes.placement import LANE_SEPARATOR, Placement, lane_workload
 from controlplane.routes.precedence import Candidate
-from controlplane.routes.route_changes import changed_routes
+from controlplane.routes.route_changes import RouteKeys, changed_routes
 from controlplane.routes.table_stages import Held, Trace, by_namespace, join_lanes, lane_parts
 from controlplane.routes.table_types import Memo, RouteTable, WorkloadRoutes
-from controlplane.snapshot import RejectedInput, RouteRule
+from controlplane.snapshot import EditedRules, RejectedInput, RouteRule
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 @dataclass(slots=True)
@@ -264,15 +270,18 @@ class TableIndex:
         reuse: Memo,
         memo: Memo,
         last: tuple[Sequence[HTTPRoute], Sequence[GRPCRoute]] | None = None,
+        keys: RouteKeys | None = None,
     ) -> tuple[RouteTable, set[ServiceKey]] | None:
         """The table for `state` whose HTTPRoutes and GRPCRoutes alone changed since this
         index's table (`reuse`: its memo), and the Services whose demand moved; `memo`
-        is filled as `build_table` fills it. None: compute from scratch (nothing moved).
-        `last`: the HTTPRoutes and GRPCRoutes `reuse` was made from, so the changed
-        routes are found between their common ends (`changed_routes`)."""
+        is filled as `build_table` fills it (`reuse` itself: changed in place, no copy of
+        every route's entry, once the update is sure to be made). None: compute from
+        scratch (nothing moved). `last`: the HTTPRoutes and GRPCRoutes `reuse` was made
+        from, so the changed routes are found between their common ends; `keys`: the
+        same by change key, so they are found from `state.changes` (`changed_routes`)."""
         if not self.usable:
             return None
-        found = changed_routes(state, reuse, last)
+        found = changed_routes(state, reuse, last, keys)
         if found is None:
             return None
         by_id, added, removed = found
@@ -282,7 +291,8 @@ class TableIndex:
         outcomes = [o for _, o in (*old, *new) if o is not None]
         if not self._covers(outcomes, old, new):
             return None
-        memo.update(reuse)
+        if memo is not reuse:
+            memo.update(reuse)
         for i in removed:
             del memo[i]
         for route, outcome in new:
@@ -339,7 +349,9 @@ class TableIndex:
         placement: Placement,
     ) -> tuple[RouteTable, set[ServiceKey]]:
         table = self.table
-        routes = dict(table.routes)
+        # A persistent map: the last table's stays as it is (the status round and the
+        # plan cache read it beside the new one), no copy of every route's outcome.
+        routes = _persistent(table.routes).mutate()
         touched: dict[tuple[str, int], set[str]] = {}
         moved: set[ServiceKey] = set()
         reported: set[str] = set()  # workloads whose routes' rejections changed
@@ -349,7 +361,8 @@ class TableIndex:
             for route, outcome in pairs:
                 key = (type(route).__name__, route.namespace, route.name)
                 if sign < 0:
-                    routes.pop(key, None)
+                    if key in routes:
+                        del routes[key]
                 elif outcome is not None:
                     routes[key] = outcome
                 if outcome is None:
@@ -402,7 +415,7 @@ class TableIndex:
         self.table = dataclasses.replace(
             table,
             placement=placement,
-            routes=routes,
+            routes=routes.finish(),
             workloads=workloads,
             demand=demand,
             rejections=rejections,
@@ -453,11 +466,21 @@ class TableIndex:
                     self._decide_host(port, name, mine)
         listeners = list(last.listeners)
         for index, listener in enumerate(last.listeners):
-            if (workload, listener.port) in touched:
+            decided_again = touched.get((workload, listener.port))
+            if decided_again is not None:
                 port = mine.ports[listener.port]
+                # The hostnames decided again, each with its rules now (the encoder
+                # regroups them alone: `EditedRules`).
+                edited = {
+                    name: tuple(rule for _, rule in decided.winners)
+                    if (decided := port.decided.get(name)) is not None
+                    else ()
+                    for name in decided_again
+                }
+                rules = EditedRules.of(port.rules, listener.rules, edited)
                 # Its certificates and PROXY protocol are its port's (`crtlist.apply`).
                 listeners[index] = dataclasses.replace(
-                    listener, rules=tuple(port.rules), closed_hosts=tuple(port.closed)
+                    listener, rules=rules, closed_hosts=tuple(port.closed)
                 )
         held = mine.held
         found = [
@@ -580,6 +603,12 @@ class TableIndex:
             insort(port.closed, name)
         elif present and not closed:
             del port.closed[at]
+
+
+def _persistent(found: Mapping[K, V]) -> Map[K, V]:
+    """`found` as a persistent map (itself when it is one: a table from scratch holds a
+    dict, each updated one a map)."""
+    return found if isinstance(found, Map) else Map(found)
 
 
 def _count_into(

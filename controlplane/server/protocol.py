@@ -178,7 +178,7 @@ Down = SendWaiting | SendInSync | SendSnapshot | SendDelta | None
 
 def next_message(state: StreamState, target: Target) -> tuple[StreamState, Down]:
     """What to send now (None: the agent has, or was sent, the latest) and the new state."""
-    if target.workload:
+    if target.workload and target.workload != state.workload:  # replaced only if changed
         state = replace(state, workload=target.workload)
     published = target.published
     if published is None:
@@ -188,7 +188,8 @@ def next_message(state: StreamState, target: Target) -> tuple[StreamState, Down]
             target.reason
         )
     was_waiting = bool(state.waiting_reason)
-    state = replace(state, waiting_reason="")
+    if was_waiting:
+        state = replace(state, waiting_reason="")
     content_hash = published.content_hash
     resync = state.resync
     if not resync:

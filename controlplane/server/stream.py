@@ -94,6 +94,7 @@ class StreamHandler:
         # Agent -> content hash whose oversize was logged: said once per agent and content,
         # not on every reconnect.
         self._oversize_said: dict[str, str] = {}
+        self._retained_said: tuple[int, int, int] | None = None  # the gauges' last figures
 
     def close_all(self) -> None:
         """End every stream with OK (shutdown): agents reconnect elsewhere."""
@@ -232,31 +233,33 @@ class StreamHandler:
             delta = self._store.delta_message(published.workload, sent.content_hash, sent.base)
             if delta is not None:  # None only if the store moved on: the snapshot will do
                 shared, kind = delta, "delta"
-                store = self._store
-                self._metrics.retained(
-                    store.retained_count, store.retained_bytes, store.delta_cache_bytes
-                )
+                self._count_retained()
         if shared is None:  # built on the first full snapshot of a version, then shared
             shared = published.message_bytes  # ServerMessage(snapshot=...)
         # The shared bytes hold ServerMessage(snapshot=...) or (delta=...); protobuf
         # merges them with the stream's nonce.
         message = pb.ServerMessage(nonce=sent.nonce).SerializeToString() + shared
         self._check_size(session, published, kind, len(message))
-        log.info(
-            "%s sent to %s: %s v%d%s",
-            kind,
-            session.pod,
-            published.workload,
-            published.version,
-            f" (from {sent.base[:12]})" if kind == "delta" else "",
-            extra=fields(
-                event=f"{kind}_sent",
-                agent=session.pod,
-                workload=published.workload,
-                version=published.version,
-                nonce=sent.nonce,
-            ),
-        )
+        # A delta per agent per change is detail (debug): the publication and each agent's
+        # Ack say what operators follow; a full snapshot (a connect, a resync) is news.
+        level = logging.DEBUG if kind == "delta" else logging.INFO
+        if log.isEnabledFor(level):
+            log.log(
+                level,
+                "%s sent to %s: %s v%d%s",
+                kind,
+                session.pod,
+                published.workload,
+                published.version,
+                f" (from {sent.base[:12]})" if kind == "delta" else "",
+                extra=fields(
+                    event=f"{kind}_sent",
+                    agent=session.pod,
+                    workload=published.workload,
+                    version=published.version,
+                    nonce=sent.nonce,
+                ),
+            )
         if kind == "delta":
             self._metrics.delta_sent(published.workload, len(message))
         else:
@@ -264,6 +267,15 @@ class StreamHandler:
             if isinstance(decision, protocol.SendSnapshot) and decision.resync:
                 self._metrics.resynced(published.workload)
         return message
+
+    def _count_retained(self) -> None:
+        """The store's retained versions and delta cache as gauges, set only when they
+        changed: once per version (its delta built), not once per agent sent it."""
+        store = self._store
+        figures = (store.retained_count, store.retained_bytes, store.delta_cache_bytes)
+        if figures != self._retained_said:
+            self._retained_said = figures
+            self._metrics.retained(*figures)
 
     def _check_size(
         self, session: AgentSession, published: protocol.PublishedVersion, kind: str, size: int

@@ -59,11 +59,16 @@ def map_updates(
         before = old[path]
         if before is after or before == after:
             continue
-        differ = sorted(after.items() - before.items())  # added or set, by key
-        out += [MapUpdate(path, "add", k, v) for k, v in differ if k not in before]
-        out += [MapUpdate(path, "set", k, v) for k, v in differ if k in before]
-        out += [MapUpdate(path, "del", k) for k in sorted(before.keys() - after.keys())]
+        was, now = _dict(before), _dict(after)  # persistent maps: their views have no sets
+        differ = sorted(now.items() - was.items())  # added or set, by key
+        out += [MapUpdate(path, "add", k, v) for k, v in differ if k not in was]
+        out += [MapUpdate(path, "set", k, v) for k, v in differ if k in was]
+        out += [MapUpdate(path, "del", k) for k in sorted(was.keys() - now.keys())]
     return tuple(out)
+
+
+def _dict(entries: MapEntries) -> dict[str, str]:
+    return entries if isinstance(entries, dict) else dict(entries)
 
 
 def group_map_updates(

@@ -35,6 +35,8 @@ import hashlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from immutables import Map
+
 from nodeagent.config.checked import DIRECTORY, check
 from nodeagent.config.errors import RenderError
 from nodeagent.config.filters import filter_lines
@@ -267,11 +269,12 @@ def _listener(
         for token, rules in layers.in_config.items()
     }
     exact_path, prefix_path, hosts_path = map_paths(maps_dir, key)
-    # Copies (C speed), unsorted: the joined layers move with the next change, and
-    # `map_file` sorts when the file is written, after the runtime commands.
+    # Unsorted (`map_file` sorts when the file is written, after the runtime commands);
+    # a joined listener's are persistent maps the next change leaves as they are, other
+    # layers' dicts are copied.
     files: dict[str, MapEntries] = {
-        exact_path: dict(layers.exact),
-        prefix_path: dict(layers.prefix),
+        exact_path: _kept(layers.exact),
+        prefix_path: _kept(layers.prefix),
     }
     merged = annotation is not None
     lines = [f"frontend {frontend_name(key, merged)}", "  mode http", f"  bind {bind(listener)}"]
@@ -343,6 +346,11 @@ def _listener(
 
 _UNDECIDED = "!{ var(txn.r) -m found }"
 CLOSED = "x"  # `txn.r` of a request stopped at a closed host layer
+
+
+def _kept(entries: Mapping[str, str]) -> MapEntries:
+    """`entries` to keep in a render: a persistent map itself, else a copy."""
+    return entries if isinstance(entries, Map) else dict(entries)
 
 
 def _closed_tokens(host: str) -> tuple[str, ...]:

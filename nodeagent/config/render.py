@@ -236,14 +236,24 @@ def _frontends(
 
 
 def _reusable_frontends(
-    previous: Frontends, held: Held, set_aside: frozenset[str], rules_aside: frozenset[str]
+    previous: Frontends,
+    held: Held,
+    set_aside: frozenset[str],
+    rules_aside: frozenset[str],
+    groups_moved: bool | None = None,
 ) -> Frontends | None:
+    """`previous` when nothing its section is made of changed. `groups_moved`: whether
+    a route group differs from those `previous` was rendered from, as the delta's change
+    set says (None: not known, the groups are compared: O(groups))."""
     same = _reusable(previous.section, held.frontends_part) is not None
     same = same and previous.set_aside == set_aside and previous.rules_aside == rules_aside
     listeners, tls = held.listeners_part, held.parts.tls_listeners
     same = same and (previous.listeners_key is listeners or previous.listeners_key == listeners)
-    groups = held.parts.route_groups  # equal dicts: each value compared by identity first
-    same = same and (previous.groups_key is groups or previous.groups_key == groups)
+    groups = held.parts.route_groups  # equal maps: each value compared by identity first
+    if groups_moved is None:
+        same = same and (previous.groups_key is groups or previous.groups_key == groups)
+    else:
+        same = same and not groups_moved
     if same and (previous.tls_key is tls or previous.tls_key == tls):
         return previous
     return None
@@ -435,7 +445,10 @@ def render_held(
     if previous is not None:
         global_section = previous.global_section
         peers = _reusable(previous.peers_section, held.peers_part)
-        frontends = _reusable_frontends(previous.routed, held, set_aside, rules_aside)
+        moved = None  # whether a route group changed, when `change` says so
+        if change is not None and change.base == previous.content_hash:
+            moved = bool(change.route_groups or change.removed_route_groups)
+        frontends = _reusable_frontends(previous.routed, held, set_aside, rules_aside, moved)
     else:
         global_section, peers, frontends = _section(b"", _global(opts)), None, None
     if peers is None:

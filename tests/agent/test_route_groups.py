@@ -9,10 +9,13 @@ runtime updates"."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
+from typing import Any
 
 import pytest
+from immutables import Map
 
 from controlplane.publish import content_hash
 from nodeagent.config import rules
@@ -26,6 +29,7 @@ from peerplane.v1 import peerplane_pb2 as pb
 from tests.helpers.delta_agent import digest
 from tests.helpers.deltas import delta_between, flat, hashed, random_route_versions
 from tests.helpers.haproxy_env import backend
+from tests.helpers.map_entries import entries
 
 pytestmark = pytest.mark.unit
 
@@ -64,7 +68,8 @@ def test_route_group_deltas_over_random_versions_equal_the_full_snapshots(seed: 
         scratch = render_held(full, OPTS)
         assert cached.data() == scratch.data()
         assert cached.text() == render(new, OPTS) == render(flat(new), OPTS)
-        assert cached.maps == scratch.maps == render_held(Held.from_snapshot(flat(new)), OPTS).maps
+        inline = render_held(Held.from_snapshot(flat(new)), OPTS).maps
+        assert entries(cached.maps) == entries(scratch.maps) == entries(inline)
         by_delta = classify(held, rendered, held_next, cached, change)
         by_full = classify(held, rendered, full, scratch, diff(held, full))
         assert by_delta == by_full
@@ -120,8 +125,8 @@ def test_a_map_rule_change_carries_its_group_only_and_updates_its_map_entries() 
 
 
 def test_map_entries_are_rendered_unsorted_and_written_in_key_order() -> None:
-    """A render keeps a listener's map entries as a copy of its groups' joined layers,
-    unsorted (sorting 20,000 keys per route change delayed the runtime commands); the
+    """A render keeps a listener's map entries as its groups' joined layers (persistent
+    maps), unsorted (sorting 20,000 keys per route change delayed the runtime commands); the
     file is written in key order whatever the entries' order, and a new route leaves
     the previous render's entries as they were (the joined layers moved on)."""
     assert map_file({"b.example.com/": "1:x", "a.example.com/": "1:y"}) == (
@@ -133,23 +138,23 @@ def test_map_entries_are_rendered_unsorted_and_written_in_key_order() -> None:
     held = Held.from_snapshot(old)
     held_next, change = held.apply(delta_between(old, new))
     r0 = render_held(held, OPTS)
-    before = {path: dict(entries) for path, entries in r0.maps.items()}
+    before = entries(r0.maps)
     r1 = render_held(held_next, OPTS, r0, change)
-    assert r0.maps == before
+    assert entries(r0.maps) == before
     scratch = render_held(Held.from_snapshot(new), OPTS)
-    for path, entries in r1.maps.items():
-        assert map_file(entries) == map_file(scratch.maps[path])
-        lines = map_file(entries).decode().splitlines()
+    for path, found in r1.maps.items():
+        assert map_file(found) == map_file(scratch.maps[path])
+        lines = map_file(found).decode().splitlines()
         assert lines == sorted(lines)
     prefix = map_file(r1.maps["/etc/haproxy/maps/fe_80.prefix.map"]).decode().split()
     assert prefix[::2] == [f"h{n}.example.com/a/" for n in (0, 1, 5, 9)]
 
 
 def test_groups_a_delta_adds_are_appended_with_the_key_order_kept_apart() -> None:
-    """A new route is a new group: the held dicts take it at their end (copies at C
-    speed, not rebuilt in key order per delta) and `parts.group_order` keeps the key
-    order that the hash, the saved bytes and the rule order follow; a later removal and
-    addition move that order alone. Each step equals the full snapshot."""
+    """A new route is a new group: the held maps take its key (persistent maps, not
+    rebuilt in key order per delta) and `parts.group_order` keeps the key order that the
+    hash, the saved bytes and the rule order follow; a later removal and addition move
+    that order alone. Each step equals the full snapshot."""
     hosts = [f"h{n}.example.com" for n in (2, 4, 6)]
     steps = [
         hosts,
@@ -170,13 +175,12 @@ def test_groups_a_delta_adds_are_appended_with_the_key_order_kept_apart() -> Non
         assert held.serialized() == new.SerializeToString(deterministic=True)
         assert [r.source for r in held.route_rules()] == [r.source for r in full.route_rules()]
         assert render_held(held, OPTS).text() == render(new, OPTS)
-    # appended, not re-ordered: h5 and h1 came after the groups held before them
-    assert list(held.parts.route_groups) == [
-        "80/h6.example.com",
+    assert set(held.parts.route_groups) == set(held.route_groups) == set(held.parts.group_digests)
+    assert list(held.parts.group_order or ()) == [
         "80/h1.example.com",
         "80/h3.example.com",
+        "80/h6.example.com",
     ]
-    assert held.parts.group_order == ("80/h1.example.com", "80/h3.example.com", "80/h6.example.com")
 
 
 def test_one_group_left_after_deltas_hashes_as_the_full_snapshot() -> None:
@@ -364,3 +368,107 @@ def test_a_delta_hashes_its_groups_without_looking_up_every_group_digest(
         fresh = Held.from_snapshot(new)
         assert held.parts.joined_group_digests() == fresh.parts.joined_group_digests()
         assert held.serialized() == new.SerializeToString(deterministic=True)
+
+
+def test_deltas_that_change_groups_share_the_held_maps_and_splice_with_the_key_order() -> None:
+    """Route re-pointed three times at 2,000 groups (no group added): after the first
+    delta the held groups, their bytes and digests are persistent maps that the next
+    version shares but for the changed key (before: three dicts of 2,000 entries copied
+    per delta), the earlier version's left as they were, and the joined digests are
+    spliced with the key order at hand (before: `list(held)` and `list(digests)`, every
+    key listed per delta, while no delta had added a group)."""
+    hosts = [f"h{n:05}.example.com" for n in range(2000)]
+    versions = [
+        _snapshot(
+            *(_group(h, "/a", backend="ns_b_80" if h == hosts[7] and v % 2 else "ns_a_80")
+              for h in hosts),
+            version=v + 1,
+        )
+        for v in range(4)
+    ]  # fmt: skip
+    orders: list[tuple[bool, bool]] = []
+    spliced = parts.spliced_group_digests
+
+    def recording(before: parts.ContentParts, digests: Any, order: Any, touched: Any) -> Any:
+        orders.append((before.group_order is not None, order is not None))
+        return spliced(before, digests, order, touched)
+
+    held = Held.from_snapshot(versions[0])
+    kept = []
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr("nodeagent.held.spliced_group_digests", recording)
+        for old, new in itertools.pairwise(versions):
+            before = held
+            held, change = held.apply(delta_between(old, new))
+            assert change.route_groups == {f"80/{hosts[7]}"}
+            assert held.computed_hash() == new.content_hash
+            kept.append((before, dict(before.parts.route_groups)))
+    assert orders[1:] == [(True, True)] * (len(orders) - 1), orders
+    for field in ("route_groups", "group_digests"):
+        assert isinstance(getattr(held.parts, field), Map), field
+    assert isinstance(held.route_groups, Map)
+    for before, framed in kept:  # each version's bytes as they were
+        assert dict(before.parts.route_groups) == framed
+
+
+def test_a_delta_render_shares_the_joined_map_entries_and_leaves_the_last_ones() -> None:
+    """A group added, then one re-pointed, at 2,000 groups: each render's map entries are
+    its joined layers' persistent maps, set for the changed group alone (before: two
+    dicts of 2,000 entries copied per render, one after a removal through the slow path
+    of a dict with deleted slots), the previous render's left as they were, equal to a
+    render from scratch."""
+    hosts = [f"h{n:05}.example.com" for n in range(2000)]
+    versions = [
+        _snapshot(*(_group(h, "/a") for h in hosts)),
+        _snapshot(*(_group(h, "/a") for h in (*hosts, "new.example.com")), version=2),
+        _snapshot(
+            *(_group(h, "/a", backend="ns_b_80" if h == hosts[3] else "ns_a_80")
+              for h in (*hosts, "new.example.com")),
+            version=3,
+        ),
+    ]  # fmt: skip
+    held = Held.from_snapshot(versions[0])
+    rendered = render_held(held, OPTS)
+    for old, new in itertools.pairwise(versions):
+        before = entries(rendered.maps)
+        held_next, change = held.apply(delta_between(old, new))
+        rendered_next = render_held(held_next, OPTS, rendered, change)
+        assert entries(rendered.maps) == before
+        assert entries(rendered_next.maps) == entries(render_held(held_next, OPTS).maps)
+        for path in ("/etc/haproxy/maps/fe_80.exact.map", "/etc/haproxy/maps/fe_80.prefix.map"):
+            assert isinstance(rendered_next.maps[path], Map), path
+        held, rendered = held_next, rendered_next
+
+
+class _NotCompared(dict[str, bytes]):
+    """The previous render's groups, which a delta render must not compare whole."""
+
+    def __eq__(self, other: object) -> bool:
+        raise AssertionError("the route groups compared whole")
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_a_delta_render_knows_the_groups_moved_without_comparing_them() -> None:
+    """A route group re-pointed at 300 groups: whether the frontends section can be
+    reused is decided from the delta's change set (a group changed), not by comparing
+    the previous render's 300 groups with the new ones (before: a dict compare of every
+    group per render, O(groups)); the render equals one from scratch."""
+    hosts = [f"h{n:03}.example.com" for n in range(300)]
+    old = _snapshot(*(_group(h, "/a") for h in hosts))
+    new = _snapshot(
+        *(_group(h, "/a", backend="ns_b_80" if h == hosts[5] else "ns_a_80") for h in hosts),
+        version=2,
+    )
+    held = Held.from_snapshot(old)
+    rendered = render_held(held, OPTS)
+    spied = dataclasses.replace(
+        rendered,
+        routed=dataclasses.replace(
+            rendered.routed, groups_key=_NotCompared(rendered.routed.groups_key)
+        ),
+    )
+    held_next, change = held.apply(delta_between(old, new))
+    assert change.route_groups == {f"80/{hosts[5]}"}
+    again = render_held(held_next, OPTS, spied, change)
+    assert again.text() == render_held(held_next, OPTS).text() == render(new, OPTS)

@@ -5,14 +5,16 @@ the profile, and the group digests spliced").
 
 The route propagation benchmark's shape: N one-rule HTTPRoutes, each its own host under
 the Gateway's wildcard listener (`*.example.com`), then one new HTTPRoute of its own host
-per trial. Each trial is computed (`Computer`), encoded (`Encoder`), published
+per trial, each state stamped with its changed key (`changes.ChangeLog`, as the informers'
+states are). Each trial is computed (`Computer`), encoded (`Encoder`), published
 (`SnapshotStore`, the delta message built), then applied as an agent does without HAProxy
 (`Held.apply` with its content-hash check, `render_held` from the last render,
 `classify`); the heap is frozen after the setup, as the loop and the agent freeze theirs.
 Each stage's figure is this thread's CPU time (`time.thread_time`: a wait for a core on a
 loaded machine is not in it), the sub-stages timed by wrapping the functions named.
-Not a registered benchmark (no target): `python -m tests.bench.route_profile [N [TRIALS]]`
-prints the medians (default 10,000 routes, 30 trials).
+Not a registered benchmark (no target): `python -m tests.bench.route_profile [N [TRIALS]]
+[--repoint]` prints the medians (default 10,000 routes, 30 trials; `--repoint`: each trial
+re-points an existing HTTPRoute to the other Service instead of adding one).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from controlplane.changes import ChangeLog
 from controlplane.compute import Computer
 from controlplane.compute.computer import Computer as ComputerClass
 from controlplane.loop.heap import Heap
@@ -74,8 +77,9 @@ def _timed(spent: dict[str, float], owner: Any, name: str, label: str) -> Callab
     return original
 
 
-def http_route(index: int) -> HTTPRoute:
-    """A one-rule HTTPRoute of its own host, to one of two Services."""
+def http_route(index: int, service: int | None = None) -> HTTPRoute:
+    """A one-rule HTTPRoute of its own host, to one of two Services (`service`: which;
+    else by its index)."""
     return http_route_from(
         {
             "metadata": {"name": f"bulk-{index}", "namespace": "default"},
@@ -85,7 +89,9 @@ def http_route(index: int) -> HTTPRoute:
                 "rules": [
                     {
                         "matches": [{"path": {"type": "PathPrefix", "value": f"/p{index}"}}],
-                        "backendRefs": [{"name": f"svc-{index % 2}", "port": 80}],
+                        "backendRefs": [
+                            {"name": f"svc-{index % 2 if service is None else service}", "port": 80}
+                        ],
                     }
                 ],
             },
@@ -93,21 +99,32 @@ def http_route(index: int) -> HTTPRoute:
     )
 
 
-def profile(routes: int, trials: int) -> dict[str, list[float]]:
-    """Each stage's thread CPU seconds per trial, in the order measured."""
+def profile(routes: int, trials: int, repoint: bool = False) -> dict[str, list[float]]:
+    """Each stage's thread CPU seconds per trial, in the order measured; `repoint`: each
+    trial re-points an existing HTTPRoute to the other Service (its group changed, no
+    group added) instead of adding one."""
     spent: dict[str, float] = defaultdict(float)
-    originals = [(owner, name, _timed(spent, owner, name, label)) for owner, name, label in TIMED]
+    originals = [
+        (owner, name, _timed(spent, owner, name, label))
+        for owner, name, label in TIMED
+        if hasattr(owner, name)  # (an older checkout, measured beside: what it has)
+    ]
     try:
-        return _profile(routes, trials, spent)
+        return _profile(routes, trials, spent, repoint)
     finally:
         for owner, name, original in originals:
             setattr(owner, name, original)
         gc.unfreeze()
 
 
-def _profile(routes: int, trials: int, spent: dict[str, float]) -> dict[str, list[float]]:
+def _profile(
+    routes: int, trials: int, spent: dict[str, float], repoint: bool
+) -> dict[str, list[float]]:
     state = routed_cluster(4, "*.example.com")
-    state = dataclasses.replace(state, http_routes=tuple(map(http_route, range(routes))))
+    log = ChangeLog()
+    bulk = tuple(map(http_route, range(routes)))
+    stamped = log.stamp({("HTTPRoute", r.namespace, r.name): r for r in bulk})
+    state = dataclasses.replace(state, http_routes=bulk, changes=stamped)
     computer, encoder, store, heap = Computer(), Encoder(), SnapshotStore(), Heap()
     result = computer.compute(state, {})
     store.publish(encoder.encode(result.workloads))
@@ -123,8 +140,15 @@ def _profile(routes: int, trials: int, spent: dict[str, float]) -> dict[str, lis
     rows: dict[str, list[float]] = defaultdict(list)
     warm = 3  # the first changes after a start differ (indexes made, caches filled)
     for trial in range(trials + warm):
-        added = http_route(routes + trial)
-        state = dataclasses.replace(state, http_routes=(*state.http_routes, added))
+        if repoint:  # the route at `at`, to the other Service than it had
+            at = (trial * 7919) % routes
+            added = http_route(at, (at + 1 + (trial // routes)) % 2)
+            changed = (*state.http_routes[:at], added, *state.http_routes[at + 1 :])
+        else:
+            added = http_route(routes + trial)
+            changed = (*state.http_routes, added)
+        stamped = log.stamp({("HTTPRoute", added.namespace, added.name): added})
+        state = dataclasses.replace(state, http_routes=changed, changes=stamped)
         before = store.get(WORKLOAD)
         assert before is not None
         spent.clear()
@@ -181,11 +205,14 @@ def _profile(routes: int, trials: int, spent: dict[str, float]) -> dict[str, lis
 
 
 def main(argv: list[str]) -> None:
+    repoint = "--repoint" in argv
+    argv = [a for a in argv if a != "--repoint"]
     routes = int(argv[0]) if argv else 10000
     trials = int(argv[1]) if len(argv) > 1 else 30
-    rows = profile(routes, trials)
+    rows = profile(routes, trials, repoint)
     load = os.getloadavg()[0]
-    print(f"one new HTTPRoute at {routes} routes, {trials} trials, load {load:.2f}")
+    what = "one HTTPRoute re-pointed" if repoint else "one new HTTPRoute"
+    print(f"{what} at {routes} routes, {trials} trials, load {load:.2f}")
     print("stage: thread CPU ms, median")
     for label, values in rows.items():
         print(f"{label:45s} {median(values) * 1000:7.2f}")

@@ -649,3 +649,62 @@ def test_a_step_whose_route_table_needs_no_index_makes_no_hop_for_prepare() -> N
             executor.shutdown()
 
     run(body())
+
+
+class LoopCounter:
+    """Counts the event loop's turns (`_run_once`: one `epoll` wait and the callbacks that
+    were ready) and the tasks created on it, from `start()`."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.turns = 0
+        self.tasks = 0
+        run_once = loop._run_once  # type: ignore[attr-defined]
+
+        def counted_run_once() -> None:
+            self.turns += 1
+            run_once()
+
+        def counting_factory(
+            loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any
+        ) -> asyncio.Task[Any]:
+            self.tasks += 1
+            return asyncio.Task(coro, loop=loop, **kwargs)
+
+        loop._run_once = counted_run_once  # type: ignore[attr-defined]
+        loop.set_task_factory(counting_factory)  # type: ignore[arg-type]
+
+    def start(self) -> None:
+        self.turns = self.tasks = 0
+
+
+def test_an_idle_loop_takes_a_change_without_tasks_or_extra_turns() -> None:
+    """Waiting for the next change used to start two tasks (the change and the stop
+    events) and `asyncio.wait` on both, then cancel the loser: four more callbacks and
+    two more loop turns per change, on the thread that also serves every agent stream.
+    The loop now waits on the change event alone (`stop()` sets it too)."""
+
+    async def body() -> None:
+        counter = LoopCounter(asyncio.get_running_loop())
+        async with reconcile_loop() as loop:
+            await loop.reconciler.wait_computed(1, WAIT_S)
+            await _settled(loop.reconciler)
+            for count in range(2, 5):
+                await asyncio.sleep(0.05)  # the loop waits for a change
+                counter.start()
+                loop.compute.addresses = (f"10.0.0.{count}",)
+                loop.reconciler.on_change()
+                await loop.reconciler.wait_computed(count, WAIT_S)
+                assert counter.tasks == 0
+                assert counter.turns <= 6, counter.turns  # 8-9 with the two tasks
+
+    run(body())
+
+
+def test_stop_ends_a_loop_waiting_for_a_change() -> None:
+    async def body() -> None:
+        async with reconcile_loop() as loop:
+            await loop.reconciler.wait_computed(1, WAIT_S)
+            await _settled(loop.reconciler)
+        assert loop.reconciler.computations == 1  # stopped while waiting, nothing computed
+
+    run(body())

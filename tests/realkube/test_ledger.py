@@ -182,7 +182,8 @@ def test_the_largest_possible_shard_is_taken_by_the_server(
         ledger.load()
         ledger.save({name: slots})
         assert ledger.largest_shard == max_shard_bytes()
-    with ledger_on(api, ref) as (successor, _):
+    # 10,000 freed slots to read back and parse: more than 5 s on a loaded host
+    with ledger_on(api, ref, read_timeout=30.0) as (successor, _):
         assignment, problems = successor.load()
     assert problems == []
     assert dict(assignment[name].freed_by) == dict(slots.freed_by)

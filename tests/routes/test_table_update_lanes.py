@@ -181,7 +181,8 @@ def _unlisted(table: RouteTable) -> RouteTable:
         listeners = tuple(dataclasses.replace(lp, gateway=gateway) for lp in place.listeners)
         gateways[key] = dataclasses.replace(place, gateway=gateway, listeners=listeners)
     placement = dataclasses.replace(table.placement, gateways=gateways)
-    return dataclasses.replace(table, placement=placement)
+    # an update's routes are a persistent map, a table from scratch's a dict
+    return dataclasses.replace(table, placement=placement, routes=dict(table.routes))
 
 
 def _assert_same(found: RouteTable, expected: RouteTable) -> None:
@@ -189,7 +190,7 @@ def _assert_same(found: RouteTable, expected: RouteTable) -> None:
     backend names a workload's table says it knows are those its listeners reference."""
     assert found.workloads == expected.workloads
     assert found.rejections == expected.rejections
-    assert found.routes == expected.routes
+    assert dict(found.routes) == dict(expected.routes)  # an update's: a persistent map
     assert found.demand == expected.demand
     assert _unlisted(found) == _unlisted(expected)
     for workload, routes in found.workloads.items():

@@ -8,6 +8,8 @@ delta that is acked was proven to rebuild the published snapshot exactly.
 from __future__ import annotations
 
 import argparse
+import logging
+from typing import Any
 
 import pytest
 
@@ -297,5 +299,47 @@ def test_a_base_out_of_the_window_gets_the_full_snapshot() -> None:
             assert message.WhichOneof("message") == "delta"
             assert kept.held == contents[3].message(version=4)
             await acked(h, "haproxy-b", 4)
+
+    run(body())
+
+
+def test_a_change_logs_each_agents_ack_at_info_and_its_delta_at_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Per change and agent the event loop built, formatted and wrote two INFO lines (the
+    delta sent, then its Ack) and set the three retained-versions gauges. The delta line
+    is now debug (the publication and each Ack say what operators follow); the gauges are
+    set once per version and delta built, not again for every agent it goes to."""
+
+    async def body() -> None:
+        async with Harness() as h:
+            h.publish({W1: snapshot(W1, "10.0.0.1")}, PODS)
+            a, b = agent(h, "haproxy-a"), agent(h, "haproxy-b")
+            for each in (a, b):
+                await each.hello()
+                await receive_and_ack(each)
+            await acked(h, "haproxy-a", 1)
+            await acked(h, "haproxy-b", 1)
+            retained: list[tuple[Any, ...]] = []
+            count = h.server.metrics.retained
+            h.server.metrics.retained = lambda *figures: (  # type: ignore[method-assign]
+                retained.append(figures),
+                count(*figures),
+            )[-1]
+            caplog.clear()
+            with caplog.at_level(logging.DEBUG, logger="controlplane.server.stream"):
+                h.publish({W1: snapshot(W1, "10.0.0.1", "10.0.0.2")}, PODS)
+                for each in (a, b):
+                    message = await receive_and_ack(each)
+                    assert message.WhichOneof("message") == "delta"
+                await acked(h, "haproxy-a", 2)
+                await acked(h, "haproxy-b", 2)
+            stream = [r for r in caplog.records if r.name == "controlplane.server.stream"]
+            events = sorted((r.levelname, getattr(r, "event", "")) for r in stream)
+            assert events == [("DEBUG", "delta_sent")] * 2 + [("INFO", "ack")] * 2
+            # At the publication (the server's store subscriber), then once the delta
+            # was built and cached; not again for the second agent (3 before).
+            assert len(retained) == 2 and retained[-1][2] > 0
+            assert sample(h, "peerplane_retained_versions") == 2
 
     run(body())
