@@ -7,7 +7,7 @@ clash. The server (`peerplane.runtime.httpserve`) answers `/metrics`, `/healthz`
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import (
     CollectorRegistry,
@@ -15,7 +15,10 @@ from prometheus_client import (
     Gauge,
     Histogram,
 )
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
+from peerplane.runtime import allocator
 from peerplane.runtime.httpserve import HttpLimits, MetricsHttpServer
 from peerplane.runtime.untrusted import clean
 
@@ -131,6 +134,7 @@ class AgentMetrics:
             ["kind"],
             registry=r,
         )
+        r.register(MallocCollector())
         for path in PATHS:
             self.apply_seconds.labels(path)  # export every path from the start
         for stage in REFUSAL_STAGES:
@@ -141,6 +145,31 @@ class AgentMetrics:
         self.refusals.labels(stage).inc()
         self.last_refusal.clear()
         self.last_refusal.labels(stage, clean(reason, REFUSAL_REASON_CHARS)).set_to_current_time()
+
+
+MALLOC_HELP = (
+    "Bytes of the agent's C heap (glibc malloc) by state: in_use (held), free (kept by "
+    "malloc, given back by the trim after applies), mapped (large blocks on their own); "
+    "a rising RSS with in_use flat is the allocator's, not a leak"
+)
+
+
+class MallocCollector(Collector):
+    """`nodeagent_malloc_bytes{state}`, read at each scrape (`allocator.usage`); none
+    without glibc."""
+
+    def collect(self) -> Iterator[Metric]:
+        found = allocator.usage()
+        if found is None:
+            return
+        family = GaugeMetricFamily("nodeagent_malloc_bytes", MALLOC_HELP, labels=["state"])
+        family.add_metric(["in_use"], found.in_use)
+        family.add_metric(["free"], found.free)
+        family.add_metric(["mapped"], found.mapped)
+        yield family
+
+    def describe(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily("nodeagent_malloc_bytes", MALLOC_HELP, labels=["state"])
 
 
 class MetricsServer(MetricsHttpServer):

@@ -205,6 +205,14 @@ class Client:
                     for task in tasks:
                         task.cancel()
                     await asyncio.gather(*tasks, return_exceptions=True)
+                    # A task keeps how it ended (the reader's UNAVAILABLE at the control
+                    # plane's maximum connection age, with a traceback through this frame):
+                    # held here too, they make a cycle with it, and the heap's settle froze
+                    # the stream's objects long ago, so no collection would free it, nor
+                    # the apply loop's last snapshot (the next stream's base) with every
+                    # part later changes replace (docs/findings.md, "Agent memory: the lost
+                    # stream's frames").
+                    del tasks, task, applier_task, reader_task, report_task
             except grpc.aio.AioRpcError as e:
                 if e.code() in REFUSED:
                     log.error(

@@ -19,12 +19,14 @@ import pytest
 from nodeagent import __version__
 from nodeagent.apply.outcome import Result
 from nodeagent.config.changes import ApplyPath
+from nodeagent.heap import Heap
 from nodeagent.held import ChangeSet, Held
 from nodeagent.stream.client import Client
 from nodeagent.stream.protocol import Identity
 from peerplane.v1 import peerplane_pb2 as pb
 from peerplane.v1 import peerplane_pb2_grpc
 from tests.helpers.agent_harness import AgentHarness
+from tests.helpers.deltas import delta_between, hashed
 from tests.helpers.haproxy_env import (
     backend,
     free_port,
@@ -358,10 +360,17 @@ class KeepingApplier(RecordingApplier):
 
 class ReconnectingPlane(peerplane_pb2_grpc.PeerPlaneServicer):  # type: ignore[misc]
     """Sends `snapshots[i]` on its i-th stream and records the answer; ends every stream
-    but the last one then (as the server does at its maximum connection age)."""
+    but the last one then (as the server does at its maximum connection age), with
+    UNAVAILABLE when `aborting` (gRPC's GOAWAY at that age), else with an end of stream.
+    With `deltas` (hashed snapshots), each later stream sends a delta from the one before,
+    as the control plane does to an agent whose Hello names a content it retains."""
 
-    def __init__(self, snapshots: list[pb.Snapshot]) -> None:
+    def __init__(
+        self, snapshots: list[pb.Snapshot], aborting: bool = False, deltas: bool = False
+    ) -> None:
         self.snapshots = snapshots
+        self.aborting = aborting
+        self.deltas = deltas
         self.streams = 0
         self.answers: asyncio.Queue[pb.AgentMessage] = asyncio.Queue()
 
@@ -371,11 +380,18 @@ class ReconnectingPlane(peerplane_pb2_grpc.PeerPlaneServicer):  # type: ignore[m
         context: grpc.aio.ServicerContext[object, object],
     ) -> AsyncIterator[pb.ServerMessage]:
         await anext(requests)  # the Hello
-        snap = self.snapshots[min(self.streams, len(self.snapshots) - 1)]
+        at = min(self.streams, len(self.snapshots) - 1)
+        snap = self.snapshots[at]
         self.streams += 1
-        yield pb.ServerMessage(nonce=f"nonce-{self.streams}", snapshot=snap)
+        if self.deltas and at > 0:
+            delta = delta_between(self.snapshots[at - 1], snap)
+            yield pb.ServerMessage(nonce=f"nonce-{self.streams}", delta=delta)
+        else:
+            yield pb.ServerMessage(nonce=f"nonce-{self.streams}", snapshot=snap)
         await self.answers.put(await anext(requests))
         if self.streams < len(self.snapshots):
+            if self.aborting:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "max connection age")
             return
         async for msg in requests:
             await self.answers.put(msg)
@@ -405,3 +421,42 @@ def test_a_stream_keeps_no_snapshot_applied_before_it_opened() -> None:
     assert second.WhichOneof("message") == "ack" and second.ack.version == 2
     assert applier.applied == [1, 2]
     assert freed, "the open stream still holds the snapshot applied before it opened"
+
+
+def test_a_stream_lost_with_the_heap_frozen_leaves_nothing_of_it_alive() -> None:
+    """Found in the soak at 8,000 Services (docs/findings.md, "Agent memory: the lost
+    stream's frames"): a stream lost to the control plane's maximum connection age ends
+    with UNAVAILABLE, which the reader task keeps, its traceback holding the stream's
+    frames, whose locals hold that task: a reference cycle. Its tasks and frames were
+    frozen by the heap's settle long before (`nodeagent/heap.py`), so the collector never
+    looked at it: the apply loop's last snapshot, the next stream's delta base, stayed
+    alive with every part a later change replaced (~3.6 KB a change, up to the next
+    reconnect, which pinned one more). The stream's objects must be freed when it ends."""
+    port = free_port("127.0.0.1")
+    applier = KeepingApplier()
+    heap = Heap(trim=lambda: None)
+    client = Client(
+        f"127.0.0.1:{port}", Identity("ns", "pod-a"), applier, backoff_max=0.2, heap=heap
+    )
+
+    async def scenario() -> tuple[pb.AgentMessage, bool]:
+        versions = [
+            hashed(snapshot([], [backend("default_svc_http", [(f"10.0.0.{v}", 80)])]), v)
+            for v in (1, 2)
+        ]
+        plane = ReconnectingPlane(versions, aborting=True, deltas=True)
+        async with serve(plane, port), running(client):
+            await within(plane.answers.get())  # v1 ACKed, settled (frozen); the stream lost
+            assert applier.last is not None and heap.frozen
+            lost_with = weakref.ref(applier.last)  # the last apply of the lost stream
+            second = await within(plane.answers.get())  # the delta to v2 ACKed, settled
+            gc.collect()
+            return second, lost_with() is None
+
+    try:
+        second, freed = asyncio.run(within(scenario(), 30))
+    finally:
+        gc.unfreeze()
+    assert second.WhichOneof("message") == "ack" and second.ack.version == 2
+    assert applier.applied == [1, 2]
+    assert freed, "the lost stream's frames still hold the snapshot it applied last"

@@ -30,7 +30,9 @@ Sizes: quick 200 Services, 300 routes, about 1 minute measured; full 8,000 Servi
 `SOAK_MINUTES` (or `--minutes`) sets the measured duration, `SOAK_SERVICES` /
 `SOAK_ROUTES` the sizes, `SOAK_INTERVAL_S` the time between two changes (amplified: 0.05
 is twenty a second; the warm-up goes at least as fast), `SOAK_OCTET` the loopback octet
-(another than 44 to run two soaks at once) (`python -m tests.bench.soak --help`).
+(another than 44 to run two soaks at once), `SOAK_MAX_CONNECTION_AGE_S` the control plane's
+`--max-connection-age` (default 30 minutes: one reconnect per agent in an hour; shorter,
+many, to see what a reconnect leaves) (`python -m tests.bench.soak --help`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ MOVED_BASE = 0x7F_5B_00_00  # 127.91.0.0 + Service index: where an endpoint move
 HOSTS = "soak.example.com"
 MINUTES_ENV, SERVICES_ENV, ROUTES_ENV = "SOAK_MINUTES", "SOAK_SERVICES", "SOAK_ROUTES"
 INTERVAL_ENV, OCTET_ENV = "SOAK_INTERVAL_S", "SOAK_OCTET"
+AGE_ENV = "SOAK_MAX_CONNECTION_AGE_S"
 # The warm-up's pace: fifty changes a second, which the control plane batches (20,000
 # changes at the full size in under 7 minutes).
 WARM_UP_INTERVAL_S = 0.02
@@ -216,6 +219,8 @@ def soak(size: SoakSize, binary: str, octet: int = OCTET) -> Soaked:
     found.checks = checks
     fleet = ScaleFleet(work, size.services, MODES["state"], binary, octet, checks, nofile)
     fleet.timeout += size.routes * 0.01
+    if os.environ.get(AGE_ENV):  # reconnects more often than the default's one an hour
+        fleet.fleet.server_args += ["--max-connection-age", os.environ[AGE_ENV]]
     try:
         folder = fleet.fleet.manifests
         write_routes(folder, size.routes, size.services)
