@@ -28,6 +28,7 @@ from tests.helpers.agent_harness import AgentHarness
 from tests.helpers.deltas import delta_between, grouped, hashed
 from tests.helpers.haproxy_env import backend, free_port, snapshot
 from tests.helpers.stream_client import running
+from tests.helpers.waiting import wait_until_async
 
 SERVICES, ROUTES, DELTAS = 20, 30, 24
 OURS = ("/nodeagent/", "/peerplane/")  # the agent's code and the shared package
@@ -92,11 +93,12 @@ def test_deltas_through_the_agent_leave_no_cyclic_garbage(agents: AgentHarness) 
         plane = ScriptedPlane(script)
         async with serve(plane, agents.port), running(agents.client(inst.applier, heap=heap)):
             first = await within(plane.answers.get(), 60)
-            assert first.WhichOneof("message") == "ack" and heap.frozen
+            assert first.WhichOneof("message") == "ack"
+            await wait_until_async(lambda: heap.frozen)  # the settle follows the ACK sent
             gc.disable()
             answers = [await within(plane.answers.get(), 30) for _ in script[1:]]
             assert [a.WhichOneof("message") for a in answers] == ["ack"] * DELTAS
-            assert heap.trims == DELTAS + 1
+            await wait_until_async(lambda: heap.trims == DELTAS + 1, message=lambda: heap.trims)
             gc.unfreeze()  # the frozen objects' cycles too
             gc.set_debug(gc.DEBUG_SAVEALL)
             gc.collect()
