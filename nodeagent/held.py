@@ -423,25 +423,41 @@ def _mapped_changes(
     changed: set[str] = set()
     messages, framed = _persistent(held).mutate(), _persistent(held_framed).mutate()
     for group in sent:
-        key = route_group_key(group)
-        if not key:
-            raise DeltaError("a route group without a name")
-        if key in changed:
-            raise DeltaError(f"route group {key!r} listed twice")
-        changed.add(key)
+        key = _sent_name("route group", route_group_key(group), changed)
         messages[key] = owned(group)
         framed[key] = framed_route_group(group)
-    removed = frozenset(removed_keys)
-    if len(removed) != len(removed_keys):
-        raise DeltaError("a removed route group is named twice")
+    removed = _removed_names("route group", removed_keys, changed, held)
     for key in removed:
-        if key in changed:
-            raise DeltaError(f"route group {key!r} both changed and removed")
-        if key not in held:
-            raise DeltaError(f"removed route group {key!r} is not held")
         del messages[key]
         del framed[key]
     return messages.finish(), framed.finish(), changed, removed
+
+
+def _sent_name(what: str, name: str, changed: set[str]) -> str:
+    """A sent message's name, added to `changed`; DeltaError if it has none or was sent
+    twice in the delta."""
+    if not name:
+        raise DeltaError(f"a {what} without a name")
+    if name in changed:
+        raise DeltaError(f"{what} {name!r} listed twice")
+    changed.add(name)
+    return name
+
+
+def _removed_names(
+    what: str, removed_names: Sequence[str], changed: set[str], held: Mapping[str, object]
+) -> frozenset[str]:
+    """The names a delta removes; DeltaError if one is named twice, also sent, or not
+    held."""
+    removed = frozenset(removed_names)
+    if len(removed) != len(removed_names):
+        raise DeltaError(f"a removed {what} is named twice")
+    for name in removed:
+        if name in changed:
+            raise DeltaError(f"{what} {name!r} both changed and removed")
+        if name not in held:
+            raise DeltaError(f"removed {what} {name!r} is not held")
+    return removed
 
 
 def _name(message: pb.Backend | pb.Certificate) -> str:
@@ -465,22 +481,11 @@ def _named_changes(
     framed_by_name = dict(held_framed)  # replaced and removed keep the order
     changed: set[str] = set()
     for message in sent:
-        name = key(message)
-        if not name:
-            raise DeltaError(f"a {what} without a name")
-        if name in changed:
-            raise DeltaError(f"{what} {name!r} listed twice")
-        changed.add(name)
+        name = _sent_name(what, key(message), changed)
         messages[name] = owned(message)
         framed_by_name[name] = frame(message)
-    removed = frozenset(removed_names)
-    if len(removed) != len(removed_names):
-        raise DeltaError(f"a removed {what} is named twice")
+    removed = _removed_names(what, removed_names, changed, held)
     for name in removed:
-        if name in changed:
-            raise DeltaError(f"{what} {name!r} both changed and removed")
-        if name not in held:
-            raise DeltaError(f"removed {what} {name!r} is not held")
         del messages[name]
         del framed_by_name[name]
     return messages, framed_by_name, changed, removed

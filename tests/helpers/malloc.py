@@ -18,29 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from peerplane.runtime import allocator
 from peerplane.runtime.allocator import OWN_SETTINGS
 
 glibc_only = pytest.mark.skipif(
     "glibc" not in (os.confstr("CS_GNU_LIBC_VERSION") or ""), reason="glibc only"
 )
-
-
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in (
-            "arena",
-            "ordblks",
-            "smblks",
-            "hblks",
-            "hblkhd",
-            "usmblks",
-            "fsmblks",
-            "uordblks",
-            "fordblks",
-            "keepcost",
-        )
-    ]
 
 
 def _libc() -> ctypes.CDLL:
@@ -50,26 +33,20 @@ def _libc() -> ctypes.CDLL:
     return libc
 
 
-def _mallinfo2() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    try:
-        fn = _libc().mallinfo2  # glibc 2.33 and later
-    except (OSError, AttributeError):
-        return None
-    fn.restype = _MallInfo2
-    return fn
-
-
-_MALLINFO2 = _mallinfo2()
+def _mapped() -> int:
+    found = allocator.usage()
+    assert found is not None
+    return found.mapped
 
 
 def live_c_heap_bytes() -> int:
     """Bytes malloc has handed out and not had back (heap and mmapped blocks), after a
     garbage collection; the test is skipped where glibc's `mallinfo2` is missing."""
-    if _MALLINFO2 is None:
-        pytest.skip("needs glibc's mallinfo2")
     gc.collect()
-    info = _MALLINFO2()
-    return int(info.uordblks + info.hblkhd)
+    found = allocator.usage()
+    if found is None:
+        pytest.skip("needs glibc's mallinfo2")
+    return found.in_use + found.mapped
 
 
 # How glibc's malloc is set, seen from what it does (it has no call that reads its
@@ -120,13 +97,13 @@ def mmap_threshold_is_fixed(size: int = 1 << 20) -> bool:
     """Whether a block of `size` bytes is mapped on its own after one of that size was
     freed: by default glibc raises its mmap threshold to the largest block freed and puts
     the next one in the heap; with `M_MMAP_THRESHOLD` set the threshold stays."""
-    if _MALLINFO2 is None:
+    if allocator.usage() is None:
         raise RuntimeError("needs glibc's mallinfo2")
     libc = _libc()
     libc.free(libc.malloc(size))
-    before = _MALLINFO2().hblkhd
+    before = _mapped()
     block = libc.malloc(size)
-    mapped = _MALLINFO2().hblkhd - before >= size
+    mapped = _mapped() - before >= size
     libc.free(block)
     return bool(mapped)
 

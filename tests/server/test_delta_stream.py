@@ -43,17 +43,24 @@ async def acked(h: Harness, pod: str, version: int) -> None:
     await h.until(lambda: getattr(h.session(pod), "acked_version", 0) == version)
 
 
+async def both_on_the_first_version(h: Harness) -> tuple[DeltaAgent, DeltaAgent]:
+    """Agents haproxy-a and haproxy-b connected, each sent the full snapshot of version 1
+    (checked) and ACKing it."""
+    h.publish({W1: snapshot(W1, "10.0.0.1")}, PODS)
+    a, b = agent(h, "haproxy-a"), agent(h, "haproxy-b")
+    for each in (a, b):
+        await each.hello()
+        first = await receive_and_ack(each)
+        assert first.WhichOneof("message") == "snapshot"
+    await acked(h, "haproxy-a", 1)
+    await acked(h, "haproxy-b", 1)
+    return a, b
+
+
 def test_full_snapshot_first_then_deltas_shared_by_every_stream() -> None:
     async def body() -> None:
         async with Harness() as h:
-            h.publish({W1: snapshot(W1, "10.0.0.1")}, PODS)
-            a, b = agent(h, "haproxy-a"), agent(h, "haproxy-b")
-            for each in (a, b):
-                await each.hello()
-                first = await receive_and_ack(each)
-                assert first.WhichOneof("message") == "snapshot"
-            await acked(h, "haproxy-a", 1)
-            await acked(h, "haproxy-b", 1)
+            a, b = await both_on_the_first_version(h)
             assert [s.deltas for s in await h.agents()] == [True, True]
 
             h.publish({W1: snapshot(W1, "10.0.0.1", "10.0.0.2")}, PODS)
@@ -313,13 +320,7 @@ def test_a_change_logs_each_agents_ack_at_info_and_its_delta_at_debug(
 
     async def body() -> None:
         async with Harness() as h:
-            h.publish({W1: snapshot(W1, "10.0.0.1")}, PODS)
-            a, b = agent(h, "haproxy-a"), agent(h, "haproxy-b")
-            for each in (a, b):
-                await each.hello()
-                await receive_and_ack(each)
-            await acked(h, "haproxy-a", 1)
-            await acked(h, "haproxy-b", 1)
+            a, b = await both_on_the_first_version(h)
             retained: list[tuple[Any, ...]] = []
             count = h.server.metrics.retained
             h.server.metrics.retained = lambda *figures: (  # type: ignore[method-assign]
