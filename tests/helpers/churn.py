@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
 import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -232,6 +234,16 @@ def ready(step: int) -> set[str]:
     return {ip for ip, ok in endpoints(step).items() if ok}
 
 
+@contextlib.contextmanager
+def _workdir(given: Path | None) -> Iterator[Path]:
+    """`given`, or a temporary folder removed at the end (the benchmark passes none)."""
+    if given is not None:
+        yield given
+        return
+    with tempfile.TemporaryDirectory(prefix="churn-") as made:
+        yield Path(made)
+
+
 def run_load(
     agents: int,
     seconds: float,
@@ -242,65 +254,65 @@ def run_load(
     """Start everything, churn, measure; every process is stopped by PID at the end.
     `server_args` go to `controlplane serve` after the source's (say, `--leader-elect`
     and the slot ledger, as deployed)."""
-    work = workdir or Path(tempfile.mkdtemp(prefix="churn-"))
-    figures = LoadFigures(agents, seconds, 0)
-    workers: list[Child] = []
-    with FakeKubeAPI() as api:
-        _cluster(api, agents)
-        kubeconfig = _kubeconfig(api, work)
-        args = (
-            "--source=kubernetes",
-            f"--kubeconfig={kubeconfig}",
-            f"--configmap={NS}/haproxy-settings",
-            "--max-streams-per-peer=0",
-            *server_args,
-        )
-        with ServeProcess(*args) as serve:
-            assert serve.process is not None
-            pid = serve.process.pid
-            serve.wait_for(re.compile("published "), timeout=60)
-            figures.rss_mib_idle = rss_kib(pid) / 1024
-            try:
-                per = AGENTS_PER_WORKER
-                for w, first in enumerate(range(0, agents, per)):
-                    count = min(per, agents - first)
-                    argv = [sys.executable, "-m", "tests.helpers.churn", "agents"]
-                    argv += [serve.address, str(first), str(count)]
-                    workers.append(Child(argv, work / f"agents-{w}.log"))
-                for worker in workers:
-                    worker.read(timeout=60)
-                _wait_converged(serve, workers, agents, ready(0), 120)
-                figures.rss_mib_connected = rss_kib(pid) / 1024
+    with _workdir(workdir) as work:
+        figures = LoadFigures(agents, seconds, 0)
+        workers: list[Child] = []
+        with FakeKubeAPI() as api:
+            _cluster(api, agents)
+            kubeconfig = _kubeconfig(api, work)
+            args = (
+                "--source=kubernetes",
+                f"--kubeconfig={kubeconfig}",
+                f"--configmap={NS}/haproxy-settings",
+                "--max-streams-per-peer=0",
+                *server_args,
+            )
+            with ServeProcess(*args) as serve:
+                assert serve.process is not None
+                pid = serve.process.pid
+                serve.wait_for(re.compile("published "), timeout=60)
+                figures.rss_mib_idle = rss_kib(pid) / 1024
+                try:
+                    per = AGENTS_PER_WORKER
+                    for w, first in enumerate(range(0, agents, per)):
+                        count = min(per, agents - first)
+                        argv = [sys.executable, "-m", "tests.helpers.churn", "agents"]
+                        argv += [serve.address, str(first), str(count)]
+                        workers.append(Child(argv, work / f"agents-{w}.log"))
+                    for worker in workers:
+                        worker.read(timeout=60)
+                    _wait_converged(serve, workers, agents, ready(0), 120)
+                    figures.rss_mib_connected = rss_kib(pid) / 1024
 
-                step = 0
-                for phase in range(2):  # RSS after each half: a leak keeps growing
-                    start, first = time.monotonic(), step
-                    while time.monotonic() - start < seconds / 2:
-                        step += 1
-                        api.apply(endpoint_slice("shop", endpoints(step)))
-                        pace = (step - first) / rate - (time.monotonic() - start)
-                        time.sleep(max(0.0, pace))
-                    churn_end = time.monotonic()
-                    snap, hashes, opened, lost = _wait_converged(
-                        serve, workers, agents, ready(step), 120
-                    )
-                    figures.converge_s = max(figures.converge_s, time.monotonic() - churn_end)
-                    if phase == 0:
-                        figures.rss_mib_half_churn = rss_kib(pid) / 1024
-                figures.changes = step
-                figures.rss_mib_after_churn = rss_kib(pid) / 1024
-                figures.final_version = snap.version
-                figures.agents_on_final = hashes.get(snap.content_hash, 0)
-                figures.streams_opened, figures.streams_lost = opened, lost
-                time.sleep(2.0)  # idle: what the process keeps
-                figures.rss_mib_settled = rss_kib(pid) / 1024
-            finally:
-                for worker in workers:
-                    if worker.proc.poll() is None:
-                        worker.send({"op": "quit"})
-                for worker in workers:
-                    worker.stop()
-    return figures
+                    step = 0
+                    for phase in range(2):  # RSS after each half: a leak keeps growing
+                        start, first = time.monotonic(), step
+                        while time.monotonic() - start < seconds / 2:
+                            step += 1
+                            api.apply(endpoint_slice("shop", endpoints(step)))
+                            pace = (step - first) / rate - (time.monotonic() - start)
+                            time.sleep(max(0.0, pace))
+                        churn_end = time.monotonic()
+                        snap, hashes, opened, lost = _wait_converged(
+                            serve, workers, agents, ready(step), 120
+                        )
+                        figures.converge_s = max(figures.converge_s, time.monotonic() - churn_end)
+                        if phase == 0:
+                            figures.rss_mib_half_churn = rss_kib(pid) / 1024
+                    figures.changes = step
+                    figures.rss_mib_after_churn = rss_kib(pid) / 1024
+                    figures.final_version = snap.version
+                    figures.agents_on_final = hashes.get(snap.content_hash, 0)
+                    figures.streams_opened, figures.streams_lost = opened, lost
+                    time.sleep(2.0)  # idle: what the process keeps
+                    figures.rss_mib_settled = rss_kib(pid) / 1024
+                finally:
+                    for worker in workers:
+                        if worker.proc.poll() is None:
+                            worker.send({"op": "quit"})
+                    for worker in workers:
+                        worker.stop()
+        return figures
 
 
 def main(argv: list[str] | None = None) -> None:
