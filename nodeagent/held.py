@@ -43,11 +43,11 @@ from peerplane.parts import (
     tls_listeners_part,
     warnings_part,
 )
+from peerplane.persistent import persistent
 from peerplane.protowire import framed_backend as framed
 from peerplane.v1 import peerplane_pb2 as pb
 
 P = TypeVar("P", bound=Message)
-V = TypeVar("V")
 
 
 def owned(message: P) -> P:
@@ -399,17 +399,12 @@ def _group_digests(
     keys set, no copy of the others (`before` itself when nothing changed)."""
     if not changed and not removed:
         return before
-    kept = _persistent(before).mutate()
+    kept = persistent(before).mutate()
     for key in removed:
         del kept[key]
     for key in changed:
         kept[key] = digest(framed[key])
     return kept.finish()
-
-
-def _persistent(found: Mapping[str, V]) -> Map[str, V]:
-    """`found` as a persistent map (itself when it is one: a full snapshot's are dicts)."""
-    return found if isinstance(found, Map) else Map(found)
 
 
 def _mapped_changes(
@@ -421,7 +416,7 @@ def _mapped_changes(
     """`_named_changes` of the route groups into persistent maps: the groups sent set,
     the removed taken out, the others shared with the held version."""
     changed: set[str] = set()
-    messages, framed = _persistent(held).mutate(), _persistent(held_framed).mutate()
+    messages, framed = persistent(held).mutate(), persistent(held_framed).mutate()
     for group in sent:
         key = _sent_name("route group", route_group_key(group), changed)
         messages[key] = owned(group)

@@ -28,20 +28,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, groupby
 from operator import attrgetter, is_
-from typing import TypeVar
-
-from immutables import Map
 
 from controlplane.sequences import common_ends
 from controlplane.snapshot import EditedRules, RouteRule
 from peerplane.parts import group_key
+from peerplane.persistent import persistent
 
 # Past this share of a listener's rules added or removed, group from scratch (reusing the
 # groups whose rules did not change): patching would cost as much.
 SCRATCH_SHARE = 8
 SCRATCH_MIN = 64
-
-V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,9 +230,9 @@ def _patched(
     # Persistent maps: the last grouping's stay as they are (the store's retained versions
     # read them) and this one's share all but the changed keys' paths.
     groups, framed, digests = (
-        _persistent(last.groups).mutate(),
-        _persistent(last.framed).mutate(),
-        _persistent(last.digests).mutate(),
+        persistent(last.groups).mutate(),
+        persistent(last.framed).mutate(),
+        persistent(last.digests).mutate(),
     )
     # The keys sorted: the maps hold no order. Made once from a grouping from scratch
     # (its dicts are in key order), then copied only when a key comes or goes.
@@ -271,12 +267,6 @@ def _patched(
         tuple(keys),
         removed,
     )
-
-
-def _persistent(found: Mapping[str, V]) -> Map[str, V]:
-    """`found` as a persistent map (itself when it is one: a grouping from scratch holds
-    dicts, each patched one maps)."""
-    return found if isinstance(found, Map) else Map(found)
 
 
 def replaced_rules(

@@ -49,9 +49,6 @@ from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
-
-from immutables import Map
 
 from controlplane.model import ClusterState, GRPCRoute, HTTPRoute, Service
 from controlplane.routes.backends import ServiceKey
@@ -73,9 +70,7 @@ from controlplane.routes.route_changes import RouteKeys, changed_routes
 from controlplane.routes.table_stages import Held, Trace, by_namespace, join_lanes, lane_parts
 from controlplane.routes.table_types import Memo, RouteTable, WorkloadRoutes
 from controlplane.snapshot import EditedRules, RejectedInput, RouteRule
-
-K = TypeVar("K")
-V = TypeVar("V")
+from peerplane.persistent import persistent
 
 
 @dataclass(slots=True)
@@ -351,7 +346,7 @@ class TableIndex:
         table = self.table
         # A persistent map: the last table's stays as it is (the status round and the
         # plan cache read it beside the new one), no copy of every route's outcome.
-        routes = _persistent(table.routes).mutate()
+        routes = persistent(table.routes).mutate()
         touched: dict[tuple[str, int], set[str]] = {}
         moved: set[ServiceKey] = set()
         reported: set[str] = set()  # workloads whose routes' rejections changed
@@ -361,8 +356,7 @@ class TableIndex:
             for route, outcome in pairs:
                 key = (type(route).__name__, route.namespace, route.name)
                 if sign < 0:
-                    if key in routes:
-                        del routes[key]
+                    routes.pop(key, None)
                 elif outcome is not None:
                     routes[key] = outcome
                 if outcome is None:
@@ -603,12 +597,6 @@ class TableIndex:
             insort(port.closed, name)
         elif present and not closed:
             del port.closed[at]
-
-
-def _persistent(found: Mapping[K, V]) -> Map[K, V]:
-    """`found` as a persistent map (itself when it is one: a table from scratch holds a
-    dict, each updated one a map)."""
-    return found if isinstance(found, Map) else Map(found)
 
 
 def _count_into(
