@@ -60,7 +60,7 @@ haproxy:
 	else echo "HAProxy is missing: run 'sudo apt-get install haproxy' (Debian/Ubuntu, 2.6)" >&2; exit 1; fi
 
 # The quick forms of every benchmark, one table at the end (about 10 minutes with the real-API-server variants and the before run: tests/bench/before.py);
-# `make bench-full` (or `make bench BENCH_FULL=1`) the full sizes (well over half an hour).
+# `make bench-full` (or `make bench BENCH_FULL=1`) the full sizes (about 2 h 45 min with the soak's hour and the before run; SOAK_MINUTES=10: 1 h 55 min).
 bench: $(STAMP)
 	$(PY) -m tests.bench $(if $(filter-out 0,$(BENCH_FULL)),--full,--quick) --before $(BENCH_BEFORE)
 
