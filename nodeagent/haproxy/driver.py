@@ -27,6 +27,7 @@ from nodeagent.haproxy.masterlog import MasterLog, failure_reason
 from nodeagent.haproxy.parse import (
     ProcInfo,
     ServerState,
+    parse_backend_sessions,
     parse_info_pid,
     parse_peer_sessions,
     parse_peers_flags,
@@ -34,6 +35,7 @@ from nodeagent.haproxy.parse import (
     parse_servers_state,
     parse_show_proc,
     parse_table_usage,
+    stored_entries,
 )
 from peerplane.addresses import AddressError, canonical_address
 
@@ -288,10 +290,16 @@ class HAProxy:
             raise HAProxyError(f"no new HAProxy worker after {self.reload_timeout}s")
 
     def _table_usage(self) -> dict[str, int]:
+        """Entries per table the new worker must reach: `used` less what requests in
+        flight hold unstored (`parse.stored_entries`), else a reload under traffic would
+        wait out `sync_wait` for entries that never exist."""
         try:
-            return parse_table_usage(self.runtime("show table"))
+            before = parse_backend_sessions(self.runtime("show stat -1 2 -1"))
+            used = parse_table_usage(self.runtime("show table"))
+            after = parse_backend_sessions(self.runtime("show stat -1 2 -1"))
         except OSError:
             return {}
+        return stored_entries(used, before, after)
 
     def _connected_peers(self) -> set[str]:
         """The remote peers the running worker has a session with (before a reload)."""
