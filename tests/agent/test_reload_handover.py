@@ -9,7 +9,6 @@ the agent's reload waits for that handover, so an ACK never precedes it.
 from __future__ import annotations
 
 import contextlib
-import http.server
 import os
 import signal
 import socket
@@ -27,14 +26,17 @@ from nodeagent.haproxy.parse import (
     parse_table_usage,
 )
 from tests.helpers.fleet import stop_process
-from tests.helpers.haproxy_env import loopback_net
+from tests.helpers.haproxy_env import loopback_net, slow_server
 from tests.helpers.haproxy_versions import HAProxyBinary
 from tests.helpers.waiting import wait_until
 
 ENTRIES = 3000
 
 
-def _config(tmp: Path, net: str) -> str:
+def _config(tmp: Path, net: str, servers: str = "") -> str:
+    """One instance, its own peer; `servers` the backend's server lines (default: two
+    addresses nothing listens on)."""
+    servers = servers or f"  server SRV_1 {net}.2:80 id 1\n  server SRV_2 {net}.3:80 id 2\n"
     return f"""global
   localpeer p1
   stats socket {tmp}/rt.sock mode 600 level admin expose-fd listeners
@@ -52,23 +54,27 @@ backend be
   balance source
   stick on src
   stick-table type ip size 1m expire 30m peers localinstance
-  server SRV_1 {net}.2:80 id 1
-  server SRV_2 {net}.3:80 id 2
-"""
+{servers}"""
+
+
+def _start(
+    tmp: Path, config: str, haproxy_bin: HAProxyBinary
+) -> tuple[subprocess.Popen[bytes], str, str]:
+    """HAProxy master-worker on `config` (written to `tmp`): its process, master and
+    runtime sockets."""
+    cfg = tmp / "haproxy.cfg"
+    cfg.write_text(config)
+    master, runtime = str(tmp / "master.sock"), str(tmp / "rt.sock")
+    argv = [haproxy_bin.path, "-W", "-S", master, "-f", str(cfg)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc, master, runtime
 
 
 def test_reload_returns_once_the_new_worker_holds_every_entry(
     tmp_path: Path, haproxy_bin: HAProxyBinary
 ) -> None:
     net = loopback_net()
-    cfg = tmp_path / "haproxy.cfg"
-    cfg.write_text(_config(tmp_path, net))
-    master, runtime = str(tmp_path / "master.sock"), str(tmp_path / "rt.sock")
-    proc = subprocess.Popen(
-        [haproxy_bin.path, "-W", "-S", master, "-f", str(cfg)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc, master, runtime = _start(tmp_path, _config(tmp_path, net), haproxy_bin)
     try:
         # the master CLI refuses connections for a moment while the 3.x master re-executes
         # itself after starting the worker (3 of 10 runs under load failed on `show proc`)
@@ -285,28 +291,7 @@ def test_a_reload_with_no_peer_session_before_does_not_wait_for_one(tmp_path: Pa
     assert time.monotonic() - start < 1
 
 
-class _SlowAnswer(http.server.BaseHTTPRequestHandler):
-    """Answers after `SLOW_S`: its request stays in flight through the reload."""
-
-    def do_GET(self) -> None:
-        time.sleep(SLOW_S)
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-SLOW_S = 6.0
-
-
-def _slow_config(tmp: Path, net: str, port: int) -> str:
-    return _config(tmp, net).replace(
-        f"  server SRV_1 {net}.2:80 id 1\n  server SRV_2 {net}.3:80 id 2\n",
-        f"  server SRV_1 {net}.2:{port} id 1\n",
-    )
+SLOW_S = 6  # the request in flight is answered after the reload's checks
 
 
 def test_a_reload_under_a_request_in_flight_does_not_wait_for_its_unstored_entry(
@@ -317,42 +302,37 @@ def test_a_reload_under_a_request_in_flight_does_not_wait_for_its_unstored_entry
     listed) and it never reaches a new worker. The reload's handover counts without it,
     so it returns once the table came along, not after `sync_wait`."""
     net = loopback_net()
-    backend = http.server.ThreadingHTTPServer((f"{net}.2", 0), _SlowAnswer)
-    backend.daemon_threads = True
-    threading.Thread(target=backend.serve_forever, kwargs={"poll_interval": 0.05}).start()
-    cfg = tmp_path / "haproxy.cfg"
-    cfg.write_text(_slow_config(tmp_path, net, backend.server_address[1]))
-    master, runtime = str(tmp_path / "master.sock"), str(tmp_path / "rt.sock")
-    proc = subprocess.Popen(
-        [haproxy_bin.path, "-W", "-S", master, "-f", str(cfg)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    client = None
-    try:
-        fresh = HAProxy(master, runtime, haproxy_bin.path)
-        fresh.wait_running(10)
-        fresh.wait_peers_synced()  # a fresh worker's resync (about 5 s): not this test's wait
-        sets = [f"set table be key 10.0.{i // 250}.{i % 250} data.server_id 1" for i in range(99)]
-        command(runtime, ";".join([*sets, f"set table be key {net}.50 data.server_id 1"]))
-        client = socket.create_connection((f"{net}.1", 17080), 10, (f"{net}.50", 0))
-        client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        wait_until(
-            lambda: parse_table_usage(command(runtime, "show table")) == {"be": 101},
-            5,
-            "the request's unstored entry counted in `used`",
+    with slow_server(f"{net}.2") as (host, port):
+        proc, master, runtime = _start(
+            tmp_path, _config(tmp_path, net, f"  server SRV_1 {host}:{port} id 1\n"), haproxy_bin
         )
-        hx = HAProxy(master, runtime, haproxy_bin.path, sync_wait=8.0)
-        start = time.monotonic()
-        info = hx.reload()
-        took = time.monotonic() - start
-        reply = command(runtime, "show info;show table")
-        assert parse_info_pid(reply) == info.current_worker
-        assert parse_table_usage(reply) == {"be": 100}  # every entry, none in flight here
-        assert took < 5, f"the reload waited {took:.1f}s: out to `sync_wait`"
-    finally:
-        if client is not None:
-            client.close()
-        stop_process(proc)
-        backend.shutdown()
-        backend.server_close()
+        client = None
+        try:
+            fresh = HAProxy(master, runtime, haproxy_bin.path)
+            fresh.wait_running(10)
+            fresh.wait_peers_synced()  # a fresh worker's resync (about 5 s): not this test's wait
+            sets = [
+                f"set table be key 10.0.{i // 250}.{i % 250} data.server_id 1" for i in range(99)
+            ]
+            command(runtime, ";".join([*sets, f"set table be key {net}.50 data.server_id 1"]))
+            client = socket.create_connection((f"{net}.1", 17080), 10, (f"{net}.50", 0))
+            client.sendall(
+                f"GET /?delay={SLOW_S} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+            )
+            wait_until(
+                lambda: parse_table_usage(command(runtime, "show table")) == {"be": 101},
+                5,
+                "the request's unstored entry counted in `used`",
+            )
+            hx = HAProxy(master, runtime, haproxy_bin.path, sync_wait=8.0)
+            start = time.monotonic()
+            info = hx.reload()
+            took = time.monotonic() - start
+            reply = command(runtime, "show info;show table")
+            assert parse_info_pid(reply) == info.current_worker
+            assert parse_table_usage(reply) == {"be": 100}  # every entry, none in flight here
+            assert took < 5, f"the reload waited {took:.1f}s: out to `sync_wait`"
+        finally:
+            if client is not None:
+                client.close()
+            stop_process(proc)

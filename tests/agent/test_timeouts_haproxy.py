@@ -8,19 +8,20 @@ docs/annotations.md, "Rule `timeouts`"."""
 
 from __future__ import annotations
 
-import contextlib
 import http.client
-import http.server
-import threading
 import time
-import urllib.parse
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from peerplane.v1 import peerplane_pb2 as pb
-from tests.helpers.haproxy_env import backend, free_port, loopback_net, running_instance
+from tests.helpers.haproxy_env import (
+    backend,
+    free_port,
+    loopback_net,
+    running_instance,
+    slow_server,
+)
 from tests.helpers.haproxy_env import snapshot as make_snapshot
 from tests.helpers.haproxy_versions import HAProxyBinary
 
@@ -29,43 +30,6 @@ pytestmark = pytest.mark.haproxy
 HOST = "t.example.com"
 SLOW = 0.8  # seconds the backend waits before answering a delayed request
 LIMIT_MS = 300
-
-
-class _Slow(http.server.BaseHTTPRequestHandler):
-    """Answers 200 after `?delay=<seconds>`."""
-
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:
-        query = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
-        time.sleep(float(query.get("delay", ["0"])[0]))
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-class _SlowServer(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        pass  # HAProxy closing on a timeout is the point
-
-
-@contextlib.contextmanager
-def slow_server(host: str) -> Iterator[tuple[str, int]]:
-    server = _SlowServer((host, 0), _Slow)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,))
-    thread.start()
-    try:
-        yield host, server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 def timed_rule(path: str, timeouts: pb.Timeouts | None) -> pb.RouteRule:

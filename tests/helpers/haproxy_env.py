@@ -7,8 +7,11 @@ is stopped by PID.
 from __future__ import annotations
 
 import contextlib
+import http.server
 import random
 import threading
+import time
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +41,45 @@ def identity_server(host: str, identity: str) -> Iterator[int]:
     thread.start()
     try:
         yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+class _Slow(http.server.BaseHTTPRequestHandler):
+    """Answers 200 after `?delay=<seconds>`."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        query = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
+        time.sleep(float(query.get("delay", ["0"])[0]))
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class _SlowServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client or HAProxy closing before the answer is what its tests do
+
+
+@contextlib.contextmanager
+def slow_server(host: str) -> Iterator[tuple[str, int]]:
+    """An HTTP backend on host that answers after the request's `?delay=<seconds>`
+    (a request kept in flight, a backend past a timeout); yields its address."""
+    server = _SlowServer((host, 0), _Slow)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,))
+    thread.start()
+    try:
+        yield host, server.server_address[1]
     finally:
         server.shutdown()
         server.server_close()
