@@ -38,7 +38,7 @@ from controlplane.server import ControlPlaneServer
 from controlplane.server.delivery import DeliveryWait
 from controlplane.server.tlscheck import BadTlsFiles
 from controlplane.source import Heartbeat, Source
-from peerplane.runtime import allocator
+from peerplane.runtime import allocator, heap
 
 if TYPE_CHECKING:
     from controlplane.kube.ledger_watch import LedgerWatch
@@ -57,6 +57,7 @@ def run_serve(args: argparse.Namespace) -> int:
     or a bad source."""
     logformat.configure(str(args.log_level), str(args.log_format))
     allocator.tune()  # before any thread allocates: the server's, the computation's
+    heap.tune_collector()
     if (problem := flags.check(args)) is not None:
         log.error("%s", problem)
         return 2

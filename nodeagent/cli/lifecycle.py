@@ -11,7 +11,7 @@ import logging
 import signal
 
 from nodeagent.cli import wiring
-from peerplane.runtime import allocator
+from peerplane.runtime import allocator, heap
 
 log = logging.getLogger("nodeagent")
 
@@ -19,6 +19,7 @@ log = logging.getLogger("nodeagent")
 def run_agent(args: argparse.Namespace) -> int:
     """Exit code: 2 when the flags cannot make an agent, 1 when the client fails, else 0."""
     allocator.tune()  # before any thread allocates
+    heap.tune_collector()
     try:
         agent = wiring.build_agent(args)
     except wiring.WiringError as e:

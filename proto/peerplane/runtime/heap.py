@@ -24,6 +24,27 @@ import gc
 # again; a full collection then walks at most about this many (~10 ms).
 REFREEZE_GEN2_OBJECTS = 50_000
 
+# Tracked objects allocated (net of those freed) after which the youngest generation is
+# collected: Python's default is 700 (`tune_collector`).
+YOUNG_COLLECTION_AT = 10_000
+
+
+def tune_collector() -> None:
+    """Collect the youngest generation every `YOUNG_COLLECTION_AT` allocations, not every
+    700; the older generations' thresholds are kept. Each process calls it at its start.
+
+    A change at 8,000 Services makes a few containers of thousands of references (the
+    next version of a tuple of Services, of the slot assignment) and some hundred other
+    objects: with the default, about one young collection per change, and the one that
+    finds such a container alive visits each object it refers to, scattered over the heap
+    and out of the CPU's caches by then: 1.6 ms of an endpoint change's control-plane CPU
+    (docs/findings.md, "Control-plane CPU per endpoint change: young collections").
+    Collected every 10,000, most of those containers were freed by reference counting (the
+    next version replaced them) before a collection could see them; a young generation of
+    10,000 objects is a few MiB at most."""
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(YOUNG_COLLECTION_AT, older, oldest)
+
 
 def promotions() -> int:
     """Collections so far that moved objects into the oldest generation (of generation 1,
