@@ -37,6 +37,7 @@ from peerplane.parts import (
     listeners_part,
     moved_digests,
     peers_part,
+    replaced_digests,
     route_group_changes,
     route_group_key,
     spliced_group_digests,
@@ -265,6 +266,14 @@ class Held:
         if delta.warnings_changed:
             warnings = _owned_all(delta.warnings)
             warnings_bytes = warnings_part(warnings)
+        backend_digests = moved_digests(old.backend_digests, framed_by_name, changed, removed)
+        backend_joined = None
+        if not added and not removed:  # replaced in place: splice their digests
+            backend_joined = replaced_digests(
+                old.joined_backend_digests(),
+                _positions(names, changed, backend_digests),
+                len(names),
+            )
         parts = ContentParts(
             workload=old.workload,
             peers=peers_bytes,
@@ -275,7 +284,7 @@ class Held:
             certificates=framed_certificates,
             tls_listeners=tls_bytes,
             route_groups=framed_groups,
-            backend_digests=moved_digests(old.backend_digests, framed_by_name, changed, removed),
+            backend_digests=backend_digests,
             certificate_digests=moved_digests(
                 old.certificate_digests, framed_certificates, certs_changed, certs_removed
             ),
@@ -284,6 +293,7 @@ class Held:
             group_joined=spliced_group_digests(
                 old, group_digests, order, groups_changed | groups_removed
             ),
+            backend_joined=backend_joined,
         )
         result = Held(
             workload=self.workload,
@@ -457,6 +467,16 @@ def _removed_names(
 
 def _name(message: pb.Backend | pb.Certificate) -> str:
     return message.name
+
+
+def _positions(
+    names: Sequence[str], changed: Iterable[str], digests: Mapping[str, bytes]
+) -> Iterator[tuple[int, bytes]]:
+    """Each changed name's position in `names` (name order) with its digest; position -1
+    (refused by `replaced_digests`) for a name not found there."""
+    for name in changed:
+        at = bisect_left(names, name)
+        yield (at if at < len(names) and names[at] == name else -1), digests[name]
 
 
 def _named_changes(

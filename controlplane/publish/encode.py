@@ -49,6 +49,7 @@ from peerplane.parts import (
     ContentParts,
     digest,
     listener_name,
+    replaced_digests,
     spliced_group_digests,
 )
 from peerplane.v1 import peerplane_pb2 as pb
@@ -75,6 +76,17 @@ class _Encoded:
     backend_warnings: int  # sum of the backends' warnings
     # each listener's route groups (`route_groups.ListenerGroups`), by listener name
     groups: Mapping[str, ListenerGroups]
+
+
+@dataclass(frozen=True, slots=True)
+class _Replaced:
+    """The backends of a version whose specs were replaced in place (`Encoder._replaced`)."""
+
+    backends: dict[str, bytes]
+    digests: dict[str, bytes]
+    joined: bytes | None  # the digests joined, spliced from the last version's
+    warnings: int
+    names: tuple[str, ...]  # the backends replaced
 
 
 def _slashed(name: str) -> str:
@@ -213,6 +225,7 @@ class Encoder:
     ) -> tuple[SnapshotContent, _Encoded]:
         found = self._replaced(snapshot, last, cache) if last is not None else None
         touched: tuple[str, ...] | None = None
+        backend_joined: bytes | None = None
         if found is None:
             hits = [self._hit(spec, cache) for spec in snapshot.backends]
             if last is not None:
@@ -223,7 +236,8 @@ class Encoder:
             backend_warnings = sum(len(spec.warnings) for spec in snapshot.backends)
         else:
             assert last is not None
-            backends, backend_digests, backend_warnings, touched = found
+            backends, backend_digests = found.backends, found.digests
+            backend_joined, backend_warnings, touched = found.joined, found.warnings, found.names
         peers = frontends = warnings = listeners = tls_listeners = None
         groups: Mapping[str, ListenerGroups] | None = None
         touched_groups: tuple[str, ...] | None = None
@@ -276,7 +290,10 @@ class Encoder:
             group_digests=group_digests,
             group_order=order,
             group_joined=joined,
+            backend_joined=backend_joined,
         )
+        if last is not None:
+            last.parts.release_joined()
         content = SnapshotContent.of_parts(
             snapshot.workload,
             parts,
@@ -289,10 +306,10 @@ class Encoder:
 
     def _replaced(
         self, snapshot: WorkloadSnapshot, last: _Encoded, cache: _BackendCache
-    ) -> tuple[dict[str, bytes], dict[str, bytes], int, tuple[str, ...]] | None:
-        """The backends' bytes, digests and warnings from `last`'s when only some specs
-        were replaced in place (same count, same names in the same order), with the names
-        of those replaced; else None."""
+    ) -> _Replaced | None:
+        """The backends' bytes, digests (and those joined) and warnings from `last`'s when
+        only some specs were replaced in place (same count, same names in the same
+        order), with the names of those replaced; else None."""
         old, new = last.snapshot.backends, snapshot.backends
         if len(old) != len(new):
             return None
@@ -301,16 +318,20 @@ class Encoder:
         warnings = last.backend_warnings
         touched: list[str] = []
         replaced: list[BackendSpec] = []
+        positions: list[tuple[int, bytes]] = []
         for index in _differing(old, new):
             before, spec = old[index], new[index]
             if before.name != spec.name:
                 return None
-            _, backends[spec.name], digests[spec.name] = self._hit(spec, cache)
+            _, backends[spec.name], found = self._hit(spec, cache)
+            digests[spec.name] = found
+            positions.append((index, found))
             touched.append(spec.name)
             replaced.append(before)
             warnings += len(spec.warnings) - len(before.warnings)
         _retire(cache, replaced)
-        return backends, digests, warnings, tuple(touched)
+        joined = replaced_digests(last.parts.joined_backend_digests(), positions, len(new))
+        return _Replaced(backends, digests, joined, warnings, tuple(touched))
 
 
 def _differing(old: tuple[BackendSpec, ...], new: tuple[BackendSpec, ...]) -> Iterable[int]:

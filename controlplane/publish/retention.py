@@ -106,7 +106,7 @@ def fixed_bytes(
     dict and backend digests dict (never shared). `group_keys`: the only route groups
     that can differ between the two (the encoder's `Derived.groups`), so only those are
     compared: O(changed) instead of a pass over 10,000 groups. With them, `old`'s joined
-    group digests when `new` does not share them."""
+    group and backend digests when `new` does not share them."""
     others = (
         (old.workload, new.workload),
         (old.peers, new.peers),
@@ -126,7 +126,13 @@ def fixed_bytes(
         len(framed) for key in keys if (framed := old_groups[key]) is not new_groups.get(key)
     )
     dicts = sys.getsizeof(old.backends) + sys.getsizeof(old.backend_digests)
-    # the group digests joined (32 bytes a group), spliced anew whenever a group changed
-    joined = old.group_joined
-    spliced = len(joined) if joined is not None and joined is not new.group_joined else 0
+    # the group and backend digests joined (32 bytes each), spliced anew on a change
+    spliced = sum(
+        len(joined)
+        for joined, kept in (
+            (old.group_joined, new.group_joined),
+            (old.backend_joined, new.backend_joined),
+        )
+        if joined is not None and joined is not kept
+    )
     return sum(len(a) for a, b in others if a is not b) + certificates + groups + dicts + spliced

@@ -85,6 +85,19 @@ def test_a_one_slot_delta_is_a_runtime_change_of_that_slot_only() -> None:
     assert [(u.backend, u.server) for u in decision.updates] == [("ns_a_80", "SRV_2")]
 
 
+def test_a_delta_replacing_backends_in_place_splices_their_joined_digests() -> None:
+    """Unverified (the saved journal's replay), nothing joins the digests: the joined
+    ones are the held snapshot's with the replaced digest put in, and the hash they give
+    is the full snapshot's."""
+    old, new = _pair()
+    held = Held.from_snapshot(old)
+    held.parts.content_hash()  # joins them, as the verification of the first snapshot does
+    held_next, _ = held.apply(delta_between(old, new), verify=False)
+    parts = held_next.parts
+    assert parts.backend_joined == b"".join(parts.backend_digests.values())
+    assert held_next.computed_hash() == new.content_hash
+
+
 def _corrupt(d: pb.SnapshotDelta, how: str) -> None:
     if how == "wrong to_content_hash":
         d.to_content_hash = "f" * 64

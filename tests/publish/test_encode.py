@@ -309,3 +309,24 @@ def test_a_workload_sharing_a_retired_spec_is_still_encoded_right() -> None:
     assert encoder.encode(mixed) == encode(mixed)
     fresh_names = {keys[0]: first.workloads[keys[0]], keys[1]: first.workloads[keys[1]]}
     assert encoder.encode(fresh_names) == encode(fresh_names)
+
+
+def test_an_endpoint_change_splices_the_joined_backend_digests_and_releases_the_last() -> None:
+    """The content hash of a version whose specs were replaced in place reads the joined
+    digests of the last version with the replaced ones put in, not a join of every
+    backend's digest; the last version lets go of its joined digests (only the newest
+    splices)."""
+    computer, encoder = Computer(), Encoder()
+    services = [service(name) for name in ("a", "b", "c")]
+    slices = [endpoint_slice(name, ["127.0.0.1"]) for name in ("a", "b", "c")]
+    first = computer.compute(cluster(services, slices, DEFAULT_PODS), {})
+    before = encoder.encode(first.workloads)[WORKLOAD].parts
+    assert before.backend_joined is not None  # joined once, for the content hash
+    slices[1] = endpoint_slice("b", ["127.0.0.1", "127.0.0.2"])
+    state = cluster(services, slices, DEFAULT_PODS)
+    second = computer.compute(state, first.assignment)
+    after = encoder.encode(second.workloads)[WORKLOAD]
+    assert after.parts.backend_joined == b"".join(after.parts.backend_digests.values())
+    assert after.parts.backend_joined is not None
+    assert before.backend_joined is None
+    assert after == encode(compute(state, first.assignment).workloads)[WORKLOAD]
