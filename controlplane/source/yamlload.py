@@ -213,13 +213,16 @@ def _construct_tree(loader: Any, root: Node) -> Any:
     """The document `root` (a tree: no alias, no shared node) as SafeConstructor builds
     it, without its per-node bookkeeping (recursion guard, generators, object cache: they
     serve aliases, which a tree has none of), 3-4x cheaper: a change's file is parsed once
-    per change. Maps, lists and the plain scalars only, each as SafeConstructor makes it;
+    per change. Its depth is checked as it goes (_OverLimit past MAX_DEPTH levels), not in
+    a pass of its own. Maps, lists and the plain scalars only, each as SafeConstructor makes it;
     anything else (merge keys, `=` values, sets, a key that is a map or a list, another
     tag) and every error, in whatever order, is SafeConstructor's, which builds the
     document again from the untouched nodes and raises what it raises."""
     scalars = _SCALARS
 
-    def build(node: Node) -> Any:
+    def build(node: Node, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise _OverLimit(f"nested deeper than {MAX_DEPTH} levels")
         tag = node.tag
         kind = type(node)
         if kind is ScalarNode:
@@ -236,24 +239,57 @@ def _construct_tree(loader: Any, root: Node) -> Any:
             for key, value in node.value:
                 if type(key) is not ScalarNode:  # a map or list key: unhashable
                     raise _NotPlain
-                mapping[build(key)] = build(value)
+                mapping[build(key, depth + 1)] = build(value, depth + 1)
             return mapping
         if kind is SequenceNode and tag == _SEQ:
-            return [build(child) for child in node.value]
+            return [build(child, depth + 1) for child in node.value]
         raise _NotPlain
 
     try:
-        return build(root)
+        return build(root, 1)
+    except _OverLimit:
+        raise
     except Exception:  # SafeConstructor decides (and says) what is wrong
+        _check_depth(root)  # what `build` did not reach is checked before it recurses
         return loader.construct_document(root)
+
+
+# Scalars up to this many characters have their implicit tag remembered (`_CLoader`), at
+# most `_TAGS_MAX` of them (then forgotten all at once).
+_TAGGED_MAX_CHARS = 64
+_TAGS_MAX = 4096
+_TAGS: dict[tuple[str, Any], str] = {}
+
+
+if C_COMPOSE:
+
+    class _CLoader(_CSafeLoader):
+        """CSafeLoader that remembers the implicit tag of short scalars: libyaml calls
+        Python's `Resolver.resolve` back for every node, which tries the implicit
+        resolvers' regular expressions on each scalar (a sixth of a change's file's parse,
+        most of its scalars the same keys and words as in every other file). For a scalar
+        the tag depends on its value and `implicit` alone (SafeLoader has no path
+        resolvers), so a remembered one is what resolving again gives."""
+
+        def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+            if kind is not ScalarNode or len(value) > _TAGGED_MAX_CHARS:
+                return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+            key = (value, implicit)
+            tag = _TAGS.get(key)
+            if tag is None:
+                tag = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+                if len(_TAGS) >= _TAGS_MAX:
+                    _TAGS.clear()
+                _TAGS[key] = tag
+            return tag
 
 
 def _load_c(text: str) -> list[Any]:
     """Documents parsed and composed by libyaml, each graph checked before construction."""
-    loader = _CSafeLoader(text)
+    loader = _CLoader(text)
     # Only an anchor (`&`) makes a node shared: without one the graph is a tree, and its
-    # depth is the only limit to check (4x cheaper than sizing every node: a change's
-    # file at 8,000 Services is parsed once per change).
+    # depth is the only limit to check, while it is constructed (4x cheaper than sizing
+    # every node: a change's file at 8,000 Services is parsed once per change).
     anchored = "&" in text
     try:
         documents = []
@@ -265,8 +301,7 @@ def _load_c(text: str) -> list[Any]:
             if anchored:
                 alias_nodes = _check_graph(node, alias_nodes)
                 document = loader.construct_document(node)
-            else:
-                _check_depth(node)
+            else:  # its depth checked as it is built
                 document = _construct_tree(loader, node)
             if document is not None:
                 documents.append(document)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from controlplane.source import yamlload
 from controlplane.source.yamlload import LoadError, load_text
@@ -83,6 +84,29 @@ def test_the_depth_limit_is_the_same_with_or_without_an_anchor(anchor: str) -> N
             yamlload._load_c(text)
         with pytest.raises(LoadError, match="nested deeper than 100 levels"):
             load_text(text)
+
+
+def test_a_tree_left_to_safe_constructor_has_its_depth_checked_first() -> None:
+    """The plain construction checks the depth as it builds; a document it leaves to
+    SafeConstructor (a `!!set` met before the deep branch) is checked before that one
+    recurses."""
+    text = "s: !!set {a: null}\n" + nested(101)
+    with pytest.raises(yamlload._OverLimit):
+        yamlload._load_c(text)
+    with pytest.raises(LoadError, match="nested deeper than 100 levels"):
+        load_text(text)
+    assert load_text("s: !!set {a: null}\n" + nested(100))[0]["s"] == {"a"}
+
+
+def test_remembered_scalar_tags_are_those_resolving_gives() -> None:
+    """The same words plain and quoted resolve to different tags: each is remembered
+    with how it was written, loaded again from memory as SafeLoader loads it."""
+    words = ["true", "1", "1.5", "null", "~", "2026-01-01", "0x1F", "yes", "text", ""]
+    text = "".join(f"p{n}: {w}\nq{n}: '{w}'\n" for n, w in enumerate(words) if w) + "e: ''\n"
+    expected = yaml.safe_load(text)
+    assert load_text(text) == [expected]
+    assert load_text(text) == [expected]  # every short scalar's tag remembered now
+    assert expected["p0"] is True and expected["q0"] == "true" and expected["p1"] == 1
 
 
 def test_a_fifo_in_place_of_a_manifest_is_refused_without_blocking(tmp_path: Path) -> None:
