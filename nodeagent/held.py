@@ -270,7 +270,7 @@ class Held:
         backend_joined = None
         if not added and not removed:  # replaced in place: splice their digests
             backend_joined = replaced_digests(
-                old.joined_backend_digests(),
+                old.backend_joined,  # joined when it was verified; else joined on use
                 _positions(names, changed, backend_digests),
                 len(names),
             )

@@ -330,7 +330,8 @@ class Encoder:
             replaced.append(before)
             warnings += len(spec.warnings) - len(before.warnings)
         _retire(cache, replaced)
-        joined = replaced_digests(last.parts.joined_backend_digests(), positions, len(new))
+        # `last`'s digests were joined for its content hash; never joined here only to splice
+        joined = replaced_digests(last.parts.backend_joined, positions, len(new))
         return _Replaced(backends, digests, joined, warnings, tuple(touched))
 
 
