@@ -94,7 +94,10 @@ def parse_backend_sessions(text: str) -> dict[str, tuple[int, int]]:
     if header is None:
         return {}
     names = header[2:].split(",")
-    at = {name: names.index(name) for name in ("pxname", "svname", "scur", "stot")}
+    wanted = ("pxname", "svname", "scur", "stot")
+    if not all(name in names for name in wanted):  # the wait then counts every entry
+        return {}
+    at = {name: names.index(name) for name in wanted}
     last = max(at.values())
     sessions: dict[str, tuple[int, int]] = {}
     for line in lines:

@@ -22,6 +22,12 @@ def test_no_header_no_sessions() -> None:
     assert parse_backend_sessions("Unknown command\n") == {}
 
 
+def test_a_header_without_the_session_columns_gives_no_sessions() -> None:
+    """Read before every reload: a column it lacks must not fail the reload (a
+    ValueError), only leave the count whole."""
+    assert parse_backend_sessions("# pxname,svname,qcur\nbe,BACKEND,0\n") == {}
+
+
 def test_stored_entries_leave_out_the_streams_in_flight_and_those_started_meanwhile() -> None:
     used = {"be": 13, "other": 4, "lone": 9}
     before = {"be": (2, 40), "other": (0, 7)}
