@@ -35,7 +35,7 @@ from controlplane.source.convert import (
     parse_selector,
     shown,
 )
-from controlplane.source.folder_walk import MANIFEST_SUFFIXES, Identity, internal, walk
+from controlplane.source.folder_walk import MANIFEST_SUFFIXES, Identity, internal, kind, walk
 from controlplane.source.folder_watch import FolderWatch
 from controlplane.source.kinds import BY_KIND, InputKind, InputObject
 from controlplane.source.manifest_index import ManifestIndex, ParsedFile
@@ -264,6 +264,7 @@ class FilesSource:
     def _rescan(self) -> None:
         if not self._directory.is_dir():
             self._identities.clear()
+            self._skipped.clear()
             for path in self._index.paths():
                 self._index.remove(path)
             self._index.put(
@@ -282,27 +283,38 @@ class FilesSource:
         for path in [p for p in self._identities if p not in files]:
             del self._identities[path]
             self._index.remove(path)
-        self._skipped = found.skipped
+        self._skipped = {}
         for path, reason in found.skipped.items():
-            self._index.put(path, skipped_file(path, reason))
+            self._skip(path, reason)
         for path, identity in files.items():
             if self._identities.get(path) != identity:
                 self._read(path, identity)
 
     def _reread(self, path: Path) -> None:
-        """Read `path` again whatever its identity (a notification said it changed)."""
+        """Read `path` again whatever its identity (a notification said it changed); what
+        is no longer there is dropped, what is not a regular file skipped as a walk would."""
         try:
             found = path.stat()
         except OSError:
             found = None
         if found is None or not stat.S_ISREG(found.st_mode):
             self._identities.pop(path, None)
-            self._index.remove(path)
+            if found is None:
+                self._skipped.pop(path, None)
+                self._index.remove(path)
+            else:
+                self._skip(path, f"not a regular file ({kind(found.st_mode)})")
             return
         self._read(path, (found.st_ino, found.st_size, found.st_mtime_ns))
 
+    def _skip(self, path: Path, reason: str) -> None:
+        self._skipped[path] = reason
+        self._index.put(path, skipped_file(path, reason))
+
     def _read(self, path: Path, identity: Identity) -> None:
         # The identity is taken before reading: a write racing the read is seen next pass.
+        # Read, it is no longer skipped: a rescan must not drop it as a skip that ended.
+        self._skipped.pop(path, None)
         self._index.put(path, parse_file(path))
         self._identities[path] = identity
         self.parsed_files += 1

@@ -14,7 +14,9 @@ How links are followed (docs/operations.md, "Malformed and hostile manifests"):
   dangling or looping symlink, a link leading outside, a directory symlink, a FIFO,
   socket or device with a manifest suffix, a subdirectory that cannot be listed.
 
-The walk only stats (never opens a file), so it cannot block on a FIFO. A rescan of a
+The walk only stats (never opens a file), so it cannot block on a FIFO, and only what it
+may read: a file named otherwise (an editor's or a writer's temporary file) is passed over
+by name. An entry gone between the listing and its stat is no entry: not reported. A rescan of a
 folder of 8,000 files every 10 s is the folder source's safety net: it reuses the Path
 objects of the walk before (`Walk.paths`; making and hashing 8,000 new Paths was most of its
 cost, 68 ms a pass), and decides by name before making anything, so what is left is one
@@ -82,6 +84,10 @@ def walk(directory: Path, reuse: Mapping[str, Path] | None = None) -> Walk:
             found.paths[key] = path
             try:
                 _visit(entry, path, root, found, pending)
+            except FileNotFoundError:
+                # Gone since the listing (a temporary file renamed into place, a file
+                # removed): not an entry to report; its removal notifies on its own.
+                found.paths.pop(key, None)
             except OSError as err:
                 found.skipped[path] = f"cannot stat: {err.strerror or err}"
     return found
@@ -93,16 +99,17 @@ def _visit(
     if entry.is_symlink():
         _link(path, root, found)
         return
-    info = entry.stat(follow_symlinks=False)
-    mode = info.st_mode
-    if stat.S_ISDIR(mode):
+    if entry.is_dir(follow_symlinks=False):  # the listing's file type: no stat
         found.directories.add(path)
         pending.append(path)
-    elif manifest_name(entry.name):
-        if stat.S_ISREG(mode):
-            found.files[path] = (info.st_ino, info.st_size, info.st_mtime_ns)
-        else:
-            found.skipped[path] = f"not a regular file ({kind(mode)})"
+        return
+    if not manifest_name(entry.name):  # never read, so never stat'ed either
+        return
+    info = entry.stat(follow_symlinks=False)
+    if stat.S_ISREG(info.st_mode):
+        found.files[path] = (info.st_ino, info.st_size, info.st_mtime_ns)
+    else:
+        found.skipped[path] = f"not a regular file ({kind(info.st_mode)})"
 
 
 def _link(path: Path, root: Path, found: Walk) -> None:
@@ -112,6 +119,8 @@ def _link(path: Path, root: Path, found: Walk) -> None:
         if err.errno == errno.ELOOP:
             found.skipped[path] = "symlink loop"
         elif err.errno == errno.ENOENT:
+            if not os.path.lexists(path):  # the link itself is gone since the listing
+                raise
             found.skipped[path] = "dangling symlink"
         else:
             found.skipped[path] = f"cannot follow the symlink: {err.strerror or err}"
