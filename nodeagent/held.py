@@ -210,7 +210,7 @@ class Held:
             parts.workload,
             head.SerializeToString(deterministic=True),
             parts.peers,
-            *parts.backends.values(),
+            *parts.in_backend_order(parts.backends),
             parts.frontends,
             parts.warnings,
             parts.listeners,

@@ -17,11 +17,13 @@ backends are encoded again. Certificates are kept the same way, by the identity 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, count
 from operator import is_not
 from typing import TypeVar
+
+from immutables import Map
 
 from controlplane.publish import wire
 from controlplane.publish.content import Derived, SnapshotContent
@@ -52,6 +54,7 @@ from peerplane.parts import (
     replaced_digests,
     spliced_group_digests,
 )
+from peerplane.persistent import persistent
 from peerplane.v1 import peerplane_pb2 as pb
 
 GROUP_RULES = wire.number(pb.RouteGroup, "rules")
@@ -82,8 +85,9 @@ class _Encoded:
 class _Replaced:
     """The backends of a version whose specs were replaced in place (`Encoder._replaced`)."""
 
-    backends: dict[str, bytes]
-    digests: dict[str, bytes]
+    backends: Map[str, bytes]  # persistent: the last version's, patched
+    digests: Map[str, bytes]
+    order: Sequence[str]  # the backends' names in payload order (the last version's)
     joined: bytes | None  # the digests joined, spliced from the last version's
     warnings: int
     names: tuple[str, ...]  # the backends replaced
@@ -226,6 +230,9 @@ class Encoder:
         found = self._replaced(snapshot, last, cache) if last is not None else None
         touched: tuple[str, ...] | None = None
         backend_joined: bytes | None = None
+        backend_order: Sequence[str] | None = None
+        backends: Mapping[str, bytes]
+        backend_digests: Mapping[str, bytes]
         if found is None:
             hits = [self._hit(spec, cache) for spec in snapshot.backends]
             if last is not None:
@@ -236,7 +243,7 @@ class Encoder:
             backend_warnings = sum(len(spec.warnings) for spec in snapshot.backends)
         else:
             assert last is not None
-            backends, backend_digests = found.backends, found.digests
+            backends, backend_digests, backend_order = found.backends, found.digests, found.order
             backend_joined, backend_warnings, touched = found.joined, found.warnings, found.names
         peers = frontends = warnings = listeners = tls_listeners = None
         groups: Mapping[str, ListenerGroups] | None = None
@@ -291,6 +298,7 @@ class Encoder:
             group_order=order,
             group_joined=joined,
             backend_joined=backend_joined,
+            backend_order=backend_order,
         )
         if last is not None:
             last.parts.release_joined()
@@ -313,8 +321,14 @@ class Encoder:
         old, new = last.snapshot.backends, snapshot.backends
         if len(old) != len(new):
             return None
-        backends = dict(last.parts.backends)
-        digests = dict(last.parts.backend_digests)
+        # Persistent maps patched for the replaced specs: copying two dicts of 8,000
+        # entries per endpoint change (and freeing them with the version) was O(backends).
+        parts = last.parts
+        backends = persistent(parts.backends).mutate()
+        digests = persistent(parts.backend_digests).mutate()
+        order = parts.backend_order
+        if order is None:  # the last version's dicts are in payload order
+            order = tuple(parts.backends)
         warnings = last.backend_warnings
         touched: list[str] = []
         replaced: list[BackendSpec] = []
@@ -331,8 +345,10 @@ class Encoder:
             warnings += len(spec.warnings) - len(before.warnings)
         _retire(cache, replaced)
         # `last`'s digests were joined for its content hash; never joined here only to splice
-        joined = replaced_digests(last.parts.backend_joined, positions, len(new))
-        return _Replaced(backends, digests, joined, warnings, tuple(touched))
+        joined = replaced_digests(parts.backend_joined, positions, len(new))
+        return _Replaced(
+            backends.finish(), digests.finish(), order, joined, warnings, tuple(touched)
+        )
 
 
 def _differing(old: tuple[BackendSpec, ...], new: tuple[BackendSpec, ...]) -> Iterable[int]:

@@ -238,9 +238,9 @@ class SnapshotStore:
             if previous is not None:
                 previous.own = tuple(gone)
                 groups = derived.groups if derived is not None else None
-                previous.fixed = fixed_bytes(before, content.parts, groups) + sys.getsizeof(
-                    previous.own
-                )
+                previous.fixed = fixed_bytes(
+                    before, content.parts, groups, len(gone)
+                ) + sys.getsizeof(previous.own)
                 self._refs.count(previous.own, REPLACED, 1)
                 self._fixed_total += previous.fixed
                 self._replaced[(workload, replaced.content_hash)] = None

@@ -549,10 +549,11 @@ def test_a_delta_from_the_version_before_compares_only_the_backends_re_encoded(
         message = store.delta_message(WORKLOAD, current.content_hash, base.content_hash)
         assert message is not None and compared == []
         sent = pb.ServerMessage.FromString(message).delta
+        parts = contents[WORKLOAD].parts
         assert [b.name for b in sent.backends] == [
             name
-            for name, framed in contents[WORKLOAD].parts.backends.items()
-            if before[WORKLOAD].parts.backends.get(name) != framed
+            for name in parts.backend_order or parts.backends
+            if before[WORKLOAD].parts.backends.get(name) != parts.backends[name]
         ]
     first = steps[0][WORKLOAD].content_hash
     assert store.delta_message(WORKLOAD, current.content_hash, first) is not None
