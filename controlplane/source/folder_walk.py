@@ -16,7 +16,8 @@ How links are followed (docs/operations.md, "Malformed and hostile manifests"):
 
 The walk only stats (never opens a file), so it cannot block on a FIFO, and only what it
 may read: a file named otherwise (an editor's or a writer's temporary file) is passed over
-by name. An entry gone between the listing and its stat is no entry: not reported. A rescan of a
+by name. An entry gone between the listing and its stat (or a subdirectory gone before
+it was listed) is no entry: not reported. A rescan of a
 folder of 8,000 files every 10 s is the folder source's safety net: it reuses the Path
 objects of the walk before (`Walk.paths`; making and hashing 8,000 new Paths was most of its
 cost, 68 ms a pass), and decides by name before making anything, so what is left is one
@@ -73,7 +74,8 @@ def walk(directory: Path, reuse: Mapping[str, Path] | None = None) -> Walk:
             if current == directory:
                 raise
             found.directories.discard(current)
-            found.skipped[current] = f"cannot list the directory: {err.strerror or err}"
+            if not isinstance(err, FileNotFoundError):  # gone since its parent's listing
+                found.skipped[current] = f"cannot list the directory: {err.strerror or err}"
             continue
         for entry in entries:
             name = entry.name

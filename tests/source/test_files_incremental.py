@@ -327,18 +327,24 @@ def test_an_entry_gone_between_the_listing_and_its_stat_is_no_entry(
     """A rescan racing an atomic write listed `catalog.yaml.tmp`, then found it renamed:
     "cannot stat" was reported for a file the walk never reads, and cleared one pass later
     (one write notified the loop twice, in CI). What is gone since the listing is no
-    entry, and a file not named as a manifest is not even stat'ed."""
+    entry (a subdirectory removed before it was listed neither), and a file not named as
+    a manifest is not even stat'ed."""
     folder = demo_copy(tmp_path)
     demo_files = set(walk(folder).files)
     (folder / "catalog.yaml.tmp").write_text("partial")
     (folder / "gone.yaml").write_text("kind: Namespace\nmetadata: {name: gone}\n")
     os.symlink("shop.yaml", folder / "link-gone.yaml")
+    (folder / "gone-dir").mkdir()
+    (folder / "gone-dir" / "x.yaml").write_text("kind: Namespace\nmetadata: {name: x}\n")
     listed = os.scandir
 
     def listed_then_removed(path: Path) -> Iterator[os.DirEntry[str]]:
         entries = list(listed(path))
-        for name in ("catalog.yaml.tmp", "gone.yaml", "link-gone.yaml"):
-            (folder / name).unlink()
+        if Path(path) == folder:  # the folder's listing made, its entries go
+            for name in ("catalog.yaml.tmp", "gone.yaml", "link-gone.yaml"):
+                (folder / name).unlink()
+            (folder / "gone-dir" / "x.yaml").unlink()
+            (folder / "gone-dir").rmdir()
         return iter(entries)
 
     monkeypatch.setattr(os, "scandir", listed_then_removed)
@@ -347,6 +353,7 @@ def test_an_entry_gone_between_the_listing_and_its_stat_is_no_entry(
     assert found.skipped == {}
     assert set(found.files) == demo_files
     assert str(folder / "gone.yaml") not in found.paths
+    assert found.directories == {folder}  # the directory gone before it was listed
 
 
 def test_a_skipped_entry_replaced_by_a_file_stays_read_after_the_next_rescan(
