@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import queue
@@ -77,11 +78,13 @@ def write_results(results: Sequence[Result], path: Path = RESULTS_PATH) -> None:
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of a non-empty sample."""
+    """Nearest-rank percentile (q in 0..100): the smallest value at least q% of the
+    sample is at or below, the ceil(q/100 * n)-th in order (of 100, the p99 is the 99th,
+    one value above it; of 20, the largest)."""
     ordered = sorted(values)
     if not ordered:
         return float("nan")
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    rank = max(1, min(len(ordered), math.ceil(q * len(ordered) / 100 - 1e-9)))
     return ordered[rank - 1]
 
 

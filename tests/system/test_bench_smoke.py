@@ -44,7 +44,7 @@ from tests.bench import summary as bench_summary
 from tests.bench import tls as tls_bench
 from tests.bench import tls_rotation as tls_rotation_bench
 from tests.bench.__main__ import main as bench_main
-from tests.bench.common import Result, big_cluster, work_dir
+from tests.bench.common import Result, big_cluster, percentile, work_dir
 from tests.helpers.fleet import HAPROXY_PODS, Fleet, haproxy_binary
 from tests.helpers.haproxy_versions import HAProxyBinary
 from tests.helpers.netns import PodNetwork
@@ -773,3 +773,18 @@ def test_route_profile_times_each_stage_of_a_new_route_and_puts_the_functions_ba
         assert len(rows[stage]) == 3, stage
     assert all(value > 0 for value in rows["compute"])
     assert all(value > 0 for value in rows["  the content hash verified"])
+
+
+def test_a_percentile_is_the_nearest_rank() -> None:
+    """ceil(q/100 * n)-th in order: of 100 values the p99 is the 99th, not the largest
+    (round half to even made it the 100th, and the median of 10 the 6th)."""
+    hundred = [float(v) for v in range(100, 0, -1)]
+    assert percentile(hundred, 99) == 99
+    assert percentile(hundred, 50) == 50
+    assert percentile(hundred, 100) == 100
+    assert percentile([float(v) for v in range(1, 201)], 99) == 198
+    assert percentile([float(v) for v in range(1, 21)], 99) == 20
+    assert percentile([float(v) for v in range(1, 21)], 90) == 18
+    assert percentile([float(v) for v in range(1, 11)], 50) == 5
+    assert percentile([7.0], 99) == 7
+    assert percentile([1.0, 2.0], 0) == 1
