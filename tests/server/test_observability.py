@@ -123,13 +123,27 @@ def test_metrics_and_json_logs_after_an_ack_and_a_nack(tmp_path: Path) -> None:
     assert rejection["key"] == "haproxy.org/load-balance" and rejection["kind"] == "Service"
 
 
-async def two_agents_ack_a_change(address: str, change: Callable[[], None]) -> None:
-    """Two agents ACK the first version, a manifest changes, both ACK the next one."""
+async def acks_counted(port: int, count: int) -> None:
+    """Wait until the server counted `count` ACKs of the workload: an ACK still unread
+    when the next version is sent is stale by the protocol (its nonce is no longer the
+    last sent) and not counted, so a change must wait for the ACKs before it."""
+    key = ("peerplane_acks_total", (("workload", WORKLOAD),))
+
+    async def counted() -> bool:
+        return samples((await asyncio.to_thread(scrape, port))[1]).get(key) == count
+
+    await wait_until_async(counted, 10, f"{count} ACKs counted")
+
+
+async def two_agents_ack_a_change(address: str, port: int, change: Callable[[], None]) -> None:
+    """Two agents ACK the first version, a manifest changes once the server has counted
+    both ACKs, both ACK the next one."""
     async with grpc.aio.insecure_channel(address) as channel:
         agents = [Agent(channel, "haproxy-7x2kq"), Agent(channel, "haproxy-m4r9t")]
         for agent in agents:
             await agent.hello()
             await agent.ack(await agent.recv_snapshot())
+        await acks_counted(port, 2)
         change()
         for agent in agents:
             message = await agent.recv_snapshot()
@@ -165,7 +179,7 @@ def test_a_change_acked_by_both_agents_is_one_convergence_observation(tmp_path: 
     with ServeProcess(*args) as serve:
         port = int(serve.wait_for(re.compile(r"metrics on http://127\.0\.0\.1:(\d+)/")).group(1))
         serve.wait_for(re.compile(r'"event": "published"'))
-        run(two_agents_ack_a_change(serve.address, change))
+        run(two_agents_ack_a_change(serve.address, port, change))
         for pod in ("haproxy-7x2kq", "haproxy-m4r9t"):
             serve.wait_for(re.compile(rf'"event": "disconnected".*{pod}|{pod}.*"event": "disco'))
         found = samples(scrape(port)[1])
