@@ -689,25 +689,25 @@ def results(prefix: str, found: Measured, routes: int, trials: int) -> list[Resu
         *(
             result
             for phase, samples in found.services.items()
-            for one in [params | {"trials": len(samples)}]
-            for result in (
-                Result(
-                    f"{prefix}.new_service_{phase}_first_200_p50",
-                    median(samples) * 1000,
-                    "ms",
-                    one,
-                ),
-                Result(
-                    f"{prefix}.new_service_{phase}_first_200_max", max(samples) * 1000, "ms", one
-                ),
-                Result(
-                    f"{prefix}.new_service_{phase}_reloads",
-                    found.service_reloads[phase],
-                    "",
-                    one,
-                ),
+            for result in _service_results(
+                f"{prefix}.new_service_{phase}",
+                samples,
+                found.service_reloads[phase],
+                params | {"trials": len(samples)},
             )
         ),
+    ]
+
+
+def _service_results(
+    name: str, samples: list[float], reloads: int, params: dict[str, Any]
+) -> list[Result]:
+    """One phase of new Services (spares on or off): its first 200's p50 and max, its
+    reloads; `params` carry the phase's own count of trials."""
+    return [
+        Result(f"{name}_first_200_p50", median(samples) * 1000, "ms", params),
+        Result(f"{name}_first_200_max", max(samples) * 1000, "ms", params),
+        Result(f"{name}_reloads", reloads, "", params),
     ]
 
 

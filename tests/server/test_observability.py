@@ -52,6 +52,12 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return out
 
 
+async def scraped(port: int, key: tuple[str, tuple[tuple[str, str], ...]]) -> float | None:
+    """One sample of a scrape made off the event loop (None: not exported yet), for
+    waiting on the server from inside a test's agents."""
+    return samples((await asyncio.to_thread(scrape, port))[1]).get(key)
+
+
 async def ack_one_nack_one(address: str) -> None:
     async with grpc.aio.insecure_channel(address) as channel:
         good, bad = Agent(channel, "haproxy-7x2kq"), Agent(channel, "haproxy-m4r9t")
@@ -130,7 +136,7 @@ async def acks_counted(port: int, count: int) -> None:
     key = ("peerplane_acks_total", (("workload", WORKLOAD),))
 
     async def counted() -> bool:
-        return samples((await asyncio.to_thread(scrape, port))[1]).get(key) == count
+        return await scraped(port, key) == count
 
     await wait_until_async(counted, 10, f"{count} ACKs counted")
 
@@ -206,12 +212,10 @@ async def an_agent_in_sync_is_not_waited_for(
         await agent_b.ack(second)
         # Observed at B's ACK, both streams still open (not when A disconnects).
         key = ("peerplane_convergence_seconds_count", ())
-
-        async def count() -> float | None:
-            return samples((await asyncio.to_thread(scrape, port))[1]).get(key)
-
-        await wait_until_async(count, 3, "a convergence observation at B's ACK")
-        assert await count() == 1
+        await wait_until_async(
+            lambda: scraped(port, key), 3, "a convergence observation at B's ACK"
+        )
+        assert await scraped(port, key) == 1
         for agent in (agent_a, agent_b):
             await agent.call.done_writing()
         for agent in (agent_a, agent_b):
